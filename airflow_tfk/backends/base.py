@@ -1,0 +1,105 @@
+"""What every backend offers. Only backends have side effects.
+
+A backend runs a :class:`TFClusterSpec` somewhere (Kubernetes, local processes) and
+reports on it in the shared status model. Operators, the sensor and the trigger talk to
+this interface only, so they work unchanged whichever backend is selected.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from airflow_tfk import naming
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.status import ClusterStatus
+
+
+@dataclass(frozen=True)
+class ClusterRef:
+    """Where a cluster lives; small and serialisable (XCom, trigger kwargs)."""
+
+    name: str
+    namespace: str
+
+    @property
+    def label_selector(self) -> str:
+        return f"{naming.LABEL_CLUSTER}={self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "label_selector": self.label_selector}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClusterRef:
+        return cls(name=data["name"], namespace=data["namespace"])
+
+
+class Backend(abc.ABC):
+    """Runs clusters. Every method is idempotent: calling it twice is harmless.
+
+    ``config()`` returns the keyword arguments that rebuild an equivalent backend in
+    another process (the triggerer), through :func:`airflow_tfk.backends.get_backend`.
+    """
+
+    kind: str
+
+    @abc.abstractmethod
+    def config(self) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def create(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> ClusterRef:
+        """Create every object of the cluster; re-creating an existing cluster changes nothing."""
+
+    @abc.abstractmethod
+    def exists(self, ref: ClusterRef) -> bool:
+        """Is any object with the cluster's labels left?"""
+
+    @abc.abstractmethod
+    def status(self, ref: ClusterRef) -> ClusterStatus: ...
+
+    def watch(self, ref: ClusterRef, timeout: float) -> Iterator[ClusterStatus]:
+        """Yield the status whenever it may have changed, for at most ``timeout`` seconds.
+
+        Backends with a change feed override this; the default polls.
+        """
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            yield self.status(ref)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(self.poll_interval, left))
+
+    async def awatch(self, ref: ClusterRef, timeout: float) -> AsyncIterator[ClusterStatus]:
+        """Async form of :meth:`watch` for triggers; the default runs ``status`` in a thread."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            yield await asyncio.to_thread(self.status, ref)
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(self.poll_interval, left))
+
+    poll_interval: float = 2.0
+
+    @abc.abstractmethod
+    def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
+        """Log of one task ('' when it has none yet)."""
+
+    @abc.abstractmethod
+    def delete_roles(self, ref: ClusterRef, roles: list[str]) -> None:
+        """Delete the tasks of these roles (e.g. the PS after success)."""
+
+    @abc.abstractmethod
+    def delete(self, ref: ClusterRef) -> None:
+        """Delete everything that carries the cluster's labels."""
+
+    async def adelete(self, ref: ClusterRef) -> None:
+        await asyncio.to_thread(self.delete, ref)

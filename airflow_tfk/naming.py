@@ -1,0 +1,160 @@
+"""Kubernetes naming rules and the names and labels this project generates.
+
+One place for DNS rules, label sanitising and the deterministic cluster name, so the
+validator and the renderer can never disagree about what a name will be.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+DNS1123_LABEL_MAX = 63
+DNS1123_SUBDOMAIN_MAX = 253
+LABEL_VALUE_MAX = 63
+
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_KEY_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+# StatefulSet pods carry `controller-revision-hash: <sts-name>-<hash>`; the hash is at
+# most 10 characters, and the label value must stay within 63.
+STATEFULSET_REVISION_SUFFIX = 11
+
+MANAGED_BY = "airflow-tfk"
+LABEL_PREFIX = "tfk.airflow.apache.org"
+LABEL_CLUSTER = f"{LABEL_PREFIX}/cluster"
+LABEL_ROLE = f"{LABEL_PREFIX}/role"
+LABEL_DAG = f"{LABEL_PREFIX}/dag-id"
+LABEL_TASK = f"{LABEL_PREFIX}/task-id"
+LABEL_RUN = f"{LABEL_PREFIX}/run-id"
+LABEL_MAP_INDEX = f"{LABEL_PREFIX}/map-index"
+
+
+def is_dns1035_label(value: str) -> bool:
+    """Service names: lowercase alphanumerics and '-', start with a letter, at most 63."""
+    return len(value) <= DNS1123_LABEL_MAX and bool(_DNS1035_LABEL.match(value))
+
+
+def is_dns1123_label(value: str) -> bool:
+    return len(value) <= DNS1123_LABEL_MAX and bool(_DNS1123_LABEL.match(value))
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    return len(value) <= DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.match(value))
+
+
+def is_label_value(value: str) -> bool:
+    return len(value) <= LABEL_VALUE_MAX and bool(_LABEL_VALUE.match(value))
+
+
+def is_label_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and not is_dns1123_subdomain(prefix):
+        return False
+    return len(name) <= 63 and bool(_LABEL_KEY_NAME.match(name))
+
+
+def is_env_name(value: str) -> bool:
+    return bool(_ENV_NAME.match(value))
+
+
+def short_hash(*parts: str, length: int = 8) -> str:
+    digest = hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+    return digest[:length]
+
+
+def safe_label_value(value: str) -> str:
+    """Turn any string into a valid label value; long or rewritten values get a hash suffix.
+
+    Distinct inputs stay distinct: whenever characters are dropped or replaced, a hash of
+    the original is appended.
+    """
+    if is_label_value(value):
+        return value
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", value).strip("-_.")
+    suffix = short_hash(value)
+    cleaned = cleaned[: LABEL_VALUE_MAX - len(suffix) - 1].rstrip("-_.")
+    return f"{cleaned}-{suffix}" if cleaned else suffix
+
+
+def cluster_name_for(dag_id: str, task_id: str, run_id: str, map_index: int = -1,
+                     prefix: str = "tfk", max_length: int = 30) -> str:
+    """Deterministic cluster name for one Airflow task instance.
+
+    The same (dag, task, run, map index) always gives the same name, so a retried or
+    restarted task finds its cluster instead of creating a second one. ``max_length``
+    leaves room for the role and index suffixes inside the 63-character DNS label.
+    """
+    digest = short_hash(dag_id, task_id, run_id, str(map_index), length=8)
+    readable = re.sub(r"[^a-z0-9]+", "-", task_id.lower()).strip("-")
+    head = f"{prefix}-{readable}" if readable else prefix
+    head = head[: max_length - len(digest) - 1].rstrip("-")
+    return f"{head}-{digest}"
+
+
+def role_resource_name(cluster: str, role: str) -> str:
+    """Name of the per-role Service, StatefulSet or Job: ``<cluster>-<role>``."""
+    return f"{cluster}-{role}"
+
+
+def task_hostname(cluster: str, role: str, index: int) -> str:
+    return f"{cluster}-{role}-{index}"
+
+
+def task_address(cluster: str, role: str, index: int, namespace: str, port: int) -> str:
+    """Stable DNS address of one task through its role's headless Service."""
+    service = role_resource_name(cluster, role)
+    return f"{task_hostname(cluster, role, index)}.{service}.{namespace}.svc:{port}"
+
+
+class RunIdentity:
+    """The Airflow task instance a cluster belongs to; becomes labels and annotations.
+
+    Labels hold sanitised values (for selection); annotations hold the exact values.
+    """
+
+    __slots__ = ("dag_id", "task_id", "run_id", "map_index")
+
+    def __init__(self, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> None:
+        self.dag_id = dag_id
+        self.task_id = task_id
+        self.run_id = run_id
+        self.map_index = map_index
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunIdentity) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"RunIdentity({self.dag_id!r}, {self.task_id!r}, {self.run_id!r}, {self.map_index})"
+
+    def labels(self) -> dict[str, str]:
+        return {
+            LABEL_DAG: safe_label_value(self.dag_id),
+            LABEL_TASK: safe_label_value(self.task_id),
+            LABEL_RUN: safe_label_value(self.run_id),
+            LABEL_MAP_INDEX: str(self.map_index) if self.map_index >= 0 else "none",
+        }
+
+    def annotations(self) -> dict[str, str]:
+        return {
+            f"{LABEL_PREFIX}/dag-id": self.dag_id,
+            f"{LABEL_PREFIX}/task-id": self.task_id,
+            f"{LABEL_PREFIX}/run-id": self.run_id,
+            f"{LABEL_PREFIX}/map-index": str(self.map_index),
+        }
+
+    def cluster_name(self, prefix: str = "tfk") -> str:
+        return cluster_name_for(self.dag_id, self.task_id, self.run_id, self.map_index, prefix)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": self.run_id,
+                "map_index": self.map_index}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> RunIdentity:
+        return cls(str(data["dag_id"]), str(data["task_id"]), str(data["run_id"]),
+                   int(data.get("map_index", -1)))  # type: ignore[arg-type]

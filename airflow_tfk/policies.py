@@ -1,0 +1,72 @@
+"""Success policies: from a :class:`ClusterStatus` and the mode, is the training done?
+
+Pure functions, shared by every backend, the sensor and the trigger, so "done" means the
+same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from airflow_tfk.spec import Mode, TFClusterSpec
+from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
+
+
+class Outcome(str, enum.Enum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    message: str = ""
+    failed_task: TaskStatus | None = None
+
+
+def decisive_roles(mode: Mode, roles: dict[str, int]) -> dict[str, int]:
+    """Roles (with replica counts) whose success is the training's success."""
+    if Mode(mode) is Mode.PARAMETER_SERVER:
+        return {"chief": roles.get("chief", 1)}
+    return {r: n for r, n in roles.items() if r in ("worker", "chief")}
+
+
+def roles_after_success(mode: Mode, roles: list[str]) -> list[str]:
+    """Roles still running once the training succeeded, to delete after the grace period.
+
+    PS never exit; in ``parameter_server`` mode the workers serve until told to stop.
+    """
+    leftover = {"ps", "evaluator"}
+    if Mode(mode) is Mode.PARAMETER_SERVER:
+        leftover |= {"worker"}
+    return [r for r in roles if r in leftover]
+
+
+def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Verdict:
+    """Decide the training's outcome.
+
+    :param replicas: replicas per role present in the spec, e.g. ``{"ps": 1, "worker": 2}``.
+    Any permanently failed task fails the training with that task's own reason; a cluster
+    that vanished while running failed too (someone deleted it, e.g. a newer run).
+    """
+    if not status.exists:
+        return Verdict(Outcome.FAILED, "the cluster no longer exists (deleted from outside)")
+    failed = [t for t in status.tasks if t.phase is Phase.FAILED]
+    if failed:
+        first = sorted(failed, key=lambda t: (t.role != "chief", t.role, t.index))[0]
+        code = f", exit code {first.exit_code}" if first.exit_code is not None else ""
+        detail = f": {first.message}" if first.message else ""
+        return Verdict(Outcome.FAILED, f"task {first.name} failed ({first.reason or 'Error'}{code})"
+                       f"{detail}", first)
+    for role, count in decisive_roles(mode, replicas).items():
+        for index in range(count):
+            task = status.task(role, index)
+            if task is None or task.phase is not Phase.SUCCEEDED:
+                return Verdict(Outcome.RUNNING)
+    return Verdict(Outcome.SUCCEEDED, "all decisive tasks succeeded")
+
+
+def replicas_of(spec: TFClusterSpec) -> dict[str, int]:
+    return {role: r.replicas for role, r in spec.roles().items()}

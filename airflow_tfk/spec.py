@@ -1,0 +1,601 @@
+"""`TFClusterSpec`: the typed, validated description of one distributed TensorFlow cluster.
+
+Everything a DAG author or a spec file says goes through here first. Construction
+validates; an invalid spec raises :class:`~airflow_tfk.errors.SpecError` naming the field
+and the rule, before any backend is touched. The module is pure: no Kubernetes client,
+no TensorFlow, no template rendering.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_tfk import naming
+from airflow_tfk.errors import SpecError
+
+MAX_REPLICAS = 10_000
+ROLES = ("chief", "ps", "worker", "evaluator")
+
+_QUANTITY = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
+# Characters that have no business in a name, image or command and that would change
+# the meaning of YAML or Jinja if they were ever spliced into text.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+class Mode(str, enum.Enum):
+    """How the cluster trains, and therefore what success means.
+
+    - ``between_graph``: TF1-style replicas; success = every worker succeeded; PS never
+      exit and are deleted after the grace period.
+    - ``parameter_server``: TF2 ``ParameterServerStrategy``; success = the chief succeeded.
+    - ``all_reduce``: ``MultiWorkerMirroredStrategy``; success = every worker succeeded; no PS.
+    """
+
+    BETWEEN_GRAPH = "between_graph"
+    PARAMETER_SERVER = "parameter_server"
+    ALL_REDUCE = "all_reduce"
+
+
+class AccessMode(str, enum.Enum):
+    RWX = "ReadWriteMany"
+    RWO = "ReadWriteOnce"
+    ROX = "ReadOnlyMany"
+    RWOP = "ReadWriteOncePod"
+
+
+def parse_quantity(value: object, where: str) -> str:
+    """Check a Kubernetes quantity (``500m``, ``2Gi``, ``1.5``) and return it as a string."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise SpecError(where, "must be a Kubernetes quantity such as '500m' or '2Gi'", value)
+    text = str(value).strip()
+    if not _QUANTITY.match(text):
+        raise SpecError(where, "must be a Kubernetes quantity such as '500m' or '2Gi'", value)
+    if float(re.match(r"[+]?(\d+(\.\d*)?|\.\d+)", text).group(0)) <= 0:  # type: ignore[union-attr]
+        raise SpecError(where, "must be greater than zero", value)
+    return text
+
+
+def _text(value: object, where: str, *, allow_empty: bool = False, max_len: int = 4096) -> str:
+    if not isinstance(value, str):
+        raise SpecError(where, "must be a string", value)
+    if not allow_empty and not value.strip():
+        raise SpecError(where, "must not be empty", value)
+    if _CONTROL.search(value) or "\n" in value or "\r" in value:
+        raise SpecError(where, "must not contain newlines or control characters", value)
+    if len(value) > max_len:
+        raise SpecError(where, f"must be at most {max_len} characters", value)
+    return value
+
+
+def _int(value: object, where: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(where, "must be an integer", value)
+    if not lo <= value <= hi:
+        raise SpecError(where, f"must be between {lo} and {hi}", value)
+    return value
+
+
+def _str_map(value: object, where: str, *, keys: str) -> dict[str, str]:
+    """Validate a string->string mapping; ``keys`` is 'env', 'label' or 'label-key'."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(where, "must be a mapping", value)
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str):
+            raise SpecError(where, "keys must be strings", k)
+        if keys == "env" and not naming.is_env_name(k):
+            raise SpecError(f"{where}.{k}", "is not a valid environment variable name")
+        if keys in ("label", "label-key") and not naming.is_label_key(k):
+            raise SpecError(f"{where}.{k}", "is not a valid label key")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise SpecError(f"{where}.{k}", "must be a string or number", v)
+        text = str(v)
+        if keys == "env":
+            # Env values are data: any text is fine (it is emitted as a JSON string), but
+            # NUL cannot be passed to a process.
+            if "\x00" in text:
+                raise SpecError(f"{where}.{k}", "must not contain NUL", v)
+        elif keys == "label" and not naming.is_label_value(text):
+            raise SpecError(f"{where}.{k}", "is not a valid label value", v)
+        elif keys == "label-key":
+            _text(text, f"{where}.{k}", allow_empty=True)
+        out[k] = text
+    return out
+
+
+def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise SpecError(where, "must be a list of strings", value)
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise SpecError(f"{where}[{i}]", "must be a string", item)
+        text = str(item)
+        if "\x00" in text:
+            raise SpecError(f"{where}[{i}]", "must not contain NUL", item)
+        if not allow_empty_items and not text:
+            raise SpecError(f"{where}[{i}]", "must not be empty", item)
+        out.append(text)
+    return tuple(out)
+
+
+def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+    if not isinstance(data, Mapping):
+        raise SpecError(where or "spec", "must be a mapping", data)
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        path = f"{where}.{unknown[0]}" if where else str(unknown[0])
+        raise SpecError(path, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def _fields(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+@dataclass(frozen=True)
+class Resources:
+    """CPU, memory and GPUs of one task, as Kubernetes quantities.
+
+    :param cpu: CPU request, e.g. ``"1"`` or ``"500m"``.
+    :param memory: memory request, e.g. ``"2Gi"``.
+    :param cpu_limit: CPU limit; none when omitted.
+    :param memory_limit: memory limit; defaults to the memory request, so an OOM is an
+        OOMKilled of this task rather than of its neighbours.
+    :param gpus: number of GPUs (``gpu_resource`` limit).
+    :param gpu_resource: extended resource name of the GPU.
+    """
+
+    cpu: str | None = None
+    memory: str | None = None
+    cpu_limit: str | None = None
+    memory_limit: str | None = None
+    gpus: int = 0
+    gpu_resource: str = "nvidia.com/gpu"
+
+    def validate(self, where: str) -> None:
+        for name in ("cpu", "memory", "cpu_limit", "memory_limit"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, parse_quantity(value, f"{where}.{name}"))
+        _int(self.gpus, f"{where}.gpus", 0, 64)
+        if not naming.is_label_key(self.gpu_resource):
+            raise SpecError(f"{where}.gpu_resource", "is not a valid resource name", self.gpu_resource)
+
+    @property
+    def requests(self) -> dict[str, str]:
+        out = {}
+        if self.cpu:
+            out["cpu"] = self.cpu
+        if self.memory:
+            out["memory"] = self.memory
+        return out
+
+    @property
+    def limits(self) -> dict[str, str]:
+        out = {}
+        if self.cpu_limit:
+            out["cpu"] = self.cpu_limit
+        if self.memory_limit or self.memory:
+            out["memory"] = self.memory_limit or self.memory  # type: ignore[assignment]
+        if self.gpus:
+            out[self.gpu_resource] = str(self.gpus)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> Resources:
+        if data is None:
+            return cls()
+        _reject_unknown(data, _fields(cls), where)
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str | None = None
+    operator: str = "Equal"
+    value: str | None = None
+    effect: str | None = None
+    toleration_seconds: int | None = None
+
+    def validate(self, where: str) -> None:
+        if self.operator not in ("Equal", "Exists"):
+            raise SpecError(f"{where}.operator", "must be Equal or Exists", self.operator)
+        if self.effect not in (None, "NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise SpecError(f"{where}.effect", "must be NoSchedule, PreferNoSchedule or NoExecute",
+                            self.effect)
+        if self.key is not None and not naming.is_label_key(self.key):
+            raise SpecError(f"{where}.key", "is not a valid label key", self.key)
+        if self.value is not None and not naming.is_label_value(str(self.value)):
+            raise SpecError(f"{where}.value", "is not a valid label value", self.value)
+        if self.toleration_seconds is not None:
+            _int(self.toleration_seconds, f"{where}.toleration_seconds", 0, 10**9)
+
+    def to_k8s(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"operator": self.operator}
+        if self.key is not None:
+            out["key"] = self.key
+        if self.value is not None:
+            out["value"] = self.value
+        if self.effect is not None:
+            out["effect"] = self.effect
+        if self.toleration_seconds is not None:
+            out["tolerationSeconds"] = self.toleration_seconds
+        return out
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """One role of the cluster (ps, worker, chief or evaluator).
+
+    :param replicas: number of tasks of this role.
+    :param resources: requests and limits of each task.
+    :param env: extra environment of this role's tasks (added to the cluster-wide env).
+    :param node_selector: node labels the tasks must run on.
+    :param tolerations: taints the tasks tolerate.
+    :param command: overrides the cluster's command for this role.
+    :param args: overrides the cluster's args for this role.
+    """
+
+    replicas: int = 1
+    resources: Resources = field(default_factory=Resources)
+    env: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    command: tuple[str, ...] | None = None
+    args: tuple[str, ...] | None = None
+
+    def validate(self, where: str, lo: int, hi: int) -> None:
+        _int(self.replicas, f"{where}.replicas", lo, hi)
+        self.resources.validate(f"{where}.resources")
+        object.__setattr__(self, "env", _str_map(self.env, f"{where}.env", keys="env"))
+        object.__setattr__(self, "node_selector",
+                           _str_map(self.node_selector, f"{where}.node_selector", keys="label"))
+        for i, t in enumerate(self.tolerations):
+            t.validate(f"{where}.tolerations[{i}]")
+        if self.command is not None:
+            object.__setattr__(self, "command", _str_list(self.command, f"{where}.command"))
+            if not self.command:
+                raise SpecError(f"{where}.command", "must not be empty when given")
+        if self.args is not None:
+            object.__setattr__(self, "args", _str_list(self.args, f"{where}.args"))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> RoleSpec | None:
+        if data is None:
+            return None
+        if isinstance(data, RoleSpec):
+            return data
+        _reject_unknown(data, _fields(cls), where)
+        kwargs = dict(data)
+        kwargs["resources"] = Resources.from_dict(kwargs.get("resources"), f"{where}.resources")
+        tolerations = kwargs.get("tolerations") or []
+        if not isinstance(tolerations, Sequence) or isinstance(tolerations, str):
+            raise SpecError(f"{where}.tolerations", "must be a list", tolerations)
+        tols = []
+        for i, t in enumerate(tolerations):
+            _reject_unknown(t, _fields(Toleration), f"{where}.tolerations[{i}]")
+            tols.append(Toleration(**t))
+        kwargs["tolerations"] = tuple(tols)
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class VolumeSpec:
+    """One storage volume: an existing claim, or a new PVC of ``size``.
+
+    :param claim: name of an existing PersistentVolumeClaim to mount.
+    :param size: size of a new PVC, e.g. ``10Gi`` (ignored when ``claim`` is given).
+    :param storage_class: storage class of a new PVC (default: the storage section's).
+    :param access_mode: access mode of a new PVC; RWX so every task can mount it.
+    """
+
+    claim: str | None = None
+    size: str | None = None
+    storage_class: str | None = None
+    access_mode: AccessMode = AccessMode.RWX
+
+    def validate(self, where: str) -> None:
+        if self.claim is None and self.size is None:
+            raise SpecError(where, "needs either 'claim' (existing PVC) or 'size' (new PVC)")
+        if self.claim is not None and self.size is not None:
+            raise SpecError(f"{where}.claim", "and 'size' are exclusive: mount a claim or create one")
+        if self.claim is not None and not naming.is_dns1123_subdomain(str(self.claim)):
+            raise SpecError(f"{where}.claim", "is not a valid PVC name (DNS-1123 subdomain)", self.claim)
+        if self.size is not None:
+            object.__setattr__(self, "size", parse_quantity(self.size, f"{where}.size"))
+        if self.storage_class is not None and not naming.is_dns1123_subdomain(str(self.storage_class)):
+            raise SpecError(f"{where}.storage_class", "is not a valid storage class name",
+                            self.storage_class)
+        try:
+            object.__setattr__(self, "access_mode", AccessMode(self.access_mode))
+        except ValueError:
+            raise SpecError(f"{where}.access_mode",
+                            f"must be one of {', '.join(m.value for m in AccessMode)}",
+                            self.access_mode) from None
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """Data, logs and models volumes, mounted at ``/tfk/data``, ``/tfk/logs``, ``/tfk/models``.
+
+    :param storage_class: default storage class of every new PVC.
+    """
+
+    data: VolumeSpec | None = None
+    logs: VolumeSpec | None = None
+    models: VolumeSpec | None = None
+    storage_class: str | None = None
+
+    VOLUMES = ("data", "logs", "models")
+    MOUNT_ROOT = "/tfk"
+
+    def validate(self, where: str) -> None:
+        if self.storage_class is not None and not naming.is_dns1123_subdomain(str(self.storage_class)):
+            raise SpecError(f"{where}.storage_class", "is not a valid storage class name",
+                            self.storage_class)
+        for name in self.VOLUMES:
+            vol = getattr(self, name)
+            if vol is not None:
+                vol.validate(f"{where}.{name}")
+
+    def volumes(self) -> dict[str, VolumeSpec]:
+        return {n: getattr(self, n) for n in self.VOLUMES if getattr(self, n) is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> StorageSpec:
+        if data is None:
+            return cls()
+        if isinstance(data, StorageSpec):
+            return data
+        _reject_unknown(data, [f for f in _fields(cls)], where)
+        kwargs: dict[str, Any] = {"storage_class": data.get("storage_class")}
+        for name in cls.VOLUMES:
+            vol = data.get(name)
+            if vol is not None:
+                _reject_unknown(vol, _fields(VolumeSpec), f"{where}.{name}")
+                kwargs[name] = VolumeSpec(**vol)
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class TFClusterSpec:
+    """A distributed TensorFlow cluster: what the DAG author asks for.
+
+    :param name: cluster name; prefix of every object (DNS-1035 label).
+    :param image: container image of every task.
+    :param command: entrypoint of every task (a role may override it).
+    :param args: arguments of every task (a role may override them).
+    :param mode: ``between_graph`` | ``parameter_server`` | ``all_reduce``.
+    :param namespace: namespace of the cluster's objects.
+    :param namespace_per_training: create and use the namespace ``<namespace>-<name>``,
+        deleted with the cluster.
+    :param ps: parameter servers; required by ``between_graph`` and ``parameter_server``.
+    :param worker: workers.
+    :param chief: the coordinator; required by ``parameter_server`` (exactly one).
+    :param evaluator: an optional side-car evaluator (at most one).
+    :param port: the gRPC port of every task.
+    :param storage: data, logs and models volumes.
+    :param env: environment of every task.
+    :param labels: extra labels on every object.
+    :param image_pull_policy: ``IfNotPresent`` | ``Always`` | ``Never``.
+    :param image_pull_secrets: names of Secrets to pull the image.
+    :param service_account: service account of the tasks (no token is mounted).
+    :param max_duration_seconds: cluster-side deadline (``activeDeadlineSeconds``) of every Job.
+    :param retries_per_index: retries of each worker/chief index (``backoffLimitPerIndex``).
+    :param permanent_exit_codes: exit codes that fail the task at once, without retry.
+    :param ps_grace_seconds: wait after success before the PS are deleted.
+    :param legacy_tf1_flags: pass ``--ps_hosts --worker_hosts --job_name --task_index``.
+    """
+
+    name: str
+    image: str
+    command: tuple[str, ...]
+    worker: RoleSpec
+    args: tuple[str, ...] = ()
+    mode: Mode = Mode.BETWEEN_GRAPH
+    namespace: str = "default"
+    namespace_per_training: bool = False
+    ps: RoleSpec | None = None
+    chief: RoleSpec | None = None
+    evaluator: RoleSpec | None = None
+    port: int = 2222
+    storage: StorageSpec = field(default_factory=StorageSpec)
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    image_pull_policy: str = "IfNotPresent"
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str | None = None
+    max_duration_seconds: int | None = None
+    retries_per_index: int = 0
+    permanent_exit_codes: tuple[int, ...] = (1, 2, 126, 127)
+    ps_grace_seconds: int = 30
+    legacy_tf1_flags: bool = False
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    # -- validation -----------------------------------------------------------------
+    def _validate(self) -> None:
+        _text(self.name, "name", max_len=63)
+        if not naming.is_dns1035_label(self.name):
+            raise SpecError("name", "must be a DNS-1035 label: lowercase letters, digits and '-', "
+                            "starting with a letter", self.name)
+        _text(self.image, "image", max_len=1024)
+        if any(c.isspace() for c in self.image) or "{" in self.image or "}" in self.image:
+            raise SpecError("image", "must be an image reference without spaces or braces", self.image)
+        object.__setattr__(self, "command", _str_list(self.command, "command"))
+        if not self.command:
+            raise SpecError("command", "must not be empty: which program does each task run?")
+        object.__setattr__(self, "args", _str_list(self.args, "args"))
+        try:
+            object.__setattr__(self, "mode", Mode(self.mode))
+        except ValueError:
+            raise SpecError("mode", f"must be one of {', '.join(m.value for m in Mode)}",
+                            self.mode) from None
+        if not isinstance(self.namespace_per_training, bool):
+            raise SpecError("namespace_per_training", "must be true or false",
+                            self.namespace_per_training)
+        _text(self.namespace, "namespace", max_len=63)
+        if not naming.is_dns1123_label(self.namespace_name):
+            raise SpecError("namespace", "must be a DNS-1123 label (the per-training namespace is "
+                            "'<namespace>-<name>')", self.namespace_name)
+        self._validate_roles()
+        _int(self.port, "port", 1, 65535)
+        if not isinstance(self.storage, StorageSpec):
+            raise SpecError("storage", "must be a storage section", self.storage)
+        self.storage.validate("storage")
+        object.__setattr__(self, "env", _str_map(self.env, "env", keys="env"))
+        reserved = sorted(k for k in self.env if k.startswith("TFK_") or k == "TF_CONFIG")
+        if reserved:
+            raise SpecError(f"env.{reserved[0]}", "is reserved for the platform")
+        object.__setattr__(self, "labels", _str_map(self.labels, "labels", keys="label"))
+        clash = sorted(k for k in self.labels
+                       if k.startswith(naming.LABEL_PREFIX) or k.startswith("app.kubernetes.io/"))
+        if clash:
+            raise SpecError(f"labels.{clash[0]}", "is reserved for the platform")
+        if self.image_pull_policy not in ("IfNotPresent", "Always", "Never"):
+            raise SpecError("image_pull_policy", "must be IfNotPresent, Always or Never",
+                            self.image_pull_policy)
+        object.__setattr__(self, "image_pull_secrets",
+                           _str_list(self.image_pull_secrets, "image_pull_secrets"))
+        for i, secret in enumerate(self.image_pull_secrets):
+            if not naming.is_dns1123_subdomain(secret):
+                raise SpecError(f"image_pull_secrets[{i}]", "is not a valid Secret name", secret)
+        if self.service_account is not None and not naming.is_dns1123_subdomain(
+                str(self.service_account)):
+            raise SpecError("service_account", "is not a valid service account name",
+                            self.service_account)
+        if self.max_duration_seconds is not None:
+            _int(self.max_duration_seconds, "max_duration_seconds", 1, 365 * 24 * 3600)
+        _int(self.retries_per_index, "retries_per_index", 0, 1000)
+        codes = self.permanent_exit_codes
+        if isinstance(codes, (str, bytes)) or not isinstance(codes, Sequence):
+            raise SpecError("permanent_exit_codes", "must be a list of integers", codes)
+        for i, code in enumerate(codes):
+            _int(code, f"permanent_exit_codes[{i}]", 1, 255)
+        object.__setattr__(self, "permanent_exit_codes", tuple(sorted(set(codes))))
+        _int(self.ps_grace_seconds, "ps_grace_seconds", 0, 24 * 3600)
+        if not isinstance(self.legacy_tf1_flags, bool):
+            raise SpecError("legacy_tf1_flags", "must be true or false", self.legacy_tf1_flags)
+        self._validate_generated_names()
+
+    def _validate_roles(self) -> None:
+        for role in ROLES:
+            spec = getattr(self, role)
+            if spec is not None and not isinstance(spec, RoleSpec):
+                raise SpecError(role, "must be a role section such as {replicas: 2}", spec)
+        if self.worker is None:
+            raise SpecError("worker", "is required")
+        self.worker.validate("worker", 1, MAX_REPLICAS)
+        if self.ps is not None:
+            self.ps.validate("ps", 1, 1000)
+        if self.chief is not None:
+            self.chief.validate("chief", 1, 1)
+        if self.evaluator is not None:
+            self.evaluator.validate("evaluator", 1, 1)
+        mode = self.mode
+        if mode is Mode.PARAMETER_SERVER:
+            if self.chief is None:
+                raise SpecError("chief", "is required when mode is parameter_server "
+                                "(the chief coordinates training)")
+            if self.ps is None:
+                raise SpecError("ps", "is required when mode is parameter_server")
+        elif mode is Mode.BETWEEN_GRAPH:
+            if self.ps is None:
+                raise SpecError("ps", "is required when mode is between_graph")
+        elif mode is Mode.ALL_REDUCE and self.ps is not None:
+            raise SpecError("ps", "must be omitted when mode is all_reduce (there are no "
+                            "parameter servers)")
+
+    def _validate_generated_names(self) -> None:
+        """Check the longest name that will be generated, not just the one given."""
+        for role, spec in self.roles().items():
+            longest = naming.task_hostname(self.name, role, spec.replicas - 1)
+            if len(longest) > naming.DNS1123_LABEL_MAX:
+                raise SpecError("name", f"is too long: task hostname '{longest}' would exceed "
+                                f"{naming.DNS1123_LABEL_MAX} characters", self.name)
+        if self.ps is not None:
+            sts = naming.role_resource_name(self.name, "ps")
+            if len(sts) + naming.STATEFULSET_REVISION_SUFFIX > naming.LABEL_VALUE_MAX:
+                raise SpecError("name", "is too long for the PS StatefulSet's revision label",
+                                self.name)
+        for vol in self.storage.volumes():
+            pvc = f"{self.name}-{vol}"
+            if not naming.is_dns1123_subdomain(pvc):
+                raise SpecError("name", f"gives an invalid PVC name '{pvc}'", self.name)
+
+    # -- derived views ----------------------------------------------------------------
+    @property
+    def namespace_name(self) -> str:
+        """The namespace the objects live in."""
+        return f"{self.namespace}-{self.name}" if self.namespace_per_training else self.namespace
+
+    def roles(self) -> dict[str, RoleSpec]:
+        """Roles present, in a stable order (chief, ps, worker, evaluator)."""
+        return {r: getattr(self, r) for r in ROLES if getattr(self, r) is not None}
+
+    def task_count(self) -> int:
+        return sum(r.replicas for r in self.roles().values())
+
+    def cluster_roles(self) -> dict[str, RoleSpec]:
+        """Roles that appear in TensorFlow's cluster map (the evaluator does not)."""
+        return {r: s for r, s in self.roles().items() if r != "evaluator"}
+
+    def with_name(self, name: str) -> TFClusterSpec:
+        return dataclasses.replace(self, name=name)
+
+    # -- construction from plain data -------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TFClusterSpec:
+        """Build from plain data (a parsed spec file or DAG params); unknown keys are errors."""
+        _reject_unknown(data, _fields(cls), "")
+        kwargs = dict(data)
+        for required in ("name", "image", "command", "worker"):
+            if kwargs.get(required) in (None, "", []):
+                raise SpecError(required, "is required")
+        for role in ROLES:
+            if role in kwargs:
+                kwargs[role] = RoleSpec.from_dict(kwargs[role], role)
+        kwargs["storage"] = StorageSpec.from_dict(kwargs.get("storage"), "storage")
+        for key in ("command", "args", "image_pull_secrets", "permanent_exit_codes"):
+            if key in kwargs and isinstance(kwargs[key], list):
+                kwargs[key] = tuple(kwargs[key])
+        return cls(**kwargs)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> TFClusterSpec:
+        """Parse a spec file. Malformed YAML is a :class:`SpecError` on the field ``spec``."""
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise SpecError("spec", f"is not valid YAML: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise SpecError("spec", "must be a YAML mapping", type(data).__name__)
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-serialisable form (round-trips through :meth:`from_dict`)."""
+
+        def plain(value: Any) -> Any:
+            if isinstance(value, enum.Enum):
+                return value.value
+            if dataclasses.is_dataclass(value):
+                return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            if isinstance(value, Mapping):
+                return {k: plain(v) for k, v in value.items()}
+            if isinstance(value, (list, tuple)):
+                return [plain(v) for v in value]
+            return value
+
+        return plain(self)

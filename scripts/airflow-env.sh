@@ -1,0 +1,9 @@
+# Sourced: a self-contained Airflow home (SQLite) for the README's commands.
+TFK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$TFK_ROOT/.airflow-home}"
+export AIRFLOW__CORE__DAGS_FOLDER="$TFK_ROOT/dags"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__UNIT_TEST_MODE=False
+export AIRFLOW__LOGGING__LOGGING_LEVEL="${AIRFLOW__LOGGING__LOGGING_LEVEL:-INFO}"
+export TFK_LOCAL_ROOT="${TFK_LOCAL_ROOT:-$TFK_ROOT/.tfk-local}"
+export PATH="$TFK_ROOT/${TFK_VENV:-.venv}/bin:$PATH"
