@@ -1,0 +1,317 @@
+"""Render a :class:`~airflow_tfk.spec.TFClusterSpec` into Kubernetes manifests.
+
+The layout lives in Jinja2 templates (``templates/`` in the repository, installed as
+``airflow_tfk/_templates``); this module only prepares plain data for them, renders them
+in a sandbox and parses the result. It is a leaf: nothing in ``airflow_tfk/__init__.py``
+imports it, so DAG parsing never pays for Jinja2 or YAML.
+
+Why the result is safe whatever the spec contains:
+
+- templates run in ``ImmutableSandboxedEnvironment`` with ``StrictUndefined``;
+- every value reaches the text through the ``tojson`` filter (a JSON scalar, list or
+  mapping is also a YAML flow node), and a ``finalize`` hook rejects any other value a
+  template tries to print, so an override template cannot splice raw text by accident;
+- the JSON is made YAML-exact: characters YAML would fold, reject or split on (NEL,
+  U+2028/2029, C1 controls, BOM, lone surrogates) are written as ``\\uXXXX`` escapes;
+- each object is its own document, parsed alone with the safe loader (a second
+  document is an error) and checked against the kind and name it was meant to be;
+- command, args and env values are escaped for Kubernetes' ``$(VAR)`` expansion, so the
+  process sees exactly the string the DAG author wrote.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from airflow_tfk import naming
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.spec import ROLES, TFClusterSpec
+
+__all__ = ["RenderError", "render", "template_dirs", "to_yaml_stream", "k8s_escape"]
+
+CONTAINER_NAME = "tensorflow"
+PORT_NAME = "grpc"
+TEMPLATES = {
+    "Namespace": "namespace.yaml.j2",
+    "PersistentVolumeClaim": "pvc.yaml.j2",
+    "Service": "service.yaml.j2",
+    "StatefulSet": "statefulset.yaml.j2",
+    "Job": "job.yaml.j2",
+}
+_NAMESPACED = {"PersistentVolumeClaim", "Service", "StatefulSet", "Job"}
+_VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MODEL_DIR"}
+
+# JSON escapes nothing of these, YAML reads them as line breaks or rejects them, and
+# str.splitlines() (used by Jinja's indent filter) splits on some of them.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+# Kubernetes expands $(VAR) and turns $$ into $ in command, args and env values.
+_K8S_OPERATOR = re.compile(r"\$(?=[$(])")
+
+
+class RenderError(RuntimeError):
+    """A template produced something that is not the object it was meant to be."""
+
+
+class _Json(str):
+    """Text produced by the ``tojson`` filter: the only values templates may print."""
+
+    __slots__ = ()
+
+
+class _Fragment(str):
+    """Template-made text (a macro's output) that a template prints on purpose."""
+
+    __slots__ = ()
+
+
+def _tojson(value: Any) -> _Json:
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return _Json(_YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+
+
+def _fragment(value: Any) -> _Fragment:
+    return _Fragment(value)
+
+
+def _finalize(value: Any) -> Any:
+    if isinstance(value, (_Json, _Fragment)):
+        return value
+    from jinja2 import TemplateError
+
+    raise TemplateError(
+        f"template printed a raw value ({type(value).__name__}); every value must go "
+        "through '| tojson' (macro output through '| fragment')"
+    )
+
+
+def k8s_escape(text: str) -> str:
+    """Escape ``text`` so Kubernetes' ``$(VAR)`` expansion gives back exactly ``text``."""
+    return _K8S_OPERATOR.sub("$$", text)
+
+
+def template_dirs(template_dir: str | Path | None = None) -> list[Path]:
+    """Where templates are looked up, first match wins: the user's dir, then the built-ins."""
+    here = Path(__file__).resolve().parent
+    builtin = here / "_templates"
+    if not builtin.is_dir():  # a source checkout or an editable install
+        builtin = here.parent / "templates"
+    dirs = [builtin]
+    if template_dir is not None:
+        user = Path(template_dir).expanduser().resolve()
+        if not user.is_dir():
+            raise RenderError(f"template_dir {str(user)!r} is not a directory")
+        dirs.insert(0, user)
+    return dirs
+
+
+@functools.lru_cache(maxsize=16)
+def _templates(dirs: tuple[Path, ...]) -> dict[str, Any]:
+    """Compiled templates per lookup path; compiling is the slow part of rendering."""
+    from jinja2 import FileSystemLoader, StrictUndefined
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(
+        loader=FileSystemLoader([str(d) for d in dirs]),
+        undefined=StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        auto_reload=False,
+        finalize=_finalize,
+    )
+    env.filters["tojson"] = _tojson
+    env.filters["fragment"] = _fragment
+    return {kind: env.get_template(name) for kind, name in TEMPLATES.items()}
+
+
+def _yaml_loader() -> Any:
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+# -- the data the templates see ---------------------------------------------------------
+def _labels(spec: TFClusterSpec, component: str, role: str | None,
+            identity: RunIdentity | None) -> dict[str, str]:
+    # User labels first, so the platform's can never be shadowed.
+    labels = dict(spec.labels)
+    if identity is not None:
+        labels.update(identity.labels())
+    labels.update({
+        "app.kubernetes.io/name": "tensorflow",
+        "app.kubernetes.io/instance": spec.name,
+        "app.kubernetes.io/managed-by": naming.MANAGED_BY,
+        "app.kubernetes.io/component": component,
+        naming.LABEL_CLUSTER: spec.name,
+    })
+    if role is not None:
+        labels[naming.LABEL_ROLE] = role
+    return labels
+
+
+def _addresses(spec: TFClusterSpec) -> dict[str, list[str]]:
+    ns = spec.namespace_name
+    return {
+        role: [naming.task_address(spec.name, role, i, ns, spec.port)
+               for i in range(rs.replicas)]
+        for role, rs in spec.cluster_roles().items()
+    }
+
+
+def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"name": k, "value": k8s_escape(v)} for k, v in env.items()]
+
+
+def _role_context(spec: TFClusterSpec, role: str, identity: RunIdentity | None,
+                  addresses: Mapping[str, list[str]]) -> dict[str, Any]:
+    rs = spec.roles()[role]
+    command = rs.command if rs.command is not None else spec.command
+    args = [k8s_escape(a) for a in (rs.args if rs.args is not None else spec.args)]
+    if spec.legacy_tf1_flags:
+        # These rely on expansion on purpose, and hold only validated DNS names.
+        for flag, hosts_role in (("--ps_hosts", "ps"), ("--worker_hosts", "worker")):
+            if hosts_role in addresses:
+                args.append(f"{flag}={','.join(addresses[hosts_role])}")
+        args += ["--job_name=$(TFK_ROLE)", "--task_index=$(TFK_INDEX)"]
+    resources: dict[str, dict[str, str]] = {}
+    if rs.resources.requests:
+        resources["requests"] = rs.resources.requests
+    if rs.resources.limits:
+        resources["limits"] = rs.resources.limits
+    labels = _labels(spec, role, role, identity)
+    return {
+        "name": role,
+        "resource_name": naming.role_resource_name(spec.name, role),
+        "replicas": rs.replicas,
+        "labels": labels,
+        "selector": {naming.LABEL_CLUSTER: spec.name, naming.LABEL_ROLE: role},
+        "command": [k8s_escape(c) for c in command],
+        "args": args,
+        "env": _env_list({**spec.env, **rs.env}),
+        "resources": resources,
+        "node_selector": dict(rs.node_selector),
+        "tolerations": [t.to_k8s() for t in rs.tolerations],
+    }
+
+
+def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any]:
+    addresses = _addresses(spec)
+    volumes = []
+    for name, vol in spec.storage.volumes().items():
+        volumes.append({
+            "name": name,
+            "claim_name": vol.claim or f"{spec.name}-{name}",
+            "new": vol.claim is None,
+            "size": vol.size,
+            "storage_class": vol.storage_class or spec.storage.storage_class,
+            "access_mode": vol.access_mode.value,
+            "mount_path": f"{spec.storage.MOUNT_ROOT}/{name}",
+            "env": _VOLUME_ENV[name],
+        })
+    return {
+        "name": spec.name,
+        "namespace": spec.namespace_name,
+        "namespace_per_training": spec.namespace_per_training,
+        "mode": spec.mode.value,
+        "port": spec.port,
+        "port_name": PORT_NAME,
+        "container_name": CONTAINER_NAME,
+        "image": spec.image,
+        "image_pull_policy": spec.image_pull_policy,
+        "image_pull_secrets": [{"name": s} for s in spec.image_pull_secrets],
+        "service_account": spec.service_account,
+        "max_duration_seconds": spec.max_duration_seconds,
+        "retries_per_index": spec.retries_per_index,
+        "permanent_exit_codes": list(spec.permanent_exit_codes),
+        "cluster_json": json.dumps(addresses, separators=(",", ":")),
+        "annotations": identity.annotations() if identity is not None else {},
+        "namespace_labels": _labels(spec, "namespace", None, identity),
+        "storage_labels": _labels(spec, "storage", None, identity),
+        "volumes": volumes,
+        "roles": {role: _role_context(spec, role, identity, addresses)
+                  for role in spec.roles()},
+    }
+
+
+def _plan(spec: TFClusterSpec, ctx: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(kind, name, extra template variables) of every object, dependencies first."""
+    plan: list[tuple[str, str, dict[str, Any]]] = []
+    if spec.namespace_per_training:
+        plan.append(("Namespace", spec.namespace_name, {}))
+    for vol in ctx["volumes"]:
+        if vol["new"]:
+            plan.append(("PersistentVolumeClaim", vol["claim_name"], {"v": vol}))
+    roles = ctx["roles"]
+    for role in ROLES:
+        if role in roles:
+            plan.append(("Service", roles[role]["resource_name"], {"r": roles[role]}))
+    if "ps" in roles:
+        plan.append(("StatefulSet", roles["ps"]["resource_name"], {"r": roles["ps"]}))
+    for role in ROLES:
+        if role in roles and role != "ps":
+            plan.append(("Job", roles[role]["resource_name"], {"r": roles[role]}))
+    return plan
+
+
+# -- public API -----------------------------------------------------------------------
+def render(spec: TFClusterSpec, identity: RunIdentity | None = None,
+           template_dir: str | Path | None = None) -> list[dict[str, Any]]:
+    """Manifests of the whole cluster, in apply order (Namespace, PVCs, Services,
+    StatefulSet, Jobs).
+
+    :param spec: the validated cluster spec.
+    :param identity: the Airflow task instance that owns the cluster (labels and
+        annotations); optional.
+    :param template_dir: a directory whose files override the built-in templates of the
+        same name (``job.yaml.j2``, ``_macros.yaml.j2``...).
+    :raises RenderError: a template produced something other than the expected object.
+    """
+    import yaml
+
+    if not isinstance(spec, TFClusterSpec):
+        raise TypeError(f"render() needs a TFClusterSpec, got {type(spec).__name__}")
+    templates = _templates(tuple(template_dirs(template_dir)))
+    loader = _yaml_loader()
+    ctx = _context(spec, identity)
+    manifests = []
+    for kind, name, extra in _plan(spec, ctx):
+        text = templates[kind].render(c=ctx, **extra)
+        try:
+            doc = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+        except yaml.YAMLError as exc:
+            raise RenderError(f"{TEMPLATES[kind]} rendered invalid YAML for {name}: {exc}") from None
+        _check(doc, kind, name, spec.namespace_name)
+        manifests.append(doc)
+    return manifests
+
+
+def _check(doc: Any, kind: str, name: str, namespace: str) -> None:
+    where = f"{TEMPLATES[kind]} (expected {kind} {name!r})"
+    if not isinstance(doc, dict):
+        raise RenderError(f"{where}: rendered {type(doc).__name__}, not a mapping")
+    meta = doc.get("metadata")
+    if doc.get("kind") != kind or not isinstance(meta, dict) or meta.get("name") != name:
+        got_name = meta.get("name") if isinstance(meta, dict) else None
+        raise RenderError(f"{where}: rendered {doc.get('kind')} {got_name!r}")
+    if not isinstance(doc.get("apiVersion"), str):
+        raise RenderError(f"{where}: has no apiVersion")
+    if kind in _NAMESPACED and meta.get("namespace") != namespace:
+        raise RenderError(f"{where}: namespace is {meta.get('namespace')!r}, not {namespace!r}")
+
+
+def to_yaml_stream(manifests: Iterable[Mapping[str, Any]]) -> str:
+    """A multi-document YAML stream for ``kubectl apply -f -``."""
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return "".join(
+        "---\n" + yaml.dump(dict(m), Dumper=dumper, sort_keys=False, allow_unicode=True,
+                            width=1 << 16)
+        for m in manifests
+    )
