@@ -1,0 +1,49 @@
+"""`ClusterHandle`: what one task tells the next about a running cluster (the XCom value).
+
+Everything a sensor, trigger or cleanup task needs, in plain JSON: where the cluster is,
+which backend runs it, and how to judge it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.spec import Mode, TFClusterSpec
+
+
+@dataclass(frozen=True)
+class ClusterHandle:
+    ref: ClusterRef
+    backend_kind: str
+    backend_config: dict[str, Any] = field(default_factory=dict)
+    mode: Mode = Mode.BETWEEN_GRAPH
+    replicas: dict[str, int] = field(default_factory=dict)
+    ps_grace_seconds: int = 30
+
+    @classmethod
+    def for_spec(cls, spec: TFClusterSpec, backend: Backend) -> ClusterHandle:
+        return cls(ClusterRef(spec.name, spec.namespace_name), backend.kind, backend.config(),
+                   spec.mode, {r: s.replicas for r, s in spec.roles().items()},
+                   spec.ps_grace_seconds)
+
+    def backend(self) -> Backend:
+        from airflow_tfk.backends import get_backend
+
+        return get_backend(self.backend_kind, **self.backend_config)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.ref.to_dict(), "backend": self.backend_kind,
+                "backend_config": self.backend_config, "mode": Mode(self.mode).value,
+                "replicas": dict(self.replicas), "ps_grace_seconds": self.ps_grace_seconds}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClusterHandle:
+        if isinstance(data, ClusterHandle):
+            return data
+        if not isinstance(data, dict) or "name" not in data or "backend" not in data:
+            raise ValueError(f"cluster: expected the XCom of a create-cluster task, got {data!r}")
+        return cls(ClusterRef.from_dict(data), data["backend"], dict(data.get("backend_config") or {}),
+                   Mode(data.get("mode", Mode.BETWEEN_GRAPH)), dict(data.get("replicas") or {}),
+                   int(data.get("ps_grace_seconds", 30)))

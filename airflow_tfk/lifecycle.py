@@ -1,0 +1,125 @@
+"""The lifecycle steps every operator shares: resolve the spec, create or reattach,
+finish after success, tear down after failure. Backend-agnostic, no Airflow import.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.handle import ClusterHandle
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.policies import Outcome, evaluate, roles_after_success
+from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.status import ClusterStatus, Phase
+
+log = logging.getLogger(__name__)
+Emit = Callable[[str], None]
+
+
+def resolve_spec(cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
+                 identity: RunIdentity | None, name_prefix: str = "tfk") -> TFClusterSpec:
+    """A validated spec. A spec without a name gets the deterministic name of its task
+    instance, so a retry or restart finds the same cluster.
+
+    ``cluster_spec`` may be a spec, a mapping, or YAML text.
+    """
+    if isinstance(cluster_spec, TFClusterSpec):
+        return cluster_spec
+    if isinstance(cluster_spec, str):
+        import yaml
+
+        from airflow_tfk.errors import SpecError
+
+        try:
+            cluster_spec = yaml.safe_load(cluster_spec)
+        except yaml.YAMLError as exc:
+            raise SpecError("spec", f"is not valid YAML: {exc}") from None
+        if not isinstance(cluster_spec, Mapping):
+            from airflow_tfk.errors import SpecError
+
+            raise SpecError("spec", "must be a mapping", type(cluster_spec).__name__)
+    data = dict(cluster_spec)
+    if not data.get("name"):
+        if identity is None:
+            from airflow_tfk.errors import SpecError
+
+            raise SpecError("name", "is required outside an Airflow task")
+        data["name"] = identity.cluster_name(name_prefix)
+    return TFClusterSpec.from_dict(data)
+
+
+def create_or_reattach(backend: Backend, spec: TFClusterSpec, identity: RunIdentity | None,
+                       emit: Emit = log.info) -> ClusterRef:
+    """Create the cluster, or reattach to the one a previous try of this task left.
+
+    A running or succeeded cluster is reused (no second cluster); a failed one is deleted
+    and replaced.
+    """
+    ref = ClusterRef(spec.name, spec.namespace_name)
+    if backend.exists(ref):
+        status = backend.status(ref)
+        verdict = evaluate(spec.mode, {r: s.replicas for r, s in spec.roles().items()}, status)
+        if verdict.outcome is not Outcome.FAILED:
+            emit(f"reattaching to existing cluster {ref.name} in {ref.namespace} "
+                 f"({status.summary()})")
+            return ref
+        emit(f"replacing failed cluster {ref.name}: {verdict.message}")
+        backend.delete(ref)
+    emit(f"creating cluster {ref.name} in {ref.namespace} on the {backend.kind} backend: "
+         f"{', '.join(f'{r} x{s.replicas}' for r, s in spec.roles().items())}, mode {spec.mode.value}")
+    return backend.create(spec, identity)
+
+
+def log_task_logs(backend: Backend, ref: ClusterRef, tasks: list[tuple[str, int]], emit: Emit,
+                  tail_lines: int = 100) -> None:
+    """Copy task logs into the Airflow log, before their pods or processes go away."""
+    for role, index in tasks:
+        try:
+            text = backend.logs(ref, role, index, tail_lines=tail_lines)
+        except Exception as exc:
+            text = f"(could not read the log: {exc})"
+        emit(f"----- log of {role}-{index} (last {tail_lines} lines) -----\n{text.rstrip()}\n"
+             f"----- end of {role}-{index} -----")
+
+
+def cleanup_after_success(handle: ClusterHandle, emit: Emit = log.info,
+                          grace_seconds: float | None = None,
+                          sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """After the grace period, delete the roles that never exit by themselves (PS; workers
+    in ``parameter_server`` mode), copying their logs first. Returns the deleted roles."""
+    backend = handle.backend()
+    roles = roles_after_success(handle.mode, list(handle.replicas))
+    if not roles:
+        return []
+    grace = handle.ps_grace_seconds if grace_seconds is None else grace_seconds
+    if grace > 0:
+        emit(f"training succeeded; deleting {', '.join(roles)} in {grace:.0f} s")
+        sleep(grace)
+    tasks = [(r, i) for r in roles for i in range(handle.replicas.get(r, 0))]
+    log_task_logs(backend, handle.ref, tasks, emit, tail_lines=50)
+    backend.delete_roles(handle.ref, roles)
+    emit(f"deleted {', '.join(roles)} of cluster {handle.ref.name}")
+    return roles
+
+
+def teardown_after_failure(handle: ClusterHandle, status: ClusterStatus | None,
+                           emit: Emit = log.info) -> None:
+    """Copy the logs of failed (or, if none, decisive) tasks, then delete everything."""
+    backend = handle.backend()
+    try:
+        if status is None:
+            status = backend.status(handle.ref)
+        failed = [(t.role, t.index) for t in status.tasks if t.phase is Phase.FAILED]
+        log_task_logs(backend, handle.ref, failed[:5] or [("worker", 0)], emit)
+    except Exception as exc:
+        emit(f"could not collect logs before deleting: {exc}")
+    delete_cluster(handle, emit)
+
+
+def delete_cluster(handle: ClusterHandle, emit: Emit = log.info) -> None:
+    handle.backend().delete(handle.ref)
+    emit(f"deleted cluster {handle.ref.name} ({handle.ref.label_selector})")

@@ -1,0 +1,114 @@
+"""Operators for one lifecycle step each: create, clean up the PS, delete.
+
+For the whole lifecycle in one task see :class:`airflow_tfk.operators.training.TFTrainingOperator`.
+The cluster reference travels between tasks as the XCom of the create task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_tfk.operators._context import backend_config, identity_from_context
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_tfk.spec import TFClusterSpec
+
+
+class CreateTFClusterOperator(BaseOperator):
+    """Create a distributed TensorFlow cluster, or reattach to this task's existing one.
+
+    :param cluster_spec: the cluster: a ``TFClusterSpec``, a mapping of its fields, or YAML
+        text. Without ``name``, the name is derived from dag, task, run and map index, so a
+        retry reattaches instead of creating a second cluster. (templated)
+    :param backend: ``kubernetes`` (default) or ``local``.
+    :param backend_config: backend options, e.g. ``{"root": ...}`` for local. (templated)
+    :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
+    :return: (XCom) the cluster handle: name, namespace, label_selector, backend, mode.
+    """
+
+    template_fields: Sequence[str] = ("cluster_spec", "backend_config")
+    ui_color = "#ff8f00"
+
+    def __init__(self, *, cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
+                 backend: str = "kubernetes", backend_config: dict[str, Any] | None = None,
+                 kubernetes_conn_id: str = "kubernetes_default", name_prefix: str = "tfk",
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cluster_spec = cluster_spec
+        self.backend = backend
+        self.backend_config = backend_config
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.name_prefix = name_prefix
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_tfk.backends import get_backend
+        from airflow_tfk.handle import ClusterHandle
+        from airflow_tfk.lifecycle import create_or_reattach, resolve_spec
+
+        identity = identity_from_context(context)
+        spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
+        backend = get_backend(self.backend, **backend_config(self.backend, self.backend_config,
+                                                             self.kubernetes_conn_id))
+        create_or_reattach(backend, spec, identity, self.log.info)
+        return ClusterHandle.for_spec(spec, backend).to_dict()
+
+
+class CleanupPSOperator(BaseOperator):
+    """After the grace period, copy the PS logs into this task's log and delete the PS
+    (and, in ``parameter_server`` mode, the workers): they never exit by themselves.
+
+    Runs whatever the training's outcome (``trigger_rule='all_done'``).
+
+    :param cluster: the create task's XCom. (templated)
+    :param grace_seconds: overrides the spec's ``ps_grace_seconds``.
+    """
+
+    template_fields: Sequence[str] = ("cluster",)
+
+    def __init__(self, *, cluster: Any, grace_seconds: float | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(**kwargs)
+        self.cluster = cluster
+        self.grace_seconds = grace_seconds
+
+    def execute(self, context: Context) -> list[str]:
+        from airflow_tfk.handle import ClusterHandle
+        from airflow_tfk.lifecycle import cleanup_after_success
+
+        handle = ClusterHandle.from_dict(self.cluster)
+        return cleanup_after_success(handle, self.log.info, self.grace_seconds)
+
+
+class DeleteTFClusterOperator(BaseOperator):
+    """Delete every object of a cluster (everything with its label). Idempotent; use it as
+    a teardown task: ``delete.as_teardown(setups=create)``.
+
+    :param cluster: the create task's XCom. (templated)
+    :param capture_logs: copy the logs of failed tasks into this task's log first.
+    """
+
+    template_fields: Sequence[str] = ("cluster",)
+
+    def __init__(self, *, cluster: Any, capture_logs: bool = True, **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(**kwargs)
+        self.cluster = cluster
+        self.capture_logs = capture_logs
+
+    def execute(self, context: Context) -> None:
+        from airflow_tfk.handle import ClusterHandle
+        from airflow_tfk.lifecycle import delete_cluster, teardown_after_failure
+
+        if not self.cluster:
+            self.log.info("no cluster was created; nothing to delete")
+            return
+        handle = ClusterHandle.from_dict(self.cluster)
+        if self.capture_logs and handle.backend().exists(handle.ref):
+            teardown_after_failure(handle, None, self.log.info)
+        else:
+            delete_cluster(handle, self.log.info)

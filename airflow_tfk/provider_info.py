@@ -1,0 +1,46 @@
+"""Provider metadata read by Airflow's ProvidersManager (entry point ``apache_airflow_provider``).
+
+Must stay import-light: Airflow calls it while it loads its own configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-tfk",
+        "name": "TensorFlow on Kubernetes (airflow-tfk)",
+        "description": "Distributed TensorFlow training clusters on Kubernetes: create, wait, "
+        "clean up, and publish to TensorFlow Serving.",
+        "integrations": [
+            {
+                "integration-name": "TensorFlow on Kubernetes",
+                "external-doc-url": "https://www.tensorflow.org/guide/distributed_training",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "TensorFlow on Kubernetes",
+                "python-modules": ["airflow_tfk.operators.cluster", "airflow_tfk.operators.training"],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "TensorFlow on Kubernetes",
+                "python-modules": ["airflow_tfk.sensors.workers"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "TensorFlow on Kubernetes",
+                "python-modules": ["airflow_tfk.triggers.workers"],
+            }
+        ],
+        # The cluster connection is the cncf provider's `kubernetes` connection type and
+        # KubernetesHook: this provider adds no hook or connection type of its own.
+        "hooks": [],
+        "connection-types": [],
+    }
