@@ -52,8 +52,8 @@ def is_label_value(value: str) -> bool:
 
 
 def is_label_key(key: str) -> bool:
-    prefix, _, name = key.rpartition("/")
-    if prefix and not is_dns1123_subdomain(prefix):
+    prefix, slash, name = key.rpartition("/")
+    if slash and not is_dns1123_subdomain(prefix):  # "/x" has an empty, invalid prefix
         return False
     return len(name) <= 63 and bool(_LABEL_KEY_NAME.match(name))
 

@@ -139,19 +139,19 @@ def _yaml_loader() -> Any:
 # -- the data the templates see ---------------------------------------------------------
 def _labels(spec: TFClusterSpec, component: str, role: str | None,
             identity: RunIdentity | None) -> dict[str, str]:
-    # User labels first, so the platform's can never be shadowed.
-    labels = dict(spec.labels)
-    if identity is not None:
-        labels.update(identity.labels())
-    labels.update({
+    labels = {
         "app.kubernetes.io/name": "tensorflow",
         "app.kubernetes.io/instance": spec.name,
         "app.kubernetes.io/managed-by": naming.MANAGED_BY,
         "app.kubernetes.io/component": component,
         naming.LABEL_CLUSTER: spec.name,
-    })
+    }
     if role is not None:
         labels[naming.LABEL_ROLE] = role
+    if identity is not None:
+        labels.update(identity.labels())
+    # The spec rejects user labels under the platform's prefixes, so none is shadowed.
+    labels.update(spec.labels)
     return labels
 
 

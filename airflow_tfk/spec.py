@@ -60,6 +60,21 @@ def parse_quantity(value: object, where: str) -> str:
     return text
 
 
+_SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9,
+           "T": 1e12, "P": 1e15, "E": 1e18, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30,
+           "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
+
+
+def quantity_value(text: str) -> float:
+    """The numeric value of a quantity already checked by :func:`parse_quantity`."""
+    m = re.match(r"^[+]?(\d+(?:\.\d*)?|\.\d+)(.*)$", text)
+    assert m is not None
+    number, suffix = float(m.group(1)), m.group(2)
+    if suffix[:1] in ("e", "E") and len(suffix) > 1:
+        return number * 10.0 ** int(suffix[1:])
+    return number * _SUFFIX[suffix]
+
+
 def _text(value: object, where: str, *, allow_empty: bool = False, max_len: int = 4096) -> str:
     if not isinstance(value, str):
         raise SpecError(where, "must be a string", value)
@@ -167,7 +182,11 @@ class Resources:
             if value is not None:
                 object.__setattr__(self, name, parse_quantity(value, f"{where}.{name}"))
         _int(self.gpus, f"{where}.gpus", 0, 64)
-        if not naming.is_label_key(self.gpu_resource):
+        for req, lim in (("cpu", "cpu_limit"), ("memory", "memory_limit")):
+            low, high = getattr(self, req), getattr(self, lim)
+            if low is not None and high is not None and quantity_value(high) < quantity_value(low):
+                raise SpecError(f"{where}.{lim}", f"must not be lower than {req} ({low})", high)
+        if not isinstance(self.gpu_resource, str) or not naming.is_label_key(self.gpu_resource):
             raise SpecError(f"{where}.gpu_resource", "is not a valid resource name", self.gpu_resource)
 
     @property
@@ -212,12 +231,23 @@ class Toleration:
         if self.effect not in (None, "NoSchedule", "PreferNoSchedule", "NoExecute"):
             raise SpecError(f"{where}.effect", "must be NoSchedule, PreferNoSchedule or NoExecute",
                             self.effect)
-        if self.key is not None and not naming.is_label_key(self.key):
+        if self.key is not None and (not isinstance(self.key, str)
+                                     or not naming.is_label_key(self.key)):
             raise SpecError(f"{where}.key", "is not a valid label key", self.key)
-        if self.value is not None and not naming.is_label_value(str(self.value)):
-            raise SpecError(f"{where}.value", "is not a valid label value", self.value)
+        if self.value is not None and (not isinstance(self.value, str)
+                                       or not naming.is_label_value(self.value)):
+            raise SpecError(f"{where}.value", "must be a string that is a valid label value "
+                            "(quote numbers and booleans)", self.value)
+        if self.key is None and self.operator != "Exists":
+            raise SpecError(f"{where}.operator", "must be Exists when no key is given",
+                            self.operator)
+        if self.operator == "Exists" and self.value not in (None, ""):
+            raise SpecError(f"{where}.value", "must be empty when operator is Exists", self.value)
         if self.toleration_seconds is not None:
             _int(self.toleration_seconds, f"{where}.toleration_seconds", 0, 10**9)
+            if self.effect != "NoExecute":
+                raise SpecError(f"{where}.toleration_seconds",
+                                "needs effect NoExecute", self.toleration_seconds)
 
     def to_k8s(self) -> dict[str, Any]:
         out: dict[str, Any] = {"operator": self.operator}
@@ -308,11 +338,13 @@ class VolumeSpec:
             raise SpecError(where, "needs either 'claim' (existing PVC) or 'size' (new PVC)")
         if self.claim is not None and self.size is not None:
             raise SpecError(f"{where}.claim", "and 'size' are exclusive: mount a claim or create one")
-        if self.claim is not None and not naming.is_dns1123_subdomain(str(self.claim)):
+        if self.claim is not None and not (isinstance(self.claim, str)
+                                           and naming.is_dns1123_subdomain(self.claim)):
             raise SpecError(f"{where}.claim", "is not a valid PVC name (DNS-1123 subdomain)", self.claim)
         if self.size is not None:
             object.__setattr__(self, "size", parse_quantity(self.size, f"{where}.size"))
-        if self.storage_class is not None and not naming.is_dns1123_subdomain(str(self.storage_class)):
+        if self.storage_class is not None and not (isinstance(self.storage_class, str)
+                                                   and naming.is_dns1123_subdomain(self.storage_class)):
             raise SpecError(f"{where}.storage_class", "is not a valid storage class name",
                             self.storage_class)
         try:
@@ -339,7 +371,8 @@ class StorageSpec:
     MOUNT_ROOT = "/tfk"
 
     def validate(self, where: str) -> None:
-        if self.storage_class is not None and not naming.is_dns1123_subdomain(str(self.storage_class)):
+        if self.storage_class is not None and not (isinstance(self.storage_class, str)
+                                                   and naming.is_dns1123_subdomain(self.storage_class)):
             raise SpecError(f"{where}.storage_class", "is not a valid storage class name",
                             self.storage_class)
         for name in self.VOLUMES:
@@ -454,9 +487,11 @@ class TFClusterSpec:
             raise SpecError("storage", "must be a storage section", self.storage)
         self.storage.validate("storage")
         object.__setattr__(self, "env", _str_map(self.env, "env", keys="env"))
-        reserved = sorted(k for k in self.env if k.startswith("TFK_") or k == "TF_CONFIG")
-        if reserved:
-            raise SpecError(f"env.{reserved[0]}", "is reserved for the platform")
+        for where, env in (("env", self.env),
+                           *((f"{r}.env", rs.env) for r, rs in self.roles().items())):
+            reserved = sorted(k for k in env if k.startswith("TFK_") or k == "TF_CONFIG")
+            if reserved:
+                raise SpecError(f"{where}.{reserved[0]}", "is reserved for the platform")
         object.__setattr__(self, "labels", _str_map(self.labels, "labels", keys="label"))
         clash = sorted(k for k in self.labels
                        if k.startswith(naming.LABEL_PREFIX) or k.startswith("app.kubernetes.io/"))
@@ -470,8 +505,9 @@ class TFClusterSpec:
         for i, secret in enumerate(self.image_pull_secrets):
             if not naming.is_dns1123_subdomain(secret):
                 raise SpecError(f"image_pull_secrets[{i}]", "is not a valid Secret name", secret)
-        if self.service_account is not None and not naming.is_dns1123_subdomain(
-                str(self.service_account)):
+        if self.service_account is not None and not (
+                isinstance(self.service_account, str)
+                and naming.is_dns1123_subdomain(self.service_account)):
             raise SpecError("service_account", "is not a valid service account name",
                             self.service_account)
         if self.max_duration_seconds is not None:
