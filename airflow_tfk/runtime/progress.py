@@ -72,3 +72,37 @@ def last_progress(text: str) -> Progress | None:
         if p is not None:
             return p
     return None
+
+
+# -- other structured lines --------------------------------------------------------------
+# Same shape as progress lines ({"tfk": <kind>, ...}) but a different kind, so
+# parse_line() ignores them. Written by the training runtime for the provider and tests.
+
+def event_line(kind: str, **fields: object) -> str:
+    """``{"tfk": kind, **fields}`` on one line; ``kind`` must not be ``progress``."""
+    if kind == MARKER:
+        raise ValueError("use progress_line() for progress")
+    return json.dumps({"tfk": kind, **fields}, separators=(",", ":"), default=str)
+
+
+def parse_event(line: str, kind: str) -> dict | None:
+    """The fields of an ``event_line(kind, ...)`` in ``line``, or None."""
+    start = line.find("{")
+    if start < 0 or '"tfk"' not in line:
+        return None
+    try:
+        data = json.loads(line[start:])
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.pop("tfk", None) != kind:
+        return None
+    return data
+
+
+def last_event(text: str, kind: str) -> dict | None:
+    """The newest ``kind`` event in a log."""
+    for line in reversed(text.splitlines()):
+        event = parse_event(line, kind)
+        if event is not None:
+            return event
+    return None

@@ -1,0 +1,243 @@
+"""Who am I in the TensorFlow cluster, and is everybody else there yet?
+
+Pure Python (no TensorFlow, no Airflow): used by the training runtime, by ``launch``,
+and importable anywhere.
+
+``TF_CONFIG`` is taken as is when set. Otherwise it is built from the platform's task
+environment (see docs/architecture.md)::
+
+    TFK_CLUSTER  {"chief": ["h:p"], "ps": [...], "worker": [...]}
+    TFK_ROLE     chief | ps | worker | evaluator
+    TFK_INDEX    task index (fallback: JOB_COMPLETION_INDEX, set by Indexed Jobs)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+CLUSTER_ROLES = ("chief", "ps", "worker")
+ROLES = (*CLUSTER_ROLES, "evaluator")
+
+
+class ClusterConfigError(ValueError):
+    """The task environment does not describe a usable TensorFlow cluster."""
+
+
+class ClusterWaitTimeout(TimeoutError):
+    """Some cluster addresses did not resolve or accept connections in time."""
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """This task's view of the cluster.
+
+    :param cluster: role -> list of ``host:port`` (no evaluator), as in ``TF_CONFIG``.
+    :param role: ``chief`` | ``ps`` | ``worker`` | ``evaluator``.
+    :param index: task index within ``role``.
+    :param mode: ``TFK_MODE`` if set (``between_graph`` | ``parameter_server`` |
+        ``all_reduce``), else None.
+    """
+
+    cluster: dict[str, list[str]]
+    role: str
+    index: int
+    mode: str | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def address(self) -> str | None:
+        """This task's own ``host:port``; None for the evaluator (it is not in the map)."""
+        addrs = self.cluster.get(self.role) or []
+        return addrs[self.index] if 0 <= self.index < len(addrs) else None
+
+    @property
+    def is_chief(self) -> bool:
+        """The task that coordinates, checkpoints and exports: the chief, or worker 0
+        when the cluster has no chief."""
+        if self.cluster.get("chief"):
+            return self.role == "chief"
+        return self.role == "worker" and self.index == 0
+
+    def num(self, role: str) -> int:
+        return len(self.cluster.get(role) or [])
+
+    def tf_config(self) -> dict:
+        return {"cluster": {r: list(a) for r, a in self.cluster.items()},
+                "task": {"type": self.role, "index": self.index}}
+
+    def tf_config_json(self) -> str:
+        return json.dumps(self.tf_config(), separators=(",", ":"))
+
+    def tf1_flags(self) -> list[str]:
+        """The legacy flags of TF1 between-graph scripts (clusters of ps and workers;
+        a chief, if any, gets ``--job_name=chief``)."""
+        return [f"--ps_hosts={','.join(self.cluster.get('ps') or [])}",
+                f"--worker_hosts={','.join(self.cluster.get('worker') or [])}",
+                f"--job_name={self.role}", f"--task_index={self.index}"]
+
+
+def _parse_cluster(value: object, where: str) -> dict[str, list[str]]:
+    if not isinstance(value, Mapping) or not value:
+        raise ClusterConfigError(f"{where}: the cluster must be a non-empty JSON object "
+                                 f"of role -> [\"host:port\", ...], got {value!r}")
+    cluster: dict[str, list[str]] = {}
+    for role, addrs in value.items():
+        if isinstance(addrs, str) or not isinstance(addrs, (list, tuple)):
+            raise ClusterConfigError(f"{where}: the addresses of {role!r} must be a list")
+        for addr in addrs:
+            if not isinstance(addr, str) or not _split_address(addr):
+                raise ClusterConfigError(f"{where}: {role!r} has an invalid address {addr!r} "
+                                         "(expected host:port)")
+        cluster[str(role)] = list(addrs)
+    return cluster
+
+
+def _split_address(addr: str) -> tuple[str, int] | None:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    if host.startswith("[") and host.endswith("]"):  # [::1]:2222
+        host = host[1:-1]
+    return host, int(port)
+
+
+def split_address(addr: str) -> tuple[str, int]:
+    parsed = _split_address(addr)
+    if parsed is None:
+        raise ClusterConfigError(f"invalid address {addr!r} (expected host:port)")
+    return parsed
+
+
+def task_info(env: Mapping[str, str] | None = None) -> TaskInfo:
+    """This task's :class:`TaskInfo`, from ``TF_CONFIG`` or the ``TFK_*`` variables."""
+    env = os.environ if env is None else env
+    mode = env.get("TFK_MODE") or None
+    raw = env.get("TF_CONFIG", "").strip()
+    if raw:
+        try:
+            config = json.loads(raw)
+        except ValueError as exc:
+            raise ClusterConfigError(f"TF_CONFIG is not valid JSON: {exc}") from None
+        if not isinstance(config, Mapping):
+            raise ClusterConfigError("TF_CONFIG must be a JSON object")
+        cluster = _parse_cluster(config.get("cluster"), "TF_CONFIG")
+        task = config.get("task") or {}
+        if not isinstance(task, Mapping):
+            raise ClusterConfigError("TF_CONFIG: task must be an object")
+        role = task.get("type")
+        index = task.get("index", 0)
+        source = "TF_CONFIG"
+    else:
+        if not env.get("TFK_CLUSTER"):
+            raise ClusterConfigError(
+                "no cluster: set TF_CONFIG, or TFK_CLUSTER (JSON address map), TFK_ROLE and "
+                "TFK_INDEX (or JOB_COMPLETION_INDEX)")
+        try:
+            cluster_value = json.loads(env["TFK_CLUSTER"])
+        except ValueError as exc:
+            raise ClusterConfigError(f"TFK_CLUSTER is not valid JSON: {exc}") from None
+        cluster = _parse_cluster(cluster_value, "TFK_CLUSTER")
+        role = env.get("TFK_ROLE")
+        index = env.get("TFK_INDEX") or env.get("JOB_COMPLETION_INDEX") or "0"
+        source = "TFK_ROLE/TFK_INDEX"
+    if role not in ROLES:
+        raise ClusterConfigError(f"{source}: the task type must be one of {', '.join(ROLES)}, "
+                                 f"got {role!r}")
+    try:
+        index = int(index)
+    except (TypeError, ValueError):
+        raise ClusterConfigError(f"{source}: the task index must be an integer, "
+                                 f"got {index!r}") from None
+    if index < 0:
+        raise ClusterConfigError(f"{source}: the task index must be >= 0, got {index}")
+    if role != "evaluator":
+        n = len(cluster.get(role) or [])
+        if index >= n:
+            raise ClusterConfigError(f"{source}: task {role}:{index} is not in the cluster "
+                                     f"({role} has {n} address(es))")
+    return TaskInfo(cluster, role, index, mode)
+
+
+def ensure_tf_config(env: dict[str, str] | None = None) -> TaskInfo:
+    """Parse the task environment and make sure ``TF_CONFIG`` is set in ``env``
+    (default: ``os.environ``), so TensorFlow's resolvers see the same cluster."""
+    env = os.environ if env is None else env
+    info = task_info(env)
+    if not env.get("TF_CONFIG", "").strip():
+        env["TF_CONFIG"] = info.tf_config_json()
+    return info
+
+
+def _log(msg: str) -> None:
+    print(f"[tfk] {msg}", file=sys.stderr, flush=True)
+
+
+def _probe(addr: str, tcp: bool, connect_timeout: float) -> str | None:
+    """None if ``addr`` is ready, else why not."""
+    host, port = split_address(addr)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return f"DNS lookup failed ({exc.strerror or exc})"
+    if not tcp:
+        return None
+    last = "no address"
+    for family, socktype, proto, _, sockaddr in infos:
+        try:
+            with socket.socket(family, socktype, proto) as sock:
+                sock.settimeout(connect_timeout)
+                sock.connect(sockaddr)
+                return None
+        except OSError as exc:
+            last = f"TCP connect failed ({exc.strerror or exc})"
+    return last
+
+
+def wait_for_cluster(info: TaskInfo, *, roles: Iterable[str] | None = None,
+                     tcp: bool = True, timeout: float = 600.0, interval: float = 1.0,
+                     connect_timeout: float = 2.0,
+                     log: Callable[[str], None] = _log,
+                     clock: Callable[[], float] = time.monotonic,
+                     sleep: Callable[[float], None] = time.sleep) -> None:
+    """Wait until every address of ``roles`` (default: all) resolves and, with ``tcp``,
+    accepts TCP connections; this task's own address is skipped.
+
+    Logs which address it is waiting for (once per address and then every ~30 s) and
+    raises :class:`ClusterWaitTimeout` naming the missing ones after ``timeout`` seconds.
+    Use ``tcp=False`` when peers open their ports only after they have waited too (e.g.
+    all-reduce workers), otherwise all of them would wait for each other forever.
+    """
+    wanted = list(roles) if roles is not None else list(info.cluster)
+    pending = [(r, i, a) for r in wanted for i, a in enumerate(info.cluster.get(r) or [])
+               if not (r == info.role and i == info.index)]
+    deadline = clock() + timeout
+    last_logged: dict[str, float] = {}
+    reasons: dict[str, str] = {}
+    while True:
+        still = []
+        for role, i, addr in pending:
+            why = _probe(addr, tcp, connect_timeout)
+            if why is None:
+                if addr in last_logged:
+                    log(f"{role}:{i} at {addr} is up")
+                continue
+            still.append((role, i, addr))
+            reasons[addr] = why
+            now = clock()
+            if addr not in last_logged or now - last_logged[addr] >= 30:
+                log(f"waiting for {role}:{i} at {addr}: {why}")
+                last_logged[addr] = now
+        pending = still
+        if not pending:
+            return
+        if clock() >= deadline:
+            missing = ", ".join(f"{r}:{i} at {a} ({reasons.get(a, '?')})" for r, i, a in pending)
+            raise ClusterWaitTimeout(f"cluster not ready after {timeout:g}s; still waiting for "
+                                     f"{missing}")
+        sleep(min(interval, max(0.0, deadline - clock())))

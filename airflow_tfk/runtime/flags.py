@@ -1,0 +1,168 @@
+"""The platform's flags, shared by every training app.
+
+All of them start with ``--tfk_`` so they cannot collide with an app's own flags;
+anything else on the command line is left to the app (``parse_known_args``). Defaults
+come from the task environment (``TFK_DATA_DIR``, ``TFK_LOG_DIR``, ``TFK_MODEL_DIR``,
+``TFK_CLUSTER_NAME``) when present. Pure Python: no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+PREFIX = "--tfk_"
+
+
+@dataclass(frozen=True)
+class PlatformFlags:
+    """Parsed platform flags.
+
+    :param steps: total training steps (batches, summed over all workers).
+    :param batch_size: batch size per replica.
+    :param sync: True = synchronous updates, False = asynchronous, None = the mode's
+        natural choice (``parameter_server``: async; ``all_reduce``: sync;
+        ``between_graph``: async).
+    :param checkpoint_every: steps between checkpoints (0 = only at the end).
+    :param progress_every: steps between progress lines.
+    :param steps_per_call: steps each scheduled function runs on a worker
+        (``parameter_server``: fewer round trips to the coordinator).
+    :param use_gpu: True = require a GPU, False = hide GPUs, None = use them if present.
+    :param model_version: export version (default: one more than the newest existing one).
+    :param cluster_wait: seconds to wait for the other tasks' addresses.
+    """
+
+    steps: int = 1000
+    batch_size: int = 32
+    sync: bool | None = None
+    log_dir: str | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 100
+    data_dir: str | None = None
+    export_dir: str | None = None
+    model_name: str | None = None
+    model_version: int | None = None
+    use_gpu: bool | None = None
+    progress_every: int = 10
+    steps_per_call: int = 1
+    learning_rate: float | None = None
+    cluster_wait: float = 600.0
+    seed: int | None = None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
+    return value
+
+
+def default_checkpoint_dir(env: Mapping[str, str], model_name: str | None) -> str | None:
+    """``$TFK_MODEL_DIR/.checkpoints/<cluster or model name>``: stable across restarts and
+    retries of the same training, and outside every ``<base>/<model>/`` that TF Serving
+    scans for versions."""
+    base = env.get("TFK_MODEL_DIR")
+    name = env.get("TFK_CLUSTER_NAME") or model_name
+    if not base or not name:
+        return None
+    return os.path.join(base, ".checkpoints", name)
+
+
+def add_platform_flags(parser: argparse.ArgumentParser,
+                       env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """Add the ``--tfk_*`` flags to ``parser``."""
+    env = os.environ if env is None else env
+    g = parser.add_argument_group("platform (airflow-tfk)")
+    d = PlatformFlags()
+    g.add_argument("--tfk_steps", type=_positive_int, default=d.steps,
+                   help="total training steps (summed over workers)")
+    g.add_argument("--tfk_batch_size", type=_positive_int, default=d.batch_size,
+                   help="batch size per replica")
+    sync = g.add_mutually_exclusive_group()
+    sync.add_argument("--tfk_sync", dest="tfk_sync", action="store_true", default=None,
+                      help="synchronous updates (between_graph, all_reduce)")
+    sync.add_argument("--tfk_async", dest="tfk_sync", action="store_false",
+                      help="asynchronous updates (between_graph, parameter_server)")
+    g.add_argument("--tfk_log_dir", default=env.get("TFK_LOG_DIR") or None,
+                   help="TensorBoard summaries (default: $TFK_LOG_DIR)")
+    g.add_argument("--tfk_checkpoint_dir", default=None,
+                   help="checkpoints (default: $TFK_MODEL_DIR/.checkpoints/<cluster name>)")
+    g.add_argument("--tfk_checkpoint_every", type=_non_negative_int, default=d.checkpoint_every,
+                   help="steps between checkpoints (0: only at the end)")
+    g.add_argument("--tfk_data_dir", default=env.get("TFK_DATA_DIR") or None,
+                   help="input data (default: $TFK_DATA_DIR)")
+    g.add_argument("--tfk_export_dir", default=env.get("TFK_MODEL_DIR") or None,
+                   help="SavedModel export base; the model goes to "
+                        "<export_dir>/<model_name>/<version>/ (default: $TFK_MODEL_DIR)")
+    g.add_argument("--tfk_model_name", default=None,
+                   help="model name under the export base (default: the app's model_name)")
+    g.add_argument("--tfk_model_version", type=_positive_int, default=None,
+                   help="export version (default: newest existing version + 1)")
+    gpu = g.add_mutually_exclusive_group()
+    gpu.add_argument("--tfk_use_gpu", dest="tfk_use_gpu", action="store_true", default=None,
+                     help="require a GPU")
+    gpu.add_argument("--tfk_no_gpu", dest="tfk_use_gpu", action="store_false",
+                     help="hide GPUs and train on CPU")
+    g.add_argument("--tfk_progress_every", type=_positive_int, default=d.progress_every,
+                   help="steps between progress lines")
+    g.add_argument("--tfk_steps_per_call", type=_positive_int, default=d.steps_per_call,
+                   help="steps per function call on a worker (parameter_server)")
+    g.add_argument("--tfk_learning_rate", type=_positive_float, default=None,
+                   help="learning rate (default: the app's learning_rate)")
+    g.add_argument("--tfk_cluster_wait", type=_positive_float, default=d.cluster_wait,
+                   help="seconds to wait for the other tasks to be reachable")
+    g.add_argument("--tfk_seed", type=int, default=None, help="random seed")
+    return parser
+
+
+def parse_flags(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
+                parser: argparse.ArgumentParser | None = None,
+                model_name: str | None = None) -> tuple[PlatformFlags, list[str]]:
+    """Parse the platform flags out of ``argv``; returns them and the app's own arguments.
+
+    An unknown ``--tfk_*`` flag is an error (a typo would otherwise be silently passed to
+    the app); everything else is returned untouched, in order.
+    """
+    env = os.environ if env is None else env
+    parser = parser or argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    add_platform_flags(parser, env)
+    ns, rest = parser.parse_known_args(argv)
+    unknown = [a for a in rest if a.startswith(PREFIX)]
+    if unknown:
+        parser.error(f"unknown platform flag(s): {' '.join(unknown)}")
+    name = ns.tfk_model_name or model_name
+    flags = PlatformFlags(
+        steps=ns.tfk_steps, batch_size=ns.tfk_batch_size, sync=ns.tfk_sync,
+        log_dir=ns.tfk_log_dir,
+        checkpoint_dir=ns.tfk_checkpoint_dir or default_checkpoint_dir(env, name),
+        checkpoint_every=ns.tfk_checkpoint_every, data_dir=ns.tfk_data_dir,
+        export_dir=ns.tfk_export_dir, model_name=name, model_version=ns.tfk_model_version,
+        use_gpu=ns.tfk_use_gpu, progress_every=ns.tfk_progress_every,
+        steps_per_call=ns.tfk_steps_per_call, learning_rate=ns.tfk_learning_rate,
+        cluster_wait=ns.tfk_cluster_wait, seed=ns.tfk_seed)
+    return flags, list(rest)

@@ -1,0 +1,96 @@
+"""Run an unmodified TensorFlow script as one task of the cluster.
+
+    python -m airflow_tfk.runtime.launch [--tf1-flags] [--wait-for ROLES] -- CMD [ARGS...]
+
+Sets ``TF_CONFIG`` (built from ``TFK_CLUSTER``/``TFK_ROLE``/``TFK_INDEX`` when it is not
+set already), optionally waits until other tasks are reachable, and with ``--tf1-flags``
+appends ``--ps_hosts --worker_hosts --job_name --task_index`` for TF1-style scripts.
+Then it replaces itself with CMD (``exec``): the exit code and signals are the script's
+own, with nothing in between. Pure Python: no TensorFlow is imported here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+
+from airflow_tfk.runtime.cluster import (
+    ClusterConfigError,
+    ClusterWaitTimeout,
+    ensure_tf_config,
+    wait_for_cluster,
+)
+
+# Exit codes of launch itself (before CMD runs). 2 = usage/config (permanent),
+# 3 = the cluster did not come up in time, 127 = CMD not found.
+EXIT_USAGE = 2
+EXIT_CLUSTER_TIMEOUT = 3
+EXIT_NOT_FOUND = 127
+
+
+def build_command(argv: Sequence[str] | None = None,
+                  env: dict[str, str] | None = None) -> tuple[list[str], argparse.Namespace]:
+    """The command to exec and the parsed launcher options; sets TF_CONFIG in ``env``."""
+    env = os.environ if env is None else env
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" in argv:
+        cut = argv.index("--")
+        own, cmd = argv[:cut], argv[cut + 1:]
+    else:
+        own, cmd = [], argv
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_tfk.runtime.launch",
+        description="Run a TensorFlow script as a task of the cluster described by "
+                    "TF_CONFIG or TFK_CLUSTER/TFK_ROLE/TFK_INDEX.")
+    parser.add_argument("--tf1-flags", action="store_true",
+                        help="append --ps_hosts --worker_hosts --job_name --task_index")
+    parser.add_argument("--wait-for", default="",
+                        help="comma-separated roles to wait for (DNS + TCP) before starting, "
+                             "e.g. 'ps'; default: do not wait")
+    parser.add_argument("--wait-timeout", type=float, default=600.0,
+                        help="seconds to wait for --wait-for roles")
+    opts = parser.parse_args(own)
+    if not cmd:
+        parser.error("no command given: python -m airflow_tfk.runtime.launch [options] -- CMD ...")
+    opts.info = ensure_tf_config(env)
+    if opts.tf1_flags:
+        cmd = cmd + opts.info.tf1_flags()
+    return cmd, opts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        cmd, opts = build_command(argv)
+    except ClusterConfigError as exc:
+        print(f"[tfk] launch: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    roles = [r.strip() for r in opts.wait_for.split(",") if r.strip()]
+    if roles:
+        try:
+            wait_for_cluster(opts.info, roles=roles, timeout=opts.wait_timeout)
+        except ClusterWaitTimeout as exc:
+            print(f"[tfk] launch: {exc}", file=sys.stderr, flush=True)
+            return EXIT_CLUSTER_TIMEOUT
+    program = cmd[0] if os.sep in cmd[0] else shutil.which(cmd[0])
+    if program is None:
+        print(f"[tfk] launch: command not found: {cmd[0]}", file=sys.stderr, flush=True)
+        return EXIT_NOT_FOUND
+    print(f"[tfk] launch: {opts.info.role}:{opts.info.index} exec {' '.join(cmd)}",
+          file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        # exec: same PID, so signals from the kubelet / local backend reach the script
+        # directly and its exit status is the task's.
+        os.execvpe(program, cmd, os.environ)
+    except OSError as exc:
+        print(f"[tfk] launch: cannot run {cmd[0]}: {exc}", file=sys.stderr, flush=True)
+        return 126
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())
