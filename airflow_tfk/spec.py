@@ -87,6 +87,14 @@ def _text(value: object, where: str, *, allow_empty: bool = False, max_len: int 
     return value
 
 
+def _utf8(text: str, where: str) -> None:
+    # A lone surrogate cannot be sent to the API server (JSON over UTF-8) nor to a process.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecError(where, "must be valid Unicode text (no lone surrogates)", text) from None
+
+
 def _int(value: object, where: str, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(where, "must be an integer", value)
@@ -117,6 +125,7 @@ def _str_map(value: object, where: str, *, keys: str) -> dict[str, str]:
             # NUL cannot be passed to a process.
             if "\x00" in text:
                 raise SpecError(f"{where}.{k}", "must not contain NUL", v)
+            _utf8(text, f"{where}.{k}")
         elif keys == "label" and not naming.is_label_value(text):
             raise SpecError(f"{where}.{k}", "is not a valid label value", v)
         elif keys == "label-key":
@@ -137,6 +146,7 @@ def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> t
         text = str(item)
         if "\x00" in text:
             raise SpecError(f"{where}[{i}]", "must not contain NUL", item)
+        _utf8(text, f"{where}[{i}]")
         if not allow_empty_items and not text:
             raise SpecError(f"{where}[{i}]", "must not be empty", item)
         out.append(text)

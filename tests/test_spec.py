@@ -184,8 +184,16 @@ def test_too_long_name_error_shows_the_generated_name():
 
 def test_name_length_limit_counts_replicas():
     # 52 + len("-worker-999") = 63 fits; 52 + len("-worker-1000") = 64 does not.
-    TFClusterSpec.from_dict(spec_with(name="n" * 52, worker={"replicas": 1000}))
-    assert error_of(spec_with(name="n" * 52, worker={"replicas": 1001})).field == "name"
+    TFClusterSpec.from_dict(spec_with(name="n" * 52, mode="all_reduce", ps=...,
+                                      worker={"replicas": 1000}))
+    err = error_of(spec_with(name="n" * 52, mode="all_reduce", ps=..., worker={"replicas": 1001}))
+    assert err.field == "name"
+
+
+def test_ps_statefulset_revision_label_limits_the_name():
+    # <name>-ps plus the controller-revision-hash suffix must stay within 63.
+    err = error_of(spec_with(name="n" * 50, worker={"replicas": 1}))
+    assert err.field == "name" and "StatefulSet" in err.rule
 
 
 @pytest.mark.parametrize("text", [
