@@ -576,7 +576,13 @@ class TrainingApp:
                 weights = [w.value if hasattr(w, "value") else w for w in model.weights]
             config = v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{info.index}"])
             every_ckpt = self.flags.checkpoint_every
-            values = None
+            if not is_chief:
+                # A non-chief's session manager polls every 30 s for the chief to
+                # initialise the variables: poll faster so the workers start together.
+                with v1.Session(server.target, config=config) as probe:
+                    not_ready = v1.report_uninitialized_variables()
+                    while len(probe.run(not_ready)):
+                        time.sleep(0.5)
             with v1.train.MonitoredTrainingSession(
                     master=server.target, is_chief=is_chief,
                     checkpoint_dir=self.flags.checkpoint_dir,
@@ -591,9 +597,11 @@ class TrainingApp:
                     loss_value, step = sess.run([loss, step_after])
                     self.step = min(total, int(step))
                     self.report(self.step, float(loss_value))
-                if is_chief:
-                    values = sess.run(weights)
-        if is_chief and values is not None:
+            if is_chief:
+                # the trained variables live on the ps; read them with a plain session
+                with v1.Session(server.target, config=config) as plain:
+                    values = plain.run(weights)
+        if is_chief:
             fresh = self.build_model()
             fresh.set_weights(values)
             self._finish(fresh, fresh_copy=False)
