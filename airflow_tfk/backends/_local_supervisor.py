@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -43,14 +44,68 @@ try:  # psutil comes with Airflow; without it only the process-group kill is use
 except ImportError:  # pragma: no cover
     psutil = None
 
-POLL_SECONDS = 0.1
+# Longest sleep between two looks at the deleted marker and the deadline; signals and the
+# task's exit wake the supervisor at once (pidfd + signal wakeup fd where available).
+POLL_SECONDS = 1.0
+FALLBACK_POLL_SECONDS = 0.1
 
 _stop_signal: int | None = None
+_wakeup_r: int | None = None
 
 
 def _on_signal(signum: int, _frame: object) -> None:
     global _stop_signal
     _stop_signal = signum
+
+
+def _install_signals() -> None:
+    global _wakeup_r
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    _wakeup_r = r
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+
+
+def wait_child(proc: subprocess.Popen, pidfd: int | None, timeout: float) -> bool:
+    """Sleep until the task exits, a signal arrives or ``timeout``; True if it exited."""
+    if pidfd is None or _wakeup_r is None:
+        try:
+            proc.wait(timeout=min(timeout, FALLBACK_POLL_SECONDS))
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    ready, _, _ = select.select([pidfd, _wakeup_r], [], [], max(0.0, timeout))
+    if _wakeup_r in ready:
+        try:
+            while os.read(_wakeup_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+    return proc.poll() is not None
+
+
+def nap(seconds: float) -> None:
+    """Sleep, but wake up at once on SIGTERM/SIGINT/SIGHUP."""
+    if _wakeup_r is None:
+        time.sleep(seconds)
+        return
+    ready, _, _ = select.select([_wakeup_r], [], [], seconds)
+    if ready:
+        try:
+            while os.read(_wakeup_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)  # Linux >= 5.3
+    except (AttributeError, OSError):
+        return None
 
 
 def write_json(path: str, data: dict) -> None:
@@ -195,27 +250,35 @@ class Supervisor:
 
             outcome = None
             strays: list = []
-            next_scan = 0.0
-            while True:
-                try:
-                    proc.wait(timeout=POLL_SECONDS)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                if self.stop_requested():
-                    self.last_exit_code = self.kill(proc)
-                    outcome = "Deleted"
-                    break
-                if self.deadline_passed():
-                    self.log(f"max_duration_seconds ({self.task.get('max_duration_seconds')}) "
-                             "exceeded: killing the task")
-                    self.last_exit_code = self.kill(proc)
-                    outcome = "DeadlineExceeded"
-                    break
-                now = time.monotonic()
-                if now >= next_scan:  # remember who the task started, to kill strays later
-                    strays = self._descendants(proc.pid) or strays
-                    next_scan = now + 1.0
+            scan_every = 2.0
+            next_scan = time.monotonic() + 0.5
+            pidfd = _pidfd(proc.pid)
+            try:
+                while True:
+                    timeout = POLL_SECONDS
+                    deadline = self.task.get("deadline")
+                    if deadline is not None:
+                        timeout = min(timeout, max(0.0, deadline - time.time()))
+                    if wait_child(proc, pidfd, timeout):
+                        break
+                    if self.stop_requested():
+                        self.last_exit_code = self.kill(proc)
+                        outcome = "Deleted"
+                        break
+                    if self.deadline_passed():
+                        self.log(f"max_duration_seconds ({self.task.get('max_duration_seconds')})"
+                                 " exceeded: killing the task")
+                        self.last_exit_code = self.kill(proc)
+                        outcome = "DeadlineExceeded"
+                        break
+                    now = time.monotonic()
+                    if now >= next_scan:  # who the task started, to kill strays later
+                        strays = self._descendants(proc.pid) or strays
+                        next_scan = now + scan_every
+                        scan_every = min(30.0, scan_every * 2)
+            finally:
+                if pidfd is not None:
+                    os.close(pidfd)
             if outcome is None:
                 self.last_exit_code = _exit_code(proc.returncode)
             self.reap_group(proc, strays)
@@ -247,7 +310,7 @@ class Supervisor:
             until = time.monotonic() + delay
             while time.monotonic() < until and not self.stop_requested() \
                     and not self.deadline_passed():
-                time.sleep(min(POLL_SECONDS, max(0.0, until - time.monotonic())))
+                nap(min(POLL_SECONDS, max(0.0, until - time.monotonic())))
 
 
 def main(argv: list[str]) -> int:
@@ -261,8 +324,7 @@ def main(argv: list[str]) -> int:
         if os.fork() > 0:
             os._exit(0)  # the launcher returns at once; the supervisor goes on, reparented
         os.setsid()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _on_signal)
+    _install_signals()
     write_json(os.path.join(task_dir, "supervisor.json"),
                {"pid": os.getpid(), "started_at": time.time()})
     supervisor = None

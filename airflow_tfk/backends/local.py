@@ -230,6 +230,13 @@ class LocalBackend(Backend):
             raise ValueError(f"not a cluster reference: {ref!r}")
         return Path(self.root, ref.namespace, ref.name)
 
+    def claim_path(self, namespace: str, claim: str) -> Path:
+        """The directory standing in for the existing PVC ``claim`` (``storage.*.claim``):
+        shared by every cluster of the namespace and never deleted, like the PVC."""
+        if not naming.is_dns1123_label(namespace) or not naming.is_dns1123_subdomain(claim):
+            raise ValueError(f"not a namespace and claim name: {namespace!r}, {claim!r}")
+        return Path(self.root, namespace, ".claims", claim)
+
     def log_path(self, ref: ClusterRef, role: str, index: int) -> Path:
         return self.cluster_dir(ref) / "logs" / f"{role}-{int(index)}.log"
 
@@ -407,7 +414,7 @@ class LocalBackend(Backend):
         (cdir / "logs").mkdir(parents=True)
         volumes: dict[str, str] = {}
         for vol, vspec in spec.storage.volumes().items():
-            vdir = (Path(self.root, ref.namespace, ".claims", vspec.claim) if vspec.claim
+            vdir = (self.claim_path(ref.namespace, vspec.claim) if vspec.claim
                     else cdir / "volumes" / vol)
             vdir.mkdir(parents=True, exist_ok=True)
             volumes[vol] = str(vdir)
@@ -455,8 +462,13 @@ class LocalBackend(Backend):
                     [sys.executable, "-I", SUPERVISOR, "--daemonize", str(tdir)],
                     stdin=subprocess.DEVNULL, stdout=out, stderr=out, close_fds=True,
                     start_new_session=True, cwd=str(tdir)))
-        for p in launchers:  # each returns as soon as its supervisor forked away
-            p.wait(timeout=self.start_timeout_seconds)
+        for t, p in zip(tasks, launchers, strict=True):  # each returns once its supervisor forked
+            if p.wait(timeout=self.start_timeout_seconds) != 0:
+                tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
+                raise RuntimeError(
+                    f"local backend: the supervisor of {t['role']}-{t['index']} failed to start "
+                    f"(exit code {p.returncode}): "
+                    f"{_tail(tdir / 'supervisor.log', 20).strip() or 'no output'}")
         give_up = time.monotonic() + self.start_timeout_seconds
         for t in tasks:
             tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
@@ -605,6 +617,8 @@ class LocalBackend(Backend):
                               restarts)
         supervisor = self._supervisor(ref, task)
         if supervisor is None and task.get("supervisor"):
+            if (tdir / "exit.json").exists() or (tdir / "deleted").exists():
+                return self._task_status(ref, task)  # it just finished: read again
             # Killed from outside (or the machine rebooted) without a word: if the task
             # itself still runs, it is running; otherwise it is lost.
             if self._child(ref, task) is not None:

@@ -222,7 +222,8 @@ def test_every_task_gets_the_kubernetes_env_contract(backend, make_spec, recorde
         assert env["PYTHONUNBUFFERED"] == "1"
         assert Path(env["TFK_DATA_DIR"]).is_dir()
         assert Path(env["TFK_MODEL_DIR"]).is_dir()
-        assert Path(env["TFK_MODEL_DIR"]) == root / "default" / ".claims" / "shared"
+        assert Path(env["TFK_MODEL_DIR"]) == backend.claim_path("default", "shared")
+        assert backend.claim_path("default", "shared") == root / "default" / ".claims" / "shared"
         assert "TFK_LOG_DIR" not in env  # the spec has no logs volume
         assert os.path.realpath(r["executable"]) == os.path.realpath(sys.executable)
         assert r["argv"][1:] == [f"--ps_hosts={','.join(cluster['ps'])}",
@@ -367,6 +368,13 @@ def test_retries_and_permanent_exit_codes(backend, make_spec, recorder):
     assert len(recorder.records("worker-0")) == 3
     recorder.assert_all_gone()  # every attempt's process is gone, without any delete
 
+    # A finished (not deleted) cluster is replaced by a re-create, not reattached.
+    uid = json.loads((backend.cluster_dir(ref) / "state.json").read_text())["uid"]
+    assert backend.create(spec) == ref
+    assert json.loads((backend.cluster_dir(ref) / "state.json").read_text())["uid"] != uid
+    assert backend.logs(ref, "worker", 0).count("starting") == 1  # a fresh log
+    backend.delete(ref)
+
 
 def test_max_duration_kills_every_task(backend, make_spec, recorder):
     spec = make_spec("deadline", max_duration_seconds=1,
@@ -450,7 +458,7 @@ def test_supervisor_killed_from_outside_is_reported_not_hidden(backend, make_spe
     ref = backend.create(spec)
     wait_for(lambda: backend.status(ref).task("worker", 0).phase is Phase.RUNNING)
     sup = json.loads((backend.cluster_dir(ref) / "tasks/worker-0/supervisor.json").read_text())
-    task_pid = recorder.records("worker-0")[0]["pid"]
+    task_pid = wait_for(lambda: recorder.records("worker-0"))[0]["pid"]
     psutil.Process(sup["pid"]).kill()
     wait_for(lambda: not alive(sup["pid"]))
     assert backend.status(ref).task("worker", 0).phase is Phase.RUNNING  # the task still runs
