@@ -4,11 +4,13 @@ finish after success, tear down after failure. Backend-agnostic, no Airflow impo
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from airflow_tfk import naming
 from airflow_tfk.backends.base import Backend, ClusterRef
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.naming import RunIdentity
@@ -123,3 +125,64 @@ def teardown_after_failure(handle: ClusterHandle, status: ClusterStatus | None,
 def delete_cluster(handle: ClusterHandle, emit: Emit = log.info) -> None:
     handle.backend().delete(handle.ref)
     emit(f"deleted cluster {handle.ref.name} ({handle.ref.label_selector})")
+
+
+class PreviousRunPolicy(str, enum.Enum):
+    """What to do, before a run starts, with a still-alive cluster of an earlier run of the
+    same training (same dag and task, another run).
+
+    - ``allow``: nothing; both run.
+    - ``kill_previous``: delete the earlier cluster; its run fails naming this run.
+    - ``skip``: skip this run.
+    - ``wait``: wait until the earlier cluster is gone or finished.
+    """
+
+    ALLOW = "allow"
+    KILL_PREVIOUS = "kill_previous"
+    SKIP = "skip"
+    WAIT = "wait"
+
+
+def previous_runs(backend: Backend, spec: TFClusterSpec, identity: RunIdentity) -> list[ClusterRef]:
+    """Alive clusters of other runs of this dag's task."""
+    labels = {k: v for k, v in identity.labels().items()
+              if k in (naming.LABEL_DAG, naming.LABEL_TASK)}
+    namespace = None if spec.namespace_per_training else spec.namespace_name
+    replicas = {r: s.replicas for r, s in spec.roles().items()}
+    alive = []
+    for ref in backend.find(namespace, labels):
+        if ref.name == spec.name:
+            continue
+        if evaluate(spec.mode, replicas, backend.status(ref)).outcome is Outcome.RUNNING:
+            alive.append(ref)
+    return alive
+
+
+def apply_previous_run_policy(backend: Backend, spec: TFClusterSpec, identity: RunIdentity,
+                              policy: PreviousRunPolicy, emit: Emit = log.info,
+                              wait_timeout: float | None = None, poll: float = 10.0,
+                              sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Apply ``policy``; returns False when this run must be skipped."""
+    policy = PreviousRunPolicy(policy)
+    if policy is PreviousRunPolicy.ALLOW:
+        return True
+    deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
+    while True:
+        alive = previous_runs(backend, spec, identity)
+        if not alive:
+            return True
+        names = ", ".join(r.name for r in alive)
+        if policy is PreviousRunPolicy.SKIP:
+            emit(f"an earlier run is still training ({names}); skipping this run")
+            return False
+        if policy is PreviousRunPolicy.KILL_PREVIOUS:
+            reason = (f"killed by the newer run {identity.run_id} of {identity.dag_id}."
+                      f"{identity.task_id} (previous_run_policy=kill_previous)")
+            for ref in alive:
+                emit(f"killing cluster {ref.name} of an earlier run: {reason}")
+                backend.delete(ref, reason)
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"earlier runs still training after {wait_timeout:.0f} s: {names}")
+        emit(f"waiting for earlier runs to finish: {names}")
+        sleep(poll)

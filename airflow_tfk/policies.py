@@ -52,7 +52,8 @@ def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Ver
     that vanished while running failed too (someone deleted it, e.g. a newer run).
     """
     if not status.exists:
-        return Verdict(Outcome.FAILED, "the cluster no longer exists (deleted from outside)")
+        why = status.deleted_reason or "deleted from outside"
+        return Verdict(Outcome.FAILED, f"the cluster no longer exists ({why})")
     failed = [t for t in status.tasks if t.phase is Phase.FAILED]
     if failed:
         first = sorted(failed, key=lambda t: (t.role != "chief", t.role, t.index))[0]

@@ -54,10 +54,15 @@ class TaskStatus:
 
 @dataclass(frozen=True)
 class ClusterStatus:
-    """Every task the backend knows of; ``exists`` is False once nothing of it is left."""
+    """Every task the backend knows of; ``exists`` is False once nothing of it is left.
+
+    :param deleted_reason: why the cluster was deleted, when whoever deleted it said so
+        (e.g. ``killed by run scheduled__2026-11-22T02:00:00+00:00 (kill_previous)``).
+    """
 
     tasks: tuple[TaskStatus, ...] = field(default_factory=tuple)
     exists: bool = True
+    deleted_reason: str = ""
 
     def task(self, role: str, index: int) -> TaskStatus | None:
         for t in self.tasks:
@@ -82,9 +87,10 @@ class ClusterStatus:
         return "; ".join(parts) if parts else ("no tasks" if self.exists else "cluster gone")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"exists": self.exists, "tasks": [t.to_dict() for t in self.tasks]}
+        return {"exists": self.exists, "tasks": [t.to_dict() for t in self.tasks],
+                "deleted_reason": self.deleted_reason}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterStatus:
         return cls(tasks=tuple(TaskStatus.from_dict(t) for t in data["tasks"]),
-                   exists=bool(data["exists"]))
+                   exists=bool(data["exists"]), deleted_reason=data.get("deleted_reason", ""))

@@ -98,8 +98,19 @@ class Backend(abc.ABC):
         """Delete the tasks of these roles (e.g. the PS after success)."""
 
     @abc.abstractmethod
-    def delete(self, ref: ClusterRef) -> None:
-        """Delete everything that carries the cluster's labels."""
+    def delete(self, ref: ClusterRef, reason: str = "") -> None:
+        """Delete everything that carries the cluster's labels.
 
-    async def adelete(self, ref: ClusterRef) -> None:
-        await asyncio.to_thread(self.delete, ref)
+        ``reason`` is kept where a watcher of the cluster can read it afterwards
+        (``ClusterStatus.deleted_reason``), so a run killed by a newer one says so.
+        """
+
+    async def adelete(self, ref: ClusterRef, reason: str = "") -> None:
+        await asyncio.to_thread(self.delete, ref, reason)
+
+    @abc.abstractmethod
+    def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:
+        """Live clusters whose objects carry all of ``labels`` (``namespace`` None: any).
+
+        Used to find earlier runs of the same training (dag-id and task-id labels).
+        """

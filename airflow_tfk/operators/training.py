@@ -39,20 +39,28 @@ class TFTrainingOperator(BaseOperator):
     :param cleanup: after success, delete ``ps`` (the roles that never exit, after the
         grace period) or ``all`` (the whole cluster; logs are copied first).
     :param progress_interval: seconds between progress lines (step/total/%/ETA).
+    :param previous_run_policy: what to do with a still-alive cluster of an earlier run of
+        this task: ``allow`` (default), ``kill_previous``, ``skip`` or ``wait``.
     :return: (XCom) the cluster handle plus ``outcome``.
+
+    Maximum duration: set ``execution_timeout`` (Airflow side; also enforced while
+    deferred) and the spec's ``max_duration_seconds`` (cluster side, ``activeDeadlineSeconds``).
     """
 
-    template_fields: Sequence[str] = ("cluster_spec", "backend_config")
+    template_fields: Sequence[str] = ("cluster_spec", "backend_config", "previous_run_policy")
     ui_color = "#ff6f00"
 
     def __init__(self, *, cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
                  backend: str = "kubernetes", backend_config: dict[str, Any] | None = None,
                  kubernetes_conn_id: str = "kubernetes_default", deferrable: bool = False,
                  cleanup: str = "ps", progress_interval: float = 30.0, name_prefix: str = "tfk",
-                 **kwargs: Any) -> None:
+                 previous_run_policy: str = "allow", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if cleanup not in ("ps", "all"):
             raise ValueError(f"cleanup: must be 'ps' or 'all' (got {cleanup!r})")
+        self.previous_run_policy = previous_run_policy
+        if "{{" not in previous_run_policy:
+            _previous_run_policy(previous_run_policy)
         self.cluster_spec = cluster_spec
         self.backend = backend
         self.backend_config = backend_config
@@ -69,7 +77,11 @@ class TFTrainingOperator(BaseOperator):
 
         from airflow_tfk.backends import get_backend
         from airflow_tfk.handle import ClusterHandle
-        from airflow_tfk.lifecycle import create_or_reattach, resolve_spec
+        from airflow_tfk.lifecycle import (
+            apply_previous_run_policy,
+            create_or_reattach,
+            resolve_spec,
+        )
         from airflow_tfk.watch import wait_for_cluster
 
         identity = identity_from_context(context)
@@ -77,6 +89,14 @@ class TFTrainingOperator(BaseOperator):
         backend = get_backend(self.backend, **backend_config(self.backend, self.backend_config,
                                                              self.kubernetes_conn_id))
         handle = ClusterHandle.for_spec(spec, backend)
+        wait_limit = self.execution_timeout.total_seconds() if self.execution_timeout else None
+        policy = _previous_run_policy(self.previous_run_policy)
+        if not apply_previous_run_policy(backend, spec, identity, policy,
+                                         self.log.info, wait_timeout=wait_limit):
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException("an earlier run of this training is still alive "
+                                       "(previous_run_policy=skip)")
         self._handle = handle
         try:
             create_or_reattach(backend, spec, identity, self.log.info)
@@ -162,3 +182,13 @@ class TFTrainingOperator(BaseOperator):
         """Mark-failed, ``dagrun_timeout`` and ``execution_timeout`` land here."""
         if self._handle is not None:
             self._teardown(self._handle, "the task was killed")
+
+
+def _previous_run_policy(value: str) -> Any:
+    from airflow_tfk.lifecycle import PreviousRunPolicy
+
+    try:
+        return PreviousRunPolicy(value)
+    except ValueError:
+        raise ValueError(f"previous_run_policy: must be one of "
+                         f"{', '.join(p.value for p in PreviousRunPolicy)} (got {value!r})") from None

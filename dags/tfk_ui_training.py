@@ -1,0 +1,76 @@
+"""Training triggered from the Airflow UI, with a form for its parameters.
+
+"Trigger DAG" shows a form (workers, parameter servers, steps, image, mode). Airflow
+checks each field against its schema when the run is triggered; then ``validate`` builds
+the full ``TFClusterSpec`` and rejects bad combinations (e.g. ``all_reduce`` with
+parameter servers) with an error naming the field - before anything is created.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, Param, task
+
+from airflow_tfk.defaults import (
+    BACKEND,
+    DEFERRABLE,
+    DIGITS_APP,
+    IMAGE,
+    KUBERNETES_CONN_ID,
+    NAMESPACE,
+    STORAGE,
+)
+from airflow_tfk.operators.training import TFTrainingOperator
+
+with DAG(
+    dag_id="tfk_ui_training",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["airflow-tfk", "ui"],
+    params={
+        "workers": Param(2, type="integer", minimum=1, maximum=600, title="Workers",
+                         description="Worker replicas (one Indexed Job)."),
+        "ps": Param(1, type="integer", minimum=0, maximum=64, title="Parameter servers",
+                    description="0 for all_reduce."),
+        "steps": Param(600, type="integer", minimum=1, maximum=10_000_000, title="Training steps"),
+        "image": Param(IMAGE, type="string", minLength=1, maxLength=512,
+                       pattern=r"^[^\s{}]+$", title="Training image"),
+        "mode": Param("parameter_server", enum=["parameter_server", "between_graph", "all_reduce"],
+                      title="Mode"),
+    },
+    render_template_as_native_obj=True,
+    doc_md=__doc__,
+):
+
+    @task
+    def validate(params: dict | None = None) -> dict:
+        """The whole spec, validated; a SpecError names the offending field."""
+        from airflow_tfk.spec import TFClusterSpec
+
+        spec = {
+            "name": "validation-only",  # the training task names the real cluster
+            "image": params["image"],
+            "namespace": NAMESPACE,
+            "mode": params["mode"],
+            "command": DIGITS_APP,
+            "args": ["--tfk_steps", str(params["steps"])],
+            "worker": {"replicas": params["workers"]},
+            "storage": STORAGE,
+        }
+        if params["ps"]:
+            spec["ps"] = {"replicas": params["ps"]}
+        if params["mode"] == "parameter_server":
+            spec["chief"] = {"replicas": 1}
+        TFClusterSpec.from_dict(spec)
+        del spec["name"]
+        return spec
+
+    TFTrainingOperator(
+        task_id="train",
+        backend=BACKEND,
+        kubernetes_conn_id=KUBERNETES_CONN_ID,
+        deferrable=DEFERRABLE,
+        cluster_spec=validate(),
+        progress_interval=10,
+    )
