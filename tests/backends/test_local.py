@@ -372,6 +372,7 @@ def test_retries_and_permanent_exit_codes(backend, make_spec, recorder):
     uid = json.loads((backend.cluster_dir(ref) / "state.json").read_text())["uid"]
     assert backend.create(spec) == ref
     assert json.loads((backend.cluster_dir(ref) / "state.json").read_text())["uid"] != uid
+    wait_for(lambda: backend.status(ref).task("worker", 0).phase is Phase.SUCCEEDED)
     assert backend.logs(ref, "worker", 0).count("starting") == 1  # a fresh log
     backend.delete(ref)
 
