@@ -310,6 +310,13 @@ def _poll(manager: ModelManager, config_file: str, config_wait: float, fs_wait: 
         stop.wait(min(config_wait if config_wait > 0 else fs_wait, fs_wait))
 
 
+def _warm_up() -> None:
+    try:
+        import tensorflow  # noqa: F401
+    except Exception as exc:  # the loads will report it per version
+        _log(f"cannot import tensorflow: {exc}")
+
+
 def serve(config_file: str, rest_port: int, host: str = "127.0.0.1", config_wait: float = 1.0,
           fs_wait: float = 1.0, ready: threading.Event | None = None,
           stop: threading.Event | None = None) -> None:
@@ -327,6 +334,8 @@ def serve(config_file: str, rest_port: int, host: str = "127.0.0.1", config_wait
     poller = threading.Thread(target=_poll, args=(manager, config_file, config_wait, fs_wait,
                                                    stop), daemon=True, name="config-poll")
     poller.start()
+    # TensorFlow takes seconds to import: start now, so the first load does not wait as long.
+    threading.Thread(target=_warm_up, daemon=True, name="import-tensorflow").start()
     threading.Thread(target=lambda: (stop.wait(), server.shutdown()), daemon=True).start()
     if ready is not None:
         ready.set()

@@ -1,0 +1,216 @@
+"""Local serving: one model server process per model, on 127.0.0.1.
+
+``tensorflow_model_server`` when it is on PATH, otherwise the stand-in
+:mod:`airflow_tfk.runtime.model_server` (same flags, same model config file, same REST
+API); the log says which. The process outlives the task that started it, like a
+Deployment, and is found again through its record on disk::
+
+    <root>/<namespace>/.serving/<name>/
+        models.config   the model config file the server polls (written atomically)
+        server.json     pid, create time, ports, which server
+        server.log      the server's output
+
+The model store is ``<root>/<namespace>/.claims/<claim>/<sub_path>`` (the local backend's
+stand-in for a PVC) or ``base_path``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from airflow_tfk.serving import _process
+from airflow_tfk.serving._http import request_json
+from airflow_tfk.serving.base import Emit, PredictError, ServingTarget, VersionState, parse_status
+from airflow_tfk.serving.model_config import ModelServerConfig, parse
+from airflow_tfk.serving.spec import ServingSpec
+
+TF_SERVING_BINARY = "tensorflow_model_server"
+SAMPLE_REQUEST = os.path.join("assets.extra", "tfk_sample_request.json")
+
+
+def default_root() -> str:
+    return os.environ.get("TFK_LOCAL_ROOT") or os.path.join(os.path.expanduser("~"), ".tfk-local")
+
+
+def store_path(root: str, namespace: str, claim: str | None, sub_path: str,
+               base_path: str | None) -> str:
+    """Local directory behind a claim (or an explicit base path)."""
+    if base_path is not None:
+        return os.path.abspath(os.path.expanduser(base_path))
+    return os.path.join(root, namespace, ".claims", claim or "", sub_path).rstrip("/")
+
+
+class LocalServing(ServingTarget):
+    """:param root: the local backend's root (default ``$TFK_LOCAL_ROOT``, ``~/.tfk-local``).
+    :param poll_seconds: config and file-system poll of the server (local default: 1 s).
+    :param server: ``auto`` (``tensorflow_model_server`` if on PATH), ``tensorflow_model_server``
+        or ``stand-in``.
+    :param start_timeout_seconds: how long the server may take to listen.
+    """
+
+    kind = "local"
+
+    def __init__(self, spec: ServingSpec, root: str | None = None, *, poll_seconds: int = 1,
+                 server: str = "auto", start_timeout_seconds: float = 60.0) -> None:
+        if server not in ("auto", "tensorflow_model_server", "stand-in"):
+            raise ValueError(f"server: must be auto, tensorflow_model_server or stand-in "
+                             f"(got {server!r})")
+        self.spec = spec
+        self.root = os.path.abspath(os.path.expanduser(root or default_root()))
+        self.poll_seconds = int(poll_seconds)
+        self.server = server
+        self.start_timeout_seconds = float(start_timeout_seconds)
+        self.dir = Path(self.root, spec.namespace, ".serving", spec.name or "")
+        self.config_path = self.dir / "models.config"
+        self.record_path = self.dir / "server.json"
+        self.log_path = self.dir / "server.log"
+
+    def config(self) -> dict[str, Any]:
+        return {"root": self.root, "poll_seconds": self.poll_seconds, "server": self.server,
+                "start_timeout_seconds": self.start_timeout_seconds}
+
+    # -- the store ------------------------------------------------------------------------
+    def store(self) -> str:
+        return store_path(self.root, self.spec.namespace, self.spec.claim, self.spec.sub_path,
+                          self.spec.base_path)
+
+    def model_base_path(self) -> str:
+        return os.path.join(self.store(), self.spec.model_name)
+
+    def exported_versions(self) -> list[int]:
+        base = self.model_base_path()
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return []
+        return sorted(int(d) for d in names if d.isdigit()
+                      and os.path.isfile(os.path.join(base, d, "saved_model.pb")))
+
+    def sample_request(self, version: int) -> dict[str, Any] | None:
+        try:
+            with open(os.path.join(self.model_base_path(), str(version), SAMPLE_REQUEST)) as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            return None
+
+    # -- the server -----------------------------------------------------------------------
+    def _record(self) -> dict[str, Any] | None:
+        return _process.read_record(self.record_path)
+
+    def _argv(self, rest: int, grpc: int) -> tuple[list[str], str]:
+        binary = shutil.which(TF_SERVING_BINARY) if self.server != "stand-in" else None
+        if self.server == "tensorflow_model_server" and binary is None:
+            raise FileNotFoundError(f"{TF_SERVING_BINARY} is not on PATH")
+        flags = [f"--port={grpc}", f"--rest_api_port={rest}",
+                 f"--model_config_file={self.config_path}",
+                 f"--model_config_file_poll_wait_seconds={self.poll_seconds}",
+                 f"--file_system_poll_wait_seconds={self.poll_seconds}"]
+        if binary:
+            return [binary, *flags], TF_SERVING_BINARY
+        return [sys.executable, "-m", "airflow_tfk.runtime.model_server", *flags], "stand-in"
+
+    def ensure(self, emit: Emit) -> None:
+        with _process.locked(self.dir):
+            record = self._record()
+            if _process.alive(record) is not None:
+                emit(f"reusing the local model server of {self.spec.model_name} "
+                     f"({record['server']}, pid {record['pid']}) at {self.url}")
+                return
+            if not self.config_path.exists():
+                _process.write_atomic(self.config_path, ModelServerConfig().to_text())
+            rest, grpc = _process.free_port(), _process.free_port()
+            argv, which = self._argv(rest, grpc)
+            env = dict(os.environ)
+            package_parent = str(Path(__file__).resolve().parents[2])
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (package_parent, env.get("PYTHONPATH")) if p)
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+            proc = _process.start(argv, self.log_path, env, cwd=str(self.dir))
+            record = {"pid": proc.pid, "create_time": proc.create_time(), "rest_port": rest,
+                      "grpc_port": grpc, "server": which, "argv": argv}
+            _process.write_atomic(self.record_path, json.dumps(record, indent=1))
+            if which == TF_SERVING_BINARY:
+                emit(f"serving {self.spec.model_name} with tensorflow_model_server "
+                     f"(pid {proc.pid}) at http://127.0.0.1:{rest}")
+            else:
+                emit(f"serving {self.spec.model_name} with the local stand-in model server "
+                     f"(tensorflow_model_server is not on PATH; SavedModels loaded with "
+                     f"tf.saved_model.load in pid {proc.pid}) at http://127.0.0.1:{rest}")
+            try:
+                _process.wait_listening(proc, rest, self.start_timeout_seconds, self.log_path)
+            except BaseException:
+                _process.stop(record)
+                self.record_path.unlink(missing_ok=True)
+                raise
+
+    @property
+    def url(self) -> str:
+        record = self._record()
+        if not record:
+            raise RuntimeError(f"no local model server for {self.spec.model_name} "
+                               f"(nothing recorded in {self.dir})")
+        return f"http://127.0.0.1:{record['rest_port']}"
+
+    def read_config(self) -> ModelServerConfig | None:
+        try:
+            return parse(self.config_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+
+    def write_config(self, config: ModelServerConfig) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        _process.write_atomic(self.config_path, config.to_text())
+
+    def _model_url(self, version: int | None = None, label: str | None = None) -> str:
+        url = f"{self.url}/v1/models/{self.spec.model_name}"
+        if version is not None:
+            return f"{url}/versions/{version}"
+        return f"{url}/labels/{label}" if label else url
+
+    def version_state(self, version: int) -> VersionState | None:
+        try:
+            status, body = request_json("GET", self._model_url(version), timeout=5)
+        except OSError:
+            return None
+        return parse_status(body, version) if status == 200 else None
+
+    def label_version(self, label: str) -> int | None:
+        try:
+            status, body = request_json("GET", self._model_url(label=label), timeout=5)
+        except OSError:
+            return None
+        if status != 200 or not isinstance(body, dict):
+            return None
+        entries = body.get("model_version_status") or []
+        return int(entries[0]["version"]) if entries else None
+
+    def predict(self, body: dict[str, Any], *, version: int | None = None,
+                label: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+        url = self._model_url(version, label) + ":predict"
+        try:
+            status, answer = request_json("POST", url, body, timeout=timeout)
+        except OSError as exc:
+            raise PredictError(f"POST {url}: {exc}") from exc
+        if status != 200:
+            detail = answer.get("error") if isinstance(answer, dict) else answer
+            raise PredictError(f"predict answered HTTP {status}: {detail}")
+        return answer
+
+    def endpoint(self, label: str | None = None) -> str:
+        return self._model_url(label=label)
+
+    def running(self) -> bool:
+        return _process.alive(self._record()) is not None
+
+    def delete(self, emit: Emit) -> None:
+        with _process.locked(self.dir):
+            record = self._record()
+            if _process.stop(record):
+                emit(f"stopped the local model server of {self.spec.model_name} "
+                     f"(pid {record['pid']})")  # type: ignore[index]
+            self.record_path.unlink(missing_ok=True)

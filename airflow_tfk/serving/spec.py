@@ -1,0 +1,279 @@
+"""`ServingSpec` and `TensorBoardSpec`: typed, validated descriptions of a TF Serving
+deployment and of a TensorBoard. Pure: no Kubernetes client, no TensorFlow, no templates.
+
+Construction validates; invalid input raises :class:`~airflow_tfk.errors.SpecError`
+naming the field, before any backend is touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_tfk import naming
+from airflow_tfk.errors import SpecError
+from airflow_tfk.spec import Resources
+
+DEFAULT_SERVING_IMAGE = "tensorflow/serving:2.18.0"
+DEFAULT_TENSORBOARD_IMAGE = "tensorflow/tensorflow:2.21.0"
+MODELS_MOUNT = "/models"
+LOGS_MOUNT = "/tfk/logs"
+# TF Serving resolves model names in URLs; keep them to a label-value alphabet.
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_IMAGE = re.compile(r"^[^\s]+$")
+
+
+def _int(value: object, where: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(where, "must be an integer", value)
+    if not lo <= value <= hi:
+        raise SpecError(where, f"must be between {lo} and {hi}", value)
+    return value
+
+
+def _number(value: object, where: str, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(where, "must be a number", value)
+    if not lo <= value <= hi:
+        raise SpecError(where, f"must be between {lo} and {hi}", value)
+    return float(value)
+
+
+def _optional_path(value: object, where: str, *, absolute: bool) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or _CONTROL.search(value):
+        raise SpecError(where, "must be a non-empty path without control characters", value)
+    if absolute and not value.startswith("/"):
+        raise SpecError(where, "must be an absolute path", value)
+    return value
+
+
+def _sub_path(value: object, where: str) -> str:
+    if value in (None, ""):
+        return ""
+    if not isinstance(value, str) or _CONTROL.search(value) or value.startswith("/"):
+        raise SpecError(where, "must be a relative path inside the claim", value)
+    norm = posixpath.normpath(value)
+    if norm == ".." or norm.startswith("../"):
+        raise SpecError(where, "must stay inside the claim (no '..')", value)
+    return "" if norm == "." else norm
+
+
+def _claim(value: object, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not naming.is_dns1123_subdomain(value):
+        raise SpecError(where, "is not a valid PVC name (DNS-1123 subdomain)", value)
+    return value
+
+
+def _resource_name(value: object, where: str) -> str:
+    if not isinstance(value, str) or not naming.is_dns1035_label(value) or len(value) > 56:
+        # 56: leaves room for the ConfigMap's "-config" suffix within 63
+        raise SpecError(where, "must be a DNS-1035 label of at most 56 characters "
+                        "(lowercase letters, digits and '-', starting with a letter)", value)
+    return value
+
+
+def _common(spec: Any, kind: str) -> None:
+    if not isinstance(spec.namespace, str) or not naming.is_dns1123_label(spec.namespace):
+        raise SpecError("namespace", "is not a valid namespace name (DNS-1123 label)",
+                        spec.namespace)
+    if not isinstance(spec.image, str) or not _IMAGE.match(spec.image) or len(spec.image) > 512:
+        raise SpecError("image", "must be an image reference without spaces", spec.image)
+    if spec.image_pull_policy not in ("Always", "IfNotPresent", "Never"):
+        raise SpecError("image_pull_policy", "must be Always, IfNotPresent or Never",
+                        spec.image_pull_policy)
+    secrets = tuple(spec.image_pull_secrets or ())
+    for i, s in enumerate(secrets):
+        if not isinstance(s, str) or not naming.is_dns1123_subdomain(s):
+            raise SpecError(f"image_pull_secrets[{i}]", "is not a valid Secret name", s)
+    object.__setattr__(spec, "image_pull_secrets", secrets)
+    res = spec.resources
+    if res is None:
+        res = Resources()
+    elif isinstance(res, Mapping):
+        res = Resources.from_dict(res, "resources")
+    elif not isinstance(res, Resources):
+        raise SpecError("resources", "must be a mapping", res)
+    res.validate("resources")
+    object.__setattr__(spec, "resources", res)
+    for attr in ("labels", "node_selector"):
+        value = getattr(spec, attr) or {}
+        if not isinstance(value, Mapping):
+            raise SpecError(attr, "must be a mapping", value)
+        for k, v in value.items():
+            if not isinstance(k, str) or not naming.is_label_key(k):
+                raise SpecError(f"{attr}.{k}", "is not a valid label key")
+            if attr == "labels" and (k.startswith(naming.LABEL_PREFIX)
+                                     or k.startswith("app.kubernetes.io/")):
+                raise SpecError(f"{attr}.{k}", "uses a prefix the platform sets itself")
+            if not isinstance(v, str) or not naming.is_label_value(v):
+                raise SpecError(f"{attr}.{k}", "is not a valid label value", v)
+        object.__setattr__(spec, attr, dict(value))
+    if kind and spec.claim is None and spec.base_path is None:
+        raise SpecError("claim", f"or 'base_path' is required: where the {kind} are")
+    if spec.claim is not None and spec.base_path is not None:
+        raise SpecError("claim", "and 'base_path' are exclusive: a PVC or a local directory")
+
+
+def _from_dict(cls: type, data: Mapping[str, Any]) -> Any:
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise SpecError("spec", "must be a mapping", data)
+    allowed = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise SpecError(str(unknown[0]), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+    return cls(**data)
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """A TF Serving deployment of one model, and how new versions are published to it.
+
+    :param model_name: the model's name in TF Serving (``/v1/models/NAME``) and the
+        directory under the model store that holds its versions.
+    :param claim: PVC of the model store (Kubernetes: mounted read-only at ``/models``;
+        local: ``<root>/<namespace>/.claims/<claim>/``).
+    :param sub_path: directory inside the claim that holds ``<model_name>/<version>/``.
+    :param base_path: local backend only, instead of ``claim``: the directory that holds
+        ``<model_name>/<version>/``.
+    :param name: name of the Deployment and Service (default ``tfs-<model_name>``).
+    :param namespace: Kubernetes namespace (local: a directory under the root).
+    :param image: TF Serving image.
+    :param replicas: TF Serving pods.
+    :param rest_port: REST port of the container and the Service.
+    :param grpc_port: gRPC port of the container and the Service.
+    :param resources: requests and limits of the TF Serving container.
+    :param keep_versions: versions kept loaded after a publish (the serving one and the
+        ones before it), so a rollback to the previous version is instant.
+    :param poll_seconds: how often TF Serving re-reads the model config file.
+    :param load_timeout_seconds: how long a new version may take to become AVAILABLE
+        (on Kubernetes this includes the kubelet's ConfigMap refresh, up to ~1-2 min).
+    :param predict_timeout_seconds: timeout of the smoke ``:predict``.
+    """
+
+    model_name: str
+    claim: str | None = None
+    sub_path: str = ""
+    base_path: str | None = None
+    name: str | None = None
+    namespace: str = "default"
+    image: str = DEFAULT_SERVING_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    image_pull_secrets: tuple[str, ...] = ()
+    replicas: int = 1
+    rest_port: int = 8501
+    grpc_port: int = 8500
+    resources: Resources | Mapping[str, Any] | None = None
+    keep_versions: int = 2
+    poll_seconds: int = 10
+    load_timeout_seconds: float = 300.0
+    predict_timeout_seconds: float = 30.0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model_name, str) or len(self.model_name) > 63 \
+                or not _MODEL_NAME.match(self.model_name):
+            raise SpecError("model_name", "must be 1-63 letters, digits, '_', '.' or '-', "
+                            "starting and ending with a letter or digit", self.model_name)
+        object.__setattr__(self, "claim", _claim(self.claim, "claim"))
+        object.__setattr__(self, "sub_path", _sub_path(self.sub_path, "sub_path"))
+        object.__setattr__(self, "base_path",
+                           _optional_path(self.base_path, "base_path", absolute=False))
+        name = self.name if self.name is not None else default_name("tfs", self.model_name)
+        object.__setattr__(self, "name", _resource_name(name, "name"))
+        _common(self, "models")
+        _int(self.replicas, "replicas", 1, 100)
+        _int(self.rest_port, "rest_port", 1, 65535)
+        _int(self.grpc_port, "grpc_port", 1, 65535)
+        if self.rest_port == self.grpc_port:
+            raise SpecError("grpc_port", f"must differ from rest_port ({self.rest_port})",
+                            self.grpc_port)
+        _int(self.keep_versions, "keep_versions", 1, 100)
+        _int(self.poll_seconds, "poll_seconds", 1, 3600)
+        object.__setattr__(self, "load_timeout_seconds",
+                           _number(self.load_timeout_seconds, "load_timeout_seconds", 1, 86400))
+        object.__setattr__(self, "predict_timeout_seconds",
+                           _number(self.predict_timeout_seconds, "predict_timeout_seconds",
+                                   1, 3600))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ServingSpec:
+        return _from_dict(cls, data)
+
+    @property
+    def config_map_name(self) -> str:
+        return f"{self.name}-config"
+
+    @property
+    def pod_base_path(self) -> str:
+        """``base_path`` of the model inside the TF Serving pod."""
+        return posixpath.join(MODELS_MOUNT, self.sub_path, self.model_name)
+
+    def require_claim(self) -> str:
+        if self.claim is None:
+            raise SpecError("claim", "is required on Kubernetes (base_path is local-only)")
+        return self.claim
+
+
+@dataclass(frozen=True)
+class TensorBoardSpec:
+    """A TensorBoard over a training's log directory.
+
+    :param name: name of the Deployment and Service, or of the local process.
+    :param claim: PVC holding the logs (Kubernetes: mounted read-only; local:
+        ``<root>/<namespace>/.claims/<claim>/``).
+    :param sub_path: directory inside the claim to show.
+    :param base_path: local backend only, instead of ``claim``: the log directory.
+    :param port: TensorBoard's port (container and Service; local: 0 picks a free one).
+    """
+
+    name: str
+    claim: str | None = None
+    sub_path: str = ""
+    base_path: str | None = None
+    namespace: str = "default"
+    image: str = DEFAULT_TENSORBOARD_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    image_pull_secrets: tuple[str, ...] = ()
+    port: int = 6006
+    reload_seconds: int = 30
+    resources: Resources | Mapping[str, Any] | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", _resource_name(self.name, "name"))
+        object.__setattr__(self, "claim", _claim(self.claim, "claim"))
+        object.__setattr__(self, "sub_path", _sub_path(self.sub_path, "sub_path"))
+        object.__setattr__(self, "base_path",
+                           _optional_path(self.base_path, "base_path", absolute=False))
+        _common(self, "logs")
+        _int(self.port, "port", 0, 65535)
+        _int(self.reload_seconds, "reload_seconds", 1, 86400)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TensorBoardSpec:
+        return _from_dict(cls, data)
+
+    @property
+    def pod_logdir(self) -> str:
+        return posixpath.join(LOGS_MOUNT, self.sub_path) if self.sub_path else LOGS_MOUNT
+
+
+def default_name(prefix: str, text: str) -> str:
+    """``<prefix>-<text>`` as a DNS-1035 label, with a hash when ``text`` was rewritten."""
+    clean = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    if clean != text or len(clean) > 40:
+        clean = f"{clean[:36].rstrip('-')}-{naming.short_hash(text, length=6)}".strip("-")
+    return f"{prefix}-{clean}"

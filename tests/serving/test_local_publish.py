@@ -1,0 +1,108 @@
+"""Publishing real (tiny) SavedModels to the local model server: AVAILABLE, predict,
+rollback of broken versions, and no process left behind."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+
+from airflow_tfk.serving._http import request_json
+from airflow_tfk.serving.base import ServingError
+from airflow_tfk.serving.local import LocalServing
+from airflow_tfk.serving.publish import publish
+from airflow_tfk.serving.spec import ServingSpec
+from tests.serving.conftest import started_server
+
+pytestmark = pytest.mark.e2e
+ROWS = {"instances": [[1.0, 2.0]]}
+
+
+@pytest.fixture(scope="module")
+def serving(model_store):
+    target = started_server(model_store, "tfs-linear")
+    model_store.ready()
+    yield target
+    record = target._record()
+    target.delete(print)
+    assert not target.running()
+    assert record and not psutil.pid_exists(record["pid"])
+
+
+@pytest.fixture
+def store(model_store):
+    return model_store.base
+
+
+def predict(target: LocalServing, **where) -> list:
+    return target.predict(ROWS, **where)["predictions"]
+
+
+# The tests below share one server and run in file order: a story of one model's life.
+def test_publish_then_upgrade_keeps_previous_loaded(serving, store):
+    lines: list[str] = []
+    first = publish(serving, version=1, emit=lines.append, poll=0.2)
+    assert first.version == 1 and first.previous_version is None
+    assert first.endpoint.endswith("/v1/models/linear/labels/stable")
+    assert any("stand-in" in line for line in lines)  # says which server it runs
+    assert predict(serving, label="stable") == [[3.0]]
+
+    second = publish(serving, version=2, emit=lines.append, poll=0.2)
+    assert (second.version, second.previous_version, second.kept_versions) == (2, 1, (1, 2))
+    assert predict(serving, label="stable") == [[6.0]]
+    assert predict(serving) == [[6.0]]
+    status, body = request_json("GET", f"{serving.url}/v1/models/linear")
+    assert status == 200
+    assert {e["version"]: e["state"] for e in body["model_version_status"]} == \
+        {"2": "AVAILABLE", "1": "AVAILABLE"}
+
+
+def test_corrupt_version_is_rolled_back_and_previous_still_answers(serving, store):
+    lines: list[str] = []
+    with pytest.raises(ServingError, match="version 3 .*failed to load.*version 2 is still "
+                                           "serving"):
+        publish(serving, version=3, emit=lines.append, poll=0.2)
+    assert any("rolled the version policy" in line for line in lines)
+    status, body = request_json("GET", f"{serving.url}/v1/models/linear/versions/3")
+    entry = body["model_version_status"][0]
+    assert entry["state"] == "END" and entry["status"]["error_code"] != "OK"
+    cfg = serving.read_config().get("linear")
+    assert cfg.versions == (1, 2) and cfg.stable == 2
+    assert predict(serving, label="stable") == [[6.0]]
+    assert predict(serving) == [[6.0]]
+
+
+def test_signature_that_rejects_the_sample_is_rolled_back(serving, store):
+    with pytest.raises(ServingError, match="predict answered HTTP 400"):
+        publish(serving, version=4, poll=0.2)
+    assert serving.read_config().get("linear").versions == (1, 2)
+    assert predict(serving, label="stable") == [[6.0]]
+    # once the server re-reads the policy, version 4 is unloaded again
+    import time
+    deadline = time.monotonic() + 10
+    while serving.version_state(4).state != "END" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert serving.version_state(4).state == "END"
+    assert predict(serving) == [[6.0]]
+
+
+def test_missing_version_times_out_and_rolls_back(serving, store):
+    impatient = LocalServing(ServingSpec(model_name="linear", claim="models", name="tfs-linear",
+                                         load_timeout_seconds=2), root=serving.root,
+                             server="stand-in")
+    with pytest.raises(ServingError, match="did not become AVAILABLE within 2 s .*never"):
+        publish(impatient, version=9, poll=0.2, sample_request=ROWS)
+    assert predict(serving, label="stable") == [[6.0]]
+
+
+def test_default_version_is_the_newest_and_republishing_changes_nothing(serving, store):
+    pid = serving._record()["pid"]
+    again = LocalServing(serving.spec, root=serving.root, server="stand-in")
+    with pytest.raises(ServingError, match="linear version 5 was not published"):
+        publish(again, poll=0.2)  # the newest export (5) is a corrupt copy
+    lines: list[str] = []
+    result = publish(again, version=2, emit=lines.append, poll=0.2)
+    assert again._record()["pid"] == pid  # the same server, found through its record
+    assert result.version == 2 and any("already the serving version" in x for x in lines)
+    assert predict(serving, label="stable") == [[6.0]]
