@@ -39,6 +39,8 @@ def build_command(argv: Sequence[str] | None = None,
     if "--" in argv:
         cut = argv.index("--")
         own, cmd = argv[:cut], argv[cut + 1:]
+    elif argv and argv[0].startswith("-"):
+        own, cmd = argv, []  # options but no "--": nothing to run
     else:
         own, cmd = [], argv
     parser = argparse.ArgumentParser(

@@ -1,0 +1,35 @@
+"""The plain TF1 between-graph script, run unmodified through the launcher."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_tfk.runtime.examples import tf1_between_graph
+from airflow_tfk.runtime.progress import last_event, last_progress
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = str(Path(tf1_between_graph.__file__))
+
+
+def test_tf1_script_through_launch(local_cluster, tmp_path):
+    steps = 400
+    ckpt = tmp_path / "ckpt"
+    c = local_cluster({"ps": 1, "worker": 2},
+                      lambda role, i: [sys.executable, "-m", "airflow_tfk.runtime.launch",
+                                       "--tf1-flags", "--", sys.executable, SCRIPT,
+                                       "--train_steps", str(steps), "--checkpoint_dir", str(ckpt)],
+                      mode="between_graph")
+    c.start_all()
+    for i in range(2):
+        assert c.wait("worker", i, timeout=150) == 0, c.describe()
+        out = c.stdout("worker", i)
+        metrics = last_event(out, "metrics")
+        assert metrics["worker"] == i
+        assert metrics["accuracy"] >= tf1_between_graph.ACCURACY_THRESHOLD, metrics
+        final = last_progress(out)
+        assert (final.step, final.total_steps, final.status) == (steps, steps, "done")
+        assert f"--job_name=worker --task_index={i}" in c.stderr("worker", i)
+    assert c.procs[("ps", 0)].poll() is None  # ps serve until deleted
+    assert (ckpt / "checkpoint").is_file()  # worker 0, the chief, checkpointed

@@ -1,0 +1,125 @@
+"""TrainingApp in local mode (no cluster), in this process: the loop, checkpoints and
+resume, progress lines, the export layout and its serving signature, exit codes."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from airflow_tfk.runtime import app as app_mod
+from airflow_tfk.runtime.app import TrainingApp, infer_mode, next_version
+from airflow_tfk.runtime.cluster import TaskInfo
+from airflow_tfk.runtime.examples.digits_app import DigitsApp
+from airflow_tfk.runtime.progress import last_event, parse_line
+
+tf = pytest.importorskip("tensorflow")
+
+
+@pytest.fixture(autouse=True)
+def no_cluster(monkeypatch):
+    for var in list(os.environ):
+        if var == "TF_CONFIG" or var.startswith("TFK_"):
+            monkeypatch.delenv(var)
+
+
+def progress_of(out):
+    return [p for p in map(parse_line, out.splitlines()) if p is not None]
+
+
+def test_infer_mode():
+    assert infer_mode(None) == "local"
+    both = {"chief": ["c:1"], "ps": ["p:1"], "worker": ["w:1"]}
+    assert infer_mode(TaskInfo(both, "chief", 0)) == "parameter_server"
+    assert infer_mode(TaskInfo({"ps": ["p:1"], "worker": ["w:1"]}, "worker", 0)) == "between_graph"
+    assert infer_mode(TaskInfo({"worker": ["w:1", "w:2"]}, "worker", 0)) == "all_reduce"
+    assert infer_mode(TaskInfo(both, "chief", 0, mode="all_reduce")) == "all_reduce"
+    with pytest.raises(app_mod.UsageError):
+        infer_mode(TaskInfo(both, "chief", 0, mode="mirrored"))
+
+
+def test_next_version(tmp_path):
+    assert next_version(str(tmp_path / "missing")) == 1
+    for name in ("1", "7", ".tmp-8-x", "notes"):
+        (tmp_path / name).mkdir()
+    assert next_version(str(tmp_path)) == 8
+
+
+def test_train_checkpoint_resume_and_export(tmp_path, capsys):
+    common = ["--tfk_progress_every", "50", "--tfk_checkpoint_every", "100",
+              "--tfk_export_dir", str(tmp_path / "models"),
+              "--tfk_checkpoint_dir", str(tmp_path / "ckpt"), "--tfk_seed", "1"]
+    assert DigitsApp().run(["--tfk_steps", "200", *common]) == 0
+    out = capsys.readouterr().out
+    steps = [(p.step, p.status) for p in progress_of(out)]
+    assert steps == [(0, "running"), (50, "running"), (100, "running"), (150, "running"),
+                     (200, "running"), (200, "done")]
+    assert all(p.loss is not None for p in progress_of(out)[1:])
+    assert last_event(out, "metrics")["accuracy"] >= 0.85
+    export = last_event(out, "export")
+    version_dir = tmp_path / "models" / "digits" / "1"
+    assert export == {"path": str(version_dir), "model_name": "digits", "version": 1}
+    assert (version_dir / "saved_model.pb").is_file()
+    assert [p.name for p in (tmp_path / "models" / "digits").iterdir()] == ["1"]  # no tmp left
+
+    # the sample request is a TF Serving REST predict body that the signature answers
+    request = json.loads((version_dir / "assets.extra" / "tfk_sample_request.json").read_text())
+    assert np.asarray(request["instances"]).shape == (3, 64)
+    loaded = tf.saved_model.load(str(version_dir))
+    fn = loaded.signatures["serving_default"]
+    result = fn(tf.constant(request["instances"], tf.float32))
+    assert set(result) == {"logits", "probabilities", "classes"}
+    assert result["classes"].shape == (3,)
+    np.testing.assert_allclose(result["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
+    metrics = json.loads((version_dir / "assets.extra" / "tfk_metrics.json").read_text())
+    assert metrics["accuracy"] >= 0.85
+
+    # a second run with more steps resumes at the checkpoint and exports version 2
+    assert DigitsApp().run(["--tfk_steps", "300", *common]) == 0
+    out = capsys.readouterr().out
+    steps = [(p.step, p.status) for p in progress_of(out)]
+    assert steps[0] == (200, "running") and steps[-1] == (300, "done")
+    assert last_event(out, "export")["version"] == 2
+
+
+class Broken(TrainingApp):
+    def build_model(self):
+        import keras
+
+        return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+
+    def dataset(self, input_context):
+        return tf.data.Dataset.from_tensors((tf.zeros([4, 2]), tf.zeros([4, 1]))).repeat()
+
+    def loss(self, labels, outputs):
+        raise ValueError("bug in the app")
+
+
+def test_app_error_is_exit_1_with_a_failed_progress_line(capsys):
+    assert Broken().run(["--tfk_steps", "10"]) == app_mod.EXIT_APP_ERROR
+    captured = capsys.readouterr()
+    assert progress_of(captured.out)[-1].status == "failed"
+    assert "bug in the app" in captured.err
+
+
+def test_sync_is_rejected_in_parameter_server_mode(monkeypatch, capsys):
+    monkeypatch.setenv("TFK_CLUSTER", json.dumps(
+        {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "worker": ["127.0.0.1:3"]}))
+    monkeypatch.setenv("TFK_ROLE", "chief")
+    monkeypatch.setenv("TFK_INDEX", "0")
+    assert Broken().run(["--tfk_sync"]) == app_mod.EXIT_USAGE
+    assert "asynchronous only" in capsys.readouterr().err
+
+
+def test_bad_cluster_environment_is_exit_2(monkeypatch, capsys):
+    monkeypatch.setenv("TFK_CLUSTER", "{broken")
+    assert Broken().run([]) == app_mod.EXIT_USAGE
+    assert "TFK_CLUSTER is not valid JSON" in capsys.readouterr().err
+
+
+def test_app_flags_and_unknown_arguments():
+    app = DigitsApp()
+    app.parse(["--hidden", "16", "--tfk_steps", "5", "--something", "else"])
+    assert app.args.hidden == 16 and app.flags.steps == 5
+    assert app.extra_argv == ["--something", "else"]
+    assert app.flags.model_name == "digits"
