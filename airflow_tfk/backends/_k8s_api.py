@@ -1,0 +1,233 @@
+"""Raw JSON access to the Kubernetes API through the clients the cncf hooks build.
+
+The backend speaks plain dicts (the API's own JSON), not the generated models: one code
+path for every kind, no discovery round-trips (a small kind -> path table), and no cost
+deserialising hundreds of pods into objects on every list.
+
+:class:`SyncApi` wraps a ``kubernetes.client.ApiClient`` (``KubernetesHook.api_client``);
+:class:`AsyncApi` a ``kubernetes_asyncio`` one (``AsyncKubernetesHook.get_conn()``). Both
+go through the client's ``call_api``, so authentication, TLS and proxies are the hook's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_tfk.backends._k8s_retry import api_status, retry_transient
+
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+# Generous client-side cap on a plain request; watches get their own.
+REQUEST_TIMEOUT = (10.0, 60.0)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where one kind lives in the API."""
+
+    kind: str
+    api_version: str
+    plural: str
+    namespaced: bool = True
+    collection_delete: bool = True  # supports DELETE on the collection
+
+    @property
+    def prefix(self) -> str:
+        return f"/api/{self.api_version}" if "/" not in self.api_version \
+            else f"/apis/{self.api_version}"
+
+    def collection(self, namespace: str | None) -> str:
+        if self.namespaced:
+            return f"{self.prefix}/namespaces/{namespace}/{self.plural}"
+        return f"{self.prefix}/{self.plural}"
+
+    def item(self, namespace: str | None, name: str) -> str:
+        return f"{self.collection(namespace)}/{name}"
+
+    def everywhere(self) -> str:
+        """The collection across all namespaces."""
+        return f"{self.prefix}/{self.plural}"
+
+
+_KINDS = [
+    Kind("Namespace", "v1", "namespaces", namespaced=False, collection_delete=False),
+    Kind("ServiceAccount", "v1", "serviceaccounts"),
+    Kind("ConfigMap", "v1", "configmaps"),
+    Kind("Secret", "v1", "secrets"),
+    Kind("PersistentVolumeClaim", "v1", "persistentvolumeclaims"),
+    # Services only gained DeleteCollection recently; delete them one by one.
+    Kind("Service", "v1", "services", collection_delete=False),
+    Kind("Pod", "v1", "pods"),
+    Kind("StatefulSet", "apps/v1", "statefulsets"),
+    Kind("Deployment", "apps/v1", "deployments"),
+    Kind("Job", "batch/v1", "jobs"),
+    Kind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets"),
+    Kind("Event", "v1", "events"),
+]
+KINDS: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in _KINDS}
+BY_KIND: dict[str, Kind] = {k.kind: k for k in _KINDS}
+
+
+def kind_of(manifest: dict[str, Any]) -> Kind:
+    key = (manifest.get("apiVersion", ""), manifest.get("kind", ""))
+    try:
+        return KINDS[key]
+    except KeyError:
+        raise ValueError(f"kubernetes backend: no API path known for {key[0]} {key[1]}; "
+                         f"known kinds: {', '.join(sorted(BY_KIND))}") from None
+
+
+class KubernetesApiError(RuntimeError):
+    """A Kubernetes API call failed for good; carries the server's status and message."""
+
+    def __init__(self, what: str, status: int | None, message: str) -> None:
+        self.what = what
+        self.status = status
+        self.message = message
+        super().__init__(f"{what}: HTTP {status}: {message}")
+
+
+def error_message(exc: BaseException) -> str:
+    """The ``message`` of the server's Status body, else the exception's reason."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str) and body:
+        try:
+            data = json.loads(body)
+            if isinstance(data, dict) and data.get("message"):
+                return str(data["message"])
+        except ValueError:
+            return body[:500]
+    return str(getattr(exc, "reason", "") or exc)
+
+
+def _query(params: dict[str, Any] | None) -> list[tuple[str, str]]:
+    out = []
+    for key, value in (params or {}).items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        out.append((key, str(value)))
+    return out
+
+
+def _headers(content_type: str | None, accept: str = "application/json") -> dict[str, str]:
+    headers = {"Accept": accept}
+    headers["Content-Type"] = content_type or "application/json"
+    return headers
+
+
+class SyncApi:
+    """Plain-JSON requests through a ``kubernetes.client.ApiClient``."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.client = api_client
+
+    def _call(self, method: str, path: str, query: dict[str, Any] | None = None,
+              body: Any = None, content_type: str | None = None, accept: str = "application/json",
+              timeout: Any = REQUEST_TIMEOUT) -> Any:
+        return self.client.call_api(
+            path, method, query_params=_query(query),
+            header_params=_headers(content_type, accept), body=body,
+            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout)
+
+    @retry_transient
+    def request(self, method: str, path: str, query: dict[str, Any] | None = None,
+                body: Any = None, content_type: str | None = None) -> tuple[int, Any]:
+        resp = self._call(method, path, query, body, content_type)
+        data = resp.data
+        return resp.status, (json.loads(data) if data else None)
+
+    @retry_transient(conflict=True)
+    def apply(self, path: str, manifest: dict[str, Any], field_manager: str) -> tuple[int, Any]:
+        """Server-side apply; 201 when the object was created, 200 when it existed."""
+        resp = self._call("PATCH", path, {"fieldManager": field_manager, "force": True},
+                          manifest, APPLY_CONTENT_TYPE)
+        return resp.status, json.loads(resp.data)
+
+    @retry_transient
+    def text(self, path: str, query: dict[str, Any] | None = None) -> str:
+        resp = self._call("GET", path, query, accept="*/*")
+        return resp.data.decode("utf-8", "replace")
+
+    @retry_transient
+    def _open_watch(self, path: str, query: dict[str, Any], timeout_seconds: int) -> Any:
+        q = {**query, "watch": True, "timeoutSeconds": timeout_seconds}
+        return self._call("GET", path, q, timeout=(10.0, timeout_seconds + 15.0))
+
+    def watch(self, path: str, query: dict[str, Any], timeout_seconds: int) -> Iterator[dict]:
+        """Events of one watch request until the server ends it; closed when abandoned."""
+        from kubernetes.watch.watch import iter_resp_lines
+
+        resp = self._open_watch(path, query, timeout_seconds)
+        try:
+            for line in iter_resp_lines(resp):
+                yield json.loads(line)
+        finally:
+            resp.close()
+            resp.release_conn()
+
+
+def _async_api_exception(status: int, reason: str, body: bytes, headers: Any) -> Exception:
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    exc = ApiException(status=status, reason=reason)
+    exc.body = body.decode("utf-8", "replace")
+    exc.headers = headers
+    return exc
+
+
+class AsyncApi:
+    """Plain-JSON requests through a ``kubernetes_asyncio.client.ApiClient``."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.client = api_client
+
+    async def _call(self, method: str, path: str, query: dict[str, Any] | None = None,
+                    body: Any = None, content_type: str | None = None,
+                    accept: str = "application/json", timeout: Any = REQUEST_TIMEOUT) -> Any:
+        resp = await self.client.call_api(
+            path, method, query_params=_query(query),
+            header_params=_headers(content_type, accept), body=body,
+            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout)
+        # Without preloading, kubernetes_asyncio does not check the status itself.
+        if not 200 <= resp.status <= 299:
+            data = await resp.read()
+            resp.release()
+            raise _async_api_exception(resp.status, resp.reason or "", data, resp.headers)
+        return resp
+
+    @retry_transient
+    async def request(self, method: str, path: str, query: dict[str, Any] | None = None,
+                      body: Any = None, content_type: str | None = None) -> tuple[int, Any]:
+        resp = await self._call(method, path, query, body, content_type)
+        data = await resp.read()
+        resp.release()
+        return resp.status, (json.loads(data) if data else None)
+
+    @retry_transient
+    async def _open_watch(self, path: str, query: dict[str, Any], timeout_seconds: int) -> Any:
+        q = {**query, "watch": True, "timeoutSeconds": timeout_seconds}
+        return await self._call("GET", path, q, timeout=timeout_seconds + 15)
+
+    async def watch(self, path: str, query: dict[str, Any],
+                    timeout_seconds: int) -> AsyncIterator[dict]:
+        resp = await self._open_watch(path, query, timeout_seconds)
+        try:
+            while True:
+                line = await resp.content.readline()
+                if not line:
+                    return
+                line = line.strip()
+                if line:
+                    yield json.loads(line)
+        finally:
+            resp.release()
+
+
+def is_not_found(exc: BaseException) -> bool:
+    return api_status(exc) == 404

@@ -1,0 +1,591 @@
+"""The Kubernetes backend, driven through the REAL ``kubernetes`` / ``kubernetes_asyncio``
+clients and the cncf provider's ``KubernetesHook`` / ``AsyncKubernetesHook``, over HTTP.
+
+The server is ``k8s_double.KubeApiDouble``: a TEST DOUBLE of the Kubernetes API server
+(only the endpoints the backend uses, crude Job/StatefulSet controllers, test controls
+for pod states). A later issue replaces it with a real kube-apiserver; these tests assert
+HTTP-visible behaviour (objects, labels, request counts) so they can move over as they are.
+
+The connection is an ordinary Airflow ``kubernetes`` connection from an environment
+variable, pointing at a temporary kubeconfig.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from k8s_double import KubeApiDouble  # noqa: E402
+
+from airflow_tfk import naming  # noqa: E402
+from airflow_tfk.backends import _k8s_retry, get_backend  # noqa: E402
+from airflow_tfk.backends.base import ClusterRef  # noqa: E402
+from airflow_tfk.backends.kubernetes import KubernetesApiError, KubernetesBackend  # noqa: E402
+from airflow_tfk.naming import RunIdentity  # noqa: E402
+from airflow_tfk.spec import RoleSpec, TFClusterSpec  # noqa: E402
+from airflow_tfk.status import ClusterStatus, Phase  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CONN_ID = "tfk_test"
+SEL = naming.LABEL_CLUSTER
+
+
+# -- fixtures -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def double(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApiDouble]:
+    api = KubeApiDouble().start()
+    kubeconfig = api.kubeconfig(str(tmp_path_factory.mktemp("kube") / "config"))
+    conn = {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}}
+    old = os.environ.get(f"AIRFLOW_CONN_{CONN_ID.upper()}")
+    os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(conn)
+    yield api
+    api.stop()
+    if old is None:
+        os.environ.pop(f"AIRFLOW_CONN_{CONN_ID.upper()}", None)
+    else:
+        os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = old
+
+
+@pytest.fixture(autouse=True)
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_k8s_retry, "BASE_DELAY", 0.01)
+
+
+def make_backend(**kwargs: Any) -> KubernetesBackend:
+    backend = KubernetesBackend(conn_id=CONN_ID, **kwargs)
+    backend._render = hand_rendered  # type: ignore[method-assign]
+    return backend
+
+
+@pytest.fixture
+def backend() -> KubernetesBackend:
+    return make_backend()
+
+
+_names = iter(range(10_000))
+
+
+def make_spec(workers: int = 3, ps: int | None = 2, retries: int = 0,
+              **kwargs: Any) -> TFClusterSpec:
+    return TFClusterSpec(name=f"tfk-t{next(_names)}", image="tf:2", command=("python", "t.py"),
+                         worker=RoleSpec(replicas=workers),
+                         ps=RoleSpec(replicas=ps) if ps else None,
+                         mode="between_graph" if ps else "all_reduce",
+                         retries_per_index=retries, **kwargs)
+
+
+def hand_rendered(spec: TFClusterSpec, identity: RunIdentity | None = None) -> list[dict]:
+    """Manifests of the shape airflow_tfk.render produces (kept independent of it)."""
+    ns = spec.namespace_name
+
+    def meta(name: str, role: str | None = None, namespaced: bool = True) -> dict:
+        labels = {SEL: spec.name, "app.kubernetes.io/managed-by": "airflow-tfk"}
+        if role:
+            labels[naming.LABEL_ROLE] = role
+        out: dict[str, Any] = {"name": name, "labels": labels}
+        if namespaced:
+            out["namespace"] = ns
+        return out
+
+    def template(role: str) -> dict:
+        return {"metadata": {"labels": {SEL: spec.name, naming.LABEL_ROLE: role}},
+                "spec": {"restartPolicy": "Never" if role != "ps" else "Always",
+                         "subdomain": f"{spec.name}-{role}",
+                         "containers": [{"name": "tensorflow", "image": spec.image}]}}
+
+    out: list[dict] = []
+    if spec.namespace_per_training:
+        out.append({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": meta(ns, namespaced=False)})
+    out.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": meta(f"{spec.name}-logs"),
+                "spec": {"accessModes": ["ReadWriteMany"],
+                         "resources": {"requests": {"storage": "1Gi"}}}})
+    for role in spec.roles():
+        out.append({"apiVersion": "v1", "kind": "Service",
+                    "metadata": meta(f"{spec.name}-{role}", role),
+                    "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                             "selector": {SEL: spec.name, naming.LABEL_ROLE: role}}})
+    if spec.ps:
+        out.append({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "metadata": meta(f"{spec.name}-ps", "ps"),
+                    "spec": {"serviceName": f"{spec.name}-ps", "replicas": spec.ps.replicas,
+                             "podManagementPolicy": "Parallel", "template": template("ps")}})
+    for role, r in spec.roles().items():
+        if role == "ps":
+            continue
+        out.append({"apiVersion": "batch/v1", "kind": "Job",
+                    "metadata": meta(f"{spec.name}-{role}", role),
+                    "spec": {"completionMode": "Indexed", "completions": r.replicas,
+                             "parallelism": r.replicas,
+                             "backoffLimitPerIndex": spec.retries_per_index,
+                             "podFailurePolicy": {"rules": [
+                                 {"action": "Ignore", "onPodConditions": [
+                                     {"type": "DisruptionTarget", "status": "True"}]},
+                                 {"action": "FailIndex", "onExitCodes": {
+                                     "containerName": "tensorflow", "operator": "In",
+                                     "values": list(spec.permanent_exit_codes)}}]},
+                             "template": template(role)}})
+    return out
+
+
+def labelled(double: KubeApiDouble, ref: ClusterRef) -> list[str]:
+    return double.labelled(f"{SEL}={ref.name}")
+
+
+def task(status: ClusterStatus, role: str, index: int):
+    t = status.task(role, index)
+    assert t is not None, f"{role}-{index} missing from {status.summary()}"
+    return t
+
+
+# -- create -------------------------------------------------------------------------------
+def test_create_applies_every_object_and_second_create_changes_nothing(double, backend):
+    spec = make_spec(workers=3, ps=2)
+    mark = double.mark()
+    ref = backend.create(spec)
+    assert ref == ClusterRef(spec.name, "default")
+    manifests = hand_rendered(spec)
+    assert double.count("apply", since=mark) == len(manifests)
+    assert double.count(since=mark) == len(manifests)  # no discovery, no GET-before-apply
+    applies = [r for r in double.requests[mark:] if r.verb == "apply"]
+    assert all(r.query.get("fieldManager") == "airflow-tfk" and r.query.get("force") == "true"
+               for r in applies)
+    assert sorted(labelled(double, ref)) == sorted(
+        [f"{m['kind']}/{m['metadata']['name']}" for m in manifests] +
+        [f"Pod/{spec.name}-ps-0", f"Pod/{spec.name}-ps-1"] +
+        [f"Pod/{double.pod_name(spec.name, 'worker', i)}" for i in range(3)])
+
+    before = {k: o["metadata"]["resourceVersion"] for k, o in double.objects.items()}
+    rv_before = double.rv
+    backend.create(spec)
+    assert double.rv == rv_before, "re-applying the same cluster must not write anything"
+    assert {k: o["metadata"]["resourceVersion"] for k, o in double.objects.items()} == before
+
+
+def test_create_with_the_real_renderer_and_per_training_namespace(double):
+    backend = KubernetesBackend(conn_id=CONN_ID)  # airflow_tfk.render, not the hand-written one
+    spec = make_spec(workers=2, ps=1, namespace="team", namespace_per_training=True)
+    identity = RunIdentity("dag", "train", "manual__2024-01-01", -1)
+    ref = backend.create(spec, identity)
+    assert ref.namespace == f"team-{spec.name}"
+    from airflow_tfk.render import render
+
+    for m in render(spec, identity):
+        kind = m["kind"].lower() + ("es" if m["kind"].endswith("s") else "s")
+        plural = {"persistentvolumeclaims": "persistentvolumeclaims"}.get(kind, kind)
+        assert double.get(plural, m["metadata"]["name"], ref.namespace), m["metadata"]["name"]
+    rv = double.rv
+    backend.create(spec, identity)
+    assert double.rv == rv
+    backend.delete(ref)
+    assert labelled(double, ref) == []
+    assert double.get("namespaces", ref.namespace) is None
+
+
+def test_failed_apply_deletes_what_this_call_created_and_raises(double, backend):
+    spec = make_spec(workers=2, ps=1)
+    double.inject("PATCH", rf"/jobs/{spec.name}-worker$", 422)
+    with pytest.raises(KubernetesApiError) as err:
+        backend.create(spec)
+    assert err.value.status == 422 and "Job" in str(err.value)
+    assert labelled(double, ClusterRef(spec.name, "default")) == []
+
+    # Objects that existed before the call are not this call's to delete.
+    ref = backend.create(spec)
+    existing = labelled(double, ref)
+    double.inject("PATCH", rf"/jobs/{spec.name}-worker$", 422)
+    with pytest.raises(KubernetesApiError):
+        backend.create(spec)
+    assert labelled(double, ref) == existing
+
+
+def test_manifest_without_the_cluster_label_is_refused_before_anything_is_created(double):
+    backend = KubernetesBackend(conn_id=CONN_ID)
+    spec = make_spec()
+
+    def unlabelled(spec, identity=None):
+        out = hand_rendered(spec)
+        del out[-1]["metadata"]["labels"][SEL]
+        return out
+
+    backend._render = unlabelled  # type: ignore[method-assign]
+    mark = double.mark()
+    with pytest.raises(ValueError, match="lacks the label"):
+        backend.create(spec)
+    assert double.count(since=mark) == 0
+
+
+# -- status and failure reasons ---------------------------------------------------------
+def _fail_worker0(double, name, how):
+    pod = double.pod_name(name, "worker", 0)
+    how(double, pod)
+
+
+FAILURES = {
+    "exit-code": (lambda d, p: d.set_failed(p, 3, "boom"), "ExitCode", 3),
+    "oom-killed": (lambda d, p: d.set_oom_killed(p), "OOMKilled", 137),
+    "image-pull-backoff": (lambda d, p: d.set_waiting(p, "ImagePullBackOff", "back-off pulling",
+                                                      ago=200), "ImagePullBackOff", None),
+    "err-image-pull": (lambda d, p: d.set_waiting(p, "ErrImagePull", ago=200), "ErrImagePull",
+                       None),
+    "invalid-image-name": (lambda d, p: d.set_waiting(p, "InvalidImageName"), "InvalidImageName",
+                           None),
+    "create-container-config-error": (lambda d, p: d.set_waiting(
+        p, "CreateContainerConfigError", 'secret "x" not found'), "CreateContainerConfigError",
+        None),
+    "crash-loop": (lambda d, p: d.set_waiting(p, "CrashLoopBackOff", last_exit=2),
+                   "CrashLoopBackOff", 2),
+    "unschedulable": (lambda d, p: d.set_unschedulable(p, ago=400), "Unschedulable", None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAILURES))
+def test_status_and_watch_name_each_failure_reason(double, backend, case):
+    how, reason, exit_code = FAILURES[case]
+    spec = make_spec(workers=2, ps=1)
+    ref = backend.create(spec)
+    _fail_worker0(double, spec.name, how)
+    for status in (backend.status(ref), next(iter(make_backend().watch(ref, timeout=1)))):
+        t = task(status, "worker", 0)
+        assert (t.phase, t.reason, t.exit_code) == (Phase.FAILED, reason, exit_code), t
+        assert task(status, "worker", 1).phase is Phase.PENDING
+    if case == "unschedulable":
+        assert "Insufficient nvidia.com/gpu" in t.message
+
+
+def test_timeouts_are_not_failures_before_they_expire(double, backend):
+    spec = make_spec(workers=2, ps=None)
+    ref = backend.create(spec)
+    double.set_waiting(double.pod_name(spec.name, "worker", 0), "ImagePullBackOff", ago=10)
+    double.set_unschedulable(double.pod_name(spec.name, "worker", 1), ago=10)
+    status = backend.status(ref)
+    assert [(t.phase, t.reason) for t in status.of_role("worker")] == [
+        (Phase.PENDING, "ImagePullBackOff"), (Phase.PENDING, "Unschedulable")]
+
+
+def test_watch_turns_an_unschedulable_task_failed_when_its_timeout_passes(double):
+    backend = make_backend(unschedulable_timeout=1.5)
+    spec = make_spec(workers=1, ps=None)
+    ref = backend.create(spec)
+    double.set_unschedulable(double.pod_name(spec.name, "worker", 0))
+    phases = [task(s, "worker", 0).phase for s in backend.watch(ref, timeout=4)]
+    assert phases == [Phase.PENDING, Phase.FAILED]
+
+
+def test_job_deadline_exceeded_fails_the_unfinished_tasks(double, backend):
+    spec = make_spec(workers=3, ps=1)
+    ref = backend.create(spec)
+    for i in range(3):
+        double.set_running(double.pod_name(spec.name, "worker", i))
+    double.set_succeeded(double.pod_name(spec.name, "worker", 2))
+    assert task(backend.status(ref), "worker", 0).phase is Phase.RUNNING
+    double.set_job_condition(f"{spec.name}-worker", "Failed", "DeadlineExceeded",
+                             "Job was active longer than specified deadline")
+    status = backend.status(ref)
+    assert [(t.phase, t.reason) for t in status.of_role("worker")] == [
+        (Phase.FAILED, "DeadlineExceeded"), (Phase.FAILED, "DeadlineExceeded"),
+        (Phase.SUCCEEDED, "Completed")]
+
+
+def test_watch_sees_a_job_failing_mid_session(double, backend):
+    spec = make_spec(workers=2, ps=None)
+    ref = backend.create(spec)
+    for i in range(2):
+        double.set_running(double.pod_name(spec.name, "worker", i))
+    threading.Timer(0.3, double.set_job_condition,
+                    (f"{spec.name}-worker", "Failed", "DeadlineExceeded")).start()
+    last = None
+    for status in backend.watch(ref, timeout=8):
+        last = status
+        if task(status, "worker", 0).phase is Phase.FAILED:
+            break
+    assert last is not None and task(last, "worker", 0).reason == "DeadlineExceeded"
+
+
+def test_task_missing_after_its_job_is_deleted_is_failed_deleted(double, backend):
+    spec = make_spec(workers=2, ps=1)
+    ref = backend.create(spec)
+    for i in range(2):
+        double.set_running(double.pod_name(spec.name, "worker", i))
+    assert task(backend.status(ref), "worker", 1).phase is Phase.RUNNING
+    double._remove("jobs", "default", f"{spec.name}-worker", "Background")  # kubectl delete job
+    status = backend.status(ref)
+    assert [(t.phase, t.reason) for t in status.of_role("worker")] == [
+        (Phase.FAILED, "Deleted")] * 2
+    assert status.exists
+
+
+def test_retries_per_index_are_respected(double, backend):
+    spec = make_spec(workers=3, ps=None, retries=2)
+    ref = backend.create(spec)
+    # worker 0: a retryable exit code, three times; the third failure exhausts 2 retries.
+    pod = double.pod_name(spec.name, "worker", 0)
+    for attempt in (1, 2):
+        double.set_failed(pod, 3)
+        t = task(backend.status(ref), "worker", 0)
+        assert (t.phase, t.reason, t.restarts) == (Phase.PENDING, "Retrying", attempt), t
+        pod = double.retry_index(pod)
+        double.set_running(pod)
+        assert task(backend.status(ref), "worker", 0).phase is Phase.RUNNING
+    double.set_failed(pod, 3)
+    t = task(backend.status(ref), "worker", 0)
+    assert (t.phase, t.reason, t.exit_code, t.restarts) == (Phase.FAILED, "ExitCode", 3, 3)
+    # worker 1: a permanent exit code fails the index at once (podFailurePolicy FailIndex).
+    double.set_failed(double.pod_name(spec.name, "worker", 1), 127)
+    t = task(backend.status(ref), "worker", 1)
+    assert (t.phase, t.exit_code) == (Phase.FAILED, 127)
+    # worker 2: a disruption (preemption) is retried without counting.
+    double.set_terminated(double.pod_name(spec.name, "worker", 2), 143, "Error",
+                          conditions=[{"type": "DisruptionTarget", "status": "True",
+                                       "reason": "PreemptionByScheduler"}])
+    t = task(backend.status(ref), "worker", 2)
+    assert (t.phase, t.reason) == (Phase.PENDING, "Retrying")
+    assert "not counted" in t.message
+
+
+def test_no_retries_means_the_first_failure_is_final(double, backend):
+    spec = make_spec(workers=1, ps=None, retries=0)
+    ref = backend.create(spec)
+    double.set_failed(double.pod_name(spec.name, "worker", 0), 3)
+    assert task(backend.status(ref), "worker", 0).phase is Phase.FAILED
+
+
+def test_succeeded_and_running(double, backend):
+    spec = make_spec(workers=2, ps=1)
+    ref = backend.create(spec)
+    double.set_running(f"{spec.name}-ps-0")
+    double.set_running(double.pod_name(spec.name, "worker", 0))
+    double.set_succeeded(double.pod_name(spec.name, "worker", 1))
+    status = backend.status(ref)
+    assert [(t.role, t.index, t.phase) for t in status.tasks] == [
+        ("ps", 0, Phase.RUNNING), ("worker", 0, Phase.RUNNING), ("worker", 1, Phase.SUCCEEDED)]
+    assert status.summary() == "ps 1 running; worker 1 running, 1 succeeded"
+
+
+# -- logs ---------------------------------------------------------------------------------
+def test_logs_of_the_newest_pod_of_a_task(double, backend):
+    spec = make_spec(workers=2, ps=None, retries=1)
+    ref = backend.create(spec)
+    assert backend.logs(ref, "worker", 0) == ""  # still ContainerCreating: 400 -> ''
+    first = double.pod_name(spec.name, "worker", 0)
+    double.set_log(first, "old\n")
+    double.set_failed(first, 3)
+    second = double.retry_index(first)
+    double.set_running(second)
+    double.set_log(second, "a\nb\nc\n")
+    assert backend.logs(ref, "worker", 0, tail_lines=2) == "b\nc\n"
+    assert backend.logs(ref, "worker", 0) == "a\nb\nc\n"
+    assert backend.logs(ref, "worker", 7) == ""
+
+
+# -- delete -------------------------------------------------------------------------------
+def test_delete_leaves_nothing_with_the_cluster_label_and_is_idempotent(double, backend):
+    spec = make_spec(workers=3, ps=2)
+    ref = backend.create(spec)
+    for i in range(3):
+        double.set_running(double.pod_name(spec.name, "worker", i))
+    other = backend.create(make_spec(workers=1, ps=None))
+    assert backend.exists(ref)
+    backend.delete(ref)
+    assert labelled(double, ref) == []
+    assert not backend.exists(ref)
+    assert backend.status(ref) == ClusterStatus(tasks=(), exists=False)
+    backend.delete(ref)  # nothing left: still fine
+    assert labelled(double, other), "another cluster's objects must survive"
+
+
+def test_delete_roles_ps_removes_its_statefulset_service_and_pods_only(double, backend):
+    spec = make_spec(workers=2, ps=2)
+    ref = backend.create(spec)
+    double.set_running(f"{spec.name}-ps-0")
+    for i in range(2):
+        double.set_succeeded(double.pod_name(spec.name, "worker", i))
+    backend.delete_roles(ref, ["ps"])
+    left = labelled(double, ref)
+    assert not [x for x in left if "-ps" in x], left
+    assert f"Job/{spec.name}-worker" in left and f"Service/{spec.name}-worker" in left
+    status = backend.status(ref)
+    assert not status.of_role("ps")
+    assert [t.phase for t in status.of_role("worker")] == [Phase.SUCCEEDED] * 2
+    backend.delete_roles(ref, ["ps"])  # idempotent
+
+
+# -- request budget -----------------------------------------------------------------------
+def test_waiting_on_600_workers_costs_a_handful_of_requests(double, backend):
+    spec = make_spec(workers=600, ps=2)
+    ref = backend.create(spec)
+    pods = [double.pod_name(spec.name, "worker", i) for i in range(600)]
+
+    def cluster_runs() -> None:
+        time.sleep(0.3)
+        for pod in pods:
+            double.set_running(pod)
+        for pod in pods[:300]:
+            double.set_succeeded(pod)
+
+    mark = double.mark()
+    started = time.monotonic()
+    runner = threading.Thread(target=cluster_runs)
+    runner.start()
+    seen = []
+    for status in backend.watch(ref, timeout=30):
+        seen.append(status)
+        if sum(t.phase is Phase.SUCCEEDED for t in status.of_role("worker")) == 300:
+            break
+    runner.join()
+    elapsed = time.monotonic() - started
+    counts = double.summary(since=mark)
+    print(f"\nwatch of 600 workers for {elapsed:.1f}s: {counts}, {len(seen)} statuses yielded")
+    assert counts == {"list jobs": 1, "list pods": 1, "watch pods": 1}, counts
+    final = seen[-1]
+    assert sum(t.phase is Phase.SUCCEEDED for t in final.of_role("worker")) == 300
+    assert sum(t.phase is Phase.RUNNING for t in final.of_role("worker")) == 300
+
+    mark = double.mark()
+    for _ in range(5):
+        backend.status(ref)
+    counts = double.summary(since=mark)
+    print(f"5 x status(): {counts}")
+    assert counts == {"list pods": 5}, counts
+
+
+def test_watch_relists_after_410_gone(double):
+    backend = make_backend(unschedulable_timeout=2)
+    spec = make_spec(workers=2, ps=None)
+    ref = backend.create(spec)
+    double.set_unschedulable(double.pod_name(spec.name, "worker", 0))  # a reopen in 1-2 s
+    threading.Timer(0.3, double.compact).start()
+    threading.Timer(2.5, double.set_running, (double.pod_name(spec.name, "worker", 1),)).start()
+    mark = double.mark()
+    statuses = list(backend.watch(ref, timeout=4))
+    assert task(statuses[-1], "worker", 1).phase is Phase.RUNNING
+    assert task(statuses[-1], "worker", 0).phase is Phase.FAILED
+    assert double.count("list", "pods", since=mark) == 2  # the initial list + one after 410
+
+
+# -- retries of transient API errors --------------------------------------------------------
+def test_429_is_retried_after_retry_after(double, backend):
+    ref = backend.create(make_spec(workers=1, ps=None))
+    backend.status(ref)
+    double.inject("GET", r"/pods$", 429, retry_after="1")
+    mark = double.mark()
+    started = time.monotonic()
+    backend.status(ref)
+    assert time.monotonic() - started >= 0.9
+    assert double.count("list", "pods", since=mark) == 2
+
+
+def test_500_is_retried_and_the_retries_are_bounded(double, backend):
+    ref = backend.create(make_spec(workers=1, ps=None))
+    backend.status(ref)
+    double.inject("GET", r"/pods$", 500, times=2)
+    mark = double.mark()
+    backend.status(ref)
+    assert double.count("list", "pods", since=mark) == 3
+    double.inject("GET", r"/pods$", 503, times=_k8s_retry.ATTEMPTS)
+    mark = double.mark()
+    with pytest.raises(KubernetesApiError) as err:
+        backend.status(ref)
+    assert err.value.status == 503
+    assert double.count("list", "pods", since=mark) == _k8s_retry.ATTEMPTS
+
+
+def test_apply_conflict_is_retried_but_client_errors_are_not(double, backend):
+    spec = make_spec(workers=1, ps=None)
+    double.inject("PATCH", rf"/services/{spec.name}-worker$", 409)
+    ref = backend.create(spec)
+    assert double.get("services", f"{spec.name}-worker")
+    double.inject("GET", r"/pods$", 403)
+    mark = double.mark()
+    with pytest.raises(KubernetesApiError) as err:
+        backend.status(ref)
+    assert err.value.status == 403 and double.count(since=mark) == 1
+
+
+def test_retry_decorator_async_and_not_found():
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    calls = []
+
+    @_k8s_retry.retry_transient
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            exc = ApiException(status=429, reason="Too Many Requests")
+            exc.headers = {"Retry-After": "0"}
+            raise exc
+        return "ok"
+
+    assert asyncio.run(flaky()) == "ok" and len(calls) == 3
+
+    @_k8s_retry.retry_transient
+    def missing() -> None:
+        calls.append(2)
+        raise ApiException(status=404, reason="Not Found")
+
+    with pytest.raises(ApiException):
+        missing()
+    assert calls.count(2) == 1
+
+
+# -- async: the deferrable trigger's path -----------------------------------------------------
+def test_awatch_and_adelete_through_the_async_hook(double, backend):
+    spec = make_spec(workers=2, ps=1)
+    ref = backend.create(spec)
+    double.set_running(double.pod_name(spec.name, "worker", 0))
+    pods = [double.pod_name(spec.name, "worker", i) for i in range(2)]
+
+    async def run() -> list[ClusterStatus]:
+        seen = []
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.3, double.set_succeeded, pods[0])
+        loop.call_later(0.4, double.set_oom_killed, pods[1])
+        async for status in get_backend("kubernetes", **backend.config()).awatch(ref, 8):
+            seen.append(status)
+            if task(status, "worker", 1).phase is Phase.FAILED:
+                break
+        await backend.adelete(ref)
+        return seen
+
+    mark = double.mark()
+    seen = asyncio.run(run())
+    assert task(seen[0], "worker", 0).phase is Phase.RUNNING
+    last = seen[-1]
+    assert task(last, "worker", 0).phase is Phase.SUCCEEDED
+    assert (task(last, "worker", 1).reason, task(last, "worker", 1).exit_code) == ("OOMKilled", 137)
+    assert double.count("watch", "pods", since=mark) == 1
+    assert labelled(double, ref) == []
+
+
+# -- configuration and import cost ------------------------------------------------------------
+def test_config_rebuilds_an_equivalent_backend():
+    backend = KubernetesBackend(conn_id="x", cluster_context="ctx", unschedulable_timeout=60)
+    config = backend.config()
+    assert config == {"conn_id": "x", "cluster_context": "ctx", "config_file": None,
+                      "in_cluster": None, "unschedulable_timeout": 60,
+                      "image_pull_timeout": 120, "field_manager": "airflow-tfk"}
+    again = get_backend("kubernetes", **config)
+    assert isinstance(again, KubernetesBackend) and again.config() == config
+
+
+def test_importing_the_backend_loads_no_kubernetes_client():
+    probe = ("import sys, airflow_tfk.backends.kubernetes; "
+             "print(sorted(m for m in ('kubernetes', 'kubernetes_asyncio', "
+             "'airflow.providers.cncf.kubernetes.hooks.kubernetes', 'airflow_tfk.render') "
+             "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
