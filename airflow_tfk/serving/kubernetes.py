@@ -1,0 +1,268 @@
+"""TF Serving on Kubernetes: a Deployment, a Service and a model-config ConfigMap per
+model, applied with server-side apply through the cncf ``KubernetesHook``; status and
+``:predict`` reached through the API server's service proxy
+(``/api/v1/namespaces/NS/services/NAME:PORT/proxy/v1/models/...``), so no ingress is
+needed. The provider cannot read the models PVC itself: a short Job with the serving image
+prints the exported versions and the sample request, and the provider reads its log.
+
+Imports the Kubernetes client and the cncf provider lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from functools import cached_property
+from typing import Any
+
+from airflow_tfk.backends._k8s_api import BY_KIND, SyncApi, error_message, is_not_found, kind_of
+from airflow_tfk.backends._k8s_retry import api_status
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.serving.base import (
+    Emit,
+    PredictError,
+    ServingError,
+    ServingTarget,
+    VersionState,
+    parse_status,
+)
+from airflow_tfk.serving.model_config import ModelServerConfig, parse
+from airflow_tfk.serving.render import CONFIG_FILE
+from airflow_tfk.serving.spec import ServingSpec
+
+BACKGROUND = {"propagationPolicy": "Background"}
+
+
+def service_proxy_path(namespace: str, service: str, port: int, path: str = "") -> str:
+    return f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy{path}"
+
+
+def parse_reader_log(text: str) -> tuple[list[int], int | None, dict[str, Any] | None]:
+    """(versions, version read, sample request) from the store reader's log."""
+    versions: list[int] = []
+    version = None
+    sample = None
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("tfk-versions:"):
+            versions = sorted(int(v) for v in line.split(":", 1)[1].split() if v.isdigit())
+        elif line.startswith("tfk-version:"):
+            version = int(line.split(":", 1)[1])
+        elif line.strip() == "tfk-sample:":
+            try:
+                sample = json.loads("\n".join(lines[i + 1:]))
+            except ValueError:
+                sample = None
+            break
+    return versions, version, sample
+
+
+class KubernetesServing(ServingTarget):
+    """:param conn_id: Airflow connection of type ``kubernetes``.
+    :param cluster_context: kubeconfig context (overrides the connection's).
+    :param config_file: kubeconfig path (overrides the connection's).
+    :param in_cluster: use the pod's service account (overrides the connection's).
+    :param identity: the Airflow task instance, as labels and annotations.
+    :param reader_timeout_seconds: how long the store-reader Job may take.
+    :param field_manager: server-side apply field manager.
+    """
+
+    kind = "kubernetes"
+
+    def __init__(self, spec: ServingSpec, conn_id: str = "kubernetes_default",
+                 cluster_context: str | None = None, config_file: str | None = None,
+                 in_cluster: bool | None = None, identity: RunIdentity | None = None,
+                 reader_timeout_seconds: float = 300.0, field_manager: str = "airflow-tfk",
+                 **_ignored: Any) -> None:
+        spec.require_claim()
+        self.spec = spec
+        self.conn_id = conn_id
+        self.cluster_context = cluster_context
+        self.config_file = config_file
+        self.in_cluster = in_cluster
+        self.identity = identity
+        self.reader_timeout_seconds = float(reader_timeout_seconds)
+        self.field_manager = field_manager
+        self._store: dict[int | None, tuple[list[int], int | None, dict[str, Any] | None]] = {}
+
+    @cached_property
+    def hook(self) -> Any:
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+        return KubernetesHook(conn_id=self.conn_id, cluster_context=self.cluster_context,
+                              config_file=self.config_file, in_cluster=self.in_cluster)
+
+    @cached_property
+    def api(self) -> SyncApi:
+        return SyncApi(self.hook.api_client)
+
+    # -- objects --------------------------------------------------------------------------
+    def _apply(self, manifest: dict[str, Any]) -> int:
+        kind = kind_of(manifest)
+        path = kind.item(self.spec.namespace, manifest["metadata"]["name"])
+        code, _ = self.api.apply(path, manifest, self.field_manager)
+        return code
+
+    def _get(self, kind: str, name: str) -> dict[str, Any] | None:
+        try:
+            _, body = self.api.request("GET", BY_KIND[kind].item(self.spec.namespace, name))
+        except Exception as exc:
+            if is_not_found(exc):
+                return None
+            raise
+        return body
+
+    def ensure(self, emit: Emit) -> None:
+        from airflow_tfk.serving.render import render_serving
+
+        current = self.read_config()
+        text = (current or ModelServerConfig()).to_text()
+        created = []
+        for manifest in render_serving(self.spec, self.identity, text):
+            if manifest["kind"] == "ConfigMap" and current is not None:
+                continue  # the model policy is the publish step's, never reset here
+            if self._apply(manifest) == 201:
+                created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
+        emit(f"TF Serving of {self.spec.model_name} in namespace {self.spec.namespace}: "
+             + (f"created {', '.join(created)}" if created else "already deployed")
+             + f"; reached through {self.endpoint()}")
+
+    def read_config(self) -> ModelServerConfig | None:
+        cm = self._get("ConfigMap", self.spec.config_map_name)
+        if cm is None:
+            return None
+        return parse((cm.get("data") or {}).get(CONFIG_FILE, ""))
+
+    def write_config(self, config: ModelServerConfig) -> None:
+        from airflow_tfk.serving.render import render_config_map
+
+        self._apply(render_config_map(self.spec, config.to_text(), self.identity))
+
+    def model_base_path(self) -> str:
+        return self.spec.pod_base_path
+
+    def delete(self, emit: Emit) -> None:
+        for kind, name in (("Deployment", self.spec.name), ("Service", self.spec.name),
+                           ("ConfigMap", self.spec.config_map_name)):
+            try:
+                self.api.request("DELETE", BY_KIND[kind].item(self.spec.namespace, name),
+                                 BACKGROUND)
+                emit(f"deleted {kind} {name}")
+            except Exception as exc:
+                if not is_not_found(exc):
+                    raise
+
+    # -- the model store, through a reader Job ----------------------------------------------
+    def _read_store(self, version: int | None) -> tuple[list[int], int | None, dict | None]:
+        if version in self._store:
+            return self._store[version]
+        from airflow_tfk.serving.render import render_sample_reader
+
+        job = f"{self.spec.name}-read-{secrets.token_hex(3)}"
+        self._apply(render_sample_reader(self.spec, job, version, self.identity,
+                                         int(self.reader_timeout_seconds)))
+        try:
+            log = self._job_log(job)
+        finally:
+            try:
+                self.api.request("DELETE", BY_KIND["Job"].item(self.spec.namespace, job),
+                                 BACKGROUND)
+            except Exception as exc:  # ttlSecondsAfterFinished removes it anyway
+                if not is_not_found(exc):
+                    pass
+        result = parse_reader_log(log)
+        self._store[version] = result
+        if version is None and result[1] is not None:
+            self._store[result[1]] = result
+        return result
+
+    def _job_log(self, job: str) -> str:
+        deadline = time.monotonic() + self.reader_timeout_seconds
+        pods_path = BY_KIND["Pod"].collection(self.spec.namespace)
+        while True:
+            _, body = self.api.request("GET", pods_path,
+                                       {"labelSelector": f"batch.kubernetes.io/job-name={job}"})
+            for pod in (body or {}).get("items") or []:
+                phase = (pod.get("status") or {}).get("phase")
+                name = pod["metadata"]["name"]
+                if phase in ("Succeeded", "Failed"):
+                    text = self.api.text(f"{pods_path}/{name}/log")
+                    if phase == "Failed":
+                        raise ServingError(f"the model store reader {job} failed: "
+                                           f"{text.strip()[-500:]}")
+                    return text
+            if time.monotonic() > deadline:
+                raise ServingError(f"the model store reader {job} did not finish within "
+                                   f"{self.reader_timeout_seconds:.0f} s")
+            time.sleep(1.0)
+
+    def exported_versions(self) -> list[int]:
+        return self._read_store(None)[0]
+
+    def sample_request(self, version: int) -> dict[str, Any] | None:
+        return self._read_store(version)[2]
+
+    # -- TF Serving through the service proxy ---------------------------------------------
+    def _proxy(self, method: str, path: str, body: Any = None,
+               timeout: float = 10.0) -> tuple[int, Any]:
+        full = service_proxy_path(self.spec.namespace, self.spec.name, self.spec.rest_port, path)
+        try:
+            resp = self.api.client.call_api(
+                full, method, header_params={"Accept": "application/json",
+                                             "Content-Type": "application/json"},
+                body=body, auth_settings=["BearerToken"], _preload_content=False,
+                _request_timeout=(10.0, timeout))
+            status, raw = resp.status, resp.data
+        except Exception as exc:
+            status = api_status(exc)
+            if status is None:
+                raise OSError(f"{method} {full}: {exc}") from exc
+            raw = getattr(exc, "body", b"") or b""
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        try:
+            return status, json.loads(text) if text else None
+        except ValueError:
+            return status, text
+
+    def _model_path(self, version: int | None = None, label: str | None = None) -> str:
+        path = f"/v1/models/{self.spec.model_name}"
+        if version is not None:
+            return f"{path}/versions/{version}"
+        return f"{path}/labels/{label}" if label else path
+
+    def version_state(self, version: int) -> VersionState | None:
+        try:
+            status, body = self._proxy("GET", self._model_path(version))
+        except OSError:
+            return None
+        return parse_status(body, version) if status == 200 else None
+
+    def label_version(self, label: str) -> int | None:
+        try:
+            status, body = self._proxy("GET", self._model_path(label=label))
+        except OSError:
+            return None
+        entries = body.get("model_version_status") if isinstance(body, dict) else None
+        return int(entries[0]["version"]) if status == 200 and entries else None
+
+    def predict(self, body: dict[str, Any], *, version: int | None = None,
+                label: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+        path = self._model_path(version, label) + ":predict"
+        try:
+            status, answer = self._proxy("POST", path, body, timeout)
+        except OSError as exc:
+            raise PredictError(str(exc)) from exc
+        if status != 200:
+            detail = answer.get("error") or answer.get("message") if isinstance(answer, dict) \
+                else answer
+            raise PredictError(f"predict answered HTTP {status}: {detail}")
+        return answer
+
+    def endpoint(self, label: str | None = None) -> str:
+        try:
+            host = self.api.client.configuration.host.rstrip("/")
+        except Exception as exc:  # no usable connection: still name the path
+            host = f"<api server: {error_message(exc)}>"
+        return host + service_proxy_path(self.spec.namespace, self.spec.name,
+                                         self.spec.rest_port, self._model_path(label=label))

@@ -1,0 +1,192 @@
+"""Render TF Serving and TensorBoard objects from ``templates/serving/`` and
+``templates/tensorboard/``. A leaf module (Jinja2 and YAML load on first use), with the
+training templates' rules: a sandbox, ``StrictUndefined``, and values printed only
+through ``tojson``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from airflow_tfk import naming
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.render import RenderError, k8s_escape, template_dirs
+from airflow_tfk.serving.spec import LOGS_MOUNT, MODELS_MOUNT, ServingSpec, TensorBoardSpec
+
+LABEL_SERVING = f"{naming.LABEL_PREFIX}/serving"
+LABEL_MODEL = f"{naming.LABEL_PREFIX}/model"
+LABEL_TENSORBOARD = f"{naming.LABEL_PREFIX}/tensorboard"
+CONFIG_MOUNT = "/etc/tfk-serving"
+CONFIG_FILE = "models.config"
+# Prints "tfk-versions: 1 2 3", "tfk-version: 3" and the sample request after "tfk-sample:".
+READER_SCRIPT = r"""set -eu
+cd "$1"
+vs=""
+for d in */; do
+  d="${d%/}"
+  case "$d" in *[!0-9]*|"") ;; *) if [ -f "$d/saved_model.pb" ]; then vs="$vs $d"; fi;; esac
+done
+echo "tfk-versions:$vs"
+v="$2"
+if [ -z "$v" ]; then v=$(for x in $vs; do echo "$x"; done | sort -n | tail -n 1); fi
+[ -n "$v" ] || exit 0
+echo "tfk-version: $v"
+f="$v/assets.extra/tfk_sample_request.json"
+if [ -f "$f" ]; then echo "tfk-sample:"; cat "$f"; echo; fi
+"""
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+
+
+class _Json(str):
+    __slots__ = ()
+
+
+class _Fragment(str):
+    __slots__ = ()
+
+
+def _tojson(value: Any) -> _Json:
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return _Json(_YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+
+
+def _finalize(value: Any) -> Any:
+    if isinstance(value, (_Json, _Fragment)):
+        return value
+    from jinja2 import TemplateError
+
+    raise TemplateError(f"template printed a raw value ({type(value).__name__}); every value "
+                        "must go through '| tojson' (macro output through '| fragment')")
+
+
+@functools.lru_cache(maxsize=8)
+def _env(dirs: tuple[Path, ...]) -> Any:
+    from jinja2 import FileSystemLoader, StrictUndefined
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(
+        loader=FileSystemLoader([str(d) for d in dirs]), undefined=StrictUndefined,
+        autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        auto_reload=False, finalize=_finalize)
+    env.filters["tojson"] = _tojson
+    env.filters["fragment"] = _Fragment
+    return env
+
+
+def _render(template: str, kind: str, name: str, namespace: str, c: dict[str, Any],
+            template_dir: str | Path | None) -> dict[str, Any]:
+    import yaml
+
+    text = _env(tuple(template_dirs(template_dir))).get_template(template).render(c=c)
+    try:
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+    except yaml.YAMLError as exc:
+        raise RenderError(f"{template} rendered invalid YAML for {name}: {exc}") from None
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    if not isinstance(meta, dict) or doc.get("kind") != kind or meta.get("name") != name \
+            or meta.get("namespace") != namespace:
+        raise RenderError(f"{template}: expected {kind} {name!r} in {namespace!r}")
+    return doc
+
+
+def _resources(spec: ServingSpec | TensorBoardSpec) -> dict[str, dict[str, str]]:
+    out = {}
+    if spec.resources.requests:  # type: ignore[union-attr]
+        out["requests"] = spec.resources.requests  # type: ignore[union-attr]
+    if spec.resources.limits:  # type: ignore[union-attr]
+        out["limits"] = spec.resources.limits  # type: ignore[union-attr]
+    return out
+
+
+def _base(spec: ServingSpec | TensorBoardSpec, app: str, component: str, key: str,
+          identity: RunIdentity | None) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/name": app, "app.kubernetes.io/instance": spec.name,
+              "app.kubernetes.io/managed-by": naming.MANAGED_BY,
+              "app.kubernetes.io/component": component, key: spec.name}
+    if identity is not None:
+        labels.update(identity.labels())
+    labels.update(spec.labels)
+    return {"name": spec.name, "namespace": spec.namespace, "labels": labels,
+            "selector": {key: spec.name}, "annotations": identity.annotations() if identity else {},
+            "image": spec.image, "image_pull_policy": spec.image_pull_policy,
+            "image_pull_secrets": [{"name": s} for s in spec.image_pull_secrets],
+            "node_selector": dict(spec.node_selector), "resources": _resources(spec),
+            "claim": spec.claim}
+
+
+def serving_context(spec: ServingSpec, identity: RunIdentity | None = None,
+                    model_config: str = "") -> dict[str, Any]:
+    spec.require_claim()
+    c = _base(spec, "tensorflow-serving", "serving", LABEL_SERVING, identity)
+    c["labels"][LABEL_MODEL] = naming.safe_label_value(spec.model_name)
+    c.update({
+        "config_map_name": spec.config_map_name, "model_config": model_config,
+        "replicas": spec.replicas, "rest_port": spec.rest_port, "grpc_port": spec.grpc_port,
+        "models_mount": MODELS_MOUNT, "config_mount": CONFIG_MOUNT,
+        "args": [f"--port={spec.grpc_port}", f"--rest_api_port={spec.rest_port}",
+                 f"--model_config_file={CONFIG_MOUNT}/{CONFIG_FILE}",
+                 f"--model_config_file_poll_wait_seconds={spec.poll_seconds}",
+                 f"--file_system_poll_wait_seconds={spec.poll_seconds}"],
+    })
+    return c
+
+
+def render_serving(spec: ServingSpec, identity: RunIdentity | None = None,
+                   model_config: str = "", template_dir: str | Path | None = None
+                   ) -> list[dict[str, Any]]:
+    """ConfigMap, Service and Deployment of one model's TF Serving, in apply order."""
+    c = serving_context(spec, identity, model_config)
+    return [
+        _render("serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name, spec.namespace,
+                c, template_dir),
+        _render("serving/service.yaml.j2", "Service", spec.name, spec.namespace, c,
+                template_dir),
+        _render("serving/deployment.yaml.j2", "Deployment", spec.name, spec.namespace, c,
+                template_dir),
+    ]
+
+
+def render_config_map(spec: ServingSpec, model_config: str, identity: RunIdentity | None = None,
+                      template_dir: str | Path | None = None) -> dict[str, Any]:
+    c = serving_context(spec, identity, model_config)
+    return _render("serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name,
+                   spec.namespace, c, template_dir)
+
+
+def render_sample_reader(spec: ServingSpec, job_name: str, version: int | None,
+                         identity: RunIdentity | None = None, deadline_seconds: int = 300,
+                         template_dir: str | Path | None = None) -> dict[str, Any]:
+    """A Job that prints the model's exported versions and one version's sample request."""
+    c = serving_context(spec, identity)
+    c.update({"job_name": job_name, "reader_deadline": deadline_seconds,
+              # Kubernetes expands $(VAR) in command and args; the script is shell, not that.
+              "reader_script": k8s_escape(READER_SCRIPT),
+              "model_dir": k8s_escape(spec.pod_base_path),
+              "reader_version": "" if version is None else str(int(version)),
+              "reader_labels": {**c["labels"], "app.kubernetes.io/component": "store-reader"}})
+    return _render("serving/sample-reader-job.yaml.j2", "Job", job_name, spec.namespace, c,
+                   template_dir)
+
+
+def render_tensorboard(spec: TensorBoardSpec, identity: RunIdentity | None = None,
+                       template_dir: str | Path | None = None) -> list[dict[str, Any]]:
+    """Service and Deployment of a TensorBoard over the logs claim."""
+    if spec.claim is None:
+        from airflow_tfk.errors import SpecError
+
+        raise SpecError("claim", "is required on Kubernetes (base_path is local-only)")
+    c = _base(spec, "tensorboard", "tensorboard", LABEL_TENSORBOARD, identity)
+    prefix = f"/api/v1/namespaces/{spec.namespace}/services/{spec.name}:{spec.port}/proxy"
+    c.update({"port": spec.port, "logs_mount": LOGS_MOUNT,
+              "args": [f"--logdir={spec.pod_logdir}", "--bind_all", f"--port={spec.port}",
+                       f"--reload_interval={spec.reload_seconds}", f"--path_prefix={prefix}"]})
+    return [
+        _render("tensorboard/service.yaml.j2", "Service", spec.name, spec.namespace, c,
+                template_dir),
+        _render("tensorboard/deployment.yaml.j2", "Deployment", spec.name, spec.namespace, c,
+                template_dir),
+    ]
