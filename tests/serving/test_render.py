@@ -1,0 +1,129 @@
+"""Serving and TensorBoard manifests: valid against the official schemas of Kubernetes
+1.29 and 1.37, hardened like the training pods, labelled for selection, injection-proof."""
+
+from __future__ import annotations
+
+import functools
+from unittest import mock
+
+import kubernetes_validate
+import pytest
+
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.serving.model_config import ModelConfig, ModelServerConfig, parse
+from airflow_tfk.serving.render import (
+    LABEL_SERVING,
+    READER_SCRIPT,
+    render_sample_reader,
+    render_serving,
+    render_tensorboard,
+)
+from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
+
+K8S_VERSIONS = ("1.29", "1.37")
+IDENTITY = RunIdentity("train_and_serve", "publish", "manual__2026-01-01T00:00:00+00:00")
+_cached_schema = functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents)
+
+
+def validate(manifest, version: str) -> None:
+    with mock.patch.object(kubernetes_validate.utils, "schema_contents", _cached_schema):
+        kubernetes_validate.validate(manifest, version, strict=True)
+
+
+SPEC = ServingSpec(model_name="digits", claim="models", sub_path="exports", namespace="ml",
+                   replicas=2, resources={"cpu": "500m", "memory": "1Gi"},
+                   image_pull_secrets=("regcred",), node_selector={"pool": "serving"},
+                   labels={"team": "vision"}, poll_seconds=5)
+CONFIG = ModelServerConfig((ModelConfig("digits", SPEC.pod_base_path, versions=(3, 4),
+                                        labels={"stable": 3}),)).to_text()
+
+
+def all_manifests():
+    return [*render_serving(SPEC, IDENTITY, CONFIG),
+            render_sample_reader(SPEC, "tfs-digits-read-abc123", None, IDENTITY),
+            render_sample_reader(ServingSpec(model_name="d", claim="m"), "tfs-d-read-1", 7),
+            *render_tensorboard(TensorBoardSpec(name="tb-digits", claim="logs", sub_path="r1",
+                                                namespace="ml", resources={"cpu": "100m"}),
+                                IDENTITY)]
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_schema_valid(version):
+    for manifest in all_manifests():
+        validate(manifest, version)
+
+
+def pods(manifests):
+    return [(m, m["spec"]["template"]["spec"]) for m in manifests
+            if m["kind"] in ("Deployment", "Job")]
+
+
+def test_pods_are_hardened_and_mount_read_only():
+    for m, pod in pods(all_manifests()):
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {
+                "drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
+        claims = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
+        assert claims and all(v["persistentVolumeClaim"]["readOnly"] for v in claims)
+        assert all(vm.get("readOnly") for c in pod["containers"] for vm in c["volumeMounts"]
+                   if vm["name"] in ("models", "logs")), m["metadata"]["name"]
+
+
+def test_serving_objects():
+    cm, svc, dep = render_serving(SPEC, IDENTITY, CONFIG)
+    assert [m["kind"] for m in (cm, svc, dep)] == ["ConfigMap", "Service", "Deployment"]
+    assert parse(cm["data"]["models.config"]).get("digits").versions == (3, 4)
+    labels = dep["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == "tensorflow-serving"
+    assert labels["app.kubernetes.io/managed-by"] == "airflow-tfk"
+    assert labels[LABEL_SERVING] == "tfs-digits" and labels["team"] == "vision"
+    assert labels["tfk.airflow.apache.org/dag-id"] == "train_and_serve"
+    assert dep["spec"]["selector"]["matchLabels"] == {LABEL_SERVING: "tfs-digits"}
+    assert svc["spec"]["selector"] == {LABEL_SERVING: "tfs-digits"}
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"http": 8501, "grpc": 8500}
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"] == ["tensorflow_model_server"]
+    assert "--model_config_file=/etc/tfk-serving/models.config" in c["args"]
+    assert "--model_config_file_poll_wait_seconds=5" in c["args"]
+    assert dep["spec"]["replicas"] == 2
+    assert c["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"},
+                              "limits": {"memory": "1Gi"}}
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "serving"}
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert {v["name"]: v for v in pod["volumes"]}["config"]["configMap"]["name"] == \
+        "tfs-digits-config"
+
+
+def test_reader_job_passes_paths_as_arguments():
+    job = render_sample_reader(SPEC, "tfs-digits-read-x", 4)
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"][:2] == ["/bin/sh", "-c"]
+    assert c["command"][3:] == ["tfk-read-store", "/models/exports/digits", "4"]
+    # escaped for Kubernetes' $(VAR) expansion, and nothing else changed
+    assert c["command"][2].replace("$$", "$") == READER_SCRIPT
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["template"]["spec"][
+        "restartPolicy"] == "Never"
+
+
+def test_hostile_values_stay_values():
+    spec = ServingSpec(model_name="digits", claim="models", sub_path='x"; rm -rf /; $(id)')
+    job = render_sample_reader(spec, "j", None)
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][4] == \
+        '/models/x"; rm -rf /; $$(id)/digits'
+    text = 'model_config_list {\n}\n# "}: {{ evil }}\n'
+    assert render_serving(spec, None, text)[0]["data"]["models.config"] == text
+
+
+def test_tensorboard_objects():
+    svc, dep = render_tensorboard(TensorBoardSpec(name="tb-digits", claim="logs",
+                                                  sub_path="r1", namespace="ml"))
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "--logdir=/tfk/logs/r1" in c["args"]
+    assert "--path_prefix=/api/v1/namespaces/ml/services/tb-digits:6006/proxy" in c["args"]
+    assert svc["spec"]["ports"][0]["port"] == 6006
+    assert dep["metadata"]["labels"]["app.kubernetes.io/component"] == "tensorboard"
