@@ -1,0 +1,91 @@
+"""TensorBoard: a real local TensorBoard process starts, answers HTTP on its port, is found
+again, and is stopped by its teardown; the extra link reads the pushed URL."""
+
+from __future__ import annotations
+
+import urllib.request
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+from airflow_tfk.operators.tensorboard import (
+    StopTensorBoardOperator,
+    TensorBoardLink,
+    TensorBoardOperator,
+)
+from airflow_tfk.serving.spec import TensorBoardSpec
+from airflow_tfk.serving.tensorboard import LocalTensorBoard
+
+
+class TI(SimpleNamespace):
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
+def context(task_id: str) -> dict:
+    return {"ti": TI(dag_id="digits_daily", task_id=task_id, run_id="manual__1", map_index=-1,
+                     try_number=1, pushed={})}
+
+
+@pytest.mark.e2e
+def test_local_tensorboard_serves_the_logs_and_stops(tmp_path):
+    logdir = tmp_path / "root" / "default" / ".claims" / "logs" / "run-1"
+    logdir.mkdir(parents=True)
+    start = TensorBoardOperator(task_id="tensorboard", claim="logs", sub_path="run-1",
+                                backend="local", backend_config={"root": str(tmp_path / "root")})
+    stop = StopTensorBoardOperator(claim="logs", sub_path="run-1", backend="local",
+                                   backend_config={"root": str(tmp_path / "root")})
+    ctx = context("tensorboard")
+    value = start.execute(ctx)
+    server = start.server(ctx)
+    pid = server._record()["pid"]
+    try:
+        assert ctx["ti"].pushed["tensorboard"] == value
+        assert value["url"].startswith("http://127.0.0.1:") and value["backend"] == "local"
+        with urllib.request.urlopen(value["url"], timeout=30) as resp:
+            assert resp.status == 200 and b"TensorBoard" in resp.read()
+        assert server._record()["logdir"] == str(logdir)
+        # a second start (retry) finds the running one instead of starting another
+        assert start.execute(context("tensorboard"))["url"] == value["url"]
+        assert server._record()["pid"] == pid
+    finally:
+        stop.execute(context("stop_tensorboard"))
+    assert not server.running()
+    assert not psutil.pid_exists(pid)
+
+
+def test_link_reads_the_url_from_the_tensorboard_task(monkeypatch):
+    from airflow.sdk.execution_time.xcom import XCom
+
+    seen = {}
+
+    def get_one(**kw):
+        seen.update(kw)
+        return {"url": "http://tb.example/"}
+
+    monkeypatch.setattr(XCom, "get_one", get_one)
+    monkeypatch.setattr(XCom, "get_value", lambda **kw: {"url": "http://own/"})
+    key = SimpleNamespace(dag_id="d", task_id="train", run_id="r", map_index=-1, try_number=1)
+    training = SimpleNamespace(tensorboard_task_id="tb_task")
+    assert TensorBoardLink().get_link(training, ti_key=key) == "http://tb.example/"
+    assert seen == {"key": "tensorboard", "dag_id": "d", "run_id": "r", "task_id": "tb_task"}
+    assert TensorBoardLink().get_link(SimpleNamespace(), ti_key=key) == "http://tb.example/"
+    assert seen["task_id"] == "tensorboard"
+    own = TensorBoardOperator(task_id="tensorboard", claim="logs")
+    assert TensorBoardLink().get_link(own, ti_key=key) == "http://own/"
+    monkeypatch.setattr(XCom, "get_one", lambda **kw: None)
+    assert TensorBoardLink().get_link(training, ti_key=key) == ""
+
+
+def test_spec_errors_and_defaults():
+    from airflow_tfk.errors import SpecError
+
+    op = TensorBoardOperator(claim="logs", backend="local")
+    assert op.task_id == "tensorboard"
+    assert op.spec("digits_daily").name == "tb-digits-daily-" + op.spec("digits_daily").name[-6:]
+    with pytest.raises(SpecError):
+        TensorBoardOperator(claim=None, backend="local").spec("d")
+    with pytest.raises(ValueError, match="action"):
+        TensorBoardOperator(claim="logs", action="restart")
+    assert LocalTensorBoard(TensorBoardSpec(name="tb", base_path="/x")).logdir() == "/x"
