@@ -475,6 +475,7 @@ class _WatchSession:
         self._deadline: float | None = None  # wall clock: a timeout may flip a task
         self._failures = 0
         self._last: ClusterStatus | None = None
+        self._opened_with: tuple[bool, float | None] = (False, None)
         self.deleted_reason: str | None = None  # looked up once the cluster is gone
 
     # jobs
@@ -540,6 +541,7 @@ class _WatchSession:
 
     def watch_seconds(self, left: float) -> int:
         """How long the next watch request may stay open before something is due."""
+        self._opened_with = (self._jobs_due, self._deadline)
         wait = min(left, MAX_WATCH_SECONDS)
         if self._deadline is not None:
             wait = min(wait, max(0.0, self._deadline - time.time()) + 0.5)
@@ -549,8 +551,14 @@ class _WatchSession:
         return max(1, math.ceil(wait))
 
     def should_reopen(self) -> bool:
+        """End the current watch request: something is due before the server would end it."""
         if self.rv is None or self.needs_jobs():
             return True
+        jobs_due, deadline = self._opened_with
+        if self._jobs_due and not jobs_due:
+            return True  # reopen with a timeout that ends when the Job list is due
+        if self._deadline is not None and (deadline is None or self._deadline < deadline):
+            return True  # a new, earlier timeout appeared
         return self._deadline is not None and time.time() >= self._deadline
 
     def stream_failed(self, exc: BaseException) -> float:

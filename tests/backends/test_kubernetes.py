@@ -91,7 +91,8 @@ def hand_rendered(spec: TFClusterSpec, identity: RunIdentity | None = None) -> l
     ns = spec.namespace_name
 
     def meta(name: str, role: str | None = None, namespaced: bool = True) -> dict:
-        labels = {SEL: spec.name, "app.kubernetes.io/managed-by": "airflow-tfk"}
+        labels = {SEL: spec.name, "app.kubernetes.io/managed-by": "airflow-tfk",
+                  **(identity.labels() if identity else {})}
         if role:
             labels[naming.LABEL_ROLE] = role
         out: dict[str, Any] = {"name": name, "labels": labels}
@@ -281,7 +282,11 @@ def test_watch_turns_an_unschedulable_task_failed_when_its_timeout_passes(double
     spec = make_spec(workers=1, ps=None)
     ref = backend.create(spec)
     double.set_unschedulable(double.pod_name(spec.name, "worker", 0))
-    phases = [task(s, "worker", 0).phase for s in backend.watch(ref, timeout=4)]
+    phases = []
+    for status in backend.watch(ref, timeout=6):
+        phases.append(task(status, "worker", 0).phase)
+        if phases[-1] is Phase.FAILED:
+            break
     assert phases == [Phase.PENDING, Phase.FAILED]
 
 
@@ -423,6 +428,44 @@ def test_delete_roles_ps_removes_its_statefulset_service_and_pods_only(double, b
     backend.delete_roles(ref, ["ps"])  # idempotent
 
 
+def test_delete_reason_is_reported_once_the_cluster_is_gone(double, backend):
+    spec = make_spec(workers=2, ps=1)
+    ref = backend.create(spec)
+    watcher = make_backend()
+    seen: list[ClusterStatus] = []
+
+    def watch() -> None:
+        for status in watcher.watch(ref, timeout=10):
+            seen.append(status)
+            if not status.exists:
+                return
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    time.sleep(0.5)
+    backend.delete(ref, reason="killed by run scheduled__2026-01-02 (kill_previous)")
+    thread.join()
+    assert seen[-1] == ClusterStatus(tasks=(), exists=False,
+                                     deleted_reason="killed by run scheduled__2026-01-02 "
+                                                    "(kill_previous)")
+    status = make_backend().status(ref)
+    assert not status.exists and status.deleted_reason.startswith("killed by run")
+    assert labelled(double, ref) == []
+
+
+def test_find_returns_the_live_clusters_of_a_dag_task(double, backend):
+    runs = [RunIdentity("find_dag", "train", f"run{i}") for i in range(3)]
+    refs = [backend.create(make_spec(workers=1, ps=None), run) for run in runs]
+    backend.create(make_spec(workers=1, ps=None), RunIdentity("find_dag", "other", "run0"))
+    labels = {k: v for k, v in runs[0].labels().items()
+              if k in (naming.LABEL_DAG, naming.LABEL_TASK)}
+    assert sorted(backend.find("default", labels), key=str) == sorted(refs, key=str)
+    assert sorted(backend.find(None, labels), key=str) == sorted(refs, key=str)
+    assert backend.find("elsewhere", labels) == []
+    backend.delete(refs[0])
+    assert sorted(backend.find(None, labels), key=str) == sorted(refs[1:], key=str)
+
+
 # -- request budget -----------------------------------------------------------------------
 def test_waiting_on_600_workers_costs_a_handful_of_requests(double, backend):
     spec = make_spec(workers=600, ps=2)
@@ -462,18 +505,21 @@ def test_waiting_on_600_workers_costs_a_handful_of_requests(double, backend):
     assert counts == {"list pods": 5}, counts
 
 
-def test_watch_relists_after_410_gone(double):
-    backend = make_backend(unschedulable_timeout=2)
+def test_watch_relists_after_410_gone(double, backend):
     spec = make_spec(workers=2, ps=None)
     ref = backend.create(spec)
-    double.set_unschedulable(double.pod_name(spec.name, "worker", 0))  # a reopen in 1-2 s
-    threading.Timer(0.3, double.compact).start()
-    threading.Timer(2.5, double.set_running, (double.pod_name(spec.name, "worker", 1),)).start()
     mark = double.mark()
-    statuses = list(backend.watch(ref, timeout=4))
+    statuses = []
+    for status in backend.watch(ref, timeout=6):
+        statuses.append(status)
+        if len(statuses) == 1:  # listed; the watch from this resourceVersion will be too old
+            double.compact()
+            threading.Timer(0.5, double.set_running,
+                            (double.pod_name(spec.name, "worker", 1),)).start()
+        if task(status, "worker", 1).phase is Phase.RUNNING:
+            break
     assert task(statuses[-1], "worker", 1).phase is Phase.RUNNING
-    assert task(statuses[-1], "worker", 0).phase is Phase.FAILED
-    assert double.count("list", "pods", since=mark) == 2  # the initial list + one after 410
+    assert double.summary(since=mark) == {"list jobs": 1, "list pods": 2, "watch pods": 2}
 
 
 # -- retries of transient API errors --------------------------------------------------------
@@ -551,10 +597,11 @@ def test_awatch_and_adelete_through_the_async_hook(double, backend):
     async def run() -> list[ClusterStatus]:
         seen = []
         loop = asyncio.get_running_loop()
-        loop.call_later(0.3, double.set_succeeded, pods[0])
-        loop.call_later(0.4, double.set_oom_killed, pods[1])
         async for status in get_backend("kubernetes", **backend.config()).awatch(ref, 8):
             seen.append(status)
+            if len(seen) == 1:  # listed: now the cluster moves on, seen through the watch
+                loop.call_later(0.1, double.set_succeeded, pods[0])
+                loop.call_later(0.2, double.set_oom_killed, pods[1])
             if task(status, "worker", 1).phase is Phase.FAILED:
                 break
         await backend.adelete(ref)
