@@ -11,6 +11,7 @@ Imports the Kubernetes client and the cncf provider lazily.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
 from functools import cached_property
@@ -28,10 +29,10 @@ from airflow_tfk.serving.base import (
     parse_status,
 )
 from airflow_tfk.serving.model_config import ModelServerConfig, parse
-from airflow_tfk.serving.render import CONFIG_FILE
-from airflow_tfk.serving.spec import ServingSpec
+from airflow_tfk.serving.spec import CONFIG_FILE, ServingSpec
 
 BACKGROUND = {"propagationPolicy": "Background"}
+log = logging.getLogger(__name__)
 
 
 def service_proxy_path(namespace: str, service: str, port: int, path: str = "") -> str:
@@ -170,7 +171,8 @@ class KubernetesServing(ServingTarget):
                                  BACKGROUND)
             except Exception as exc:  # ttlSecondsAfterFinished removes it anyway
                 if not is_not_found(exc):
-                    pass
+                    log.warning("could not delete the store reader Job %s: %s", job,
+                                error_message(exc))
         result = parse_reader_log(log)
         self._store[version] = result
         if version is None and result[1] is not None:

@@ -27,7 +27,7 @@ from airflow_tfk.serving import _process
 from airflow_tfk.serving._http import request_json
 from airflow_tfk.serving.base import Emit, PredictError, ServingTarget, VersionState, parse_status
 from airflow_tfk.serving.model_config import ModelServerConfig, parse
-from airflow_tfk.serving.spec import ServingSpec
+from airflow_tfk.serving.spec import CONFIG_FILE, ServingSpec
 
 TF_SERVING_BINARY = "tensorflow_model_server"
 SAMPLE_REQUEST = os.path.join("assets.extra", "tfk_sample_request.json")
@@ -66,7 +66,7 @@ class LocalServing(ServingTarget):
         self.server = server
         self.start_timeout_seconds = float(start_timeout_seconds)
         self.dir = Path(self.root, spec.namespace, ".serving", spec.name or "")
-        self.config_path = self.dir / "models.config"
+        self.config_path = self.dir / CONFIG_FILE
         self.record_path = self.dir / "server.json"
         self.log_path = self.dir / "server.log"
 

@@ -15,13 +15,18 @@ from typing import Any
 from airflow_tfk import naming
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.render import RenderError, k8s_escape, template_dirs
-from airflow_tfk.serving.spec import LOGS_MOUNT, MODELS_MOUNT, ServingSpec, TensorBoardSpec
+from airflow_tfk.serving.spec import (
+    CONFIG_FILE,
+    LOGS_MOUNT,
+    MODELS_MOUNT,
+    ServingSpec,
+    TensorBoardSpec,
+)
 
 LABEL_SERVING = f"{naming.LABEL_PREFIX}/serving"
 LABEL_MODEL = f"{naming.LABEL_PREFIX}/model"
 LABEL_TENSORBOARD = f"{naming.LABEL_PREFIX}/tensorboard"
 CONFIG_MOUNT = "/etc/tfk-serving"
-CONFIG_FILE = "models.config"
 # Prints "tfk-versions: 1 2 3", "tfk-version: 3" and the sample request after "tfk-sample:".
 READER_SCRIPT = r"""set -eu
 cd "$1"

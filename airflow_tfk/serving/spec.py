@@ -22,6 +22,8 @@ DEFAULT_SERVING_IMAGE = "tensorflow/serving:2.18.0"
 DEFAULT_TENSORBOARD_IMAGE = "tensorflow/tensorflow:2.21.0"
 MODELS_MOUNT = "/models"
 LOGS_MOUNT = "/tfk/logs"
+#: the model config file's name in the ConfigMap and in the local server's directory
+CONFIG_FILE = "models.config"
 # TF Serving resolves model names in URLs; keep them to a label-value alphabet.
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -18,6 +18,7 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from airflow_tfk.serving import _process
@@ -40,8 +41,7 @@ class ServingApiDouble(KubeApiDouble):
         class Handler(_ProxyHandler):
             api = double
 
-        self._server = __import__("http.server").server.ThreadingHTTPServer(
-            ("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True,
                          name="k8s-serving-double").start()

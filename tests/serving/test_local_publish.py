@@ -3,8 +3,6 @@ rollback of broken versions, and no process left behind."""
 
 from __future__ import annotations
 
-import os
-
 import psutil
 import pytest
 
