@@ -9,7 +9,7 @@ repeated fields, comments) and maps just the fields this project writes::
     model_config_list {
       config {
         name: "digits"
-        base_path: "/models/digits"
+        base_path: "/tfk/models/digits"
         model_platform: "tensorflow"
         model_version_policy { specific { versions: 3 versions: 4 } }
         version_labels { key: "stable" value: 3 }

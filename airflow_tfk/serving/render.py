@@ -26,7 +26,7 @@ from airflow_tfk.serving.spec import (
 LABEL_SERVING = f"{naming.LABEL_PREFIX}/serving"
 LABEL_MODEL = f"{naming.LABEL_PREFIX}/model"
 LABEL_TENSORBOARD = f"{naming.LABEL_PREFIX}/tensorboard"
-CONFIG_MOUNT = "/etc/tfk-serving"
+CONFIG_MOUNT = "/etc/tfk"  # as in images/serving
 # Prints "tfk-versions: 1 2 3", "tfk-version: 3" and the sample request after "tfk-sample:".
 READER_SCRIPT = r"""set -eu
 cd "$1"

@@ -18,9 +18,9 @@ from airflow_tfk import naming
 from airflow_tfk.errors import SpecError
 from airflow_tfk.spec import Resources
 
-DEFAULT_SERVING_IMAGE = "tensorflow/serving:2.18.0"
+DEFAULT_SERVING_IMAGE = "tensorflow/serving:2.19.0"
 DEFAULT_TENSORBOARD_IMAGE = "tensorflow/tensorflow:2.21.0"
-MODELS_MOUNT = "/models"
+MODELS_MOUNT = "/tfk/models"  # where the training pods mount it too
 LOGS_MOUNT = "/tfk/logs"
 #: the model config file's name in the ConfigMap and in the local server's directory
 CONFIG_FILE = "models.config"
@@ -143,7 +143,7 @@ class ServingSpec:
 
     :param model_name: the model's name in TF Serving (``/v1/models/NAME``) and the
         directory under the model store that holds its versions.
-    :param claim: PVC of the model store (Kubernetes: mounted read-only at ``/models``;
+    :param claim: PVC of the model store (Kubernetes: mounted read-only at ``/tfk/models``;
         local: ``<root>/<namespace>/.claims/<claim>/``).
     :param sub_path: directory inside the claim that holds ``<model_name>/<version>/``.
     :param base_path: local backend only, instead of ``claim``: the directory that holds

@@ -6,7 +6,7 @@ Extends the HTTP API-server double of ``tests/backends/k8s_double.py`` with:
   a local model server that plays the TF Serving pod behind the Service (503 while the
   Service has no Deployment, 404 without the Service, like the real proxy);
 - a "kubelet" that copies the TF Serving ConfigMap into that model server's config file
-  (the ConfigMap volume), with ``/models`` mapped to a local model store (the PVC);
+  (the ConfigMap volume), with ``/tfk/models`` mapped to a local model store (the PVC);
 - a "kubelet" that runs the store-reader Job's command locally on that store, sets the
   pod's log and marks it Succeeded or Failed.
 """
@@ -48,7 +48,7 @@ class ServingApiDouble(KubeApiDouble):
         return self
 
     def local_path(self, pod_path: str) -> str:
-        return re.sub(r"^/models(?=/|$)", self.store, pod_path)
+        return re.sub(r"^/tfk/models(?=/|$)", self.store, pod_path)
 
     def _apply(self, plural, ns, name, query, body):  # noqa: ANN001 - the parent's signature
         code, obj = super()._apply(plural, ns, name, query, body)
@@ -58,7 +58,7 @@ class ServingApiDouble(KubeApiDouble):
             pod = self.pods.get((ns, labels["tfk.airflow.apache.org/serving"]))
             if pod is not None:
                 text = (body.get("data") or {}).get("models.config", "")
-                text = re.sub(r'base_path: "/models(?=[/"])', f'base_path: "{self.store}', text)
+                text = re.sub(r'base_path: "/tfk/models(?=[/"])', f'base_path: "{self.store}', text)
                 pod.dir.mkdir(parents=True, exist_ok=True)
                 _process.write_atomic(pod.config_path, text)
         if code == 201 and plural == "jobs" and \

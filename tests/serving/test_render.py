@@ -87,7 +87,7 @@ def test_serving_objects():
     assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"http": 8501, "grpc": 8500}
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert c["command"] == ["tensorflow_model_server"]
-    assert "--model_config_file=/etc/tfk-serving/models.config" in c["args"]
+    assert "--model_config_file=/etc/tfk/models.config" in c["args"]
     assert "--model_config_file_poll_wait_seconds=5" in c["args"]
     assert dep["spec"]["replicas"] == 2
     assert c["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"},
@@ -103,7 +103,7 @@ def test_reader_job_passes_paths_as_arguments():
     job = render_sample_reader(SPEC, "tfs-digits-read-x", 4)
     c = job["spec"]["template"]["spec"]["containers"][0]
     assert c["command"][:2] == ["/bin/sh", "-c"]
-    assert c["command"][3:] == ["tfk-read-store", "/models/exports/digits", "4"]
+    assert c["command"][3:] == ["tfk-read-store", "/tfk/models/exports/digits", "4"]
     # escaped for Kubernetes' $(VAR) expansion, and nothing else changed
     assert c["command"][2].replace("$$", "$") == READER_SCRIPT
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["template"]["spec"][
@@ -114,7 +114,7 @@ def test_hostile_values_stay_values():
     spec = ServingSpec(model_name="digits", claim="models", sub_path='x"; rm -rf /; $(id)')
     job = render_sample_reader(spec, "j", None)
     assert job["spec"]["template"]["spec"]["containers"][0]["command"][4] == \
-        '/models/x"; rm -rf /; $$(id)/digits'
+        '/tfk/models/x"; rm -rf /; $$(id)/digits'
     text = 'model_config_list {\n}\n# "}: {{ evil }}\n'
     assert render_serving(spec, None, text)[0]["data"]["models.config"] == text
 

@@ -12,9 +12,9 @@ def test_defaults():
     s = ServingSpec(model_name="digits", claim="models")
     assert (s.name, s.config_map_name, s.rest_port, s.grpc_port, s.keep_versions) == \
         ("tfs-digits", "tfs-digits-config", 8501, 8500, 2)
-    assert s.pod_base_path == "/models/digits"
+    assert s.pod_base_path == "/tfk/models/digits"
     assert ServingSpec(model_name="d", claim="m", sub_path="exports/").pod_base_path == \
-        "/models/exports/d"
+        "/tfk/models/exports/d"
     assert ServingSpec.from_dict({"model_name": "d", "base_path": "/tmp/x"}).claim is None
     assert ServingSpec(model_name="digits", claim="m", resources={"cpu": "1"}).resources.cpu == "1"
 
