@@ -104,3 +104,19 @@ def test_default_version_is_the_newest_and_republishing_changes_nothing(serving,
     assert again._record()["pid"] == pid  # the same server, found through its record
     assert result.version == 2 and any("already the serving version" in x for x in lines)
     assert predict(serving, label="stable") == [[6.0]]
+
+
+def test_operator_publishes_on_the_local_backend(serving, model_store):
+    from types import SimpleNamespace
+
+    from airflow_tfk.operators.serving import PublishModelOperator
+
+    op = PublishModelOperator(task_id="publish", model_name="linear", claim="models",
+                              version=1, backend="local",
+                              backend_config={"root": str(model_store.root)},
+                              serving={"name": "tfs-linear", "load_timeout_seconds": 60})
+    ti = SimpleNamespace(dag_id="d", task_id="publish", run_id="r", map_index=-1, try_number=1)
+    xcom = op.execute({"ti": ti})
+    assert (xcom["model_name"], xcom["version"], xcom["previous_version"]) == ("linear", 1, 2)
+    assert xcom["endpoint"] == f"{serving.url}/v1/models/linear/labels/stable"
+    assert predict(serving, label="stable") == [[3.0]]
