@@ -226,7 +226,7 @@ class TrainingApp:
             scaled = loss / replicas if self.mode == ALL_REDUCE else loss
         variables = self.model.trainable_variables
         grads = tape.gradient(scaled, variables)
-        self.optimizer.apply_gradients(zip(grads, variables))
+        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
         return loss
 
     def train(self) -> None:
@@ -433,46 +433,56 @@ class TrainingApp:
 
         iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
 
-        @tf.function
-        def worker_fn(it):
-            loss = tf.constant(0.0)
-            for _ in tf.range(spc):
+        if spc == 1:
+            @tf.function
+            def worker_fn(it):
                 per_replica = strategy.run(self.train_step, args=(next(it),))
-                loss = strategy.reduce("MEAN", per_replica, axis=None)
-            return loss
+                return strategy.reduce("MEAN", per_replica, axis=None)
+        else:
+            @tf.function
+            def worker_fn(it):
+                loss = tf.constant(0.0)
+                for _ in tf.range(spc):
+                    per_replica = strategy.run(self.train_step, args=(next(it),))
+                    loss = strategy.reduce("MEAN", per_replica, axis=None)
+                return loss
 
-        inflight: collections.deque = collections.deque()
-        max_inflight = max(8, 4 * info.num("worker"))
-        scheduled = self.step
-        done = self.step
-        every_ckpt = self.flags.checkpoint_every
-
-        def save() -> None:
-            self.coordinator.join()
-            step_var.assign(done)
-            if manager is not None:
-                manager.save(checkpoint_number=done)
+        # Scheduling is asynchronous. Every `interval` steps the closure just scheduled
+        # becomes a marker; the marker from LAG intervals earlier is fetched, which gives
+        # the progress (and its loss) with one round trip per interval, keeps the workers
+        # fed with up to LAG intervals of work, and almost never waits (that step has
+        # usually run already). The other steps' results are never touched.
+        lag = 4
+        interval = max(spc, min(self.flags.progress_every, 64))
+        every_ckpt = self.flags.checkpoint_every if manager is not None else 0
+        scheduled = done = self.step
+        markers: collections.deque = collections.deque()
+        next_marker = scheduled
 
         while scheduled < total:
-            inflight.append(self.coordinator.schedule(worker_fn, args=(iterator,)))
+            rv = self.coordinator.schedule(worker_fn, args=(iterator,))
             scheduled += spc
-            while len(inflight) > max_inflight or (scheduled >= total and inflight):
-                rv = inflight.popleft()
-                rv.get()  # wait without copying the value to the coordinator
-                done = min(total, done + spc)
-                if self._reporter is not None and self._reporter.due(done):
-                    self.report(done, float(rv.fetch()))
-                else:
-                    self.step = done
-                if manager is not None and every_ckpt and \
-                        done // every_ckpt > (done - spc) // every_ckpt and done < total:
-                    # finish what is in flight so the checkpoint's step count is exact
-                    while inflight:
-                        inflight.popleft().get()
-                        done = min(total, done + spc)
-                    save()
-                    self.step = done
+            if scheduled - next_marker < interval and scheduled < total:
+                continue
+            markers.append((rv, scheduled))
+            next_marker = scheduled
+            if len(markers) > lag:
+                old, old_step = markers.popleft()
+                loss = float(old.fetch())  # waits until that step has run
+                done = max(done, min(total, old_step))
+                self.report(done, loss)
+            if every_ckpt and scheduled < total and \
+                    scheduled // every_ckpt > (scheduled - interval) // every_ckpt:
+                # finish what is in flight so the checkpoint's step count is exact
+                self.coordinator.join()
+                done = min(total, scheduled)
+                markers.clear()
+                step_var.assign(done)
+                manager.save(checkpoint_number=done)
         self.coordinator.join()
+        done = min(total, scheduled)
+        if markers:
+            self.report(done, float(markers[-1][0].fetch()))
         self.step = done
         step_var.assign(done)
         if manager is not None:

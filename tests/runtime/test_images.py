@@ -106,7 +106,7 @@ def test_copied_files_exist_in_the_context(dockerfile):
     patterns = ignore_patterns(dockerfile)
     copies = df.all("COPY")
     assert copies
-    for stage, rest in copies:
+    for _stage, rest in copies:
         words = [w for w in rest.split() if not w.startswith("--chown")]
         if words[0].startswith("--from"):
             names = [s.name for s in df.stages]
