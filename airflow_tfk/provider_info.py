@@ -24,7 +24,9 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "TensorFlow on Kubernetes",
-                "python-modules": ["airflow_tfk.operators.cluster", "airflow_tfk.operators.training"],
+                "python-modules": ["airflow_tfk.operators.cluster", "airflow_tfk.operators.training",
+                                   "airflow_tfk.operators.serving",
+                                   "airflow_tfk.operators.tensorboard"],
             }
         ],
         "sensors": [
@@ -43,4 +45,5 @@ def get_provider_info() -> dict[str, Any]:
         # KubernetesHook: this provider adds no hook or connection type of its own.
         "hooks": [],
         "connection-types": [],
+        "extra-links": ["airflow_tfk.operators.tensorboard.TensorBoardLink"],
     }

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_tfk.operators._context import backend_config, identity_from_context
+from airflow_tfk.operators.tensorboard import TensorBoardLink
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -39,6 +40,8 @@ class TFTrainingOperator(BaseOperator):
     :param cleanup: after success, delete ``ps`` (the roles that never exit, after the
         grace period) or ``all`` (the whole cluster; logs are copied first).
     :param progress_interval: seconds between progress lines (step/total/%/ETA).
+    :param tensorboard_task_id: the TensorBoard task whose URL the "TensorBoard" extra
+        link of this task opens.
     :param previous_run_policy: what to do with a still-alive cluster of an earlier run of
         this task: ``allow`` (default), ``kill_previous``, ``skip`` or ``wait``.
     :return: (XCom) the cluster handle plus ``outcome``.
@@ -49,16 +52,19 @@ class TFTrainingOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("cluster_spec", "backend_config", "previous_run_policy")
     ui_color = "#ff6f00"
+    operator_extra_links = (TensorBoardLink(),)
 
     def __init__(self, *, cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
                  backend: str = "kubernetes", backend_config: dict[str, Any] | None = None,
                  kubernetes_conn_id: str = "kubernetes_default", deferrable: bool = False,
                  cleanup: str = "ps", progress_interval: float = 30.0, name_prefix: str = "tfk",
-                 previous_run_policy: str = "allow", **kwargs: Any) -> None:
+                 previous_run_policy: str = "allow", tensorboard_task_id: str = "tensorboard",
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if cleanup not in ("ps", "all"):
             raise ValueError(f"cleanup: must be 'ps' or 'all' (got {cleanup!r})")
         self.previous_run_policy = previous_run_policy
+        self.tensorboard_task_id = tensorboard_task_id
         if "{{" not in previous_run_policy:
             _previous_run_policy(previous_run_policy)
         self.cluster_spec = cluster_spec

@@ -41,6 +41,12 @@ def loaded_heavy(body: str) -> list[str]:
     "airflow_tfk.backends.kubernetes",
     "airflow_tfk.backends.local",
     "airflow_tfk.provider_info",
+    "airflow_tfk.operators.serving",
+    "airflow_tfk.operators.tensorboard",
+    "airflow_tfk.serving",
+    "airflow_tfk.serving.spec",
+    "airflow_tfk.serving.kubernetes",
+    "airflow_tfk.serving.local",
 ])
 def test_provider_modules_import_nothing_heavy(module: str) -> None:
     assert loaded_heavy(f"import {module}") == []
@@ -48,7 +54,8 @@ def test_provider_modules_import_nothing_heavy(module: str) -> None:
 
 def test_runtime_never_imports_airflow() -> None:
     body = ("import airflow_tfk.runtime.progress, airflow_tfk.runtime.cluster, "
-            "airflow_tfk.runtime.flags, airflow_tfk.runtime.launch")
+            "airflow_tfk.runtime.flags, airflow_tfk.runtime.launch, airflow_tfk.runtime.app, "
+            "airflow_tfk.runtime.predict, airflow_tfk.runtime.model_server")
     out = subprocess.run([sys.executable, "-c", body + "\nimport sys\n"
                           "print(sorted(m for m in sys.modules if m == 'airflow' or "
                           "m.startswith('airflow.')))"],
