@@ -1,0 +1,1 @@
+"""The integration-test Kubernetes control plane: build script, KWOK stages, Python harness."""

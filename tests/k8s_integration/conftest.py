@@ -1,0 +1,88 @@
+"""Session fixtures: a real Kubernetes control plane (see tests/k8s/harness.py).
+
+Tests that need it are marked ``k8s`` (every module here sets ``pytestmark``) and take the
+``k8s_cluster`` fixture (the running :class:`k8s.harness.ControlPlane`) or ``k8s_api``
+(a cluster-admin ``kubernetes.client.ApiClient``) or ``k8s_namespace`` (a fresh namespace,
+deleted afterwards).
+
+The binaries are built (once, cached outside the repository) right after collection when
+any selected test is marked ``k8s``, outside every test's timeout. Environment:
+
+- ``AIRFLOW_TFK_K8S_KEEP=1``: keep the work directory (logs, kubeconfig) even on success.
+  It is always kept, and its path printed, when a test failed.
+- ``AIRFLOW_TFK_K8S_NODES``: number of KWOK nodes (default 2).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from k8s import harness
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "k8s: needs the real Kubernetes control plane (tests/k8s; built on first use)")
+
+
+def _wants_k8s(session: pytest.Session) -> bool:
+    return any(item.get_closest_marker("k8s") for item in session.items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly or not _wants_k8s(session):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    t0 = time.monotonic()
+    bin_dir = harness.ensure_built()
+    if reporter is not None and time.monotonic() - t0 > 5:
+        reporter.write_line(f"k8s control plane built in {time.monotonic() - t0:.0f}s: {bin_dir}")
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[harness.ControlPlane]:
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+
+    def log(msg: str) -> None:
+        if reporter is not None:
+            reporter.write_line(msg)
+
+    workdir = Path(tempfile.mkdtemp(prefix="tfk-k8s-"))
+    failed_before = request.session.testsfailed
+    cp = harness.ControlPlane.start(workdir, nodes=int(os.environ.get("AIRFLOW_TFK_K8S_NODES", "2")),
+                                    bin_dir=harness.ensure_built(), log=log)
+    try:
+        yield cp
+    finally:
+        cp.stop()
+        failed = request.session.testsfailed > failed_before
+        if failed or os.environ.get("AIRFLOW_TFK_K8S_KEEP"):
+            log(f"k8s control plane logs kept in {cp.logs}")
+        else:
+            cp.remove()
+
+
+@pytest.fixture(scope="session")
+def k8s_api(k8s_cluster: harness.ControlPlane):
+    api = k8s_cluster.api_client()
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def k8s_namespace(k8s_api) -> Iterator[str]:
+    from kubernetes import client
+
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core = client.CoreV1Api(k8s_api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
