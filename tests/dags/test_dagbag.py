@@ -29,7 +29,8 @@ def test_no_import_errors(dagbag) -> None:
 
 
 def test_expected_dags(dagbag) -> None:
-    assert {"tfk_quickstart", "tfk_scheduled_training", "tfk_ui_training"} <= set(dagbag.dag_ids)
+    assert {"tfk_quickstart", "tfk_scheduled_training", "tfk_ui_training",
+            "tfk_train_publish"} <= set(dagbag.dag_ids)
 
 
 def test_scheduled_training_policies(dagbag) -> None:

@@ -1,0 +1,65 @@
+"""Train -> publish to TensorFlow Serving -> TensorBoard, on the backend of ``TFK_BACKEND``.
+
+- ``tensorboard`` starts TensorBoard over the shared logs claim alongside the training
+  (the training task's "TensorBoard" button opens it) and keeps it running afterwards;
+- ``train`` runs the distributed training (parameter_server mode) and cleans up;
+- ``publish`` adds the newly exported version to TF Serving, waits until it is AVAILABLE,
+  sends the app's sample request to ``:predict``, and rolls back if it does not answer.
+  Its XCom holds the model name, version and endpoint.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, Param
+
+from airflow_tfk.defaults import (
+    BACKEND,
+    DEFERRABLE,
+    DIGITS_APP,
+    IMAGE,
+    KUBERNETES_CONN_ID,
+    NAMESPACE,
+    STORAGE,
+)
+from airflow_tfk.operators.serving import PublishModelOperator
+from airflow_tfk.operators.tensorboard import TensorBoardOperator
+from airflow_tfk.operators.training import TFTrainingOperator
+
+MODEL = "digits"
+
+with DAG(
+    dag_id="tfk_train_publish",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["airflow-tfk", "serving", "tensorboard"],
+    params={"steps": Param(600, type="integer", minimum=1)},
+    render_template_as_native_obj=True,
+    doc_md=__doc__,
+):
+    common = {"backend": BACKEND, "kubernetes_conn_id": KUBERNETES_CONN_ID}
+    tensorboard = TensorBoardOperator(claim=STORAGE["logs"]["claim"],
+                                      tensorboard={"namespace": NAMESPACE}, **common)
+    train = TFTrainingOperator(
+        task_id="train",
+        deferrable=DEFERRABLE,
+        cluster_spec={
+            "image": IMAGE,
+            "namespace": NAMESPACE,
+            "mode": "parameter_server",
+            "command": DIGITS_APP,
+            "args": ["--tfk_steps", "{{ params.steps | string }}", "--tfk_model_name", MODEL],
+            "chief": {"replicas": 1},
+            "ps": {"replicas": 1},
+            "worker": {"replicas": 2},
+            "storage": STORAGE,
+            "ps_grace_seconds": 5,
+        },
+        progress_interval=10,
+        **common,
+    )
+    publish = PublishModelOperator(task_id="publish", model_name=MODEL,
+                                   claim=STORAGE["models"]["claim"],
+                                   serving={"namespace": NAMESPACE}, **common)
+    train >> publish
