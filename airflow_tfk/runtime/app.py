@@ -33,7 +33,9 @@ Modes (``TFK_MODE``; inferred from the cluster when unset):
   synchronous.
 - ``between_graph``: TF1-style replication through ``tf.compat.v1``
   (``replica_device_setter``, ``MonitoredTrainingSession``); every worker trains and exits,
-  ps serve forever; async, or sync with ``--tfk_sync`` (``SyncReplicasOptimizer``).
+  ps serve forever; asynchronous (``SyncReplicasOptimizer`` deadlocks when workers
+  finish at different times, so ``--tfk_sync`` is refused: use ``all_reduce``). A chief
+  task, if the cluster has one, trains as the chief replica.
 - no cluster at all: a single local process (for developing an app).
 
 Hooks to override: :meth:`build_model`, :meth:`dataset`, :meth:`loss` (or
@@ -341,9 +343,14 @@ class TrainingApp:
             keras.utils.set_random_seed(self.flags.seed)
         if self.flags.sync is True and self.mode == PARAMETER_SERVER:
             raise UsageError("--tfk_sync: parameter_server mode is asynchronous only "
-                             "(use all_reduce or between_graph for synchronous training)")
+                             "(use all_reduce for synchronous training)")
         if self.flags.sync is False and self.mode == ALL_REDUCE:
             raise UsageError("--tfk_async: all_reduce mode is synchronous only")
+        if self.flags.sync is True and self.mode == BETWEEN_GRAPH:
+            # SyncReplicasOptimizer (deprecated) deadlocks at the end of training as soon as
+            # one worker stops before the others; all_reduce is TF's synchronous mode.
+            raise UsageError("--tfk_sync: between_graph mode is asynchronous in this runtime; "
+                             "use all_reduce for synchronous training")
 
     def _dispatch(self) -> int:
         role = self.task.role if self.task else None
@@ -354,8 +361,6 @@ class TrainingApp:
                 role == "ps" or (self.mode == PARAMETER_SERVER and role == "worker")):
             self._serve_forever()
             return EXIT_OK  # not reached
-        if self.mode == BETWEEN_GRAPH and role == "chief":
-            raise UsageError("between_graph mode has no chief task (worker 0 is the chief)")
         self._reporter = _Reporter(self.flags.steps, self.flags.progress_every,
                                    enabled=True, log_dir=self._summary_dir())
         self.train()
@@ -556,19 +561,20 @@ class TrainingApp:
         v1 = tf.compat.v1
         server = self._server()
         self._wait(["ps"])
-        n_workers = info.num("worker")
-        sync = bool(self.flags.sync)
+        # replicas: the chief (if any) first, then the workers
+        n_replicas = info.num("chief") + info.num("worker")
+        replica_id = info.index + (info.num("chief") if info.role == "worker" else 0)
         is_chief = info.is_chief
         total = self.flags.steps
         graph = tf.Graph()
         with graph.as_default():
             setter = v1.train.replica_device_setter(
-                worker_device=f"/job:worker/task:{info.index}",
+                worker_device=f"/job:{info.role}/task:{info.index}",
                 cluster=tf.train.ClusterSpec(info.cluster))
             with graph.device(setter):
                 global_step = v1.train.get_or_create_global_step()
-                ctx = tf.distribute.InputContext(num_input_pipelines=n_workers,
-                                                 input_pipeline_id=info.index,
+                ctx = tf.distribute.InputContext(num_input_pipelines=n_replicas,
+                                                 input_pipeline_id=replica_id,
                                                  num_replicas_in_sync=1)
                 features, labels = v1.data.make_one_shot_iterator(self.dataset(ctx)).get_next()
                 self.model = model = self.build_model()
@@ -576,22 +582,24 @@ class TrainingApp:
                 loss = self.loss(labels, outputs)
                 optimizer = self.build_v1_optimizer()
                 hooks = [v1.train.StopAtStepHook(last_step=total)]
-                if sync:
-                    optimizer = v1.train.SyncReplicasOptimizer(
-                        optimizer, replicas_to_aggregate=n_workers, total_num_replicas=n_workers)
-                    hooks.append(optimizer.make_session_run_hook(is_chief))
                 train_op = optimizer.minimize(loss, global_step=global_step)
                 with tf.control_dependencies([train_op]):
                     step_after = global_step.read_value()
                 weights = [w.value if hasattr(w, "value") else w for w in model.weights]
-            config = v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{info.index}"])
+            config = v1.ConfigProto(
+                device_filters=["/job:ps", f"/job:{info.role}/task:{info.index}"])
             every_ckpt = self.flags.checkpoint_every
             if not is_chief:
                 # A non-chief's session manager polls every 30 s for the chief to
                 # initialise the variables: poll faster so the workers start together.
+                deadline = time.monotonic() + self.flags.cluster_wait
                 with v1.Session(server.target, config=config) as probe:
-                    not_ready = v1.report_uninitialized_variables()
+                    not_ready = v1.report_uninitialized_variables(v1.global_variables())
                     while len(probe.run(not_ready)):
+                        if time.monotonic() > deadline:
+                            raise _cluster.ClusterWaitTimeout(
+                                f"the chief did not initialise the variables within "
+                                f"{self.flags.cluster_wait:g}s")
                         time.sleep(0.5)
             with v1.train.MonitoredTrainingSession(
                     master=server.target, is_chief=is_chief,

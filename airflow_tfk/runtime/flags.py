@@ -23,8 +23,8 @@ class PlatformFlags:
     :param steps: total training steps (batches, summed over all workers).
     :param batch_size: batch size per replica.
     :param sync: True = synchronous updates, False = asynchronous, None = the mode's
-        natural choice (``parameter_server``: async; ``all_reduce``: sync;
-        ``between_graph``: async).
+        natural choice. ``all_reduce`` is synchronous, ``parameter_server`` and
+        ``between_graph`` are asynchronous; asking a mode for the other is an error.
     :param checkpoint_every: steps between checkpoints (0 = only at the end).
     :param progress_every: steps between progress lines.
     :param steps_per_call: steps each scheduled function runs on a worker
@@ -105,7 +105,7 @@ def add_platform_flags(parser: argparse.ArgumentParser,
                    help="batch size per replica")
     sync = g.add_mutually_exclusive_group()
     sync.add_argument("--tfk_sync", dest="tfk_sync", action="store_true", default=None,
-                      help="synchronous updates (between_graph, all_reduce)")
+                      help="synchronous updates (all_reduce; refused by the other modes)")
     sync.add_argument("--tfk_async", dest="tfk_sync", action="store_false",
                       help="asynchronous updates (between_graph, parameter_server)")
     g.add_argument("--tfk_log_dir", default=env.get("TFK_LOG_DIR") or None,

@@ -123,3 +123,25 @@ def test_app_flags_and_unknown_arguments():
     assert app.args.hidden == 16 and app.flags.steps == 5
     assert app.extra_argv == ["--something", "else"]
     assert app.flags.model_name == "digits"
+
+
+@pytest.mark.parametrize("mode, flag, roles", [
+    ("between_graph", "--tfk_sync", {"ps": 1, "worker": 2}),
+    ("all_reduce", "--tfk_async", {"worker": 2}),
+])
+def test_sync_async_must_fit_the_mode(monkeypatch, capsys, mode, flag, roles):
+    cluster = {r: [f"127.0.0.1:{i + 1}" for i in range(n)] for r, n in roles.items()}
+    monkeypatch.setenv("TFK_CLUSTER", json.dumps(cluster))
+    monkeypatch.setenv("TFK_ROLE", "worker")
+    monkeypatch.setenv("TFK_INDEX", "0")
+    monkeypatch.setenv("TFK_MODE", mode)
+    assert Broken().run([flag]) == app_mod.EXIT_USAGE
+    assert "all_reduce" in capsys.readouterr().err
+
+
+def test_tensorboard_summaries(tmp_path, capsys):
+    assert DigitsApp().run(["--tfk_steps", "20", "--tfk_progress_every", "10",
+                            "--tfk_log_dir", str(tmp_path / "logs")]) == 0
+    events = list((tmp_path / "logs").rglob("events.out.tfevents.*"))
+    assert events and events[0].parent == tmp_path / "logs" / "digits" / "local"
+    assert last_event(capsys.readouterr().out, "export") is None  # no export dir: no export

@@ -7,11 +7,11 @@ Run each task through the launcher, which sets TF_CONFIG and appends the legacy 
 
 Logistic regression on scikit-learn's bundled breast_cancer data (569 rows, 30 features,
 standardised; 75 % train, 25 % held out), variables on the ps via
-``replica_device_setter``, asynchronous updates from every worker (``--sync_replicas``
-for ``SyncReplicasOptimizer``), ``MonitoredTrainingSession`` (worker 0 is the chief and
-checkpoints to ``--checkpoint_dir``). Every worker trains until the global step reaches
-``--train_steps``, prints its held-out accuracy as ``{"tfk": "metrics", ...}`` and exits 0;
-the target is accuracy >= 0.90 (``ACCURACY_THRESHOLD``). ps tasks serve forever.
+``replica_device_setter``, asynchronous updates from every worker,
+``MonitoredTrainingSession`` (worker 0 is the chief and checkpoints to
+``--checkpoint_dir``). Every worker trains until the global step reaches ``--train_steps``,
+prints its held-out accuracy as ``{"tfk": "metrics", ...}`` and exits 0; the target is
+accuracy >= 0.90 (``ACCURACY_THRESHOLD``). ps tasks serve forever.
 It also prints progress lines in the platform's format (docs/architecture.md).
 """
 
@@ -54,7 +54,6 @@ def main(argv=None) -> int:
     p.add_argument("--batch_size", type=int, default=32)
     p.add_argument("--learning_rate", type=float, default=0.05)
     p.add_argument("--checkpoint_dir", default=None)
-    p.add_argument("--sync_replicas", action="store_true")
     p.add_argument("--progress_every", type=int, default=50)
     args = p.parse_args(argv)
 
@@ -66,7 +65,6 @@ def main(argv=None) -> int:
         server.join()  # serves until the platform deletes it
         return 0
 
-    n_workers = cluster.num_tasks("worker")
     is_chief = args.task_index == 0
     x_train, y_train, x_test, y_test = load_data()
     with v1.device(v1.train.replica_device_setter(
@@ -82,10 +80,6 @@ def main(argv=None) -> int:
                                           tf.float32))
         opt = v1.train.GradientDescentOptimizer(args.learning_rate)
         hooks = [v1.train.StopAtStepHook(last_step=args.train_steps)]
-        if args.sync_replicas:
-            opt = v1.train.SyncReplicasOptimizer(opt, replicas_to_aggregate=n_workers,
-                                                 total_num_replicas=n_workers)
-            hooks.append(opt.make_session_run_hook(is_chief))
         train_op = opt.minimize(loss, global_step=global_step)
 
     config = v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{args.task_index}"])
@@ -103,7 +97,7 @@ def main(argv=None) -> int:
         # The session manager of a non-chief polls every 30 s for the chief to initialise
         # the variables; poll faster so the workers start together.
         with v1.Session(server.target, config=config) as probe:
-            not_ready = v1.report_uninitialized_variables()
+            not_ready = v1.report_uninitialized_variables(v1.global_variables())
             while len(probe.run(not_ready)):
                 time.sleep(0.5)
     with v1.train.MonitoredTrainingSession(
