@@ -453,12 +453,13 @@ class TrainingApp:
                 return loss
 
         # Scheduling is asynchronous. Every `interval` steps the closure just scheduled
-        # becomes a marker; the marker from LAG intervals earlier is fetched, which gives
+        # becomes a marker; the marker from `lag` intervals earlier is fetched, which gives
         # the progress (and its loss) with one round trip per interval, keeps the workers
-        # fed with up to LAG intervals of work, and almost never waits (that step has
-        # usually run already). The other steps' results are never touched.
-        lag = 4
-        interval = max(spc, min(self.flags.progress_every, 64))
+        # fed with `lag` intervals of work (at least ~8 closures per worker), and almost
+        # never waits (that step has usually run already). The other steps' results are
+        # never touched.
+        interval = max(spc, min(self.flags.progress_every, 10))
+        lag = max(4, -(-8 * max(1, info.num("worker")) * spc // interval))
         every_ckpt = self.flags.checkpoint_every if manager is not None else 0
         scheduled = done = self.step
         markers: collections.deque = collections.deque()
@@ -481,6 +482,7 @@ class TrainingApp:
                 # finish what is in flight so the checkpoint's step count is exact
                 self.coordinator.join()
                 done = min(total, scheduled)
+                self.report(done, float(markers[-1][0].fetch()))
                 markers.clear()
                 step_var.assign(done)
                 manager.save(checkpoint_number=done)

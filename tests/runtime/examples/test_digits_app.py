@@ -19,11 +19,13 @@ def progress_of(text):
     return [p for p in map(parse_line, text.splitlines()) if p is not None]
 
 
-def check_progress(text, total):
+def check_progress(text, total, every):
     lines = progress_of(text)
     assert lines, "no progress lines"
     steps = [p.step for p in lines]
     assert steps == sorted(steps) and steps[-1] == total
+    # a line at least every `every` steps (plus the parameter_server loop's 10-step marker)
+    assert max(b - a for a, b in zip(steps, steps[1:], strict=False)) <= every + 10, steps
     assert all(p.total_steps == total for p in lines)
     assert [p.status for p in lines[:-1]] == ["running"] * (len(lines) - 1)
     assert lines[-1].status == "done"
@@ -67,7 +69,7 @@ def test_parameter_server_survives_kills_resumes_exports_and_serves(local_cluste
     c.start("worker", 1)
     assert c.wait("chief", 0, timeout=150) == 0, c.describe()
     out = c.stdout("chief", 0)
-    lines = check_progress(out, steps)
+    lines = check_progress(out, steps, 50)
     assert lines[0].step == first.step
     metrics = last_event(out, "metrics")
     assert metrics["accuracy"] >= ACCURACY_THRESHOLD, metrics
@@ -100,7 +102,7 @@ def test_other_modes(local_cluster, tmp_path, mode, roles):
     c.start_all()
     for i in range(2):  # every worker trains and exits
         assert c.wait("worker", i, timeout=150) == 0, c.describe()
-        check_progress(c.stdout("worker", i), steps)
+        check_progress(c.stdout("worker", i), steps, 100)
     out = c.stdout("worker", 0)  # worker 0 is the chief: evaluates and exports
     assert last_event(out, "metrics")["accuracy"] >= ACCURACY_THRESHOLD
     assert last_event(c.stdout("worker", 1), "export") is None
