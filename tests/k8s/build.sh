@@ -14,6 +14,7 @@
 #   AIRFLOW_TFK_K8S_BUILD_P  go build -p (default: number of CPUs)
 #   AIRFLOW_TFK_K8S_NICE   niceness for the compile (default 10)
 set -euo pipefail
+trap 'echo "build.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_root="${AIRFLOW_TFK_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-tfk/k8s}"
@@ -24,7 +25,11 @@ if [[ -z "$go_bin" ]]; then
     elif [[ -x /usr/local/go/bin/go ]]; then go_bin=/usr/local/go/bin/go;
     else echo "build.sh: no Go toolchain found (set AIRFLOW_TFK_K8S_GO)" >&2; exit 3; fi
 fi
-go_version="$("$go_bin" env GOVERSION)"
+go_version="$("$go_bin" env GOVERSION 2>/dev/null || true)"
+if [[ "$go_version" != go1.* ]]; then
+    echo "build.sh: '$go_bin' is not a working Go toolchain (k8s.io/kubernetes needs Go >= 1.26)" >&2
+    exit 3
+fi
 
 # The cache key: toolchain + all inputs. Any edit or version bump -> new directory.
 key="$(
@@ -100,5 +105,7 @@ touch "$tmp/.complete"
 rm -rf "$out"
 mv "$tmp" "$out"
 trap - EXIT
+# Keep this build and the previous one (a test session may still be using it).
+ls -1dt "$cache_root"/v*-kwok*-*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf
 echo "build.sh: done in $((t2 - start)) s (control plane $((t1 - start)) s, kwok $((t2 - t1)) s)" >&2
 echo "$bin"

@@ -23,6 +23,7 @@ session fixture. Usage::
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import datetime as dt
 import ipaddress
@@ -33,6 +34,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -64,24 +66,28 @@ class ControlPlaneError(RuntimeError):
 # --------------------------------------------------------------------------- build
 
 
-def ensure_built(log=None) -> Path:
+def ensure_built() -> Path:
     """Build (or find in the cache) the binaries; return the bin directory.
 
     Cheap when the cache is present (hashes a few files). The first call on a fresh
-    machine downloads the Go modules and compiles: minutes, see build.sh.
+    machine downloads the Go modules and compiles: minutes, see build.sh. The build's
+    progress goes to stderr; its last lines are in the error if it fails.
     """
     override = os.environ.get("AIRFLOW_TFK_K8S_BIN")
     if override:
         return Path(override)
-    proc = subprocess.run(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE,
-                          stderr=None if log is None else subprocess.STDOUT, text=True)
-    out = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not out:
-        raise ControlPlaneError(
-            f"tests/k8s/build.sh failed (exit {proc.returncode}); output:\n{proc.stdout[-5000:]}")
-    if log is not None:
-        for line in out[:-1]:
-            log(line)
+    proc = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    errors: collections.deque[str] = collections.deque(maxlen=60)
+    assert proc.stderr is not None and proc.stdout is not None
+    for line in proc.stderr:
+        errors.append(line.rstrip("\n"))
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    out = proc.stdout.read().strip().splitlines()
+    rc = proc.wait()
+    if rc != 0 or not out:
+        raise ControlPlaneError(f"tests/k8s/build.sh failed (exit {rc}); last lines:\n" + "\n".join(errors))
     return Path(out[-1])
 
 
@@ -249,14 +255,22 @@ class ControlPlane:
     # ---- lifecycle
     @classmethod
     def start(cls, workdir: Path | str | None = None, *, nodes: int = 2,
-              bin_dir: Path | None = None, timeout: float = 120, log=print) -> ControlPlane:
+              bin_dir: Path | None = None, timeout: float = 120, log=print,
+              extra_args: dict[str, list[str]] | None = None) -> ControlPlane:
+        """Start everything and wait until it is ready (about 10 s).
+
+        ``extra_args`` appends flags per component (``etcd``, ``kube-apiserver``,
+        ``kube-controller-manager``, ``kube-scheduler``, ``kwok``), e.g.
+        ``{"kube-controller-manager": ["--kube-api-qps=200", "--kube-api-burst=400"]}``
+        for a benchmark that makes the Job controller create hundreds of pods.
+        """
         if workdir is None:
             workdir = tempfile.mkdtemp(prefix="tfk-k8s-")
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         cp = cls(workdir=workdir, bin_dir=bin_dir or ensure_built())
         try:
-            cp._start(nodes=nodes, timeout=timeout, log=log)
+            cp._start(nodes=nodes, timeout=timeout, log=log, extra_args=extra_args or {})
         except BaseException:
             cp.stop()
             raise
@@ -276,10 +290,10 @@ class ControlPlane:
     def remove(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def _start(self, *, nodes: int, timeout: float, log) -> None:
+    def _start(self, *, nodes: int, timeout: float, log, extra_args: dict[str, list[str]]) -> None:
         t0 = time.monotonic()
         for d in (self.pki, self.logs, self.workdir / "etcd", self.workdir / "kwok-home"):
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
         _write_pki(self.pki)
         for name in ("etcd_client", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok"):
             self.ports[name] = _free_port()
@@ -325,6 +339,16 @@ class ControlPlane:
                 f"--service-account-signing-key-file={self.pki / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 "--service-cluster-ip-range=10.96.0.0/16",
+                # The `kubernetes` Service cannot point at a loopback address; nothing in
+                # the tests runs inside a pod, so do not reconcile its endpoints at all.
+                "--endpoint-reconciler-type=none",
+                # Front-proxy (aggregation) client CA, as kubeadm sets it: the components'
+                # delegated authentication reads it from extension-apiserver-authentication.
+                f"--requestheader-client-ca-file={self.pki / 'ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",
@@ -367,6 +391,11 @@ class ControlPlane:
                 "--cidr=10.244.0.1/16",
             ], self.logs / "kwok.log"),
         ]
+        unknown = set(extra_args) - {p.name for p in self.procs}
+        if unknown:
+            raise ValueError(f"extra_args for unknown components: {sorted(unknown)}")
+        for p in self.procs:
+            p.argv += extra_args.get(p.name, [])
         env = dict(os.environ)
         env["HOME"] = str(self.workdir / "kwok-home")  # kwok writes ~/.kwok
         env.pop("KUBECONFIG", None)

@@ -35,12 +35,21 @@ def _wants_k8s(session: pytest.Session) -> bool:
     return any(item.get_closest_marker("k8s") for item in session.items)
 
 
+_BUILD_ERROR = pytest.StashKey[str]()
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build before the first test starts, so a cold build is not charged to its timeout."""
     if session.config.option.collectonly or not _wants_k8s(session):
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     t0 = time.monotonic()
-    bin_dir = harness.ensure_built()
+    try:
+        bin_dir = harness.ensure_built()
+    except harness.ControlPlaneError as e:
+        # Reported by the fixture, as the failure of every test that needs the cluster.
+        session.config.stash[_BUILD_ERROR] = str(e)
+        return
     if reporter is not None and time.monotonic() - t0 > 5:
         reporter.write_line(f"k8s control plane built in {time.monotonic() - t0:.0f}s: {bin_dir}")
 
@@ -53,6 +62,8 @@ def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[harness.ControlPlane
         if reporter is not None:
             reporter.write_line(msg)
 
+    if _BUILD_ERROR in request.config.stash:
+        pytest.fail(request.config.stash[_BUILD_ERROR], pytrace=False)
     workdir = Path(tempfile.mkdtemp(prefix="tfk-k8s-"))
     failed_before = request.session.testsfailed
     cp = harness.ControlPlane.start(workdir, nodes=int(os.environ.get("AIRFLOW_TFK_K8S_NODES", "2")),

@@ -37,7 +37,7 @@ func runEtcd(args []string) int {
 	}
 
 	cfg := embed.NewConfig()
-	cfg.Name = "default"
+	cfg.Name = "tfk-test"
 	cfg.Dir = *dataDir
 	cfg.ListenClientUrls = []url.URL{*cu}
 	cfg.AdvertiseClientUrls = []url.URL{*cu}
@@ -47,6 +47,8 @@ func runEtcd(args []string) int {
 	cfg.QuotaBackendBytes = *quota
 	cfg.UnsafeNoFsync = *unsafeNoFsync
 	cfg.LogLevel = *logLevel
+	// etcdmain's flag defaults; embed.NewConfig leaves this one at 0, which logs every request.
+	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	cfg.Logger = "zap"
 	cfg.LogOutputs = []string{"stderr"}
 
