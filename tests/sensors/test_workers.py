@@ -1,0 +1,96 @@
+"""TFWorkersSensor on the local backend, with the create and clean-up operators around it:
+the step-by-step form of what TFTrainingOperator does in one task."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+
+from airflow_tfk.backends.base import ClusterRef
+from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.errors import TrainingFailed
+from airflow_tfk.operators.cluster import (
+    CleanupPSOperator,
+    CreateTFClusterOperator,
+    DeleteTFClusterOperator,
+)
+from airflow_tfk.sensors.workers import TFWorkersSensor
+from airflow_tfk.status import Phase
+
+
+def create(ns, spec: dict, run_id: str = "manual__1") -> dict:
+    op = CreateTFClusterOperator(task_id="create", backend="local", cluster_spec=spec)
+    return op.execute(ns.task_context(run_id, task_id="create"))
+
+
+def poke_until_done(sensor: TFWorkersSensor, ctx: dict, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not sensor.poke(ctx):
+        assert time.monotonic() < deadline, "sensor never succeeded"
+        time.sleep(0.2)
+
+
+def test_create_sense_cleanup_delete(local_root, ns, capfd) -> None:
+    handle = create(ns, ns.spec_dict("between_graph", workers=2, STEPS="4"))
+    assert handle["backend"] == "local" and handle["label_selector"].endswith(handle["name"])
+    ref = ClusterRef(handle["name"], handle["namespace"])
+    ctx = ns.task_context(task_id="wait")
+    poke_until_done(TFWorkersSensor(task_id="wait", cluster=handle, progress_interval=0.1), ctx)
+    assert "step 4/4 (100.0%)" in capfd.readouterr().out
+    deleted = CleanupPSOperator(task_id="cleanup", cluster=handle).execute(ctx)
+    assert deleted == ["ps"]
+    backend = LocalBackend(str(local_root))
+    assert backend.status(ref).task("ps", 0).reason == "Deleted"
+    DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(ctx)
+    assert not backend.exists(ref)
+    ns.assert_no_processes(local_root)
+
+
+def test_sensor_fails_with_the_task_reason(local_root, ns) -> None:
+    spec = ns.spec_dict("all_reduce", workers=2, STEPS="1", EXIT_CODE_0="1")
+    handle = create(ns, spec)
+    sensor = TFWorkersSensor(task_id="wait", cluster=handle)
+    with pytest.raises(TrainingFailed) as err:
+        poke_until_done(sensor, ns.task_context(task_id="wait"))
+    assert err.value.task == "worker-0" and err.value.reason == "ExitCode"
+    DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(ns.task_context())
+    ns.assert_no_processes(local_root)
+
+
+def test_deferrable_sensor_waits_in_the_trigger(local_root, ns) -> None:
+    handle = create(ns, ns.spec_dict("parameter_server", workers=1, STEPS="3"))
+    sensor = TFWorkersSensor(task_id="wait", cluster=handle, deferrable=True)
+    ctx = ns.task_context(task_id="wait")
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(ctx)
+
+    async def first():
+        async for event in deferred.value.trigger.run():
+            return event.payload
+
+    event = asyncio.run(first())
+    assert event["status"] == "success"
+    sensor.execute_complete(ctx, event)  # success: no exception
+    status = LocalBackend(str(local_root)).status(ClusterRef(handle["name"], handle["namespace"]))
+    assert status.task("chief", 0).phase is Phase.SUCCEEDED
+    DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(ctx)
+    ns.assert_no_processes(local_root)
+
+
+def test_failed_event_becomes_training_failed(ns) -> None:
+    sensor = TFWorkersSensor(task_id="wait", cluster={}, deferrable=True)
+    event = {"status": "failed", "message": "task worker-1 failed (OOMKilled, exit code 137)",
+             "cluster": {"name": "c", "namespace": "default"},
+             "failed_task": {"role": "worker", "index": 1, "phase": "Failed",
+                             "reason": "OOMKilled", "message": "", "exit_code": 137,
+                             "restarts": 0}}
+    with pytest.raises(TrainingFailed, match="worker-1 failed .*OOMKilled"):
+        sensor.execute_complete(ns.task_context(), event)
+
+
+def test_delete_without_cluster_is_a_no_op(ns) -> None:
+    DeleteTFClusterOperator(task_id="delete", cluster=None).execute(ns.task_context())
