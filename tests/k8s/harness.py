@@ -191,7 +191,7 @@ class _Proc:
         try:
             self.popen = subprocess.Popen(self.argv, stdout=fh, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, env=env,
-                                          start_new_session=True)
+                                          start_new_session=True, preexec_fn=_die_with_parent)
         finally:
             fh.close()
 
@@ -212,6 +212,15 @@ class _Proc:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait(5)
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the test process dies, even by SIGKILL (Linux). Not
+    SIGTERM: the apiserver's graceful shutdown hangs once etcd, which got it too, is gone."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def tail(path: Path, n: int = 40) -> str:

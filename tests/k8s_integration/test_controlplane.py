@@ -191,3 +191,45 @@ def test_statefulset_headless_service_and_gc(k8s_api, k8s_namespace: str, k8s_cl
     apps.delete_namespaced_stateful_set("ps", ns, propagation_policy="Background")
     wait_for("garbage collector to remove the PS pods",
              lambda: not core.list_namespaced_pod(ns, label_selector="app=ps").items, timeout=90)
+
+
+def test_rbac_and_service_account_tokens(k8s_cluster: harness.ControlPlane, k8s_api, k8s_namespace: str,
+                                         tmp_path) -> None:
+    """RBAC is on: a fresh ServiceAccount's bound token is authenticated but denied until a
+    Role grants it; the grant does not reach other namespaces."""
+    core, rbac, ns = client.CoreV1Api(k8s_api), client.RbacAuthorizationV1Api(k8s_api), k8s_namespace
+    core.create_namespaced_service_account(
+        ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="bot")))
+    token = k8s_cluster.service_account_token(ns, "bot")
+    bot = client.CoreV1Api(k8s_cluster.api_client(token=token))
+    with pytest.raises(client.ApiException) as denied:
+        bot.list_namespaced_pod(ns)
+    assert denied.value.status == 403 and f"system:serviceaccount:{ns}:bot" in denied.value.body
+
+    rbac.create_namespaced_role(ns, client.V1Role(
+        metadata=client.V1ObjectMeta(name="pod-reader"),
+        rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["list"])]))
+    rbac.create_namespaced_role_binding(ns, client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name="bot-reads-pods"),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="pod-reader"),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="bot", namespace=ns)]))
+
+    def allowed() -> bool:
+        try:
+            bot.list_namespaced_pod(ns)
+            return True
+        except client.ApiException as e:
+            assert e.status == 403
+            return False
+    wait_for("the RoleBinding to take effect", allowed, timeout=30)
+    with pytest.raises(client.ApiException) as other_ns:
+        bot.list_namespaced_pod("default")
+    assert other_ns.value.status == 403
+
+    # A kubeconfig for that identity works with the standard loader.
+    from kubernetes import config as kube_config
+
+    path = k8s_cluster.kubeconfig_for_token(tmp_path / "bot.kubeconfig", token, "bot", ns)
+    api = kube_config.new_client_from_config(str(path))
+    assert client.CoreV1Api(api).list_namespaced_pod(ns).items == []
+    api.close()
