@@ -617,10 +617,12 @@ class TrainingApp:
                     loss_value, step = sess.run([loss, step_after])
                     self.step = min(total, int(step))
                     self.report(self.step, float(loss_value))
-            if is_chief:
-                # the trained variables live on the ps; read them with a plain session
-                with v1.Session(server.target, config=config) as plain:
-                    values = plain.run(weights)
+            # The monitored session is closed; the variables live on the ps, so a plain
+            # session reads the final global step (another worker may have taken the last
+            # step) and, on the chief, the trained weights.
+            with v1.Session(server.target, config=config) as plain:
+                self.step = min(total, int(plain.run(global_step)))
+                values = plain.run(weights) if is_chief else None
         if is_chief:
             fresh = self.build_model()
             fresh.set_weights(values)
