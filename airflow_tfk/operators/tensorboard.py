@@ -41,9 +41,12 @@ class TensorBoardLink(BaseOperatorLink):
         if isinstance(operator, TensorBoardOperator):
             value = XCom.get_value(ti_key=ti_key, key=XCOM_KEY)
         else:
+            task_id = getattr(operator, "tensorboard_task_id", None) or DEFAULT_TASK_ID
+            dag = getattr(operator, "dag", None)
+            if dag is not None and not dag.has_task(task_id):
+                return ""  # no TensorBoard in this DAG: don't ask for an XCom that cannot exist
             value = XCom.get_one(key=XCOM_KEY, dag_id=ti_key.dag_id, run_id=ti_key.run_id,
-                                 task_id=getattr(operator, "tensorboard_task_id", None)
-                                 or DEFAULT_TASK_ID)
+                                 task_id=task_id)
         if isinstance(value, Mapping):
             return str(value.get("url") or "")
         return str(value or "")

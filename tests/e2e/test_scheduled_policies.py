@@ -1,0 +1,67 @@
+"""The scheduled-training DAG's kill_previous policy, with two real `airflow dags test` runs
+of `tfk_scheduled_training` on the local backend: the second run kills the first run's
+cluster before it trains, and the first run fails with a message naming the second.
+
+The two runs use separate Airflow homes (SQLite allows one writer) but the same local
+backend root, as two scheduler-driven runs share one Kubernetes cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+
+def test_kill_previous_kills_the_running_first_run(airflow_env, tmp_path) -> None:
+    from airflow_tfk.backends.local import LocalBackend
+
+    second_home = tmp_path / "second-home"
+    second_home.mkdir()
+    second_env = {**airflow_env.env, "AIRFLOW_HOME": str(second_home)}
+    subprocess.run([AIRFLOW, "db", "migrate"], env=second_env, check=True, capture_output=True,
+                   timeout=300)
+
+    first = subprocess.Popen(
+        [AIRFLOW, "dags", "test", "tfk_scheduled_training", "2026-01-01T00:00:00+00:00",
+         "--conf", json.dumps({"steps": 1_000_000})],
+        env=airflow_env.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        backend = LocalBackend(str(airflow_env.local_root))
+        deadline = time.monotonic() + 300
+        while not any(True for _ in airflow_env.local_root.glob("default/tfk-*/state.json")):
+            assert first.poll() is None, first.stdout.read()[-4000:]
+            assert time.monotonic() < deadline, "the first run never created its cluster"
+            time.sleep(1)
+        first_cluster = next(airflow_env.local_root.glob("default/tfk-*/state.json")).parent.name
+
+        second = subprocess.run(
+            [AIRFLOW, "dags", "test", "tfk_scheduled_training", "2026-01-01T02:00:00+00:00",
+             "--conf", json.dumps({"steps": 50})],
+            env=second_env, capture_output=True, text=True, timeout=900)
+        out2 = second.stdout + second.stderr
+        assert second.returncode == 0, out2[-5000:]
+        assert f"killing cluster {first_cluster} of an earlier run" in out2
+
+        newer_run = re.search(r"killed by the newer run (\S+) of", out2)
+        assert newer_run, out2[-5000:]
+        out1, _ = first.communicate(timeout=300)
+        assert first.returncode != 0
+        failure = [line for line in out1.splitlines() if "killed by the newer run" in line]
+        assert failure, out1[-5000:]
+        assert newer_run.group(1) in failure[-1] and "kill_previous" in failure[-1]
+        from airflow_tfk.backends.base import ClusterRef
+
+        assert not backend.exists(ClusterRef(first_cluster, "default"))
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
