@@ -110,8 +110,9 @@ def template_dirs(template_dir: str | Path | None = None) -> list[Path]:
 
 
 @functools.lru_cache(maxsize=16)
-def _templates(dirs: tuple[Path, ...]) -> dict[str, Any]:
-    """Compiled templates per lookup path; compiling is the slow part of rendering."""
+def template_environment(dirs: tuple[Path, ...]) -> Any:
+    """The sandboxed Jinja2 environment every template of this project renders in (training,
+    serving, TensorBoard): strict undefined, and values printed only through ``tojson``."""
     from jinja2 import FileSystemLoader, StrictUndefined
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -127,10 +128,17 @@ def _templates(dirs: tuple[Path, ...]) -> dict[str, Any]:
     )
     env.filters["tojson"] = _tojson
     env.filters["fragment"] = _fragment
+    return env
+
+
+@functools.lru_cache(maxsize=16)
+def _templates(dirs: tuple[Path, ...]) -> dict[str, Any]:
+    """Compiled templates per lookup path; compiling is the slow part of rendering."""
+    env = template_environment(dirs)
     return {kind: env.get_template(name) for kind, name in TEMPLATES.items()}
 
 
-def _yaml_loader() -> Any:
+def yaml_loader() -> Any:
     import yaml
 
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -277,7 +285,7 @@ def render(spec: TFClusterSpec, identity: RunIdentity | None = None,
     if not isinstance(spec, TFClusterSpec):
         raise TypeError(f"render() needs a TFClusterSpec, got {type(spec).__name__}")
     templates = _templates(tuple(template_dirs(template_dir)))
-    loader = _yaml_loader()
+    loader = yaml_loader()
     ctx = _context(spec, identity)
     manifests = []
     for kind, name, extra in _plan(spec, ctx):

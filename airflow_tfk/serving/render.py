@@ -6,15 +6,18 @@ through ``tojson``.
 
 from __future__ import annotations
 
-import functools
-import json
-import re
 from pathlib import Path
 from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.render import RenderError, k8s_escape, template_dirs
+from airflow_tfk.render import (
+    RenderError,
+    k8s_escape,
+    template_dirs,
+    template_environment,
+    yaml_loader,
+)
 from airflow_tfk.serving.spec import (
     CONFIG_FILE,
     LOGS_MOUNT,
@@ -43,52 +46,16 @@ echo "tfk-version: $v"
 f="$v/assets.extra/tfk_sample_request.json"
 if [ -f "$f" ]; then echo "tfk-sample:"; cat "$f"; echo; fi
 """
-_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
-
-
-class _Json(str):
-    __slots__ = ()
-
-
-class _Fragment(str):
-    __slots__ = ()
-
-
-def _tojson(value: Any) -> _Json:
-    text = json.dumps(value, ensure_ascii=False, allow_nan=False)
-    return _Json(_YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
-
-
-def _finalize(value: Any) -> Any:
-    if isinstance(value, (_Json, _Fragment)):
-        return value
-    from jinja2 import TemplateError
-
-    raise TemplateError(f"template printed a raw value ({type(value).__name__}); every value "
-                        "must go through '| tojson' (macro output through '| fragment')")
-
-
-@functools.lru_cache(maxsize=8)
-def _env(dirs: tuple[Path, ...]) -> Any:
-    from jinja2 import FileSystemLoader, StrictUndefined
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(
-        loader=FileSystemLoader([str(d) for d in dirs]), undefined=StrictUndefined,
-        autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-        auto_reload=False, finalize=_finalize)
-    env.filters["tojson"] = _tojson
-    env.filters["fragment"] = _Fragment
-    return env
 
 
 def _render(template: str, kind: str, name: str, namespace: str, c: dict[str, Any],
             template_dir: str | Path | None) -> dict[str, Any]:
     import yaml
 
-    text = _env(tuple(template_dirs(template_dir))).get_template(template).render(c=c)
+    env = template_environment(tuple(template_dirs(template_dir)))
+    text = env.get_template(template).render(c=c)
     try:
-        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+        doc = yaml.load(text, Loader=yaml_loader())  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         raise RenderError(f"{template} rendered invalid YAML for {name}: {exc}") from None
     meta = doc.get("metadata") if isinstance(doc, dict) else None
