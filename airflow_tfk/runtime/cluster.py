@@ -19,7 +19,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 CLUSTER_ROLES = ("chief", "ps", "worker")
 ROLES = (*CLUSTER_ROLES, "evaluator")
@@ -48,7 +48,6 @@ class TaskInfo:
     role: str
     index: int
     mode: str | None = None
-    extra: dict = field(default_factory=dict, compare=False)
 
     @property
     def address(self) -> str | None:
