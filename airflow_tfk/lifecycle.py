@@ -12,10 +12,11 @@ from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.errors import SpecError
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.policies import Outcome, evaluate, roles_after_success
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.spec import TFClusterSpec, load_yaml_mapping
 from airflow_tfk.status import ClusterStatus, Phase
 
 log = logging.getLogger(__name__)
@@ -32,23 +33,10 @@ def resolve_spec(cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
     if isinstance(cluster_spec, TFClusterSpec):
         return cluster_spec
     if isinstance(cluster_spec, str):
-        import yaml
-
-        from airflow_tfk.errors import SpecError
-
-        try:
-            cluster_spec = yaml.safe_load(cluster_spec)
-        except yaml.YAMLError as exc:
-            raise SpecError("spec", f"is not valid YAML: {exc}") from None
-        if not isinstance(cluster_spec, Mapping):
-            from airflow_tfk.errors import SpecError
-
-            raise SpecError("spec", "must be a mapping", type(cluster_spec).__name__)
+        cluster_spec = load_yaml_mapping(cluster_spec)
     data = dict(cluster_spec)
     if not data.get("name"):
         if identity is None:
-            from airflow_tfk.errors import SpecError
-
             raise SpecError("name", "is required outside an Airflow task")
         data["name"] = identity.cluster_name(name_prefix)
     return TFClusterSpec.from_dict(data)

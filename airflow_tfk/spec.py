@@ -620,15 +620,7 @@ class TFClusterSpec:
     @classmethod
     def from_yaml(cls, text: str) -> TFClusterSpec:
         """Parse a spec file. Malformed YAML is a :class:`SpecError` on the field ``spec``."""
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise SpecError("spec", f"is not valid YAML: {exc}") from None
-        if not isinstance(data, Mapping):
-            raise SpecError("spec", "must be a YAML mapping", type(data).__name__)
-        return cls.from_dict(data)
+        return cls.from_dict(load_yaml_mapping(text))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-serialisable form (round-trips through :meth:`from_dict`)."""
@@ -645,3 +637,16 @@ class TFClusterSpec:
             return value
 
         return plain(self)
+
+
+def load_yaml_mapping(text: str) -> dict[str, Any]:
+    """A spec file's top-level mapping; malformed YAML is a :class:`SpecError` on ``spec``."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError("spec", f"is not valid YAML: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise SpecError("spec", "must be a YAML mapping", type(data).__name__)
+    return dict(data)

@@ -56,7 +56,7 @@ from typing import Any
 
 import psutil
 
-from airflow_tfk import naming
+from airflow_tfk import _process, naming
 from airflow_tfk.backends.base import Backend, ClusterRef
 from airflow_tfk.errors import SpecError
 from airflow_tfk.naming import RunIdentity
@@ -137,18 +137,7 @@ def _port_free(port: int) -> bool:
 
 
 def _verified(pid: int | None, create_time: float | None) -> psutil.Process | None:
-    """The live process ``pid`` if it is still the one recorded (not a reused pid)."""
-    if not pid:
-        return None
-    try:
-        proc = psutil.Process(pid)
-        if create_time is not None and abs(proc.create_time() - create_time) > _CTIME_TOLERANCE:
-            return None
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc
-    except psutil.Error:
-        return None
+    return _process.verified(pid, create_time, _CTIME_TOLERANCE)
 
 
 def _running(proc: psutil.Process) -> bool:

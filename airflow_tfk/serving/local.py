@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from airflow_tfk.serving import _process
+from airflow_tfk import _process
 from airflow_tfk.serving._http import request_json
 from airflow_tfk.serving.base import Emit, PredictError, ServingTarget, VersionState, parse_status
 from airflow_tfk.serving.model_config import ModelServerConfig, parse

@@ -16,7 +16,10 @@ from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.errors import SpecError
-from airflow_tfk.spec import Resources
+from airflow_tfk.spec import (
+    Resources,
+    _int,  # one integer rule for every spec
+)
 
 DEFAULT_SERVING_IMAGE = "tensorflow/serving:2.19.0"
 DEFAULT_TENSORBOARD_IMAGE = "tensorflow/tensorflow:2.21.0"
@@ -28,14 +31,6 @@ CONFIG_FILE = "models.config"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _IMAGE = re.compile(r"^[^\s]+$")
-
-
-def _int(value: object, where: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(where, "must be an integer", value)
-    if not lo <= value <= hi:
-        raise SpecError(where, f"must be between {lo} and {hi}", value)
-    return value
 
 
 def _number(value: object, where: str, lo: float, hi: float) -> float:

@@ -14,8 +14,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from airflow_tfk import _process
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.serving import _process
 from airflow_tfk.serving.base import Emit
 from airflow_tfk.serving.local import default_root, store_path
 from airflow_tfk.serving.spec import TensorBoardSpec

@@ -21,7 +21,7 @@ import urllib.request
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from airflow_tfk.serving import _process
+from airflow_tfk import _process
 from tests.backends.k8s_double import KubeApiDouble, _Handler, _status
 
 _PROXY = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<svc>[^/:]+)(?::(?P<port>[^/]+))?"

@@ -1,0 +1,136 @@
+"""Local processes recorded on disk (model server, TensorBoard, the local backend's tasks), so
+another process can find, verify and stop them after the one that started them is gone."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+LOCALHOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOCALHOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((LOCALHOST, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def verified(pid: int | None, create_time: float | None,
+             tolerance: float = 1.0) -> psutil.Process | None:
+    """The live process ``pid``, if it is still the one that was recorded (its create time
+    matches within ``tolerance``; None skips that check), not a reused pid or a zombie."""
+    if not pid:
+        return None
+    try:
+        proc = psutil.Process(int(pid))
+        if create_time is not None and abs(proc.create_time() - float(create_time)) > tolerance:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except psutil.Error:
+        return None
+
+
+def alive(record: dict[str, Any] | None) -> psutil.Process | None:
+    """The recorded process if it still runs (and is the same process, not a reused pid)."""
+    if not record:
+        return None
+    return verified(record.get("pid"), float(record.get("create_time", 0)))
+
+
+def start(argv: list[str], log_path: Path, env: dict[str, str] | None = None,
+          cwd: str | None = None) -> psutil.Process:
+    """Start ``argv`` in its own session (it outlives the caller), output to ``log_path``."""
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                env=env, cwd=cwd, start_new_session=True, close_fds=True)
+    return psutil.Process(proc.pid)
+
+
+def stop(record: dict[str, Any] | None, grace: float = 5.0) -> bool:
+    """SIGTERM the process group of the recorded process, SIGKILL after ``grace``."""
+    proc = alive(record)
+    if proc is None:
+        return False
+    try:
+        pgid = os.getpgid(proc.pid)
+    except OSError:
+        return False
+    procs = [proc]
+    with contextlib.suppress(psutil.Error):
+        procs += proc.children(recursive=True)
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGTERM)
+    _, left = psutil.wait_procs(procs, timeout=grace)
+    if left:
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
+        psutil.wait_procs(left, timeout=grace)
+    return True
+
+
+def wait_listening(proc: psutil.Process, port: int, timeout: float, log_path: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not port_open(port):
+        if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+            raise RuntimeError(f"the process exited before it listened on {port}: "
+                               f"{tail(log_path)}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nothing listens on port {port} after {timeout:.0f} s: "
+                               f"{tail(log_path)}")
+        time.sleep(0.1)
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.rstrip().splitlines()[-lines:])
