@@ -5,7 +5,7 @@
 #   kwok          (sigs.k8s.io/kwok/cmd/kwok; see kwok/go.mod)
 #
 # The cache directory is keyed by a hash of the Go toolchain version and every input file
-# (go.mod, go.sum, Go sources, this script), so bumping a version produces a new key and
+# (go.mod, go.sum, Go sources, build flags), so bumping a version produces a new key and
 # an unchanged tree does nothing. Prints the bin directory on the last line of stdout.
 #
 # Environment:
@@ -31,18 +31,29 @@ if [[ "$go_version" != go1.* ]]; then
     exit 3
 fi
 
-# The cache key: toolchain + all inputs. Any edit or version bump -> new directory.
+k8s_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit} $2 == "k8s.io/kubernetes" {print $3; exit}' "$here/controlplane/go.mod")"
+kwok_version="$(awk '$1 == "sigs.k8s.io/kwok" {print $2; exit}' "$here/kwok/go.mod")"
+
+# How the binaries are built: part of the cache key, so changing a flag rebuilds.
+ver_pkg=k8s.io/component-base/version
+minor="${k8s_version#v1.}"; minor="${minor%%.*}"
+cp_ldflags="-s -w -X ${ver_pkg}.gitVersion=${k8s_version} -X ${ver_pkg}.gitMajor=1 -X ${ver_pkg}.gitMinor=${minor}"
+cp_ldflags+=" -X ${ver_pkg}.gitTreeState=clean -X ${ver_pkg}.buildDate=1970-01-01T00:00:00Z"
+kwok_ldflags="-s -w"
+recipe="recipe=1 CGO_ENABLED=0 -trimpath cp_ldflags=[$cp_ldflags] kwok_ldflags=[$kwok_ldflags]"
+
+# The cache key: toolchain + recipe + every Go input (not this script's text, so editing a
+# comment here does not cost a rebuild). Any version bump -> a new directory.
 key="$(
     {
         echo "$go_version"
+        echo "$recipe"
         cd "$here"
-        for f in build.sh controlplane/go.mod controlplane/go.sum controlplane/*.go kwok/go.mod kwok/go.sum; do
+        for f in controlplane/go.mod controlplane/go.sum controlplane/*.go kwok/go.mod kwok/go.sum; do
             echo "== $f"; cat "$f"
         done
     } | sha256sum | cut -c1-16
 )"
-k8s_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit} $2 == "k8s.io/kubernetes" {print $3; exit}' "$here/controlplane/go.mod")"
-kwok_version="$(awk '$1 == "sigs.k8s.io/kwok" {print $2; exit}' "$here/kwok/go.mod")"
 out="$cache_root/${k8s_version}-kwok${kwok_version}-$key"
 bin="$out/bin"
 
@@ -71,11 +82,6 @@ export GOFLAGS="-mod=readonly -buildvcs=false"
 export CGO_ENABLED=0
 export GOTOOLCHAIN=local
 
-ver_pkg=k8s.io/component-base/version
-minor="${k8s_version#v1.}"; minor="${minor%%.*}"
-cp_ldflags="-s -w -X ${ver_pkg}.gitVersion=${k8s_version} -X ${ver_pkg}.gitMajor=1 -X ${ver_pkg}.gitMinor=${minor}"
-cp_ldflags+=" -X ${ver_pkg}.gitTreeState=clean -X ${ver_pkg}.buildDate=1970-01-01T00:00:00Z"
-
 start=$(date +%s)
 echo "build.sh: building control plane ${k8s_version} + kwok ${kwok_version} into $out (go $go_version, -p $p)" >&2
 (
@@ -87,7 +93,7 @@ t1=$(date +%s)
 (
     cd "$here/kwok"
     nice -n "$nice_n" "$go_bin" mod download >&2
-    nice -n "$nice_n" "$go_bin" build -p "$p" -trimpath -ldflags "-s -w" \
+    nice -n "$nice_n" "$go_bin" build -p "$p" -trimpath -ldflags "$kwok_ldflags" \
         -o "$tmp/bin/kwok" sigs.k8s.io/kwok/cmd/kwok >&2
 )
 t2=$(date +%s)
@@ -106,6 +112,6 @@ rm -rf "$out"
 mv "$tmp" "$out"
 trap - EXIT
 # Keep this build and the previous one (a test session may still be using it).
-ls -1dt "$cache_root"/v*-kwok*-*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf
+ls -1dt "$cache_root"/v*-kwok*-*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf || true
 echo "build.sh: done in $((t2 - start)) s (control plane $((t1 - start)) s, kwok $((t2 - t1)) s)" >&2
 echo "$bin"
