@@ -47,14 +47,8 @@ def progress_line(step: int, total_steps: int, loss: float | None, start_time: f
 
 def parse_line(line: str) -> Progress | None:
     """The progress in ``line``, or None if it is not a well-formed progress line."""
-    start = line.find("{")
-    if start < 0 or '"tfk"' not in line:
-        return None
-    try:
-        data = json.loads(line[start:])
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or data.pop("tfk", None) != MARKER:
+    data = parse_event(line, MARKER)
+    if data is None:
         return None
     try:
         return Progress(int(data["step"]), int(data["total_steps"]),
