@@ -149,7 +149,10 @@ class SyncApi:
                           manifest, APPLY_CONTENT_TYPE)
         return resp.status, json.loads(resp.data)
 
-    @retry_transient
+    # Logs are best effort (progress lines, logs copied before a delete): a kubelet that
+    # cannot be reached answers 500/502 for as long as it is gone, so one retry, not four,
+    # and a teardown is not held up for seconds per task.
+    @retry_transient(attempts=2)
     def text(self, path: str, query: dict[str, Any] | None = None) -> str:
         resp = self._call("GET", path, query, accept="*/*")
         return resp.data.decode("utf-8", "replace")

@@ -96,10 +96,12 @@ def delay_for(exc: BaseException, attempt: int) -> float:
     return min(backoff * (0.5 + random.random() / 2), MAX_DELAY)
 
 
-def retry_transient(func: F | None = None, *, conflict: bool = False) -> Any:
+def retry_transient(func: F | None = None, *, conflict: bool = False,
+                    attempts: int | None = None) -> Any:
     """Retry ``func`` (a function or a coroutine function) on transient API errors.
 
     :param conflict: also retry 409 Conflict (only where repeating the call is safe).
+    :param attempts: at most this many calls (default: the module's ``ATTEMPTS``).
     """
 
     def decorate(fn: F) -> F:
@@ -113,11 +115,12 @@ def retry_transient(func: F | None = None, *, conflict: bool = False) -> Any:
                     try:
                         return await fn(*args, **kwargs)
                     except Exception as exc:
-                        if attempt >= ATTEMPTS or not is_transient(exc, conflict=conflict):
+                        if attempt >= (limit := attempts or ATTEMPTS) or \
+                                not is_transient(exc, conflict=conflict):
                             raise
                         wait = delay_for(exc, attempt)
                         log.warning("%s: transient Kubernetes API error (%s); retry %d/%d in "
-                                    "%.1fs", name, _short(exc), attempt, ATTEMPTS - 1, wait)
+                                    "%.1fs", name, _short(exc), attempt, limit - 1, wait)
                         await asyncio.sleep(wait)
                         attempt += 1
 
@@ -130,11 +133,12 @@ def retry_transient(func: F | None = None, *, conflict: bool = False) -> Any:
                 try:
                     return fn(*args, **kwargs)
                 except Exception as exc:
-                    if attempt >= ATTEMPTS or not is_transient(exc, conflict=conflict):
+                    if attempt >= (limit := attempts or ATTEMPTS) or \
+                            not is_transient(exc, conflict=conflict):
                         raise
                     wait = delay_for(exc, attempt)
                     log.warning("%s: transient Kubernetes API error (%s); retry %d/%d in %.1fs",
-                                name, _short(exc), attempt, ATTEMPTS - 1, wait)
+                                name, _short(exc), attempt, limit - 1, wait)
                     time.sleep(wait)
                     attempt += 1
 

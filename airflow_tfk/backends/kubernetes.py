@@ -56,10 +56,11 @@ __all__ = ["KubernetesApiError", "KubernetesBackend"]
 log = logging.getLogger(__name__)
 
 # Kinds deleted by ``delete``, in order: controllers first so they stop replacing pods,
-# storage last, the per-training namespace after everything in it.
-DELETE_ORDER = ("Job", "StatefulSet", "Deployment", "Pod", "Service", "PodDisruptionBudget",
-                "ConfigMap", "Secret", "ServiceAccount", "PersistentVolumeClaim", "Namespace")
-EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "Service", "PersistentVolumeClaim", "ConfigMap")
+# storage last. Only the kinds render() can produce (plus their pods): every kind here is
+# a permission the identity Airflow runs as must hold (deploy/rbac/). The per-training
+# namespace is deleted after everything in it (see ``_namespace_plan``).
+DELETE_ORDER = ("Job", "StatefulSet", "Pod", "Service", "PersistentVolumeClaim")
+EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "Service", "PersistentVolumeClaim")
 # A Job task vanished: look at the Jobs again, but not more often than this.
 JOB_REFRESH_INTERVAL = 2.0
 MAX_WATCH_SECONDS = 300
@@ -75,6 +76,7 @@ class Request(NamedTuple):
     query: dict[str, Any] | None = None
     body: Any = None
     optional: bool = False  # a failure is logged, not raised (answered with None)
+    forbidden_is_absent: bool = False  # 403 answers None quietly, like 404
 
 
 # A "plan" is backend logic written once for the sync and the async client: it yields
@@ -263,9 +265,18 @@ class KubernetesBackend(Backend):
                                    {"labelSelector": ref.label_selector, "limit": 1})
             if result and result[1].get("items"):
                 return True
-        result = yield Request("GET", BY_KIND["Namespace"].collection(None),
-                               {"labelSelector": ref.label_selector, "limit": 1})
-        return bool(result and result[1].get("items"))
+        return bool((yield from self._own_namespace_plan(ref)))
+
+    def _own_namespace_plan(self, ref: ClusterRef) -> Plan:
+        """The cluster's per-training namespace, or None: ``ref.namespace`` if it carries
+        the cluster's label. One GET of that namespace, never a list of all namespaces:
+        an identity confined to its namespace by a Role may not read it (403), and then
+        it cannot have created it either."""
+        result = yield Request("GET", BY_KIND["Namespace"].item(None, ref.namespace),
+                               forbidden_is_absent=True)
+        ns = result[1] if result else None
+        labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
+        return ns if labels.get(naming.LABEL_CLUSTER) == ref.name else None
 
     def status(self, ref: ClusterRef) -> ClusterStatus:
         """One pod list; the Jobs (retry settings) are listed once and when a Job task vanished."""
@@ -434,6 +445,9 @@ class KubernetesBackend(Backend):
                               BACKGROUND)
             if items:
                 deleted.append(f"{len(items)} {kind.plural}")
+        if (yield from self._own_namespace_plan(ref)) is not None:
+            yield Request("DELETE", BY_KIND["Namespace"].item(None, ref.namespace), BACKGROUND)
+            deleted.append(f"namespace {ref.namespace}")
         return ", ".join(deleted)
 
     def _deleted_reason_plan(self, ref: ClusterRef) -> Plan:
@@ -603,7 +617,7 @@ def _single(req: Request) -> Plan:
 
 def _failed(req: Request, exc: Exception) -> None:
     """A request of a plan failed: 404 and optional requests answer None, others raise."""
-    if is_not_found(exc):
+    if is_not_found(exc) or (req.forbidden_is_absent and api_status(exc) == 403):
         return None
     if req.optional:
         log.warning("kubernetes: %s %s failed (%s); carrying on", req.method, req.path,

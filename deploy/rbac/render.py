@@ -1,0 +1,57 @@
+"""The RBAC manifests of deploy/rbac/ for a given namespace (used by the integration tests;
+also handy as ``python deploy/rbac/render.py <namespace> [--namespace-per-training] | kubectl apply -f -``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+NAMESPACED = HERE / "namespaced.yaml"
+NAMESPACE_PER_TRAINING = HERE / "namespace-per-training.yaml"
+SERVICE_ACCOUNT = "airflow-tfk"
+
+
+def manifests(namespace: str, *, namespace_per_training: bool = False,
+              name_suffix: str = "") -> list[dict[str, Any]]:
+    """The objects of ``namespaced.yaml`` (or ``namespace-per-training.yaml``) with the
+    ServiceAccount (and, for the Role, every object) in ``namespace``.
+
+    ``name_suffix`` is appended to the cluster-scoped names, so several copies can coexist.
+    """
+    import yaml
+
+    path = NAMESPACE_PER_TRAINING if namespace_per_training else NAMESPACED
+    docs = [copy.deepcopy(d) for d in yaml.safe_load_all(path.read_text()) if d]
+    for d in docs:
+        meta = d["metadata"]
+        if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            meta["name"] += name_suffix
+            if d["kind"] == "ClusterRoleBinding":
+                d["roleRef"]["name"] += name_suffix
+        else:
+            meta["namespace"] = namespace
+        for s in d.get("subjects", []):
+            s["namespace"] = namespace
+    return docs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("namespace")
+    p.add_argument("--namespace-per-training", action="store_true")
+    a = p.parse_args(argv)
+    import yaml
+
+    sys.stdout.write(yaml.safe_dump_all(manifests(a.namespace,
+                                                  namespace_per_training=a.namespace_per_training),
+                                        sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
