@@ -265,3 +265,42 @@ def tfk_ns(k8s_api, k8s_namespace: str) -> str:
         "pod-security.kubernetes.io/enforce": "restricted",
         "pod-security.kubernetes.io/enforce-version": "latest"}}})
     return k8s_namespace
+
+
+# -- the operator in a separate process (a worker that gets killed) ---------------------
+#: Runs TFTrainingOperator.execute in its own process, with the SIGTERM handler of Airflow's
+#: task runner (airflow.sdk.execution_time.task_runner: ``_on_term`` calls ``on_kill``), so
+#: a SIGTERM there is what a task gets on mark-failed or a dagrun_timeout. argv: namespace,
+#: run id, spec JSON. Prints "EXECUTING" before waiting and "RESULT <json>" / "RAISED ...".
+OPERATOR_SCRIPT = r'''
+import json, os, signal, sys
+sys.path.insert(0, os.environ["TFK_TESTS_DIR"])
+from k8s_integration import _tfk
+
+namespace, run_id, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+op = _tfk.make_op(namespace, spec)
+ctx = _tfk.task_context(run_id)
+
+def _on_term(signum, frame):  # as airflow.sdk.execution_time.task_runner does
+    print("SIGTERM: on_kill", flush=True)
+    op.on_kill()
+
+signal.signal(signal.SIGTERM, _on_term)
+print("EXECUTING", flush=True)
+try:
+    print("RESULT " + json.dumps(op.execute(ctx)), flush=True)
+except BaseException as exc:
+    print(f"RAISED {type(exc).__name__}: {exc}", flush=True)
+    raise
+'''
+
+
+def start_operator_process(namespace: str, run_id: str, spec_data: dict[str, Any]):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "TFK_TESTS_DIR": str(Path(__file__).resolve().parents[1])}
+    return subprocess.Popen([sys.executable, "-c", OPERATOR_SCRIPT, namespace, run_id,
+                             json.dumps(spec_data)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
