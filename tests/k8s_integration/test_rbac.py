@@ -1,0 +1,145 @@
+"""Least privilege: the provider runs as the ServiceAccount of deploy/rbac/ (bound token,
+through a kubeconfig in an Airflow ``kubernetes`` connection), and that is enough for the
+whole lifecycle - create, blocking and deferred watch, logs, PS clean-up,
+previous_run_policy (find, delete with a reason Event), failure teardown - without a
+single 403; the same identity is denied in any other namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+from k8s import harness
+from kubernetes import client
+from kubernetes.utils import create_from_dict
+
+from airflow_tfk import naming
+from airflow_tfk.backends.kubernetes import KubernetesApiError
+from k8s_integration import _tfk
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "rbac"))
+import render as rbac  # noqa: E402 - deploy/rbac/render.py
+
+pytestmark = pytest.mark.k8s
+pytest_plugins = ["k8s_integration._tfk"]  # fixtures tfk_conn, tfk_ns
+
+
+def _apply(api, docs: list[dict], namespace: str) -> None:
+    for d in docs:
+        create_from_dict(api, d, namespace=d["metadata"].get("namespace", namespace))
+
+
+def _identity(k8s_cluster, ns: str, tmp_path: Path, conn_id: str) -> str:
+    token = k8s_cluster.service_account_token(ns, rbac.SERVICE_ACCOUNT)
+    path = k8s_cluster.kubeconfig_for_token(tmp_path / f"{conn_id}.kubeconfig", token,
+                                            rbac.SERVICE_ACCOUNT, ns)
+    return str(path)
+
+
+def _no_forbidden(out: str) -> None:
+    assert "HTTP 403" not in out and "Forbidden" not in out and "forbidden" not in out, \
+        [line for line in out.splitlines() if "403" in line or "orbidden" in line][:5]
+
+
+def test_namespaced_role_is_enough_and_denied_elsewhere(k8s_cluster, k8s_api, tfk_ns, tmp_path,
+                                                        capfd, caplog) -> None:
+    _apply(k8s_api, rbac.manifests(tfk_ns), tfk_ns)
+    kubeconfig = _identity(k8s_cluster, tfk_ns, tmp_path, "tfk_rbac")
+    spec = _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1)
+    with _tfk.use_connection(kubeconfig, "tfk_rbac"):
+        # Run A waits deferred (the async hook, as the triggerer would).
+        ctx_a = _tfk.task_context("scheduled__a")
+        name_a = _tfk.cluster_name(ctx_a)
+        op_a = _tfk.make_op(tfk_ns, spec, kubernetes_conn_id="tfk_rbac", deferrable=True)
+        with pytest.raises(TaskDeferred) as deferred:
+            op_a.execute(ctx_a)
+        _tfk.wait_for("run A running", lambda: len(_tfk.pods(k8s_api, tfk_ns, name_a)) == 3)
+
+        # Run B kills A (find + delete with a reason Event), trains, cleans up the PS.
+        ctx_b = _tfk.task_context("scheduled__b")
+        name_b = _tfk.cluster_name(ctx_b)
+        op_b = _tfk.make_op(tfk_ns, spec, kubernetes_conn_id="tfk_rbac",
+                            previous_run_policy="kill_previous")
+        with _tfk.PodDriver(k8s_api, tfk_ns, name_b):
+            assert op_b.execute(ctx_b)["outcome"] == "succeeded"
+        out = capfd.readouterr().out
+        assert f"killing cluster {name_a}" in out and f"deleted ps of cluster {name_b}" in out
+
+        # A's trigger sees its cluster gone, and why (the Event, read as this identity).
+        async def first():
+            async for event in deferred.value.trigger.run():
+                return event.payload
+        event = asyncio.run(first())
+        assert event["status"] == "failed" and "killed by the newer run scheduled__b" in \
+            event["message"], event
+        _tfk.wait_no_leftovers(k8s_api, tfk_ns, name_a)
+
+        # A failure: logs of the failed task, then everything deleted.
+        ctx_c = _tfk.task_context("manual__c")
+        name_c = _tfk.cluster_name(ctx_c)
+        op_c = _tfk.make_op(tfk_ns, {**spec, "permanent_exit_codes": [3]},
+                            kubernetes_conn_id="tfk_rbac")
+
+        def fail(pod):
+            role = pod.metadata.labels.get(naming.LABEL_ROLE)
+            return {harness.EXIT_CODE: "3"} if role == "worker" and _tfk.index_of(pod) == 0 \
+                else None
+        with _tfk.PodDriver(k8s_api, tfk_ns, name_c, rule=fail), pytest.raises(Exception) as err:
+            op_c.execute(ctx_c)
+        assert "task worker-0 failed (ExitCode" in str(err.value), err.value
+        _tfk.wait_no_leftovers(k8s_api, tfk_ns, name_c)
+        _no_forbidden(capfd.readouterr().out + caplog.text)  # the task log and the backend's
+
+        # The same identity anywhere else: denied, nothing created.
+        other = f"t-other-{uuid.uuid4().hex[:6]}"
+        client.CoreV1Api(k8s_api).create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=other)))
+        try:
+            ctx_d = _tfk.task_context("manual__elsewhere")
+            op_d = _tfk.make_op(other, _tfk.spec(other), kubernetes_conn_id="tfk_rbac")
+            with pytest.raises(KubernetesApiError) as denied:
+                op_d.execute(ctx_d)
+            assert denied.value.status == 403, denied.value
+            assert f"system:serviceaccount:{tfk_ns}:{rbac.SERVICE_ACCOUNT}" in denied.value.message
+            assert _tfk.leftovers(k8s_api, other, _tfk.cluster_name(ctx_d)) == []
+            # ... and a per-training namespace needs the ClusterRole, which it lacks.
+            op_e = _tfk.make_op(tfk_ns, {**spec, "namespace_per_training": True},
+                                kubernetes_conn_id="tfk_rbac")
+            ctx_e = _tfk.task_context("manual__ownns")
+            with pytest.raises(KubernetesApiError) as no_ns:
+                op_e.execute(ctx_e)
+            own_ns = f"{tfk_ns}-{_tfk.cluster_name(ctx_e)}"
+            assert no_ns.value.status == 403 and own_ns in no_ns.value.message, no_ns.value
+            assert _tfk.leftovers(k8s_api, own_ns, _tfk.cluster_name(ctx_e)) == []
+        finally:
+            client.CoreV1Api(k8s_api).delete_namespace(other)
+
+
+def test_namespace_per_training_cluster_role_is_enough(k8s_cluster, k8s_api, tfk_ns, tmp_path,
+                                                       capfd, caplog) -> None:
+    suffix = f"-{uuid.uuid4().hex[:6]}"
+    docs = rbac.manifests(tfk_ns, namespace_per_training=True, name_suffix=suffix)
+    _apply(k8s_api, docs, tfk_ns)
+    rbac_api = client.RbacAuthorizationV1Api(k8s_api)
+    try:
+        kubeconfig = _identity(k8s_cluster, tfk_ns, tmp_path, "tfk_rbac_ns")
+        with _tfk.use_connection(kubeconfig, "tfk_rbac_ns"):
+            ctx = _tfk.task_context("manual__ownns")
+            name = _tfk.cluster_name(ctx)
+            spec = _tfk.spec(tfk_ns, "all_reduce", workers=2, ps=0, namespace_per_training=True)
+            own_ns = f"{tfk_ns}-{name}"
+            op = _tfk.make_op(tfk_ns, spec, kubernetes_conn_id="tfk_rbac_ns", cleanup="all")
+            with _tfk.PodDriver(k8s_api, own_ns, name):
+                assert op.execute(ctx)["outcome"] == "succeeded"
+            out = capfd.readouterr().out + caplog.text
+            assert f"services, namespace {own_ns})" in out, out[-2000:]  # deleted with it
+            _no_forbidden(out)
+            _tfk.wait_no_leftovers(k8s_api, own_ns, name, timeout=90)
+    finally:
+        rbac_api.delete_cluster_role_binding(f"airflow-tfk-namespace-per-training{suffix}")
+        rbac_api.delete_cluster_role(f"airflow-tfk-namespace-per-training{suffix}")
