@@ -24,24 +24,26 @@ AIRFLOW = str(Path(sys.executable).parent / "airflow")
 def test_kill_previous_kills_the_running_first_run(airflow_env, tmp_path) -> None:
     from airflow_tfk.backends.local import LocalBackend
 
+    local_root = tmp_path / "tfk-local"  # only this test's clusters
+    first_env = {**airflow_env.env, "TFK_LOCAL_ROOT": str(local_root)}
     second_home = tmp_path / "second-home"
     second_home.mkdir()
-    second_env = {**airflow_env.env, "AIRFLOW_HOME": str(second_home)}
+    second_env = {**first_env, "AIRFLOW_HOME": str(second_home)}
     subprocess.run([AIRFLOW, "db", "migrate"], env=second_env, check=True, capture_output=True,
                    timeout=300)
 
     first = subprocess.Popen(
         [AIRFLOW, "dags", "test", "tfk_scheduled_training", "2026-01-01T00:00:00+00:00",
          "--conf", json.dumps({"steps": 1_000_000})],
-        env=airflow_env.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env=first_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        backend = LocalBackend(str(airflow_env.local_root))
+        backend = LocalBackend(str(local_root))
         deadline = time.monotonic() + 300
-        while not any(True for _ in airflow_env.local_root.glob("default/tfk-*/state.json")):
+        while not any(True for _ in local_root.glob("default/tfk-*/state.json")):
             assert first.poll() is None, first.stdout.read()[-4000:]
             assert time.monotonic() < deadline, "the first run never created its cluster"
             time.sleep(1)
-        first_cluster = next(airflow_env.local_root.glob("default/tfk-*/state.json")).parent.name
+        first_cluster = next(local_root.glob("default/tfk-*/state.json")).parent.name
 
         second = subprocess.run(
             [AIRFLOW, "dags", "test", "tfk_scheduled_training", "2026-01-01T02:00:00+00:00",
