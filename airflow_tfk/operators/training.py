@@ -136,10 +136,14 @@ class TFTrainingOperator(BaseOperator):
             method_name="execute_complete", kwargs={"handle": handle.to_dict()}, timeout=timeout)
 
     def execute_complete(self, context: Context, event: dict[str, Any],
-                         handle: dict[str, Any]) -> dict[str, Any]:
+                         handle: dict[str, Any] | None = None) -> dict[str, Any]:
         from airflow_tfk.handle import ClusterHandle
         from airflow_tfk.status import TaskStatus
 
+        if handle is None:
+            # `airflow dags test` (3.3) resumes with the event only, dropping the defer
+            # kwargs; the handle is deterministic, so build it again.
+            handle = self._handle_of(context).to_dict()
         h = ClusterHandle.from_dict(handle)
         self._handle = h
         status = event.get("status")
@@ -147,6 +151,16 @@ class TFTrainingOperator(BaseOperator):
         outcome = {"success": "succeeded", "failed": "failed"}.get(status, status or "error")
         return self._finish(h, outcome, event.get("message", ""),
                             TaskStatus.from_dict(failed) if failed else None)
+
+    def _handle_of(self, context: Context) -> ClusterHandle:
+        from airflow_tfk.backends import get_backend
+        from airflow_tfk.handle import ClusterHandle
+        from airflow_tfk.lifecycle import resolve_spec
+
+        spec = resolve_spec(self.cluster_spec, identity_from_context(context), self.name_prefix)
+        backend = get_backend(self.backend, **backend_config(self.backend, self.backend_config,
+                                                             self.kubernetes_conn_id))
+        return ClusterHandle.for_spec(spec, backend)
 
     def _finish(self, handle: ClusterHandle, outcome: str, message: str,
                 failed_task: Any) -> dict[str, Any]:
