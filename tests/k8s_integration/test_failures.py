@@ -22,7 +22,7 @@ from airflow_tfk.errors import TrainingFailed
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s
-pytest_plugins = ["k8s_integration._tfk"]  # fixtures tfk_conn, tfk_ns
+tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 
 
 def test_permanent_exit_code_fails_fast_naming_task_and_code(k8s_api, tfk_ns, tfk_conn) -> None:

@@ -30,7 +30,7 @@ from airflow_tfk.spec import TFClusterSpec
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s
-pytest_plugins = ["k8s_integration._tfk"]  # fixtures tfk_conn, tfk_ns
+tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 
 RENDERED = [("batch/v1", "jobs"), ("apps/v1", "statefulsets"), ("v1", "services"),
             ("v1", "persistentvolumeclaims")]

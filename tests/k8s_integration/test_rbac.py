@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "rbac"))
 import render as rbac  # noqa: E402 - deploy/rbac/render.py
 
 pytestmark = pytest.mark.k8s
-pytest_plugins = ["k8s_integration._tfk"]  # fixtures tfk_conn, tfk_ns
+tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 
 
 def _apply(api, docs: list[dict], namespace: str) -> None:
