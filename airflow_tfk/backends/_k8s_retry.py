@@ -54,10 +54,12 @@ def _is_connection_error(exc: BaseException) -> bool:
     return False
 
 
-def is_transient(exc: BaseException, *, conflict: bool = False) -> bool:
+def is_transient(exc: BaseException, *, conflict: bool = False,
+                 statuses: frozenset[int] | None = None) -> bool:
     status = api_status(exc)
     if status is not None:
-        return status in TRANSIENT_STATUS or (conflict and status == 409)
+        return status in (TRANSIENT_STATUS if statuses is None else statuses) or \
+            (conflict and status == 409)
     return _is_connection_error(exc)
 
 
@@ -97,11 +99,12 @@ def delay_for(exc: BaseException, attempt: int) -> float:
 
 
 def retry_transient(func: F | None = None, *, conflict: bool = False,
-                    attempts: int | None = None) -> Any:
+                    attempts: int | None = None, statuses: frozenset[int] | None = None) -> Any:
     """Retry ``func`` (a function or a coroutine function) on transient API errors.
 
     :param conflict: also retry 409 Conflict (only where repeating the call is safe).
     :param attempts: at most this many calls (default: the module's ``ATTEMPTS``).
+    :param statuses: the HTTP statuses retried (default: ``TRANSIENT_STATUS``).
     """
 
     def decorate(fn: F) -> F:
@@ -116,7 +119,8 @@ def retry_transient(func: F | None = None, *, conflict: bool = False,
                         return await fn(*args, **kwargs)
                     except Exception as exc:
                         if attempt >= (limit := attempts or ATTEMPTS) or \
-                                not is_transient(exc, conflict=conflict):
+                                not is_transient(exc, conflict=conflict,
+                                                 statuses=statuses):
                             raise
                         wait = delay_for(exc, attempt)
                         log.warning("%s: transient Kubernetes API error (%s); retry %d/%d in "
@@ -134,7 +138,7 @@ def retry_transient(func: F | None = None, *, conflict: bool = False,
                     return fn(*args, **kwargs)
                 except Exception as exc:
                     if attempt >= (limit := attempts or ATTEMPTS) or \
-                            not is_transient(exc, conflict=conflict):
+                            not is_transient(exc, conflict=conflict, statuses=statuses):
                         raise
                     wait = delay_for(exc, attempt)
                     log.warning("%s: transient Kubernetes API error (%s); retry %d/%d in %.1fs",
