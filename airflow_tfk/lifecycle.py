@@ -4,7 +4,6 @@ finish after success, tear down after failure. Backend-agnostic, no Airflow impo
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -16,6 +15,7 @@ from airflow_tfk.errors import SpecError
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.policies import Outcome, evaluate, roles_after_success
+from airflow_tfk.run_policy import PreviousRunPolicy
 from airflow_tfk.spec import TFClusterSpec, load_yaml_mapping
 from airflow_tfk.status import ClusterStatus, Phase
 
@@ -113,22 +113,6 @@ def teardown_after_failure(handle: ClusterHandle, status: ClusterStatus | None,
 def delete_cluster(handle: ClusterHandle, emit: Emit = log.info) -> None:
     handle.backend().delete(handle.ref)
     emit(f"deleted cluster {handle.ref.name} ({handle.ref.label_selector})")
-
-
-class PreviousRunPolicy(str, enum.Enum):
-    """What to do, before a run starts, with a still-alive cluster of an earlier run of the
-    same training (same dag and task, another run).
-
-    - ``allow``: nothing; both run.
-    - ``kill_previous``: delete the earlier cluster; its run fails naming this run.
-    - ``skip``: skip this run.
-    - ``wait``: wait until the earlier cluster is gone or finished.
-    """
-
-    ALLOW = "allow"
-    KILL_PREVIOUS = "kill_previous"
-    SKIP = "skip"
-    WAIT = "wait"
 
 
 def previous_runs(backend: Backend, spec: TFClusterSpec, identity: RunIdentity) -> list[ClusterRef]:

@@ -205,7 +205,7 @@ class TFTrainingOperator(BaseOperator):
 
 
 def _previous_run_policy(value: str) -> Any:
-    from airflow_tfk.lifecycle import PreviousRunPolicy
+    from airflow_tfk.run_policy import PreviousRunPolicy
 
     try:
         return PreviousRunPolicy(value)
