@@ -93,7 +93,11 @@ class RequestCounter:
             if since <= t < until:
                 path = url.split("?", 1)[0].split("://", 1)[-1].split("/", 1)[-1]
                 parts = path.split("/")
-                kind = parts[-1] if len(parts) % 2 == 0 or parts[-1] == "log" else parts[-2]
+                if "namespaces" in parts[:-2]:
+                    kind = "/".join(parts[parts.index("namespaces") + 2:][::2][:1] +
+                                    parts[parts.index("namespaces") + 2:][2:3])
+                else:
+                    kind = "namespaces" if parts[-2:-1] == ["namespaces"] else parts[-1]
                 if "watch=true" in url:
                     kind += "(watch)"
                 key = f"{method} {kind}"

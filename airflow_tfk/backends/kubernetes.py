@@ -39,6 +39,8 @@ from airflow_tfk.backends._k8s_api import (
 )
 from airflow_tfk.backends._k8s_retry import api_status, is_transient
 from airflow_tfk.backends._k8s_status import (
+    LABEL_COMPLETION_INDEX,
+    LABEL_POD_INDEX,
     Interpreter,
     JobInfo,
     is_job_pod,
@@ -370,8 +372,14 @@ class KubernetesBackend(Backend):
     # -- logs -----------------------------------------------------------------------------
     def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
         selector = f"{ref.label_selector},{naming.LABEL_ROLE}={role}"
-        pods, _ = self._run(self._list_plan(ref, "Pod", selector))
+        # List the task's pods only, not the role's (600 workers: a few MB per progress
+        # read); the index label is set by the Job / StatefulSet controller (>= 1.28).
+        index_label = LABEL_POD_INDEX if role == "ps" else LABEL_COMPLETION_INDEX
+        pods, _ = self._run(self._list_plan(ref, "Pod", f"{selector},{index_label}={index}"))
         pod = newest_pod(p for p in pods if task_key(p) == (role, index))
+        if pod is None:  # an older controller without the index label
+            pods, _ = self._run(self._list_plan(ref, "Pod", selector))
+            pod = newest_pod(p for p in pods if task_key(p) == (role, index))
         if pod is None:
             return ""
         containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]

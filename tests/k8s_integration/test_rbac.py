@@ -95,6 +95,14 @@ def test_namespaced_role_is_enough_and_denied_elsewhere(k8s_cluster, k8s_api, tf
         _tfk.wait_no_leftovers(k8s_api, tfk_ns, name_c)
         _no_forbidden(capfd.readouterr().out + caplog.text)  # the task log and the backend's
 
+        # The Role lets it read its own namespace (the per-training check), no other.
+        sa = k8s_cluster.api_client(token=k8s_cluster.service_account_token(
+            tfk_ns, rbac.SERVICE_ACCOUNT))
+        assert client.CoreV1Api(sa).read_namespace(tfk_ns).metadata.name == tfk_ns
+        with pytest.raises(client.ApiException) as other_ns:
+            client.CoreV1Api(sa).read_namespace("default")
+        assert other_ns.value.status == 403
+
         # The same identity anywhere else: denied, nothing created.
         other = f"t-other-{uuid.uuid4().hex[:6]}"
         client.CoreV1Api(k8s_api).create_namespace(
