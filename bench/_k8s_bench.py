@@ -187,3 +187,19 @@ def wait_no_pods(api: Any, ns: str, timeout: float = 300) -> float:
             raise TimeoutError(f"pods still in {ns} after {timeout}s")
         time.sleep(0.5)
     return time.monotonic() - t0
+
+
+def install_async(counter: RequestCounter) -> RequestCounter:
+    """Count every request of every ``kubernetes_asyncio`` client (the deferrable trigger's
+    AsyncKubernetesHook makes its own), in this process."""
+    from kubernetes_asyncio.client import rest
+
+    original = rest.RESTClientObject.request
+
+    async def counted(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        with counter._lock:
+            counter.log.append((time.monotonic(), method, url))
+        return await original(self, method, url, *args, **kwargs)
+
+    rest.RESTClientObject.request = counted  # type: ignore[method-assign]
+    return counter

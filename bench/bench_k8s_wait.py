@@ -6,6 +6,9 @@
   operator's blocking wait (``watch.wait_for_cluster``) with its default progress
   interval (30 s: a log read of the progress task, which KWOK's fake kubelets answer with
   500, retried once).
+- airflow-tfk deferrable: the real ``WorkersDoneTrigger`` (``awatch`` through the cncf
+  AsyncKubernetesHook) on the 600-worker cluster, with a 60 s deadline; its async
+  client's requests are counted (its progress reads use the sync client, as above).
 - baseline: the seeds' layout (one Job per worker) waited on with the cncf provider's
   ``KubernetesHook.wait_until_job_complete`` (one GET per Job every ``job_poll_interval``
   = 10 s, its default), one call per worker Job, as a DAG with a sensor per Job would.
@@ -21,6 +24,7 @@ Target: airflow-tfk <= 3 requests/minute whatever the task count.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 import threading
@@ -33,6 +37,7 @@ from _k8s_bench import (
     RequestCounter,
     control_plane,
     install,
+    install_async,
     namespace,
     seeds_layout,
     wait_pods_running,
@@ -100,13 +105,30 @@ def main(argv: list[str] | None = None) -> int:
         threads += [threading.Thread(target=hook.wait_until_job_complete, daemon=True,
                                      args=(d["metadata"]["name"], ns_seeds, 10))
                     for d in jobs]
+        from airflow_tfk.triggers.workers import WorkersDoneTrigger
+
+        counters["trigger-big"] = install_async(RequestCounter())
+        trigger = WorkersDoneTrigger(
+            cluster={"name": "big", "namespace": ns}, backend_kind="kubernetes",
+            backend_config={"conn_id": CONN_ID}, mode="between_graph",
+            replicas={"ps": a.ps, "worker": a.workers}, deadline=time.time() + a.seconds,
+            progress_interval=30.0)
+        events: list = []
+
+        async def run_trigger() -> None:
+            async for event in trigger.run():
+                events.append(event.payload)
+                return
+        threads.append(threading.Thread(target=lambda: asyncio.run(run_trigger())))
         t0 = time.monotonic()
         for t in threads:
             t.start()
         time.sleep(a.seconds)
         t1 = time.monotonic()
-        for t in threads[:3]:
+        logging.disable(logging.CRITICAL)  # the polling threads outlive the control plane
+        for t in threads[:3] + threads[-1:]:
             t.join(30)
+        assert events and events[0]["status"] == "timeout", events
         per_min = {k: c.count(t0, t1) * 60 / (t1 - t0) for k, c in counters.items()}
 
     print(f"API requests while waiting {a.seconds:.0f} s on a running cluster (kube-apiserver v1.36, "
@@ -118,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  airflow-tfk blocking wait incl. progress log reads every 30 s, {a.workers} workers: "
           f"{per_min['operator-wait-big']:6.1f} req/min  "
           f"{counters['operator-wait-big'].summary(t0, t1)}")
+    print(f"  airflow-tfk deferrable trigger, its async client (awatch), {a.workers} workers: "
+          f"{per_min['trigger-big']:6.1f} req/min  {counters['trigger-big'].summary(t0, t1)}")
     print(f"  cncf KubernetesHook.wait_until_job_complete x {len(jobs)} Jobs (poll 10 s): "
           f"{per_min['cncf']:8.1f} req/min")
     print(f"  ratio: {per_min['cncf'] / max(per_min['watch-big'], 1e-9):.0f}x fewer requests "
