@@ -52,34 +52,25 @@ class PlatformFlags:
     seed: int | None = None
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _bounded(convert: type, noun: str, minimum: float, inclusive: bool):
+    """An argparse type: ``convert`` the text, then require ``>= minimum`` (or ``>``)."""
+    bound = "at least" if inclusive else "greater than"
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {noun}, got {text!r}") from None
+        if not (value >= minimum if inclusive else value > minimum):  # NaN fails too
+            raise argparse.ArgumentTypeError(f"must be {bound} {minimum}, got {value}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
-    return value
+_positive_int = _bounded(int, "an integer", 1, inclusive=True)
+_non_negative_int = _bounded(int, "an integer", 0, inclusive=True)
+_positive_float = _bounded(float, "a number", 0, inclusive=False)
 
 
 def default_checkpoint_dir(env: Mapping[str, str], model_name: str | None) -> str | None:
