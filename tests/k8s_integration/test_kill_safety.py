@@ -209,3 +209,39 @@ def test_deferred_on_kill_and_dagrun_timeout_leave_nothing(k8s_api, tfk_ns, tfk_
 async def _first(trigger):
     async for event in trigger.run():
         return event
+
+
+def test_retry_replaces_a_failed_cluster_and_ignores_its_stale_pods(k8s_api, tfk_ns, tfk_conn,
+                                                                    capfd) -> None:
+    """Try 1 dies while deferred and its training then fails (worker-1, permanent code):
+    the retry deletes that cluster and creates a new one, and is not fooled by the old
+    failed pods the garbage collector has not removed yet."""
+    from k8s import harness
+
+    from airflow_tfk import naming
+
+    ctx = _tfk.task_context("manual__replace")
+    name = _tfk.cluster_name(ctx)
+    spec = _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1, permanent_exit_codes=[3])
+    with pytest.raises(TaskDeferred):
+        _tfk.make_op(tfk_ns, spec, deferrable=True).execute(ctx)
+    _running(k8s_api, tfk_ns, name, 3)
+    old_uid = _job_uid(k8s_api, tfk_ns, name)
+    _tfk.finish(k8s_api, tfk_ns, name, "worker", code=3, indexes=[1])
+    _tfk.wait_for("the old worker-1 pod failed", lambda: any(
+        p.status.phase == "Failed" for p in _tfk.pods(k8s_api, tfk_ns, name, "worker")))
+
+    def fresh_pods_succeed(pod):
+        owner = (pod.metadata.owner_references or [None])[0]
+        if pod.metadata.labels.get(naming.LABEL_ROLE) == "worker" and owner is not None \
+                and owner.uid != old_uid:
+            return {harness.EXIT_CODE: "0", harness.EXIT_DELAY: "1s"}
+        return None
+
+    ctx2 = _tfk.task_context("manual__replace", try_number=2)
+    with _tfk.PodDriver(k8s_api, tfk_ns, name, rule=fresh_pods_succeed):
+        result = _tfk.make_op(tfk_ns, spec).execute(ctx2)
+    assert result["outcome"] == "succeeded"
+    out = capfd.readouterr().out
+    assert "replacing failed cluster" in out and "task worker-1 failed (ExitCode, exit code 3)" in out
+    assert _job_uid(k8s_api, tfk_ns, name) != old_uid
