@@ -26,7 +26,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="tfk-bench-airflow-"))
+if "AIRFLOW_HOME" not in os.environ:
+    import atexit
+    import shutil
+
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="tfk-bench-airflow-")
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], True)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from k8s import harness  # noqa: E402
