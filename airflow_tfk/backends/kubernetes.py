@@ -115,6 +115,9 @@ class KubernetesBackend(Backend):
         self.field_manager = field_manager
         self._interpreters: dict[ClusterRef, Interpreter] = {}
         self._jobs: dict[ClusterRef, dict[str, JobInfo]] = {}
+        # The pods the current watch of each cluster sees: a progress read finds its pod
+        # there instead of listing pods again.
+        self._sessions: dict[ClusterRef, _WatchSession] = {}
 
     def config(self) -> dict[str, Any]:
         return {"conn_id": self.conn_id, "cluster_context": self.cluster_context,
@@ -221,8 +224,7 @@ class KubernetesBackend(Backend):
         except BaseException:
             self._rollback(created)
             raise
-        self._interpreters.pop(ref, None)
-        self._jobs.pop(ref, None)
+        self._forget(ref)
         log.info("kubernetes: applied %d objects of cluster %s in namespace %s (%d new)",
                  len(manifests), ref.name, ref.namespace, len(created))
         return ref
@@ -297,7 +299,7 @@ class KubernetesBackend(Backend):
     def watch(self, ref: ClusterRef, timeout: float) -> Iterator[ClusterStatus]:
         """Yield the status on every change, from one pod watch, for ``timeout`` seconds."""
         end = time.monotonic() + timeout
-        session = _WatchSession(self._interpreter(ref))
+        session = self._sessions[ref] = _WatchSession(self._interpreter(ref))
 
         def changed() -> ClusterStatus | None:
             current = session.status()
@@ -333,7 +335,7 @@ class KubernetesBackend(Backend):
     async def awatch(self, ref: ClusterRef, timeout: float) -> AsyncIterator[ClusterStatus]:
         """:meth:`watch` through :class:`AsyncKubernetesHook`, for the deferrable trigger."""
         end = time.monotonic() + timeout
-        session = _WatchSession(self._interpreter(ref))
+        session = self._sessions[ref] = _WatchSession(self._interpreter(ref))
         async with self._aapi() as api:
 
             async def changed() -> ClusterStatus | None:
@@ -372,11 +374,16 @@ class KubernetesBackend(Backend):
     # -- logs -----------------------------------------------------------------------------
     def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
         selector = f"{ref.label_selector},{naming.LABEL_ROLE}={role}"
-        # List the task's pods only, not the role's (600 workers: a few MB per progress
-        # read); the index label is set by the Job / StatefulSet controller (>= 1.28).
-        index_label = LABEL_POD_INDEX if role == "ps" else LABEL_COMPLETION_INDEX
-        pods, _ = self._run(self._list_plan(ref, "Pod", f"{selector},{index_label}={index}"))
-        pod = newest_pod(p for p in pods if task_key(p) == (role, index))
+        pod = None
+        session = self._sessions.get(ref)
+        if session is not None and session.rv is not None:  # a watch is current
+            pod = newest_pod(p for p in list(session.pods.values()) if task_key(p) == (role, index))
+        if pod is None:
+            # List the task's pods only, not the role's (600 workers: a few MB per read);
+            # the index label is set by the Job / StatefulSet controller (>= 1.28).
+            index_label = LABEL_POD_INDEX if role == "ps" else LABEL_COMPLETION_INDEX
+            pods, _ = self._run(self._list_plan(ref, "Pod", f"{selector},{index_label}={index}"))
+            pod = newest_pod(p for p in pods if task_key(p) == (role, index))
         if pod is None:  # an older controller without the index label
             pods, _ = self._run(self._list_plan(ref, "Pod", selector))
             pod = newest_pod(p for p in pods if task_key(p) == (role, index))
@@ -429,6 +436,7 @@ class KubernetesBackend(Backend):
     def _forget(self, ref: ClusterRef) -> None:
         self._interpreters.pop(ref, None)
         self._jobs.pop(ref, None)
+        self._sessions.pop(ref, None)
 
     def _delete_plan(self, ref: ClusterRef, reason: str = "") -> Plan:
         if reason:
