@@ -22,6 +22,14 @@ os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER",
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TFK_LOCAL_ROOT", os.path.join(_HOME, "tfk-local"))
 
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the throw-away Airflow home (kept when a test failed, for its logs)."""
+    import shutil
+
+    if exitstatus == 0 and os.environ.get("AIRFLOW_HOME") == _HOME:
+        shutil.rmtree(_HOME, ignore_errors=True)
+
 # -- shared fixtures of the operator, sensor and trigger tests ---------------------------
 
 
