@@ -81,19 +81,14 @@ class TFTrainingOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import TaskDeferred
 
-        from airflow_tfk.backends import get_backend
         from airflow_tfk.handle import ClusterHandle
         from airflow_tfk.lifecycle import (
             apply_previous_run_policy,
             create_or_reattach,
-            resolve_spec,
         )
         from airflow_tfk.watch import wait_for_cluster
 
-        identity = identity_from_context(context)
-        spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
-        backend = get_backend(self.backend, **backend_config(self.backend, self.backend_config,
-                                                             self.kubernetes_conn_id))
+        identity, spec, backend = self._resolve(context)
         handle = ClusterHandle.for_spec(spec, backend)
         wait_limit = self.execution_timeout.total_seconds() if self.execution_timeout else None
         policy = _previous_run_policy(self.previous_run_policy)
@@ -152,14 +147,22 @@ class TFTrainingOperator(BaseOperator):
         return self._finish(h, outcome, event.get("message", ""),
                             TaskStatus.from_dict(failed) if failed else None)
 
-    def _handle_of(self, context: Context) -> ClusterHandle:
+    def _resolve(self, context: Context) -> tuple[Any, TFClusterSpec, Any]:
+        """Identity, validated spec and backend of this task instance (deterministic, so a
+        resumed or retried task finds the same cluster)."""
         from airflow_tfk.backends import get_backend
-        from airflow_tfk.handle import ClusterHandle
         from airflow_tfk.lifecycle import resolve_spec
 
-        spec = resolve_spec(self.cluster_spec, identity_from_context(context), self.name_prefix)
+        identity = identity_from_context(context)
+        spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
         backend = get_backend(self.backend, **backend_config(self.backend, self.backend_config,
                                                              self.kubernetes_conn_id))
+        return identity, spec, backend
+
+    def _handle_of(self, context: Context) -> ClusterHandle:
+        from airflow_tfk.handle import ClusterHandle
+
+        _, spec, backend = self._resolve(context)
         return ClusterHandle.for_spec(spec, backend)
 
     def _finish(self, handle: ClusterHandle, outcome: str, message: str,
