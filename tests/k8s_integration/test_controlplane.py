@@ -3,29 +3,15 @@ StatefulSet controllers, garbage collector and scheduler, with KWOK playing the 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import TypeVar
-
 import pytest
 from k8s import harness
 from kubernetes import client
 
+from k8s_integration._tfk import wait_for
+
 pytestmark = pytest.mark.k8s
 
-T = TypeVar("T")
 IMAGE = "registry.invalid/tfk/never-pulled:1"  # KWOK never pulls anything
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60, every: float = 0.2) -> T:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 def job_pods(core: client.CoreV1Api, ns: str, job: str) -> list[client.V1Pod]:
