@@ -61,8 +61,7 @@ def locked(directory: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def verified(pid: int | None, create_time: float | None,
-             tolerance: float = 1.0) -> psutil.Process | None:
+def verified(pid: int | None, create_time: float | None, tolerance: float = 1.0) -> psutil.Process | None:
     """The live process ``pid``, if it is still the one that was recorded (its create time
     matches within ``tolerance``; None skips that check), not a reused pid or a zombie."""
     if not pid:
@@ -85,12 +84,21 @@ def alive(record: dict[str, Any] | None) -> psutil.Process | None:
     return verified(record.get("pid"), float(record.get("create_time", 0)))
 
 
-def start(argv: list[str], log_path: Path, env: dict[str, str] | None = None,
-          cwd: str | None = None) -> psutil.Process:
+def start(
+    argv: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: str | None = None
+) -> psutil.Process:
     """Start ``argv`` in its own session (it outlives the caller), output to ``log_path``."""
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                env=env, cwd=cwd, start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
     return psutil.Process(proc.pid)
 
 
@@ -120,11 +128,9 @@ def wait_listening(proc: psutil.Process, port: int, timeout: float, log_path: Pa
     deadline = time.monotonic() + timeout
     while not port_open(port):
         if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
-            raise RuntimeError(f"the process exited before it listened on {port}: "
-                               f"{tail(log_path)}")
+            raise RuntimeError(f"the process exited before it listened on {port}: {tail(log_path)}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"nothing listens on port {port} after {timeout:.0f} s: "
-                               f"{tail(log_path)}")
+            raise RuntimeError(f"nothing listens on port {port} after {timeout:.0f} s: {tail(log_path)}")
         time.sleep(0.1)
 
 

@@ -18,11 +18,14 @@ EXIT_USAGE = 2
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="airflow-tfk", description="Distributed TensorFlow on Kubernetes, from Airflow.")
+        prog="airflow-tfk", description="Distributed TensorFlow on Kubernetes, from Airflow."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     render = sub.add_parser(
-        "render", help="print the Kubernetes manifests of a cluster spec as a YAML stream",
-        description="Print the manifests of SPEC as a YAML stream for `kubectl apply -f -`.")
+        "render",
+        help="print the Kubernetes manifests of a cluster spec as a YAML stream",
+        description="Print the manifests of SPEC as a YAML stream for `kubectl apply -f -`.",
+    )
     render.add_argument("spec", metavar="SPEC.yaml", help="cluster spec file ('-' for stdin)")
     render.add_argument("--namespace", help="override the spec's namespace")
     render.add_argument("--dag-id", help="Airflow DAG id (labels and annotations)")

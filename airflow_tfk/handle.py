@@ -24,9 +24,14 @@ class ClusterHandle:
 
     @classmethod
     def for_spec(cls, spec: TFClusterSpec, backend: Backend) -> ClusterHandle:
-        return cls(ClusterRef(spec.name, spec.namespace_name), backend.kind, backend.config(),
-                   spec.mode, {r: s.replicas for r, s in spec.roles().items()},
-                   spec.ps_grace_seconds)
+        return cls(
+            ClusterRef(spec.name, spec.namespace_name),
+            backend.kind,
+            backend.config(),
+            spec.mode,
+            {r: s.replicas for r, s in spec.roles().items()},
+            spec.ps_grace_seconds,
+        )
 
     def backend(self) -> Backend:
         from airflow_tfk.backends import get_backend
@@ -34,9 +39,14 @@ class ClusterHandle:
         return get_backend(self.backend_kind, **self.backend_config)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.ref.to_dict(), "backend": self.backend_kind,
-                "backend_config": self.backend_config, "mode": Mode(self.mode).value,
-                "replicas": dict(self.replicas), "ps_grace_seconds": self.ps_grace_seconds}
+        return {
+            **self.ref.to_dict(),
+            "backend": self.backend_kind,
+            "backend_config": self.backend_config,
+            "mode": Mode(self.mode).value,
+            "replicas": dict(self.replicas),
+            "ps_grace_seconds": self.ps_grace_seconds,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterHandle:
@@ -44,6 +54,11 @@ class ClusterHandle:
             return data
         if not isinstance(data, dict) or "name" not in data or "backend" not in data:
             raise ValueError(f"cluster: expected the XCom of a create-cluster task, got {data!r}")
-        return cls(ClusterRef.from_dict(data), data["backend"], dict(data.get("backend_config") or {}),
-                   Mode(data.get("mode", Mode.BETWEEN_GRAPH)), dict(data.get("replicas") or {}),
-                   int(data.get("ps_grace_seconds", 30)))
+        return cls(
+            ClusterRef.from_dict(data),
+            data["backend"],
+            dict(data.get("backend_config") or {}),
+            Mode(data.get("mode", Mode.BETWEEN_GRAPH)),
+            dict(data.get("replicas") or {}),
+            int(data.get("ps_grace_seconds", 30)),
+        )

@@ -23,8 +23,11 @@ log = logging.getLogger(__name__)
 Emit = Callable[[str], None]
 
 
-def resolve_spec(cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
-                 identity: RunIdentity | None, name_prefix: str = "tfk") -> TFClusterSpec:
+def resolve_spec(
+    cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
+    identity: RunIdentity | None,
+    name_prefix: str = "tfk",
+) -> TFClusterSpec:
     """A validated spec. A spec without a name gets the deterministic name of its task
     instance, so a retry or restart finds the same cluster.
 
@@ -42,8 +45,9 @@ def resolve_spec(cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
     return TFClusterSpec.from_dict(data)
 
 
-def create_or_reattach(backend: Backend, spec: TFClusterSpec, identity: RunIdentity | None,
-                       emit: Emit = log.info) -> ClusterRef:
+def create_or_reattach(
+    backend: Backend, spec: TFClusterSpec, identity: RunIdentity | None, emit: Emit = log.info
+) -> ClusterRef:
     """Create the cluster, or reattach to the one a previous try of this task left.
 
     A running or succeeded cluster is reused (no second cluster); a failed one is deleted
@@ -54,31 +58,38 @@ def create_or_reattach(backend: Backend, spec: TFClusterSpec, identity: RunIdent
         status = backend.status(ref)
         verdict = evaluate(spec.mode, {r: s.replicas for r, s in spec.roles().items()}, status)
         if verdict.outcome is not Outcome.FAILED:
-            emit(f"reattaching to existing cluster {ref.name} in {ref.namespace} "
-                 f"({status.summary()})")
+            emit(f"reattaching to existing cluster {ref.name} in {ref.namespace} ({status.summary()})")
             return ref
         emit(f"replacing failed cluster {ref.name}: {verdict.message}")
         backend.delete(ref)
-    emit(f"creating cluster {ref.name} in {ref.namespace} on the {backend.kind} backend: "
-         f"{', '.join(f'{r} x{s.replicas}' for r, s in spec.roles().items())}, mode {spec.mode.value}")
+    emit(
+        f"creating cluster {ref.name} in {ref.namespace} on the {backend.kind} backend: "
+        f"{', '.join(f'{r} x{s.replicas}' for r, s in spec.roles().items())}, mode {spec.mode.value}"
+    )
     return backend.create(spec, identity)
 
 
-def log_task_logs(backend: Backend, ref: ClusterRef, tasks: list[tuple[str, int]], emit: Emit,
-                  tail_lines: int = 100) -> None:
+def log_task_logs(
+    backend: Backend, ref: ClusterRef, tasks: list[tuple[str, int]], emit: Emit, tail_lines: int = 100
+) -> None:
     """Copy task logs into the Airflow log, before their pods or processes go away."""
     for role, index in tasks:
         try:
             text = backend.logs(ref, role, index, tail_lines=tail_lines)
         except Exception as exc:
             text = f"(could not read the log: {exc})"
-        emit(f"----- log of {role}-{index} (last {tail_lines} lines) -----\n{text.rstrip()}\n"
-             f"----- end of {role}-{index} -----")
+        emit(
+            f"----- log of {role}-{index} (last {tail_lines} lines) -----\n{text.rstrip()}\n"
+            f"----- end of {role}-{index} -----"
+        )
 
 
-def cleanup_after_success(handle: ClusterHandle, emit: Emit = log.info,
-                          grace_seconds: float | None = None,
-                          sleep: Callable[[float], None] = time.sleep) -> list[str]:
+def cleanup_after_success(
+    handle: ClusterHandle,
+    emit: Emit = log.info,
+    grace_seconds: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
     """After the grace period, delete the roles that never exit by themselves (PS; workers
     in ``parameter_server`` mode), copying their logs first. Returns the deleted roles."""
     backend = handle.backend()
@@ -96,8 +107,9 @@ def cleanup_after_success(handle: ClusterHandle, emit: Emit = log.info,
     return roles
 
 
-def teardown_after_failure(handle: ClusterHandle, status: ClusterStatus | None,
-                           emit: Emit = log.info) -> None:
+def teardown_after_failure(
+    handle: ClusterHandle, status: ClusterStatus | None, emit: Emit = log.info
+) -> None:
     """Copy the logs of failed (or, if none, decisive) tasks, then delete everything."""
     backend = handle.backend()
     try:
@@ -117,8 +129,7 @@ def delete_cluster(handle: ClusterHandle, emit: Emit = log.info) -> None:
 
 def previous_runs(backend: Backend, spec: TFClusterSpec, identity: RunIdentity) -> list[ClusterRef]:
     """Alive clusters of other runs of this dag's task."""
-    labels = {k: v for k, v in identity.labels().items()
-              if k in (naming.LABEL_DAG, naming.LABEL_TASK)}
+    labels = {k: v for k, v in identity.labels().items() if k in (naming.LABEL_DAG, naming.LABEL_TASK)}
     namespace = None if spec.namespace_per_training else spec.namespace_name
     replicas = {r: s.replicas for r, s in spec.roles().items()}
     alive = []
@@ -130,10 +141,16 @@ def previous_runs(backend: Backend, spec: TFClusterSpec, identity: RunIdentity) 
     return alive
 
 
-def apply_previous_run_policy(backend: Backend, spec: TFClusterSpec, identity: RunIdentity,
-                              policy: PreviousRunPolicy, emit: Emit = log.info,
-                              wait_timeout: float | None = None, poll: float = 10.0,
-                              sleep: Callable[[float], None] = time.sleep) -> bool:
+def apply_previous_run_policy(
+    backend: Backend,
+    spec: TFClusterSpec,
+    identity: RunIdentity,
+    policy: PreviousRunPolicy,
+    emit: Emit = log.info,
+    wait_timeout: float | None = None,
+    poll: float = 10.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
     """Apply ``policy``; returns False when this run must be skipped."""
     policy = PreviousRunPolicy(policy)
     if policy is PreviousRunPolicy.ALLOW:
@@ -148,8 +165,10 @@ def apply_previous_run_policy(backend: Backend, spec: TFClusterSpec, identity: R
             emit(f"an earlier run is still training ({names}); skipping this run")
             return False
         if policy is PreviousRunPolicy.KILL_PREVIOUS:
-            reason = (f"killed by the newer run {identity.run_id} of {identity.dag_id}."
-                      f"{identity.task_id} (previous_run_policy=kill_previous)")
+            reason = (
+                f"killed by the newer run {identity.run_id} of {identity.dag_id}."
+                f"{identity.task_id} (previous_run_policy=kill_previous)"
+            )
             for ref in alive:
                 emit(f"killing cluster {ref.name} of an earlier run: {reason}")
                 backend.delete(ref, reason)

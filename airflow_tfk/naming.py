@@ -81,8 +81,9 @@ def safe_label_value(value: str) -> str:
     return f"{cleaned}-{suffix}" if cleaned else suffix
 
 
-def cluster_name_for(dag_id: str, task_id: str, run_id: str, map_index: int = -1,
-                     prefix: str = "tfk", max_length: int = 30) -> str:
+def cluster_name_for(
+    dag_id: str, task_id: str, run_id: str, map_index: int = -1, prefix: str = "tfk", max_length: int = 30
+) -> str:
     """Deterministic cluster name for one Airflow task instance.
 
     The same (dag, task, run, map index) always gives the same name, so a retried or
@@ -151,10 +152,15 @@ class RunIdentity:
         return cluster_name_for(self.dag_id, self.task_id, self.run_id, self.map_index, prefix)
 
     def to_dict(self) -> dict[str, object]:
-        return {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": self.run_id,
-                "map_index": self.map_index}
+        return {
+            "dag_id": self.dag_id,
+            "task_id": self.task_id,
+            "run_id": self.run_id,
+            "map_index": self.map_index,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> RunIdentity:
-        return cls(str(data["dag_id"]), str(data["task_id"]), str(data["run_id"]),
-                   int(data.get("map_index", -1)))  # type: ignore[arg-type]
+        return cls(
+            str(data["dag_id"]), str(data["task_id"]), str(data["run_id"]), int(data.get("map_index", -1))
+        )  # type: ignore[arg-type]

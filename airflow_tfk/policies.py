@@ -59,8 +59,9 @@ def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Ver
         first = sorted(failed, key=lambda t: (t.role != "chief", t.role, t.index))[0]
         code = f", exit code {first.exit_code}" if first.exit_code is not None else ""
         detail = f": {first.message}" if first.message else ""
-        return Verdict(Outcome.FAILED, f"task {first.name} failed ({first.reason or 'Error'}{code})"
-                       f"{detail}", first)
+        return Verdict(
+            Outcome.FAILED, f"task {first.name} failed ({first.reason or 'Error'}{code}){detail}", first
+        )
     for role, count in decisive_roles(mode, replicas).items():
         for index in range(count):
             task = status.task(role, index)

@@ -24,9 +24,12 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "TensorFlow on Kubernetes",
-                "python-modules": ["airflow_tfk.operators.cluster", "airflow_tfk.operators.training",
-                                   "airflow_tfk.operators.serving",
-                                   "airflow_tfk.operators.tensorboard"],
+                "python-modules": [
+                    "airflow_tfk.operators.cluster",
+                    "airflow_tfk.operators.training",
+                    "airflow_tfk.operators.serving",
+                    "airflow_tfk.operators.tensorboard",
+                ],
             }
         ],
         "sensors": [

@@ -145,8 +145,9 @@ def yaml_loader() -> Any:
 
 
 # -- the data the templates see ---------------------------------------------------------
-def _labels(spec: TFClusterSpec, component: str, role: str | None,
-            identity: RunIdentity | None) -> dict[str, str]:
+def _labels(
+    spec: TFClusterSpec, component: str, role: str | None, identity: RunIdentity | None
+) -> dict[str, str]:
     labels = {
         "app.kubernetes.io/name": "tensorflow",
         "app.kubernetes.io/instance": spec.name,
@@ -166,8 +167,7 @@ def _labels(spec: TFClusterSpec, component: str, role: str | None,
 def _addresses(spec: TFClusterSpec) -> dict[str, list[str]]:
     ns = spec.namespace_name
     return {
-        role: [naming.task_address(spec.name, role, i, ns, spec.port)
-               for i in range(rs.replicas)]
+        role: [naming.task_address(spec.name, role, i, ns, spec.port) for i in range(rs.replicas)]
         for role, rs in spec.cluster_roles().items()
     }
 
@@ -176,8 +176,9 @@ def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
     return [{"name": k, "value": k8s_escape(v)} for k, v in env.items()]
 
 
-def _role_context(spec: TFClusterSpec, role: str, identity: RunIdentity | None,
-                  addresses: Mapping[str, list[str]]) -> dict[str, Any]:
+def _role_context(
+    spec: TFClusterSpec, role: str, identity: RunIdentity | None, addresses: Mapping[str, list[str]]
+) -> dict[str, Any]:
     rs = spec.roles()[role]
     command = rs.command if rs.command is not None else spec.command
     args = [k8s_escape(a) for a in (rs.args if rs.args is not None else spec.args)]
@@ -212,16 +213,18 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
     addresses = _addresses(spec)
     volumes = []
     for name, vol in spec.storage.volumes().items():
-        volumes.append({
-            "name": name,
-            "claim_name": vol.claim or f"{spec.name}-{name}",
-            "new": vol.claim is None,
-            "size": vol.size,
-            "storage_class": vol.storage_class or spec.storage.storage_class,
-            "access_mode": vol.access_mode.value,
-            "mount_path": f"{spec.storage.MOUNT_ROOT}/{name}",
-            "env": _VOLUME_ENV[name],
-        })
+        volumes.append(
+            {
+                "name": name,
+                "claim_name": vol.claim or f"{spec.name}-{name}",
+                "new": vol.claim is None,
+                "size": vol.size,
+                "storage_class": vol.storage_class or spec.storage.storage_class,
+                "access_mode": vol.access_mode.value,
+                "mount_path": f"{spec.storage.MOUNT_ROOT}/{name}",
+                "env": _VOLUME_ENV[name],
+            }
+        )
     return {
         "name": spec.name,
         "namespace": spec.namespace_name,
@@ -242,8 +245,7 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "namespace_labels": _labels(spec, "namespace", None, identity),
         "storage_labels": _labels(spec, "storage", None, identity),
         "volumes": volumes,
-        "roles": {role: _role_context(spec, role, identity, addresses)
-                  for role in spec.roles()},
+        "roles": {role: _role_context(spec, role, identity, addresses) for role in spec.roles()},
     }
 
 
@@ -268,8 +270,9 @@ def _plan(spec: TFClusterSpec, ctx: Mapping[str, Any]) -> list[tuple[str, str, d
 
 
 # -- public API -----------------------------------------------------------------------
-def render(spec: TFClusterSpec, identity: RunIdentity | None = None,
-           template_dir: str | Path | None = None) -> list[dict[str, Any]]:
+def render(
+    spec: TFClusterSpec, identity: RunIdentity | None = None, template_dir: str | Path | None = None
+) -> list[dict[str, Any]]:
     """Manifests of the whole cluster, in apply order (Namespace, PVCs, Services,
     StatefulSet, Jobs).
 
@@ -319,7 +322,6 @@ def to_yaml_stream(manifests: Iterable[Mapping[str, Any]]) -> str:
 
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
     return "".join(
-        "---\n" + yaml.dump(dict(m), Dumper=dumper, sort_keys=False, allow_unicode=True,
-                            width=1 << 16)
+        "---\n" + yaml.dump(dict(m), Dumper=dumper, sort_keys=False, allow_unicode=True, width=1 << 16)
         for m in manifests
     )

@@ -60,9 +60,24 @@ def parse_quantity(value: object, where: str) -> str:
     return text
 
 
-_SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9,
-           "T": 1e12, "P": 1e15, "E": 1e18, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30,
-           "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
+_SUFFIX = {
+    "n": 1e-9,
+    "u": 1e-6,
+    "m": 1e-3,
+    "": 1.0,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+    "Pi": 2.0**50,
+    "Ei": 2.0**60,
+}
 
 
 def quantity_value(text: str) -> float:
@@ -239,25 +254,29 @@ class Toleration:
         if self.operator not in ("Equal", "Exists"):
             raise SpecError(f"{where}.operator", "must be Equal or Exists", self.operator)
         if self.effect not in (None, "NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise SpecError(f"{where}.effect", "must be NoSchedule, PreferNoSchedule or NoExecute",
-                            self.effect)
-        if self.key is not None and (not isinstance(self.key, str)
-                                     or not naming.is_label_key(self.key)):
+            raise SpecError(
+                f"{where}.effect", "must be NoSchedule, PreferNoSchedule or NoExecute", self.effect
+            )
+        if self.key is not None and (not isinstance(self.key, str) or not naming.is_label_key(self.key)):
             raise SpecError(f"{where}.key", "is not a valid label key", self.key)
-        if self.value is not None and (not isinstance(self.value, str)
-                                       or not naming.is_label_value(self.value)):
-            raise SpecError(f"{where}.value", "must be a string that is a valid label value "
-                            "(quote numbers and booleans)", self.value)
+        if self.value is not None and (
+            not isinstance(self.value, str) or not naming.is_label_value(self.value)
+        ):
+            raise SpecError(
+                f"{where}.value",
+                "must be a string that is a valid label value (quote numbers and booleans)",
+                self.value,
+            )
         if self.key is None and self.operator != "Exists":
-            raise SpecError(f"{where}.operator", "must be Exists when no key is given",
-                            self.operator)
+            raise SpecError(f"{where}.operator", "must be Exists when no key is given", self.operator)
         if self.operator == "Exists" and self.value not in (None, ""):
             raise SpecError(f"{where}.value", "must be empty when operator is Exists", self.value)
         if self.toleration_seconds is not None:
             _int(self.toleration_seconds, f"{where}.toleration_seconds", 0, 10**9)
             if self.effect != "NoExecute":
-                raise SpecError(f"{where}.toleration_seconds",
-                                "needs effect NoExecute", self.toleration_seconds)
+                raise SpecError(
+                    f"{where}.toleration_seconds", "needs effect NoExecute", self.toleration_seconds
+                )
 
     def to_k8s(self) -> dict[str, Any]:
         out: dict[str, Any] = {"operator": self.operator}
@@ -297,8 +316,9 @@ class RoleSpec:
         _int(self.replicas, f"{where}.replicas", lo, hi)
         self.resources.validate(f"{where}.resources")
         object.__setattr__(self, "env", _str_map(self.env, f"{where}.env", keys="env"))
-        object.__setattr__(self, "node_selector",
-                           _str_map(self.node_selector, f"{where}.node_selector", keys="label"))
+        object.__setattr__(
+            self, "node_selector", _str_map(self.node_selector, f"{where}.node_selector", keys="label")
+        )
         for i, t in enumerate(self.tolerations):
             t.validate(f"{where}.tolerations[{i}]")
         if self.command is not None:
@@ -348,21 +368,24 @@ class VolumeSpec:
             raise SpecError(where, "needs either 'claim' (existing PVC) or 'size' (new PVC)")
         if self.claim is not None and self.size is not None:
             raise SpecError(f"{where}.claim", "and 'size' are exclusive: mount a claim or create one")
-        if self.claim is not None and not (isinstance(self.claim, str)
-                                           and naming.is_dns1123_subdomain(self.claim)):
+        if self.claim is not None and not (
+            isinstance(self.claim, str) and naming.is_dns1123_subdomain(self.claim)
+        ):
             raise SpecError(f"{where}.claim", "is not a valid PVC name (DNS-1123 subdomain)", self.claim)
         if self.size is not None:
             object.__setattr__(self, "size", parse_quantity(self.size, f"{where}.size"))
-        if self.storage_class is not None and not (isinstance(self.storage_class, str)
-                                                   and naming.is_dns1123_subdomain(self.storage_class)):
-            raise SpecError(f"{where}.storage_class", "is not a valid storage class name",
-                            self.storage_class)
+        if self.storage_class is not None and not (
+            isinstance(self.storage_class, str) and naming.is_dns1123_subdomain(self.storage_class)
+        ):
+            raise SpecError(f"{where}.storage_class", "is not a valid storage class name", self.storage_class)
         try:
             object.__setattr__(self, "access_mode", AccessMode(self.access_mode))
         except ValueError:
-            raise SpecError(f"{where}.access_mode",
-                            f"must be one of {', '.join(m.value for m in AccessMode)}",
-                            self.access_mode) from None
+            raise SpecError(
+                f"{where}.access_mode",
+                f"must be one of {', '.join(m.value for m in AccessMode)}",
+                self.access_mode,
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -381,10 +404,10 @@ class StorageSpec:
     MOUNT_ROOT = "/tfk"
 
     def validate(self, where: str) -> None:
-        if self.storage_class is not None and not (isinstance(self.storage_class, str)
-                                                   and naming.is_dns1123_subdomain(self.storage_class)):
-            raise SpecError(f"{where}.storage_class", "is not a valid storage class name",
-                            self.storage_class)
+        if self.storage_class is not None and not (
+            isinstance(self.storage_class, str) and naming.is_dns1123_subdomain(self.storage_class)
+        ):
+            raise SpecError(f"{where}.storage_class", "is not a valid storage class name", self.storage_class)
         for name in self.VOLUMES:
             vol = getattr(self, name)
             if vol is not None:
@@ -470,8 +493,11 @@ class TFClusterSpec:
     def _validate(self) -> None:
         _text(self.name, "name", max_len=63)
         if not naming.is_dns1035_label(self.name):
-            raise SpecError("name", "must be a DNS-1035 label: lowercase letters, digits and '-', "
-                            "starting with a letter", self.name)
+            raise SpecError(
+                "name",
+                "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter",
+                self.name,
+            )
         _text(self.image, "image", max_len=1024)
         if any(c.isspace() for c in self.image) or "{" in self.image or "}" in self.image:
             raise SpecError("image", "must be an image reference without spaces or braces", self.image)
@@ -482,44 +508,46 @@ class TFClusterSpec:
         try:
             object.__setattr__(self, "mode", Mode(self.mode))
         except ValueError:
-            raise SpecError("mode", f"must be one of {', '.join(m.value for m in Mode)}",
-                            self.mode) from None
+            raise SpecError("mode", f"must be one of {', '.join(m.value for m in Mode)}", self.mode) from None
         if not isinstance(self.namespace_per_training, bool):
-            raise SpecError("namespace_per_training", "must be true or false",
-                            self.namespace_per_training)
+            raise SpecError("namespace_per_training", "must be true or false", self.namespace_per_training)
         _text(self.namespace, "namespace", max_len=63)
         if not naming.is_dns1123_label(self.namespace_name):
-            raise SpecError("namespace", "must be a DNS-1123 label (the per-training namespace is "
-                            "'<namespace>-<name>')", self.namespace_name)
+            raise SpecError(
+                "namespace",
+                "must be a DNS-1123 label (the per-training namespace is '<namespace>-<name>')",
+                self.namespace_name,
+            )
         self._validate_roles()
         _int(self.port, "port", 1, 65535)
         if not isinstance(self.storage, StorageSpec):
             raise SpecError("storage", "must be a storage section", self.storage)
         self.storage.validate("storage")
         object.__setattr__(self, "env", _str_map(self.env, "env", keys="env"))
-        for where, env in (("env", self.env),
-                           *((f"{r}.env", rs.env) for r, rs in self.roles().items())):
+        for where, env in (("env", self.env), *((f"{r}.env", rs.env) for r, rs in self.roles().items())):
             reserved = sorted(k for k in env if k.startswith("TFK_") or k == "TF_CONFIG")
             if reserved:
                 raise SpecError(f"{where}.{reserved[0]}", "is reserved for the platform")
         object.__setattr__(self, "labels", _str_map(self.labels, "labels", keys="label"))
-        clash = sorted(k for k in self.labels
-                       if k.startswith(naming.LABEL_PREFIX) or k.startswith("app.kubernetes.io/"))
+        clash = sorted(
+            k for k in self.labels if k.startswith(naming.LABEL_PREFIX) or k.startswith("app.kubernetes.io/")
+        )
         if clash:
             raise SpecError(f"labels.{clash[0]}", "is reserved for the platform")
         if self.image_pull_policy not in ("IfNotPresent", "Always", "Never"):
-            raise SpecError("image_pull_policy", "must be IfNotPresent, Always or Never",
-                            self.image_pull_policy)
-        object.__setattr__(self, "image_pull_secrets",
-                           _str_list(self.image_pull_secrets, "image_pull_secrets"))
+            raise SpecError(
+                "image_pull_policy", "must be IfNotPresent, Always or Never", self.image_pull_policy
+            )
+        object.__setattr__(
+            self, "image_pull_secrets", _str_list(self.image_pull_secrets, "image_pull_secrets")
+        )
         for i, secret in enumerate(self.image_pull_secrets):
             if not naming.is_dns1123_subdomain(secret):
                 raise SpecError(f"image_pull_secrets[{i}]", "is not a valid Secret name", secret)
         if self.service_account is not None and not (
-                isinstance(self.service_account, str)
-                and naming.is_dns1123_subdomain(self.service_account)):
-            raise SpecError("service_account", "is not a valid service account name",
-                            self.service_account)
+            isinstance(self.service_account, str) and naming.is_dns1123_subdomain(self.service_account)
+        ):
+            raise SpecError("service_account", "is not a valid service account name", self.service_account)
         if self.max_duration_seconds is not None:
             _int(self.max_duration_seconds, "max_duration_seconds", 1, 365 * 24 * 3600)
         _int(self.retries_per_index, "retries_per_index", 0, 1000)
@@ -551,29 +579,32 @@ class TFClusterSpec:
         mode = self.mode
         if mode is Mode.PARAMETER_SERVER:
             if self.chief is None:
-                raise SpecError("chief", "is required when mode is parameter_server "
-                                "(the chief coordinates training)")
+                raise SpecError(
+                    "chief", "is required when mode is parameter_server (the chief coordinates training)"
+                )
             if self.ps is None:
                 raise SpecError("ps", "is required when mode is parameter_server")
         elif mode is Mode.BETWEEN_GRAPH:
             if self.ps is None:
                 raise SpecError("ps", "is required when mode is between_graph")
         elif mode is Mode.ALL_REDUCE and self.ps is not None:
-            raise SpecError("ps", "must be omitted when mode is all_reduce (there are no "
-                            "parameter servers)")
+            raise SpecError("ps", "must be omitted when mode is all_reduce (there are no parameter servers)")
 
     def _validate_generated_names(self) -> None:
         """Check the longest name that will be generated, not just the one given."""
         for role, spec in self.roles().items():
             longest = naming.task_hostname(self.name, role, spec.replicas - 1)
             if len(longest) > naming.DNS1123_LABEL_MAX:
-                raise SpecError("name", f"is too long: task hostname '{longest}' would exceed "
-                                f"{naming.DNS1123_LABEL_MAX} characters", self.name)
+                raise SpecError(
+                    "name",
+                    f"is too long: task hostname '{longest}' would exceed "
+                    f"{naming.DNS1123_LABEL_MAX} characters",
+                    self.name,
+                )
         if self.ps is not None:
             sts = naming.role_resource_name(self.name, "ps")
             if len(sts) + naming.STATEFULSET_REVISION_SUFFIX > naming.LABEL_VALUE_MAX:
-                raise SpecError("name", "is too long for the PS StatefulSet's revision label",
-                                self.name)
+                raise SpecError("name", "is too long for the PS StatefulSet's revision label", self.name)
         for vol in self.storage.volumes():
             pvc = f"{self.name}-{vol}"
             if not naming.is_dns1123_subdomain(pvc):

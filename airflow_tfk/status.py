@@ -13,10 +13,10 @@ from typing import Any
 
 
 class Phase(str, enum.Enum):
-    PENDING = "Pending"      # not started yet (not created, unscheduled, pulling image)
+    PENDING = "Pending"  # not started yet (not created, unscheduled, pulling image)
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"  # exited 0
-    FAILED = "Failed"        # failed permanently: no retry left
+    FAILED = "Failed"  # failed permanently: no retry left
 
 
 @dataclass(frozen=True)
@@ -87,10 +87,16 @@ class ClusterStatus:
         return "; ".join(parts) if parts else ("no tasks" if self.exists else "cluster gone")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"exists": self.exists, "tasks": [t.to_dict() for t in self.tasks],
-                "deleted_reason": self.deleted_reason}
+        return {
+            "exists": self.exists,
+            "tasks": [t.to_dict() for t in self.tasks],
+            "deleted_reason": self.deleted_reason,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClusterStatus:
-        return cls(tasks=tuple(TaskStatus.from_dict(t) for t in data["tasks"]),
-                   exists=bool(data["exists"]), deleted_reason=data.get("deleted_reason", ""))
+        return cls(
+            tasks=tuple(TaskStatus.from_dict(t) for t in data["tasks"]),
+            exists=bool(data["exists"]),
+            deleted_reason=data.get("deleted_reason", ""),
+        )

@@ -32,8 +32,10 @@ def format_duration(seconds: float | None) -> str:
 def format_progress(p: Progress) -> str:
     """``step 120/1000 (12.0%), loss 0.3100, elapsed 0:00:12, ETA 0:01:28``."""
     loss = f", loss {p.loss:.4f}" if p.loss is not None else ""
-    return (f"step {p.step}/{p.total_steps} ({100 * p.fraction:.1f}%){loss}, "
-            f"elapsed {format_duration(p.time - p.start_time)}, ETA {format_duration(p.eta_seconds())}")
+    return (
+        f"step {p.step}/{p.total_steps} ({100 * p.fraction:.1f}%){loss}, "
+        f"elapsed {format_duration(p.time - p.start_time)}, ETA {format_duration(p.eta_seconds())}"
+    )
 
 
 def progress_task(mode: Mode, replicas: dict[str, int]) -> tuple[str, int]:
@@ -79,9 +81,15 @@ class ProgressReporter:
         return p
 
 
-def wait_for_cluster(backend: Backend, ref: ClusterRef, mode: Mode, replicas: dict[str, int],
-                     timeout: float | None = None, progress_interval: float = 30.0,
-                     emit: Callable[[str], None] = log.info) -> Verdict:
+def wait_for_cluster(
+    backend: Backend,
+    ref: ClusterRef,
+    mode: Mode,
+    replicas: dict[str, int],
+    timeout: float | None = None,
+    progress_interval: float = 30.0,
+    emit: Callable[[str], None] = log.info,
+) -> Verdict:
     """Block until the training succeeds or fails, or ``timeout`` seconds pass.
 
     Returns a :class:`Verdict`; a timeout is ``Outcome.RUNNING`` with a message.

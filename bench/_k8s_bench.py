@@ -43,14 +43,22 @@ CONN_ID = "tfk_bench"
 @contextlib.contextmanager
 def control_plane(nodes: int = 4) -> Iterator[harness.ControlPlane]:
     workdir = tempfile.mkdtemp(prefix="tfk-bench-k8s-")
-    cp = harness.ControlPlane.start(workdir, nodes=nodes, log=lambda m: print(m, file=sys.stderr),
-                                    extra_args={"kube-controller-manager": [
-                                        "--kube-api-qps=100", "--kube-api-burst=200",
-                                        "--concurrent-job-syncs=10"],
-                                        "kube-scheduler": ["--kube-api-qps=200",
-                                                           "--kube-api-burst=400"]})
+    cp = harness.ControlPlane.start(
+        workdir,
+        nodes=nodes,
+        log=lambda m: print(m, file=sys.stderr),
+        extra_args={
+            "kube-controller-manager": [
+                "--kube-api-qps=100",
+                "--kube-api-burst=200",
+                "--concurrent-job-syncs=10",
+            ],
+            "kube-scheduler": ["--kube-api-qps=200", "--kube-api-burst=400"],
+        },
+    )
     os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(cp.kubeconfig)}})
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(cp.kubeconfig)}}
+    )
     try:
         yield cp
     finally:
@@ -61,8 +69,7 @@ def control_plane(nodes: int = 4) -> Iterator[harness.ControlPlane]:
 def namespace(api: Any, name: str) -> str:
     from kubernetes import client
 
-    client.CoreV1Api(api).create_namespace(client.V1Namespace(
-        metadata=client.V1ObjectMeta(name=name)))
+    client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     deadline = time.monotonic() + 30  # the service-account controller admits pods after this
     while time.monotonic() < deadline:
         try:
@@ -99,8 +106,10 @@ class RequestCounter:
                 path = url.split("?", 1)[0].split("://", 1)[-1].split("/", 1)[-1]
                 parts = path.split("/")
                 if "namespaces" in parts[:-2]:
-                    kind = "/".join(parts[parts.index("namespaces") + 2:][::2][:1] +
-                                    parts[parts.index("namespaces") + 2:][2:3])
+                    kind = "/".join(
+                        parts[parts.index("namespaces") + 2 :][::2][:1]
+                        + parts[parts.index("namespaces") + 2 :][2:3]
+                    )
                 else:
                     kind = "namespaces" if parts[-2:-1] == ["namespaces"] else parts[-1]
                 if "watch=true" in url:
@@ -133,8 +142,9 @@ def install(counter: RequestCounter) -> RequestCounter:
     return counter
 
 
-def wait_pods_running(api: Any, ns: str, count: int, timeout: float = 300,
-                      selector: str | None = None) -> float:
+def wait_pods_running(
+    api: Any, ns: str, count: int, timeout: float = 300, selector: str | None = None
+) -> float:
     """Seconds until ``count`` pods of the namespace run (KWOK)."""
     from kubernetes import client
 
@@ -151,34 +161,68 @@ def wait_pods_running(api: Any, ns: str, count: int, timeout: float = 300,
 def seeds_layout(cluster: str, workers: int, ps: int, port: int = 2222) -> list[dict[str, Any]]:
     """The seeds' one-Service-per-task layout: a Service and a Job per worker, a Service and
     a Deployment per PS (what their Jinja2 template produced), as plain manifests."""
+
     def pod(role: str, i: int) -> dict[str, Any]:
-        hosts = {r: ",".join(f"{cluster}-{r}-{j}:{port}" for j in range(n))
-                 for r, n in (("ps", ps), ("worker", workers))}
-        return {"metadata": {"labels": {"cluster": cluster, "job": role, "task": str(i)}},
-                "spec": {"restartPolicy": "Never" if role == "worker" else "Always",
-                         "containers": [{"name": "tensorflow", "image": IMAGE,
-                                         "command": ["python", "/opt/train.py"],
-                                         "args": [f"--ps_hosts={hosts['ps']}",
-                                                  f"--worker_hosts={hosts['worker']}",
-                                                  f"--job_name={role}", f"--task_index={i}"],
-                                         "ports": [{"containerPort": port}]}]}}
+        hosts = {
+            r: ",".join(f"{cluster}-{r}-{j}:{port}" for j in range(n))
+            for r, n in (("ps", ps), ("worker", workers))
+        }
+        return {
+            "metadata": {"labels": {"cluster": cluster, "job": role, "task": str(i)}},
+            "spec": {
+                "restartPolicy": "Never" if role == "worker" else "Always",
+                "containers": [
+                    {
+                        "name": "tensorflow",
+                        "image": IMAGE,
+                        "command": ["python", "/opt/train.py"],
+                        "args": [
+                            f"--ps_hosts={hosts['ps']}",
+                            f"--worker_hosts={hosts['worker']}",
+                            f"--job_name={role}",
+                            f"--task_index={i}",
+                        ],
+                        "ports": [{"containerPort": port}],
+                    }
+                ],
+            },
+        }
+
     out: list[dict[str, Any]] = []
     for role, n in (("ps", ps), ("worker", workers)):
         for i in range(n):
             name = f"{cluster}-{role}-{i}"
             labels = {"cluster": cluster, "job": role, "task": str(i)}
-            out.append({"apiVersion": "v1", "kind": "Service",
-                        "metadata": {"name": name, "labels": labels},
-                        "spec": {"selector": labels, "ports": [{"port": port}]}})
+            out.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": {"selector": labels, "ports": [{"port": port}]},
+                }
+            )
             if role == "ps":
-                out.append({"apiVersion": "apps/v1", "kind": "Deployment",
-                            "metadata": {"name": name, "labels": labels},
-                            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                                     "template": pod(role, i)}})
+                out.append(
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "metadata": {"name": name, "labels": labels},
+                        "spec": {
+                            "replicas": 1,
+                            "selector": {"matchLabels": labels},
+                            "template": pod(role, i),
+                        },
+                    }
+                )
             else:
-                out.append({"apiVersion": "batch/v1", "kind": "Job",
-                            "metadata": {"name": name, "labels": labels},
-                            "spec": {"backoffLimit": 0, "template": pod(role, i)}})
+                out.append(
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "metadata": {"name": name, "labels": labels},
+                        "spec": {"backoffLimit": 0, "template": pod(role, i)},
+                    }
+                )
     return out
 
 

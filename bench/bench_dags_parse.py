@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-BASELINE = '''
+BASELINE = """
 import pendulum
 from airflow.sdk import DAG, task
 with DAG("baseline", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
@@ -27,7 +27,7 @@ with DAG("baseline", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
     def hello():
         return 1
     hello()
-'''
+"""
 
 TIMER = """
 import runpy, sys, time
@@ -39,8 +39,14 @@ print(time.perf_counter() - t0)
 
 
 def sample(path: Path) -> float:
-    out = subprocess.run([sys.executable, "-c", TIMER.format(path=str(path))], cwd=ROOT,
-                         capture_output=True, text=True, check=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", TIMER.format(path=str(path))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -63,9 +69,11 @@ def main() -> int:
             lo, lb = min(ours), min(base)
             ratio = lo / lb
             worst = max(worst, ratio)
-            print(f"{dag.name:<28} min {lo * 1000:7.1f} ms (median {statistics.median(ours) * 1000:7.1f})"
-                  f"   baseline min {lb * 1000:7.1f} ms (median {statistics.median(base) * 1000:7.1f})"
-                  f"   ratio {ratio:.2f}")
+            print(
+                f"{dag.name:<28} min {lo * 1000:7.1f} ms (median {statistics.median(ours) * 1000:7.1f})"
+                f"   baseline min {lb * 1000:7.1f} ms (median {statistics.median(base) * 1000:7.1f})"
+                f"   ratio {ratio:.2f}"
+            )
     print(f"worst ratio {worst:.2f} (target < 2.00)")
     return 0 if worst < 2.0 else 1
 

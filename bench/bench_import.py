@@ -32,7 +32,7 @@ t0 = time.perf_counter()
 print(time.perf_counter() - t0)
 """
 
-OURS_DAG = '''
+OURS_DAG = """
 import pendulum
 from airflow.sdk import DAG
 from airflow_tfk.operators.training import TFTrainingOperator
@@ -40,21 +40,27 @@ with DAG("bench_ours", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
     TFTrainingOperator(task_id="train", backend="kubernetes", cluster_spec={
         "image": "tensorflow/tensorflow:2.21.0", "command": ["python", "/app/train.py"],
         "mode": "between_graph", "ps": {"replicas": 2}, "worker": {"replicas": 4}})
-'''
+"""
 
-CNCF_DAG = '''
+CNCF_DAG = """
 import pendulum
 from airflow.sdk import DAG
 from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
 with DAG("bench_cncf", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
     KubernetesJobOperator(task_id="train", image="tensorflow/tensorflow:2.21.0",
                           cmds=["python", "/app/train.py"], parallelism=4, completions=4)
-'''
+"""
 
 
 def sample(body: str) -> float:
-    out = subprocess.run([sys.executable, "-c", TIMER.format(body=body)], capture_output=True,
-                         text=True, cwd=ROOT, check=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", TIMER.format(body=body)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        timeout=300,
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -66,8 +72,10 @@ def compare(name: str, ours: str, theirs: str, samples: int) -> float:
         b.append(sample(theirs))
     ma, mb = statistics.median(a), statistics.median(b)
     ratio = ma / mb if mb > 0 else float("inf")
-    print(f"{name:<8} airflow-tfk {ma * 1000:8.1f} ms   cncf {mb * 1000:8.1f} ms   "
-          f"ratio {ratio:.3f}   (target <= 0.100; medians of {samples})")
+    print(
+        f"{name:<8} airflow-tfk {ma * 1000:8.1f} ms   cncf {mb * 1000:8.1f} ms   "
+        f"ratio {ratio:.3f}   (target <= 0.100; medians of {samples})"
+    )
     return ratio
 
 
@@ -80,11 +88,18 @@ def main() -> int:
         ours_dag, cncf_dag = Path(tmp, "ours_dag.py"), Path(tmp, "cncf_dag.py")
         ours_dag.write_text(textwrap.dedent(OURS_DAG))
         cncf_dag.write_text(textwrap.dedent(CNCF_DAG))
-        r1 = compare("import", "from airflow_tfk.operators.training import TFTrainingOperator",
-                     "from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator",
-                     args.samples)
-        r2 = compare("parse", f"import runpy; runpy.run_path({str(ours_dag)!r})",
-                     f"import runpy; runpy.run_path({str(cncf_dag)!r})", args.samples)
+        r1 = compare(
+            "import",
+            "from airflow_tfk.operators.training import TFTrainingOperator",
+            "from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator",
+            args.samples,
+        )
+        r2 = compare(
+            "parse",
+            f"import runpy; runpy.run_path({str(ours_dag)!r})",
+            f"import runpy; runpy.run_path({str(cncf_dag)!r})",
+            args.samples,
+        )
     return 0 if max(r1, r2) <= 0.1 else 1
 
 

@@ -52,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_tfk.backends.kubernetes import KubernetesBackend
     from airflow_tfk.operators.training import TFTrainingOperator
 
-    ctx = {"ti": SimpleNamespace(dag_id="bench", task_id="train", run_id="manual__1",
-                                 map_index=-1, try_number=1)}
+    ctx = {
+        "ti": SimpleNamespace(dag_id="bench", task_id="train", run_id="manual__1", map_index=-1, try_number=1)
+    }
     name = naming.RunIdentity("bench", "train", "manual__1", -1).cluster_name()
     counter = install(RequestCounter())
     # The operator builds its backend inside execute: count the requests of every
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         api = original_api(self)
         counter.watch(api.client)
         return api
+
     KubernetesBackend._api = property(counted_api)  # type: ignore[assignment]
     returned: dict[str, float] = {}
     original_wait = tfk_watch.wait_for_cluster
@@ -72,17 +74,27 @@ def main(argv: list[str] | None = None) -> int:
         verdict = original_wait(*args, **kwargs)
         returned["verdict"] = time.monotonic()
         return verdict
+
     tfk_watch.wait_for_cluster = timed_wait
 
     with control_plane() as cp:
         admin = cp.api_client()
         ns = namespace(admin, "bench-tfk")
         op = TFTrainingOperator(
-            task_id="train", backend="kubernetes", kubernetes_conn_id=CONN_ID,
-            progress_interval=3600, cluster_spec={
-                "image": IMAGE, "namespace": ns, "mode": "between_graph",
-                "command": ["python", "/opt/train.py"], "worker": {"replicas": a.workers},
-                "ps": {"replicas": a.ps}, "ps_grace_seconds": a.grace})
+            task_id="train",
+            backend="kubernetes",
+            kubernetes_conn_id=CONN_ID,
+            progress_interval=3600,
+            cluster_spec={
+                "image": IMAGE,
+                "namespace": ns,
+                "mode": "between_graph",
+                "command": ["python", "/opt/train.py"],
+                "worker": {"replicas": a.workers},
+                "ps": {"replicas": a.ps},
+                "ps_grace_seconds": a.grace,
+            },
+        )
         result: dict = {}
         runner = threading.Thread(target=lambda: result.update(op.execute(ctx)))
         runner.start()
@@ -98,21 +110,29 @@ def main(argv: list[str] | None = None) -> int:
 
         def observe() -> None:
             w = watch.Watch()
-            for ev in w.stream(core.list_namespaced_pod, ns, label_selector=sel,
-                               resource_version=rv, timeout_seconds=300):
+            for ev in w.stream(
+                core.list_namespaced_pod, ns, label_selector=sel, resource_version=rv, timeout_seconds=300
+            ):
                 pod = ev["object"]
                 if pod.status.phase == "Succeeded" and pod.metadata.name not in done:
                     done[pod.metadata.name] = time.monotonic()
                 if len(done) >= a.workers or stop.is_set():
                     w.stop()
+
         observer = threading.Thread(target=observe)
         observer.start()
 
         workers = [p.metadata.name for p in core.list_namespaced_pod(ns, label_selector=sel).items]
         t_annotate = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda n: core.patch_namespaced_pod(
-                n, ns, {"metadata": {"annotations": {harness.EXIT_CODE: "0"}}}), workers))
+            list(
+                pool.map(
+                    lambda n: core.patch_namespaced_pod(
+                        n, ns, {"metadata": {"annotations": {harness.EXIT_CODE: "0"}}}
+                    ),
+                    workers,
+                )
+            )
         annotate_s = time.monotonic() - t_annotate
         runner.join(300)
         stop.set()
@@ -121,23 +141,41 @@ def main(argv: list[str] | None = None) -> int:
     assert result.get("outcome") == "succeeded", result
     last_done = max(done.values())
     deletes = [t for t, m, u in counter.log if m == "DELETE" and "/statefulsets/" in u]
-    logs = [t for t, m, u in counter.log if m == "GET" and u.split("?")[0].endswith("/log")
-            and t >= returned["verdict"]]
+    logs = [
+        t
+        for t, m, u in counter.log
+        if m == "GET" and u.split("?")[0].endswith("/log") and t >= returned["verdict"]
+    ]
     t_delete = deletes[0]
     detect = returned["verdict"] - last_done
     after_grace = t_delete - last_done - a.grace
     log_copy = (t_delete - min(logs)) if logs else 0.0
-    print(f"PS clean-up latency, {a.workers} workers + {a.ps} PS, grace {a.grace} s "
-          f"(kube-apiserver v1.36, KWOK), one run:")
-    print(f"  {a.workers} workers told to exit in {annotate_s:.1f} s; last completion -> "
-          f"success verdict: {detect * 1000:.0f} ms")
-    print(f"  last completion -> PS StatefulSet DELETE request, minus the grace period: "
-          f"{after_grace * 1000:.0f} ms (target < 1000 ms)")
-    print(f"    of which copying the PS logs first ({len(logs)} GETs, answered 500 by "
-          f"KWOK's kubelet-less nodes): {log_copy * 1000:.0f} ms; without it: "
-          f"{(after_grace - log_copy) * 1000:.0f} ms")
-    print(json.dumps({"detect_ms": round(detect * 1000), "after_grace_ms": round(after_grace * 1000),
-                      "log_copy_ms": round(log_copy * 1000)}))
+    print(
+        f"PS clean-up latency, {a.workers} workers + {a.ps} PS, grace {a.grace} s "
+        f"(kube-apiserver v1.36, KWOK), one run:"
+    )
+    print(
+        f"  {a.workers} workers told to exit in {annotate_s:.1f} s; last completion -> "
+        f"success verdict: {detect * 1000:.0f} ms"
+    )
+    print(
+        f"  last completion -> PS StatefulSet DELETE request, minus the grace period: "
+        f"{after_grace * 1000:.0f} ms (target < 1000 ms)"
+    )
+    print(
+        f"    of which copying the PS logs first ({len(logs)} GETs, answered 500 by "
+        f"KWOK's kubelet-less nodes): {log_copy * 1000:.0f} ms; without it: "
+        f"{(after_grace - log_copy) * 1000:.0f} ms"
+    )
+    print(
+        json.dumps(
+            {
+                "detect_ms": round(detect * 1000),
+                "after_grace_ms": round(after_grace * 1000),
+                "log_copy_ms": round(log_copy * 1000),
+            }
+        )
+    )
     return 0 if after_grace - log_copy < 1 else 1
 
 

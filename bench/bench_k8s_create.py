@@ -58,10 +58,18 @@ def main(argv: list[str] | None = None) -> int:
         from airflow_tfk.render import render
 
         for i in range(a.repeat):  # each from an idle control plane; the last one is kept
-            spec = TFClusterSpec.from_dict({
-                "name": f"imagenet-{i}", "namespace": ns, "image": IMAGE, "mode": "between_graph",
-                "command": ["python", "/opt/train.py"], "legacy_tf1_flags": True,
-                "worker": {"replicas": a.workers}, "ps": {"replicas": a.ps}})
+            spec = TFClusterSpec.from_dict(
+                {
+                    "name": f"imagenet-{i}",
+                    "namespace": ns,
+                    "image": IMAGE,
+                    "mode": "between_graph",
+                    "command": ["python", "/opt/train.py"],
+                    "legacy_tf1_flags": True,
+                    "worker": {"replicas": a.workers},
+                    "ps": {"replicas": a.ps},
+                }
+            )
             counter.reset()
             t0 = time.perf_counter()
             backend.create(spec)
@@ -85,17 +93,27 @@ def main(argv: list[str] | None = None) -> int:
         seeds_req = counter.count()
         seeds_running = seeds_t + wait_pods_running(admin, ns_seeds, tasks)
 
-    print(f"create a cluster of {a.workers} workers + {a.ps} PS against kube-apiserver v1.36 "
-          f"(KWOK nodes), one run:")
-    print(f"  airflow-tfk (render + server-side apply, {objects} objects): "
-          f"{ours_t * 1000:8.1f} ms, {ours_req:5.0f} requests  (median of {a.repeat}: "
-          f"{', '.join(f'{t * 1000:.1f}' for t in times)} ms; the first renders cold)")
-    print(f"  seeds' layout, create_from_yaml ({len(docs)} objects):        "
-          f"{seeds_t * 1000:8.1f} ms, {seeds_req:5d} requests")
-    print(f"  ratio: {seeds_t / ours_t:.0f}x faster, {seeds_req / ours_req:.0f}x fewer requests "
-          f"(target >= 20x faster)")
-    print(f"  (from the create call until all {tasks} pods ran: airflow-tfk {ours_running:.0f} s, "
-          f"seeds {seeds_running:.0f} s; the controllers make the same {tasks} pods either way)")
+    print(
+        f"create a cluster of {a.workers} workers + {a.ps} PS against kube-apiserver v1.36 "
+        f"(KWOK nodes), one run:"
+    )
+    print(
+        f"  airflow-tfk (render + server-side apply, {objects} objects): "
+        f"{ours_t * 1000:8.1f} ms, {ours_req:5.0f} requests  (median of {a.repeat}: "
+        f"{', '.join(f'{t * 1000:.1f}' for t in times)} ms; the first renders cold)"
+    )
+    print(
+        f"  seeds' layout, create_from_yaml ({len(docs)} objects):        "
+        f"{seeds_t * 1000:8.1f} ms, {seeds_req:5d} requests"
+    )
+    print(
+        f"  ratio: {seeds_t / ours_t:.0f}x faster, {seeds_req / ours_req:.0f}x fewer requests "
+        f"(target >= 20x faster)"
+    )
+    print(
+        f"  (from the create call until all {tasks} pods ran: airflow-tfk {ours_running:.0f} s, "
+        f"seeds {seeds_running:.0f} s; the controllers make the same {tasks} pods either way)"
+    )
     return 0 if seeds_t / ours_t >= 20 else 1
 
 

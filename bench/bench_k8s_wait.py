@@ -67,13 +67,21 @@ def main(argv: list[str] | None = None) -> int:
         sizes = {"big": a.workers, "small": a.small}
         setup = KubernetesBackend(conn_id=CONN_ID)
         for name, workers in sizes.items():
-            setup.create(TFClusterSpec.from_dict({
-                "name": name, "namespace": ns, "image": IMAGE, "mode": "between_graph",
-                "command": ["python", "/opt/train.py"], "worker": {"replicas": workers},
-                "ps": {"replicas": a.ps}}))
+            setup.create(
+                TFClusterSpec.from_dict(
+                    {
+                        "name": name,
+                        "namespace": ns,
+                        "image": IMAGE,
+                        "mode": "between_graph",
+                        "command": ["python", "/opt/train.py"],
+                        "worker": {"replicas": workers},
+                        "ps": {"replicas": a.ps},
+                    }
+                )
+            )
         t_run = wait_pods_running(admin, ns, sum(sizes.values()) + 2 * a.ps, timeout=600)
-        print(f"setup: {sum(sizes.values()) + 2 * a.ps} pods running after {t_run:.0f} s",
-              file=sys.stderr)
+        print(f"setup: {sum(sizes.values()) + 2 * a.ps} pods running after {t_run:.0f} s", file=sys.stderr)
 
         ns_seeds = namespace(admin, "bench-seeds")
         jobs = [d for d in seeds_layout("imagenet", a.workers, 0) if d["kind"] == "Job"]
@@ -82,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda d: create_from_dict(admin, d, namespace=ns_seeds), jobs))
 
-        counters = {k: install(RequestCounter()) for k in
-                    ("watch-big", "watch-small", "operator-wait-big", "cncf")}
+        counters = {
+            k: install(RequestCounter()) for k in ("watch-big", "watch-small", "operator-wait-big", "cncf")
+        }
         backends = {k: KubernetesBackend(conn_id=CONN_ID) for k in counters if k != "cncf"}
         for k, b in backends.items():
             counters[k].watch(b.hook.api_client)
@@ -95,30 +104,46 @@ def main(argv: list[str] | None = None) -> int:
                 pass
 
         def operator_wait(key: str, cluster: str) -> None:
-            wait_for_cluster(backends[key], ClusterRef(cluster, ns), Mode.BETWEEN_GRAPH,
-                             {"ps": a.ps, "worker": sizes[cluster]}, timeout=a.seconds,
-                             progress_interval=30.0, emit=lambda m: None)
+            wait_for_cluster(
+                backends[key],
+                ClusterRef(cluster, ns),
+                Mode.BETWEEN_GRAPH,
+                {"ps": a.ps, "worker": sizes[cluster]},
+                timeout=a.seconds,
+                progress_interval=30.0,
+                emit=lambda m: None,
+            )
 
-        threads = [threading.Thread(target=watch_only, args=("watch-big", "big")),
-                   threading.Thread(target=watch_only, args=("watch-small", "small")),
-                   threading.Thread(target=operator_wait, args=("operator-wait-big", "big"))]
-        threads += [threading.Thread(target=hook.wait_until_job_complete, daemon=True,
-                                     args=(d["metadata"]["name"], ns_seeds, 10))
-                    for d in jobs]
+        threads = [
+            threading.Thread(target=watch_only, args=("watch-big", "big")),
+            threading.Thread(target=watch_only, args=("watch-small", "small")),
+            threading.Thread(target=operator_wait, args=("operator-wait-big", "big")),
+        ]
+        threads += [
+            threading.Thread(
+                target=hook.wait_until_job_complete, daemon=True, args=(d["metadata"]["name"], ns_seeds, 10)
+            )
+            for d in jobs
+        ]
         from airflow_tfk.triggers.workers import WorkersDoneTrigger
 
         counters["trigger-big"] = install_async(RequestCounter())
         trigger = WorkersDoneTrigger(
-            cluster={"name": "big", "namespace": ns}, backend_kind="kubernetes",
-            backend_config={"conn_id": CONN_ID}, mode="between_graph",
-            replicas={"ps": a.ps, "worker": a.workers}, deadline=time.time() + a.seconds,
-            progress_interval=30.0)
+            cluster={"name": "big", "namespace": ns},
+            backend_kind="kubernetes",
+            backend_config={"conn_id": CONN_ID},
+            mode="between_graph",
+            replicas={"ps": a.ps, "worker": a.workers},
+            deadline=time.time() + a.seconds,
+            progress_interval=30.0,
+        )
         events: list = []
 
         async def run_trigger() -> None:
             async for event in trigger.run():
                 events.append(event.payload)
                 return
+
         threads.append(threading.Thread(target=lambda: asyncio.run(run_trigger())))
         t0 = time.monotonic()
         for t in threads:
@@ -131,21 +156,35 @@ def main(argv: list[str] | None = None) -> int:
         assert events and events[0]["status"] == "timeout", events
         per_min = {k: c.count(t0, t1) * 60 / (t1 - t0) for k, c in counters.items()}
 
-    print(f"API requests while waiting {a.seconds:.0f} s on a running cluster (kube-apiserver v1.36, "
-          f"KWOK), one run:")
-    print(f"  airflow-tfk watch, {a.workers} workers + {a.ps} PS: "
-          f"{per_min['watch-big']:6.1f} req/min  {counters['watch-big'].summary(t0, t1)}")
-    print(f"  airflow-tfk watch, {a.small} workers + {a.ps} PS:  "
-          f"{per_min['watch-small']:6.1f} req/min  {counters['watch-small'].summary(t0, t1)}")
-    print(f"  airflow-tfk blocking wait incl. progress log reads every 30 s, {a.workers} workers: "
-          f"{per_min['operator-wait-big']:6.1f} req/min  "
-          f"{counters['operator-wait-big'].summary(t0, t1)}")
-    print(f"  airflow-tfk deferrable trigger, its async client (awatch), {a.workers} workers: "
-          f"{per_min['trigger-big']:6.1f} req/min  {counters['trigger-big'].summary(t0, t1)}")
-    print(f"  cncf KubernetesHook.wait_until_job_complete x {len(jobs)} Jobs (poll 10 s): "
-          f"{per_min['cncf']:8.1f} req/min")
-    print(f"  ratio: {per_min['cncf'] / max(per_min['watch-big'], 1e-9):.0f}x fewer requests "
-          f"(target <= 3 req/min for the watch: {'met' if per_min['watch-big'] <= 3 else 'MISSED'})")
+    print(
+        f"API requests while waiting {a.seconds:.0f} s on a running cluster (kube-apiserver v1.36, "
+        f"KWOK), one run:"
+    )
+    print(
+        f"  airflow-tfk watch, {a.workers} workers + {a.ps} PS: "
+        f"{per_min['watch-big']:6.1f} req/min  {counters['watch-big'].summary(t0, t1)}"
+    )
+    print(
+        f"  airflow-tfk watch, {a.small} workers + {a.ps} PS:  "
+        f"{per_min['watch-small']:6.1f} req/min  {counters['watch-small'].summary(t0, t1)}"
+    )
+    print(
+        f"  airflow-tfk blocking wait incl. progress log reads every 30 s, {a.workers} workers: "
+        f"{per_min['operator-wait-big']:6.1f} req/min  "
+        f"{counters['operator-wait-big'].summary(t0, t1)}"
+    )
+    print(
+        f"  airflow-tfk deferrable trigger, its async client (awatch), {a.workers} workers: "
+        f"{per_min['trigger-big']:6.1f} req/min  {counters['trigger-big'].summary(t0, t1)}"
+    )
+    print(
+        f"  cncf KubernetesHook.wait_until_job_complete x {len(jobs)} Jobs (poll 10 s): "
+        f"{per_min['cncf']:8.1f} req/min"
+    )
+    print(
+        f"  ratio: {per_min['cncf'] / max(per_min['watch-big'], 1e-9):.0f}x fewer requests "
+        f"(target <= 3 req/min for the watch: {'met' if per_min['watch-big'] <= 3 else 'MISSED'})"
+    )
     return 0 if per_min["watch-big"] <= 3 and per_min["watch-small"] <= 3 else 1
 
 

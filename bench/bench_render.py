@@ -49,18 +49,25 @@ _POD = """    metadata:
         - {name: logs, persistentVolumeClaim: {claimName: {{ (cluster ~ "-logs") | tojson }}}}
 """
 SEED_TEMPLATES = {
-    "service": "apiVersion: v1\nkind: Service\n" + _META + """spec:
+    "service": "apiVersion: v1\nkind: Service\n"
+    + _META
+    + """spec:
   selector: {"app": {{ cluster | tojson }}, "job": {{ role | tojson }}, "task": {{ index | tojson }}}
   ports: [{port: {{ port | tojson }}, targetPort: {{ port | tojson }}}]
 """,
     "job": "apiVersion: batch/v1\nkind: Job\n" + _META + "spec:\n  template:\n" + _POD,
-    "deployment": "apiVersion: apps/v1\nkind: Deployment\n" + _META + """spec:
+    "deployment": "apiVersion: apps/v1\nkind: Deployment\n"
+    + _META
+    + """spec:
   replicas: 1
   selector:
     matchLabels: {"app": {{ cluster | tojson }}, "job": {{ role | tojson }}, "task": {{ index | tojson }}}
   template:
-""" + _POD,
-    "pvc": "apiVersion: v1\nkind: PersistentVolumeClaim\n" + _META + """spec:
+"""
+    + _POD,
+    "pvc": "apiVersion: v1\nkind: PersistentVolumeClaim\n"
+    + _META
+    + """spec:
   accessModes: [ReadWriteMany]
   storageClassName: glusterfs
   resources: {requests: {storage: 10Gi}}
@@ -69,9 +76,12 @@ SEED_TEMPLATES = {
 
 
 def _seed_env() -> dict:
-    env = ImmutableSandboxedEnvironment(loader=DictLoader(SEED_TEMPLATES),
-                                        undefined=StrictUndefined, autoescape=False,
-                                        finalize=tfk_render._finalize)
+    env = ImmutableSandboxedEnvironment(
+        loader=DictLoader(SEED_TEMPLATES),
+        undefined=StrictUndefined,
+        autoescape=False,
+        finalize=tfk_render._finalize,
+    )
     env.filters["tojson"] = tfk_render._tojson
     return {name: env.get_template(name) for name in SEED_TEMPLATES}
 
@@ -83,10 +93,11 @@ LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def render_seeds(spec: TFClusterSpec) -> list[dict]:
     """The seeds' layout: one Service per task, so each task's address is its Service."""
     name, ns, port = spec.name, spec.namespace_name, spec.port
-    hosts = {role: [f"{name}-{role}-{i}:{port}" for i in range(rs.replicas)]
-             for role, rs in spec.cluster_roles().items()}
-    common = {"cluster": name, "ns": ns, "port": port, "image": spec.image,
-              "command": list(spec.command)}
+    hosts = {
+        role: [f"{name}-{role}-{i}:{port}" for i in range(rs.replicas)]
+        for role, rs in spec.cluster_roles().items()
+    }
+    common = {"cluster": name, "ns": ns, "port": port, "image": spec.image, "command": list(spec.command)}
     out = []
 
     def emit(template: str, **values: object) -> None:
@@ -97,22 +108,31 @@ def render_seeds(spec: TFClusterSpec) -> list[dict]:
     for role, kind, restart in (("ps", "deployment", "Always"), ("worker", "job", "Never")):
         for i in range(len(hosts.get(role, []))):
             task = f"{name}-{role}-{i}"
-            args = [*spec.args, f"--ps_hosts={','.join(hosts['ps'])}",
-                    f"--worker_hosts={','.join(hosts['worker'])}",
-                    f"--job_name={role}", f"--task_index={i}"]
+            args = [
+                *spec.args,
+                f"--ps_hosts={','.join(hosts['ps'])}",
+                f"--worker_hosts={','.join(hosts['worker'])}",
+                f"--job_name={role}",
+                f"--task_index={i}",
+            ]
             emit("service", name=task, role=role, index=i)
             emit(kind, name=task, role=role, index=i, restart=restart, args=args)
     return out
 
 
 def spec_for(workers: int, ps: int) -> TFClusterSpec:
-    return TFClusterSpec.from_dict({
-        "name": "imagenet", "image": "tensorflow/tensorflow:2.21.0", "mode": "between_graph",
-        "command": ["python", "/opt/imagenet.py"], "legacy_tf1_flags": True,
-        "ps": {"replicas": ps}, "worker": {"replicas": workers},
-        "storage": {"data": {"size": "10Gi"}, "logs": {"size": "10Gi"},
-                    "storage_class": "glusterfs"},
-    })
+    return TFClusterSpec.from_dict(
+        {
+            "name": "imagenet",
+            "image": "tensorflow/tensorflow:2.21.0",
+            "mode": "between_graph",
+            "command": ["python", "/opt/imagenet.py"],
+            "legacy_tf1_flags": True,
+            "ps": {"replicas": ps},
+            "worker": {"replicas": workers},
+            "storage": {"data": {"size": "10Gi"}, "logs": {"size": "10Gi"}, "storage_class": "glusterfs"},
+        }
+    )
 
 
 def timed(fn, spec: TFClusterSpec, repeat: int) -> tuple[int, float]:
@@ -129,20 +149,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
-    print(f"{'workers':>7} {'ps':>3} {'tasks':>5} | {'ours':>5} {'seeds':>6} {'objects %':>9} | "
-          f"{'ours ms':>8} {'seeds ms':>9} {'time %':>7}")
+    print(
+        f"{'workers':>7} {'ps':>3} {'tasks':>5} | {'ours':>5} {'seeds':>6} {'objects %':>9} | "
+        f"{'ours ms':>8} {'seeds ms':>9} {'time %':>7}"
+    )
     ok = True
     for workers, ps in SIZES:
         spec = spec_for(workers, ps)
         ours_n, ours_t = timed(tfk_render.render, spec, args.repeat)
         seeds_n, seeds_t = timed(render_seeds, spec, max(1, args.repeat // 3))
-        print(f"{workers:>7} {ps:>3} {workers + ps:>5} | {ours_n:>5} {seeds_n:>6} "
-              f"{100 * ours_n / seeds_n:>8.2f}% | {ours_t * 1e3:>8.2f} {seeds_t * 1e3:>9.1f} "
-              f"{100 * ours_t / seeds_t:>6.2f}%")
+        print(
+            f"{workers:>7} {ps:>3} {workers + ps:>5} | {ours_n:>5} {seeds_n:>6} "
+            f"{100 * ours_n / seeds_n:>8.2f}% | {ours_t * 1e3:>8.2f} {seeds_t * 1e3:>9.1f} "
+            f"{100 * ours_t / seeds_t:>6.2f}%"
+        )
         if (workers, ps) == (600, 8):
             ok = ours_n <= 0.01 * seeds_n and ours_t < 0.050
-    print("targets (600 workers: objects <= 1% of the seeds', render < 50 ms):",
-          "met" if ok else "MISSED")
+    print("targets (600 workers: objects <= 1% of the seeds', render < 50 ms):", "met" if ok else "MISSED")
     return 0 if ok else 1
 
 

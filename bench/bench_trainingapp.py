@@ -40,8 +40,9 @@ def baseline_chief(steps: int, warmup: int, batch_size: int, lr: float) -> None:
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
-        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
-                                  keras.layers.Dense(10)])
+        model = keras.Sequential(
+            [keras.Input((64,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)]
+        )
         optimizer = keras.optimizers.Adam(lr)
         optimizer.build(model.trainable_variables)
 
@@ -52,16 +53,18 @@ def baseline_chief(steps: int, warmup: int, batch_size: int, lr: float) -> None:
             ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
         return ds.shuffle(len(x)).repeat().batch(batch_size).prefetch(2)
 
-    iterator = iter(coordinator.create_per_worker_dataset(
-        lambda: strategy.distribute_datasets_from_function(dataset_fn)))
+    iterator = iter(
+        coordinator.create_per_worker_dataset(lambda: strategy.distribute_datasets_from_function(dataset_fn))
+    )
 
     @tf.function
     def train_fn(it):
         def replica_fn(batch):
             features, labels = batch
             with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    labels, model(features, training=True)))
+                loss = tf.reduce_mean(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels, model(features, training=True))
+                )
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             return loss
@@ -76,9 +79,18 @@ def baseline_chief(steps: int, warmup: int, batch_size: int, lr: float) -> None:
         result = coordinator.schedule(train_fn, args=(iterator,))
     coordinator.join()
     elapsed = time.time() - t0
-    print(json.dumps({"bench": "baseline", "steps": steps - warmup, "seconds": elapsed,
-                      "steps_per_second": (steps - warmup) / elapsed,
-                      "loss": float(result.fetch())}), flush=True)
+    print(
+        json.dumps(
+            {
+                "bench": "baseline",
+                "steps": steps - warmup,
+                "seconds": elapsed,
+                "steps_per_second": (steps - warmup) / elapsed,
+                "loss": float(result.fetch()),
+            }
+        ),
+        flush=True,
+    )
 
 
 # ---- orchestration --------------------------------------------------------------------------
@@ -89,8 +101,13 @@ def app_rate(stdout: str, warmup: int, steps: int) -> dict:
     start = next(p for p in lines if p.step >= warmup and p.status == "running")
     end = next(p for p in lines if p.step >= steps and p.status == "running")
     elapsed = end.time - start.time
-    return {"bench": "trainingapp", "steps": end.step - start.step, "seconds": elapsed,
-            "steps_per_second": (end.step - start.step) / elapsed, "loss": end.loss}
+    return {
+        "bench": "trainingapp",
+        "steps": end.step - start.step,
+        "seconds": elapsed,
+        "steps_per_second": (end.step - start.step) / elapsed,
+        "loss": end.loss,
+    }
 
 
 def main(argv=None) -> int:
@@ -110,23 +127,46 @@ def main(argv=None) -> int:
 
     from tests.runtime.localcluster import LocalCluster
 
-    app_cmd = [sys.executable, "-m", "airflow_tfk.runtime.examples.digits_app",
-               "--tfk_steps", str(args.steps), "--tfk_batch_size", str(args.batch_size),
-               "--tfk_checkpoint_every", "0"]
+    app_cmd = [
+        sys.executable,
+        "-m",
+        "airflow_tfk.runtime.examples.digits_app",
+        "--tfk_steps",
+        str(args.steps),
+        "--tfk_batch_size",
+        str(args.batch_size),
+        "--tfk_checkpoint_every",
+        "0",
+    ]
     # the hand-written script reads TF_CONFIG: run it through the launcher, as any plain
     # TensorFlow script would be
-    base_cmd = [sys.executable, "-m", "airflow_tfk.runtime.launch", "--",
-                sys.executable, __file__, "--baseline-chief", "--steps", str(args.steps),
-                "--warmup", str(args.warmup), "--batch-size", str(args.batch_size)]
+    base_cmd = [
+        sys.executable,
+        "-m",
+        "airflow_tfk.runtime.launch",
+        "--",
+        sys.executable,
+        __file__,
+        "--baseline-chief",
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--batch-size",
+        str(args.batch_size),
+    ]
     chief_cmd = {"cmd": app_cmd}
 
     def command(role, index):
         return chief_cmd["cmd"] if role == "chief" else app_cmd
 
     results: dict[str, list[float]] = {"trainingapp": [], "baseline": []}
-    with tempfile.TemporaryDirectory(prefix="tfk-bench-") as tmp, \
-            LocalCluster(Path(tmp), {"chief": 1, "ps": 1, "worker": 2}, command,
-                         mode="parameter_server", name="bench") as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="tfk-bench-") as tmp,
+        LocalCluster(
+            Path(tmp), {"chief": 1, "ps": 1, "worker": 2}, command, mode="parameter_server", name="bench"
+        ) as cluster,
+    ):
         cluster.start_all(("ps", "worker"))
         for r in range(args.rounds):
             for kind in ("trainingapp", "baseline") if r % 2 == 0 else ("baseline", "trainingapp"):
@@ -140,21 +180,31 @@ def main(argv=None) -> int:
                 if kind == "trainingapp":
                     res = app_rate(out, args.warmup, args.steps)
                 else:
-                    res = json.loads(next(ln for ln in out.splitlines()
-                                          if ln.startswith('{"bench"')))
+                    res = json.loads(next(ln for ln in out.splitlines() if ln.startswith('{"bench"')))
                 results[kind].append(res["steps_per_second"])
-                print(f"round {r + 1} {kind:12s} {res['steps_per_second']:8.1f} steps/s "
-                      f"({res['steps']} steps in {res['seconds']:.2f} s, loss {res['loss']:.4f})",
-                      flush=True)
+                print(
+                    f"round {r + 1} {kind:12s} {res['steps_per_second']:8.1f} steps/s "
+                    f"({res['steps']} steps in {res['seconds']:.2f} s, loss {res['loss']:.4f})",
+                    flush=True,
+                )
     app = statistics.median(results["trainingapp"])
     base = statistics.median(results["baseline"])
     ratio = app / base
-    print(json.dumps({"trainingapp_steps_per_second": round(app, 1),
-                      "handwritten_steps_per_second": round(base, 1),
-                      "ratio": round(ratio, 3), "target_ratio": TARGET_RATIO,
-                      "slower_by_percent": round(100 * (1 - ratio), 1),
-                      "meets_target": ratio >= TARGET_RATIO,
-                      "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup}))
+    print(
+        json.dumps(
+            {
+                "trainingapp_steps_per_second": round(app, 1),
+                "handwritten_steps_per_second": round(base, 1),
+                "ratio": round(ratio, 3),
+                "target_ratio": TARGET_RATIO,
+                "slower_by_percent": round(100 * (1 - ratio), 1),
+                "meets_target": ratio >= TARGET_RATIO,
+                "rounds": args.rounds,
+                "steps": args.steps,
+                "warmup": args.warmup,
+            }
+        )
+    )
     return 0
 
 

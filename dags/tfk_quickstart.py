@@ -58,16 +58,22 @@ with DAG(
 
         from airflow_tfk.backends.local import LocalBackend
 
-        base = str(LocalBackend(**cluster["backend_config"]).claim_path(cluster["namespace"],
-                                                                         "tfk-models"))
-        out = subprocess.run([sys.executable, "-m", "airflow_tfk.runtime.predict", base, MODEL],
-                             capture_output=True, text=True, check=True, timeout=300)
+        base = str(LocalBackend(**cluster["backend_config"]).claim_path(cluster["namespace"], "tfk-models"))
+        out = subprocess.run(
+            [sys.executable, "-m", "airflow_tfk.runtime.predict", base, MODEL],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        )
         answer = json.loads(out.stdout.strip().splitlines()[-1])
         predictions = answer["predictions"]
         if not predictions:
             raise ValueError("the model returned no predictions")
-        print(f"model {MODEL} at {base} answered {len(predictions)} predictions: "
-              f"{json.dumps(predictions[:3])[:300]}")
+        print(
+            f"model {MODEL} at {base} answered {len(predictions)} predictions: "
+            f"{json.dumps(predictions[:3])[:300]}"
+        )
         return {"model_base_path": base, "predictions": len(predictions)}
 
     smoke_predict(train.output)

@@ -39,8 +39,9 @@ with DAG(
     doc_md=__doc__,
 ):
     common = {"backend": BACKEND, "kubernetes_conn_id": KUBERNETES_CONN_ID}
-    tensorboard = TensorBoardOperator(claim=STORAGE["logs"]["claim"],
-                                      tensorboard={"namespace": NAMESPACE}, **common)
+    tensorboard = TensorBoardOperator(
+        claim=STORAGE["logs"]["claim"], tensorboard={"namespace": NAMESPACE}, **common
+    )
     train = TFTrainingOperator(
         task_id="train",
         deferrable=DEFERRABLE,
@@ -59,7 +60,11 @@ with DAG(
         progress_interval=10,
         **common,
     )
-    publish = PublishModelOperator(task_id="publish", model_name=MODEL,
-                                   claim=STORAGE["models"]["claim"],
-                                   serving={"namespace": NAMESPACE}, **common)
+    publish = PublishModelOperator(
+        task_id="publish",
+        model_name=MODEL,
+        claim=STORAGE["models"]["claim"],
+        serving={"namespace": NAMESPACE},
+        **common,
+    )
     train >> publish

@@ -29,15 +29,29 @@ with DAG(
     catchup=False,
     tags=["airflow-tfk", "ui"],
     params={
-        "workers": Param(2, type="integer", minimum=1, maximum=600, title="Workers",
-                         description="Worker replicas (one Indexed Job)."),
-        "ps": Param(1, type="integer", minimum=0, maximum=64, title="Parameter servers",
-                    description="0 for all_reduce."),
+        "workers": Param(
+            2,
+            type="integer",
+            minimum=1,
+            maximum=600,
+            title="Workers",
+            description="Worker replicas (one Indexed Job).",
+        ),
+        "ps": Param(
+            1,
+            type="integer",
+            minimum=0,
+            maximum=64,
+            title="Parameter servers",
+            description="0 for all_reduce.",
+        ),
         "steps": Param(600, type="integer", minimum=1, maximum=10_000_000, title="Training steps"),
-        "image": Param(IMAGE, type="string", minLength=1, maxLength=512,
-                       pattern=r"^[^\s{}]+$", title="Training image"),
-        "mode": Param("parameter_server", enum=["parameter_server", "between_graph", "all_reduce"],
-                      title="Mode"),
+        "image": Param(
+            IMAGE, type="string", minLength=1, maxLength=512, pattern=r"^[^\s{}]+$", title="Training image"
+        ),
+        "mode": Param(
+            "parameter_server", enum=["parameter_server", "between_graph", "all_reduce"], title="Mode"
+        ),
     },
     render_template_as_native_obj=True,
     doc_md=__doc__,

@@ -17,8 +17,9 @@ import pytest
 _HOME = tempfile.mkdtemp(prefix="tfk-airflow-home-")
 os.environ.setdefault("AIRFLOW_HOME", _HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER",
-                      os.path.join(os.path.dirname(os.path.dirname(__file__)), "dags"))
+os.environ.setdefault(
+    "AIRFLOW__CORE__DAGS_FOLDER", os.path.join(os.path.dirname(os.path.dirname(__file__)), "dags")
+)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TFK_LOCAL_ROOT", os.path.join(_HOME, "tfk-local"))
 
@@ -30,6 +31,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if exitstatus == 0 and os.environ.get("AIRFLOW_HOME") == _HOME:
         shutil.rmtree(_HOME, ignore_errors=True)
 
+
 # -- shared fixtures of the operator, sensor and trigger tests ---------------------------
 
 
@@ -37,11 +39,15 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAINER = str(Path(__file__).parent / "operators" / "tasks" / "trainer.py")
 
 
-def task_context(run_id: str = "manual__1", dag_id: str = "dag", task_id: str = "train",
-                 map_index: int = -1) -> dict:
+def task_context(
+    run_id: str = "manual__1", dag_id: str = "dag", task_id: str = "train", map_index: int = -1
+) -> dict:
     """The part of an Airflow context the operators read: the task instance identity."""
-    return {"ti": SimpleNamespace(dag_id=dag_id, task_id=task_id, run_id=run_id,
-                                  map_index=map_index, try_number=1)}
+    return {
+        "ti": SimpleNamespace(
+            dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index, try_number=1
+        )
+    }
 
 
 def spec_dict(mode: str = "between_graph", workers: int = 2, **env: str) -> dict:
@@ -96,6 +102,9 @@ def local_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def ns() -> SimpleNamespace:
-    return SimpleNamespace(task_context=task_context, spec_dict=spec_dict,
-                           assert_no_processes=assert_no_processes,
-                           cluster_processes=cluster_processes)
+    return SimpleNamespace(
+        task_context=task_context,
+        spec_dict=spec_dict,
+        assert_no_processes=assert_no_processes,
+        cluster_processes=cluster_processes,
+    )

@@ -22,8 +22,13 @@ storage: {data: {size: 10Gi}, logs: {size: 10Gi}, storage_class: glusterfs}
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "airflow_tfk.cli", *args], input=stdin,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_tfk.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -39,9 +44,12 @@ def test_render_minimal_spec_prints_a_valid_stream(spec_file: Path):
     assert out.stderr == ""
     docs = list(yaml.safe_load_all(out.stdout))
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
-        ("PersistentVolumeClaim", "imagenet-data"), ("PersistentVolumeClaim", "imagenet-logs"),
-        ("Service", "imagenet-ps"), ("Service", "imagenet-worker"),
-        ("StatefulSet", "imagenet-ps"), ("Job", "imagenet-worker"),
+        ("PersistentVolumeClaim", "imagenet-data"),
+        ("PersistentVolumeClaim", "imagenet-logs"),
+        ("Service", "imagenet-ps"),
+        ("Service", "imagenet-worker"),
+        ("StatefulSet", "imagenet-ps"),
+        ("Job", "imagenet-worker"),
     ]
     for doc in docs:
         for version in ("1.29", "1.37"):
@@ -49,28 +57,43 @@ def test_render_minimal_spec_prints_a_valid_stream(spec_file: Path):
 
 
 def test_render_reads_stdin_and_takes_namespace_and_identity():
-    out = cli("render", "-", "--namespace", "ml", "--dag-id", "imagenet_daily",
-              "--task-id", "train", "--run-id", "manual__2024-01-01T00:00:00+00:00",
-              stdin=MINIMAL)
+    out = cli(
+        "render",
+        "-",
+        "--namespace",
+        "ml",
+        "--dag-id",
+        "imagenet_daily",
+        "--task-id",
+        "train",
+        "--run-id",
+        "manual__2024-01-01T00:00:00+00:00",
+        stdin=MINIMAL,
+    )
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     assert {d["metadata"]["namespace"] for d in docs} == {"ml"}
     for doc in docs:
-        assert doc["metadata"]["annotations"]["tfk.airflow.apache.org/run-id"] == \
-            "manual__2024-01-01T00:00:00+00:00"
+        assert (
+            doc["metadata"]["annotations"]["tfk.airflow.apache.org/run-id"]
+            == "manual__2024-01-01T00:00:00+00:00"
+        )
         assert doc["metadata"]["labels"]["tfk.airflow.apache.org/dag-id"] == "imagenet_daily"
 
 
-@pytest.mark.parametrize("text, field", [
-    (MINIMAL.replace("name: imagenet", "name: ImageNet"), "name"),
-    (MINIMAL.replace("worker: {replicas: 3}", "worker: {replicas: 0}"), "worker.replicas"),
-    (MINIMAL.replace("mode: between_graph", "mode: all_reduce"), "ps"),
-    (MINIMAL.replace("size: 10Gi}, logs", "size: ten}, logs"), "storage.data.size"),
-    (MINIMAL + "workers: {replicas: 2}\n", "workers"),
-    (MINIMAL + "env: {TF_CONFIG: x}\n", "env.TF_CONFIG"),
-    ("name: [unclosed\n", "spec"),
-    ("- a list\n", "spec"),
-])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        (MINIMAL.replace("name: imagenet", "name: ImageNet"), "name"),
+        (MINIMAL.replace("worker: {replicas: 3}", "worker: {replicas: 0}"), "worker.replicas"),
+        (MINIMAL.replace("mode: between_graph", "mode: all_reduce"), "ps"),
+        (MINIMAL.replace("size: 10Gi}, logs", "size: ten}, logs"), "storage.data.size"),
+        (MINIMAL + "workers: {replicas: 2}\n", "workers"),
+        (MINIMAL + "env: {TF_CONFIG: x}\n", "env.TF_CONFIG"),
+        ("name: [unclosed\n", "spec"),
+        ("- a list\n", "spec"),
+    ],
+)
 def test_bad_spec_exits_non_zero_naming_the_field(tmp_path: Path, text: str, field: str):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -96,7 +119,6 @@ def test_installed_console_script_works(spec_file: Path):
     script = Path(sys.executable).with_name("airflow-tfk")
     if not script.exists():
         pytest.skip("console script not installed (run scripts/bootstrap.sh)")
-    out = subprocess.run([str(script), "render", str(spec_file)], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run([str(script), "render", str(spec_file)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert len(list(yaml.safe_load_all(out.stdout))) == 6

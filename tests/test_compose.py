@@ -25,8 +25,14 @@ def schema() -> dict:
     go = shutil.which("go") or "/usr/local/go/bin/go"
     if not os.path.exists(go):
         pytest.fail("Go is needed to fetch the Compose schema from the Go module proxy")
-    out = subprocess.run([go, "mod", "download", "-json", COMPOSE_GO], capture_output=True,
-                         text=True, timeout=300, check=True, cwd="/")
+    out = subprocess.run(
+        [go, "mod", "download", "-json", COMPOSE_GO],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        cwd="/",
+    )
     directory = json.loads(out.stdout)["Dir"]
     return json.loads(Path(directory, "schema", "compose-spec.json").read_text())
 

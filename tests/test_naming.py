@@ -8,59 +8,125 @@ from airflow_tfk import naming
 from airflow_tfk.naming import RunIdentity
 
 
-@pytest.mark.parametrize("value, ok", [
-    ("a", True), ("imagenet", True), ("a-1", True), ("a" * 63, True), ("a" * 64, False),
-    ("1abc", False), ("-a", False), ("a-", False), ("A", False), ("a_b", False),
-    ("a.b", False), ("", False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("a", True),
+        ("imagenet", True),
+        ("a-1", True),
+        ("a" * 63, True),
+        ("a" * 64, False),
+        ("1abc", False),
+        ("-a", False),
+        ("a-", False),
+        ("A", False),
+        ("a_b", False),
+        ("a.b", False),
+        ("", False),
+    ],
+)
 def test_dns1035_label(value, ok):
     assert naming.is_dns1035_label(value) is ok
 
 
-@pytest.mark.parametrize("value, ok", [
-    ("1abc", True), ("abc", True), ("a.b", False), ("a" * 64, False), ("", False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("1abc", True),
+        ("abc", True),
+        ("a.b", False),
+        ("a" * 64, False),
+        ("", False),
+    ],
+)
 def test_dns1123_label(value, ok):
     assert naming.is_dns1123_label(value) is ok
 
 
-@pytest.mark.parametrize("value, ok", [
-    ("a.b.c", True), ("my-secret", True), ("a..b", False), ("A", False),
-    (".a", False), ("a" * 253, True), ("a" * 254, False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("a.b.c", True),
+        ("my-secret", True),
+        ("a..b", False),
+        ("A", False),
+        (".a", False),
+        ("a" * 253, True),
+        ("a" * 254, False),
+    ],
+)
 def test_dns1123_subdomain(value, ok):
     assert naming.is_dns1123_subdomain(value) is ok
 
 
-@pytest.mark.parametrize("value, ok", [
-    ("", True), ("abc", True), ("A.b_c-1", True), ("a" * 63, True), ("a" * 64, False),
-    ("-a", False), ("a-", False), ("a b", False), ("a/b", False), ("a:b", False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("", True),
+        ("abc", True),
+        ("A.b_c-1", True),
+        ("a" * 63, True),
+        ("a" * 64, False),
+        ("-a", False),
+        ("a-", False),
+        ("a b", False),
+        ("a/b", False),
+        ("a:b", False),
+    ],
+)
 def test_label_value(value, ok):
     assert naming.is_label_value(value) is ok
 
 
-@pytest.mark.parametrize("key, ok", [
-    ("team", True), ("example.com/team", True), ("nvidia.com/gpu", True),
-    ("a/b/c", False), ("Example.com/x", False), ("/x", False), ("x/", False), ("", False),
-    ("a" * 63, True), ("a" * 64, False),
-])
+@pytest.mark.parametrize(
+    "key, ok",
+    [
+        ("team", True),
+        ("example.com/team", True),
+        ("nvidia.com/gpu", True),
+        ("a/b/c", False),
+        ("Example.com/x", False),
+        ("/x", False),
+        ("x/", False),
+        ("", False),
+        ("a" * 63, True),
+        ("a" * 64, False),
+    ],
+)
 def test_label_key(key, ok):
     assert naming.is_label_key(key) is ok
 
 
-@pytest.mark.parametrize("name, ok", [
-    ("HOME", True), ("_x", True), ("a.b-c", True), ("1X", False), ("A B", False),
-    ("A=B", False), ("", False),
-])
+@pytest.mark.parametrize(
+    "name, ok",
+    [
+        ("HOME", True),
+        ("_x", True),
+        ("a.b-c", True),
+        ("1X", False),
+        ("A B", False),
+        ("A=B", False),
+        ("", False),
+    ],
+)
 def test_env_name(name, ok):
     assert naming.is_env_name(name) is ok
 
 
-@pytest.mark.parametrize("value", [
-    "manual__2024-01-01T00:00:00+00:00", "scheduled__2024-01-01T00:00:00+00:00",
-    "x" * 200, "a b c", "-leading", "ünïcode", "::::", "a\nb", "",
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "manual__2024-01-01T00:00:00+00:00",
+        "scheduled__2024-01-01T00:00:00+00:00",
+        "x" * 200,
+        "a b c",
+        "-leading",
+        "ünïcode",
+        "::::",
+        "a\nb",
+        "",
+    ],
+)
 def test_safe_label_value_is_always_valid(value):
     assert naming.is_label_value(naming.safe_label_value(value))
 
@@ -102,8 +168,7 @@ def test_task_address_uses_the_role_headless_service():
 def test_run_identity_labels_are_valid_and_annotations_exact():
     ident = RunIdentity("my dag", "train/step", "manual__2024-01-01T00:00:00+00:00", 3)
     labels = ident.labels()
-    assert set(labels) == {naming.LABEL_DAG, naming.LABEL_TASK, naming.LABEL_RUN,
-                           naming.LABEL_MAP_INDEX}
+    assert set(labels) == {naming.LABEL_DAG, naming.LABEL_TASK, naming.LABEL_RUN, naming.LABEL_MAP_INDEX}
     assert all(naming.is_label_key(k) and naming.is_label_value(v) for k, v in labels.items())
     assert labels[naming.LABEL_MAP_INDEX] == "3"
     assert ident.annotations()[f"{naming.LABEL_PREFIX}/run-id"] == ident.run_id

@@ -10,35 +10,40 @@ S, R, F, P = Phase.SUCCEEDED, Phase.RUNNING, Phase.FAILED, Phase.PENDING
 
 
 def status(**roles: list[Phase]) -> ClusterStatus:
-    return ClusterStatus(tuple(TaskStatus(role, i, ph) for role, phases in roles.items()
-                               for i, ph in enumerate(phases)))
+    return ClusterStatus(
+        tuple(TaskStatus(role, i, ph) for role, phases in roles.items() for i, ph in enumerate(phases))
+    )
 
 
 def test_between_graph_needs_every_worker() -> None:
     replicas = {"ps": 1, "worker": 3}
-    assert evaluate(Mode.BETWEEN_GRAPH, replicas, status(ps=[R], worker=[S, S, R])).outcome \
-        is Outcome.RUNNING
-    assert evaluate(Mode.BETWEEN_GRAPH, replicas, status(ps=[R], worker=[S, S, S])).outcome \
-        is Outcome.SUCCEEDED
+    assert evaluate(Mode.BETWEEN_GRAPH, replicas, status(ps=[R], worker=[S, S, R])).outcome is Outcome.RUNNING
+    assert (
+        evaluate(Mode.BETWEEN_GRAPH, replicas, status(ps=[R], worker=[S, S, S])).outcome is Outcome.SUCCEEDED
+    )
 
 
 def test_missing_task_is_not_success() -> None:
     # Only two of three workers reported: the third may not be created yet.
-    assert evaluate(Mode.ALL_REDUCE, {"worker": 3}, status(worker=[S, S])).outcome \
-        is Outcome.RUNNING
+    assert evaluate(Mode.ALL_REDUCE, {"worker": 3}, status(worker=[S, S])).outcome is Outcome.RUNNING
 
 
 def test_parameter_server_success_is_the_chief() -> None:
     replicas = {"chief": 1, "ps": 2, "worker": 2}
-    assert evaluate(Mode.PARAMETER_SERVER, replicas,
-                    status(chief=[S], ps=[R, R], worker=[R, R])).outcome is Outcome.SUCCEEDED
-    assert evaluate(Mode.PARAMETER_SERVER, replicas,
-                    status(chief=[R], ps=[R, R], worker=[S, S])).outcome is Outcome.RUNNING
+    assert (
+        evaluate(Mode.PARAMETER_SERVER, replicas, status(chief=[S], ps=[R, R], worker=[R, R])).outcome
+        is Outcome.SUCCEEDED
+    )
+    assert (
+        evaluate(Mode.PARAMETER_SERVER, replicas, status(chief=[R], ps=[R, R], worker=[S, S])).outcome
+        is Outcome.RUNNING
+    )
 
 
 def test_failure_names_the_task_and_reason() -> None:
-    st = ClusterStatus((TaskStatus("ps", 0, R), TaskStatus("worker", 0, S),
-                        TaskStatus("worker", 1, F, "OOMKilled", "", 137)))
+    st = ClusterStatus(
+        (TaskStatus("ps", 0, R), TaskStatus("worker", 0, S), TaskStatus("worker", 1, F, "OOMKilled", "", 137))
+    )
     v = evaluate(Mode.BETWEEN_GRAPH, {"ps": 1, "worker": 2}, st)
     assert v.outcome is Outcome.FAILED
     assert v.failed_task is not None and v.failed_task.name == "worker-1"
@@ -50,11 +55,14 @@ def test_vanished_cluster_fails() -> None:
     assert v.outcome is Outcome.FAILED and "no longer exists" in v.message
 
 
-@pytest.mark.parametrize("mode,expected", [
-    (Mode.BETWEEN_GRAPH, ["ps", "evaluator"]),
-    (Mode.PARAMETER_SERVER, ["ps", "worker", "evaluator"]),
-    (Mode.ALL_REDUCE, ["evaluator"]),
-])
+@pytest.mark.parametrize(
+    "mode,expected",
+    [
+        (Mode.BETWEEN_GRAPH, ["ps", "evaluator"]),
+        (Mode.PARAMETER_SERVER, ["ps", "worker", "evaluator"]),
+        (Mode.ALL_REDUCE, ["evaluator"]),
+    ],
+)
 def test_roles_after_success(mode: Mode, expected: list[str]) -> None:
     roles = ["chief", "ps", "worker", "evaluator"]
     if mode is Mode.ALL_REDUCE:

@@ -38,35 +38,62 @@ MINIMAL = {
 SPECS = {
     "between_graph": MINIMAL,
     "parameter_server": {
-        **MINIMAL, "mode": "parameter_server", "chief": {"replicas": 1},
-        "max_duration_seconds": 3600, "retries_per_index": 3,
+        **MINIMAL,
+        "mode": "parameter_server",
+        "chief": {"replicas": 1},
+        "max_duration_seconds": 3600,
+        "retries_per_index": 3,
     },
-    "all_reduce": {**MINIMAL, "mode": "all_reduce", "ps": None, "worker": {"replicas": 4},
-                   "storage": None},
-    "evaluator": {**MINIMAL, "evaluator": {"replicas": 1, "command": ["python", "/opt/eval.py"],
-                                           "args": ["--once"]}},
-    "storage_claims": {**MINIMAL, "storage": {
-        "data": {"claim": "imagenet-shared"}, "logs": {"size": "5Gi", "access_mode": "ReadWriteOnce"},
-        "models": {"size": "20Gi", "storage_class": "fast"}, "storage_class": "glusterfs"}},
+    "all_reduce": {**MINIMAL, "mode": "all_reduce", "ps": None, "worker": {"replicas": 4}, "storage": None},
+    "evaluator": {
+        **MINIMAL,
+        "evaluator": {"replicas": 1, "command": ["python", "/opt/eval.py"], "args": ["--once"]},
+    },
+    "storage_claims": {
+        **MINIMAL,
+        "storage": {
+            "data": {"claim": "imagenet-shared"},
+            "logs": {"size": "5Gi", "access_mode": "ReadWriteOnce"},
+            "models": {"size": "20Gi", "storage_class": "fast"},
+            "storage_class": "glusterfs",
+        },
+    },
     "namespace_per_training": {**MINIMAL, "namespace": "ml", "namespace_per_training": True},
-    "gpus_tolerations": {**MINIMAL, "worker": {
-        "replicas": 8,
-        "resources": {"cpu": "4", "memory": "16Gi", "cpu_limit": "8", "gpus": 2},
-        "node_selector": {"accelerator": "nvidia-a100"},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                        {"key": "spot", "value": "true", "effect": "NoExecute",
-                         "toleration_seconds": 60}],
-        "env": {"NCCL_DEBUG": "INFO"}}},
+    "gpus_tolerations": {
+        **MINIMAL,
+        "worker": {
+            "replicas": 8,
+            "resources": {"cpu": "4", "memory": "16Gi", "cpu_limit": "8", "gpus": 2},
+            "node_selector": {"accelerator": "nvidia-a100"},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "spot", "value": "true", "effect": "NoExecute", "toleration_seconds": 60},
+            ],
+            "env": {"NCCL_DEBUG": "INFO"},
+        },
+    },
     "legacy_flags": {**MINIMAL, "legacy_tf1_flags": True, "args": ["--train_steps=1000"]},
     "kitchen_sink": {
-        **MINIMAL, "mode": "parameter_server", "chief": {"replicas": 1},
-        "evaluator": {"replicas": 1}, "namespace": "ml", "port": 5000,
-        "env": {"A": "1"}, "labels": {"team": "vision", "example.com/cost-center": "42"},
-        "image_pull_policy": "Always", "image_pull_secrets": ["regcred", "other"],
-        "service_account": "trainer", "max_duration_seconds": 7200,
-        "permanent_exit_codes": [], "legacy_tf1_flags": True,
-        "ps": {"replicas": 2, "resources": {"cpu": "500m", "memory": "1Gi"},
-               "command": ["python", "-m", "ps"], "args": []},
+        **MINIMAL,
+        "mode": "parameter_server",
+        "chief": {"replicas": 1},
+        "evaluator": {"replicas": 1},
+        "namespace": "ml",
+        "port": 5000,
+        "env": {"A": "1"},
+        "labels": {"team": "vision", "example.com/cost-center": "42"},
+        "image_pull_policy": "Always",
+        "image_pull_secrets": ["regcred", "other"],
+        "service_account": "trainer",
+        "max_duration_seconds": 7200,
+        "permanent_exit_codes": [],
+        "legacy_tf1_flags": True,
+        "ps": {
+            "replicas": 2,
+            "resources": {"cpu": "500m", "memory": "1Gi"},
+            "command": ["python", "-m", "ps"],
+            "args": [],
+        },
     },
 }
 IDENTITY = RunIdentity("imagenet_daily", "train", "scheduled__2024-01-01T00:00:00+00:00", 2)
@@ -116,7 +143,7 @@ def k8s_expand(text: str, env: dict[str, str]) -> str:
             if nxt == "(":
                 end = text.find(")", i + 2)
                 if end != -1:
-                    name = text[i + 2:end]
+                    name = text[i + 2 : end]
                     out.append(env[name] if name in env else f"$({name})")
                     i = end + 1
                     continue
@@ -164,18 +191,35 @@ def test_the_yaml_stream_round_trips():
 # -- (c) layout facts --------------------------------------------------------------------
 def test_minimal_spec_layout_and_order():
     assert kinds_names(render(make())) == [
-        ("PersistentVolumeClaim", "imagenet-data"), ("PersistentVolumeClaim", "imagenet-logs"),
-        ("Service", "imagenet-ps"), ("Service", "imagenet-worker"),
-        ("StatefulSet", "imagenet-ps"), ("Job", "imagenet-worker"),
+        ("PersistentVolumeClaim", "imagenet-data"),
+        ("PersistentVolumeClaim", "imagenet-logs"),
+        ("Service", "imagenet-ps"),
+        ("Service", "imagenet-worker"),
+        ("StatefulSet", "imagenet-ps"),
+        ("Job", "imagenet-worker"),
     ]
 
 
 def test_kitchen_sink_order_dependencies_first():
-    spec = make(SPECS["kitchen_sink"], namespace_per_training=True,
-                storage={"data": {"size": "1Gi"}, "models": {"size": "1Gi"}})
+    spec = make(
+        SPECS["kitchen_sink"],
+        namespace_per_training=True,
+        storage={"data": {"size": "1Gi"}, "models": {"size": "1Gi"}},
+    )
     kinds = [k for k, _ in kinds_names(render(spec))]
-    assert kinds == ["Namespace", "PersistentVolumeClaim", "PersistentVolumeClaim",
-                     "Service", "Service", "Service", "Service", "StatefulSet", "Job", "Job", "Job"]
+    assert kinds == [
+        "Namespace",
+        "PersistentVolumeClaim",
+        "PersistentVolumeClaim",
+        "Service",
+        "Service",
+        "Service",
+        "Service",
+        "StatefulSet",
+        "Job",
+        "Job",
+        "Job",
+    ]
 
 
 @pytest.mark.parametrize("workers, ps", [(1, 1), (50, 3), (600, 8)])
@@ -188,23 +232,28 @@ def test_services_are_headless_and_publish_not_ready_addresses():
     spec = make(SPECS["kitchen_sink"])
     services = [m for m in render(spec) if m["kind"] == "Service"]
     assert [s["metadata"]["name"] for s in services] == [
-        "imagenet-chief", "imagenet-ps", "imagenet-worker", "imagenet-evaluator"]
+        "imagenet-chief",
+        "imagenet-ps",
+        "imagenet-worker",
+        "imagenet-evaluator",
+    ]
     for svc in services:
         role = svc["metadata"]["name"].rsplit("-", 1)[1]
         assert svc["spec"]["clusterIP"] == "None"
         assert svc["spec"]["publishNotReadyAddresses"] is True
-        assert svc["spec"]["selector"] == {naming.LABEL_CLUSTER: "imagenet",
-                                           naming.LABEL_ROLE: role}
-        assert svc["spec"]["ports"] == [{"name": "grpc", "port": 5000, "targetPort": 5000,
-                                         "protocol": "TCP"}]
+        assert svc["spec"]["selector"] == {naming.LABEL_CLUSTER: "imagenet", naming.LABEL_ROLE: role}
+        assert svc["spec"]["ports"] == [{"name": "grpc", "port": 5000, "targetPort": 5000, "protocol": "TCP"}]
 
 
 def test_service_selectors_match_their_pods_only():
     manifests = render(make(SPECS["kitchen_sink"]))
     for svc in (m for m in manifests if m["kind"] == "Service"):
-        selected = [m["metadata"]["name"] for m in manifests if m["kind"] in ("Job", "StatefulSet")
-                    and svc["spec"]["selector"].items()
-                    <= m["spec"]["template"]["metadata"]["labels"].items()]
+        selected = [
+            m["metadata"]["name"]
+            for m in manifests
+            if m["kind"] in ("Job", "StatefulSet")
+            and svc["spec"]["selector"].items() <= m["spec"]["template"]["metadata"]["labels"].items()
+        ]
         assert selected == [svc["metadata"]["name"]]
 
 
@@ -213,8 +262,10 @@ def test_ps_is_a_parallel_statefulset_behind_its_service():
     assert sts["spec"]["serviceName"] == "imagenet-ps"
     assert sts["spec"]["podManagementPolicy"] == "Parallel"
     assert sts["spec"]["replicas"] == 2
-    assert sts["spec"]["selector"]["matchLabels"].items() <= \
-        sts["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        sts["spec"]["selector"]["matchLabels"].items()
+        <= sts["spec"]["template"]["metadata"]["labels"].items()
+    )
     assert pod_spec(sts)["restartPolicy"] == "Always"
     index = next(e for e in container(sts)["env"] if e["name"] == "TFK_INDEX")
     assert index["valueFrom"]["fieldRef"]["fieldPath"] == STS_INDEX
@@ -231,8 +282,10 @@ def test_workers_are_one_indexed_job_with_per_index_retries():
     assert pod_spec(job)["restartPolicy"] == "Never"  # required by podFailurePolicy
     assert spec["podFailurePolicy"]["rules"] == [
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-        {"action": "FailIndex", "onExitCodes": {"containerName": "tensorflow", "operator": "In",
-                                                "values": [1, 2, 126, 127]}},
+        {
+            "action": "FailIndex",
+            "onExitCodes": {"containerName": "tensorflow", "operator": "In", "values": [1, 2, 126, 127]},
+        },
     ]
     index = next(e for e in container(job)["env"] if e["name"] == "TFK_INDEX")
     assert index["valueFrom"]["fieldRef"]["fieldPath"] == JOB_INDEX
@@ -261,9 +314,9 @@ def test_tf_config_expands_to_the_right_cluster_and_task(case):
     spec = make(SPECS[case])
     ns = spec.namespace_name
     expected_cluster = {
-        role: [f"imagenet-{role}-{i}.imagenet-{role}.{ns}.svc:{spec.port}"
-               for i in range(rs.replicas)]
-        for role, rs in spec.roles().items() if role != "evaluator"
+        role: [f"imagenet-{role}-{i}.imagenet-{role}.{ns}.svc:{spec.port}" for i in range(rs.replicas)]
+        for role, rs in spec.roles().items()
+        if role != "evaluator"
     }
     for m in render(spec):
         if m["kind"] not in ("Job", "StatefulSet"):
@@ -272,12 +325,13 @@ def test_tf_config_expands_to_the_right_cluster_and_task(case):
         replicas = m["spec"].get("completions", m["spec"].get("replicas"))
         for i in {0, replicas - 1}:
             env, _ = process_view(m, i)
-            assert next(e for e in container(m)["env"] if e["name"] == "TF_CONFIG")["value"] \
-                == TF_CONFIG
+            assert next(e for e in container(m)["env"] if e["name"] == "TF_CONFIG")["value"] == TF_CONFIG
             assert json.loads(env["TFK_CLUSTER"]) == expected_cluster
             assert "evaluator" not in json.loads(env["TFK_CLUSTER"])
             assert json.loads(env["TF_CONFIG"]) == {
-                "cluster": expected_cluster, "task": {"type": role, "index": i}}
+                "cluster": expected_cluster,
+                "task": {"type": role, "index": i},
+            }
             assert env["TFK_ROLE"] == role and env["TFK_INDEX"] == str(i)
             assert env["TFK_MODE"] == spec.mode.value
             assert env["TFK_CLUSTER_NAME"] == "imagenet"
@@ -286,8 +340,7 @@ def test_tf_config_expands_to_the_right_cluster_and_task(case):
 def test_env_order_defines_variables_before_tf_config_uses_them():
     job = by(render(make()), "Job", "imagenet-worker")
     names = [e["name"] for e in container(job)["env"]]
-    assert names[:6] == ["TFK_CLUSTER", "TFK_ROLE", "TFK_INDEX", "TFK_MODE", "TFK_CLUSTER_NAME",
-                         "TF_CONFIG"]
+    assert names[:6] == ["TFK_CLUSTER", "TFK_ROLE", "TFK_INDEX", "TFK_MODE", "TFK_CLUSTER_NAME", "TF_CONFIG"]
 
 
 def test_every_object_and_pod_template_carries_the_labels():
@@ -352,8 +405,10 @@ def test_storage_new_pvcs_and_existing_claims():
     pvcs = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "PersistentVolumeClaim"}
     assert set(pvcs) == {"imagenet-logs", "imagenet-models"}  # the data claim exists already
     assert pvcs["imagenet-logs"]["spec"] == {
-        "accessModes": ["ReadWriteOnce"], "storageClassName": "glusterfs",
-        "resources": {"requests": {"storage": "5Gi"}}}
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": "glusterfs",
+        "resources": {"requests": {"storage": "5Gi"}},
+    }
     assert pvcs["imagenet-models"]["spec"]["storageClassName"] == "fast"
     assert pvcs["imagenet-models"]["spec"]["accessModes"] == ["ReadWriteMany"]
     job = by(manifests, "Job", "imagenet-worker")
@@ -363,11 +418,16 @@ def test_storage_new_pvcs_and_existing_claims():
         {"name": "models", "persistentVolumeClaim": {"claimName": "imagenet-models"}},
     ]
     assert container(job)["volumeMounts"] == [
-        {"name": "data", "mountPath": "/tfk/data"}, {"name": "logs", "mountPath": "/tfk/logs"},
-        {"name": "models", "mountPath": "/tfk/models"}]
+        {"name": "data", "mountPath": "/tfk/data"},
+        {"name": "logs", "mountPath": "/tfk/logs"},
+        {"name": "models", "mountPath": "/tfk/models"},
+    ]
     env, _ = process_view(job, 0)
     assert (env["TFK_DATA_DIR"], env["TFK_LOG_DIR"], env["TFK_MODEL_DIR"]) == (
-        "/tfk/data", "/tfk/logs", "/tfk/models")
+        "/tfk/data",
+        "/tfk/logs",
+        "/tfk/models",
+    )
 
 
 def test_no_storage_no_volumes():
@@ -382,12 +442,13 @@ def test_resources_gpus_node_selector_tolerations_and_role_env():
     job = by(manifests, "Job", "imagenet-worker")
     assert container(job)["resources"] == {
         "requests": {"cpu": "4", "memory": "16Gi"},
-        "limits": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "2"}}
+        "limits": {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "2"},
+    }
     assert pod_spec(job)["nodeSelector"] == {"accelerator": "nvidia-a100"}
     assert pod_spec(job)["tolerations"] == [
         {"operator": "Exists", "key": "nvidia.com/gpu", "effect": "NoSchedule"},
-        {"operator": "Equal", "key": "spot", "value": "true", "effect": "NoExecute",
-         "tolerationSeconds": 60}]
+        {"operator": "Equal", "key": "spot", "value": "true", "effect": "NoExecute", "tolerationSeconds": 60},
+    ]
     assert process_view(job, 0)[0]["NCCL_DEBUG"] == "INFO"
     ps = by(manifests, "StatefulSet", "imagenet-ps")
     assert "resources" not in container(ps) and "tolerations" not in pod_spec(ps)
@@ -395,9 +456,12 @@ def test_resources_gpus_node_selector_tolerations_and_role_env():
 
 
 def test_role_env_overrides_cluster_env_and_role_command_overrides():
-    spec = make(SPECS["evaluator"], env={"A": "cluster", "B": "b"},
-                evaluator={"replicas": 1, "env": {"A": "role"}, "command": ["python", "ev.py"],
-                           "args": ["--once"]}, args=["--x"])
+    spec = make(
+        SPECS["evaluator"],
+        env={"A": "cluster", "B": "b"},
+        evaluator={"replicas": 1, "env": {"A": "role"}, "command": ["python", "ev.py"], "args": ["--once"]},
+        args=["--x"],
+    )
     manifests = render(spec)
     env, argv = process_view(by(manifests, "Job", "imagenet-evaluator"), 0)
     assert (env["A"], env["B"]) == ("role", "b")
@@ -410,22 +474,28 @@ def test_role_env_overrides_cluster_env_and_role_command_overrides():
 def test_legacy_tf1_flags():
     spec = make(SPECS["legacy_flags"])
     manifests = render(spec)
-    for kind, name, role, index in (("Job", "imagenet-worker", "worker", 2),
-                                    ("StatefulSet", "imagenet-ps", "ps", 1)):
+    for kind, name, role, index in (
+        ("Job", "imagenet-worker", "worker", 2),
+        ("StatefulSet", "imagenet-ps", "ps", 1),
+    ):
         _, argv = process_view(by(manifests, kind, name), index)
         assert argv == [
-            "python", "/opt/imagenet.py", "--train_steps=1000",
+            "python",
+            "/opt/imagenet.py",
+            "--train_steps=1000",
             "--ps_hosts=imagenet-ps-0.imagenet-ps.default.svc:2222,"
             "imagenet-ps-1.imagenet-ps.default.svc:2222",
-            "--worker_hosts=" + ",".join(
-                f"imagenet-worker-{i}.imagenet-worker.default.svc:2222" for i in range(3)),
-            f"--job_name={role}", f"--task_index={index}",
+            "--worker_hosts="
+            + ",".join(f"imagenet-worker-{i}.imagenet-worker.default.svc:2222" for i in range(3)),
+            f"--job_name={role}",
+            f"--task_index={index}",
         ]
     raw = container(by(manifests, "Job", "imagenet-worker"))["args"]
     assert raw[-2:] == ["--job_name=$(TFK_ROLE)", "--task_index=$(TFK_INDEX)"]
     # Without PS (all_reduce) there is no --ps_hosts.
-    _, argv = process_view(by(render(make(SPECS["all_reduce"], legacy_tf1_flags=True)),
-                              "Job", "imagenet-worker"), 0)
+    _, argv = process_view(
+        by(render(make(SPECS["all_reduce"], legacy_tf1_flags=True)), "Job", "imagenet-worker"), 0
+    )
     assert not any(a.startswith("--ps_hosts") for a in argv)
 
 
@@ -436,15 +506,65 @@ def test_no_legacy_flags_by_default():
 
 # -- (b) injection -----------------------------------------------------------------------
 NASTY = [
-    "a\nb", "line\r\nbreak", "x: y", "key: value\nother: 1", "'single'", '"double"', "`tick`",
-    "{{ 7*7 }}", "{{ c }}", "{% raw %}", "{% for x in y %}{% endfor %}", "{# c #}",
-    "---", "\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: evil}\n", "...",
-    "&anchor val", "*anchor", "<<: *x", "!!python/object/apply:os.system ['id']", "!tag x",
-    "# comment", "a #b", "[1, 2]", "{a: b}", "- item", "? key", "| literal", "> folded",
-    "%YAML 1.1", "@at", "yes", "no", "null", "~", "0x1F", "1e3", "012", ".inf", "",
-    "$(TFK_ROLE)", "$$(TFK_ROLE)", "$$$(X)", "$(", "$", "$$", "a$b", "$(FOO", "$(A)$(B)",
-    "\\", "\\n", "\t", "\x01\x1f\x7f", "\x85", "\u2028\u2029", "\ufeff", "\ufffe",
-    "😀 ünïcode", "</script>", "a" * 5000,
+    "a\nb",
+    "line\r\nbreak",
+    "x: y",
+    "key: value\nother: 1",
+    "'single'",
+    '"double"',
+    "`tick`",
+    "{{ 7*7 }}",
+    "{{ c }}",
+    "{% raw %}",
+    "{% for x in y %}{% endfor %}",
+    "{# c #}",
+    "---",
+    "\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: evil}\n",
+    "...",
+    "&anchor val",
+    "*anchor",
+    "<<: *x",
+    "!!python/object/apply:os.system ['id']",
+    "!tag x",
+    "# comment",
+    "a #b",
+    "[1, 2]",
+    "{a: b}",
+    "- item",
+    "? key",
+    "| literal",
+    "> folded",
+    "%YAML 1.1",
+    "@at",
+    "yes",
+    "no",
+    "null",
+    "~",
+    "0x1F",
+    "1e3",
+    "012",
+    ".inf",
+    "",
+    "$(TFK_ROLE)",
+    "$$(TFK_ROLE)",
+    "$$$(X)",
+    "$(",
+    "$",
+    "$$",
+    "a$b",
+    "$(FOO",
+    "$(A)$(B)",
+    "\\",
+    "\\n",
+    "\t",
+    "\x01\x1f\x7f",
+    "\x85",
+    "\u2028\u2029",
+    "\ufeff",
+    "\ufffe",
+    "😀 ünïcode",
+    "</script>",
+    "a" * 5000,
 ]
 BASELINE = kinds_names(render(make(SPECS["kitchen_sink"])))
 
@@ -455,8 +575,9 @@ def assert_layout_unchanged(manifests):
 
 @pytest.mark.parametrize("value", NASTY)
 def test_env_values_reach_the_process_exactly(value):
-    spec = make(SPECS["kitchen_sink"], env={"USER_VALUE": value},
-                worker={"replicas": 3, "env": {"ROLE_VALUE": value}})
+    spec = make(
+        SPECS["kitchen_sink"], env={"USER_VALUE": value}, worker={"replicas": 3, "env": {"ROLE_VALUE": value}}
+    )
     manifests = render(spec)
     assert_layout_unchanged(manifests)
     env, _ = process_view(by(manifests, "Job", "imagenet-worker"), 1)
@@ -467,8 +588,12 @@ def test_env_values_reach_the_process_exactly(value):
 
 @pytest.mark.parametrize("value", NASTY)
 def test_command_and_args_reach_the_process_exactly(value):
-    spec = make(SPECS["kitchen_sink"], command=["python", value], args=[value, "--x"],
-                chief={"replicas": 1, "args": [value]})
+    spec = make(
+        SPECS["kitchen_sink"],
+        command=["python", value],
+        args=[value, "--x"],
+        chief={"replicas": 1, "args": [value]},
+    )
     manifests = render(spec)
     assert_layout_unchanged(manifests)
     _, argv = process_view(by(manifests, "Job", "imagenet-worker"), 0)
@@ -543,9 +668,16 @@ def test_lone_surrogates_are_rejected_by_the_spec():
     assert info.value.field == "args[0]"
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("plain", "plain"), ("$(X)", "$$(X)"), ("$$", "$$$"), ("$x", "$x"), ("a$", "a$"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("plain", "plain"),
+        ("$(X)", "$$(X)"),
+        ("$$", "$$$"),
+        ("$x", "$x"),
+        ("a$", "a$"),
+    ],
+)
 def test_k8s_escape(text, expected):
     assert k8s_escape(text) == expected
     assert k8s_expand(k8s_escape(text), {"X": "expanded"}) == text
@@ -554,8 +686,9 @@ def test_k8s_escape(text, expected):
 # -- (d) template overrides --------------------------------------------------------------
 def test_template_override_dir_replaces_one_file(tmp_path: Path):
     builtin = template_dirs()[0] / "service.yaml.j2"
-    text = builtin.read_text().replace("  clusterIP: None\n",
-                                       "  clusterIP: None\n  sessionAffinity: ClientIP\n")
+    text = builtin.read_text().replace(
+        "  clusterIP: None\n", "  clusterIP: None\n  sessionAffinity: ClientIP\n"
+    )
     assert "sessionAffinity" in text
     (tmp_path / "service.yaml.j2").write_text(text)
     default = render(make())
@@ -571,8 +704,10 @@ def test_template_override_dir_replaces_one_file(tmp_path: Path):
 def test_override_macros_apply_to_every_pod(tmp_path: Path):
     macros = (template_dirs()[0] / "_macros.yaml.j2").read_text()
     (tmp_path / "_macros.yaml.j2").write_text(
-        macros.replace("  enableServiceLinks: false\n",
-                       "  enableServiceLinks: false\n  priorityClassName: training\n"))
+        macros.replace(
+            "  enableServiceLinks: false\n", "  enableServiceLinks: false\n  priorityClassName: training\n"
+        )
+    )
     for m in render(make(), template_dir=str(tmp_path)):
         if m["kind"] in ("Job", "StatefulSet"):
             assert pod_spec(m)["priorityClassName"] == "training"
@@ -580,26 +715,25 @@ def test_override_macros_apply_to_every_pod(tmp_path: Path):
 
 def test_override_that_prints_a_raw_value_is_refused(tmp_path: Path):
     (tmp_path / "service.yaml.j2").write_text(
-        "apiVersion: v1\nkind: Service\nmetadata: {name: {{ r.resource_name }}}\n")
+        "apiVersion: v1\nkind: Service\nmetadata: {name: {{ r.resource_name }}}\n"
+    )
     with pytest.raises(Exception, match="tojson"):
         render(make(), template_dir=tmp_path)
 
 
 def test_override_that_renders_the_wrong_object_is_refused(tmp_path: Path):
     (tmp_path / "service.yaml.j2").write_text(
-        'apiVersion: v1\nkind: Service\nmetadata:\n  name: "other"\n'
-        '  namespace: {{ c.namespace | tojson }}\n')
+        'apiVersion: v1\nkind: Service\nmetadata:\n  name: "other"\n  namespace: {{ c.namespace | tojson }}\n'
+    )
     with pytest.raises(RenderError, match="other"):
         render(make(), template_dir=tmp_path)
-    (tmp_path / "service.yaml.j2").write_text(
-        "kind: Service\n---\nkind: Secret\n")
+    (tmp_path / "service.yaml.j2").write_text("kind: Service\n---\nkind: Secret\n")
     with pytest.raises(RenderError):
         render(make(), template_dir=tmp_path)
 
 
 def test_override_cannot_escape_the_sandbox(tmp_path: Path):
-    (tmp_path / "service.yaml.j2").write_text(
-        "{{ c.__class__.__mro__ | tojson }}\n")
+    (tmp_path / "service.yaml.j2").write_text("{{ c.__class__.__mro__ | tojson }}\n")
     with pytest.raises(Exception) as info:
         render(make(), template_dir=tmp_path)
     assert "unsafe" in str(info.value) or "undefined" in str(info.value).lower()
@@ -625,8 +759,10 @@ def _timed(fn, *args):
 
 
 def test_importing_the_package_does_not_import_the_renderer():
-    code = ("import sys, airflow_tfk, airflow_tfk.spec, airflow_tfk.naming\n"
-            "print(sorted(m for m in ('airflow_tfk.render', 'jinja2', 'yaml') if m in sys.modules))")
+    code = (
+        "import sys, airflow_tfk, airflow_tfk.spec, airflow_tfk.naming\n"
+        "print(sorted(m for m in ('airflow_tfk.render', 'jinja2', 'yaml') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

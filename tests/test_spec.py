@@ -47,125 +47,137 @@ def test_minimal_spec_and_defaults():
 
 
 def test_to_dict_round_trips():
-    data = spec_with(chief={"replicas": 1}, mode="parameter_server", env={"A": "1"},
-                     storage={"data": {"size": "1Gi"}, "storage_class": "fast"})
+    data = spec_with(
+        chief={"replicas": 1},
+        mode="parameter_server",
+        env={"A": "1"},
+        storage={"data": {"size": "1Gi"}, "storage_class": "fast"},
+    )
     spec = TFClusterSpec.from_dict(data)
     assert TFClusterSpec.from_dict(spec.to_dict()) == spec
 
 
-@pytest.mark.parametrize("changes, field", [
-    # names
-    ({"name": "ImageNet"}, "name"),
-    ({"name": "1net"}, "name"),
-    ({"name": "a_b"}, "name"),
-    ({"name": "a\nb"}, "name"),
-    ({"name": "a" * 64}, "name"),
-    ({"name": 123}, "name"),
-    ({"name": "x" * 50}, "name"),  # fits alone, but x...-worker-2 exceeds 63
-    ({"namespace": "Bad NS"}, "namespace"),
-    ({"namespace": "a" * 60, "namespace_per_training": True}, "namespace"),
-    ({"namespace_per_training": "yes"}, "namespace_per_training"),
-    # required fields
-    ({"name": ...}, "name"),
-    ({"image": ...}, "image"),
-    ({"command": ...}, "command"),
-    ({"command": []}, "command"),
-    ({"worker": ...}, "worker"),
-    ({"worker": None}, "worker"),
-    # image and command
-    ({"image": "tf:2\n---"}, "image"),
-    ({"image": "tf {{ x }}"}, "image"),
-    ({"image": "tf 2"}, "image"),
-    ({"command": "python train.py"}, "command"),
-    ({"command": ["python", {"a": 1}]}, "command[1]"),
-    ({"args": ["a\x00b"]}, "args[0]"),
-    # replicas
-    ({"worker": {"replicas": 0}}, "worker.replicas"),
-    ({"worker": {"replicas": -1}}, "worker.replicas"),
-    ({"worker": {"replicas": "3"}}, "worker.replicas"),
-    ({"worker": {"replicas": True}}, "worker.replicas"),
-    ({"worker": {"replicas": 10_001}}, "worker.replicas"),
-    ({"ps": {"replicas": 0}}, "ps.replicas"),
-    ({"chief": {"replicas": 2}, "mode": "parameter_server"}, "chief.replicas"),
-    ({"evaluator": {"replicas": 2}}, "evaluator.replicas"),
-    ({"worker": 3}, "worker"),
-    # mode versus roles
-    ({"mode": "async"}, "mode"),
-    ({"ps": ...}, "ps"),
-    ({"mode": "parameter_server"}, "chief"),
-    ({"mode": "parameter_server", "chief": {"replicas": 1}, "ps": ...}, "ps"),
-    ({"mode": "all_reduce"}, "ps"),
-    # quantities
-    ({"worker": {"resources": {"cpu": "lots"}}}, "worker.resources.cpu"),
-    ({"worker": {"resources": {"memory": "2GB"}}}, "worker.resources.memory"),
-    ({"worker": {"resources": {"memory": "-1Gi"}}}, "worker.resources.memory"),
-    ({"worker": {"resources": {"cpu": 0}}}, "worker.resources.cpu"),
-    ({"worker": {"resources": {"cpu": True}}}, "worker.resources.cpu"),
-    ({"worker": {"resources": {"memory": "4Gi", "memory_limit": "2Gi"}}},
-     "worker.resources.memory_limit"),
-    ({"worker": {"resources": {"cpu": "2", "cpu_limit": "500m"}}}, "worker.resources.cpu_limit"),
-    ({"worker": {"resources": {"gpus": -1}}}, "worker.resources.gpus"),
-    ({"worker": {"resources": {"gpus": 1, "gpu_resource": "bad resource"}}},
-     "worker.resources.gpu_resource"),
-    ({"worker": {"resources": {"gpus": 1, "gpu_resource": 5}}}, "worker.resources.gpu_resource"),
-    ({"storage": {"data": {"size": "ten"}}}, "storage.data.size"),
-    # unknown keys, top level and nested
-    ({"replicas": 3}, "replicas"),
-    ({"worker": {"replica": 3}}, "worker.replica"),
-    ({"worker": {"resources": {"gpu": 1}}}, "worker.resources.gpu"),
-    ({"worker": {"tolerations": [{"key": "a", "operater": "Exists"}]}},
-     "worker.tolerations[0].operater"),
-    ({"storage": {"data": {"size": "1Gi", "mount": "/x"}}}, "storage.data.mount"),
-    ({"storage": {"cache": {"size": "1Gi"}}}, "storage.cache"),
-    # env and labels
-    ({"env": {"TF_CONFIG": "{}"}}, "env.TF_CONFIG"),
-    ({"env": {"TFK_ROLE": "ps"}}, "env.TFK_ROLE"),
-    ({"worker": {"replicas": 1, "env": {"TFK_INDEX": "0"}}}, "worker.env.TFK_INDEX"),
-    ({"ps": {"env": {"TF_CONFIG": "{}"}}}, "ps.env.TF_CONFIG"),
-    ({"env": {"1BAD": "x"}}, "env.1BAD"),
-    ({"env": {"A": "a\x00b"}}, "env.A"),
-    ({"env": {"A": ["list"]}}, "env.A"),
-    ({"env": ["A=1"]}, "env"),
-    ({"labels": {"team": "a b"}}, "labels.team"),
-    ({"labels": {"bad key!": "x"}}, "labels.bad key!"),
-    ({"labels": {"app.kubernetes.io/name": "x"}}, "labels.app.kubernetes.io/name"),
-    ({"labels": {"tfk.airflow.apache.org/cluster": "x"}}, "labels.tfk.airflow.apache.org/cluster"),
-    ({"worker": {"node_selector": {"zone": "a:b"}}}, "worker.node_selector.zone"),
-    # tolerations
-    ({"worker": {"tolerations": [{"key": "g", "operator": "Like"}]}},
-     "worker.tolerations[0].operator"),
-    ({"worker": {"tolerations": [{"key": "g", "effect": "Never"}]}},
-     "worker.tolerations[0].effect"),
-    ({"worker": {"tolerations": [{"key": "g", "operator": "Exists", "value": "x"}]}},
-     "worker.tolerations[0].value"),
-    ({"worker": {"tolerations": [{"effect": "NoSchedule"}]}}, "worker.tolerations[0].operator"),
-    ({"worker": {"tolerations": [{"key": "g", "value": 1}]}}, "worker.tolerations[0].value"),
-    ({"worker": {"tolerations": [{"key": "g", "value": "x", "toleration_seconds": 5}]}},
-     "worker.tolerations[0].toleration_seconds"),
-    ({"worker": {"tolerations": "gpu"}}, "worker.tolerations"),
-    # storage
-    ({"storage": {"data": {}}}, "storage.data"),
-    ({"storage": {"data": {"size": "1Gi", "claim": "c"}}}, "storage.data.claim"),
-    ({"storage": {"data": {"claim": "Bad_Claim"}}}, "storage.data.claim"),
-    ({"storage": {"data": {"claim": 42}}}, "storage.data.claim"),
-    ({"storage": {"data": {"size": "1Gi", "access_mode": "RWX"}}}, "storage.data.access_mode"),
-    ({"storage": {"storage_class": "Fast SSD"}}, "storage.storage_class"),
-    # cluster-wide scalars
-    ({"port": 0}, "port"),
-    ({"port": 70000}, "port"),
-    ({"image_pull_policy": "Sometimes"}, "image_pull_policy"),
-    ({"image_pull_secrets": ["Bad Secret"]}, "image_pull_secrets[0]"),
-    ({"image_pull_secrets": "regcred"}, "image_pull_secrets"),
-    ({"service_account": "Bad SA"}, "service_account"),
-    ({"service_account": 7}, "service_account"),
-    ({"max_duration_seconds": 0}, "max_duration_seconds"),
-    ({"retries_per_index": -1}, "retries_per_index"),
-    ({"permanent_exit_codes": [0]}, "permanent_exit_codes[0]"),
-    ({"permanent_exit_codes": [256]}, "permanent_exit_codes[0]"),
-    ({"permanent_exit_codes": "1,2"}, "permanent_exit_codes"),
-    ({"ps_grace_seconds": -5}, "ps_grace_seconds"),
-    ({"legacy_tf1_flags": "yes"}, "legacy_tf1_flags"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        # names
+        ({"name": "ImageNet"}, "name"),
+        ({"name": "1net"}, "name"),
+        ({"name": "a_b"}, "name"),
+        ({"name": "a\nb"}, "name"),
+        ({"name": "a" * 64}, "name"),
+        ({"name": 123}, "name"),
+        ({"name": "x" * 50}, "name"),  # fits alone, but x...-worker-2 exceeds 63
+        ({"namespace": "Bad NS"}, "namespace"),
+        ({"namespace": "a" * 60, "namespace_per_training": True}, "namespace"),
+        ({"namespace_per_training": "yes"}, "namespace_per_training"),
+        # required fields
+        ({"name": ...}, "name"),
+        ({"image": ...}, "image"),
+        ({"command": ...}, "command"),
+        ({"command": []}, "command"),
+        ({"worker": ...}, "worker"),
+        ({"worker": None}, "worker"),
+        # image and command
+        ({"image": "tf:2\n---"}, "image"),
+        ({"image": "tf {{ x }}"}, "image"),
+        ({"image": "tf 2"}, "image"),
+        ({"command": "python train.py"}, "command"),
+        ({"command": ["python", {"a": 1}]}, "command[1]"),
+        ({"args": ["a\x00b"]}, "args[0]"),
+        # replicas
+        ({"worker": {"replicas": 0}}, "worker.replicas"),
+        ({"worker": {"replicas": -1}}, "worker.replicas"),
+        ({"worker": {"replicas": "3"}}, "worker.replicas"),
+        ({"worker": {"replicas": True}}, "worker.replicas"),
+        ({"worker": {"replicas": 10_001}}, "worker.replicas"),
+        ({"ps": {"replicas": 0}}, "ps.replicas"),
+        ({"chief": {"replicas": 2}, "mode": "parameter_server"}, "chief.replicas"),
+        ({"evaluator": {"replicas": 2}}, "evaluator.replicas"),
+        ({"worker": 3}, "worker"),
+        # mode versus roles
+        ({"mode": "async"}, "mode"),
+        ({"ps": ...}, "ps"),
+        ({"mode": "parameter_server"}, "chief"),
+        ({"mode": "parameter_server", "chief": {"replicas": 1}, "ps": ...}, "ps"),
+        ({"mode": "all_reduce"}, "ps"),
+        # quantities
+        ({"worker": {"resources": {"cpu": "lots"}}}, "worker.resources.cpu"),
+        ({"worker": {"resources": {"memory": "2GB"}}}, "worker.resources.memory"),
+        ({"worker": {"resources": {"memory": "-1Gi"}}}, "worker.resources.memory"),
+        ({"worker": {"resources": {"cpu": 0}}}, "worker.resources.cpu"),
+        ({"worker": {"resources": {"cpu": True}}}, "worker.resources.cpu"),
+        (
+            {"worker": {"resources": {"memory": "4Gi", "memory_limit": "2Gi"}}},
+            "worker.resources.memory_limit",
+        ),
+        ({"worker": {"resources": {"cpu": "2", "cpu_limit": "500m"}}}, "worker.resources.cpu_limit"),
+        ({"worker": {"resources": {"gpus": -1}}}, "worker.resources.gpus"),
+        (
+            {"worker": {"resources": {"gpus": 1, "gpu_resource": "bad resource"}}},
+            "worker.resources.gpu_resource",
+        ),
+        ({"worker": {"resources": {"gpus": 1, "gpu_resource": 5}}}, "worker.resources.gpu_resource"),
+        ({"storage": {"data": {"size": "ten"}}}, "storage.data.size"),
+        # unknown keys, top level and nested
+        ({"replicas": 3}, "replicas"),
+        ({"worker": {"replica": 3}}, "worker.replica"),
+        ({"worker": {"resources": {"gpu": 1}}}, "worker.resources.gpu"),
+        ({"worker": {"tolerations": [{"key": "a", "operater": "Exists"}]}}, "worker.tolerations[0].operater"),
+        ({"storage": {"data": {"size": "1Gi", "mount": "/x"}}}, "storage.data.mount"),
+        ({"storage": {"cache": {"size": "1Gi"}}}, "storage.cache"),
+        # env and labels
+        ({"env": {"TF_CONFIG": "{}"}}, "env.TF_CONFIG"),
+        ({"env": {"TFK_ROLE": "ps"}}, "env.TFK_ROLE"),
+        ({"worker": {"replicas": 1, "env": {"TFK_INDEX": "0"}}}, "worker.env.TFK_INDEX"),
+        ({"ps": {"env": {"TF_CONFIG": "{}"}}}, "ps.env.TF_CONFIG"),
+        ({"env": {"1BAD": "x"}}, "env.1BAD"),
+        ({"env": {"A": "a\x00b"}}, "env.A"),
+        ({"env": {"A": ["list"]}}, "env.A"),
+        ({"env": ["A=1"]}, "env"),
+        ({"labels": {"team": "a b"}}, "labels.team"),
+        ({"labels": {"bad key!": "x"}}, "labels.bad key!"),
+        ({"labels": {"app.kubernetes.io/name": "x"}}, "labels.app.kubernetes.io/name"),
+        ({"labels": {"tfk.airflow.apache.org/cluster": "x"}}, "labels.tfk.airflow.apache.org/cluster"),
+        ({"worker": {"node_selector": {"zone": "a:b"}}}, "worker.node_selector.zone"),
+        # tolerations
+        ({"worker": {"tolerations": [{"key": "g", "operator": "Like"}]}}, "worker.tolerations[0].operator"),
+        ({"worker": {"tolerations": [{"key": "g", "effect": "Never"}]}}, "worker.tolerations[0].effect"),
+        (
+            {"worker": {"tolerations": [{"key": "g", "operator": "Exists", "value": "x"}]}},
+            "worker.tolerations[0].value",
+        ),
+        ({"worker": {"tolerations": [{"effect": "NoSchedule"}]}}, "worker.tolerations[0].operator"),
+        ({"worker": {"tolerations": [{"key": "g", "value": 1}]}}, "worker.tolerations[0].value"),
+        (
+            {"worker": {"tolerations": [{"key": "g", "value": "x", "toleration_seconds": 5}]}},
+            "worker.tolerations[0].toleration_seconds",
+        ),
+        ({"worker": {"tolerations": "gpu"}}, "worker.tolerations"),
+        # storage
+        ({"storage": {"data": {}}}, "storage.data"),
+        ({"storage": {"data": {"size": "1Gi", "claim": "c"}}}, "storage.data.claim"),
+        ({"storage": {"data": {"claim": "Bad_Claim"}}}, "storage.data.claim"),
+        ({"storage": {"data": {"claim": 42}}}, "storage.data.claim"),
+        ({"storage": {"data": {"size": "1Gi", "access_mode": "RWX"}}}, "storage.data.access_mode"),
+        ({"storage": {"storage_class": "Fast SSD"}}, "storage.storage_class"),
+        # cluster-wide scalars
+        ({"port": 0}, "port"),
+        ({"port": 70000}, "port"),
+        ({"image_pull_policy": "Sometimes"}, "image_pull_policy"),
+        ({"image_pull_secrets": ["Bad Secret"]}, "image_pull_secrets[0]"),
+        ({"image_pull_secrets": "regcred"}, "image_pull_secrets"),
+        ({"service_account": "Bad SA"}, "service_account"),
+        ({"service_account": 7}, "service_account"),
+        ({"max_duration_seconds": 0}, "max_duration_seconds"),
+        ({"retries_per_index": -1}, "retries_per_index"),
+        ({"permanent_exit_codes": [0]}, "permanent_exit_codes[0]"),
+        ({"permanent_exit_codes": [256]}, "permanent_exit_codes[0]"),
+        ({"permanent_exit_codes": "1,2"}, "permanent_exit_codes"),
+        ({"ps_grace_seconds": -5}, "ps_grace_seconds"),
+        ({"legacy_tf1_flags": "yes"}, "legacy_tf1_flags"),
+    ],
+)
 def test_invalid_spec_names_its_field(changes, field):
     err = error_of(spec_with(**changes))
     assert err.field == field, str(err)
@@ -184,8 +196,7 @@ def test_too_long_name_error_shows_the_generated_name():
 
 def test_name_length_limit_counts_replicas():
     # 52 + len("-worker-999") = 63 fits; 52 + len("-worker-1000") = 64 does not.
-    TFClusterSpec.from_dict(spec_with(name="n" * 52, mode="all_reduce", ps=...,
-                                      worker={"replicas": 1000}))
+    TFClusterSpec.from_dict(spec_with(name="n" * 52, mode="all_reduce", ps=..., worker={"replicas": 1000}))
     err = error_of(spec_with(name="n" * 52, mode="all_reduce", ps=..., worker={"replicas": 1001}))
     assert err.field == "name"
 
@@ -196,12 +207,15 @@ def test_ps_statefulset_revision_label_limits_the_name():
     assert err.field == "name" and "StatefulSet" in err.rule
 
 
-@pytest.mark.parametrize("text", [
-    "name: [unclosed",
-    "name: a\n  bad: indentation\n nope",
-    "\tname: tab",
-    "key: value: another",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "name: [unclosed",
+        "name: a\n  bad: indentation\n nope",
+        "\tname: tab",
+        "key: value: another",
+    ],
+)
 def test_malformed_yaml_is_a_spec_error(text):
     with pytest.raises(SpecError) as info:
         TFClusterSpec.from_yaml(text)
@@ -216,23 +230,23 @@ def test_yaml_that_is_not_a_mapping_is_a_spec_error(text):
 
 
 def test_yaml_anchors_and_tags_are_plain_data():
-    text = ("name: imagenet\nimage: tf:2\ncommand: [python, x.py]\n"
-            "ps: &role {replicas: 2}\nworker: *role\n")
+    text = "name: imagenet\nimage: tf:2\ncommand: [python, x.py]\nps: &role {replicas: 2}\nworker: *role\n"
     spec = TFClusterSpec.from_yaml(text)
     assert spec.worker.replicas == 2
     with pytest.raises(SpecError):
         TFClusterSpec.from_yaml("name: !!python/object/apply:os.system ['true']\n")
 
 
-@pytest.mark.parametrize("mode, roles", [
-    ("between_graph", {"ps": {"replicas": 1}, "worker": {"replicas": 2}}),
-    ("between_graph", {"ps": {"replicas": 1}, "worker": {"replicas": 2},
-                       "evaluator": {"replicas": 1}}),
-    ("parameter_server", {"chief": {"replicas": 1}, "ps": {"replicas": 2},
-                          "worker": {"replicas": 4}}),
-    ("all_reduce", {"worker": {"replicas": 4}}),
-    ("all_reduce", {"chief": {"replicas": 1}, "worker": {"replicas": 4}}),
-])
+@pytest.mark.parametrize(
+    "mode, roles",
+    [
+        ("between_graph", {"ps": {"replicas": 1}, "worker": {"replicas": 2}}),
+        ("between_graph", {"ps": {"replicas": 1}, "worker": {"replicas": 2}, "evaluator": {"replicas": 1}}),
+        ("parameter_server", {"chief": {"replicas": 1}, "ps": {"replicas": 2}, "worker": {"replicas": 4}}),
+        ("all_reduce", {"worker": {"replicas": 4}}),
+        ("all_reduce", {"chief": {"replicas": 1}, "worker": {"replicas": 4}}),
+    ],
+)
 def test_valid_mode_role_combinations(mode, roles):
     data = spec_with(mode=mode, ps=...)
     data.update(roles)
@@ -242,8 +256,9 @@ def test_valid_mode_role_combinations(mode, roles):
 
 
 def test_quantities_are_normalised_and_compared():
-    spec = TFClusterSpec.from_dict(spec_with(worker={"resources": {
-        "cpu": 1.5, "memory": "2Gi", "memory_limit": "2048Mi", "gpus": 2}}))
+    spec = TFClusterSpec.from_dict(
+        spec_with(worker={"resources": {"cpu": 1.5, "memory": "2Gi", "memory_limit": "2048Mi", "gpus": 2}})
+    )
     res = spec.worker.resources
     assert res.requests == {"cpu": "1.5", "memory": "2Gi"}
     assert res.limits == {"memory": "2048Mi", "nvidia.com/gpu": "2"}
@@ -263,11 +278,13 @@ def test_exit_codes_are_sorted_and_deduplicated():
 
 def test_direct_construction_validates_too():
     with pytest.raises(SpecError) as info:
-        TFClusterSpec(name="ok", image="tf:2", command=("python",),
-                      worker=RoleSpec(replicas=0), ps=RoleSpec())
+        TFClusterSpec(
+            name="ok", image="tf:2", command=("python",), worker=RoleSpec(replicas=0), ps=RoleSpec()
+        )
     assert info.value.field == "worker.replicas"
-    spec = TFClusterSpec(name="ok", image="tf:2", command=("python",),
-                         worker=RoleSpec(replicas=2), ps=RoleSpec())
+    spec = TFClusterSpec(
+        name="ok", image="tf:2", command=("python",), worker=RoleSpec(replicas=2), ps=RoleSpec()
+    )
     with pytest.raises(SpecError) as info:
         dataclasses.replace(spec, namespace="Nope")
     assert info.value.field == "namespace"

@@ -17,8 +17,14 @@ def test_noise_is_not_progress() -> None:
     assert parse_line("step 3 loss 0.1") is None
     assert parse_line('{"tfk": "other", "step": 1}') is None
     assert parse_line('{"tfk": "progress", "step": "x"}') is None
-    text = "\n".join([progress_line(1, 10, None, 0.0, now=1.0), "garbage {",
-                      progress_line(2, 10, None, 0.0, now=2.0), "Traceback..."])
+    text = "\n".join(
+        [
+            progress_line(1, 10, None, 0.0, now=1.0),
+            "garbage {",
+            progress_line(2, 10, None, 0.0, now=2.0),
+            "Traceback...",
+        ]
+    )
     assert last_progress(text).step == 2
 
 

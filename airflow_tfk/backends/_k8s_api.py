@@ -35,8 +35,7 @@ class Kind:
 
     @property
     def prefix(self) -> str:
-        return f"/api/{self.api_version}" if "/" not in self.api_version \
-            else f"/apis/{self.api_version}"
+        return f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
 
     def collection(self, namespace: str | None) -> str:
         if self.namespaced:
@@ -75,8 +74,10 @@ def kind_of(manifest: dict[str, Any]) -> Kind:
     try:
         return KINDS[key]
     except KeyError:
-        raise ValueError(f"kubernetes backend: no API path known for {key[0]} {key[1]}; "
-                         f"known kinds: {', '.join(sorted(BY_KIND))}") from None
+        raise ValueError(
+            f"kubernetes backend: no API path known for {key[0]} {key[1]}; "
+            f"known kinds: {', '.join(sorted(BY_KIND))}"
+        ) from None
 
 
 class KubernetesApiError(RuntimeError):
@@ -127,17 +128,36 @@ class SyncApi:
     def __init__(self, api_client: Any) -> None:
         self.client = api_client
 
-    def _call(self, method: str, path: str, query: dict[str, Any] | None = None,
-              body: Any = None, content_type: str | None = None, accept: str = "application/json",
-              timeout: Any = REQUEST_TIMEOUT) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        accept: str = "application/json",
+        timeout: Any = REQUEST_TIMEOUT,
+    ) -> Any:
         return self.client.call_api(
-            path, method, query_params=_query(query),
-            header_params=_headers(content_type, accept), body=body,
-            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout)
+            path,
+            method,
+            query_params=_query(query),
+            header_params=_headers(content_type, accept),
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
 
     @retry_transient
-    def request(self, method: str, path: str, query: dict[str, Any] | None = None,
-                body: Any = None, content_type: str | None = None) -> tuple[int, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> tuple[int, Any]:
         resp = self._call(method, path, query, body, content_type)
         data = resp.data
         return resp.status, (json.loads(data) if data else None)
@@ -145,8 +165,9 @@ class SyncApi:
     @retry_transient(conflict=True)
     def apply(self, path: str, manifest: dict[str, Any], field_manager: str) -> tuple[int, Any]:
         """Server-side apply; 201 when the object was created, 200 when it existed."""
-        resp = self._call("PATCH", path, {"fieldManager": field_manager, "force": True},
-                          manifest, APPLY_CONTENT_TYPE)
+        resp = self._call(
+            "PATCH", path, {"fieldManager": field_manager, "force": True}, manifest, APPLY_CONTENT_TYPE
+        )
         return resp.status, json.loads(resp.data)
 
     # Logs are best effort (progress lines, logs copied before a delete) and on the path
@@ -190,13 +211,26 @@ class AsyncApi:
     def __init__(self, api_client: Any) -> None:
         self.client = api_client
 
-    async def _call(self, method: str, path: str, query: dict[str, Any] | None = None,
-                    body: Any = None, content_type: str | None = None,
-                    accept: str = "application/json", timeout: Any = REQUEST_TIMEOUT) -> Any:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        accept: str = "application/json",
+        timeout: Any = REQUEST_TIMEOUT,
+    ) -> Any:
         resp = await self.client.call_api(
-            path, method, query_params=_query(query),
-            header_params=_headers(content_type, accept), body=body,
-            auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout)
+            path,
+            method,
+            query_params=_query(query),
+            header_params=_headers(content_type, accept),
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
         # Without preloading, kubernetes_asyncio does not check the status itself.
         if not 200 <= resp.status <= 299:
             data = await resp.read()
@@ -205,8 +239,14 @@ class AsyncApi:
         return resp
 
     @retry_transient
-    async def request(self, method: str, path: str, query: dict[str, Any] | None = None,
-                      body: Any = None, content_type: str | None = None) -> tuple[int, Any]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> tuple[int, Any]:
         resp = await self._call(method, path, query, body, content_type)
         data = await resp.read()
         resp.release()
@@ -217,8 +257,7 @@ class AsyncApi:
         q = {**query, "watch": True, "timeoutSeconds": timeout_seconds}
         return await self._call("GET", path, q, timeout=timeout_seconds + 15)
 
-    async def watch(self, path: str, query: dict[str, Any],
-                    timeout_seconds: int) -> AsyncIterator[dict]:
+    async def watch(self, path: str, query: dict[str, Any], timeout_seconds: int) -> AsyncIterator[dict]:
         resp = await self._open_watch(path, query, timeout_seconds)
         try:
             while True:

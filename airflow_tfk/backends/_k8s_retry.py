@@ -49,17 +49,18 @@ def _is_connection_error(exc: BaseException) -> bool:
     for cls in type(exc).__mro__:
         module = cls.__module__ or ""
         if (module.startswith("urllib3") and cls.__name__ == "HTTPError") or (
-                module.startswith("aiohttp") and cls.__name__ == "ClientError"):
+            module.startswith("aiohttp") and cls.__name__ == "ClientError"
+        ):
             return True
     return False
 
 
-def is_transient(exc: BaseException, *, conflict: bool = False,
-                 statuses: frozenset[int] | None = None) -> bool:
+def is_transient(
+    exc: BaseException, *, conflict: bool = False, statuses: frozenset[int] | None = None
+) -> bool:
     status = api_status(exc)
     if status is not None:
-        return status in (TRANSIENT_STATUS if statuses is None else statuses) or \
-            (conflict and status == 409)
+        return status in (TRANSIENT_STATUS if statuses is None else statuses) or (conflict and status == 409)
     return _is_connection_error(exc)
 
 
@@ -98,8 +99,13 @@ def delay_for(exc: BaseException, attempt: int) -> float:
     return min(backoff * (0.5 + random.random() / 2), MAX_DELAY)
 
 
-def retry_transient(func: F | None = None, *, conflict: bool = False,
-                    attempts: int | None = None, statuses: frozenset[int] | None = None) -> Any:
+def retry_transient(
+    func: F | None = None,
+    *,
+    conflict: bool = False,
+    attempts: int | None = None,
+    statuses: frozenset[int] | None = None,
+) -> Any:
     """Retry ``func`` (a function or a coroutine function) on transient API errors.
 
     :param conflict: also retry 409 Conflict (only where repeating the call is safe).
@@ -111,6 +117,7 @@ def retry_transient(func: F | None = None, *, conflict: bool = False,
         name = getattr(fn, "__qualname__", repr(fn))
 
         if inspect.iscoroutinefunction(fn):
+
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 attempt = 1
@@ -118,13 +125,19 @@ def retry_transient(func: F | None = None, *, conflict: bool = False,
                     try:
                         return await fn(*args, **kwargs)
                     except Exception as exc:
-                        if attempt >= (limit := attempts or ATTEMPTS) or \
-                                not is_transient(exc, conflict=conflict,
-                                                 statuses=statuses):
+                        if attempt >= (limit := attempts or ATTEMPTS) or not is_transient(
+                            exc, conflict=conflict, statuses=statuses
+                        ):
                             raise
                         wait = delay_for(exc, attempt)
-                        log.warning("%s: transient Kubernetes API error (%s); retry %d/%d in "
-                                    "%.1fs", name, _short(exc), attempt, limit - 1, wait)
+                        log.warning(
+                            "%s: transient Kubernetes API error (%s); retry %d/%d in %.1fs",
+                            name,
+                            _short(exc),
+                            attempt,
+                            limit - 1,
+                            wait,
+                        )
                         await asyncio.sleep(wait)
                         attempt += 1
 
@@ -137,12 +150,19 @@ def retry_transient(func: F | None = None, *, conflict: bool = False,
                 try:
                     return fn(*args, **kwargs)
                 except Exception as exc:
-                    if attempt >= (limit := attempts or ATTEMPTS) or \
-                            not is_transient(exc, conflict=conflict, statuses=statuses):
+                    if attempt >= (limit := attempts or ATTEMPTS) or not is_transient(
+                        exc, conflict=conflict, statuses=statuses
+                    ):
                         raise
                     wait = delay_for(exc, attempt)
-                    log.warning("%s: transient Kubernetes API error (%s); retry %d/%d in %.1fs",
-                                name, _short(exc), attempt, limit - 1, wait)
+                    log.warning(
+                        "%s: transient Kubernetes API error (%s); retry %d/%d in %.1fs",
+                        name,
+                        _short(exc),
+                        attempt,
+                        limit - 1,
+                        wait,
+                    )
                     time.sleep(wait)
                     attempt += 1
 

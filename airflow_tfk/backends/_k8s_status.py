@@ -26,8 +26,9 @@ LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 # Waiting reasons that never resolve on their own: fail at once.
-FATAL_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
-                           "CrashLoopBackOff"})
+FATAL_WAITING = frozenset(
+    {"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CrashLoopBackOff"}
+)
 # Waiting reasons that may be transient (registry hiccup): fail after image_pull_timeout.
 IMAGE_PULL_WAITING = frozenset({"ImagePullBackOff", "ErrImagePull"})
 JOB_DEFAULT_BACKOFF_LIMIT = 6
@@ -127,8 +128,9 @@ def _rule_action(rule: dict[str, Any], pod: dict[str, Any]) -> str | None:
         conds = (pod.get("status") or {}).get("conditions") or []
         for wanted in on_conditions:
             for cond in conds:
-                if cond.get("type") == wanted.get("type") and \
-                        cond.get("status") == wanted.get("status", "True"):
+                if cond.get("type") == wanted.get("type") and cond.get("status") == wanted.get(
+                    "status", "True"
+                ):
                     return rule.get("action")
     return None
 
@@ -152,8 +154,11 @@ def task_key(pod: dict[str, Any]) -> tuple[str, int] | None:
     if not role:
         return None
     annotations = meta.get("annotations") or {}
-    raw = annotations.get(ANN_COMPLETION_INDEX) or labels.get(LABEL_COMPLETION_INDEX) \
+    raw = (
+        annotations.get(ANN_COMPLETION_INDEX)
+        or labels.get(LABEL_COMPLETION_INDEX)
         or labels.get(LABEL_POD_INDEX)
+    )
     if raw is None:
         # Older StatefulSets: the index is the pod name's ordinal suffix.
         raw = meta.get("name", "").rpartition("-")[2]
@@ -178,8 +183,7 @@ def _sort_key(pod: dict[str, Any]) -> tuple[int, float, bool, str]:
     except ValueError:
         attempt = 0
     finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-    return attempt, parse_time(meta.get("creationTimestamp")) or 0.0, not finished, \
-        meta.get("name", "")
+    return attempt, parse_time(meta.get("creationTimestamp")) or 0.0, not finished, meta.get("name", "")
 
 
 def newest_pod(pods: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
@@ -189,8 +193,7 @@ def newest_pod(pods: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
 
 def _statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
     status = pod.get("status") or {}
-    return list(status.get("initContainerStatuses") or []) + \
-        list(status.get("containerStatuses") or [])
+    return list(status.get("initContainerStatuses") or []) + list(status.get("containerStatuses") or [])
 
 
 def _condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
@@ -210,8 +213,9 @@ class PodVerdict:
     deadline: float | None = None  # when a timeout would turn this pod FAILED
 
 
-def pod_verdict(pod: dict[str, Any], now: float, *, unschedulable_timeout: float,
-                image_pull_timeout: float) -> PodVerdict:
+def pod_verdict(
+    pod: dict[str, Any], now: float, *, unschedulable_timeout: float, image_pull_timeout: float
+) -> PodVerdict:
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
     if phase == "Succeeded":
@@ -234,12 +238,14 @@ def pod_verdict(pod: dict[str, Any], now: float, *, unschedulable_timeout: float
             since = parse_time(scheduled.get("lastTransitionTime")) or created
             deadline = since + image_pull_timeout
             if now >= deadline:
-                return PodVerdict(Phase.FAILED, reason, message or f"image pull failing for "
-                                  f"more than {image_pull_timeout:g}s")
+                return PodVerdict(
+                    Phase.FAILED,
+                    reason,
+                    message or f"image pull failing for more than {image_pull_timeout:g}s",
+                )
             return PodVerdict(Phase.PENDING, reason, message, deadline=deadline)
     scheduled = _condition(pod, "PodScheduled")
-    if scheduled and scheduled.get("status") == "False" and \
-            scheduled.get("reason") == "Unschedulable":
+    if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
         since = parse_time(scheduled.get("lastTransitionTime")) or created
         deadline = since + unschedulable_timeout
         message = scheduled.get("message") or ""
@@ -261,12 +267,18 @@ def _failed_verdict(pod: dict[str, Any]) -> PodVerdict:
     terminated = [t for t in terminated if t and t.get("exitCode") not in (None, 0)]
     oom = next((t for t in terminated if t.get("reason") == "OOMKilled"), None)
     if oom is not None:
-        return PodVerdict(Phase.FAILED, "OOMKilled", oom.get("message") or
-                          "the container exceeded its memory limit", oom.get("exitCode"), True)
+        return PodVerdict(
+            Phase.FAILED,
+            "OOMKilled",
+            oom.get("message") or "the container exceeded its memory limit",
+            oom.get("exitCode"),
+            True,
+        )
     disruption = _condition(pod, "DisruptionTarget")
     if disruption and disruption.get("status") == "True":
-        return PodVerdict(Phase.FAILED, disruption.get("reason") or "Disrupted",
-                          disruption.get("message") or "", None, True)
+        return PodVerdict(
+            Phase.FAILED, disruption.get("reason") or "Disrupted", disruption.get("message") or "", None, True
+        )
     if status.get("reason"):  # Evicted, DeadlineExceeded, UnexpectedAdmissionError...
         code = terminated[0].get("exitCode") if terminated else None
         return PodVerdict(Phase.FAILED, status["reason"], status.get("message") or "", code, True)
@@ -293,11 +305,11 @@ class Interpreter:
     ignored_roles: set[str] = field(default_factory=set)
     # key -> (fingerprint of its pods and Job, result): a watch event touches one task,
     # so only that task is interpreted again, not all 600.
-    _memo: dict[tuple[str, int], tuple[Any, TaskStatus, float | None]] = \
-        field(default_factory=dict)
+    _memo: dict[tuple[str, int], tuple[Any, TaskStatus, float | None]] = field(default_factory=dict)
 
-    def status(self, pods: Iterable[dict[str, Any]], jobs: dict[str, JobInfo] | None,
-               now: float) -> tuple[ClusterStatus, float | None]:
+    def status(
+        self, pods: Iterable[dict[str, Any]], jobs: dict[str, JobInfo] | None, now: float
+    ) -> tuple[ClusterStatus, float | None]:
         """The status, and the earliest time a timeout could change it (or None)."""
         by_task: dict[tuple[str, int], list[dict[str, Any]]] = {}
         pods = list(pods)
@@ -313,12 +325,15 @@ class Interpreter:
             job = (jobs or {}).get(key[0])
             is_job = job is not None or any(is_job_pod(p) for p in group)
             self.known[key] = is_job
-            fingerprint = (tuple(((p.get("metadata") or {}).get("uid"),
-                                  (p.get("metadata") or {}).get("resourceVersion"))
-                                 for p in group), job)
+            fingerprint = (
+                tuple(
+                    ((p.get("metadata") or {}).get("uid"), (p.get("metadata") or {}).get("resourceVersion"))
+                    for p in group
+                ),
+                job,
+            )
             memo = self._memo.get(key)
-            if memo is not None and memo[0] == fingerprint and (memo[2] is None or
-                                                                now < memo[2]):
+            if memo is not None and memo[0] == fingerprint and (memo[2] is None or now < memo[2]):
                 task, deadline = memo[1], memo[2]
             else:
                 task, deadline = self._task(key, group, job, now)
@@ -338,15 +353,20 @@ class Interpreter:
             if key in tasks or key[0] in self.ignored_roles or not exists:
                 continue
             if is_job and jobs is not None and key[0] not in jobs:
-                tasks[key] = TaskStatus(key[0], key[1], Phase.FAILED, "Deleted",
-                                        f"the {key[0]} Job was deleted while the task ran")
+                tasks[key] = TaskStatus(
+                    key[0],
+                    key[1],
+                    Phase.FAILED,
+                    "Deleted",
+                    f"the {key[0]} Job was deleted while the task ran",
+                )
             elif not is_job:
                 # A StatefulSet pod vanished: the controller recreates it unless the
                 # StatefulSet itself went away; not fatal on its own.
-                tasks[key] = TaskStatus(key[0], key[1], Phase.PENDING, "Deleted",
-                                        "pod deleted; waiting for it to be recreated")
-        ordered = tuple(tasks[k] for k in sorted(tasks, key=lambda k: (_ROLE_ORDER.get(k[0], 9),
-                                                                       k[0], k[1])))
+                tasks[key] = TaskStatus(
+                    key[0], key[1], Phase.PENDING, "Deleted", "pod deleted; waiting for it to be recreated"
+                )
+        ordered = tuple(tasks[k] for k in sorted(tasks, key=lambda k: (_ROLE_ORDER.get(k[0], 9), k[0], k[1])))
         return ClusterStatus(tasks=ordered, exists=exists), next_deadline
 
     def _podless(self, job: JobInfo, index: int) -> TaskStatus:
@@ -355,30 +375,39 @@ class Interpreter:
         if job.failed:
             return TaskStatus(job.role, index, Phase.FAILED, job.failed[0], job.failed[1])
         if index in job.failed_indexes:
-            return TaskStatus(job.role, index, Phase.FAILED, "FailedIndex",
-                              f"index {index} of Job {job.name} failed")
+            return TaskStatus(
+                job.role, index, Phase.FAILED, "FailedIndex", f"index {index} of Job {job.name} failed"
+            )
         return TaskStatus(job.role, index, Phase.PENDING)
 
-    def _task(self, key: tuple[str, int], pods: list[dict[str, Any]], job: JobInfo | None,
-              now: float) -> tuple[TaskStatus, float | None]:
+    def _task(
+        self, key: tuple[str, int], pods: list[dict[str, Any]], job: JobInfo | None, now: float
+    ) -> tuple[TaskStatus, float | None]:
         role, index = key
         newest = pods[-1]
-        v = pod_verdict(newest, now, unschedulable_timeout=self.unschedulable_timeout,
-                        image_pull_timeout=self.image_pull_timeout)
+        v = pod_verdict(
+            newest,
+            now,
+            unschedulable_timeout=self.unschedulable_timeout,
+            image_pull_timeout=self.image_pull_timeout,
+        )
         is_job = job is not None or is_job_pod(newest)
         if not is_job:
             restarts = sum(int(cs.get("restartCount") or 0) for cs in _statuses(newest))
-            return TaskStatus(role, index, v.phase, v.reason, v.message, v.exit_code,
-                              restarts), v.deadline
+            return TaskStatus(role, index, v.phase, v.reason, v.message, v.exit_code, restarts), v.deadline
         counted = 0
         for pod in pods:
-            if (pod.get("status") or {}).get("phase") == "Failed" and \
-                    failure_action(job, pod) not in ("Ignore",):
+            if (pod.get("status") or {}).get("phase") == "Failed" and failure_action(job, pod) not in (
+                "Ignore",
+            ):
                 counted += 1
         annotated = (newest.get("metadata") or {}).get("annotations") or {}
         try:
-            counted = max(counted, int(annotated.get(ANN_INDEX_FAILURES, "0")) +
-                          (1 if v.phase is Phase.FAILED and v.terminal else 0))
+            counted = max(
+                counted,
+                int(annotated.get(ANN_INDEX_FAILURES, "0"))
+                + (1 if v.phase is Phase.FAILED and v.terminal else 0),
+            )
         except ValueError:
             pass
         if job is not None and v.phase is not Phase.SUCCEEDED:
@@ -386,26 +415,22 @@ class Interpreter:
                 reason, message = job.failed
                 if v.phase is Phase.FAILED:  # the pod's own reason says more
                     reason, message = v.reason, v.message or message
-                return TaskStatus(role, index, Phase.FAILED, reason, message, v.exit_code,
-                                  counted), None
+                return TaskStatus(role, index, Phase.FAILED, reason, message, v.exit_code, counted), None
             if index in job.failed_indexes and v.phase is Phase.FAILED:
-                return TaskStatus(role, index, Phase.FAILED, v.reason, v.message, v.exit_code,
-                                  counted), None
+                return TaskStatus(role, index, Phase.FAILED, v.reason, v.message, v.exit_code, counted), None
         if v.phase is Phase.FAILED and v.terminal:
             action = failure_action(job, newest)
-            if action == "Ignore" or (action == "Count" and
-                                      counted <= self._retries(job, pods)):
+            if action == "Ignore" or (action == "Count" and counted <= self._retries(job, pods)):
                 limit = self._retries(job, pods)
                 limit_text = "" if math.isinf(limit) else f" of {int(limit)}"
                 message = f"{v.reason}"
                 if v.exit_code is not None:
                     message += f" (exit code {v.exit_code})"
-                message += f"; retry {counted}{limit_text}" if action == "Count" else \
-                    "; not counted against retries"
-                return TaskStatus(role, index, Phase.PENDING, "Retrying", message, v.exit_code,
-                                  counted), None
-        return TaskStatus(role, index, v.phase, v.reason, v.message, v.exit_code,
-                          counted), v.deadline
+                message += (
+                    f"; retry {counted}{limit_text}" if action == "Count" else "; not counted against retries"
+                )
+                return TaskStatus(role, index, Phase.PENDING, "Retrying", message, v.exit_code, counted), None
+        return TaskStatus(role, index, v.phase, v.reason, v.message, v.exit_code, counted), v.deadline
 
     @staticmethod
     def _retries(job: JobInfo | None, pods: list[dict[str, Any]]) -> float:

@@ -153,15 +153,34 @@ class Supervisor:
                 ctime = psutil.Process(proc.pid).create_time()
             except psutil.Error:
                 pass
-        write_json(self.path("status.json"), {
-            "state": state, "pid": proc.pid if proc else None, "pid_create_time": ctime,
-            "attempt": self.attempt, "restarts": self.restarts, "pids": self.pids,
-            "last_exit_code": self.last_exit_code, "time": time.time(), **extra})
+        write_json(
+            self.path("status.json"),
+            {
+                "state": state,
+                "pid": proc.pid if proc else None,
+                "pid_create_time": ctime,
+                "attempt": self.attempt,
+                "restarts": self.restarts,
+                "pids": self.pids,
+                "last_exit_code": self.last_exit_code,
+                "time": time.time(),
+                **extra,
+            },
+        )
 
     def finish(self, phase: str, reason: str, exit_code: int | None, message: str = "") -> int:
-        write_json(self.path("exit.json"), {
-            "phase": phase, "reason": reason, "exit_code": exit_code, "restarts": self.restarts,
-            "message": message, "finished_at": time.time(), "pids": self.pids})
+        write_json(
+            self.path("exit.json"),
+            {
+                "phase": phase,
+                "reason": reason,
+                "exit_code": exit_code,
+                "restarts": self.restarts,
+                "message": message,
+                "finished_at": time.time(),
+                "pids": self.pids,
+            },
+        )
         self.status("exited", phase=phase, reason=reason)
         return 0
 
@@ -222,11 +241,14 @@ class Supervisor:
         backoff = float(self.task.get("restart_backoff_seconds", 1.0))
         while True:
             if self.stop_requested():
-                return self.finish("Deleted", "Deleted", self.last_exit_code,
-                                   "deleted before it finished")
+                return self.finish("Deleted", "Deleted", self.last_exit_code, "deleted before it finished")
             if self.deadline_passed():
-                return self.finish("Failed", "DeadlineExceeded", self.last_exit_code,
-                                   "max_duration_seconds exceeded before the task could start")
+                return self.finish(
+                    "Failed",
+                    "DeadlineExceeded",
+                    self.last_exit_code,
+                    "max_duration_seconds exceeded before the task could start",
+                )
             self.attempt += 1
             try:
                 log = open(self.task["log"], "ab")  # noqa: SIM115 - handed to the child
@@ -234,15 +256,22 @@ class Supervisor:
                 return self.finish("Failed", "StartError", 128, f"cannot open the log: {exc}")
             try:
                 proc = subprocess.Popen(
-                    self.task["argv"], env=self.task["env"], cwd=self.task["cwd"],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    close_fds=True, start_new_session=True)
+                    self.task["argv"],
+                    env=self.task["env"],
+                    cwd=self.task["cwd"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    close_fds=True,
+                    start_new_session=True,
+                )
             except OSError as exc:
                 log.close()
                 code = 127 if isinstance(exc, FileNotFoundError) else 126
                 self.log(f"cannot start {self.task['argv'][0]!r}: {exc}")
-                return self.finish("Failed", "StartError", code,
-                                   f"cannot start {self.task['argv'][0]!r}: {exc}")
+                return self.finish(
+                    "Failed", "StartError", code, f"cannot start {self.task['argv'][0]!r}: {exc}"
+                )
             log.close()
             self.current = proc
             self.pids.append(proc.pid)
@@ -266,8 +295,10 @@ class Supervisor:
                         outcome = "Deleted"
                         break
                     if self.deadline_passed():
-                        self.log(f"max_duration_seconds ({self.task.get('max_duration_seconds')})"
-                                 " exceeded: killing the task")
+                        self.log(
+                            f"max_duration_seconds ({self.task.get('max_duration_seconds')})"
+                            " exceeded: killing the task"
+                        )
                         self.last_exit_code = self.kill(proc)
                         outcome = "DeadlineExceeded"
                         break
@@ -288,28 +319,31 @@ class Supervisor:
             if outcome == "Deleted" or self.stop_requested():
                 return self.finish("Deleted", "Deleted", code, "deleted while running")
             if outcome == "DeadlineExceeded":
-                return self.finish("Failed", "DeadlineExceeded", code,
-                                   f"killed after max_duration_seconds="
-                                   f"{self.task.get('max_duration_seconds')}")
+                return self.finish(
+                    "Failed",
+                    "DeadlineExceeded",
+                    code,
+                    f"killed after max_duration_seconds={self.task.get('max_duration_seconds')}",
+                )
             if code == 0:
                 return self.finish("Succeeded", "Completed", 0)
             sig = _signal_name(code)
             detail = f"exit code {code}" + (f" ({sig})" if sig else "")
             if code in permanent:
-                return self.finish("Failed", "ExitCode", code,
-                                   f"{detail}: permanent, not retried")
+                return self.finish("Failed", "ExitCode", code, f"{detail}: permanent, not retried")
             if self.restarts >= retries:
-                return self.finish("Failed", "ExitCode", code,
-                                   f"{detail} after {self.restarts} restart(s)"
-                                   if retries else detail)
+                return self.finish(
+                    "Failed",
+                    "ExitCode",
+                    code,
+                    f"{detail} after {self.restarts} restart(s)" if retries else detail,
+                )
             self.restarts += 1
             delay = min(30.0, backoff * 2 ** (self.restarts - 1))
-            self.log(f"{detail}; restarting in {delay:.1f}s "
-                     f"(retry {self.restarts} of {retries})")
+            self.log(f"{detail}; restarting in {delay:.1f}s (retry {self.restarts} of {retries})")
             self.status("backoff", retry_at=time.time() + delay)
             until = time.monotonic() + delay
-            while time.monotonic() < until and not self.stop_requested() \
-                    and not self.deadline_passed():
+            while time.monotonic() < until and not self.stop_requested() and not self.deadline_passed():
                 nap(min(POLL_SECONDS, max(0.0, until - time.monotonic())))
 
 
@@ -325,8 +359,7 @@ def main(argv: list[str]) -> int:
             os._exit(0)  # the launcher returns at once; the supervisor goes on, reparented
         os.setsid()
     _install_signals()
-    write_json(os.path.join(task_dir, "supervisor.json"),
-               {"pid": os.getpid(), "started_at": time.time()})
+    write_json(os.path.join(task_dir, "supervisor.json"), {"pid": os.getpid(), "started_at": time.time()})
     supervisor = None
     try:
         supervisor = Supervisor(task_dir)
@@ -341,10 +374,18 @@ def main(argv: list[str]) -> int:
             except OSError:
                 pass
         try:
-            write_json(os.path.join(task_dir, "exit.json"), {
-                "phase": "Failed", "reason": "SupervisorError", "exit_code": None,
-                "restarts": 0, "message": f"local supervisor crashed: {exc!r}",
-                "finished_at": time.time(), "pids": []})
+            write_json(
+                os.path.join(task_dir, "exit.json"),
+                {
+                    "phase": "Failed",
+                    "reason": "SupervisorError",
+                    "exit_code": None,
+                    "restarts": 0,
+                    "message": f"local supervisor crashed: {exc!r}",
+                    "finished_at": time.time(),
+                    "pids": [],
+                },
+            )
         except OSError:
             pass
         return 1

@@ -102,10 +102,16 @@ class KubernetesBackend(Backend):
 
     kind = "kubernetes"
 
-    def __init__(self, conn_id: str = "kubernetes_default", cluster_context: str | None = None,
-                 config_file: str | None = None, in_cluster: bool | None = None,
-                 unschedulable_timeout: float = 300, image_pull_timeout: float = 120,
-                 field_manager: str = "airflow-tfk") -> None:
+    def __init__(
+        self,
+        conn_id: str = "kubernetes_default",
+        cluster_context: str | None = None,
+        config_file: str | None = None,
+        in_cluster: bool | None = None,
+        unschedulable_timeout: float = 300,
+        image_pull_timeout: float = 120,
+        field_manager: str = "airflow-tfk",
+    ) -> None:
         self.conn_id = conn_id
         self.cluster_context = cluster_context
         self.config_file = config_file
@@ -120,11 +126,15 @@ class KubernetesBackend(Backend):
         self._sessions: dict[ClusterRef, _WatchSession] = {}
 
     def config(self) -> dict[str, Any]:
-        return {"conn_id": self.conn_id, "cluster_context": self.cluster_context,
-                "config_file": self.config_file, "in_cluster": self.in_cluster,
-                "unschedulable_timeout": self.unschedulable_timeout,
-                "image_pull_timeout": self.image_pull_timeout,
-                "field_manager": self.field_manager}
+        return {
+            "conn_id": self.conn_id,
+            "cluster_context": self.cluster_context,
+            "config_file": self.config_file,
+            "in_cluster": self.in_cluster,
+            "unschedulable_timeout": self.unschedulable_timeout,
+            "image_pull_timeout": self.image_pull_timeout,
+            "field_manager": self.field_manager,
+        }
 
     def __repr__(self) -> str:
         return f"KubernetesBackend(conn_id={self.conn_id!r})"
@@ -134,8 +144,12 @@ class KubernetesBackend(Backend):
     def hook(self) -> Any:
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-        return KubernetesHook(conn_id=self.conn_id, cluster_context=self.cluster_context,
-                              config_file=self.config_file, in_cluster=self.in_cluster)
+        return KubernetesHook(
+            conn_id=self.conn_id,
+            cluster_context=self.cluster_context,
+            config_file=self.config_file,
+            in_cluster=self.in_cluster,
+        )
 
     @cached_property
     def _api(self) -> SyncApi:
@@ -145,8 +159,11 @@ class KubernetesBackend(Backend):
     async def _aapi(self) -> AsyncIterator[AsyncApi]:
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
-        kwargs = {"conn_id": self.conn_id, "cluster_context": self.cluster_context,
-                  "in_cluster": self.in_cluster}
+        kwargs = {
+            "conn_id": self.conn_id,
+            "cluster_context": self.cluster_context,
+            "in_cluster": self.in_cluster,
+        }
         hook = AsyncKubernetesHook(**kwargs)
         if self.config_file:
             # The async hook reads the kubeconfig path from the connection only; hand it
@@ -165,7 +182,8 @@ class KubernetesBackend(Backend):
             while True:
                 try:
                     result: tuple[int, Any] | None = self._api.request(
-                        req.method, req.path, req.query, req.body)
+                        req.method, req.path, req.query, req.body
+                    )
                 except Exception as exc:
                     result = _failed(req, exc)
                 req = plan.send(result)
@@ -178,7 +196,8 @@ class KubernetesBackend(Backend):
             while True:
                 try:
                     result: tuple[int, Any] | None = await api.request(
-                        req.method, req.path, req.query, req.body)
+                        req.method, req.path, req.query, req.body
+                    )
                 except Exception as exc:
                     result = _failed(req, exc)
                 req = plan.send(result)
@@ -204,15 +223,16 @@ class KubernetesBackend(Backend):
             kind_of(m)  # unknown kinds fail before anything is created
             labels = (m.get("metadata") or {}).get("labels") or {}
             if labels.get(naming.LABEL_CLUSTER) != spec.name:
-                raise ValueError(f"{m.get('kind')} {m['metadata'].get('name')}: lacks the label "
-                                 f"{naming.LABEL_CLUSTER}={spec.name}, so cleanup could not find it")
+                raise ValueError(
+                    f"{m.get('kind')} {m['metadata'].get('name')}: lacks the label "
+                    f"{naming.LABEL_CLUSTER}={spec.name}, so cleanup could not find it"
+                )
         created: list[tuple[Kind, str | None, str]] = []
         try:
             for m in manifests:
                 kind = kind_of(m)
                 name = m["metadata"]["name"]
-                namespace = m["metadata"].get("namespace", ref.namespace) if kind.namespaced \
-                    else None
+                namespace = m["metadata"].get("namespace", ref.namespace) if kind.namespaced else None
                 if kind.namespaced:
                     m = {**m, "metadata": {**m["metadata"], "namespace": namespace}}
                 try:
@@ -225,8 +245,13 @@ class KubernetesBackend(Backend):
             self._rollback(created)
             raise
         self._forget(ref)
-        log.info("kubernetes: applied %d objects of cluster %s in namespace %s (%d new)",
-                 len(manifests), ref.name, ref.namespace, len(created))
+        log.info(
+            "kubernetes: applied %d objects of cluster %s in namespace %s (%d new)",
+            len(manifests),
+            ref.name,
+            ref.namespace,
+            len(created),
+        )
         return ref
 
     def _rollback(self, created: list[tuple[Kind, str | None, str]]) -> None:
@@ -235,20 +260,23 @@ class KubernetesBackend(Backend):
                 self._api.request("DELETE", kind.item(namespace, name), BACKGROUND)
             except Exception as exc:  # keep cleaning up; the original error is raised
                 if not is_not_found(exc):
-                    log.warning("kubernetes: could not roll back %s %s: %s", kind.kind, name,
-                                error_message(exc))
+                    log.warning(
+                        "kubernetes: could not roll back %s %s: %s", kind.kind, name, error_message(exc)
+                    )
 
     # -- status and watch -----------------------------------------------------------------
     def _interpreter(self, ref: ClusterRef) -> Interpreter:
         interp = self._interpreters.get(ref)
         if interp is None:
-            interp = self._interpreters[ref] = Interpreter(self.unschedulable_timeout,
-                                                           self.image_pull_timeout)
+            interp = self._interpreters[ref] = Interpreter(
+                self.unschedulable_timeout, self.image_pull_timeout
+            )
         return interp
 
     def _list_plan(self, ref: ClusterRef, kind: str, selector: str | None = None) -> Plan:
-        result = yield Request("GET", BY_KIND[kind].collection(ref.namespace),
-                               {"labelSelector": selector or ref.label_selector})
+        result = yield Request(
+            "GET", BY_KIND[kind].collection(ref.namespace), {"labelSelector": selector or ref.label_selector}
+        )
         body = result[1] if result else {}
         return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion")
 
@@ -265,8 +293,11 @@ class KubernetesBackend(Backend):
 
     def _exists_plan(self, ref: ClusterRef) -> Plan:
         for kind in EXISTS_KINDS:
-            result = yield Request("GET", BY_KIND[kind].collection(ref.namespace),
-                                   {"labelSelector": ref.label_selector, "limit": 1})
+            result = yield Request(
+                "GET",
+                BY_KIND[kind].collection(ref.namespace),
+                {"labelSelector": ref.label_selector, "limit": 1},
+            )
             if result and result[1].get("items"):
                 return True
         return bool((yield from self._own_namespace_plan(ref)))
@@ -276,8 +307,9 @@ class KubernetesBackend(Backend):
         the cluster's label. One GET of that namespace, never a list of all namespaces:
         an identity confined to its namespace by a Role may not read it (403), and then
         it cannot have created it either."""
-        result = yield Request("GET", BY_KIND["Namespace"].item(None, ref.namespace),
-                               forbidden_is_absent=True)
+        result = yield Request(
+            "GET", BY_KIND["Namespace"].item(None, ref.namespace), forbidden_is_absent=True
+        )
         ns = result[1] if result else None
         labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
         return ns if labels.get(naming.LABEL_CLUSTER) == ref.name else None
@@ -322,9 +354,11 @@ class KubernetesBackend(Backend):
             if left <= 0:
                 return
             try:
-                for event in self._api.watch(BY_KIND["Pod"].collection(ref.namespace),
-                                             session.watch_query(ref),
-                                             session.watch_seconds(left)):
+                for event in self._api.watch(
+                    BY_KIND["Pod"].collection(ref.namespace),
+                    session.watch_query(ref),
+                    session.watch_seconds(left),
+                ):
                     if session.on_event(event) and (current := changed()) is not None:
                         yield current
                     if time.monotonic() >= end or session.should_reopen():
@@ -341,8 +375,7 @@ class KubernetesBackend(Backend):
             async def changed() -> ClusterStatus | None:
                 current = session.status()
                 if not current.exists and session.deleted_reason is None:
-                    session.deleted_reason = await self._arun(api,
-                                                              self._deleted_reason_plan(ref))
+                    session.deleted_reason = await self._arun(api, self._deleted_reason_plan(ref))
                     current = session.status()
                 return session.changed(current)
 
@@ -358,8 +391,11 @@ class KubernetesBackend(Backend):
                 left = end - time.monotonic()
                 if left <= 0:
                     return
-                stream = api.watch(BY_KIND["Pod"].collection(ref.namespace),
-                                   session.watch_query(ref), session.watch_seconds(left))
+                stream = api.watch(
+                    BY_KIND["Pod"].collection(ref.namespace),
+                    session.watch_query(ref),
+                    session.watch_seconds(left),
+                )
                 try:
                     async for event in stream:
                         if session.on_event(event) and (current := await changed()) is not None:
@@ -390,8 +426,7 @@ class KubernetesBackend(Backend):
         if pod is None:
             return ""
         containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-        container = "tensorflow" if "tensorflow" in containers else \
-            (containers[0] if containers else None)
+        container = "tensorflow" if "tensorflow" in containers else (containers[0] if containers else None)
         path = BY_KIND["Pod"].item(ref.namespace, pod["metadata"]["name"]) + "/log"
         try:
             return self._api.text(path, {"container": container, "tailLines": tail_lines})
@@ -424,8 +459,12 @@ class KubernetesBackend(Backend):
         namespace takes the Event along with it.)
         """
         deleted = self._run(self._delete_plan(ref, reason))
-        log.info("kubernetes: deleted cluster %s in namespace %s (%s)", ref.name, ref.namespace,
-                 deleted or "nothing left")
+        log.info(
+            "kubernetes: deleted cluster %s in namespace %s (%s)",
+            ref.name,
+            ref.namespace,
+            deleted or "nothing left",
+        )
         self._forget(ref)
 
     async def adelete(self, ref: ClusterRef, reason: str = "") -> None:
@@ -440,8 +479,13 @@ class KubernetesBackend(Backend):
 
     def _delete_plan(self, ref: ClusterRef, reason: str = "") -> Plan:
         if reason:
-            yield Request("POST", BY_KIND["Event"].collection(ref.namespace), None,
-                          _deleted_event(ref, reason), optional=True)
+            yield Request(
+                "POST",
+                BY_KIND["Event"].collection(ref.namespace),
+                None,
+                _deleted_event(ref, reason),
+                optional=True,
+            )
         query = {"labelSelector": ref.label_selector, **BACKGROUND}
         deleted: list[str] = []
         for name in DELETE_ORDER:
@@ -453,12 +497,10 @@ class KubernetesBackend(Backend):
                     deleted.append(f"{len(items)} {kind.plural}")
                 continue
             namespace = ref.namespace if kind.namespaced else None
-            result = yield Request("GET", kind.collection(namespace),
-                                   {"labelSelector": ref.label_selector})
+            result = yield Request("GET", kind.collection(namespace), {"labelSelector": ref.label_selector})
             items = (result[1] or {}).get("items") or [] if result else []
             for item in items:
-                yield Request("DELETE", kind.item(namespace, item["metadata"]["name"]),
-                              BACKGROUND)
+                yield Request("DELETE", kind.item(namespace, item["metadata"]["name"]), BACKGROUND)
             if items:
                 deleted.append(f"{len(items)} {kind.plural}")
         if (yield from self._own_namespace_plan(ref)) is not None:
@@ -467,21 +509,22 @@ class KubernetesBackend(Backend):
         return ", ".join(deleted)
 
     def _deleted_reason_plan(self, ref: ClusterRef) -> Plan:
-        result = yield Request("GET", BY_KIND["Event"].collection(ref.namespace),
-                               {"labelSelector": f"{LABEL_DELETED_CLUSTER}={ref.name}"},
-                               optional=True)
+        result = yield Request(
+            "GET",
+            BY_KIND["Event"].collection(ref.namespace),
+            {"labelSelector": f"{LABEL_DELETED_CLUSTER}={ref.name}"},
+            optional=True,
+        )
         events = (result[1] or {}).get("items") or [] if result else []
         if not events:
             return ""
-        newest = max(events, key=lambda e: (e.get("lastTimestamp") or "",
-                                            e["metadata"].get("name", "")))
+        newest = max(events, key=lambda e: (e.get("lastTimestamp") or "", e["metadata"].get("name", "")))
         return str(newest.get("message") or "")
 
     # -- find -----------------------------------------------------------------------------
     def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:
         """Clusters (running or finished, not deleted) whose Jobs carry all of ``labels``."""
-        selector = ",".join([naming.LABEL_CLUSTER] + [f"{k}={v}" for k, v in
-                                                       sorted(labels.items())])
+        selector = ",".join([naming.LABEL_CLUSTER] + [f"{k}={v}" for k, v in sorted(labels.items())])
         kind = BY_KIND["Job"]
         path = kind.everywhere() if namespace is None else kind.collection(namespace)
         result = self._run(_single(Request("GET", path, {"labelSelector": selector})))
@@ -528,8 +571,11 @@ class _WatchSession:
         obj = event.get("object") or {}
         if kind == "ERROR":
             code = obj.get("code")
-            log.info("kubernetes: pod watch ended by the server (%s %s); listing again",
-                     code, obj.get("message", ""))
+            log.info(
+                "kubernetes: pod watch ended by the server (%s %s); listing again",
+                code,
+                obj.get("message", ""),
+            )
             self.rv = None  # 410 Gone and friends: start from a fresh list
             return False
         rv = (obj.get("metadata") or {}).get("resourceVersion")
@@ -541,8 +587,7 @@ class _WatchSession:
         if kind == "DELETED":
             self.pods.pop(pid, None)
             key = task_key(obj)
-            if key and is_job_pod(obj) and not any(task_key(p) == key
-                                                   for p in self.pods.values()):
+            if key and is_job_pod(obj) and not any(task_key(p) == key for p in self.pods.values()):
                 self._jobs_due = True  # did the Job fail, finish or go away?
         else:
             self.pods[pid] = obj
@@ -566,8 +611,7 @@ class _WatchSession:
         return status
 
     def watch_query(self, ref: ClusterRef) -> dict[str, Any]:
-        return {"labelSelector": ref.label_selector, "resourceVersion": self.rv,
-                "allowWatchBookmarks": True}
+        return {"labelSelector": ref.label_selector, "resourceVersion": self.rv, "allowWatchBookmarks": True}
 
     def watch_seconds(self, left: float) -> int:
         """How long the next watch request may stay open before something is due."""
@@ -576,8 +620,7 @@ class _WatchSession:
         if self._deadline is not None:
             wait = min(wait, max(0.0, self._deadline - time.time()) + 0.5)
         if self._jobs_due:
-            wait = min(wait, max(0.0, self._jobs_listed_at + JOB_REFRESH_INTERVAL
-                                 - time.monotonic()))
+            wait = min(wait, max(0.0, self._jobs_listed_at + JOB_REFRESH_INTERVAL - time.monotonic()))
         return max(1, math.ceil(wait))
 
     def should_reopen(self) -> bool:
@@ -598,7 +641,7 @@ class _WatchSession:
             _reraise("watch pods", exc)
         log.warning("kubernetes: pod watch failed (%s); listing again", error_message(exc))
         self.rv = None
-        return min(2.0 ** self._failures / 4, 5.0)
+        return min(2.0**self._failures / 4, 5.0)
 
 
 def _pod_id(pod: dict[str, Any]) -> str:
@@ -606,8 +649,7 @@ def _pod_id(pod: dict[str, Any]) -> str:
     return meta.get("uid") or meta.get("name", "")
 
 
-def _jobs_stale(interp: Interpreter, pods: list[dict[str, Any]],
-                jobs: dict[str, JobInfo]) -> bool:
+def _jobs_stale(interp: Interpreter, pods: list[dict[str, Any]], jobs: dict[str, JobInfo]) -> bool:
     """Do the cached Jobs still explain these pods? (Spec fields are immutable; only
     outcomes change, and a Job's outcome shows as its pods going away.)"""
     if not pods:
@@ -636,8 +678,7 @@ def _failed(req: Request, exc: Exception) -> None:
     if is_not_found(exc) or (req.forbidden_is_absent and api_status(exc) == 403):
         return None
     if req.optional:
-        log.warning("kubernetes: %s %s failed (%s); carrying on", req.method, req.path,
-                    error_message(exc))
+        log.warning("kubernetes: %s %s failed (%s); carrying on", req.method, req.path, error_message(exc))
         return None
     _reraise(f"{req.method} {req.path}", exc)
     return None
@@ -646,14 +687,25 @@ def _failed(req: Request, exc: Exception) -> None:
 def _deleted_event(ref: ClusterRef, reason: str) -> dict[str, Any]:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"{ref.name}.deleted.{time.time_ns():x}",
-                     "namespace": ref.namespace,
-                     "labels": {LABEL_DELETED_CLUSTER: ref.name}},
-        "involvedObject": {"apiVersion": "batch/v1", "kind": "Job",
-                           "name": naming.role_resource_name(ref.name, "worker"),
-                           "namespace": ref.namespace},
-        "reason": EVENT_REASON_DELETED, "message": reason[:1024], "type": "Normal",
-        "source": {"component": "airflow-tfk"}, "reportingComponent": "airflow-tfk",
-        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{ref.name}.deleted.{time.time_ns():x}",
+            "namespace": ref.namespace,
+            "labels": {LABEL_DELETED_CLUSTER: ref.name},
+        },
+        "involvedObject": {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": naming.role_resource_name(ref.name, "worker"),
+            "namespace": ref.namespace,
+        },
+        "reason": EVENT_REASON_DELETED,
+        "message": reason[:1024],
+        "type": "Normal",
+        "source": {"component": "airflow-tfk"},
+        "reportingComponent": "airflow-tfk",
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
     }

@@ -184,11 +184,19 @@ class LocalBackend(Backend):
 
     kind = "local"
 
-    def __init__(self, root: str | None = None, *, fixed_ports: bool = False,
-                 workdir: str | None = None, kill_grace_seconds: float = 5.0,
-                 restart_backoff_seconds: float = 1.0, poll_interval: float = 0.5,
-                 inherit_env: bool = True, keep_history: int = 3,
-                 start_timeout_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        root: str | None = None,
+        *,
+        fixed_ports: bool = False,
+        workdir: str | None = None,
+        kill_grace_seconds: float = 5.0,
+        restart_backoff_seconds: float = 1.0,
+        poll_interval: float = 0.5,
+        inherit_env: bool = True,
+        keep_history: int = 3,
+        start_timeout_seconds: float = 30.0,
+    ) -> None:
         if os.name != "posix":
             raise RuntimeError("the local backend needs a POSIX system (process groups)")
         self.root = os.path.abspath(os.path.expanduser(root or default_root()))
@@ -205,12 +213,17 @@ class LocalBackend(Backend):
         return f"LocalBackend(root={self.root!r})"
 
     def config(self) -> dict[str, Any]:
-        return {"root": self.root, "fixed_ports": self.fixed_ports, "workdir": self.workdir,
-                "kill_grace_seconds": self.kill_grace_seconds,
-                "restart_backoff_seconds": self.restart_backoff_seconds,
-                "poll_interval": self.poll_interval, "inherit_env": self.inherit_env,
-                "keep_history": self.keep_history,
-                "start_timeout_seconds": self.start_timeout_seconds}
+        return {
+            "root": self.root,
+            "fixed_ports": self.fixed_ports,
+            "workdir": self.workdir,
+            "kill_grace_seconds": self.kill_grace_seconds,
+            "restart_backoff_seconds": self.restart_backoff_seconds,
+            "poll_interval": self.poll_interval,
+            "inherit_env": self.inherit_env,
+            "keep_history": self.keep_history,
+            "start_timeout_seconds": self.start_timeout_seconds,
+        }
 
     # -- paths --------------------------------------------------------------------------
     def cluster_dir(self, ref: ClusterRef) -> Path:
@@ -264,8 +277,7 @@ class LocalBackend(Backend):
             state = self._state(ref)
             if state is not None and not state.get("deleted_at") and self._live(ref, state):
                 self._check_reattach(ref, state, spec, identity)
-                log.info("local backend: cluster %s/%s is running; reattached",
-                         ref.namespace, ref.name)
+                log.info("local backend: cluster %s/%s is running; reattached", ref.namespace, ref.name)
                 return ref
             ports = self._allocate_ports(spec)
             if cdir.exists():
@@ -278,23 +290,30 @@ class LocalBackend(Backend):
                 raise
         return ref
 
-    def _check_reattach(self, ref: ClusterRef, state: dict[str, Any], spec: TFClusterSpec,
-                        identity: RunIdentity | None) -> None:
+    def _check_reattach(
+        self, ref: ClusterRef, state: dict[str, Any], spec: TFClusterSpec, identity: RunIdentity | None
+    ) -> None:
         owner = state.get("identity")
         if identity is not None and owner is not None and owner != identity.to_dict():
-            raise SpecError("name", f"a running local cluster {ref.namespace}/{ref.name} belongs to "
-                            f"another run ({RunIdentity.from_dict(owner)!r}); delete it first or "
-                            "choose another name", spec.name)
+            raise SpecError(
+                "name",
+                f"a running local cluster {ref.namespace}/{ref.name} belongs to "
+                f"another run ({RunIdentity.from_dict(owner)!r}); delete it first or "
+                "choose another name",
+                spec.name,
+            )
         if state.get("spec") != spec.to_dict():
-            log.warning("local backend: %s/%s is already running with a different spec; the "
-                        "running cluster is kept (delete it to apply the new spec)",
-                        ref.namespace, ref.name)
+            log.warning(
+                "local backend: %s/%s is already running with a different spec; the "
+                "running cluster is kept (delete it to apply the new spec)",
+                ref.namespace,
+                ref.name,
+            )
 
     def _resolve_commands(self, spec: TFClusterSpec, workdir: str) -> dict[str, list[str]]:
         """argv (without the legacy flags) of each role; checks what only this machine can."""
         if not os.path.isdir(workdir):
-            raise SpecError("workdir", "the local backend's working directory does not exist",
-                            workdir)
+            raise SpecError("workdir", "the local backend's working directory does not exist", workdir)
         out: dict[str, list[str]] = {}
         for role, rspec in spec.roles().items():
             cmd_field = f"{role}.command" if rspec.command is not None else "command"
@@ -309,16 +328,16 @@ class LocalBackend(Backend):
             elif "/" in exe:
                 resolved = exe if os.path.isabs(exe) else os.path.join(workdir, exe)
                 if not os.path.isfile(resolved):
-                    raise SpecError(cmd_field, f"executable {exe!r} does not exist (resolved "
-                                    f"against {workdir})", exe)
+                    raise SpecError(
+                        cmd_field, f"executable {exe!r} does not exist (resolved against {workdir})", exe
+                    )
                 if not os.access(resolved, os.X_OK):
                     raise SpecError(cmd_field, f"{exe!r} is not executable", exe)
                 is_python = os.path.basename(resolved).startswith("python")
             else:
                 found = shutil.which(exe, path=path_env)
                 if found is None:
-                    raise SpecError(cmd_field, f"executable {exe!r} is not on PATH on this "
-                                    "machine", exe)
+                    raise SpecError(cmd_field, f"executable {exe!r} is not on PATH on this machine", exe)
                 resolved = found
                 is_python = exe.startswith("python")
             argv = [resolved, *command[1:], *args]
@@ -328,8 +347,9 @@ class LocalBackend(Backend):
                     where = f"{cmd_field}[1]" if len(command) > 1 else f"{args_field}[0]"
                     full = script if os.path.isabs(script) else os.path.join(workdir, script)
                     if not os.path.isfile(full):
-                        raise SpecError(where, f"script {script!r} does not exist (resolved "
-                                        f"against {workdir})", script)
+                        raise SpecError(
+                            where, f"script {script!r} does not exist (resolved against {workdir})", script
+                        )
             out[role] = argv
         return out
 
@@ -339,14 +359,21 @@ class LocalBackend(Backend):
         if self.fixed_ports:
             last = spec.port + len(names) - 1
             if last > 65535:
-                raise SpecError("port", f"with fixed ports the {len(names)} tasks need ports "
-                                f"{spec.port}-{last}, beyond 65535", spec.port)
+                raise SpecError(
+                    "port",
+                    f"with fixed ports the {len(names)} tasks need ports {spec.port}-{last}, beyond 65535",
+                    spec.port,
+                )
             for k, name in enumerate(names):
                 if not _port_free(spec.port + k):
-                    raise SpecError("port", f"{LOCALHOST}:{spec.port + k} (for task {name}) is "
-                                    "already in use on this machine: stop what listens there, "
-                                    "choose another port, or let the local backend pick free "
-                                    "ports (fixed_ports=False)", spec.port)
+                    raise SpecError(
+                        "port",
+                        f"{LOCALHOST}:{spec.port + k} (for task {name}) is "
+                        "already in use on this machine: stop what listens there, "
+                        "choose another port, or let the local backend pick free "
+                        "ports (fixed_ports=False)",
+                        spec.port,
+                    )
             return {name: spec.port + k for k, name in enumerate(names)}
         socks: list[socket.socket] = []
         try:  # hold every socket until all are bound, so no two tasks get the same port
@@ -367,53 +394,72 @@ class LocalBackend(Backend):
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime((state or {}).get("created_at", 0)))
         uid = (state or {}).get("uid", uuid.uuid4().hex)[:8]
         os.replace(cdir, history / f"{ref.name}-{stamp}-{uid}")
-        old = sorted((p for p in history.iterdir() if p.name.startswith(f"{ref.name}-")),
-                     key=lambda p: p.stat().st_mtime)
+        old = sorted(
+            (p for p in history.iterdir() if p.name.startswith(f"{ref.name}-")),
+            key=lambda p: p.stat().st_mtime,
+        )
         for p in old[: max(0, len(old) - self.keep_history)]:
             shutil.rmtree(p, ignore_errors=True)
 
-    def _task_env(self, spec: TFClusterSpec, role: str, rspec: RoleSpec, index: int,
-                  cluster: dict[str, list[str]], volumes: dict[str, str]) -> dict[str, str]:
+    def _task_env(
+        self,
+        spec: TFClusterSpec,
+        role: str,
+        rspec: RoleSpec,
+        index: int,
+        cluster: dict[str, list[str]],
+        volumes: dict[str, str],
+    ) -> dict[str, str]:
         if self.inherit_env:
-            env = {k: v for k, v in os.environ.items()
-                   if not (k.startswith("TFK_") or k == "TF_CONFIG")}
+            env = {k: v for k, v in os.environ.items() if not (k.startswith("TFK_") or k == "TF_CONFIG")}
         else:
-            env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
-                   if k in os.environ}
+            env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR") if k in os.environ}
         env["PYTHONUNBUFFERED"] = "1"  # progress lines reach the log as they are printed
         env.update(spec.env)
         env.update(rspec.env)
         cluster_json = json.dumps(cluster, separators=(",", ":"))
-        env.update({
-            "TFK_CLUSTER": cluster_json,
-            "TFK_ROLE": role,
-            "TFK_INDEX": str(index),
-            "TFK_MODE": spec.mode.value,
-            "TFK_CLUSTER_NAME": spec.name,
-            "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": role, "index": index}},
-                                    separators=(",", ":")),
-        })
+        env.update(
+            {
+                "TFK_CLUSTER": cluster_json,
+                "TFK_ROLE": role,
+                "TFK_INDEX": str(index),
+                "TFK_MODE": spec.mode.value,
+                "TFK_CLUSTER_NAME": spec.name,
+                "TF_CONFIG": json.dumps(
+                    {"cluster": cluster, "task": {"type": role, "index": index}}, separators=(",", ":")
+                ),
+            }
+        )
         for vol, path in volumes.items():
             env[_VOLUME_ENV[vol]] = path
         return env
 
-    def _start(self, ref: ClusterRef, spec: TFClusterSpec, identity: RunIdentity | None,
-               commands: dict[str, list[str]], ports: dict[str, int], workdir: str) -> None:
+    def _start(
+        self,
+        ref: ClusterRef,
+        spec: TFClusterSpec,
+        identity: RunIdentity | None,
+        commands: dict[str, list[str]],
+        ports: dict[str, int],
+        workdir: str,
+    ) -> None:
         cdir = self.cluster_dir(ref)
         (cdir / "logs").mkdir(parents=True)
         volumes: dict[str, str] = {}
         for vol, vspec in spec.storage.volumes().items():
-            vdir = (self.claim_path(ref.namespace, vspec.claim) if vspec.claim
-                    else cdir / "volumes" / vol)
+            vdir = self.claim_path(ref.namespace, vspec.claim) if vspec.claim else cdir / "volumes" / vol
             vdir.mkdir(parents=True, exist_ok=True)
             volumes[vol] = str(vdir)
-        cluster = {role: [f"{LOCALHOST}:{ports[f'{role}-{i}']}" for i in range(rs.replicas)]
-                   for role, rs in spec.cluster_roles().items()}
-        legacy = [f"--ps_hosts={','.join(cluster.get('ps', []))}",
-                  f"--worker_hosts={','.join(cluster.get('worker', []))}"]
+        cluster = {
+            role: [f"{LOCALHOST}:{ports[f'{role}-{i}']}" for i in range(rs.replicas)]
+            for role, rs in spec.cluster_roles().items()
+        }
+        legacy = [
+            f"--ps_hosts={','.join(cluster.get('ps', []))}",
+            f"--worker_hosts={','.join(cluster.get('worker', []))}",
+        ]
         created_at = time.time()
-        deadline = (created_at + spec.max_duration_seconds
-                    if spec.max_duration_seconds is not None else None)
+        deadline = created_at + spec.max_duration_seconds if spec.max_duration_seconds is not None else None
         tasks = []
         for role, rspec in spec.roles().items():
             for index in range(rspec.replicas):
@@ -423,41 +469,67 @@ class LocalBackend(Backend):
                 argv = list(commands[role])
                 if spec.legacy_tf1_flags:
                     argv += [*legacy, f"--job_name={role}", f"--task_index={index}"]
-                _write_json(tdir / "task.json", {
-                    "role": role, "index": index, "argv": argv, "cwd": workdir,
-                    "env": self._task_env(spec, role, rspec, index, cluster, volumes),
-                    "log": str(cdir / "logs" / f"{name}.log"),
-                    "retries": spec.retries_per_index,
-                    "permanent_exit_codes": list(spec.permanent_exit_codes),
-                    "max_duration_seconds": spec.max_duration_seconds, "deadline": deadline,
-                    "kill_grace_seconds": self.kill_grace_seconds,
-                    "restart_backoff_seconds": self.restart_backoff_seconds})
+                _write_json(
+                    tdir / "task.json",
+                    {
+                        "role": role,
+                        "index": index,
+                        "argv": argv,
+                        "cwd": workdir,
+                        "env": self._task_env(spec, role, rspec, index, cluster, volumes),
+                        "log": str(cdir / "logs" / f"{name}.log"),
+                        "retries": spec.retries_per_index,
+                        "permanent_exit_codes": list(spec.permanent_exit_codes),
+                        "max_duration_seconds": spec.max_duration_seconds,
+                        "deadline": deadline,
+                        "kill_grace_seconds": self.kill_grace_seconds,
+                        "restart_backoff_seconds": self.restart_backoff_seconds,
+                    },
+                )
                 (cdir / "logs" / f"{name}.log").touch()
-                tasks.append({"role": role, "index": index, "port": ports.get(name),
-                              "supervisor": None})
-        state = {"version": STATE_VERSION, "kind": self.kind, "uid": uuid.uuid4().hex,
-                 "name": ref.name, "namespace": ref.namespace, "created_at": created_at,
-                 "deleted_at": None, "deleted_reason": "", "spec": spec.to_dict(),
-                 "labels": self._labels(spec, identity),
-                 "identity": identity.to_dict() if identity is not None else None,
-                 "cluster": cluster, "volumes": volumes, "workdir": workdir, "tasks": tasks}
+                tasks.append({"role": role, "index": index, "port": ports.get(name), "supervisor": None})
+        state = {
+            "version": STATE_VERSION,
+            "kind": self.kind,
+            "uid": uuid.uuid4().hex,
+            "name": ref.name,
+            "namespace": ref.namespace,
+            "created_at": created_at,
+            "deleted_at": None,
+            "deleted_reason": "",
+            "spec": spec.to_dict(),
+            "labels": self._labels(spec, identity),
+            "identity": identity.to_dict() if identity is not None else None,
+            "cluster": cluster,
+            "volumes": volumes,
+            "workdir": workdir,
+            "tasks": tasks,
+        }
         _write_json(cdir / "state.json", state)
 
         launchers = []
         for t in tasks:
             tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
             with open(tdir / "supervisor.log", "ab") as out:
-                launchers.append(subprocess.Popen(
-                    [sys.executable, "-I", SUPERVISOR, "--daemonize", str(tdir)],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=out, close_fds=True,
-                    start_new_session=True, cwd=str(tdir)))
+                launchers.append(
+                    subprocess.Popen(
+                        [sys.executable, "-I", SUPERVISOR, "--daemonize", str(tdir)],
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=out,
+                        close_fds=True,
+                        start_new_session=True,
+                        cwd=str(tdir),
+                    )
+                )
         for t, p in zip(tasks, launchers, strict=True):  # each returns once its supervisor forked
             if p.wait(timeout=self.start_timeout_seconds) != 0:
                 tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
                 raise RuntimeError(
                     f"local backend: the supervisor of {t['role']}-{t['index']} failed to start "
                     f"(exit code {p.returncode}): "
-                    f"{_tail(tdir / 'supervisor.log', 20).strip() or 'no output'}")
+                    f"{_tail(tdir / 'supervisor.log', 20).strip() or 'no output'}"
+                )
         give_up = time.monotonic() + self.start_timeout_seconds
         for t in tasks:
             tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
@@ -469,7 +541,8 @@ class LocalBackend(Backend):
                     raise RuntimeError(
                         f"local backend: the supervisor of {t['role']}-{t['index']} did not "
                         f"start within {self.start_timeout_seconds:.0f}s: "
-                        f"{_tail(tdir / 'supervisor.log', 20).strip() or 'no output'}")
+                        f"{_tail(tdir / 'supervisor.log', 20).strip() or 'no output'}"
+                    )
                 time.sleep(0.01)
             try:
                 ctime = psutil.Process(info["pid"]).create_time()
@@ -477,16 +550,19 @@ class LocalBackend(Backend):
                 ctime = None  # already gone (e.g. the task failed at once): nothing to kill
             t["supervisor"] = {"pid": info["pid"], "create_time": ctime}
         _write_json(cdir / "state.json", state)
-        log.info("local backend: started %s/%s (%d tasks) under %s", ref.namespace, ref.name,
-                 len(tasks), cdir)
+        log.info(
+            "local backend: started %s/%s (%d tasks) under %s", ref.namespace, ref.name, len(tasks), cdir
+        )
 
     @staticmethod
     def _labels(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, str]:
         """The labels every Kubernetes object of this cluster would carry (for :meth:`find`)."""
-        labels = {"app.kubernetes.io/name": "tensorflow",
-                  "app.kubernetes.io/instance": spec.name,
-                  "app.kubernetes.io/managed-by": naming.MANAGED_BY,
-                  naming.LABEL_CLUSTER: spec.name}
+        labels = {
+            "app.kubernetes.io/name": "tensorflow",
+            "app.kubernetes.io/instance": spec.name,
+            "app.kubernetes.io/managed-by": naming.MANAGED_BY,
+            naming.LABEL_CLUSTER: spec.name,
+        }
         if identity is not None:
             labels.update(identity.labels())
         labels.update(spec.labels)
@@ -514,8 +590,9 @@ class LocalBackend(Backend):
         return _verified(st.get("pid"), st.get("pid_create_time"))
 
     def _live(self, ref: ClusterRef, state: dict[str, Any]) -> bool:
-        return any(self._supervisor(ref, t) is not None or self._child(ref, t) is not None
-                   for t in state["tasks"])
+        return any(
+            self._supervisor(ref, t) is not None or self._child(ref, t) is not None for t in state["tasks"]
+        )
 
     def _kill(self, ref: ClusterRef, state: dict[str, Any], roles: list[str] | None) -> None:
         """Stop the tasks of ``roles`` (all for None) and wait until none of their processes
@@ -569,8 +646,9 @@ class LocalBackend(Backend):
                 groups = set()
         leftover = sorted(p.pid for p in alive)
         if leftover:
-            raise RuntimeError(f"local backend: processes {leftover} of {ref.namespace}/{ref.name} "
-                               "did not die after SIGKILL")
+            raise RuntimeError(
+                f"local backend: processes {leftover} of {ref.namespace}/{ref.name} did not die after SIGKILL"
+            )
 
     # -- the Backend interface ----------------------------------------------------------
     def exists(self, ref: ClusterRef) -> bool:
@@ -580,8 +658,9 @@ class LocalBackend(Backend):
     def status(self, ref: ClusterRef) -> ClusterStatus:
         state = self._state(ref)
         if state is None or state.get("deleted_at"):
-            return ClusterStatus(tasks=(), exists=False,
-                                 deleted_reason=(state or {}).get("deleted_reason") or "")
+            return ClusterStatus(
+                tasks=(), exists=False, deleted_reason=(state or {}).get("deleted_reason") or ""
+            )
         return ClusterStatus(tasks=tuple(self._task_status(ref, t) for t in state["tasks"]))
 
     def _task_status(self, ref: ClusterRef, task: dict[str, Any]) -> TaskStatus:
@@ -596,14 +675,20 @@ class LocalBackend(Backend):
             phase = Phase(final["phase"])
             message = ""
             if phase is Phase.FAILED:
-                message = (_tail(log_path, FAILURE_LOG_LINES).rstrip("\n")
-                           or final.get("message", ""))
-            return TaskStatus(role, index, phase, final.get("reason", ""), message,
-                              final.get("exit_code"), restarts)
+                message = _tail(log_path, FAILURE_LOG_LINES).rstrip("\n") or final.get("message", "")
+            return TaskStatus(
+                role, index, phase, final.get("reason", ""), message, final.get("exit_code"), restarts
+            )
         if final is not None or deleted:
-            return TaskStatus(role, index, Phase.PENDING, "Deleted",
-                              "deleted before it finished", (final or {}).get("exit_code"),
-                              restarts)
+            return TaskStatus(
+                role,
+                index,
+                Phase.PENDING,
+                "Deleted",
+                "deleted before it finished",
+                (final or {}).get("exit_code"),
+                restarts,
+            )
         supervisor = self._supervisor(ref, task)
         if supervisor is None and task.get("supervisor"):
             if (tdir / "exit.json").exists() or (tdir / "deleted").exists():
@@ -613,17 +698,21 @@ class LocalBackend(Backend):
             if self._child(ref, task) is not None:
                 return TaskStatus(role, index, Phase.RUNNING, "", "", None, restarts)
             tail = _tail(log_path, FAILURE_LOG_LINES).rstrip("\n")
-            note = ("the local supervisor of this task is gone without recording an exit "
-                    "status (killed from outside, or the machine restarted)")
-            return TaskStatus(role, index, Phase.FAILED, "Lost",
-                              f"{note}\n{tail}" if tail else note, None, restarts)
+            note = (
+                "the local supervisor of this task is gone without recording an exit "
+                "status (killed from outside, or the machine restarted)"
+            )
+            return TaskStatus(
+                role, index, Phase.FAILED, "Lost", f"{note}\n{tail}" if tail else note, None, restarts
+            )
         state = current.get("state")
         if state == "running":
             return TaskStatus(role, index, Phase.RUNNING, "", "", None, restarts)
         if state == "backoff":
             code = current.get("last_exit_code")
-            return TaskStatus(role, index, Phase.PENDING, "BackOff",
-                              f"exited with code {code}; restarting", code, restarts)
+            return TaskStatus(
+                role, index, Phase.PENDING, "BackOff", f"exited with code {code}; restarting", code, restarts
+            )
         return TaskStatus(role, index, Phase.PENDING, "Starting", "", None, restarts)
 
     def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
@@ -657,13 +746,21 @@ class LocalBackend(Backend):
                 state["deleted_at"] = time.time()
                 state["deleted_reason"] = reason
                 _write_json(self.cluster_dir(ref) / "state.json", state)
-        log.info("local backend: deleted %s/%s%s (logs kept in %s)", ref.namespace, ref.name,
-                 f" ({reason})" if reason else "", self.cluster_dir(ref) / "logs")
+        log.info(
+            "local backend: deleted %s/%s%s (logs kept in %s)",
+            ref.namespace,
+            ref.name,
+            f" ({reason})" if reason else "",
+            self.cluster_dir(ref) / "logs",
+        )
 
     def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:
         """Clusters not deleted (running or finished) whose labels include ``labels``."""
-        namespaces = ([namespace] if namespace is not None
-                      else sorted(p.name for p in Path(self.root).glob("*") if p.is_dir()))
+        namespaces = (
+            [namespace]
+            if namespace is not None
+            else sorted(p.name for p in Path(self.root).glob("*") if p.is_dir())
+        )
         found = []
         for ns in namespaces:
             if not naming.is_dns1123_label(ns):

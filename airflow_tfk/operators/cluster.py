@@ -34,10 +34,16 @@ class CreateTFClusterOperator(BaseOperator):
     template_fields: Sequence[str] = ("cluster_spec", "backend_config")
     ui_color = "#ff8f00"
 
-    def __init__(self, *, cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
-                 backend: str = "kubernetes", backend_config: dict[str, Any] | None = None,
-                 kubernetes_conn_id: str = "kubernetes_default", name_prefix: str = "tfk",
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
+        backend: str = "kubernetes",
+        backend_config: dict[str, Any] | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        name_prefix: str = "tfk",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.cluster_spec = cluster_spec
         self.backend = backend
@@ -52,8 +58,9 @@ class CreateTFClusterOperator(BaseOperator):
 
         identity = identity_from_context(context)
         spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
-        backend = get_backend(self.backend, **backend_config(self.backend, self.backend_config,
-                                                             self.kubernetes_conn_id))
+        backend = get_backend(
+            self.backend, **backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
+        )
         create_or_reattach(backend, spec, identity, self.log.info)
         return ClusterHandle.for_spec(spec, backend).to_dict()
 

@@ -43,16 +43,33 @@ class PublishModelOperator(BaseOperator):
         ``predict_url``, ``kept_versions``, ``backend``.
     """
 
-    template_fields: Sequence[str] = ("model_name", "claim", "sub_path", "base_path", "version",
-                                      "backend_config", "serving", "sample_request")
+    template_fields: Sequence[str] = (
+        "model_name",
+        "claim",
+        "sub_path",
+        "base_path",
+        "version",
+        "backend_config",
+        "serving",
+        "sample_request",
+    )
     ui_color = "#ffa000"
 
-    def __init__(self, *, model_name: str, claim: str | None = None, sub_path: str = "",
-                 base_path: str | None = None, version: int | str | None = None,
-                 backend: str = "kubernetes", backend_config: dict[str, Any] | None = None,
-                 kubernetes_conn_id: str = "kubernetes_default",
-                 serving: Mapping[str, Any] | None = None,
-                 sample_request: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        model_name: str,
+        claim: str | None = None,
+        sub_path: str = "",
+        base_path: str | None = None,
+        version: int | str | None = None,
+        backend: str = "kubernetes",
+        backend_config: dict[str, Any] | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        serving: Mapping[str, Any] | None = None,
+        sample_request: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if backend not in ("kubernetes", "local"):
             raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {backend!r})")
@@ -76,9 +93,15 @@ class PublishModelOperator(BaseOperator):
         clash = sorted({"model_name", "claim", "sub_path", "base_path"} & set(extra))
         if clash:
             raise SpecError(f"serving.{clash[0]}", "is an operator parameter; pass it directly")
-        return ServingSpec.from_dict({"model_name": self.model_name, "claim": self.claim,
-                                      "sub_path": self.sub_path or "",
-                                      "base_path": self.base_path, **extra})
+        return ServingSpec.from_dict(
+            {
+                "model_name": self.model_name,
+                "claim": self.claim,
+                "sub_path": self.sub_path or "",
+                "base_path": self.base_path,
+                **extra,
+            }
+        )
 
     def _version(self) -> int | None:
         from airflow_tfk.errors import SpecError

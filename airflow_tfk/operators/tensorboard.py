@@ -24,7 +24,7 @@ DEFAULT_TASK_ID = "tensorboard"
 
 
 class TensorBoardLink(BaseOperatorLink):
-    """"TensorBoard" button: the URL the TensorBoard task pushed (XCom ``tensorboard``).
+    """ "TensorBoard" button: the URL the TensorBoard task pushed (XCom ``tensorboard``).
 
     On the TensorBoard task itself it reads that task's XCom. On another task (the
     training) it reads the XCom of the task named by the operator's
@@ -45,8 +45,7 @@ class TensorBoardLink(BaseOperatorLink):
             dag = getattr(operator, "dag", None)
             if dag is not None and not dag.has_task(task_id):
                 return ""  # no TensorBoard in this DAG: don't ask for an XCom that cannot exist
-            value = XCom.get_one(key=XCOM_KEY, dag_id=ti_key.dag_id, run_id=ti_key.run_id,
-                                 task_id=task_id)
+            value = XCom.get_one(key=XCOM_KEY, dag_id=ti_key.dag_id, run_id=ti_key.run_id, task_id=task_id)
         if isinstance(value, Mapping):
             return str(value.get("url") or "")
         return str(value or "")
@@ -71,17 +70,31 @@ class TensorBoardOperator(BaseOperator):
         ``backend_config``.
     """
 
-    template_fields: Sequence[str] = ("name", "claim", "sub_path", "base_path",
-                                      "backend_config", "tensorboard")
+    template_fields: Sequence[str] = (
+        "name",
+        "claim",
+        "sub_path",
+        "base_path",
+        "backend_config",
+        "tensorboard",
+    )
     operator_extra_links = (TensorBoardLink(),)
     ui_color = "#ff8f00"
 
-    def __init__(self, *, name: str | None = None, claim: str | None = None, sub_path: str = "",
-                 base_path: str | None = None, backend: str = "kubernetes",
-                 backend_config: dict[str, Any] | None = None,
-                 kubernetes_conn_id: str = "kubernetes_default",
-                 tensorboard: Mapping[str, Any] | None = None, action: str = "start",
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        claim: str | None = None,
+        sub_path: str = "",
+        base_path: str | None = None,
+        backend: str = "kubernetes",
+        backend_config: dict[str, Any] | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        tensorboard: Mapping[str, Any] | None = None,
+        action: str = "start",
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("task_id", DEFAULT_TASK_ID)
         super().__init__(**kwargs)
         if backend not in ("kubernetes", "local"):
@@ -101,10 +114,15 @@ class TensorBoardOperator(BaseOperator):
     def spec(self, dag_id: str) -> Any:
         from airflow_tfk.serving.spec import TensorBoardSpec, default_name
 
-        return TensorBoardSpec.from_dict({
-            "name": self.name or default_name("tb", dag_id), "claim": self.claim,
-            "sub_path": self.sub_path or "", "base_path": self.base_path,
-            **dict(self.tensorboard or {})})
+        return TensorBoardSpec.from_dict(
+            {
+                "name": self.name or default_name("tb", dag_id),
+                "claim": self.claim,
+                "sub_path": self.sub_path or "",
+                "base_path": self.base_path,
+                **dict(self.tensorboard or {}),
+            }
+        )
 
     def server(self, context: Context) -> Any:
         from airflow_tfk.serving.targets import get_tensorboard
@@ -121,8 +139,12 @@ class TensorBoardOperator(BaseOperator):
             server.stop(self.log.info)
             return None
         url = server.start(self.log.info)
-        value = {"name": server.spec.name, "url": url, "backend": self.backend,
-                 "backend_config": server.config()}
+        value = {
+            "name": server.spec.name,
+            "url": url,
+            "backend": self.backend,
+            "backend_config": server.config(),
+        }
         context["ti"].xcom_push(key=XCOM_KEY, value=value)
         return value
 

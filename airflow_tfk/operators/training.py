@@ -54,12 +54,21 @@ class TFTrainingOperator(BaseOperator):
     ui_color = "#ff6f00"
     operator_extra_links = (TensorBoardLink(),)
 
-    def __init__(self, *, cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
-                 backend: str = "kubernetes", backend_config: dict[str, Any] | None = None,
-                 kubernetes_conn_id: str = "kubernetes_default", deferrable: bool = False,
-                 cleanup: str = "ps", progress_interval: float = 30.0, name_prefix: str = "tfk",
-                 previous_run_policy: str = "allow", tensorboard_task_id: str = "tensorboard",
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
+        backend: str = "kubernetes",
+        backend_config: dict[str, Any] | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        deferrable: bool = False,
+        cleanup: str = "ps",
+        progress_interval: float = 30.0,
+        name_prefix: str = "tfk",
+        previous_run_policy: str = "allow",
+        tensorboard_task_id: str = "tensorboard",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if cleanup not in ("ps", "all"):
             raise ValueError(f"cleanup: must be 'ps' or 'all' (got {cleanup!r})")
@@ -92,20 +101,27 @@ class TFTrainingOperator(BaseOperator):
         handle = ClusterHandle.for_spec(spec, backend)
         wait_limit = self.execution_timeout.total_seconds() if self.execution_timeout else None
         policy = _previous_run_policy(self.previous_run_policy)
-        if not apply_previous_run_policy(backend, spec, identity, policy,
-                                         self.log.info, wait_timeout=wait_limit):
+        if not apply_previous_run_policy(
+            backend, spec, identity, policy, self.log.info, wait_timeout=wait_limit
+        ):
             from airflow.sdk.exceptions import AirflowSkipException
 
-            raise AirflowSkipException("an earlier run of this training is still alive "
-                                       "(previous_run_policy=skip)")
+            raise AirflowSkipException(
+                "an earlier run of this training is still alive (previous_run_policy=skip)"
+            )
         self._handle = handle
         try:
             create_or_reattach(backend, spec, identity, self.log.info)
             if self.deferrable:
                 self._defer(handle)
-            verdict = wait_for_cluster(backend, handle.ref, handle.mode, handle.replicas,
-                                       progress_interval=self.progress_interval,
-                                       emit=self.log.info)
+            verdict = wait_for_cluster(
+                backend,
+                handle.ref,
+                handle.mode,
+                handle.replicas,
+                progress_interval=self.progress_interval,
+                emit=self.log.info,
+            )
         except TaskDeferred:
             raise
         except BaseException:
@@ -124,14 +140,22 @@ class TFTrainingOperator(BaseOperator):
             timeout = self.execution_timeout + _DEFER_TIMEOUT_MARGIN
         self.defer(
             trigger=WorkersDoneTrigger(
-                cluster=handle.ref.to_dict(), backend_kind=handle.backend_kind,
-                backend_config=handle.backend_config, mode=handle.mode.value,
-                replicas=handle.replicas, deadline=deadline,
-                progress_interval=self.progress_interval),
-            method_name="execute_complete", kwargs={"handle": handle.to_dict()}, timeout=timeout)
+                cluster=handle.ref.to_dict(),
+                backend_kind=handle.backend_kind,
+                backend_config=handle.backend_config,
+                mode=handle.mode.value,
+                replicas=handle.replicas,
+                deadline=deadline,
+                progress_interval=self.progress_interval,
+            ),
+            method_name="execute_complete",
+            kwargs={"handle": handle.to_dict()},
+            timeout=timeout,
+        )
 
-    def execute_complete(self, context: Context, event: dict[str, Any],
-                         handle: dict[str, Any] | None = None) -> dict[str, Any]:
+    def execute_complete(
+        self, context: Context, event: dict[str, Any], handle: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         from airflow_tfk.handle import ClusterHandle
         from airflow_tfk.status import TaskStatus
 
@@ -144,8 +168,9 @@ class TFTrainingOperator(BaseOperator):
         status = event.get("status")
         failed = event.get("failed_task")
         outcome = {"success": "succeeded", "failed": "failed"}.get(status, status or "error")
-        return self._finish(h, outcome, event.get("message", ""),
-                            TaskStatus.from_dict(failed) if failed else None)
+        return self._finish(
+            h, outcome, event.get("message", ""), TaskStatus.from_dict(failed) if failed else None
+        )
 
     def _resolve(self, context: Context) -> tuple[Any, TFClusterSpec, Any]:
         """Identity, validated spec and backend of this task instance (deterministic, so a
@@ -155,8 +180,9 @@ class TFTrainingOperator(BaseOperator):
 
         identity = identity_from_context(context)
         spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
-        backend = get_backend(self.backend, **backend_config(self.backend, self.backend_config,
-                                                             self.kubernetes_conn_id))
+        backend = get_backend(
+            self.backend, **backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
+        )
         return identity, spec, backend
 
     def _handle_of(self, context: Context) -> ClusterHandle:
@@ -165,8 +191,7 @@ class TFTrainingOperator(BaseOperator):
         _, spec, backend = self._resolve(context)
         return ClusterHandle.for_spec(spec, backend)
 
-    def _finish(self, handle: ClusterHandle, outcome: str, message: str,
-                failed_task: Any) -> dict[str, Any]:
+    def _finish(self, handle: ClusterHandle, outcome: str, message: str, failed_task: Any) -> dict[str, Any]:
         from airflow_tfk.errors import TrainingFailed
         from airflow_tfk.lifecycle import cleanup_after_success, delete_cluster
 
@@ -197,8 +222,11 @@ class TFTrainingOperator(BaseOperator):
         try:
             teardown_after_failure(handle, None, self.log.info)
         except Exception:
-            self.log.exception("could not delete cluster %s; delete it by label %s",
-                               handle.ref.name, handle.ref.label_selector)
+            self.log.exception(
+                "could not delete cluster %s; delete it by label %s",
+                handle.ref.name,
+                handle.ref.label_selector,
+            )
         self._handle = None
 
     def on_kill(self) -> None:
@@ -213,5 +241,7 @@ def _previous_run_policy(value: str) -> Any:
     try:
         return PreviousRunPolicy(value)
     except ValueError:
-        raise ValueError(f"previous_run_policy: must be one of "
-                         f"{', '.join(p.value for p in PreviousRunPolicy)} (got {value!r})") from None
+        raise ValueError(
+            f"previous_run_policy: must be one of "
+            f"{', '.join(p.value for p in PreviousRunPolicy)} (got {value!r})"
+        ) from None

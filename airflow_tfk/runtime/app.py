@@ -134,15 +134,13 @@ class _Reporter:
     def due(self, step: int) -> bool:
         return self.last_step is None or step // self.every > self.last_step // self.every
 
-    def report(self, step: int, loss: float | None, status: str = "running",
-               force: bool = False) -> None:
+    def report(self, step: int, loss: float | None, status: str = "running", force: bool = False) -> None:
         if loss is not None:
             self.last_loss = float(loss)
         if not self.enabled or not (force or self.due(step)):
             return
         self.last_step = step
-        print(_progress.progress_line(step, self.total, self.last_loss, self.start_time, status),
-              flush=True)
+        print(_progress.progress_line(step, self.total, self.last_loss, self.start_time, status), flush=True)
         if status == "running":
             self._summary(step, self.last_loss)
 
@@ -288,14 +286,14 @@ class TrainingApp:
         from airflow_tfk.runtime.flags import parse_flags
 
         argv = list(sys.argv[1:] if argv is None else argv)
-        parser = argparse.ArgumentParser(description=self.description or type(self).__doc__,
-                                         allow_abbrev=False)
+        parser = argparse.ArgumentParser(
+            description=self.description or type(self).__doc__, allow_abbrev=False
+        )
         add_platform_flags(parser)
         self.add_arguments(parser.add_argument_group(type(self).__name__))  # type: ignore[arg-type]
         ns, rest = parser.parse_known_args(argv)  # --help, and errors in the app's flags
         self.flags, _ = parse_flags(argv, model_name=self.model_name)
-        self.args = argparse.Namespace(**{k: v for k, v in vars(ns).items()
-                                          if not k.startswith("tfk_")})
+        self.args = argparse.Namespace(**{k: v for k, v in vars(ns).items() if not k.startswith("tfk_")})
         self.extra_argv = rest
 
     def run(self, argv: Sequence[str] | None = None) -> int:
@@ -303,8 +301,11 @@ class TrainingApp:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         self.parse(argv)
         try:
-            self.task = (_cluster.ensure_tf_config()
-                         if os.environ.get("TF_CONFIG") or os.environ.get("TFK_CLUSTER") else None)
+            self.task = (
+                _cluster.ensure_tf_config()
+                if os.environ.get("TF_CONFIG") or os.environ.get("TFK_CLUSTER")
+                else None
+            )
             self.mode = infer_mode(self.task)
         except (_cluster.ClusterConfigError, UsageError) as exc:
             _log(f"error: {exc}")
@@ -342,15 +343,19 @@ class TrainingApp:
 
             keras.utils.set_random_seed(self.flags.seed)
         if self.flags.sync is True and self.mode == PARAMETER_SERVER:
-            raise UsageError("--tfk_sync: parameter_server mode is asynchronous only "
-                             "(use all_reduce for synchronous training)")
+            raise UsageError(
+                "--tfk_sync: parameter_server mode is asynchronous only "
+                "(use all_reduce for synchronous training)"
+            )
         if self.flags.sync is False and self.mode == ALL_REDUCE:
             raise UsageError("--tfk_async: all_reduce mode is synchronous only")
         if self.flags.sync is True and self.mode == BETWEEN_GRAPH:
             # SyncReplicasOptimizer (deprecated) deadlocks at the end of training as soon as
             # one worker stops before the others; all_reduce is TF's synchronous mode.
-            raise UsageError("--tfk_sync: between_graph mode is asynchronous in this runtime; "
-                             "use all_reduce for synchronous training")
+            raise UsageError(
+                "--tfk_sync: between_graph mode is asynchronous in this runtime; "
+                "use all_reduce for synchronous training"
+            )
 
     def _dispatch(self) -> int:
         role = self.task.role if self.task else None
@@ -358,11 +363,13 @@ class TrainingApp:
             _log("the evaluator role has nothing to do in this runtime yet; exiting")
             return EXIT_OK
         if self.mode in (PARAMETER_SERVER, BETWEEN_GRAPH) and (
-                role == "ps" or (self.mode == PARAMETER_SERVER and role == "worker")):
+            role == "ps" or (self.mode == PARAMETER_SERVER and role == "worker")
+        ):
             self._serve_forever()
             return EXIT_OK  # not reached
-        self._reporter = _Reporter(self.flags.steps, self.flags.progress_every,
-                                   enabled=True, log_dir=self._summary_dir())
+        self._reporter = _Reporter(
+            self.flags.steps, self.flags.progress_every, enabled=True, log_dir=self._summary_dir()
+        )
         self.train()
         self._reporter.report(self.step, None, status="done", force=True)
         self._reporter.close()
@@ -380,8 +387,13 @@ class TrainingApp:
 
         info = self.task
         assert info is not None
-        return tf.distribute.Server(tf.train.ClusterSpec(info.cluster), job_name=info.role,
-                                    task_index=info.index, protocol="grpc", start=True)
+        return tf.distribute.Server(
+            tf.train.ClusterSpec(info.cluster),
+            job_name=info.role,
+            task_index=info.index,
+            protocol="grpc",
+            start=True,
+        )
 
     def _serve_forever(self) -> None:
         """ps (and parameter_server workers): serve until killed. By design: the
@@ -392,8 +404,7 @@ class TrainingApp:
 
     def _wait(self, roles: Sequence[str], tcp: bool = True) -> None:
         assert self.task is not None
-        _cluster.wait_for_cluster(self.task, roles=roles, tcp=tcp,
-                                  timeout=self.flags.cluster_wait)
+        _cluster.wait_for_cluster(self.task, roles=roles, tcp=tcp, timeout=self.flags.cluster_wait)
 
     def _checkpoint_manager(self, checkpoint, directory: str | None):
         import tensorflow as tf
@@ -425,8 +436,7 @@ class TrainingApp:
             self.optimizer = self.build_optimizer()
             self.optimizer.build(self.model.trainable_variables)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfk_step")
-        checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
-                                         step=step_var)
+        checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=step_var)
         manager = self._checkpoint_manager(checkpoint, self.flags.checkpoint_dir)
         self.step = self._restore(checkpoint, manager, step_var)
         total, spc = self.flags.steps, self.flags.steps_per_call
@@ -439,11 +449,13 @@ class TrainingApp:
         iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
 
         if spc == 1:
+
             @tf.function
             def worker_fn(it):
                 per_replica = strategy.run(self.train_step, args=(next(it),))
                 return strategy.reduce("MEAN", per_replica, axis=None)
         else:
+
             @tf.function
             def worker_fn(it):
                 loss = tf.constant(0.0)
@@ -477,8 +489,11 @@ class TrainingApp:
                 loss = float(old.fetch())  # waits until that step has run
                 done = max(done, min(total, old_step))
                 self.report(done, loss)
-            if every_ckpt and scheduled < total and \
-                    scheduled // every_ckpt > (scheduled - interval) // every_ckpt:
+            if (
+                every_ckpt
+                and scheduled < total
+                and scheduled // every_ckpt > (scheduled - interval) // every_ckpt
+            ):
                 # finish what is in flight so the checkpoint's step count is exact
                 self.coordinator.join()
                 done = min(total, scheduled)
@@ -513,17 +528,14 @@ class TrainingApp:
             self.optimizer = self.build_optimizer()
             self.optimizer.build(self.model.trainable_variables)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfk_step")
-        checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
-                                         step=step_var)
+        checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=step_var)
         ckpt_dir = self.flags.checkpoint_dir
         write_dir = ckpt_dir
         if ckpt_dir and not self.is_chief:
             # every MWMS worker must take part in saving; only the chief's copy is kept
-            write_dir = os.path.join(ckpt_dir, ".tmp",
-                                     f"{self.task.role}-{self.task.index}")  # type: ignore[union-attr]
+            write_dir = os.path.join(ckpt_dir, ".tmp", f"{self.task.role}-{self.task.index}")  # type: ignore[union-attr]
         read_manager = self._checkpoint_manager(checkpoint, ckpt_dir)
-        manager = (read_manager if write_dir == ckpt_dir
-                   else self._checkpoint_manager(checkpoint, write_dir))
+        manager = read_manager if write_dir == ckpt_dir else self._checkpoint_manager(checkpoint, write_dir)
         self.step = self._restore(checkpoint, read_manager, step_var)
         total = self.flags.steps
         self.report(self.step, None, force=True)
@@ -543,8 +555,7 @@ class TrainingApp:
             self.step += 1
             if self._reporter is not None and self._reporter.due(self.step):
                 self.report(self.step, float(loss))
-            if manager is not None and every_ckpt and self.step % every_ckpt == 0 \
-                    and self.step < total:
+            if manager is not None and every_ckpt and self.step % every_ckpt == 0 and self.step < total:
                 step_var.assign(self.step)
                 manager.save(checkpoint_number=self.step)
         step_var.assign(self.step)
@@ -572,12 +583,13 @@ class TrainingApp:
         with graph.as_default():
             setter = v1.train.replica_device_setter(
                 worker_device=f"/job:{info.role}/task:{info.index}",
-                cluster=tf.train.ClusterSpec(info.cluster))
+                cluster=tf.train.ClusterSpec(info.cluster),
+            )
             with graph.device(setter):
                 global_step = v1.train.get_or_create_global_step()
-                ctx = tf.distribute.InputContext(num_input_pipelines=n_replicas,
-                                                 input_pipeline_id=replica_id,
-                                                 num_replicas_in_sync=1)
+                ctx = tf.distribute.InputContext(
+                    num_input_pipelines=n_replicas, input_pipeline_id=replica_id, num_replicas_in_sync=1
+                )
                 features, labels = v1.data.make_one_shot_iterator(self.dataset(ctx)).get_next()
                 self.model = model = self.build_model()
                 outputs = model(features, training=True)
@@ -588,8 +600,7 @@ class TrainingApp:
                 with tf.control_dependencies([train_op]):
                     step_after = global_step.read_value()
                 weights = [w.value if hasattr(w, "value") else w for w in model.weights]
-            config = v1.ConfigProto(
-                device_filters=["/job:ps", f"/job:{info.role}/task:{info.index}"])
+            config = v1.ConfigProto(device_filters=["/job:ps", f"/job:{info.role}/task:{info.index}"])
             every_ckpt = self.flags.checkpoint_every
             if not is_chief:
                 # A non-chief's session manager polls every 30 s for the chief to
@@ -601,16 +612,21 @@ class TrainingApp:
                         if time.monotonic() > deadline:
                             raise _cluster.ClusterWaitTimeout(
                                 f"the chief did not initialise the variables within "
-                                f"{self.flags.cluster_wait:g}s")
+                                f"{self.flags.cluster_wait:g}s"
+                            )
                         time.sleep(0.5)
             with v1.train.MonitoredTrainingSession(
-                    master=server.target, is_chief=is_chief,
-                    checkpoint_dir=self.flags.checkpoint_dir,
-                    save_checkpoint_steps=(every_ckpt or None) if self.flags.checkpoint_dir
-                    else None,
-                    save_checkpoint_secs=None, save_summaries_steps=None,
-                    save_summaries_secs=None, log_step_count_steps=0,
-                    hooks=hooks, config=config) as sess:
+                master=server.target,
+                is_chief=is_chief,
+                checkpoint_dir=self.flags.checkpoint_dir,
+                save_checkpoint_steps=(every_ckpt or None) if self.flags.checkpoint_dir else None,
+                save_checkpoint_secs=None,
+                save_summaries_steps=None,
+                save_summaries_secs=None,
+                log_step_count_steps=0,
+                hooks=hooks,
+                config=config,
+            ) as sess:
                 self.step = int(sess.run(global_step))
                 self.report(self.step, None, force=True)
                 while not sess.should_stop():
@@ -656,12 +672,12 @@ class TrainingApp:
             import numpy as np
 
             sample = np.asarray(sample)
-            return [tf.TensorSpec([None, *sample.shape[1:]], tf.as_dtype(sample.dtype),
-                                  name="inputs")]
+            return [tf.TensorSpec([None, *sample.shape[1:]], tf.as_dtype(sample.dtype), name="inputs")]
         inputs = getattr(model, "inputs", None)
         if not inputs or len(inputs) != 1:
-            raise UsageError("cannot tell the serving input: define sample_input() or "
-                             "serving_input_signature()")
+            raise UsageError(
+                "cannot tell the serving input: define sample_input() or serving_input_signature()"
+            )
         shape = list(inputs[0].shape)
         return [tf.TensorSpec([None, *shape[1:]], inputs[0].dtype, name="inputs")]
 
@@ -712,8 +728,7 @@ class TrainingApp:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        print(_progress.event_line("export", path=final, model_name=name, version=version),
-              flush=True)
+        print(_progress.event_line("export", path=final, model_name=name, version=version), flush=True)
         return final
 
     @staticmethod
@@ -727,8 +742,7 @@ class TrainingApp:
         if ExportArchive is not None:
             archive = ExportArchive()
             archive.track(model)
-            archive.add_endpoint(name="serving_default", fn=serving_fn,
-                                 input_signature=signature)
+            archive.add_endpoint(name="serving_default", fn=serving_fn, input_signature=signature)
             archive.write_out(path, verbose=False)
         else:  # pragma: no cover
             fn = tf.function(serving_fn, input_signature=signature)
@@ -747,5 +761,10 @@ def _is_transient(exc: BaseException) -> bool:
         import tensorflow as tf
     except ImportError:  # pragma: no cover
         return False
-    return isinstance(exc, tf.errors.UnavailableError | tf.errors.AbortedError
-                      | tf.errors.DeadlineExceededError | tf.errors.CancelledError)
+    return isinstance(
+        exc,
+        tf.errors.UnavailableError
+        | tf.errors.AbortedError
+        | tf.errors.DeadlineExceededError
+        | tf.errors.CancelledError,
+    )

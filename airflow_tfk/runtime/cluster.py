@@ -67,8 +67,10 @@ class TaskInfo:
         return len(self.cluster.get(role) or [])
 
     def tf_config(self) -> dict:
-        return {"cluster": {r: list(a) for r, a in self.cluster.items()},
-                "task": {"type": self.role, "index": self.index}}
+        return {
+            "cluster": {r: list(a) for r, a in self.cluster.items()},
+            "task": {"type": self.role, "index": self.index},
+        }
 
     def tf_config_json(self) -> str:
         return json.dumps(self.tf_config(), separators=(",", ":"))
@@ -76,23 +78,29 @@ class TaskInfo:
     def tf1_flags(self) -> list[str]:
         """The legacy flags of TF1 between-graph scripts (clusters of ps and workers;
         a chief, if any, gets ``--job_name=chief``)."""
-        return [f"--ps_hosts={','.join(self.cluster.get('ps') or [])}",
-                f"--worker_hosts={','.join(self.cluster.get('worker') or [])}",
-                f"--job_name={self.role}", f"--task_index={self.index}"]
+        return [
+            f"--ps_hosts={','.join(self.cluster.get('ps') or [])}",
+            f"--worker_hosts={','.join(self.cluster.get('worker') or [])}",
+            f"--job_name={self.role}",
+            f"--task_index={self.index}",
+        ]
 
 
 def _parse_cluster(value: object, where: str) -> dict[str, list[str]]:
     if not isinstance(value, Mapping) or not value:
-        raise ClusterConfigError(f"{where}: the cluster must be a non-empty JSON object "
-                                 f"of role -> [\"host:port\", ...], got {value!r}")
+        raise ClusterConfigError(
+            f"{where}: the cluster must be a non-empty JSON object "
+            f'of role -> ["host:port", ...], got {value!r}'
+        )
     cluster: dict[str, list[str]] = {}
     for role, addrs in value.items():
         if isinstance(addrs, str) or not isinstance(addrs, (list, tuple)):
             raise ClusterConfigError(f"{where}: the addresses of {role!r} must be a list")
         for addr in addrs:
             if not isinstance(addr, str) or not _split_address(addr):
-                raise ClusterConfigError(f"{where}: {role!r} has an invalid address {addr!r} "
-                                         "(expected host:port)")
+                raise ClusterConfigError(
+                    f"{where}: {role!r} has an invalid address {addr!r} (expected host:port)"
+                )
         cluster[str(role)] = list(addrs)
     return cluster
 
@@ -136,7 +144,8 @@ def task_info(env: Mapping[str, str] | None = None) -> TaskInfo:
         if not env.get("TFK_CLUSTER"):
             raise ClusterConfigError(
                 "no cluster: set TF_CONFIG, or TFK_CLUSTER (JSON address map), TFK_ROLE and "
-                "TFK_INDEX (or JOB_COMPLETION_INDEX)")
+                "TFK_INDEX (or JOB_COMPLETION_INDEX)"
+            )
         try:
             cluster_value = json.loads(env["TFK_CLUSTER"])
         except ValueError as exc:
@@ -146,20 +155,19 @@ def task_info(env: Mapping[str, str] | None = None) -> TaskInfo:
         index = env.get("TFK_INDEX") or env.get("JOB_COMPLETION_INDEX") or "0"
         source = "TFK_ROLE/TFK_INDEX"
     if role not in ROLES:
-        raise ClusterConfigError(f"{source}: the task type must be one of {', '.join(ROLES)}, "
-                                 f"got {role!r}")
+        raise ClusterConfigError(f"{source}: the task type must be one of {', '.join(ROLES)}, got {role!r}")
     try:
         index = int(index)
     except (TypeError, ValueError):
-        raise ClusterConfigError(f"{source}: the task index must be an integer, "
-                                 f"got {index!r}") from None
+        raise ClusterConfigError(f"{source}: the task index must be an integer, got {index!r}") from None
     if index < 0:
         raise ClusterConfigError(f"{source}: the task index must be >= 0, got {index}")
     if role != "evaluator":
         n = len(cluster.get(role) or [])
         if index >= n:
-            raise ClusterConfigError(f"{source}: task {role}:{index} is not in the cluster "
-                                     f"({role} has {n} address(es))")
+            raise ClusterConfigError(
+                f"{source}: task {role}:{index} is not in the cluster ({role} has {n} address(es))"
+            )
     return TaskInfo(cluster, role, index, mode)
 
 
@@ -198,12 +206,18 @@ def _probe(addr: str, tcp: bool, connect_timeout: float) -> str | None:
     return last
 
 
-def wait_for_cluster(info: TaskInfo, *, roles: Iterable[str] | None = None,
-                     tcp: bool = True, timeout: float = 600.0, interval: float = 1.0,
-                     connect_timeout: float = 2.0,
-                     log: Callable[[str], None] = _log,
-                     clock: Callable[[], float] = time.monotonic,
-                     sleep: Callable[[float], None] = time.sleep) -> None:
+def wait_for_cluster(
+    info: TaskInfo,
+    *,
+    roles: Iterable[str] | None = None,
+    tcp: bool = True,
+    timeout: float = 600.0,
+    interval: float = 1.0,
+    connect_timeout: float = 2.0,
+    log: Callable[[str], None] = _log,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Wait until every address of ``roles`` (default: all) resolves and, with ``tcp``,
     accepts TCP connections; this task's own address is skipped.
 
@@ -213,8 +227,12 @@ def wait_for_cluster(info: TaskInfo, *, roles: Iterable[str] | None = None,
     all-reduce workers), otherwise all of them would wait for each other forever.
     """
     wanted = list(roles) if roles is not None else list(info.cluster)
-    pending = [(r, i, a) for r in wanted for i, a in enumerate(info.cluster.get(r) or [])
-               if not (r == info.role and i == info.index)]
+    pending = [
+        (r, i, a)
+        for r in wanted
+        for i, a in enumerate(info.cluster.get(r) or [])
+        if not (r == info.role and i == info.index)
+    ]
     deadline = clock() + timeout
     last_logged: dict[str, float] = {}
     reasons: dict[str, str] = {}
@@ -237,6 +255,5 @@ def wait_for_cluster(info: TaskInfo, *, roles: Iterable[str] | None = None,
             return
         if clock() >= deadline:
             missing = ", ".join(f"{r}:{i} at {a} ({reasons.get(a, '?')})" for r, i, a in pending)
-            raise ClusterWaitTimeout(f"cluster not ready after {timeout:g}s; still waiting for "
-                                     f"{missing}")
+            raise ClusterWaitTimeout(f"cluster not ready after {timeout:g}s; still waiting for {missing}")
         sleep(min(interval, max(0.0, deadline - clock())))

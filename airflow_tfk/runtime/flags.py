@@ -84,56 +84,110 @@ def default_checkpoint_dir(env: Mapping[str, str], model_name: str | None) -> st
     return os.path.join(base, ".checkpoints", name)
 
 
-def add_platform_flags(parser: argparse.ArgumentParser,
-                       env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+def add_platform_flags(
+    parser: argparse.ArgumentParser, env: Mapping[str, str] | None = None
+) -> argparse.ArgumentParser:
     """Add the ``--tfk_*`` flags to ``parser``."""
     env = os.environ if env is None else env
     g = parser.add_argument_group("platform (airflow-tfk)")
     d = PlatformFlags()
-    g.add_argument("--tfk_steps", type=_positive_int, default=d.steps,
-                   help="total training steps (summed over workers)")
-    g.add_argument("--tfk_batch_size", type=_positive_int, default=d.batch_size,
-                   help="batch size per replica")
+    g.add_argument(
+        "--tfk_steps", type=_positive_int, default=d.steps, help="total training steps (summed over workers)"
+    )
+    g.add_argument(
+        "--tfk_batch_size", type=_positive_int, default=d.batch_size, help="batch size per replica"
+    )
     sync = g.add_mutually_exclusive_group()
-    sync.add_argument("--tfk_sync", dest="tfk_sync", action="store_true", default=None,
-                      help="synchronous updates (all_reduce; refused by the other modes)")
-    sync.add_argument("--tfk_async", dest="tfk_sync", action="store_false",
-                      help="asynchronous updates (between_graph, parameter_server)")
-    g.add_argument("--tfk_log_dir", default=env.get("TFK_LOG_DIR") or None,
-                   help="TensorBoard summaries (default: $TFK_LOG_DIR)")
-    g.add_argument("--tfk_checkpoint_dir", default=None,
-                   help="checkpoints (default: $TFK_MODEL_DIR/.checkpoints/<cluster name>)")
-    g.add_argument("--tfk_checkpoint_every", type=_non_negative_int, default=d.checkpoint_every,
-                   help="steps between checkpoints (0: only at the end)")
-    g.add_argument("--tfk_data_dir", default=env.get("TFK_DATA_DIR") or None,
-                   help="input data (default: $TFK_DATA_DIR)")
-    g.add_argument("--tfk_export_dir", default=env.get("TFK_MODEL_DIR") or None,
-                   help="SavedModel export base; the model goes to "
-                        "<export_dir>/<model_name>/<version>/ (default: $TFK_MODEL_DIR)")
-    g.add_argument("--tfk_model_name", default=None,
-                   help="model name under the export base (default: the app's model_name)")
-    g.add_argument("--tfk_model_version", type=_positive_int, default=None,
-                   help="export version (default: newest existing version + 1)")
+    sync.add_argument(
+        "--tfk_sync",
+        dest="tfk_sync",
+        action="store_true",
+        default=None,
+        help="synchronous updates (all_reduce; refused by the other modes)",
+    )
+    sync.add_argument(
+        "--tfk_async",
+        dest="tfk_sync",
+        action="store_false",
+        help="asynchronous updates (between_graph, parameter_server)",
+    )
+    g.add_argument(
+        "--tfk_log_dir",
+        default=env.get("TFK_LOG_DIR") or None,
+        help="TensorBoard summaries (default: $TFK_LOG_DIR)",
+    )
+    g.add_argument(
+        "--tfk_checkpoint_dir",
+        default=None,
+        help="checkpoints (default: $TFK_MODEL_DIR/.checkpoints/<cluster name>)",
+    )
+    g.add_argument(
+        "--tfk_checkpoint_every",
+        type=_non_negative_int,
+        default=d.checkpoint_every,
+        help="steps between checkpoints (0: only at the end)",
+    )
+    g.add_argument(
+        "--tfk_data_dir", default=env.get("TFK_DATA_DIR") or None, help="input data (default: $TFK_DATA_DIR)"
+    )
+    g.add_argument(
+        "--tfk_export_dir",
+        default=env.get("TFK_MODEL_DIR") or None,
+        help="SavedModel export base; the model goes to "
+        "<export_dir>/<model_name>/<version>/ (default: $TFK_MODEL_DIR)",
+    )
+    g.add_argument(
+        "--tfk_model_name",
+        default=None,
+        help="model name under the export base (default: the app's model_name)",
+    )
+    g.add_argument(
+        "--tfk_model_version",
+        type=_positive_int,
+        default=None,
+        help="export version (default: newest existing version + 1)",
+    )
     gpu = g.add_mutually_exclusive_group()
-    gpu.add_argument("--tfk_use_gpu", dest="tfk_use_gpu", action="store_true", default=None,
-                     help="require a GPU")
-    gpu.add_argument("--tfk_no_gpu", dest="tfk_use_gpu", action="store_false",
-                     help="hide GPUs and train on CPU")
-    g.add_argument("--tfk_progress_every", type=_positive_int, default=d.progress_every,
-                   help="steps between progress lines")
-    g.add_argument("--tfk_steps_per_call", type=_positive_int, default=d.steps_per_call,
-                   help="steps per function call on a worker (parameter_server)")
-    g.add_argument("--tfk_learning_rate", type=_positive_float, default=None,
-                   help="learning rate (default: the app's learning_rate)")
-    g.add_argument("--tfk_cluster_wait", type=_positive_float, default=d.cluster_wait,
-                   help="seconds to wait for the other tasks to be reachable")
+    gpu.add_argument(
+        "--tfk_use_gpu", dest="tfk_use_gpu", action="store_true", default=None, help="require a GPU"
+    )
+    gpu.add_argument(
+        "--tfk_no_gpu", dest="tfk_use_gpu", action="store_false", help="hide GPUs and train on CPU"
+    )
+    g.add_argument(
+        "--tfk_progress_every",
+        type=_positive_int,
+        default=d.progress_every,
+        help="steps between progress lines",
+    )
+    g.add_argument(
+        "--tfk_steps_per_call",
+        type=_positive_int,
+        default=d.steps_per_call,
+        help="steps per function call on a worker (parameter_server)",
+    )
+    g.add_argument(
+        "--tfk_learning_rate",
+        type=_positive_float,
+        default=None,
+        help="learning rate (default: the app's learning_rate)",
+    )
+    g.add_argument(
+        "--tfk_cluster_wait",
+        type=_positive_float,
+        default=d.cluster_wait,
+        help="seconds to wait for the other tasks to be reachable",
+    )
     g.add_argument("--tfk_seed", type=int, default=None, help="random seed")
     return parser
 
 
-def parse_flags(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
-                parser: argparse.ArgumentParser | None = None,
-                model_name: str | None = None) -> tuple[PlatformFlags, list[str]]:
+def parse_flags(
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    parser: argparse.ArgumentParser | None = None,
+    model_name: str | None = None,
+) -> tuple[PlatformFlags, list[str]]:
     """Parse the platform flags out of ``argv``; returns them and the app's own arguments.
 
     An unknown ``--tfk_*`` flag is an error (a typo would otherwise be silently passed to
@@ -148,12 +202,21 @@ def parse_flags(argv: Sequence[str] | None = None, env: Mapping[str, str] | None
         parser.error(f"unknown platform flag(s): {' '.join(unknown)}")
     name = ns.tfk_model_name or model_name
     flags = PlatformFlags(
-        steps=ns.tfk_steps, batch_size=ns.tfk_batch_size, sync=ns.tfk_sync,
+        steps=ns.tfk_steps,
+        batch_size=ns.tfk_batch_size,
+        sync=ns.tfk_sync,
         log_dir=ns.tfk_log_dir,
         checkpoint_dir=ns.tfk_checkpoint_dir or default_checkpoint_dir(env, name),
-        checkpoint_every=ns.tfk_checkpoint_every, data_dir=ns.tfk_data_dir,
-        export_dir=ns.tfk_export_dir, model_name=name, model_version=ns.tfk_model_version,
-        use_gpu=ns.tfk_use_gpu, progress_every=ns.tfk_progress_every,
-        steps_per_call=ns.tfk_steps_per_call, learning_rate=ns.tfk_learning_rate,
-        cluster_wait=ns.tfk_cluster_wait, seed=ns.tfk_seed)
+        checkpoint_every=ns.tfk_checkpoint_every,
+        data_dir=ns.tfk_data_dir,
+        export_dir=ns.tfk_export_dir,
+        model_name=name,
+        model_version=ns.tfk_model_version,
+        use_gpu=ns.tfk_use_gpu,
+        progress_every=ns.tfk_progress_every,
+        steps_per_call=ns.tfk_steps_per_call,
+        learning_rate=ns.tfk_learning_rate,
+        cluster_wait=ns.tfk_cluster_wait,
+        seed=ns.tfk_seed,
+    )
     return flags, list(rest)

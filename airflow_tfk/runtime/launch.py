@@ -31,14 +31,15 @@ EXIT_CLUSTER_TIMEOUT = 3
 EXIT_NOT_FOUND = 127
 
 
-def build_command(argv: Sequence[str] | None = None,
-                  env: dict[str, str] | None = None) -> tuple[list[str], argparse.Namespace]:
+def build_command(
+    argv: Sequence[str] | None = None, env: dict[str, str] | None = None
+) -> tuple[list[str], argparse.Namespace]:
     """The command to exec and the parsed launcher options; sets TF_CONFIG in ``env``."""
     env = os.environ if env is None else env
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
         cut = argv.index("--")
-        own, cmd = argv[:cut], argv[cut + 1:]
+        own, cmd = argv[:cut], argv[cut + 1 :]
     elif argv and argv[0].startswith("-"):
         own, cmd = argv, []  # options but no "--": nothing to run
     else:
@@ -46,14 +47,19 @@ def build_command(argv: Sequence[str] | None = None,
     parser = argparse.ArgumentParser(
         prog="python -m airflow_tfk.runtime.launch",
         description="Run a TensorFlow script as a task of the cluster described by "
-                    "TF_CONFIG or TFK_CLUSTER/TFK_ROLE/TFK_INDEX.")
-    parser.add_argument("--tf1-flags", action="store_true",
-                        help="append --ps_hosts --worker_hosts --job_name --task_index")
-    parser.add_argument("--wait-for", default="",
-                        help="comma-separated roles to wait for (DNS + TCP) before starting, "
-                             "e.g. 'ps'; default: do not wait")
-    parser.add_argument("--wait-timeout", type=float, default=600.0,
-                        help="seconds to wait for --wait-for roles")
+        "TF_CONFIG or TFK_CLUSTER/TFK_ROLE/TFK_INDEX.",
+    )
+    parser.add_argument(
+        "--tf1-flags", action="store_true", help="append --ps_hosts --worker_hosts --job_name --task_index"
+    )
+    parser.add_argument(
+        "--wait-for",
+        default="",
+        help="comma-separated roles to wait for (DNS + TCP) before starting, e.g. 'ps'; default: do not wait",
+    )
+    parser.add_argument(
+        "--wait-timeout", type=float, default=600.0, help="seconds to wait for --wait-for roles"
+    )
     opts = parser.parse_args(own)
     if not cmd:
         parser.error("no command given: python -m airflow_tfk.runtime.launch [options] -- CMD ...")
@@ -80,8 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if program is None:
         print(f"[tfk] launch: command not found: {cmd[0]}", file=sys.stderr, flush=True)
         return EXIT_NOT_FOUND
-    print(f"[tfk] launch: {opts.info.role}:{opts.info.index} exec {' '.join(cmd)}",
-          file=sys.stderr, flush=True)
+    print(
+        f"[tfk] launch: {opts.info.role}:{opts.info.index} exec {' '.join(cmd)}", file=sys.stderr, flush=True
+    )
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -38,16 +38,19 @@ from typing import Any
 
 from airflow_tfk.serving.model_config import ConfigSyntaxError, ModelConfig, parse
 
-BANNER = ("airflow-tfk local model server: a stand-in for tensorflow_model_server "
-          "(REST only; SavedModels loaded in-process with tf.saved_model.load)")
-_PATH = re.compile(r"^/v1/models/(?P<model>[^/:]+)"
-                   r"(?:/versions/(?P<version>-?\d+)|/labels/(?P<label>[^/:]+))?"
-                   r"(?P<verb>:predict)?$")
+BANNER = (
+    "airflow-tfk local model server: a stand-in for tensorflow_model_server "
+    "(REST only; SavedModels loaded in-process with tf.saved_model.load)"
+)
+_PATH = re.compile(
+    r"^/v1/models/(?P<model>[^/:]+)"
+    r"(?:/versions/(?P<version>-?\d+)|/labels/(?P<label>[^/:]+))?"
+    r"(?P<verb>:predict)?$"
+)
 
 
 def _log(msg: str) -> None:
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} model_server: {msg}", file=sys.stderr,
-          flush=True)
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} model_server: {msg}", file=sys.stderr, flush=True)
 
 
 class RequestError(Exception):
@@ -66,8 +69,11 @@ class _Version:
     fn: Any = None
 
     def status(self) -> dict[str, Any]:
-        return {"version": str(self.version), "state": self.state,
-                "status": {"error_code": self.error_code, "error_message": self.error_message}}
+        return {
+            "version": str(self.version),
+            "state": self.state,
+            "status": {"error_code": self.error_code, "error_message": self.error_message},
+        }
 
 
 class ModelManager:
@@ -90,8 +96,9 @@ class ModelManager:
     @staticmethod
     def _on_disk(base: str) -> list[int]:
         try:
-            return sorted(int(d) for d in os.listdir(base) if d.isdigit()
-                          and os.path.isdir(os.path.join(base, d)))
+            return sorted(
+                int(d) for d in os.listdir(base) if d.isdigit() and os.path.isdir(os.path.join(base, d))
+            )
         except OSError:
             return []
 
@@ -101,8 +108,7 @@ class ModelManager:
         with self.lock:
             for name, cfg in self.configs.items():
                 present = self._on_disk(cfg.base_path)
-                aspired = [v for v in cfg.versions if v in present] if cfg.versions \
-                    else present[-1:]
+                aspired = [v for v in cfg.versions if v in present] if cfg.versions else present[-1:]
                 known = self.versions.setdefault(name, {})
                 for v, ver in list(known.items()):
                     if v not in aspired and ver.state != "END":
@@ -111,12 +117,12 @@ class ModelManager:
                     ver = known.get(v)
                     if ver is None or (ver.state == "END" and ver.error_code == "OK"):
                         # a new version, or one unloaded earlier and aspired again
-                        ver = known[v] = _Version(v, os.path.join(cfg.base_path, str(v)),
-                                                  state="LOADING")
+                        ver = known[v] = _Version(v, os.path.join(cfg.base_path, str(v)), state="LOADING")
                         starts.append((name, ver))
         for name, ver in starts:
-            threading.Thread(target=self._load, args=(name, ver), daemon=True,
-                             name=f"load-{name}-{ver.version}").start()
+            threading.Thread(
+                target=self._load, args=(name, ver), daemon=True, name=f"load-{name}-{ver.version}"
+            ).start()
 
     def _unload(self, name: str, ver: _Version) -> None:
         if ver.state != "END":
@@ -131,8 +137,10 @@ class ModelManager:
             loaded = tf.saved_model.load(ver.path)
             signatures = getattr(loaded, "signatures", {}) or {}
             if "serving_default" not in signatures:
-                raise ValueError(f"the SavedModel at {ver.path} has no serving_default "
-                                 f"signature (has {sorted(signatures)})")
+                raise ValueError(
+                    f"the SavedModel at {ver.path} has no serving_default "
+                    f"signature (has {sorted(signatures)})"
+                )
             fn = signatures["serving_default"]
         except Exception as exc:
             with self.lock:
@@ -148,8 +156,9 @@ class ModelManager:
         _log(f"{name} version {ver.version} is AVAILABLE")
 
     # -- queries ------------------------------------------------------------------------
-    def statuses(self, name: str, version: int | None = None,
-                 label: str | None = None) -> list[dict[str, Any]]:
+    def statuses(
+        self, name: str, version: int | None = None, label: str | None = None
+    ) -> list[dict[str, Any]]:
         with self.lock:
             known = self.versions.get(name) or {}
             if label is not None:
@@ -180,16 +189,20 @@ class ModelManager:
                 version = max(available)
             ver = known.get(version)
             if ver is None or ver.state != "AVAILABLE":
-                raise RequestError(404, f"Servable not found for request: "
-                                        f"Specific({name}, {version})")
+                raise RequestError(404, f"Servable not found for request: Specific({name}, {version})")
             return ver.fn
 
 
 def _error_code(exc: BaseException) -> str:
     name = type(exc).__name__
-    return {"NotFoundError": "NOT_FOUND", "InvalidArgumentError": "INVALID_ARGUMENT",
-            "DataLossError": "DATA_LOSS", "FileNotFoundError": "NOT_FOUND",
-            "OSError": "NOT_FOUND", "ValueError": "INVALID_ARGUMENT"}.get(name, "UNKNOWN")
+    return {
+        "NotFoundError": "NOT_FOUND",
+        "InvalidArgumentError": "INVALID_ARGUMENT",
+        "DataLossError": "DATA_LOSS",
+        "FileNotFoundError": "NOT_FOUND",
+        "OSError": "NOT_FOUND",
+        "ValueError": "INVALID_ARGUMENT",
+    }.get(name, "UNKNOWN")
 
 
 def run_signature(fn: Any, body: Any) -> dict[str, Any]:
@@ -225,8 +238,12 @@ def run_signature(fn: Any, body: Any) -> dict[str, Any]:
     except Exception as exc:  # TF's own errors, shape/dtype mismatches
         raise RequestError(400, f"{type(exc).__name__}: {exc}"[:2000]) from None
     arrays = {k: v.numpy().tolist() for k, v in outputs.items()}
-    arrays = {k: [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
-              if isinstance(v, list) else v for k, v in arrays.items()}
+    arrays = {
+        k: [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+        if isinstance(v, list)
+        else v
+        for k, v in arrays.items()
+    }
     if not row:
         return {"outputs": next(iter(arrays.values())) if len(arrays) == 1 else arrays}
     if len(arrays) == 1:
@@ -262,8 +279,7 @@ class _Handler(BaseHTTPRequestHandler):
             name, label = m.group("model"), m.group("label")
             version = int(m.group("version")) if m.group("version") else None
             if method == "GET":
-                return self._send(200, {"model_version_status":
-                                        self.manager.statuses(name, version, label)})
+                return self._send(200, {"model_version_status": self.manager.statuses(name, version, label)})
             fn = self.manager.servable(name, version, label)
             try:
                 body = json.loads(raw or b"null")
@@ -282,8 +298,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._route("POST")
 
 
-def _poll(manager: ModelManager, config_file: str, config_wait: float, fs_wait: float,
-          stop: threading.Event) -> None:
+def _poll(
+    manager: ModelManager, config_file: str, config_wait: float, fs_wait: float, stop: threading.Event
+) -> None:
     last: str | None = None
     next_fs = 0.0
     while not stop.is_set():
@@ -298,9 +315,13 @@ def _poll(manager: ModelManager, config_file: str, config_wait: float, fs_wait: 
             try:
                 config = parse(text)
                 manager.apply({m.name: m for m in config.models})
-                _log("config: " + "; ".join(
-                    f"{m.name} versions={list(m.versions) or 'latest'} labels={dict(m.labels)}"
-                    for m in config.models))
+                _log(
+                    "config: "
+                    + "; ".join(
+                        f"{m.name} versions={list(m.versions) or 'latest'} labels={dict(m.labels)}"
+                        for m in config.models
+                    )
+                )
             except ConfigSyntaxError as exc:
                 _log(f"ignoring unreadable config {config_file}: {exc}")
             last = text
@@ -317,9 +338,15 @@ def _warm_up() -> None:
         _log(f"cannot import tensorflow: {exc}")
 
 
-def serve(config_file: str, rest_port: int, host: str = "127.0.0.1", config_wait: float = 1.0,
-          fs_wait: float = 1.0, ready: threading.Event | None = None,
-          stop: threading.Event | None = None) -> None:
+def serve(
+    config_file: str,
+    rest_port: int,
+    host: str = "127.0.0.1",
+    config_wait: float = 1.0,
+    fs_wait: float = 1.0,
+    ready: threading.Event | None = None,
+    stop: threading.Event | None = None,
+) -> None:
     manager = ModelManager()
     stop = stop or threading.Event()
 
@@ -331,8 +358,9 @@ def serve(config_file: str, rest_port: int, host: str = "127.0.0.1", config_wait
     server.daemon_threads = True
     _log(BANNER)
     _log(f"REST API at http://{host}:{server.server_address[1]}, config {config_file}")
-    poller = threading.Thread(target=_poll, args=(manager, config_file, config_wait, fs_wait,
-                                                   stop), daemon=True, name="config-poll")
+    poller = threading.Thread(
+        target=_poll, args=(manager, config_file, config_wait, fs_wait, stop), daemon=True, name="config-poll"
+    )
     poller.start()
     # TensorFlow takes seconds to import: start now, so the first load does not wait as long.
     threading.Thread(target=_warm_up, daemon=True, name="import-tensorflow").start()
@@ -360,9 +388,14 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    serve(args.model_config_file, args.rest_api_port, args.rest_api_host,
-          args.model_config_file_poll_wait_seconds, args.file_system_poll_wait_seconds,
-          stop=stop)
+    serve(
+        args.model_config_file,
+        args.rest_api_port,
+        args.rest_api_host,
+        args.model_config_file_poll_wait_seconds,
+        args.file_system_poll_wait_seconds,
+        stop=stop,
+    )
     _log("stopped")
     return 0
 

@@ -27,8 +27,11 @@ def versions(base: str, model: str) -> list[int]:
     root = os.path.join(base, model)
     if not os.path.isdir(root):
         return []
-    return sorted(int(d) for d in os.listdir(root)
-                  if d.isdigit() and os.path.exists(os.path.join(root, d, "saved_model.pb")))
+    return sorted(
+        int(d)
+        for d in os.listdir(root)
+        if d.isdigit() and os.path.exists(os.path.join(root, d, "saved_model.pb"))
+    )
 
 
 def version_dir(base: str, model: str, version: int | None = None) -> str:
@@ -58,7 +61,7 @@ def predict(path: str, request: dict[str, Any]) -> dict[str, Any]:
     _, kwargs = fn.structured_input_signature
     if len(kwargs) != 1:
         raise ValueError(f"request: the signature takes {sorted(kwargs)}; send one named input")
-    (name, spec), = kwargs.items()
+    ((name, spec),) = kwargs.items()
     instances = request["instances"]
     if instances and isinstance(instances[0], dict):
         instances = [row[name] for row in instances]

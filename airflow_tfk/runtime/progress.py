@@ -39,10 +39,22 @@ class Progress:
         return max(0.0, (self.total_steps - self.step) * elapsed / self.step)
 
 
-def progress_line(step: int, total_steps: int, loss: float | None, start_time: float,
-                  status: str = "running", now: float | None = None) -> str:
-    return Progress(step, total_steps, None if loss is None else float(loss), start_time,
-                    time.time() if now is None else now, status).to_line()
+def progress_line(
+    step: int,
+    total_steps: int,
+    loss: float | None,
+    start_time: float,
+    status: str = "running",
+    now: float | None = None,
+) -> str:
+    return Progress(
+        step,
+        total_steps,
+        None if loss is None else float(loss),
+        start_time,
+        time.time() if now is None else now,
+        status,
+    ).to_line()
 
 
 def parse_line(line: str) -> Progress | None:
@@ -51,10 +63,14 @@ def parse_line(line: str) -> Progress | None:
     if data is None:
         return None
     try:
-        return Progress(int(data["step"]), int(data["total_steps"]),
-                        None if data.get("loss") is None else float(data["loss"]),
-                        float(data["start_time"]), float(data["time"]),
-                        str(data.get("status", "running")))
+        return Progress(
+            int(data["step"]),
+            int(data["total_steps"]),
+            None if data.get("loss") is None else float(data["loss"]),
+            float(data["start_time"]),
+            float(data["time"]),
+            str(data.get("status", "running")),
+        )
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -71,6 +87,7 @@ def last_progress(text: str) -> Progress | None:
 # -- other structured lines --------------------------------------------------------------
 # Same shape as progress lines ({"tfk": <kind>, ...}) but a different kind, so
 # parse_line() ignores them. Written by the training runtime for the provider and tests.
+
 
 def event_line(kind: str, **fields: object) -> str:
     """``{"tfk": kind, **fields}`` on one line; ``kind`` must not be ``progress``."""

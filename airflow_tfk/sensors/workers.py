@@ -26,8 +26,9 @@ class TFWorkersSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("cluster",)
 
-    def __init__(self, *, cluster: Any, deferrable: bool = False, progress_interval: float = 30.0,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, cluster: Any, deferrable: bool = False, progress_interval: float = 30.0, **kwargs: Any
+    ) -> None:
         kwargs.setdefault("poke_interval", 10)
         super().__init__(**kwargs)
         self.cluster = cluster
@@ -42,12 +43,18 @@ class TFWorkersSensor(BaseSensorOperator):
         from airflow_tfk.triggers.workers import WorkersDoneTrigger
 
         handle = ClusterHandle.from_dict(self.cluster)
-        self.defer(trigger=WorkersDoneTrigger(
-            cluster=handle.ref.to_dict(), backend_kind=handle.backend_kind,
-            backend_config=handle.backend_config, mode=handle.mode.value,
-            replicas=handle.replicas, progress_interval=self.progress_interval),
+        self.defer(
+            trigger=WorkersDoneTrigger(
+                cluster=handle.ref.to_dict(),
+                backend_kind=handle.backend_kind,
+                backend_config=handle.backend_config,
+                mode=handle.mode.value,
+                replicas=handle.replicas,
+                progress_interval=self.progress_interval,
+            ),
             method_name="execute_complete",
-            timeout=timedelta(seconds=self.timeout) if self.timeout else None)
+            timeout=timedelta(seconds=self.timeout) if self.timeout else None,
+        )
 
     def poke(self, context: Context) -> bool:
         from airflow_tfk.errors import TrainingFailed
@@ -59,15 +66,17 @@ class TFWorkersSensor(BaseSensorOperator):
         backend = handle.backend()
         if self._reporter is None:
             role, index = progress_task(handle.mode, handle.replicas)
-            self._reporter = ProgressReporter(backend, handle.ref, role, index,
-                                              self.progress_interval, self.log.info)
+            self._reporter = ProgressReporter(
+                backend, handle.ref, role, index, self.progress_interval, self.log.info
+            )
         status = backend.status(handle.ref)
         self.log.info("cluster %s: %s", handle.ref.name, status.summary())
         verdict = evaluate(handle.mode, handle.replicas, status)
         if verdict.outcome is Outcome.FAILED:
             task = verdict.failed_task
-            raise TrainingFailed(task.name if task else handle.ref.name,
-                                 task.reason if task else "Deleted", verdict.message)
+            raise TrainingFailed(
+                task.name if task else handle.ref.name, task.reason if task else "Deleted", verdict.message
+            )
         if self._reporter.due() or verdict.outcome is Outcome.SUCCEEDED:
             self._reporter.report()
         return verdict.outcome is Outcome.SUCCEEDED
@@ -79,7 +88,8 @@ class TFWorkersSensor(BaseSensorOperator):
             self.log.info("training succeeded: %s", event.get("message", ""))
             return
         task = event.get("failed_task") or {}
-        raise TrainingFailed(f"{task.get('role', 'cluster')}-{task.get('index', 0)}" if task
-                             else event["cluster"]["name"],
-                             task.get("reason") or event.get("status", "error"),
-                             event.get("message", ""))
+        raise TrainingFailed(
+            f"{task.get('role', 'cluster')}-{task.get('index', 0)}" if task else event["cluster"]["name"],
+            task.get("reason") or event.get("status", "error"),
+            event.get("message", ""),
+        )

@@ -8,16 +8,18 @@ import urllib.request
 from typing import Any
 
 
-def request_json(method: str, url: str, body: Any = None,
-                 timeout: float = 10.0) -> tuple[int, Any]:
+def request_json(method: str, url: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
     """(status, parsed JSON or text); HTTP errors are answers, not exceptions.
 
     Raises :class:`OSError` when the server cannot be reached.
     """
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json",
-                                          "Accept": "application/json"})
+    req = urllib.request.Request(
+        url,
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - our URLs
             status, raw = resp.status, resp.read()

@@ -43,8 +43,12 @@ class VersionState:
     @classmethod
     def from_status(cls, entry: dict[str, Any]) -> VersionState:
         status = entry.get("status") or {}
-        return cls(int(entry.get("version", 0)), str(entry.get("state", "UNKNOWN")),
-                   str(status.get("error_code", "OK")), str(status.get("error_message", "")))
+        return cls(
+            int(entry.get("version", 0)),
+            str(entry.get("state", "UNKNOWN")),
+            str(status.get("error_code", "OK")),
+            str(status.get("error_message", "")),
+        )
 
 
 def parse_status(body: Any, version: int) -> VersionState | None:
@@ -95,8 +99,14 @@ class ServingTarget(abc.ABC):
         """The version ``label`` resolves to on the server, None if it does not (yet)."""
 
     @abc.abstractmethod
-    def predict(self, body: dict[str, Any], *, version: int | None = None,
-                label: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+    def predict(
+        self,
+        body: dict[str, Any],
+        *,
+        version: int | None = None,
+        label: str | None = None,
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
         """POST ``:predict``; raises :class:`PredictError` with the server's message."""
 
     @abc.abstractmethod

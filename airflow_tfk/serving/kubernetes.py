@@ -52,7 +52,7 @@ def parse_reader_log(text: str) -> tuple[list[int], int | None, dict[str, Any] |
             version = int(line.split(":", 1)[1])
         elif line.strip() == "tfk-sample:":
             try:
-                sample = json.loads("\n".join(lines[i + 1:]))
+                sample = json.loads("\n".join(lines[i + 1 :]))
             except ValueError:
                 sample = None
             break
@@ -71,11 +71,18 @@ class KubernetesServing(ServingTarget):
 
     kind = "kubernetes"
 
-    def __init__(self, spec: ServingSpec, conn_id: str = "kubernetes_default",
-                 cluster_context: str | None = None, config_file: str | None = None,
-                 in_cluster: bool | None = None, identity: RunIdentity | None = None,
-                 reader_timeout_seconds: float = 300.0, field_manager: str = "airflow-tfk",
-                 **_ignored: Any) -> None:
+    def __init__(
+        self,
+        spec: ServingSpec,
+        conn_id: str = "kubernetes_default",
+        cluster_context: str | None = None,
+        config_file: str | None = None,
+        in_cluster: bool | None = None,
+        identity: RunIdentity | None = None,
+        reader_timeout_seconds: float = 300.0,
+        field_manager: str = "airflow-tfk",
+        **_ignored: Any,
+    ) -> None:
         spec.require_claim()
         self.spec = spec
         self.conn_id = conn_id
@@ -91,8 +98,12 @@ class KubernetesServing(ServingTarget):
     def hook(self) -> Any:
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-        return KubernetesHook(conn_id=self.conn_id, cluster_context=self.cluster_context,
-                              config_file=self.config_file, in_cluster=self.in_cluster)
+        return KubernetesHook(
+            conn_id=self.conn_id,
+            cluster_context=self.cluster_context,
+            config_file=self.config_file,
+            in_cluster=self.in_cluster,
+        )
 
     @cached_property
     def api(self) -> SyncApi:
@@ -125,9 +136,11 @@ class KubernetesServing(ServingTarget):
                 continue  # the model policy is the publish step's, never reset here
             if self._apply(manifest) == 201:
                 created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
-        emit(f"TF Serving of {self.spec.model_name} in namespace {self.spec.namespace}: "
-             + (f"created {', '.join(created)}" if created else "already deployed")
-             + f"; reached through {self.endpoint()}")
+        emit(
+            f"TF Serving of {self.spec.model_name} in namespace {self.spec.namespace}: "
+            + (f"created {', '.join(created)}" if created else "already deployed")
+            + f"; reached through {self.endpoint()}"
+        )
 
     def read_config(self) -> ModelServerConfig | None:
         cm = self._get("ConfigMap", self.spec.config_map_name)
@@ -144,11 +157,13 @@ class KubernetesServing(ServingTarget):
         return self.spec.pod_base_path
 
     def delete(self, emit: Emit) -> None:
-        for kind, name in (("Deployment", self.spec.name), ("Service", self.spec.name),
-                           ("ConfigMap", self.spec.config_map_name)):
+        for kind, name in (
+            ("Deployment", self.spec.name),
+            ("Service", self.spec.name),
+            ("ConfigMap", self.spec.config_map_name),
+        ):
             try:
-                self.api.request("DELETE", BY_KIND[kind].item(self.spec.namespace, name),
-                                 BACKGROUND)
+                self.api.request("DELETE", BY_KIND[kind].item(self.spec.namespace, name), BACKGROUND)
                 emit(f"deleted {kind} {name}")
             except Exception as exc:
                 if not is_not_found(exc):
@@ -161,18 +176,17 @@ class KubernetesServing(ServingTarget):
         from airflow_tfk.serving.render import render_sample_reader
 
         job = f"{self.spec.name}-read-{secrets.token_hex(3)}"
-        self._apply(render_sample_reader(self.spec, job, version, self.identity,
-                                         int(self.reader_timeout_seconds)))
+        self._apply(
+            render_sample_reader(self.spec, job, version, self.identity, int(self.reader_timeout_seconds))
+        )
         try:
             log = self._job_log(job)
         finally:
             try:
-                self.api.request("DELETE", BY_KIND["Job"].item(self.spec.namespace, job),
-                                 BACKGROUND)
+                self.api.request("DELETE", BY_KIND["Job"].item(self.spec.namespace, job), BACKGROUND)
             except Exception as exc:  # ttlSecondsAfterFinished removes it anyway
                 if not is_not_found(exc):
-                    log.warning("could not delete the store reader Job %s: %s", job,
-                                error_message(exc))
+                    log.warning("could not delete the store reader Job %s: %s", job, error_message(exc))
         result = parse_reader_log(log)
         self._store[version] = result
         if version is None and result[1] is not None:
@@ -183,20 +197,21 @@ class KubernetesServing(ServingTarget):
         deadline = time.monotonic() + self.reader_timeout_seconds
         pods_path = BY_KIND["Pod"].collection(self.spec.namespace)
         while True:
-            _, body = self.api.request("GET", pods_path,
-                                       {"labelSelector": f"batch.kubernetes.io/job-name={job}"})
+            _, body = self.api.request(
+                "GET", pods_path, {"labelSelector": f"batch.kubernetes.io/job-name={job}"}
+            )
             for pod in (body or {}).get("items") or []:
                 phase = (pod.get("status") or {}).get("phase")
                 name = pod["metadata"]["name"]
                 if phase in ("Succeeded", "Failed"):
                     text = self.api.text(f"{pods_path}/{name}/log")
                     if phase == "Failed":
-                        raise ServingError(f"the model store reader {job} failed: "
-                                           f"{text.strip()[-500:]}")
+                        raise ServingError(f"the model store reader {job} failed: {text.strip()[-500:]}")
                     return text
             if time.monotonic() > deadline:
-                raise ServingError(f"the model store reader {job} did not finish within "
-                                   f"{self.reader_timeout_seconds:.0f} s")
+                raise ServingError(
+                    f"the model store reader {job} did not finish within {self.reader_timeout_seconds:.0f} s"
+                )
             time.sleep(1.0)
 
     def exported_versions(self) -> list[int]:
@@ -206,15 +221,18 @@ class KubernetesServing(ServingTarget):
         return self._read_store(version)[2]
 
     # -- TF Serving through the service proxy ---------------------------------------------
-    def _proxy(self, method: str, path: str, body: Any = None,
-               timeout: float = 10.0) -> tuple[int, Any]:
+    def _proxy(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
         full = service_proxy_path(self.spec.namespace, self.spec.name, self.spec.rest_port, path)
         try:
             resp = self.api.client.call_api(
-                full, method, header_params={"Accept": "application/json",
-                                             "Content-Type": "application/json"},
-                body=body, auth_settings=["BearerToken"], _preload_content=False,
-                _request_timeout=(10.0, timeout))
+                full,
+                method,
+                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=(10.0, timeout),
+            )
             status, raw = resp.status, resp.data
         except Exception as exc:
             status = api_status(exc)
@@ -248,16 +266,21 @@ class KubernetesServing(ServingTarget):
         entries = body.get("model_version_status") if isinstance(body, dict) else None
         return int(entries[0]["version"]) if status == 200 and entries else None
 
-    def predict(self, body: dict[str, Any], *, version: int | None = None,
-                label: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+    def predict(
+        self,
+        body: dict[str, Any],
+        *,
+        version: int | None = None,
+        label: str | None = None,
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
         path = self._model_path(version, label) + ":predict"
         try:
             status, answer = self._proxy("POST", path, body, timeout)
         except OSError as exc:
             raise PredictError(str(exc)) from exc
         if status != 200:
-            detail = answer.get("error") or answer.get("message") if isinstance(answer, dict) \
-                else answer
+            detail = answer.get("error") or answer.get("message") if isinstance(answer, dict) else answer
             raise PredictError(f"predict answered HTTP {status}: {detail}")
         return answer
 
@@ -266,5 +289,6 @@ class KubernetesServing(ServingTarget):
             host = self.api.client.configuration.host.rstrip("/")
         except Exception as exc:  # no usable connection: still name the path
             host = f"<api server: {error_message(exc)}>"
-        return host + service_proxy_path(self.spec.namespace, self.spec.name,
-                                         self.spec.rest_port, self._model_path(label=label))
+        return host + service_proxy_path(
+            self.spec.namespace, self.spec.name, self.spec.rest_port, self._model_path(label=label)
+        )

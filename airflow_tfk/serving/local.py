@@ -37,8 +37,7 @@ def default_root() -> str:
     return os.environ.get("TFK_LOCAL_ROOT") or os.path.join(os.path.expanduser("~"), ".tfk-local")
 
 
-def store_path(root: str, namespace: str, claim: str | None, sub_path: str,
-               base_path: str | None) -> str:
+def store_path(root: str, namespace: str, claim: str | None, sub_path: str, base_path: str | None) -> str:
     """Local directory behind a claim (or an explicit base path)."""
     if base_path is not None:
         return os.path.abspath(os.path.expanduser(base_path))
@@ -55,11 +54,17 @@ class LocalServing(ServingTarget):
 
     kind = "local"
 
-    def __init__(self, spec: ServingSpec, root: str | None = None, *, poll_seconds: int = 1,
-                 server: str = "auto", start_timeout_seconds: float = 60.0) -> None:
+    def __init__(
+        self,
+        spec: ServingSpec,
+        root: str | None = None,
+        *,
+        poll_seconds: int = 1,
+        server: str = "auto",
+        start_timeout_seconds: float = 60.0,
+    ) -> None:
         if server not in ("auto", "tensorflow_model_server", "stand-in"):
-            raise ValueError(f"server: must be auto, tensorflow_model_server or stand-in "
-                             f"(got {server!r})")
+            raise ValueError(f"server: must be auto, tensorflow_model_server or stand-in (got {server!r})")
         self.spec = spec
         self.root = os.path.abspath(os.path.expanduser(root or default_root()))
         self.poll_seconds = int(poll_seconds)
@@ -71,13 +76,18 @@ class LocalServing(ServingTarget):
         self.log_path = self.dir / "server.log"
 
     def config(self) -> dict[str, Any]:
-        return {"root": self.root, "poll_seconds": self.poll_seconds, "server": self.server,
-                "start_timeout_seconds": self.start_timeout_seconds}
+        return {
+            "root": self.root,
+            "poll_seconds": self.poll_seconds,
+            "server": self.server,
+            "start_timeout_seconds": self.start_timeout_seconds,
+        }
 
     # -- the store ------------------------------------------------------------------------
     def store(self) -> str:
-        return store_path(self.root, self.spec.namespace, self.spec.claim, self.spec.sub_path,
-                          self.spec.base_path)
+        return store_path(
+            self.root, self.spec.namespace, self.spec.claim, self.spec.sub_path, self.spec.base_path
+        )
 
     def model_base_path(self) -> str:
         return os.path.join(self.store(), self.spec.model_name)
@@ -88,8 +98,9 @@ class LocalServing(ServingTarget):
             names = os.listdir(base)
         except OSError:
             return []
-        return sorted(int(d) for d in names if d.isdigit()
-                      and os.path.isfile(os.path.join(base, d, "saved_model.pb")))
+        return sorted(
+            int(d) for d in names if d.isdigit() and os.path.isfile(os.path.join(base, d, "saved_model.pb"))
+        )
 
     def sample_request(self, version: int) -> dict[str, Any] | None:
         try:
@@ -106,10 +117,13 @@ class LocalServing(ServingTarget):
         binary = shutil.which(TF_SERVING_BINARY) if self.server != "stand-in" else None
         if self.server == "tensorflow_model_server" and binary is None:
             raise FileNotFoundError(f"{TF_SERVING_BINARY} is not on PATH")
-        flags = [f"--port={grpc}", f"--rest_api_port={rest}",
-                 f"--model_config_file={self.config_path}",
-                 f"--model_config_file_poll_wait_seconds={self.poll_seconds}",
-                 f"--file_system_poll_wait_seconds={self.poll_seconds}"]
+        flags = [
+            f"--port={grpc}",
+            f"--rest_api_port={rest}",
+            f"--model_config_file={self.config_path}",
+            f"--model_config_file_poll_wait_seconds={self.poll_seconds}",
+            f"--file_system_poll_wait_seconds={self.poll_seconds}",
+        ]
         if binary:
             return [binary, *flags], TF_SERVING_BINARY
         return [sys.executable, "-m", "airflow_tfk.runtime.model_server", *flags], "stand-in"
@@ -118,8 +132,10 @@ class LocalServing(ServingTarget):
         with _process.locked(self.dir):
             record = self._record()
             if _process.alive(record) is not None:
-                emit(f"reusing the local model server of {self.spec.model_name} "
-                     f"({record['server']}, pid {record['pid']}) at {self.url}")
+                emit(
+                    f"reusing the local model server of {self.spec.model_name} "
+                    f"({record['server']}, pid {record['pid']}) at {self.url}"
+                )
                 return
             if not self.config_path.exists():
                 _process.write_atomic(self.config_path, ModelServerConfig().to_text())
@@ -127,20 +143,29 @@ class LocalServing(ServingTarget):
             argv, which = self._argv(rest, grpc)
             env = dict(os.environ)
             package_parent = str(Path(__file__).resolve().parents[2])
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (package_parent, env.get("PYTHONPATH")) if p)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
             env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
             proc = _process.start(argv, self.log_path, env, cwd=str(self.dir))
-            record = {"pid": proc.pid, "create_time": proc.create_time(), "rest_port": rest,
-                      "grpc_port": grpc, "server": which, "argv": argv}
+            record = {
+                "pid": proc.pid,
+                "create_time": proc.create_time(),
+                "rest_port": rest,
+                "grpc_port": grpc,
+                "server": which,
+                "argv": argv,
+            }
             _process.write_atomic(self.record_path, json.dumps(record, indent=1))
             if which == TF_SERVING_BINARY:
-                emit(f"serving {self.spec.model_name} with tensorflow_model_server "
-                     f"(pid {proc.pid}) at http://127.0.0.1:{rest}")
+                emit(
+                    f"serving {self.spec.model_name} with tensorflow_model_server "
+                    f"(pid {proc.pid}) at http://127.0.0.1:{rest}"
+                )
             else:
-                emit(f"serving {self.spec.model_name} with the local stand-in model server "
-                     f"(tensorflow_model_server is not on PATH; SavedModels loaded with "
-                     f"tf.saved_model.load in pid {proc.pid}) at http://127.0.0.1:{rest}")
+                emit(
+                    f"serving {self.spec.model_name} with the local stand-in model server "
+                    f"(tensorflow_model_server is not on PATH; SavedModels loaded with "
+                    f"tf.saved_model.load in pid {proc.pid}) at http://127.0.0.1:{rest}"
+                )
             try:
                 _process.wait_listening(proc, rest, self.start_timeout_seconds, self.log_path)
             except BaseException:
@@ -152,8 +177,9 @@ class LocalServing(ServingTarget):
     def url(self) -> str:
         record = self._record()
         if not record:
-            raise RuntimeError(f"no local model server for {self.spec.model_name} "
-                               f"(nothing recorded in {self.dir})")
+            raise RuntimeError(
+                f"no local model server for {self.spec.model_name} (nothing recorded in {self.dir})"
+            )
         return f"http://127.0.0.1:{record['rest_port']}"
 
     def read_config(self) -> ModelServerConfig | None:
@@ -189,8 +215,14 @@ class LocalServing(ServingTarget):
         entries = body.get("model_version_status") or []
         return int(entries[0]["version"]) if entries else None
 
-    def predict(self, body: dict[str, Any], *, version: int | None = None,
-                label: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+    def predict(
+        self,
+        body: dict[str, Any],
+        *,
+        version: int | None = None,
+        label: str | None = None,
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
         url = self._model_url(version, label) + ":predict"
         try:
             status, answer = request_json("POST", url, body, timeout=timeout)
@@ -211,6 +243,5 @@ class LocalServing(ServingTarget):
         with _process.locked(self.dir):
             record = self._record()
             if _process.stop(record):
-                emit(f"stopped the local model server of {self.spec.model_name} "
-                     f"(pid {record['pid']})")  # type: ignore[index]
+                emit(f"stopped the local model server of {self.spec.model_name} (pid {record['pid']})")  # type: ignore[index]
             self.record_path.unlink(missing_ok=True)

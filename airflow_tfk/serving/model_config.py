@@ -32,13 +32,16 @@ __all__ = ["ModelConfig", "ModelServerConfig", "ConfigSyntaxError", "parse", "ST
 #: the version label that names the serving version
 STABLE_LABEL = "stable"
 
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<ws>\s+|\#[^\n]*)
   | (?P<str>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
   | (?P<num>-?\d+)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.]*)
   | (?P<punct>[{}:<>;,\[\]])
-""", re.VERBOSE)
+""",
+    re.VERBOSE,
+)
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\"}
 
 
@@ -87,17 +90,24 @@ class ModelServerConfig:
     def to_text(self) -> str:
         lines = ["model_config_list {"]
         for m in self.models:
-            lines += ["  config {", f"    name: {_quote(m.name)}",
-                      f"    base_path: {_quote(m.base_path)}",
-                      f"    model_platform: {_quote(m.platform)}"]
+            lines += [
+                "  config {",
+                f"    name: {_quote(m.name)}",
+                f"    base_path: {_quote(m.base_path)}",
+                f"    model_platform: {_quote(m.platform)}",
+            ]
             if m.versions:
                 lines.append("    model_version_policy {")
                 lines.append("      specific {")
                 lines += [f"        versions: {v}" for v in m.versions]
                 lines += ["      }", "    }"]
             for key, value in sorted(m.labels.items()):
-                lines += ["    version_labels {", f"      key: {_quote(key)}",
-                          f"      value: {int(value)}", "    }"]
+                lines += [
+                    "    version_labels {",
+                    f"      key: {_quote(key)}",
+                    f"      value: {int(value)}",
+                    "    }",
+                ]
             lines.append("  }")
         lines.append("}")
         return "\n".join(lines) + "\n"
@@ -118,7 +128,7 @@ def _tokens(text: str) -> Iterator[tuple[str, str]]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m:
-            raise ConfigSyntaxError(f"unexpected {text[pos:pos + 20]!r} at offset {pos}")
+            raise ConfigSyntaxError(f"unexpected {text[pos : pos + 20]!r} at offset {pos}")
         pos = m.end()
         kind = m.lastgroup or ""
         if kind != "ws":
@@ -187,8 +197,14 @@ def parse(text: str) -> ModelServerConfig:
             for policy in cfg.get("model_version_policy", []):
                 for specific in policy.get("specific", []):
                     versions += [int(v) for v in specific.get("versions", [])]
-            labels = {str(_one(lb, "key")): int(_one(lb, "value"))
-                      for lb in cfg.get("version_labels", [])}
-            models.append(ModelConfig(name, base, str(_one(cfg, "model_platform", "tensorflow")),
-                                      tuple(sorted(set(versions))), labels))
+            labels = {str(_one(lb, "key")): int(_one(lb, "value")) for lb in cfg.get("version_labels", [])}
+            models.append(
+                ModelConfig(
+                    name,
+                    base,
+                    str(_one(cfg, "model_platform", "tensorflow")),
+                    tuple(sorted(set(versions))),
+                    labels,
+                )
+            )
     return ModelServerConfig(tuple(models))

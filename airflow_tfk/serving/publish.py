@@ -40,10 +40,15 @@ class PublishResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The XCom: model name, version, endpoint, and what the policy now holds."""
-        return {"model_name": self.model_name, "version": self.version,
-                "previous_version": self.previous_version, "endpoint": self.endpoint,
-                "predict_url": f"{self.endpoint}:predict",
-                "kept_versions": list(self.kept_versions), "backend": self.backend}
+        return {
+            "model_name": self.model_name,
+            "version": self.version,
+            "previous_version": self.previous_version,
+            "endpoint": self.endpoint,
+            "predict_url": f"{self.endpoint}:predict",
+            "kept_versions": list(self.kept_versions),
+            "backend": self.backend,
+        }
 
 
 def serving_version(model: ModelConfig | None) -> int | None:
@@ -77,34 +82,51 @@ def _check_answer(answer: Any, request: dict[str, Any]) -> Any:
     return out
 
 
-def wait_available(target: ServingTarget, version: int, timeout: float, emit: Emit,
-                   poll: float = 1.0, sleep: Callable[[float], None] = time.sleep,
-                   clock: Callable[[], float] = time.monotonic) -> None:
+def wait_available(
+    target: ServingTarget,
+    version: int,
+    timeout: float,
+    emit: Emit,
+    poll: float = 1.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
     """Return when the server reports ``version`` AVAILABLE; raise on END or timeout."""
     deadline = clock() + timeout
     last = None
     while True:
         state = target.version_state(version)
         if state is not None and state != last:
-            emit(f"{target.spec.model_name} version {version}: {state.state}"
-                 + (f" ({state.error_code}: {state.error_message})" if state.failed else ""))
+            emit(
+                f"{target.spec.model_name} version {version}: {state.state}"
+                + (f" ({state.error_code}: {state.error_message})" if state.failed else "")
+            )
             last = state
         if state is not None and state.state == "AVAILABLE":
             return
         if state is not None and state.failed:
-            raise ServingError(f"version {version} of {target.spec.model_name} failed to load: "
-                               f"{state.error_code}: {state.error_message}")
+            raise ServingError(
+                f"version {version} of {target.spec.model_name} failed to load: "
+                f"{state.error_code}: {state.error_message}"
+            )
         if clock() >= deadline:
             seen = f"last state {last.state}" if last else "the server never reported it"
-            raise ServingError(f"version {version} of {target.spec.model_name} did not become "
-                               f"AVAILABLE within {timeout:.0f} s ({seen})")
+            raise ServingError(
+                f"version {version} of {target.spec.model_name} did not become "
+                f"AVAILABLE within {timeout:.0f} s ({seen})"
+            )
         sleep(min(poll, max(0.0, deadline - clock())))
 
 
-def publish(target: ServingTarget, version: int | None = None,
-            sample_request: dict[str, Any] | None = None, emit: Emit = log.info,
-            poll: float = 1.0, sleep: Callable[[float], None] = time.sleep,
-            clock: Callable[[], float] = time.monotonic) -> PublishResult:
+def publish(
+    target: ServingTarget,
+    version: int | None = None,
+    sample_request: dict[str, Any] | None = None,
+    emit: Emit = log.info,
+    poll: float = 1.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> PublishResult:
     """Publish ``version`` (default: the newest exported) of ``target``'s model.
 
     :raises ServingError: the version did not load or answer; the previous serving
@@ -115,8 +137,9 @@ def publish(target: ServingTarget, version: int | None = None,
     if version is None:
         exported = target.exported_versions()
         if not exported:
-            raise ServingError(f"no exported version of {name} in the model store "
-                               f"({target.model_base_path()})")
+            raise ServingError(
+                f"no exported version of {name} in the model store ({target.model_base_path()})"
+            )
         version = exported[-1]
     target.ensure(emit)
     config = target.read_config() or ModelServerConfig()
@@ -130,15 +153,20 @@ def publish(target: ServingTarget, version: int | None = None,
         state = target.version_state(version)
         if state is not None and state.state == "AVAILABLE":
             emit(f"{name} version {version} is already the serving version")
-            return PublishResult(name, version, previous, target.endpoint(STABLE_LABEL),
-                                 current.versions, target.kind)
+            return PublishResult(
+                name, version, previous, target.endpoint(STABLE_LABEL), current.versions, target.kind
+            )
     body = sample_request if sample_request is not None else target.sample_request(version)
     if not isinstance(body, dict) or not body:
-        raise ServingError(f"no sample request for {name} version {version}: the training app "
-                           "exports assets.extra/tfk_sample_request.json when it defines "
-                           "sample_input(); or pass sample_request")
-    emit(f"publishing {name} version {version} on the {target.kind} backend "
-         f"(serving now: {previous if previous is not None else 'none'})")
+        raise ServingError(
+            f"no sample request for {name} version {version}: the training app "
+            "exports assets.extra/tfk_sample_request.json when it defines "
+            "sample_input(); or pass sample_request"
+        )
+    emit(
+        f"publishing {name} version {version} on the {target.kind} backend "
+        f"(serving now: {previous if previous is not None else 'none'})"
+    )
     candidate = current.with_versions((*current.versions, version))
     target.write_config(config.put(candidate))
     try:
@@ -147,9 +175,14 @@ def publish(target: ServingTarget, version: int | None = None,
         predictions = _check_answer(answer, body)
     except (ServingError, OSError) as exc:
         _rollback(target, config, before, version, previous, emit)
-        raise ServingError(f"{name} version {version} was not published: {exc}; "
-                           + (f"version {previous} is still serving" if previous is not None
-                              else "no version was serving before")) from exc
+        raise ServingError(
+            f"{name} version {version} was not published: {exc}; "
+            + (
+                f"version {previous} is still serving"
+                if previous is not None
+                else "no version was serving before"
+            )
+        ) from exc
     except BaseException:
         _rollback(target, config, before, version, previous, emit)
         raise
@@ -158,33 +191,56 @@ def publish(target: ServingTarget, version: int | None = None,
     final = candidate.with_versions(keep, {**candidate.labels, STABLE_LABEL: version})
     target.write_config(config.put(final))
     _wait_label(target, version, spec.load_timeout_seconds, emit, poll, sleep, clock)
-    emit(f"{name} version {version} is serving (policy keeps {list(keep)}); endpoint "
-         f"{target.endpoint(STABLE_LABEL)}")
-    return PublishResult(name, version, previous, target.endpoint(STABLE_LABEL), keep,
-                         target.kind, predictions)
+    emit(
+        f"{name} version {version} is serving (policy keeps {list(keep)}); endpoint "
+        f"{target.endpoint(STABLE_LABEL)}"
+    )
+    return PublishResult(
+        name, version, previous, target.endpoint(STABLE_LABEL), keep, target.kind, predictions
+    )
 
 
-def _rollback(target: ServingTarget, config: ModelServerConfig, before: ModelConfig | None,
-              version: int, previous: int | None, emit: Emit) -> None:
+def _rollback(
+    target: ServingTarget,
+    config: ModelServerConfig,
+    before: ModelConfig | None,
+    version: int,
+    previous: int | None,
+    emit: Emit,
+) -> None:
     # Without an earlier entry the model leaves the config altogether: an entry with no
     # versions would fall back to TF Serving's default policy, i.e. the broken version.
-    restored = config.put(before) if before is not None else ModelServerConfig(
-        tuple(m for m in config.models if m.name != target.spec.model_name))
+    restored = (
+        config.put(before)
+        if before is not None
+        else ModelServerConfig(tuple(m for m in config.models if m.name != target.spec.model_name))
+    )
     try:
         target.write_config(restored)
-        emit(f"rolled the version policy of {target.spec.model_name} back "
-             f"(version {version} removed; serving: "
-             f"{previous if previous is not None else 'none'})")
+        emit(
+            f"rolled the version policy of {target.spec.model_name} back "
+            f"(version {version} removed; serving: "
+            f"{previous if previous is not None else 'none'})"
+        )
     except Exception as exc:  # the original failure is what the user must see
         emit(f"could not roll back the version policy of {target.spec.model_name}: {exc}")
 
 
-def _wait_label(target: ServingTarget, version: int, timeout: float, emit: Emit, poll: float,
-                sleep: Callable[[float], None], clock: Callable[[], float]) -> None:
+def _wait_label(
+    target: ServingTarget,
+    version: int,
+    timeout: float,
+    emit: Emit,
+    poll: float,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+) -> None:
     deadline = clock() + timeout
     while target.label_version(STABLE_LABEL) != version:
         if clock() >= deadline:
-            emit(f"warning: the server has not applied the '{STABLE_LABEL}' label to version "
-                 f"{version} within {timeout:.0f} s; it will on its next config poll")
+            emit(
+                f"warning: the server has not applied the '{STABLE_LABEL}' label to version "
+                f"{version} within {timeout:.0f} s; it will on its next config poll"
+            )
             return
         sleep(poll)

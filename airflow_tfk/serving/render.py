@@ -48,8 +48,9 @@ if [ -f "$f" ]; then echo "tfk-sample:"; cat "$f"; echo; fi
 """
 
 
-def _render(template: str, kind: str, name: str, namespace: str, c: dict[str, Any],
-            template_dir: str | Path | None) -> dict[str, Any]:
+def _render(
+    template: str, kind: str, name: str, namespace: str, c: dict[str, Any], template_dir: str | Path | None
+) -> dict[str, Any]:
     import yaml
 
     env = template_environment(tuple(template_dirs(template_dir)))
@@ -59,8 +60,12 @@ def _render(template: str, kind: str, name: str, namespace: str, c: dict[str, An
     except yaml.YAMLError as exc:
         raise RenderError(f"{template} rendered invalid YAML for {name}: {exc}") from None
     meta = doc.get("metadata") if isinstance(doc, dict) else None
-    if not isinstance(meta, dict) or doc.get("kind") != kind or meta.get("name") != name \
-            or meta.get("namespace") != namespace:
+    if (
+        not isinstance(meta, dict)
+        or doc.get("kind") != kind
+        or meta.get("name") != name
+        or meta.get("namespace") != namespace
+    ):
         raise RenderError(f"{template}: expected {kind} {name!r} in {namespace!r}")
     return doc
 
@@ -74,78 +79,117 @@ def _resources(spec: ServingSpec | TensorBoardSpec) -> dict[str, dict[str, str]]
     return out
 
 
-def _base(spec: ServingSpec | TensorBoardSpec, app: str, component: str, key: str,
-          identity: RunIdentity | None) -> dict[str, Any]:
-    labels = {"app.kubernetes.io/name": app, "app.kubernetes.io/instance": spec.name,
-              "app.kubernetes.io/managed-by": naming.MANAGED_BY,
-              "app.kubernetes.io/component": component, key: spec.name}
+def _base(
+    spec: ServingSpec | TensorBoardSpec, app: str, component: str, key: str, identity: RunIdentity | None
+) -> dict[str, Any]:
+    labels = {
+        "app.kubernetes.io/name": app,
+        "app.kubernetes.io/instance": spec.name,
+        "app.kubernetes.io/managed-by": naming.MANAGED_BY,
+        "app.kubernetes.io/component": component,
+        key: spec.name,
+    }
     if identity is not None:
         labels.update(identity.labels())
     labels.update(spec.labels)
-    return {"name": spec.name, "namespace": spec.namespace, "labels": labels,
-            "selector": {key: spec.name}, "annotations": identity.annotations() if identity else {},
-            "image": spec.image, "image_pull_policy": spec.image_pull_policy,
-            "image_pull_secrets": [{"name": s} for s in spec.image_pull_secrets],
-            "node_selector": dict(spec.node_selector), "resources": _resources(spec),
-            "claim": spec.claim}
+    return {
+        "name": spec.name,
+        "namespace": spec.namespace,
+        "labels": labels,
+        "selector": {key: spec.name},
+        "annotations": identity.annotations() if identity else {},
+        "image": spec.image,
+        "image_pull_policy": spec.image_pull_policy,
+        "image_pull_secrets": [{"name": s} for s in spec.image_pull_secrets],
+        "node_selector": dict(spec.node_selector),
+        "resources": _resources(spec),
+        "claim": spec.claim,
+    }
 
 
-def serving_context(spec: ServingSpec, identity: RunIdentity | None = None,
-                    model_config: str = "") -> dict[str, Any]:
+def serving_context(
+    spec: ServingSpec, identity: RunIdentity | None = None, model_config: str = ""
+) -> dict[str, Any]:
     spec.require_claim()
     c = _base(spec, "tensorflow-serving", "serving", LABEL_SERVING, identity)
     c["labels"][LABEL_MODEL] = naming.safe_label_value(spec.model_name)
-    c.update({
-        "config_map_name": spec.config_map_name, "model_config": model_config,
-        "replicas": spec.replicas, "rest_port": spec.rest_port, "grpc_port": spec.grpc_port,
-        "models_mount": MODELS_MOUNT, "config_mount": CONFIG_MOUNT,
-        "args": [f"--port={spec.grpc_port}", f"--rest_api_port={spec.rest_port}",
-                 f"--model_config_file={CONFIG_MOUNT}/{CONFIG_FILE}",
-                 f"--model_config_file_poll_wait_seconds={spec.poll_seconds}",
-                 f"--file_system_poll_wait_seconds={spec.poll_seconds}"],
-    })
+    c.update(
+        {
+            "config_map_name": spec.config_map_name,
+            "model_config": model_config,
+            "replicas": spec.replicas,
+            "rest_port": spec.rest_port,
+            "grpc_port": spec.grpc_port,
+            "models_mount": MODELS_MOUNT,
+            "config_mount": CONFIG_MOUNT,
+            "args": [
+                f"--port={spec.grpc_port}",
+                f"--rest_api_port={spec.rest_port}",
+                f"--model_config_file={CONFIG_MOUNT}/{CONFIG_FILE}",
+                f"--model_config_file_poll_wait_seconds={spec.poll_seconds}",
+                f"--file_system_poll_wait_seconds={spec.poll_seconds}",
+            ],
+        }
+    )
     return c
 
 
-def render_serving(spec: ServingSpec, identity: RunIdentity | None = None,
-                   model_config: str = "", template_dir: str | Path | None = None
-                   ) -> list[dict[str, Any]]:
+def render_serving(
+    spec: ServingSpec,
+    identity: RunIdentity | None = None,
+    model_config: str = "",
+    template_dir: str | Path | None = None,
+) -> list[dict[str, Any]]:
     """ConfigMap, Service and Deployment of one model's TF Serving, in apply order."""
     c = serving_context(spec, identity, model_config)
     return [
-        _render("serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name, spec.namespace,
-                c, template_dir),
-        _render("serving/service.yaml.j2", "Service", spec.name, spec.namespace, c,
-                template_dir),
-        _render("serving/deployment.yaml.j2", "Deployment", spec.name, spec.namespace, c,
-                template_dir),
+        _render(
+            "serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name, spec.namespace, c, template_dir
+        ),
+        _render("serving/service.yaml.j2", "Service", spec.name, spec.namespace, c, template_dir),
+        _render("serving/deployment.yaml.j2", "Deployment", spec.name, spec.namespace, c, template_dir),
     ]
 
 
-def render_config_map(spec: ServingSpec, model_config: str, identity: RunIdentity | None = None,
-                      template_dir: str | Path | None = None) -> dict[str, Any]:
+def render_config_map(
+    spec: ServingSpec,
+    model_config: str,
+    identity: RunIdentity | None = None,
+    template_dir: str | Path | None = None,
+) -> dict[str, Any]:
     c = serving_context(spec, identity, model_config)
-    return _render("serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name,
-                   spec.namespace, c, template_dir)
+    return _render(
+        "serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name, spec.namespace, c, template_dir
+    )
 
 
-def render_sample_reader(spec: ServingSpec, job_name: str, version: int | None,
-                         identity: RunIdentity | None = None, deadline_seconds: int = 300,
-                         template_dir: str | Path | None = None) -> dict[str, Any]:
+def render_sample_reader(
+    spec: ServingSpec,
+    job_name: str,
+    version: int | None,
+    identity: RunIdentity | None = None,
+    deadline_seconds: int = 300,
+    template_dir: str | Path | None = None,
+) -> dict[str, Any]:
     """A Job that prints the model's exported versions and one version's sample request."""
     c = serving_context(spec, identity)
-    c.update({"job_name": job_name, "reader_deadline": deadline_seconds,
-              # Kubernetes expands $(VAR) in command and args; the script is shell, not that.
-              "reader_script": k8s_escape(READER_SCRIPT),
-              "model_dir": k8s_escape(spec.pod_base_path),
-              "reader_version": "" if version is None else str(int(version)),
-              "reader_labels": {**c["labels"], "app.kubernetes.io/component": "store-reader"}})
-    return _render("serving/sample-reader-job.yaml.j2", "Job", job_name, spec.namespace, c,
-                   template_dir)
+    c.update(
+        {
+            "job_name": job_name,
+            "reader_deadline": deadline_seconds,
+            # Kubernetes expands $(VAR) in command and args; the script is shell, not that.
+            "reader_script": k8s_escape(READER_SCRIPT),
+            "model_dir": k8s_escape(spec.pod_base_path),
+            "reader_version": "" if version is None else str(int(version)),
+            "reader_labels": {**c["labels"], "app.kubernetes.io/component": "store-reader"},
+        }
+    )
+    return _render("serving/sample-reader-job.yaml.j2", "Job", job_name, spec.namespace, c, template_dir)
 
 
-def render_tensorboard(spec: TensorBoardSpec, identity: RunIdentity | None = None,
-                       template_dir: str | Path | None = None) -> list[dict[str, Any]]:
+def render_tensorboard(
+    spec: TensorBoardSpec, identity: RunIdentity | None = None, template_dir: str | Path | None = None
+) -> list[dict[str, Any]]:
     """Service and Deployment of a TensorBoard over the logs claim."""
     if spec.claim is None:
         from airflow_tfk.errors import SpecError
@@ -153,12 +197,20 @@ def render_tensorboard(spec: TensorBoardSpec, identity: RunIdentity | None = Non
         raise SpecError("claim", "is required on Kubernetes (base_path is local-only)")
     c = _base(spec, "tensorboard", "tensorboard", LABEL_TENSORBOARD, identity)
     prefix = f"/api/v1/namespaces/{spec.namespace}/services/{spec.name}:{spec.port}/proxy"
-    c.update({"port": spec.port, "logs_mount": LOGS_MOUNT,
-              "args": [f"--logdir={spec.pod_logdir}", "--bind_all", f"--port={spec.port}",
-                       f"--reload_interval={spec.reload_seconds}", f"--path_prefix={prefix}"]})
+    c.update(
+        {
+            "port": spec.port,
+            "logs_mount": LOGS_MOUNT,
+            "args": [
+                f"--logdir={spec.pod_logdir}",
+                "--bind_all",
+                f"--port={spec.port}",
+                f"--reload_interval={spec.reload_seconds}",
+                f"--path_prefix={prefix}",
+            ],
+        }
+    )
     return [
-        _render("tensorboard/service.yaml.j2", "Service", spec.name, spec.namespace, c,
-                template_dir),
-        _render("tensorboard/deployment.yaml.j2", "Deployment", spec.name, spec.namespace, c,
-                template_dir),
+        _render("tensorboard/service.yaml.j2", "Service", spec.name, spec.namespace, c, template_dir),
+        _render("tensorboard/deployment.yaml.j2", "Deployment", spec.name, spec.namespace, c, template_dir),
     ]

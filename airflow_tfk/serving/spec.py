@@ -73,20 +73,22 @@ def _claim(value: object, where: str) -> str | None:
 def _resource_name(value: object, where: str) -> str:
     if not isinstance(value, str) or not naming.is_dns1035_label(value) or len(value) > 56:
         # 56: leaves room for the ConfigMap's "-config" suffix within 63
-        raise SpecError(where, "must be a DNS-1035 label of at most 56 characters "
-                        "(lowercase letters, digits and '-', starting with a letter)", value)
+        raise SpecError(
+            where,
+            "must be a DNS-1035 label of at most 56 characters "
+            "(lowercase letters, digits and '-', starting with a letter)",
+            value,
+        )
     return value
 
 
 def _common(spec: Any, kind: str) -> None:
     if not isinstance(spec.namespace, str) or not naming.is_dns1123_label(spec.namespace):
-        raise SpecError("namespace", "is not a valid namespace name (DNS-1123 label)",
-                        spec.namespace)
+        raise SpecError("namespace", "is not a valid namespace name (DNS-1123 label)", spec.namespace)
     if not isinstance(spec.image, str) or not _IMAGE.match(spec.image) or len(spec.image) > 512:
         raise SpecError("image", "must be an image reference without spaces", spec.image)
     if spec.image_pull_policy not in ("Always", "IfNotPresent", "Never"):
-        raise SpecError("image_pull_policy", "must be Always, IfNotPresent or Never",
-                        spec.image_pull_policy)
+        raise SpecError("image_pull_policy", "must be Always, IfNotPresent or Never", spec.image_pull_policy)
     secrets = tuple(spec.image_pull_secrets or ())
     for i, s in enumerate(secrets):
         if not isinstance(s, str) or not naming.is_dns1123_subdomain(s):
@@ -108,8 +110,7 @@ def _common(spec: Any, kind: str) -> None:
         for k, v in value.items():
             if not isinstance(k, str) or not naming.is_label_key(k):
                 raise SpecError(f"{attr}.{k}", "is not a valid label key")
-            if attr == "labels" and (k.startswith(naming.LABEL_PREFIX)
-                                     or k.startswith("app.kubernetes.io/")):
+            if attr == "labels" and (k.startswith(naming.LABEL_PREFIX) or k.startswith("app.kubernetes.io/")):
                 raise SpecError(f"{attr}.{k}", "uses a prefix the platform sets itself")
             if not isinstance(v, str) or not naming.is_label_value(v):
                 raise SpecError(f"{attr}.{k}", "is not a valid label value", v)
@@ -179,14 +180,19 @@ class ServingSpec:
     node_selector: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.model_name, str) or len(self.model_name) > 63 \
-                or not _MODEL_NAME.match(self.model_name):
-            raise SpecError("model_name", "must be 1-63 letters, digits, '_', '.' or '-', "
-                            "starting and ending with a letter or digit", self.model_name)
+        if (
+            not isinstance(self.model_name, str)
+            or len(self.model_name) > 63
+            or not _MODEL_NAME.match(self.model_name)
+        ):
+            raise SpecError(
+                "model_name",
+                "must be 1-63 letters, digits, '_', '.' or '-', starting and ending with a letter or digit",
+                self.model_name,
+            )
         object.__setattr__(self, "claim", _claim(self.claim, "claim"))
         object.__setattr__(self, "sub_path", _sub_path(self.sub_path, "sub_path"))
-        object.__setattr__(self, "base_path",
-                           _optional_path(self.base_path, "base_path", absolute=False))
+        object.__setattr__(self, "base_path", _optional_path(self.base_path, "base_path", absolute=False))
         name = self.name if self.name is not None else default_name("tfs", self.model_name)
         object.__setattr__(self, "name", _resource_name(name, "name"))
         _common(self, "models")
@@ -194,15 +200,17 @@ class ServingSpec:
         _int(self.rest_port, "rest_port", 1, 65535)
         _int(self.grpc_port, "grpc_port", 1, 65535)
         if self.rest_port == self.grpc_port:
-            raise SpecError("grpc_port", f"must differ from rest_port ({self.rest_port})",
-                            self.grpc_port)
+            raise SpecError("grpc_port", f"must differ from rest_port ({self.rest_port})", self.grpc_port)
         _int(self.keep_versions, "keep_versions", 1, 100)
         _int(self.poll_seconds, "poll_seconds", 1, 3600)
-        object.__setattr__(self, "load_timeout_seconds",
-                           _number(self.load_timeout_seconds, "load_timeout_seconds", 1, 86400))
-        object.__setattr__(self, "predict_timeout_seconds",
-                           _number(self.predict_timeout_seconds, "predict_timeout_seconds",
-                                   1, 3600))
+        object.__setattr__(
+            self, "load_timeout_seconds", _number(self.load_timeout_seconds, "load_timeout_seconds", 1, 86400)
+        )
+        object.__setattr__(
+            self,
+            "predict_timeout_seconds",
+            _number(self.predict_timeout_seconds, "predict_timeout_seconds", 1, 3600),
+        )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ServingSpec:
@@ -253,8 +261,7 @@ class TensorBoardSpec:
         object.__setattr__(self, "name", _resource_name(self.name, "name"))
         object.__setattr__(self, "claim", _claim(self.claim, "claim"))
         object.__setattr__(self, "sub_path", _sub_path(self.sub_path, "sub_path"))
-        object.__setattr__(self, "base_path",
-                           _optional_path(self.base_path, "base_path", absolute=False))
+        object.__setattr__(self, "base_path", _optional_path(self.base_path, "base_path", absolute=False))
         _common(self, "logs")
         _int(self.port, "port", 0, 65535)
         _int(self.reload_seconds, "reload_seconds", 1, 86400)

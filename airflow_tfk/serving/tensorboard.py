@@ -27,8 +27,13 @@ class LocalTensorBoard:
 
     kind = "local"
 
-    def __init__(self, spec: TensorBoardSpec, root: str | None = None,
-                 start_timeout_seconds: float = 120.0, **_ignored: Any) -> None:
+    def __init__(
+        self,
+        spec: TensorBoardSpec,
+        root: str | None = None,
+        start_timeout_seconds: float = 120.0,
+        **_ignored: Any,
+    ) -> None:
         self.spec = spec
         self.root = os.path.abspath(os.path.expanduser(root or default_root()))
         self.start_timeout_seconds = float(start_timeout_seconds)
@@ -40,8 +45,9 @@ class LocalTensorBoard:
         return {"root": self.root, "start_timeout_seconds": self.start_timeout_seconds}
 
     def logdir(self) -> str:
-        return store_path(self.root, self.spec.namespace, self.spec.claim, self.spec.sub_path,
-                          self.spec.base_path)
+        return store_path(
+            self.root, self.spec.namespace, self.spec.claim, self.spec.sub_path, self.spec.base_path
+        )
 
     def _record(self) -> dict[str, Any] | None:
         return _process.read_record(self.record_path)
@@ -60,20 +66,32 @@ class LocalTensorBoard:
         with _process.locked(self.dir):
             record = self._record()
             if _process.alive(record) is not None:
-                emit(f"TensorBoard {self.spec.name} already runs (pid {record['pid']}) at "
-                     f"{self.url} over {record['logdir']}")
+                emit(
+                    f"TensorBoard {self.spec.name} already runs (pid {record['pid']}) at "
+                    f"{self.url} over {record['logdir']}"
+                )
                 return self.url
             logdir = self.logdir()
             os.makedirs(logdir, exist_ok=True)
-            port = self.spec.port if self.spec.port and _free(self.spec.port) else \
-                _process.free_port()
-            argv = [sys.executable, "-m", "tensorboard.main", f"--logdir={logdir}",
-                    "--host=127.0.0.1", f"--port={port}",
-                    f"--reload_interval={self.spec.reload_seconds}"]
+            port = self.spec.port if self.spec.port and _free(self.spec.port) else _process.free_port()
+            argv = [
+                sys.executable,
+                "-m",
+                "tensorboard.main",
+                f"--logdir={logdir}",
+                "--host=127.0.0.1",
+                f"--port={port}",
+                f"--reload_interval={self.spec.reload_seconds}",
+            ]
             env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
             proc = _process.start(argv, self.log_path, env, cwd=str(self.dir))
-            record = {"pid": proc.pid, "create_time": proc.create_time(), "port": port,
-                      "logdir": logdir, "argv": argv}
+            record = {
+                "pid": proc.pid,
+                "create_time": proc.create_time(),
+                "port": port,
+                "logdir": logdir,
+                "argv": argv,
+            }
             _process.write_atomic(self.record_path, json.dumps(record, indent=1))
             try:
                 _process.wait_listening(proc, port, self.start_timeout_seconds, self.log_path)
@@ -101,10 +119,17 @@ class KubernetesTensorBoard:
 
     kind = "kubernetes"
 
-    def __init__(self, spec: TensorBoardSpec, conn_id: str = "kubernetes_default",
-                 cluster_context: str | None = None, config_file: str | None = None,
-                 in_cluster: bool | None = None, identity: RunIdentity | None = None,
-                 field_manager: str = "airflow-tfk", **_ignored: Any) -> None:
+    def __init__(
+        self,
+        spec: TensorBoardSpec,
+        conn_id: str = "kubernetes_default",
+        cluster_context: str | None = None,
+        config_file: str | None = None,
+        in_cluster: bool | None = None,
+        identity: RunIdentity | None = None,
+        field_manager: str = "airflow-tfk",
+        **_ignored: Any,
+    ) -> None:
         self.spec = spec
         self.conn_id = conn_id
         self.cluster_context = cluster_context
@@ -114,9 +139,13 @@ class KubernetesTensorBoard:
         self.field_manager = field_manager
 
     def config(self) -> dict[str, Any]:
-        return {"conn_id": self.conn_id, "cluster_context": self.cluster_context,
-                "config_file": self.config_file, "in_cluster": self.in_cluster,
-                "field_manager": self.field_manager}
+        return {
+            "conn_id": self.conn_id,
+            "cluster_context": self.cluster_context,
+            "config_file": self.config_file,
+            "in_cluster": self.in_cluster,
+            "field_manager": self.field_manager,
+        }
 
     @cached_property
     def api(self) -> Any:
@@ -124,17 +153,21 @@ class KubernetesTensorBoard:
 
         from airflow_tfk.backends._k8s_api import SyncApi
 
-        return SyncApi(KubernetesHook(conn_id=self.conn_id, cluster_context=self.cluster_context,
-                                      config_file=self.config_file,
-                                      in_cluster=self.in_cluster).api_client)
+        return SyncApi(
+            KubernetesHook(
+                conn_id=self.conn_id,
+                cluster_context=self.cluster_context,
+                config_file=self.config_file,
+                in_cluster=self.in_cluster,
+            ).api_client
+        )
 
     @property
     def url(self) -> str:
         from airflow_tfk.serving.kubernetes import service_proxy_path
 
         host = self.api.client.configuration.host.rstrip("/")
-        return host + service_proxy_path(self.spec.namespace, self.spec.name, self.spec.port,
-                                         "/")
+        return host + service_proxy_path(self.spec.namespace, self.spec.name, self.spec.port, "/")
 
     def start(self, emit: Emit) -> str:
         from airflow_tfk.backends._k8s_api import kind_of
@@ -143,8 +176,10 @@ class KubernetesTensorBoard:
         for manifest in render_tensorboard(self.spec, self.identity):
             path = kind_of(manifest).item(self.spec.namespace, manifest["metadata"]["name"])
             self.api.apply(path, manifest, self.field_manager)
-        emit(f"TensorBoard {self.spec.name} in namespace {self.spec.namespace} over claim "
-             f"{self.spec.claim}/{self.spec.sub_path}: {self.url}")
+        emit(
+            f"TensorBoard {self.spec.name} in namespace {self.spec.namespace} over claim "
+            f"{self.spec.claim}/{self.spec.sub_path}: {self.url}"
+        )
         return self.url
 
     def stop(self, emit: Emit) -> None:
@@ -152,9 +187,11 @@ class KubernetesTensorBoard:
 
         for kind in ("Deployment", "Service"):
             try:
-                self.api.request("DELETE", BY_KIND[kind].item(self.spec.namespace,
-                                                              self.spec.name),
-                                 {"propagationPolicy": "Background"})
+                self.api.request(
+                    "DELETE",
+                    BY_KIND[kind].item(self.spec.namespace, self.spec.name),
+                    {"propagationPolicy": "Background"},
+                )
                 emit(f"deleted {kind} {self.spec.name}")
             except Exception as exc:
                 if not is_not_found(exc):

@@ -35,9 +35,17 @@ class WorkersDoneTrigger(BaseTrigger):
     :param delete_on_kill: delete the cluster when the task is killed while deferred.
     """
 
-    def __init__(self, cluster: dict[str, Any], backend_kind: str, backend_config: dict[str, Any],
-                 mode: str, replicas: dict[str, int], deadline: float | None = None,
-                 progress_interval: float = 30.0, delete_on_kill: bool = True) -> None:
+    def __init__(
+        self,
+        cluster: dict[str, Any],
+        backend_kind: str,
+        backend_config: dict[str, Any],
+        mode: str,
+        replicas: dict[str, int],
+        deadline: float | None = None,
+        progress_interval: float = 30.0,
+        delete_on_kill: bool = True,
+    ) -> None:
         super().__init__()
         self.cluster = cluster
         self.backend_kind = backend_kind
@@ -50,16 +58,19 @@ class WorkersDoneTrigger(BaseTrigger):
         self._fired = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}", {
-            "cluster": self.cluster,
-            "backend_kind": self.backend_kind,
-            "backend_config": self.backend_config,
-            "mode": self.mode,
-            "replicas": self.replicas,
-            "deadline": self.deadline,
-            "progress_interval": self.progress_interval,
-            "delete_on_kill": self.delete_on_kill,
-        })
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "cluster": self.cluster,
+                "backend_kind": self.backend_kind,
+                "backend_config": self.backend_config,
+                "mode": self.mode,
+                "replicas": self.replicas,
+                "deadline": self.deadline,
+                "progress_interval": self.progress_interval,
+                "delete_on_kill": self.delete_on_kill,
+            },
+        )
 
     def _backend(self) -> Backend:
         return get_backend(self.backend_kind, **self.backend_config)
@@ -74,8 +85,7 @@ class WorkersDoneTrigger(BaseTrigger):
         try:
             backend = self._backend()
             role, index = progress_task(mode, self.replicas)
-            reporter = ProgressReporter(backend, ref, role, index, self.progress_interval,
-                                        self.log.info)
+            reporter = ProgressReporter(backend, ref, role, index, self.progress_interval, self.log.info)
             last_summary = ""
             while True:
                 window = 60.0
@@ -130,7 +140,8 @@ class WorkersDoneTrigger(BaseTrigger):
 
         ti = self.task_instance
         states = RuntimeTaskInstance.get_task_states(
-            dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index)
+            dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
+        )
         key = f"{ti.task_id}_{ti.map_index}" if ti.map_index >= 0 else ti.task_id
         return states.get(ti.run_id, {}).get(key)
 

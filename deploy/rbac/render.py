@@ -16,8 +16,9 @@ NAMESPACE_PER_TRAINING = HERE / "namespace-per-training.yaml"
 SERVICE_ACCOUNT = "airflow-tfk"
 
 
-def manifests(namespace: str, *, namespace_per_training: bool = False,
-              name_suffix: str = "") -> list[dict[str, Any]]:
+def manifests(
+    namespace: str, *, namespace_per_training: bool = False, name_suffix: str = ""
+) -> list[dict[str, Any]]:
     """The objects of ``namespaced.yaml`` (or ``namespace-per-training.yaml``) with the
     ServiceAccount (and, for the Role, every object) in ``namespace``.
 
@@ -47,9 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     import yaml
 
-    sys.stdout.write(yaml.safe_dump_all(manifests(a.namespace,
-                                                  namespace_per_training=a.namespace_per_training),
-                                        sort_keys=False))
+    sys.stdout.write(
+        yaml.safe_dump_all(
+            manifests(a.namespace, namespace_per_training=a.namespace_per_training), sort_keys=False
+        )
+    )
     return 0
 
 

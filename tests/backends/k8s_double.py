@@ -60,12 +60,20 @@ KINDS = {  # plural -> (apiVersion, kind, namespaced)
     "events": ("v1", "Event", True),
 }
 NO_COLLECTION_DELETE = {"services", "namespaces"}
-SERVER_META = ("uid", "creationTimestamp", "resourceVersion", "generation", "managedFields",
-               "deletionTimestamp", "ownerReferences")
+SERVER_META = (
+    "uid",
+    "creationTimestamp",
+    "resourceVersion",
+    "generation",
+    "managedFields",
+    "deletionTimestamp",
+    "ownerReferences",
+)
 
 _ROUTE = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
-    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?P<log>/log)?$")
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?(?P<log>/log)?$"
+)
 _NS_ITEM = re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")
 
 
@@ -74,8 +82,15 @@ def now_iso(ago: float = 0.0) -> str:
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def match_selector(labels: dict[str, str], selector: str | None) -> bool:
@@ -142,8 +157,12 @@ class KubeApiDouble:
         self.faults: list[Fault] = []
         self.closing = False
         self._server: ThreadingHTTPServer | None = None
-        self._put("namespaces", "", {"apiVersion": "v1", "kind": "Namespace",
-                                     "metadata": {"name": "default"}}, emit=False)
+        self._put(
+            "namespaces",
+            "",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}},
+            emit=False,
+        )
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> KubeApiDouble:
@@ -154,8 +173,7 @@ class KubeApiDouble:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True,
-                         name="k8s-double").start()
+        threading.Thread(target=self._server.serve_forever, daemon=True, name="k8s-double").start()
         return self
 
     def stop(self) -> None:
@@ -173,7 +191,9 @@ class KubeApiDouble:
 
     def kubeconfig(self, path: str) -> str:
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "double",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "double",
             "clusters": [{"name": "double", "cluster": {"server": self.url}}],
             "users": [{"name": "tester", "user": {"token": "test-token"}}],
             "contexts": [{"name": "double", "context": {"cluster": "double", "user": "tester"}}],
@@ -187,13 +207,17 @@ class KubeApiDouble:
         with self.lock:
             return len(self.requests)
 
-    def count(self, verb: str | None = None, plural: str | None = None, since: int = 0,
-              method: str | None = None) -> int:
+    def count(
+        self, verb: str | None = None, plural: str | None = None, since: int = 0, method: str | None = None
+    ) -> int:
         with self.lock:
-            return sum(1 for r in self.requests[since:]
-                       if (verb is None or r.verb == verb) and
-                       (plural is None or r.plural == plural) and
-                       (method is None or r.method == method))
+            return sum(
+                1
+                for r in self.requests[since:]
+                if (verb is None or r.verb == verb)
+                and (plural is None or r.plural == plural)
+                and (method is None or r.method == method)
+            )
 
     def summary(self, since: int = 0) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -203,8 +227,9 @@ class KubeApiDouble:
                 out[key] = out.get(key, 0) + 1
         return out
 
-    def inject(self, method: str, path_regex: str, status: int, times: int = 1,
-               retry_after: str | None = None) -> None:
+    def inject(
+        self, method: str, path_regex: str, status: int, times: int = 1, retry_after: str | None = None
+    ) -> None:
         """The next ``times`` matching requests answer ``status`` (with Retry-After)."""
         with self.lock:
             self.faults.append(Fault(method, re.compile(path_regex), status, times, retry_after))
@@ -266,18 +291,24 @@ class KubeApiDouble:
             obj = self.objects.get((plural, ns, name))
             return copy.deepcopy(obj) if obj else None
 
-    def list(self, plural: str, selector: str | None = None,
-             namespace: str | None = "default") -> list[dict]:
+    def list(self, plural: str, selector: str | None = None, namespace: str | None = "default") -> list[dict]:
         with self.lock:
-            return [copy.deepcopy(o) for (p, ns, _), o in sorted(self.objects.items())
-                    if p == plural and (namespace is None or not KINDS[p][2] or ns == namespace)
-                    and match_selector(o["metadata"].get("labels") or {}, selector)]
+            return [
+                copy.deepcopy(o)
+                for (p, ns, _), o in sorted(self.objects.items())
+                if p == plural
+                and (namespace is None or not KINDS[p][2] or ns == namespace)
+                and match_selector(o["metadata"].get("labels") or {}, selector)
+            ]
 
     def labelled(self, selector: str) -> list[str]:
         """``kind/name`` of every object (any kind, any namespace) matching ``selector``."""
         with self.lock:
-            return sorted(f"{KINDS[p][1]}/{n}" for (p, _, n), o in self.objects.items()
-                          if match_selector(o["metadata"].get("labels") or {}, selector))
+            return sorted(
+                f"{KINDS[p][1]}/{n}"
+                for (p, _, n), o in self.objects.items()
+                if match_selector(o["metadata"].get("labels") or {}, selector)
+            )
 
     def compact(self) -> None:
         """Writes elsewhere, then etcd compaction: watches resuming from a resourceVersion
@@ -298,20 +329,34 @@ class KubeApiDouble:
             for index in range(int((obj.get("spec") or {}).get("replicas") or 1)):
                 self._sts_pod(obj, index)
 
-    def _pod_from(self, owner: dict[str, Any], kind: str, name: str, labels: dict[str, str],
-                  annotations: dict[str, str], extra_spec: dict[str, Any]) -> dict[str, Any]:
+    def _pod_from(
+        self,
+        owner: dict[str, Any],
+        kind: str,
+        name: str,
+        labels: dict[str, str],
+        annotations: dict[str, str],
+        extra_spec: dict[str, Any],
+    ) -> dict[str, Any]:
         template = copy.deepcopy((owner.get("spec") or {}).get("template") or {})
         meta = template.get("metadata") or {}
         pod = {
-            "apiVersion": "v1", "kind": "Pod",
+            "apiVersion": "v1",
+            "kind": "Pod",
             "metadata": {
                 "name": name,
                 "labels": {**(meta.get("labels") or {}), **labels},
                 "annotations": {**(meta.get("annotations") or {}), **annotations},
-                "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": kind,
-                                     "name": owner["metadata"]["name"],
-                                     "uid": owner["metadata"]["uid"], "controller": True,
-                                     "blockOwnerDeletion": True}],
+                "ownerReferences": [
+                    {
+                        "apiVersion": owner["apiVersion"],
+                        "kind": kind,
+                        "name": owner["metadata"]["name"],
+                        "uid": owner["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
             },
             "spec": {**(template.get("spec") or {}), **extra_spec},
             "status": {"phase": "Pending", "conditions": []},
@@ -323,20 +368,23 @@ class KubeApiDouble:
         annotations = {"batch.kubernetes.io/job-completion-index": str(index)}
         if (job.get("spec") or {}).get("backoffLimitPerIndex") is not None:
             annotations["batch.kubernetes.io/job-index-failure-count"] = str(failures)
-        labels = {"batch.kubernetes.io/job-completion-index": str(index),
-                  "batch.kubernetes.io/job-name": name, "job-name": name,
-                  "batch.kubernetes.io/controller-uid": job["metadata"]["uid"]}
+        labels = {
+            "batch.kubernetes.io/job-completion-index": str(index),
+            "batch.kubernetes.io/job-name": name,
+            "job-name": name,
+            "batch.kubernetes.io/controller-uid": job["metadata"]["uid"],
+        }
         subdomain = (job["spec"].get("template", {}).get("spec") or {}).get("subdomain")
         extra = {"hostname": f"{name}-{index}"}
         if subdomain:
             extra["subdomain"] = subdomain
-        return self._pod_from(job, "Job", f"{name}-{index}-{secrets.token_hex(3)[:5]}", labels,
-                              annotations, extra)
+        return self._pod_from(
+            job, "Job", f"{name}-{index}-{secrets.token_hex(3)[:5]}", labels, annotations, extra
+        )
 
     def _sts_pod(self, sts: dict[str, Any], index: int) -> dict[str, Any]:
         name = f"{sts['metadata']['name']}-{index}"
-        labels = {"apps.kubernetes.io/pod-index": str(index),
-                  "statefulset.kubernetes.io/pod-name": name}
+        labels = {"apps.kubernetes.io/pod-index": str(index), "statefulset.kubernetes.io/pod-name": name}
         extra = {"hostname": name, "subdomain": (sts.get("spec") or {}).get("serviceName")}
         return self._pod_from(sts, "StatefulSet", name, labels, {}, extra)
 
@@ -348,8 +396,7 @@ class KubeApiDouble:
             assert names, f"no pod for {cluster} {role}-{index}"
             return max(names, key=lambda n: names[n])
 
-    def set_pod_status(self, name: str, status: dict[str, Any],
-                       namespace: str = "default") -> None:
+    def set_pod_status(self, name: str, status: dict[str, Any], namespace: str = "default") -> None:
         with self.cond:
             pod = self.objects[("pods", namespace, name)]
             pod["status"] = status
@@ -365,23 +412,54 @@ class KubeApiDouble:
 
     def set_running(self, name: str, namespace: str = "default") -> None:
         c = self._container(name, namespace)
-        self.set_pod_status(name, {
-            "phase": "Running", "startTime": now_iso(),
-            "conditions": [self._scheduled(), {"type": "Ready", "status": "True"}],
-            "containerStatuses": [{"name": c, "ready": True, "restartCount": 0,
-                                   "state": {"running": {"startedAt": now_iso()}}}]},
-            namespace)
+        self.set_pod_status(
+            name,
+            {
+                "phase": "Running",
+                "startTime": now_iso(),
+                "conditions": [self._scheduled(), {"type": "Ready", "status": "True"}],
+                "containerStatuses": [
+                    {
+                        "name": c,
+                        "ready": True,
+                        "restartCount": 0,
+                        "state": {"running": {"startedAt": now_iso()}},
+                    }
+                ],
+            },
+            namespace,
+        )
 
-    def set_terminated(self, name: str, exit_code: int, reason: str, message: str = "",
-                       namespace: str = "default", pod_reason: str | None = None,
-                       conditions: list[dict[str, Any]] | None = None) -> None:
+    def set_terminated(
+        self,
+        name: str,
+        exit_code: int,
+        reason: str,
+        message: str = "",
+        namespace: str = "default",
+        pod_reason: str | None = None,
+        conditions: list[dict[str, Any]] | None = None,
+    ) -> None:
         c = self._container(name, namespace)
         status: dict[str, Any] = {
             "phase": "Succeeded" if exit_code == 0 else "Failed",
             "conditions": [self._scheduled()] + list(conditions or []),
-            "containerStatuses": [{"name": c, "ready": False, "restartCount": 0, "state": {
-                "terminated": {"exitCode": exit_code, "reason": reason, "message": message,
-                               "finishedAt": now_iso()}}}]}
+            "containerStatuses": [
+                {
+                    "name": c,
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": exit_code,
+                            "reason": reason,
+                            "message": message,
+                            "finishedAt": now_iso(),
+                        }
+                    },
+                }
+            ],
+        }
         if pod_reason:
             status["reason"] = pod_reason
         self.set_pod_status(name, status, namespace)
@@ -389,33 +467,67 @@ class KubeApiDouble:
     def set_succeeded(self, name: str, namespace: str = "default") -> None:
         self.set_terminated(name, 0, "Completed", namespace=namespace)
 
-    def set_failed(self, name: str, exit_code: int = 1, message: str = "",
-                   namespace: str = "default") -> None:
+    def set_failed(
+        self, name: str, exit_code: int = 1, message: str = "", namespace: str = "default"
+    ) -> None:
         self.set_terminated(name, exit_code, "Error", message, namespace)
 
     def set_oom_killed(self, name: str, namespace: str = "default") -> None:
         self.set_terminated(name, 137, "OOMKilled", namespace=namespace)
 
-    def set_waiting(self, name: str, reason: str = "ImagePullBackOff", message: str = "",
-                    ago: float = 0.0, namespace: str = "default",
-                    last_exit: int | None = None) -> None:
+    def set_waiting(
+        self,
+        name: str,
+        reason: str = "ImagePullBackOff",
+        message: str = "",
+        ago: float = 0.0,
+        namespace: str = "default",
+        last_exit: int | None = None,
+    ) -> None:
         """A scheduled pod whose container waits (``ago``: scheduled that long ago)."""
         c = self._container(name, namespace)
-        cs: dict[str, Any] = {"name": c, "ready": False, "restartCount": 0,
-                              "state": {"waiting": {"reason": reason, "message": message}}}
+        cs: dict[str, Any] = {
+            "name": c,
+            "ready": False,
+            "restartCount": 0,
+            "state": {"waiting": {"reason": reason, "message": message}},
+        }
         if last_exit is not None:
             cs["restartCount"] = 3
             cs["lastState"] = {"terminated": {"exitCode": last_exit, "reason": "Error"}}
-        self.set_pod_status(name, {"phase": "Running" if reason == "CrashLoopBackOff"
-                                   else "Pending", "conditions": [self._scheduled(ago)],
-                                   "containerStatuses": [cs]}, namespace)
+        self.set_pod_status(
+            name,
+            {
+                "phase": "Running" if reason == "CrashLoopBackOff" else "Pending",
+                "conditions": [self._scheduled(ago)],
+                "containerStatuses": [cs],
+            },
+            namespace,
+        )
 
-    def set_unschedulable(self, name: str, message: str = "0/3 nodes are available: 3 "
-                          "Insufficient nvidia.com/gpu.", ago: float = 0.0,
-                          namespace: str = "default") -> None:
-        self.set_pod_status(name, {"phase": "Pending", "conditions": [{
-            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-            "message": message, "lastTransitionTime": now_iso(ago)}]}, namespace)
+    def set_unschedulable(
+        self,
+        name: str,
+        message: str = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        ago: float = 0.0,
+        namespace: str = "default",
+    ) -> None:
+        self.set_pod_status(
+            name,
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                        "lastTransitionTime": now_iso(ago),
+                    }
+                ],
+            },
+            namespace,
+        )
 
     def set_log(self, name: str, text: str, namespace: str = "default") -> None:
         with self.lock:
@@ -436,37 +548,54 @@ class KubeApiDouble:
             index = int(ann["batch.kubernetes.io/job-completion-index"])
             return self._job_pod(job, index, failures)["metadata"]["name"]
 
-    def set_job_condition(self, name: str, type_: str, reason: str, message: str = "",
-                          namespace: str = "default", delete_active: bool = True) -> None:
+    def set_job_condition(
+        self,
+        name: str,
+        type_: str,
+        reason: str,
+        message: str = "",
+        namespace: str = "default",
+        delete_active: bool = True,
+    ) -> None:
         """Set a Job condition (e.g. Failed/DeadlineExceeded); by default also remove its
         unfinished pods, as the Job controller does."""
         with self.cond:
             job = self.objects[("jobs", namespace, name)]
             status = job.setdefault("status", {})
-            status["conditions"] = [c for c in status.get("conditions") or []
-                                    if c.get("type") != type_] + [{
-                                        "type": type_, "status": "True", "reason": reason,
-                                        "message": message,
-                                        "lastTransitionTime": now_iso()}]
+            status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != type_] + [
+                {
+                    "type": type_,
+                    "status": "True",
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": now_iso(),
+                }
+            ]
             self._put("jobs", namespace, job)
             if delete_active:
                 uid = job["metadata"]["uid"]
                 for (p, ns, n), obj in list(self.objects.items()):
                     refs = obj["metadata"].get("ownerReferences") or []
-                    if p == "pods" and any(r["uid"] == uid for r in refs) and \
-                            (obj.get("status") or {}).get("phase") not in ("Succeeded",
-                                                                           "Failed"):
+                    if (
+                        p == "pods"
+                        and any(r["uid"] == uid for r in refs)
+                        and (obj.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                    ):
                         self._remove(p, ns, n, "Background")
 
     # -- HTTP operations ----------------------------------------------------------------
-    def _apply(self, plural: str, ns: str, name: str, query: dict[str, str],
-               body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _apply(
+        self, plural: str, ns: str, name: str, query: dict[str, str], body: dict[str, Any]
+    ) -> tuple[int, dict[str, Any]]:
         if not query.get("fieldManager"):
             return 422, _status(422, "Invalid", "fieldManager is required for apply requests")
         api_version, kind, _ = KINDS[plural]
         if body.get("kind") != kind or body.get("apiVersion") != api_version:
-            return 400, _status(400, "BadRequest", f"body is {body.get('apiVersion')} "
-                                f"{body.get('kind')}, path is {api_version} {kind}")
+            return 400, _status(
+                400,
+                "BadRequest",
+                f"body is {body.get('apiVersion')} {body.get('kind')}, path is {api_version} {kind}",
+            )
         if (body.get("metadata") or {}).get("name") != name:
             return 400, _status(400, "BadRequest", "the name of the body does not match the path")
         with self.cond:
@@ -478,8 +607,9 @@ class KubeApiDouble:
                 desired["metadata"]["namespace"] = ns
             current = self.objects.get((plural, ns, name))
             if current is None:
-                desired["metadata"]["managedFields"] = [{
-                    "manager": query["fieldManager"], "operation": "Apply"}]
+                desired["metadata"]["managedFields"] = [
+                    {"manager": query["fieldManager"], "operation": "Apply"}
+                ]
                 if plural == "namespaces":
                     desired["status"] = {"phase": "Active"}
                 obj = self._put(plural, ns, desired)
@@ -501,16 +631,20 @@ class KubeApiDouble:
 def _task_of(ns: str, pod: dict[str, Any]) -> tuple[str, str, str, int]:
     meta = pod["metadata"]
     labels = meta.get("labels") or {}
-    raw = (meta.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index",
-                                              labels.get("apps.kubernetes.io/pod-index", "-1"))
-    return (ns, labels.get("tfk.airflow.apache.org/cluster", ""),
-            labels.get("tfk.airflow.apache.org/role", ""), int(raw))
+    raw = (meta.get("annotations") or {}).get(
+        "batch.kubernetes.io/job-completion-index", labels.get("apps.kubernetes.io/pod-index", "-1")
+    )
+    return (
+        ns,
+        labels.get("tfk.airflow.apache.org/cluster", ""),
+        labels.get("tfk.airflow.apache.org/role", ""),
+        int(raw),
+    )
 
 
 def _user_fields(obj: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in obj.items() if k != "status"}
-    out["metadata"] = {k: v for k, v in (obj.get("metadata") or {}).items()
-                       if k not in SERVER_META}
+    out["metadata"] = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in SERVER_META}
     return out
 
 
@@ -522,8 +656,13 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     # plumbing
-    def _send(self, code: int, body: Any, content_type: str = "application/json",
-              headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self,
+        code: int,
+        body: Any,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", content_type)
@@ -553,31 +692,36 @@ class _Handler(BaseHTTPRequestHandler):
         if m and m.group("ns") and plural not in KINDS:
             plural = None
         is_watch = query.get("watch") in ("true", "1", "True")
-        verb = {"POST": "create", "PATCH": "apply", "DELETE": "delete" if name else "deletecollection",
-                "GET": ("log" if m and m.group("log") else "get") if name else
-                ("watch" if is_watch else "list")}.get(method, method.lower())
+        verb = {
+            "POST": "create",
+            "PATCH": "apply",
+            "DELETE": "delete" if name else "deletecollection",
+            "GET": ("log" if m and m.group("log") else "get") if name else ("watch" if is_watch else "list"),
+        }.get(method, method.lower())
         req = Request(method, path, query, verb, plural)
         api = self.api
         with api.lock:
             api.requests.append(req)
-            fault = next((f for f in api.faults if f.remaining > 0 and f.method == method
-                          and f.pattern.search(path)), None)
+            fault = next(
+                (f for f in api.faults if f.remaining > 0 and f.method == method and f.pattern.search(path)),
+                None,
+            )
             if fault:
                 fault.remaining -= 1
         if fault:
             req.status = fault.status
             headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
             reason = "TooManyRequests" if fault.status == 429 else "InternalError"
-            return self._send(fault.status, _status(fault.status, reason, "injected fault"),
-                              headers=headers)
+            return self._send(fault.status, _status(fault.status, reason, "injected fault"), headers=headers)
         if plural not in KINDS:
             req.status = 404
             return self._send(404, _status(404, "NotFound", f"unknown path {path}"))
         ns = (m.group("ns") if m else "") or ""
         if not KINDS[plural][2]:
             ns = ""
-        code, payload = self._dispatch(method, plural, ns, name, query, body, is_watch,
-                                       bool(m and m.group("log")))
+        code, payload = self._dispatch(
+            method, plural, ns, name, query, body, is_watch, bool(m and m.group("log"))
+        )
         req.status = code
         if code == -1:  # streamed already
             return None
@@ -585,9 +729,17 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(code, payload, "text/plain")
         return self._send(code, payload)
 
-    def _dispatch(self, method: str, plural: str, ns: str, name: str | None,
-                  query: dict[str, str], body: bytes, is_watch: bool,
-                  log: bool) -> tuple[int, Any]:
+    def _dispatch(
+        self,
+        method: str,
+        plural: str,
+        ns: str,
+        name: str | None,
+        query: dict[str, str],
+        body: bytes,
+        is_watch: bool,
+        log: bool,
+    ) -> tuple[int, Any]:
         api = self.api
         api_version, kind, _ = KINDS[plural]
         if method == "PATCH":
@@ -607,8 +759,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if ns and ("namespaces", "", ns) not in api.objects:
                     return 404, _status(404, "NotFound", f'namespaces "{ns}" not found')
                 if (plural, ns, meta.get("name")) in api.objects:
-                    return 409, _status(409, "AlreadyExists", f'{plural} "{meta["name"]}" '
-                                        "already exists")
+                    return 409, _status(409, "AlreadyExists", f'{plural} "{meta["name"]}" already exists')
                 return 201, copy.deepcopy(api._put(plural, ns, data))
         if method == "GET" and name and log:
             with api.lock:
@@ -618,13 +769,14 @@ class _Handler(BaseHTTPRequestHandler):
                 return 404, _status(404, "NotFound", f'pods "{name}" not found')
             if text is None:
                 if (pod.get("status") or {}).get("phase") == "Pending":
-                    return 400, _status(400, "BadRequest", f'container in pod "{name}" is '
-                                        "waiting to start: ContainerCreating")
+                    return 400, _status(
+                        400, "BadRequest", f'container in pod "{name}" is waiting to start: ContainerCreating'
+                    )
                 text = ""
             tail = query.get("tailLines")
             if tail:
                 lines = text.splitlines(keepends=True)
-                text = "".join(lines[-int(tail):])
+                text = "".join(lines[-int(tail) :])
             return 200, text
         if method == "GET" and name:
             with api.lock:
@@ -638,15 +790,23 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET":
             selector = query.get("labelSelector")
             with api.lock:
-                items = [copy.deepcopy(o) for (p, n, _), o in sorted(api.objects.items())
-                         if p == plural and (not ns or n == ns) and
-                         match_selector(o["metadata"].get("labels") or {}, selector)]
+                items = [
+                    copy.deepcopy(o)
+                    for (p, n, _), o in sorted(api.objects.items())
+                    if p == plural
+                    and (not ns or n == ns)
+                    and match_selector(o["metadata"].get("labels") or {}, selector)
+                ]
                 rv = str(api.rv)
             limit = int(query.get("limit") or 0)
             if limit:
                 items = items[:limit]
-            return 200, {"kind": f"{kind}List", "apiVersion": api_version,
-                         "metadata": {"resourceVersion": rv}, "items": items}
+            return 200, {
+                "kind": f"{kind}List",
+                "apiVersion": api_version,
+                "metadata": {"resourceVersion": rv},
+                "items": items,
+            }
         if method == "DELETE":
             propagation = query.get("propagationPolicy")
             if body:
@@ -665,13 +825,20 @@ class _Handler(BaseHTTPRequestHandler):
             deleted = []
             with api.cond:
                 for (p, n, nm), o in list(api.objects.items()):
-                    if p == plural and n == ns and match_selector(
-                            o["metadata"].get("labels") or {}, selector):
+                    if (
+                        p == plural
+                        and n == ns
+                        and match_selector(o["metadata"].get("labels") or {}, selector)
+                    ):
                         gone = api._remove(p, n, nm, propagation)
                         if gone:
                             deleted.append(gone)
-            return 200, {"kind": f"{kind}List", "apiVersion": api_version,
-                         "metadata": {"resourceVersion": str(api.rv)}, "items": deleted}
+            return 200, {
+                "kind": f"{kind}List",
+                "apiVersion": api_version,
+                "metadata": {"resourceVersion": str(api.rv)},
+                "items": deleted,
+            }
         return 405, _status(405, "MethodNotAllowed", method)
 
     def _watch(self, plural: str, ns: str, query: dict[str, str]) -> None:
@@ -690,33 +857,45 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
         def wanted(ev: _Event) -> bool:
-            return ev.plural == plural and (not ns or ev.namespace == ns) and \
-                match_selector(ev.obj["metadata"].get("labels") or {}, selector)
+            return (
+                ev.plural == plural
+                and (not ns or ev.namespace == ns)
+                and match_selector(ev.obj["metadata"].get("labels") or {}, selector)
+            )
 
         try:
             raw = query.get("resourceVersion")
             with api.lock:
                 if raw in (None, "", "0"):
                     since = api.rv
-                    initial = [copy.deepcopy(o) for (p, n, _), o in sorted(api.objects.items())
-                               if p == plural and (not ns or n == ns) and match_selector(
-                                   o["metadata"].get("labels") or {}, selector)]
+                    initial = [
+                        copy.deepcopy(o)
+                        for (p, n, _), o in sorted(api.objects.items())
+                        if p == plural
+                        and (not ns or n == ns)
+                        and match_selector(o["metadata"].get("labels") or {}, selector)
+                    ]
                 else:
                     since = int(raw)
                     initial = []
                 expired = since < api.compacted_rv
             if expired:
-                send({"type": "ERROR", "object": _status(
-                    410, "Expired", f"too old resource version: {since} ({api.compacted_rv})")})
+                send(
+                    {
+                        "type": "ERROR",
+                        "object": _status(
+                            410, "Expired", f"too old resource version: {since} ({api.compacted_rv})"
+                        ),
+                    }
+                )
             else:
                 for obj in initial:
                     send({"type": "ADDED", "object": obj})
                 while True:
                     with api.cond:
-                        while api.rv <= since and not api.closing and \
-                                time.monotonic() < deadline:
+                        while api.rv <= since and not api.closing and time.monotonic() < deadline:
                             api.cond.wait(timeout=max(0.0, deadline - time.monotonic()))
-                        batch = api.events[bisect.bisect_right(api.event_rvs, since):]
+                        batch = api.events[bisect.bisect_right(api.event_rvs, since) :]
                         since = api.rv
                     for ev in batch:
                         if wanted(ev):
@@ -739,4 +918,3 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self._handle("POST")
-

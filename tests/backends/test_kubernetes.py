@@ -77,13 +77,17 @@ def backend() -> KubernetesBackend:
 _names = iter(range(10_000))
 
 
-def make_spec(workers: int = 3, ps: int | None = 2, retries: int = 0,
-              **kwargs: Any) -> TFClusterSpec:
-    return TFClusterSpec(name=f"tfk-t{next(_names)}", image="tf:2", command=("python", "t.py"),
-                         worker=RoleSpec(replicas=workers),
-                         ps=RoleSpec(replicas=ps) if ps else None,
-                         mode="between_graph" if ps else "all_reduce",
-                         retries_per_index=retries, **kwargs)
+def make_spec(workers: int = 3, ps: int | None = 2, retries: int = 0, **kwargs: Any) -> TFClusterSpec:
+    return TFClusterSpec(
+        name=f"tfk-t{next(_names)}",
+        image="tf:2",
+        command=("python", "t.py"),
+        worker=RoleSpec(replicas=workers),
+        ps=RoleSpec(replicas=ps) if ps else None,
+        mode="between_graph" if ps else "all_reduce",
+        retries_per_index=retries,
+        **kwargs,
+    )
 
 
 def hand_rendered(spec: TFClusterSpec, identity: RunIdentity | None = None) -> list[dict]:
@@ -91,8 +95,11 @@ def hand_rendered(spec: TFClusterSpec, identity: RunIdentity | None = None) -> l
     ns = spec.namespace_name
 
     def meta(name: str, role: str | None = None, namespaced: bool = True) -> dict:
-        labels = {SEL: spec.name, "app.kubernetes.io/managed-by": "airflow-tfk",
-                  **(identity.labels() if identity else {})}
+        labels = {
+            SEL: spec.name,
+            "app.kubernetes.io/managed-by": "airflow-tfk",
+            **(identity.labels() if identity else {}),
+        }
         if role:
             labels[naming.LABEL_ROLE] = role
         out: dict[str, Any] = {"name": name, "labels": labels}
@@ -101,44 +108,86 @@ def hand_rendered(spec: TFClusterSpec, identity: RunIdentity | None = None) -> l
         return out
 
     def template(role: str) -> dict:
-        return {"metadata": {"labels": {SEL: spec.name, naming.LABEL_ROLE: role}},
-                "spec": {"restartPolicy": "Never" if role != "ps" else "Always",
-                         "subdomain": f"{spec.name}-{role}",
-                         "containers": [{"name": "tensorflow", "image": spec.image}]}}
+        return {
+            "metadata": {"labels": {SEL: spec.name, naming.LABEL_ROLE: role}},
+            "spec": {
+                "restartPolicy": "Never" if role != "ps" else "Always",
+                "subdomain": f"{spec.name}-{role}",
+                "containers": [{"name": "tensorflow", "image": spec.image}],
+            },
+        }
 
     out: list[dict] = []
     if spec.namespace_per_training:
-        out.append({"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": meta(ns, namespaced=False)})
-    out.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                "metadata": meta(f"{spec.name}-logs"),
-                "spec": {"accessModes": ["ReadWriteMany"],
-                         "resources": {"requests": {"storage": "1Gi"}}}})
+        out.append({"apiVersion": "v1", "kind": "Namespace", "metadata": meta(ns, namespaced=False)})
+    out.append(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": meta(f"{spec.name}-logs"),
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+        }
+    )
     for role in spec.roles():
-        out.append({"apiVersion": "v1", "kind": "Service",
-                    "metadata": meta(f"{spec.name}-{role}", role),
-                    "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
-                             "selector": {SEL: spec.name, naming.LABEL_ROLE: role}}})
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": meta(f"{spec.name}-{role}", role),
+                "spec": {
+                    "clusterIP": "None",
+                    "publishNotReadyAddresses": True,
+                    "selector": {SEL: spec.name, naming.LABEL_ROLE: role},
+                },
+            }
+        )
     if spec.ps:
-        out.append({"apiVersion": "apps/v1", "kind": "StatefulSet",
-                    "metadata": meta(f"{spec.name}-ps", "ps"),
-                    "spec": {"serviceName": f"{spec.name}-ps", "replicas": spec.ps.replicas,
-                             "podManagementPolicy": "Parallel", "template": template("ps")}})
+        out.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": meta(f"{spec.name}-ps", "ps"),
+                "spec": {
+                    "serviceName": f"{spec.name}-ps",
+                    "replicas": spec.ps.replicas,
+                    "podManagementPolicy": "Parallel",
+                    "template": template("ps"),
+                },
+            }
+        )
     for role, r in spec.roles().items():
         if role == "ps":
             continue
-        out.append({"apiVersion": "batch/v1", "kind": "Job",
-                    "metadata": meta(f"{spec.name}-{role}", role),
-                    "spec": {"completionMode": "Indexed", "completions": r.replicas,
-                             "parallelism": r.replicas,
-                             "backoffLimitPerIndex": spec.retries_per_index,
-                             "podFailurePolicy": {"rules": [
-                                 {"action": "Ignore", "onPodConditions": [
-                                     {"type": "DisruptionTarget", "status": "True"}]},
-                                 {"action": "FailIndex", "onExitCodes": {
-                                     "containerName": "tensorflow", "operator": "In",
-                                     "values": list(spec.permanent_exit_codes)}}]},
-                             "template": template(role)}})
+        out.append(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": meta(f"{spec.name}-{role}", role),
+                "spec": {
+                    "completionMode": "Indexed",
+                    "completions": r.replicas,
+                    "parallelism": r.replicas,
+                    "backoffLimitPerIndex": spec.retries_per_index,
+                    "podFailurePolicy": {
+                        "rules": [
+                            {
+                                "action": "Ignore",
+                                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                            },
+                            {
+                                "action": "FailIndex",
+                                "onExitCodes": {
+                                    "containerName": "tensorflow",
+                                    "operator": "In",
+                                    "values": list(spec.permanent_exit_codes),
+                                },
+                            },
+                        ]
+                    },
+                    "template": template(role),
+                },
+            }
+        )
     return out
 
 
@@ -162,12 +211,14 @@ def test_create_applies_every_object_and_second_create_changes_nothing(double, b
     assert double.count("apply", since=mark) == len(manifests)
     assert double.count(since=mark) == len(manifests)  # no discovery, no GET-before-apply
     applies = [r for r in double.requests[mark:] if r.verb == "apply"]
-    assert all(r.query.get("fieldManager") == "airflow-tfk" and r.query.get("force") == "true"
-               for r in applies)
+    assert all(
+        r.query.get("fieldManager") == "airflow-tfk" and r.query.get("force") == "true" for r in applies
+    )
     assert sorted(labelled(double, ref)) == sorted(
-        [f"{m['kind']}/{m['metadata']['name']}" for m in manifests] +
-        [f"Pod/{spec.name}-ps-0", f"Pod/{spec.name}-ps-1"] +
-        [f"Pod/{double.pod_name(spec.name, 'worker', i)}" for i in range(3)])
+        [f"{m['kind']}/{m['metadata']['name']}" for m in manifests]
+        + [f"Pod/{spec.name}-ps-0", f"Pod/{spec.name}-ps-1"]
+        + [f"Pod/{double.pod_name(spec.name, 'worker', i)}" for i in range(3)]
+    )
 
     before = {k: o["metadata"]["resourceVersion"] for k, o in double.objects.items()}
     rv_before = double.rv
@@ -238,17 +289,19 @@ def _fail_worker0(double, name, how):
 FAILURES = {
     "exit-code": (lambda d, p: d.set_failed(p, 3, "boom"), "ExitCode", 3),
     "oom-killed": (lambda d, p: d.set_oom_killed(p), "OOMKilled", 137),
-    "image-pull-backoff": (lambda d, p: d.set_waiting(p, "ImagePullBackOff", "back-off pulling",
-                                                      ago=200), "ImagePullBackOff", None),
-    "err-image-pull": (lambda d, p: d.set_waiting(p, "ErrImagePull", ago=200), "ErrImagePull",
-                       None),
-    "invalid-image-name": (lambda d, p: d.set_waiting(p, "InvalidImageName"), "InvalidImageName",
-                           None),
-    "create-container-config-error": (lambda d, p: d.set_waiting(
-        p, "CreateContainerConfigError", 'secret "x" not found'), "CreateContainerConfigError",
-        None),
-    "crash-loop": (lambda d, p: d.set_waiting(p, "CrashLoopBackOff", last_exit=2),
-                   "CrashLoopBackOff", 2),
+    "image-pull-backoff": (
+        lambda d, p: d.set_waiting(p, "ImagePullBackOff", "back-off pulling", ago=200),
+        "ImagePullBackOff",
+        None,
+    ),
+    "err-image-pull": (lambda d, p: d.set_waiting(p, "ErrImagePull", ago=200), "ErrImagePull", None),
+    "invalid-image-name": (lambda d, p: d.set_waiting(p, "InvalidImageName"), "InvalidImageName", None),
+    "create-container-config-error": (
+        lambda d, p: d.set_waiting(p, "CreateContainerConfigError", 'secret "x" not found'),
+        "CreateContainerConfigError",
+        None,
+    ),
+    "crash-loop": (lambda d, p: d.set_waiting(p, "CrashLoopBackOff", last_exit=2), "CrashLoopBackOff", 2),
     "unschedulable": (lambda d, p: d.set_unschedulable(p, ago=400), "Unschedulable", None),
 }
 
@@ -274,7 +327,9 @@ def test_timeouts_are_not_failures_before_they_expire(double, backend):
     double.set_unschedulable(double.pod_name(spec.name, "worker", 1), ago=10)
     status = backend.status(ref)
     assert [(t.phase, t.reason) for t in status.of_role("worker")] == [
-        (Phase.PENDING, "ImagePullBackOff"), (Phase.PENDING, "Unschedulable")]
+        (Phase.PENDING, "ImagePullBackOff"),
+        (Phase.PENDING, "Unschedulable"),
+    ]
 
 
 def test_watch_turns_an_unschedulable_task_failed_when_its_timeout_passes(double):
@@ -297,12 +352,15 @@ def test_job_deadline_exceeded_fails_the_unfinished_tasks(double, backend):
         double.set_running(double.pod_name(spec.name, "worker", i))
     double.set_succeeded(double.pod_name(spec.name, "worker", 2))
     assert task(backend.status(ref), "worker", 0).phase is Phase.RUNNING
-    double.set_job_condition(f"{spec.name}-worker", "Failed", "DeadlineExceeded",
-                             "Job was active longer than specified deadline")
+    double.set_job_condition(
+        f"{spec.name}-worker", "Failed", "DeadlineExceeded", "Job was active longer than specified deadline"
+    )
     status = backend.status(ref)
     assert [(t.phase, t.reason) for t in status.of_role("worker")] == [
-        (Phase.FAILED, "DeadlineExceeded"), (Phase.FAILED, "DeadlineExceeded"),
-        (Phase.SUCCEEDED, "Completed")]
+        (Phase.FAILED, "DeadlineExceeded"),
+        (Phase.FAILED, "DeadlineExceeded"),
+        (Phase.SUCCEEDED, "Completed"),
+    ]
 
 
 def test_watch_sees_a_job_failing_mid_session(double, backend):
@@ -310,8 +368,9 @@ def test_watch_sees_a_job_failing_mid_session(double, backend):
     ref = backend.create(spec)
     for i in range(2):
         double.set_running(double.pod_name(spec.name, "worker", i))
-    threading.Timer(0.3, double.set_job_condition,
-                    (f"{spec.name}-worker", "Failed", "DeadlineExceeded")).start()
+    threading.Timer(
+        0.3, double.set_job_condition, (f"{spec.name}-worker", "Failed", "DeadlineExceeded")
+    ).start()
     last = None
     for status in backend.watch(ref, timeout=8):
         last = status
@@ -328,8 +387,7 @@ def test_task_missing_after_its_job_is_deleted_is_failed_deleted(double, backend
     assert task(backend.status(ref), "worker", 1).phase is Phase.RUNNING
     double._remove("jobs", "default", f"{spec.name}-worker", "Background")  # kubectl delete job
     status = backend.status(ref)
-    assert [(t.phase, t.reason) for t in status.of_role("worker")] == [
-        (Phase.FAILED, "Deleted")] * 2
+    assert [(t.phase, t.reason) for t in status.of_role("worker")] == [(Phase.FAILED, "Deleted")] * 2
     assert status.exists
 
 
@@ -353,9 +411,12 @@ def test_retries_per_index_are_respected(double, backend):
     t = task(backend.status(ref), "worker", 1)
     assert (t.phase, t.exit_code) == (Phase.FAILED, 127)
     # worker 2: a disruption (preemption) is retried without counting.
-    double.set_terminated(double.pod_name(spec.name, "worker", 2), 143, "Error",
-                          conditions=[{"type": "DisruptionTarget", "status": "True",
-                                       "reason": "PreemptionByScheduler"}])
+    double.set_terminated(
+        double.pod_name(spec.name, "worker", 2),
+        143,
+        "Error",
+        conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}],
+    )
     t = task(backend.status(ref), "worker", 2)
     assert (t.phase, t.reason) == (Phase.PENDING, "Retrying")
     assert "not counted" in t.message
@@ -376,7 +437,10 @@ def test_succeeded_and_running(double, backend):
     double.set_succeeded(double.pod_name(spec.name, "worker", 1))
     status = backend.status(ref)
     assert [(t.role, t.index, t.phase) for t in status.tasks] == [
-        ("ps", 0, Phase.RUNNING), ("worker", 0, Phase.RUNNING), ("worker", 1, Phase.SUCCEEDED)]
+        ("ps", 0, Phase.RUNNING),
+        ("worker", 0, Phase.RUNNING),
+        ("worker", 1, Phase.SUCCEEDED),
+    ]
     assert status.summary() == "ps 1 running; worker 1 running, 1 succeeded"
 
 
@@ -445,9 +509,9 @@ def test_delete_reason_is_reported_once_the_cluster_is_gone(double, backend):
     time.sleep(0.5)
     backend.delete(ref, reason="killed by run scheduled__2026-01-02 (kill_previous)")
     thread.join()
-    assert seen[-1] == ClusterStatus(tasks=(), exists=False,
-                                     deleted_reason="killed by run scheduled__2026-01-02 "
-                                                    "(kill_previous)")
+    assert seen[-1] == ClusterStatus(
+        tasks=(), exists=False, deleted_reason="killed by run scheduled__2026-01-02 (kill_previous)"
+    )
     status = make_backend().status(ref)
     assert not status.exists and status.deleted_reason.startswith("killed by run")
     assert labelled(double, ref) == []
@@ -457,8 +521,7 @@ def test_find_returns_the_live_clusters_of_a_dag_task(double, backend):
     runs = [RunIdentity("find_dag", "train", f"run{i}") for i in range(3)]
     refs = [backend.create(make_spec(workers=1, ps=None), run) for run in runs]
     backend.create(make_spec(workers=1, ps=None), RunIdentity("find_dag", "other", "run0"))
-    labels = {k: v for k, v in runs[0].labels().items()
-              if k in (naming.LABEL_DAG, naming.LABEL_TASK)}
+    labels = {k: v for k, v in runs[0].labels().items() if k in (naming.LABEL_DAG, naming.LABEL_TASK)}
     assert sorted(backend.find("default", labels), key=str) == sorted(refs, key=str)
     assert sorted(backend.find(None, labels), key=str) == sorted(refs, key=str)
     assert backend.find("elsewhere", labels) == []
@@ -514,8 +577,7 @@ def test_watch_relists_after_410_gone(double, backend):
         statuses.append(status)
         if len(statuses) == 1:  # listed; the watch from this resourceVersion will be too old
             double.compact()
-            threading.Timer(0.5, double.set_running,
-                            (double.pod_name(spec.name, "worker", 1),)).start()
+            threading.Timer(0.5, double.set_running, (double.pod_name(spec.name, "worker", 1),)).start()
         if task(status, "worker", 1).phase is Phase.RUNNING:
             break
     assert task(statuses[-1], "worker", 1).phase is Phase.RUNNING
@@ -621,18 +683,27 @@ def test_awatch_and_adelete_through_the_async_hook(double, backend):
 def test_config_rebuilds_an_equivalent_backend():
     backend = KubernetesBackend(conn_id="x", cluster_context="ctx", unschedulable_timeout=60)
     config = backend.config()
-    assert config == {"conn_id": "x", "cluster_context": "ctx", "config_file": None,
-                      "in_cluster": None, "unschedulable_timeout": 60,
-                      "image_pull_timeout": 120, "field_manager": "airflow-tfk"}
+    assert config == {
+        "conn_id": "x",
+        "cluster_context": "ctx",
+        "config_file": None,
+        "in_cluster": None,
+        "unschedulable_timeout": 60,
+        "image_pull_timeout": 120,
+        "field_manager": "airflow-tfk",
+    }
     again = get_backend("kubernetes", **config)
     assert isinstance(again, KubernetesBackend) and again.config() == config
 
 
 def test_importing_the_backend_loads_no_kubernetes_client():
-    probe = ("import sys, airflow_tfk.backends.kubernetes; "
-             "print(sorted(m for m in ('kubernetes', 'kubernetes_asyncio', "
-             "'airflow.providers.cncf.kubernetes.hooks.kubernetes', 'airflow_tfk.render') "
-             "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         cwd=ROOT, timeout=60, check=True)
+    probe = (
+        "import sys, airflow_tfk.backends.kubernetes; "
+        "print(sorted(m for m in ('kubernetes', 'kubernetes_asyncio', "
+        "'airflow.providers.cncf.kubernetes.hooks.kubernetes', 'airflow_tfk.render') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True
+    )
     assert out.stdout.strip() == "[]"

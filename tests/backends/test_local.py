@@ -123,9 +123,16 @@ def backend(root: Path, tmp_path: Path) -> Iterator[LocalBackend]:
 
 @pytest.fixture
 def make_spec(recorder: Recorder) -> Callable[..., TFClusterSpec]:
-    def make(name: str = "train", *, ps: dict | None = None, worker: dict | None = None,
-             chief: dict | None = None, evaluator: dict | None = None, env: dict | None = None,
-             **kwargs) -> TFClusterSpec:
+    def make(
+        name: str = "train",
+        *,
+        ps: dict | None = None,
+        worker: dict | None = None,
+        chief: dict | None = None,
+        evaluator: dict | None = None,
+        env: dict | None = None,
+        **kwargs,
+    ) -> TFClusterSpec:
         def role(d: dict | None) -> RoleSpec | None:
             if d is None:
                 return None
@@ -140,12 +147,19 @@ def make_spec(recorder: Recorder) -> Callable[..., TFClusterSpec]:
             return RoleSpec(env=env, **d)
 
         return TFClusterSpec(
-            name=name, image="local/unused:1", command=("python", TASK),
-            ps=role(ps), worker=role(worker or {"replicas": 1}), chief=role(chief),
+            name=name,
+            image="local/unused:1",
+            command=("python", TASK),
+            ps=role(ps),
+            worker=role(worker or {"replicas": 1}),
+            chief=role(chief),
             evaluator=role(evaluator),
-            env={"TEST_RECORD_DIR": str(recorder.path), **(env or {})}, **kwargs)
+            env={"TEST_RECORD_DIR": str(recorder.path), **(env or {})},
+            **kwargs,
+        )
 
     return make
+
 
 IDENTITY = RunIdentity("dag", "train", "manual__2026-01-01", -1)
 
@@ -195,15 +209,22 @@ def test_config_rebuilds_an_equivalent_backend(tmp_path, monkeypatch):
 # -- the environment contract -----------------------------------------------------------
 def test_every_task_gets_the_kubernetes_env_contract(backend, make_spec, recorder, root):
     spec = make_spec(
-        "envtest", mode="parameter_server",
-        chief={"behavior": "exit:0"}, ps={"replicas": 2, "behavior": "sleep"},
+        "envtest",
+        mode="parameter_server",
+        chief={"behavior": "exit:0"},
+        ps={"replicas": 2, "behavior": "sleep"},
         worker={"replicas": 2, "behavior": "sleep", "env": {"ROLE_VAR": "w"}},
-        evaluator={"behavior": "exit:0"}, env={"CLUSTER_VAR": "c"}, legacy_tf1_flags=True,
-        storage=StorageSpec(data=VolumeSpec(size="1Gi"), models=VolumeSpec(claim="shared")))
+        evaluator={"behavior": "exit:0"},
+        env={"CLUSTER_VAR": "c"},
+        legacy_tf1_flags=True,
+        storage=StorageSpec(data=VolumeSpec(size="1Gi"), models=VolumeSpec(claim="shared")),
+    )
     ref = backend.create(spec, IDENTITY)
     assert ref == ClusterRef("envtest", "default")
-    wait_for(lambda: len({r["env"]["TFK_ROLE"] + r["env"]["TFK_INDEX"]
-                          for r in recorder.records()}) == 6, what="6 tasks to start")
+    wait_for(
+        lambda: len({r["env"]["TFK_ROLE"] + r["env"]["TFK_INDEX"] for r in recorder.records()}) == 6,
+        what="6 tasks to start",
+    )
 
     cluster = None
     ports = set()
@@ -226,9 +247,12 @@ def test_every_task_gets_the_kubernetes_env_contract(backend, make_spec, recorde
         assert backend.claim_path("default", "shared") == root / "default" / ".claims" / "shared"
         assert "TFK_LOG_DIR" not in env  # the spec has no logs volume
         assert os.path.realpath(r["executable"]) == os.path.realpath(sys.executable)
-        assert r["argv"][1:] == [f"--ps_hosts={','.join(cluster['ps'])}",
-                                 f"--worker_hosts={','.join(cluster['worker'])}",
-                                 f"--job_name={role}", f"--task_index={index}"]
+        assert r["argv"][1:] == [
+            f"--ps_hosts={','.join(cluster['ps'])}",
+            f"--worker_hosts={','.join(cluster['worker'])}",
+            f"--job_name={role}",
+            f"--task_index={index}",
+        ]
         if role != "evaluator":
             assert cluster[role][index].startswith("127.0.0.1:")
     for addrs in cluster.values():
@@ -251,8 +275,11 @@ def test_every_task_gets_the_kubernetes_env_contract(backend, make_spec, recorde
 
 # -- success paths -----------------------------------------------------------------------
 def test_between_graph_success_then_ps_cleanup_then_delete(backend, make_spec, recorder, root):
-    spec = make_spec("bg", ps={"replicas": 2, "behavior": "listen,spawn,sleep"},
-                     worker={"replicas": 3, "behavior": "connect:ps,exit:0"})
+    spec = make_spec(
+        "bg",
+        ps={"replicas": 2, "behavior": "listen,spawn,sleep"},
+        worker={"replicas": 3, "behavior": "connect:ps,exit:0"},
+    )
     ref = backend.create(spec, IDENTITY)
     v = wait_outcome(backend, spec, ref, Outcome.SUCCEEDED)
     assert v.outcome is Outcome.SUCCEEDED
@@ -280,14 +307,17 @@ def test_between_graph_success_then_ps_cleanup_then_delete(backend, make_spec, r
 
 
 def test_all_reduce_success_with_fixed_ports(root, tmp_path, make_spec, recorder):
-    backend = LocalBackend(str(root), workdir=str(tmp_path), fixed_ports=True,
-                           kill_grace_seconds=1)
+    backend = LocalBackend(str(root), workdir=str(tmp_path), fixed_ports=True, kill_grace_seconds=1)
     with socket.socket() as s:  # a free base port with room after it
         s.bind(("127.0.0.1", 0))
         base = s.getsockname()[1]
     base = min(base, 65000)
-    spec = make_spec("ar", mode="all_reduce", port=base,
-                     worker={"replicas": 3, "behavior": "listen,connect:worker,sleep:2,exit:0"})
+    spec = make_spec(
+        "ar",
+        mode="all_reduce",
+        port=base,
+        worker={"replicas": 3, "behavior": "listen,connect:worker,sleep:2,exit:0"},
+    )
     ref = backend.create(spec)
     wait_outcome(backend, spec, ref, Outcome.SUCCEEDED)
     cluster = json.loads(recorder.records("worker-0")[0]["env"]["TFK_CLUSTER"])
@@ -297,10 +327,12 @@ def test_all_reduce_success_with_fixed_ports(root, tmp_path, make_spec, recorder
 
 
 # -- failures ----------------------------------------------------------------------------
-def test_task_failing_at_once_fails_the_training_with_its_last_log_lines(
-        backend, make_spec, recorder):
-    spec = make_spec("fail", ps={"behavior": "spawn,sleep"},
-                     worker={"replicas": 2, "behavior": {0: "sleep", 1: "print:30,exit:3"}})
+def test_task_failing_at_once_fails_the_training_with_its_last_log_lines(backend, make_spec, recorder):
+    spec = make_spec(
+        "fail",
+        ps={"behavior": "spawn,sleep"},
+        worker={"replicas": 2, "behavior": {0: "sleep", 1: "print:30,exit:3"}},
+    )
     ref = backend.create(spec, IDENTITY)
     v = wait_outcome(backend, spec, ref, Outcome.FAILED)
     assert v.failed_task.name == "worker-1"
@@ -314,14 +346,15 @@ def test_task_failing_at_once_fails_the_training_with_its_last_log_lines(
     recorder.assert_all_gone()
 
 
-def test_missing_command_is_a_spec_error_and_nothing_is_created(
-        backend, make_spec, root, tmp_path):
+def test_missing_command_is_a_spec_error_and_nothing_is_created(backend, make_spec, root, tmp_path):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     cases = [
         (dataclasses.replace(make_spec("nocmd", ps={}), command=("tfk-no-such-program",)), "command"),
         (make_spec("nocmd", ps={}, worker={"command": ("./missing-binary",)}), "worker.command"),
-        (make_spec("nocmd", ps={}, worker={"args": ("missing_script.py",),
-                                    "command": ("python",)}), "worker.args[0]"),
+        (
+            make_spec("nocmd", ps={}, worker={"args": ("missing_script.py",), "command": ("python",)}),
+            "worker.args[0]",
+        ),
         (dataclasses.replace(make_spec("nocmd", ps={}), command=("python", "nope.py")), "command[1]"),
     ]
     for spec, field in cases:
@@ -340,8 +373,7 @@ def test_taken_fixed_port_is_a_clear_spec_error(root, tmp_path, make_spec):
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        spec = make_spec("ports", ps={"behavior": "sleep"}, port=port - 1,
-                         worker={"replicas": 2})
+        spec = make_spec("ports", ps={"behavior": "sleep"}, port=port - 1, worker={"replicas": 2})
         with pytest.raises(SpecError) as err:
             backend.create(spec)
     assert err.value.field == "port"
@@ -351,12 +383,18 @@ def test_taken_fixed_port_is_a_clear_spec_error(root, tmp_path, make_spec):
 
 
 def test_retries_and_permanent_exit_codes(backend, make_spec, recorder):
-    spec = make_spec("retry", mode="all_reduce", retries_per_index=2, permanent_exit_codes=(1,),
-                     worker={"replicas": 3,
-                             "behavior": {0: "flaky:2/3,exit:0", 1: "exit:1", 2: "exit:4"}})
+    spec = make_spec(
+        "retry",
+        mode="all_reduce",
+        retries_per_index=2,
+        permanent_exit_codes=(1,),
+        worker={"replicas": 3, "behavior": {0: "flaky:2/3,exit:0", 1: "exit:1", 2: "exit:4"}},
+    )
     ref = backend.create(spec)
-    wait_for(lambda: all(t.phase in (Phase.SUCCEEDED, Phase.FAILED)
-                         for t in backend.status(ref).tasks), what="every task to end")
+    wait_for(
+        lambda: all(t.phase in (Phase.SUCCEEDED, Phase.FAILED) for t in backend.status(ref).tasks),
+        what="every task to end",
+    )
     w0, w1, w2 = backend.status(ref).of_role("worker")
     assert (w0.phase, w0.restarts, w0.exit_code) == (Phase.SUCCEEDED, 2, 0)
     assert (w1.phase, w1.restarts, w1.exit_code) == (Phase.FAILED, 0, 1)  # permanent
@@ -378,12 +416,18 @@ def test_retries_and_permanent_exit_codes(backend, make_spec, recorder):
 
 
 def test_max_duration_kills_every_task(backend, make_spec, recorder):
-    spec = make_spec("deadline", max_duration_seconds=1,
-                     ps={"behavior": "spawn,sleep"},
-                     worker={"replicas": 2, "behavior": {0: "sleep", 1: "ignore_term,sleep"}})
+    spec = make_spec(
+        "deadline",
+        max_duration_seconds=1,
+        ps={"behavior": "spawn,sleep"},
+        worker={"replicas": 2, "behavior": {0: "sleep", 1: "ignore_term,sleep"}},
+    )
     ref = backend.create(spec, IDENTITY)
-    wait_for(lambda: all(t.phase is Phase.FAILED for t in backend.status(ref).tasks),
-             timeout=10, what="every task killed at the deadline")
+    wait_for(
+        lambda: all(t.phase is Phase.FAILED for t in backend.status(ref).tasks),
+        timeout=10,
+        what="every task killed at the deadline",
+    )
     status = backend.status(ref)
     assert {t.reason for t in status.tasks} == {"DeadlineExceeded"}
     assert status.task("worker", 1).exit_code == 128 + 9  # ignored SIGTERM: SIGKILLed
@@ -396,37 +440,51 @@ def test_max_duration_kills_every_task(backend, make_spec, recorder):
 
 # -- across processes --------------------------------------------------------------------
 def _in_subprocess(code: str, backend: LocalBackend, *args: str) -> str:
-    script = ("import json, sys\n"
-              "from airflow_tfk.backends import get_backend\n"
-              "from airflow_tfk.backends.base import ClusterRef\n"
-              "from airflow_tfk.spec import TFClusterSpec\n"
-              "from airflow_tfk.naming import RunIdentity\n"
-              f"backend = get_backend('local', **json.loads({json.dumps(backend.config())!r}))\n"
-              + code)
-    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
-                          timeout=30, cwd=str(Path(__file__).parents[2]))
+    script = (
+        "import json, sys\n"
+        "from airflow_tfk.backends import get_backend\n"
+        "from airflow_tfk.backends.base import ClusterRef\n"
+        "from airflow_tfk.spec import TFClusterSpec\n"
+        "from airflow_tfk.naming import RunIdentity\n"
+        f"backend = get_backend('local', **json.loads({json.dumps(backend.config())!r}))\n" + code
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=str(Path(__file__).parents[2]),
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
 def test_cluster_outlives_its_creator_reattaches_and_is_killed_from_another_process(
-        backend, make_spec, recorder, root):
-    spec = make_spec("xproc", ps={"behavior": "spawn,sleep"},
-                     worker={"replicas": 2, "behavior": "sleep"})
+    backend, make_spec, recorder, root
+):
+    spec = make_spec("xproc", ps={"behavior": "spawn,sleep"}, worker={"replicas": 2, "behavior": "sleep"})
     # Created by a process that then exits (an Airflow task that ended or was killed).
     out = _in_subprocess(
         "spec = TFClusterSpec.from_dict(json.loads(sys.argv[1]))\n"
         "ref = backend.create(spec, RunIdentity.from_dict(json.loads(sys.argv[2])))\n"
         "print(json.dumps(ref.to_dict()))\n",
-        backend, json.dumps(spec.to_dict()), json.dumps(IDENTITY.to_dict()))
+        backend,
+        json.dumps(spec.to_dict()),
+        json.dumps(IDENTITY.to_dict()),
+    )
     ref = ClusterRef.from_dict(json.loads(out))
-    wait_for(lambda: all(t.phase is Phase.RUNNING for t in backend.status(ref).tasks),
-             what="every task running")
+    wait_for(
+        lambda: all(t.phase is Phase.RUNNING for t in backend.status(ref).tasks), what="every task running"
+    )
 
     # Another process's view is the same.
-    seen = json.loads(_in_subprocess(
-        "print(json.dumps(backend.status(ClusterRef.from_dict(json.loads(sys.argv[1])))"
-        ".to_dict()))\n", backend, json.dumps(ref.to_dict())))
+    seen = json.loads(
+        _in_subprocess(
+            "print(json.dumps(backend.status(ClusterRef.from_dict(json.loads(sys.argv[1]))).to_dict()))\n",
+            backend,
+            json.dumps(ref.to_dict()),
+        )
+    )
     assert seen == backend.status(ref).to_dict()
 
     # A retried task re-creates: it reattaches and starts nothing.
@@ -439,16 +497,19 @@ def test_cluster_outlives_its_creator_reattaches_and_is_killed_from_another_proc
         backend.create(spec, RunIdentity("dag", "train", "other-run"))
 
     # Killed from a third process (e.g. on_kill of the Airflow task).
-    _in_subprocess("backend.delete(ClusterRef.from_dict(json.loads(sys.argv[1])))\n",
-                   backend, json.dumps(ref.to_dict()))
+    _in_subprocess(
+        "backend.delete(ClusterRef.from_dict(json.loads(sys.argv[1])))\n", backend, json.dumps(ref.to_dict())
+    )
     assert not backend.exists(ref)
     recorder.assert_all_gone(timeout=1)
     assert not processes_under(root)
 
     # Re-created after the delete: a fresh cluster; the old one moved to .history.
     assert backend.create(spec, IDENTITY) == ref
-    wait_for(lambda: backend.exists(ref) and all(
-        t.phase is Phase.RUNNING for t in backend.status(ref).tasks), what="fresh cluster")
+    wait_for(
+        lambda: backend.exists(ref) and all(t.phase is Phase.RUNNING for t in backend.status(ref).tasks),
+        what="fresh cluster",
+    )
     assert len(list((root / "default" / ".history").iterdir())) == 1
     backend.delete(ref)
     recorder.assert_all_gone()
@@ -470,8 +531,7 @@ def test_supervisor_killed_from_outside_is_reported_not_hidden(backend, make_spe
 
 def test_find_earlier_runs_and_delete_with_a_reason(backend, make_spec, recorder):
     spec_a = make_spec("run-a", mode="all_reduce", worker={"behavior": "sleep"})
-    spec_b = make_spec("run-b", mode="all_reduce", worker={"behavior": "sleep"},
-                       labels={"team": "ml"})
+    spec_b = make_spec("run-b", mode="all_reduce", worker={"behavior": "sleep"}, labels={"team": "ml"})
     a = backend.create(spec_a, RunIdentity("dag", "train", "r1"))
     b = backend.create(spec_b, RunIdentity("dag", "train", "r2"))
     labels = {naming.LABEL_DAG: "dag", naming.LABEL_TASK: "train"}

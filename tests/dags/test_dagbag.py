@@ -29,8 +29,9 @@ def test_no_import_errors(dagbag) -> None:
 
 
 def test_expected_dags(dagbag) -> None:
-    assert {"tfk_quickstart", "tfk_scheduled_training", "tfk_ui_training",
-            "tfk_train_publish"} <= set(dagbag.dag_ids)
+    assert {"tfk_quickstart", "tfk_scheduled_training", "tfk_ui_training", "tfk_train_publish"} <= set(
+        dagbag.dag_ids
+    )
 
 
 def test_scheduled_training_policies(dagbag) -> None:
@@ -47,7 +48,13 @@ def test_ui_training_form_rejects_bad_values(dagbag) -> None:
 
     params = dagbag.dags["tfk_ui_training"].params
     params.validate()  # the defaults are valid
-    for key, bad in [("workers", -1), ("workers", 0), ("mode", "mirrored"), ("image", "a b"),
-                     ("image", "{{ evil }}"), ("steps", "many")]:
+    for key, bad in [
+        ("workers", -1),
+        ("workers", 0),
+        ("mode", "mirrored"),
+        ("image", "a b"),
+        ("image", "{{ evil }}"),
+        ("steps", "many"),
+    ]:
         with pytest.raises(ParamValidationError):
             params.get_param(key).resolve(bad)

@@ -25,13 +25,24 @@ class AirflowEnv:
     local_root: Path
     env: dict[str, str]
 
-    def dags_test(self, dag_id: str, conf: str | None = None, timeout: float = 600,
-                  extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def dags_test(
+        self,
+        dag_id: str,
+        conf: str | None = None,
+        timeout: float = 600,
+        extra_env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         cmd = [str(BIN / "airflow"), "dags", "test", dag_id]
         if conf is not None:
             cmd += ["--conf", conf]
-        return subprocess.run(cmd, env={**self.env, **(extra_env or {})}, cwd=ROOT, text=True,
-                              capture_output=True, timeout=timeout)
+        return subprocess.run(
+            cmd,
+            env={**self.env, **(extra_env or {})},
+            cwd=ROOT,
+            text=True,
+            capture_output=True,
+            timeout=timeout,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +60,7 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowEnv
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
-    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
+    )
     yield AirflowEnv(home, local_root, env)

@@ -31,6 +31,9 @@ def test_quickstart_trains_cleans_up_and_serves(airflow_env) -> None:
     match = re.search(r"answered (\d+) predictions", out)
     assert match and int(match.group(1)) > 0
     # No process of the cluster survives.
-    leftovers = [p.pid for p in psutil.process_iter(["cmdline"])
-                 if any(str(airflow_env.local_root) in a for a in (p.info["cmdline"] or ()))]
+    leftovers = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if any(str(airflow_env.local_root) in a for a in (p.info["cmdline"] or ()))
+    ]
     assert leftovers == []

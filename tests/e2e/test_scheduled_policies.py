@@ -29,13 +29,23 @@ def test_kill_previous_kills_the_running_first_run(airflow_env, tmp_path) -> Non
     second_home = tmp_path / "second-home"
     second_home.mkdir()
     second_env = {**first_env, "AIRFLOW_HOME": str(second_home)}
-    subprocess.run([AIRFLOW, "db", "migrate"], env=second_env, check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run([AIRFLOW, "db", "migrate"], env=second_env, check=True, capture_output=True, timeout=300)
 
     first = subprocess.Popen(
-        [AIRFLOW, "dags", "test", "tfk_scheduled_training", "2026-01-01T00:00:00+00:00",
-         "--conf", json.dumps({"steps": 1_000_000})],
-        env=first_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            AIRFLOW,
+            "dags",
+            "test",
+            "tfk_scheduled_training",
+            "2026-01-01T00:00:00+00:00",
+            "--conf",
+            json.dumps({"steps": 1_000_000}),
+        ],
+        env=first_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         backend = LocalBackend(str(local_root))
         deadline = time.monotonic() + 300
@@ -46,9 +56,20 @@ def test_kill_previous_kills_the_running_first_run(airflow_env, tmp_path) -> Non
         first_cluster = next(local_root.glob("default/tfk-*/state.json")).parent.name
 
         second = subprocess.run(
-            [AIRFLOW, "dags", "test", "tfk_scheduled_training", "2026-01-01T02:00:00+00:00",
-             "--conf", json.dumps({"steps": 50})],
-            env=second_env, capture_output=True, text=True, timeout=900)
+            [
+                AIRFLOW,
+                "dags",
+                "test",
+                "tfk_scheduled_training",
+                "2026-01-01T02:00:00+00:00",
+                "--conf",
+                json.dumps({"steps": 50}),
+            ],
+            env=second_env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         out2 = second.stdout + second.stderr
         assert second.returncode == 0, out2[-5000:]
         assert f"killing cluster {first_cluster} of an earlier run" in out2

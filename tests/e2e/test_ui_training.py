@@ -17,8 +17,9 @@ def clusters(airflow_env) -> list:
 
 def test_bad_combination_fails_validate_naming_the_field(airflow_env) -> None:
     before = clusters(airflow_env)
-    run = airflow_env.dags_test("tfk_ui_training",
-                                conf=json.dumps({"mode": "all_reduce", "ps": 1}), timeout=600)
+    run = airflow_env.dags_test(
+        "tfk_ui_training", conf=json.dumps({"mode": "all_reduce", "ps": 1}), timeout=600
+    )
     out = run.stdout + run.stderr
     assert run.returncode != 0
     assert "SpecError" in out and "ps: must be omitted when mode is all_reduce" in out

@@ -76,8 +76,9 @@ def ensure_built() -> Path:
     override = os.environ.get("AIRFLOW_TFK_K8S_BIN")
     if override:
         return Path(override)
-    proc = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     errors: collections.deque[str] = collections.deque(maxlen=60)
     assert proc.stderr is not None and proc.stdout is not None
     for line in proc.stderr:
@@ -102,40 +103,67 @@ def _write_pki(d: Path) -> None:
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     def pem_key(key) -> bytes:
-        return key.private_bytes(serialization.Encoding.PEM,
-                                 serialization.PrivateFormat.TraditionalOpenSSL,
-                                 serialization.NoEncryption())
+        return key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
 
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "airflow-tfk-test-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - dt.timedelta(minutes=5))
-          .not_valid_after(now + dt.timedelta(days=7))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False,
-                                       encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=7))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
 
     srv_key = ec.generate_private_key(ec.SECP256R1())
-    sans = [x509.DNSName(n) for n in ("localhost", "kubernetes", "kubernetes.default",
-                                      "kubernetes.default.svc",
-                                      "kubernetes.default.svc.cluster.local")]
+    sans = [
+        x509.DNSName(n)
+        for n in (
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        )
+    ]
     sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", "10.96.0.1")]
-    srv = (x509.CertificateBuilder()
-           .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-           .issuer_name(ca_name).public_key(srv_key.public_key())
-           .serial_number(x509.random_serial_number())
-           .not_valid_before(now - dt.timedelta(minutes=5))
-           .not_valid_after(now + dt.timedelta(days=7))
-           .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-           .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-           .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-           .sign(ca_key, hashes.SHA256()))
+    srv = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(srv_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=7))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
 
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
@@ -144,8 +172,11 @@ def _write_pki(d: Path) -> None:
     (d / "apiserver.crt").write_bytes(srv.public_bytes(serialization.Encoding.PEM))
     (d / "apiserver.key").write_bytes(pem_key(srv_key))
     (d / "sa.key").write_bytes(pem_key(sa_key))
-    (d / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    (d / "sa.pub").write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     for f in ("ca.key", "apiserver.key", "sa.key"):
         os.chmod(d / f, 0o600)
 
@@ -156,17 +187,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_kubeconfig(path: Path, server: str, ca_file: Path, token: str, user: str = "user",
-                     namespace: str | None = None) -> Path:
+def write_kubeconfig(
+    path: Path, server: str, ca_file: Path, token: str, user: str = "user", namespace: str | None = None
+) -> Path:
     """A token kubeconfig (JSON is valid YAML) with the CA embedded, so it is self-contained."""
     ca_data = base64.b64encode(Path(ca_file).read_bytes()).decode()
     ctx: dict[str, Any] = {"cluster": "tfk-test", "user": user}
     if namespace:
         ctx["namespace"] = namespace
     cfg = {
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "tfk-test",
-                      "cluster": {"server": server, "certificate-authority-data": ca_data}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "tfk-test", "cluster": {"server": server, "certificate-authority-data": ca_data}}
+        ],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": "tfk-test", "context": ctx}],
         "current-context": "tfk-test",
@@ -189,16 +223,23 @@ class _Proc:
     def start(self, env: dict[str, str]) -> None:
         fh = open(self.log, "ab")  # noqa: SIM115 - owned by the child
         try:
-            self.popen = subprocess.Popen(self.argv, stdout=fh, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, env=env,
-                                          start_new_session=True, preexec_fn=_die_with_parent)
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         finally:
             fh.close()
 
     def check_alive(self) -> None:
         if self.popen is not None and self.popen.poll() is not None:
-            raise ControlPlaneError(f"{self.name} exited with {self.popen.returncode}; "
-                                    f"last log lines:\n{tail(self.log)}")
+            raise ControlPlaneError(
+                f"{self.name} exited with {self.popen.returncode}; last log lines:\n{tail(self.log)}"
+            )
 
     def stop(self, timeout: float = 15) -> None:
         p = self.popen
@@ -263,9 +304,16 @@ class ControlPlane:
 
     # ---- lifecycle
     @classmethod
-    def start(cls, workdir: Path | str | None = None, *, nodes: int = 2,
-              bin_dir: Path | None = None, timeout: float = 120, log=print,
-              extra_args: dict[str, list[str]] | None = None) -> ControlPlane:
+    def start(
+        cls,
+        workdir: Path | str | None = None,
+        *,
+        nodes: int = 2,
+        bin_dir: Path | None = None,
+        timeout: float = 120,
+        log=print,
+        extra_args: dict[str, list[str]] | None = None,
+    ) -> ControlPlane:
         """Start everything and wait until it is ready (about 10 s).
 
         ``extra_args`` appends flags per component (``etcd``, ``kube-apiserver``,
@@ -308,97 +356,135 @@ class ControlPlane:
             self.ports[name] = _free_port()
         self.server = f"https://127.0.0.1:{self.ports['apiserver']}"
 
-        tokens = {n: base64.b32encode(os.urandom(20)).decode().lower().rstrip("=")
-                  for n in ("admin", "kcm", "scheduler", "kwok")}
+        tokens = {
+            n: base64.b32encode(os.urandom(20)).decode().lower().rstrip("=")
+            for n in ("admin", "kcm", "scheduler", "kwok")
+        }
         self.admin_token = tokens["admin"]
         # token,user,uid,"groups"; bootstrap RBAC binds the two component users.
-        (self.pki / "tokens.csv").write_text("\n".join([
-            f'{tokens["admin"]},tfk-admin,tfk-admin,"system:masters"',
-            f'{tokens["kcm"]},system:kube-controller-manager,kcm,""',
-            f'{tokens["scheduler"]},system:kube-scheduler,scheduler,""',
-            # KWOK plays every node's kubelet, so the Node authorizer's one-node rules do
-            # not fit it; it runs as a cluster admin.
-            f'{tokens["kwok"]},tfk-kwok,kwok,"system:masters"',
-        ]) + "\n")
+        (self.pki / "tokens.csv").write_text(
+            "\n".join(
+                [
+                    f'{tokens["admin"]},tfk-admin,tfk-admin,"system:masters"',
+                    f'{tokens["kcm"]},system:kube-controller-manager,kcm,""',
+                    f'{tokens["scheduler"]},system:kube-scheduler,scheduler,""',
+                    # KWOK plays every node's kubelet, so the Node authorizer's one-node rules do
+                    # not fit it; it runs as a cluster admin.
+                    f'{tokens["kwok"]},tfk-kwok,kwok,"system:masters"',
+                ]
+            )
+            + "\n"
+        )
         os.chmod(self.pki / "tokens.csv", 0o600)
         write_kubeconfig(self.kubeconfig, self.server, self.ca_file, tokens["admin"], "tfk-admin")
-        kc = {n: write_kubeconfig(self.workdir / f"{n}.kubeconfig", self.server, self.ca_file,
-                                  tokens[n], n) for n in ("kcm", "scheduler", "kwok")}
+        kc = {
+            n: write_kubeconfig(self.workdir / f"{n}.kubeconfig", self.server, self.ca_file, tokens[n], n)
+            for n in ("kcm", "scheduler", "kwok")
+        }
 
         cpbin = str(self.bin_dir / "controlplane")
         etcd_url = f"http://127.0.0.1:{self.ports['etcd_client']}"
         self.procs = [
-            _Proc("etcd", [cpbin, "etcd", f"--data-dir={self.workdir / 'etcd'}",
-                           f"--listen-client-urls={etcd_url}",
-                           f"--listen-peer-urls=http://127.0.0.1:{self.ports['etcd_peer']}"],
-                  self.logs / "etcd.log"),
-            _Proc("kube-apiserver", [
-                cpbin, "kube-apiserver",
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-                f"--secure-port={self.ports['apiserver']}",
-                f"--cert-dir={self.pki}",
-                f"--tls-cert-file={self.pki / 'apiserver.crt'}",
-                f"--tls-private-key-file={self.pki / 'apiserver.key'}",
-                f"--client-ca-file={self.pki / 'ca.crt'}",
-                f"--token-auth-file={self.pki / 'tokens.csv'}",
-                "--anonymous-auth=false",
-                "--authorization-mode=Node,RBAC",
-                f"--service-account-key-file={self.pki / 'sa.pub'}",
-                f"--service-account-signing-key-file={self.pki / 'sa.key'}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                "--service-cluster-ip-range=10.96.0.0/16",
-                # The `kubernetes` Service cannot point at a loopback address; nothing in
-                # the tests runs inside a pod, so do not reconcile its endpoints at all.
-                "--endpoint-reconciler-type=none",
-                # Front-proxy (aggregation) client CA, as kubeadm sets it: the components'
-                # delegated authentication reads it from extension-apiserver-authentication.
-                f"--requestheader-client-ca-file={self.pki / 'ca.crt'}",
-                "--requestheader-allowed-names=front-proxy-client",
-                "--requestheader-username-headers=X-Remote-User",
-                "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                "--allow-privileged=true",
-                "--profiling=false",
-                "--v=1",
-            ], self.logs / "kube-apiserver.log"),
-            _Proc("kube-controller-manager", [
-                cpbin, "kube-controller-manager",
-                f"--kubeconfig={kc['kcm']}",
-                f"--authentication-kubeconfig={kc['kcm']}",
-                f"--authorization-kubeconfig={kc['kcm']}",
-                "--bind-address=127.0.0.1", f"--secure-port={self.ports['kcm']}",
-                f"--cert-dir={self.pki / 'kcm'}",
-                "--leader-elect=false",
-                "--use-service-account-credentials=true",
-                f"--service-account-private-key-file={self.pki / 'sa.key'}",
-                f"--root-ca-file={self.pki / 'ca.crt'}",
-                f"--cluster-signing-cert-file={self.pki / 'ca.crt'}",
-                f"--cluster-signing-key-file={self.pki / 'ca.key'}",
-                "--controllers=*",
-                "--profiling=false",
-                "--v=1",
-            ], self.logs / "kube-controller-manager.log"),
-            _Proc("kube-scheduler", [
-                cpbin, "kube-scheduler",
-                f"--kubeconfig={kc['scheduler']}",
-                f"--authentication-kubeconfig={kc['scheduler']}",
-                f"--authorization-kubeconfig={kc['scheduler']}",
-                "--bind-address=127.0.0.1", f"--secure-port={self.ports['scheduler']}",
-                f"--cert-dir={self.pki / 'scheduler'}",
-                "--leader-elect=false",
-                "--profiling=false",
-                "--v=1",
-            ], self.logs / "kube-scheduler.log"),
-            _Proc("kwok", [
-                str(self.bin_dir / "kwok"),
-                f"--kubeconfig={kc['kwok']}",
-                f"--config={STAGES}",
-                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-                f"--server-address=127.0.0.1:{self.ports['kwok']}",
-                "--node-lease-duration-seconds=40",
-                "--cidr=10.244.0.1/16",
-            ], self.logs / "kwok.log"),
+            _Proc(
+                "etcd",
+                [
+                    cpbin,
+                    "etcd",
+                    f"--data-dir={self.workdir / 'etcd'}",
+                    f"--listen-client-urls={etcd_url}",
+                    f"--listen-peer-urls=http://127.0.0.1:{self.ports['etcd_peer']}",
+                ],
+                self.logs / "etcd.log",
+            ),
+            _Proc(
+                "kube-apiserver",
+                [
+                    cpbin,
+                    "kube-apiserver",
+                    f"--etcd-servers={etcd_url}",
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    f"--secure-port={self.ports['apiserver']}",
+                    f"--cert-dir={self.pki}",
+                    f"--tls-cert-file={self.pki / 'apiserver.crt'}",
+                    f"--tls-private-key-file={self.pki / 'apiserver.key'}",
+                    f"--client-ca-file={self.pki / 'ca.crt'}",
+                    f"--token-auth-file={self.pki / 'tokens.csv'}",
+                    "--anonymous-auth=false",
+                    "--authorization-mode=Node,RBAC",
+                    f"--service-account-key-file={self.pki / 'sa.pub'}",
+                    f"--service-account-signing-key-file={self.pki / 'sa.key'}",
+                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                    "--service-cluster-ip-range=10.96.0.0/16",
+                    # The `kubernetes` Service cannot point at a loopback address; nothing in
+                    # the tests runs inside a pod, so do not reconcile its endpoints at all.
+                    "--endpoint-reconciler-type=none",
+                    # Front-proxy (aggregation) client CA, as kubeadm sets it: the components'
+                    # delegated authentication reads it from extension-apiserver-authentication.
+                    f"--requestheader-client-ca-file={self.pki / 'ca.crt'}",
+                    "--requestheader-allowed-names=front-proxy-client",
+                    "--requestheader-username-headers=X-Remote-User",
+                    "--requestheader-group-headers=X-Remote-Group",
+                    "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                    "--allow-privileged=true",
+                    "--profiling=false",
+                    "--v=1",
+                ],
+                self.logs / "kube-apiserver.log",
+            ),
+            _Proc(
+                "kube-controller-manager",
+                [
+                    cpbin,
+                    "kube-controller-manager",
+                    f"--kubeconfig={kc['kcm']}",
+                    f"--authentication-kubeconfig={kc['kcm']}",
+                    f"--authorization-kubeconfig={kc['kcm']}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={self.ports['kcm']}",
+                    f"--cert-dir={self.pki / 'kcm'}",
+                    "--leader-elect=false",
+                    "--use-service-account-credentials=true",
+                    f"--service-account-private-key-file={self.pki / 'sa.key'}",
+                    f"--root-ca-file={self.pki / 'ca.crt'}",
+                    f"--cluster-signing-cert-file={self.pki / 'ca.crt'}",
+                    f"--cluster-signing-key-file={self.pki / 'ca.key'}",
+                    "--controllers=*",
+                    "--profiling=false",
+                    "--v=1",
+                ],
+                self.logs / "kube-controller-manager.log",
+            ),
+            _Proc(
+                "kube-scheduler",
+                [
+                    cpbin,
+                    "kube-scheduler",
+                    f"--kubeconfig={kc['scheduler']}",
+                    f"--authentication-kubeconfig={kc['scheduler']}",
+                    f"--authorization-kubeconfig={kc['scheduler']}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={self.ports['scheduler']}",
+                    f"--cert-dir={self.pki / 'scheduler'}",
+                    "--leader-elect=false",
+                    "--profiling=false",
+                    "--v=1",
+                ],
+                self.logs / "kube-scheduler.log",
+            ),
+            _Proc(
+                "kwok",
+                [
+                    str(self.bin_dir / "kwok"),
+                    f"--kubeconfig={kc['kwok']}",
+                    f"--config={STAGES}",
+                    f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                    f"--server-address=127.0.0.1:{self.ports['kwok']}",
+                    "--node-lease-duration-seconds=40",
+                    "--cidr=10.244.0.1/16",
+                ],
+                self.logs / "kwok.log",
+            ),
         ]
         unknown = set(extra_args) - {p.name for p in self.procs}
         if unknown:
@@ -422,36 +508,54 @@ class ControlPlane:
                     last = e
                 time.sleep(0.2)
             logs = "\n".join(f"--- {p.name}:\n{tail(p.log)}" for p in procs)
-            raise ControlPlaneError(f"timed out waiting for {what} ({last!r}); logs in "
-                                    f"{self.logs}\n{logs}")
+            raise ControlPlaneError(f"timed out waiting for {what} ({last!r}); logs in {self.logs}\n{logs}")
 
         by = {p.name: p for p in self.procs}
         by["etcd"].start(env)
         wait("etcd", lambda: _http_ok(f"{etcd_url}/health"), [by["etcd"]], timeout)
         by["kube-apiserver"].start(env)
-        wait("kube-apiserver /readyz", lambda: self._api_ok("/readyz"),
-             [by["etcd"], by["kube-apiserver"]], timeout)
+        wait(
+            "kube-apiserver /readyz",
+            lambda: self._api_ok("/readyz"),
+            [by["etcd"], by["kube-apiserver"]],
+            timeout,
+        )
         for n in ("kube-controller-manager", "kube-scheduler", "kwok"):
             by[n].start(env)
-        wait("kube-controller-manager /healthz",
-             lambda: _http_ok(f"https://127.0.0.1:{self.ports['kcm']}/healthz", insecure=True),
-             self.procs, timeout)
-        wait("kube-scheduler /healthz",
-             lambda: _http_ok(f"https://127.0.0.1:{self.ports['scheduler']}/healthz", insecure=True),
-             self.procs, timeout)
-        wait("kwok /healthz", lambda: _http_ok(f"http://127.0.0.1:{self.ports['kwok']}/healthz"),
-             self.procs, timeout)
+        wait(
+            "kube-controller-manager /healthz",
+            lambda: _http_ok(f"https://127.0.0.1:{self.ports['kcm']}/healthz", insecure=True),
+            self.procs,
+            timeout,
+        )
+        wait(
+            "kube-scheduler /healthz",
+            lambda: _http_ok(f"https://127.0.0.1:{self.ports['scheduler']}/healthz", insecure=True),
+            self.procs,
+            timeout,
+        )
+        wait(
+            "kwok /healthz",
+            lambda: _http_ok(f"http://127.0.0.1:{self.ports['kwok']}/healthz"),
+            self.procs,
+            timeout,
+        )
 
         for i in range(nodes):
             self.add_node(f"kwok-node-{i}")
         wait("nodes Ready", self._nodes_ready, self.procs, timeout)
         # The service-account controller has run: pods can be admitted in new namespaces.
-        wait("default ServiceAccount",
-             lambda: self._api_ok("/api/v1/namespaces/default/serviceaccounts/default"),
-             self.procs, timeout)
+        wait(
+            "default ServiceAccount",
+            lambda: self._api_ok("/api/v1/namespaces/default/serviceaccounts/default"),
+            self.procs,
+            timeout,
+        )
         self.startup_seconds = time.monotonic() - t0
-        log(f"k8s control plane ready in {self.startup_seconds:.1f}s: {self.server} "
-            f"(kubeconfig {self.kubeconfig}, logs {self.logs})")
+        log(
+            f"k8s control plane ready in {self.startup_seconds:.1f}s: {self.server} "
+            f"(kubeconfig {self.kubeconfig}, logs {self.logs})"
+        )
 
     def check_alive(self) -> None:
         for p in self.procs:
@@ -461,8 +565,14 @@ class ControlPlane:
     def _ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
 
-    def _request(self, method: str, path: str, body: Any = None,
-                 token: str | None = None, content_type: str = "application/json") -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {token or self.admin_token}")
@@ -482,18 +592,29 @@ class ControlPlane:
         except (urllib.error.URLError, OSError):
             return False
 
-    def add_node(self, name: str, labels: dict[str, str] | None = None,
-                 capacity: dict[str, str] | None = None,
-                 taints: list[dict[str, str]] | None = None) -> None:
+    def add_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        capacity: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+    ) -> None:
         """Register a KWOK-managed fake node (it turns Ready within a moment)."""
-        lbl = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-               "kubernetes.io/arch": "amd64", "type": "kwok"}
+        lbl = {
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+        }
         lbl.update(labels or {})
         node: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": lbl,
-                         "annotations": {KWOK_NODE_ANNOTATION: "fake",
-                                         "node.alpha.kubernetes.io/ttl": "0"}},
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": lbl,
+                "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            },
             "spec": {"taints": taints or []},
         }
         if capacity:
@@ -503,9 +624,14 @@ class ControlPlane:
 
     def _nodes_ready(self) -> bool:
         items = self._request("GET", "/api/v1/nodes")["items"]
-        ready = {n["metadata"]["name"] for n in items
-                 if any(c["type"] == "Ready" and c["status"] == "True"
-                        for c in n.get("status", {}).get("conditions", []))}
+        ready = {
+            n["metadata"]["name"]
+            for n in items
+            if any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in n.get("status", {}).get("conditions", [])
+            )
+        }
         return set(self.nodes) <= ready
 
     def api_client(self, token: str | None = None):
@@ -518,16 +644,23 @@ class ControlPlane:
         cfg.api_key = {"authorization": f"Bearer {token or self.admin_token}"}
         return client.ApiClient(cfg)
 
-    def kubeconfig_for_token(self, path: Path, token: str, user: str = "user",
-                             namespace: str | None = None) -> Path:
+    def kubeconfig_for_token(
+        self, path: Path, token: str, user: str = "user", namespace: str | None = None
+    ) -> Path:
         """A kubeconfig for another identity, e.g. a ServiceAccount token."""
         return write_kubeconfig(Path(path), self.server, self.ca_file, token, user, namespace)
 
     def service_account_token(self, namespace: str, name: str, seconds: int = 3600) -> str:
         """A bound token for an existing ServiceAccount (TokenRequest API)."""
-        r = self._request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-                          {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                           "spec": {"expirationSeconds": seconds}})
+        r = self._request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": seconds},
+            },
+        )
         return r["status"]["token"]
 
 

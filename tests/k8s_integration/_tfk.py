@@ -73,8 +73,9 @@ def connection_json(kubeconfig: os.PathLike | str) -> str:
     return json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}})
 
 
-def spec(namespace: str, mode: str = "between_graph", workers: int = 2, ps: int = 1,
-         **extra: Any) -> dict[str, Any]:
+def spec(
+    namespace: str, mode: str = "between_graph", workers: int = 2, ps: int = 1, **extra: Any
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "image": IMAGE,
         "namespace": namespace,
@@ -91,11 +92,15 @@ def spec(namespace: str, mode: str = "between_graph", workers: int = 2, ps: int 
     return out
 
 
-def task_context(run_id: str, dag_id: str = "k8s_it", task_id: str = "train",
-                 try_number: int = 1) -> dict[str, Any]:
+def task_context(
+    run_id: str, dag_id: str = "k8s_it", task_id: str = "train", try_number: int = 1
+) -> dict[str, Any]:
     """The part of an Airflow context the operators read: the task instance identity."""
-    return {"ti": SimpleNamespace(dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=-1,
-                                  try_number=try_number)}
+    return {
+        "ti": SimpleNamespace(
+            dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=-1, try_number=try_number
+        )
+    }
 
 
 def cluster_name(ctx: dict[str, Any], prefix: str = "tfk") -> str:
@@ -108,23 +113,29 @@ def make_op(namespace: str, ctx_spec: dict[str, Any], **kwargs: Any):
 
     kwargs.setdefault("progress_interval", 3600)  # KWOK pods have no logs to read
     kwargs.setdefault("kubernetes_conn_id", CONN_ID)
-    return TFTrainingOperator(task_id="train", backend="kubernetes", cluster_spec=ctx_spec,
-                              **kwargs)
+    return TFTrainingOperator(task_id="train", backend="kubernetes", cluster_spec=ctx_spec, **kwargs)
 
 
 # -- what is on the server ----------------------------------------------------------------
-def _list(api: client.ApiClient, version: str, plural: str, namespace: str | None,
-          selector: str) -> list[dict[str, Any]]:
+def _list(
+    api: client.ApiClient, version: str, plural: str, namespace: str | None, selector: str
+) -> list[dict[str, Any]]:
     prefix = f"/api/{version}" if "/" not in version else f"/apis/{version}"
     path = f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
-    resp = api.call_api(path, "GET", query_params=[("labelSelector", selector)],
-                        header_params={"Accept": "application/json"},
-                        auth_settings=["BearerToken"], _preload_content=False)
+    resp = api.call_api(
+        path,
+        "GET",
+        query_params=[("labelSelector", selector)],
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+    )
     return json.loads(resp.data)["items"]
 
 
-def objects(api: client.ApiClient, namespace: str, cluster: str,
-            kinds: list[tuple[str, str]] | None = None) -> dict[str, dict[str, Any]]:
+def objects(
+    api: client.ApiClient, namespace: str, cluster: str, kinds: list[tuple[str, str]] | None = None
+) -> dict[str, dict[str, Any]]:
     """``{"<plural>/<name>": object}`` of everything labelled with the cluster, plus its
     per-training namespace (namespaces are listed cluster-wide by the same label)."""
     selector = f"{naming.LABEL_CLUSTER}={cluster}"
@@ -141,8 +152,7 @@ def leftovers(api: client.ApiClient, namespace: str, cluster: str) -> list[str]:
     return sorted(objects(api, namespace, cluster))
 
 
-def wait_no_leftovers(api: client.ApiClient, namespace: str, cluster: str,
-                      timeout: float = 60) -> float:
+def wait_no_leftovers(api: client.ApiClient, namespace: str, cluster: str, timeout: float = 60) -> float:
     """Wait until nothing carries the cluster's label (the GC removes pods, revisions,
     slices after their owners); returns the seconds it took."""
     t0 = time.monotonic()
@@ -155,8 +165,7 @@ def wait_no_leftovers(api: client.ApiClient, namespace: str, cluster: str,
     raise AssertionError(f"objects of cluster {cluster} left after {timeout}s: {last}")
 
 
-def pods(api: client.ApiClient, namespace: str, cluster: str, role: str | None = None
-         ) -> list[client.V1Pod]:
+def pods(api: client.ApiClient, namespace: str, cluster: str, role: str | None = None) -> list[client.V1Pod]:
     selector = f"{naming.LABEL_CLUSTER}={cluster}"
     if role:
         selector += f",{naming.LABEL_ROLE}={role}"
@@ -165,27 +174,36 @@ def pods(api: client.ApiClient, namespace: str, cluster: str, role: str | None =
 
 def index_of(pod: client.V1Pod) -> int:
     labels = pod.metadata.labels or {}
-    raw = labels.get("batch.kubernetes.io/job-completion-index") or \
-        labels.get("apps.kubernetes.io/pod-index")
+    raw = labels.get("batch.kubernetes.io/job-completion-index") or labels.get("apps.kubernetes.io/pod-index")
     return int(raw)
 
 
 def annotate(api: client.ApiClient, namespace: str, pod: str, annotations: dict[str, str]) -> None:
-    client.CoreV1Api(api).patch_namespaced_pod(pod, namespace,
-                                               {"metadata": {"annotations": annotations}})
+    client.CoreV1Api(api).patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": annotations}})
 
 
-def finish(api: client.ApiClient, namespace: str, cluster: str, role: str, code: int = 0,
-           indexes: list[int] | None = None, count: int | None = None,
-           timeout: float = 60) -> list[str]:
+def finish(
+    api: client.ApiClient,
+    namespace: str,
+    cluster: str,
+    role: str,
+    code: int = 0,
+    indexes: list[int] | None = None,
+    count: int | None = None,
+    timeout: float = 60,
+) -> list[str]:
     """Annotate the role's pods (all, or ``indexes``) to exit with ``code``; waits until
     ``count`` (default: len(indexes) or all seen) pods exist. Returns the pod names."""
+
     def ready() -> list[client.V1Pod] | None:
-        found = [p for p in pods(api, namespace, cluster, role)
-                 if p.metadata.deletion_timestamp is None and
-                 (indexes is None or index_of(p) in indexes)]
+        found = [
+            p
+            for p in pods(api, namespace, cluster, role)
+            if p.metadata.deletion_timestamp is None and (indexes is None or index_of(p) in indexes)
+        ]
         want = count if count is not None else (len(indexes) if indexes is not None else 1)
         return found if len(found) >= want else None
+
     found = wait_for(f"{role} pods of {cluster}", ready, timeout)
     for p in found:
         annotate(api, namespace, p.metadata.name, {harness.EXIT_CODE: str(code)})
@@ -199,9 +217,14 @@ class PodDriver:
     Default rule: worker and chief pods exit 0 (PS and evaluators never exit).
     """
 
-    def __init__(self, api: client.ApiClient, namespace: str, cluster: str | None = None,
-                 rule: Callable[[client.V1Pod], dict[str, str] | None] | None = None,
-                 every: float = 0.2) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        cluster: str | None = None,
+        rule: Callable[[client.V1Pod], dict[str, str] | None] | None = None,
+        every: float = 0.2,
+    ) -> None:
         self.api, self.namespace, self.cluster = api, namespace, cluster
         self.rule = rule or default_rule
         self.every = every
@@ -212,8 +235,7 @@ class PodDriver:
 
     def _run(self) -> None:
         core = client.CoreV1Api(self.api)
-        selector = naming.LABEL_CLUSTER if self.cluster is None else \
-            f"{naming.LABEL_CLUSTER}={self.cluster}"
+        selector = naming.LABEL_CLUSTER if self.cluster is None else f"{naming.LABEL_CLUSTER}={self.cluster}"
         while not self._stop.is_set():
             try:
                 for p in core.list_namespaced_pod(self.namespace, label_selector=selector).items:
@@ -261,9 +283,17 @@ def tfk_ns(k8s_api, k8s_namespace: str) -> str:
     """A fresh namespace enforcing the ``restricted`` Pod Security Standard, so the API
     server's PodSecurity admission checks the hardened pods the Job and StatefulSet
     controllers create from the provider's templates."""
-    client.CoreV1Api(k8s_api).patch_namespace(k8s_namespace, {"metadata": {"labels": {
-        "pod-security.kubernetes.io/enforce": "restricted",
-        "pod-security.kubernetes.io/enforce-version": "latest"}}})
+    client.CoreV1Api(k8s_api).patch_namespace(
+        k8s_namespace,
+        {
+            "metadata": {
+                "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                }
+            }
+        },
+    )
     return k8s_namespace
 
 
@@ -272,7 +302,7 @@ def tfk_ns(k8s_api, k8s_namespace: str) -> str:
 #: task runner (airflow.sdk.execution_time.task_runner: ``_on_term`` calls ``on_kill``), so
 #: a SIGTERM there is what a task gets on mark-failed or a dagrun_timeout. argv: namespace,
 #: run id, spec JSON. Prints "EXECUTING" before waiting and "RESULT <json>" / "RAISED ...".
-OPERATOR_SCRIPT = r'''
+OPERATOR_SCRIPT = r"""
 import json, os, signal, sys
 sys.path.insert(0, os.environ["TFK_TESTS_DIR"])
 from k8s_integration import _tfk
@@ -292,7 +322,7 @@ try:
 except BaseException as exc:
     print(f"RAISED {type(exc).__name__}: {exc}", flush=True)
     raise
-'''
+"""
 
 
 def start_operator_process(namespace: str, run_id: str, spec_data: dict[str, Any]):
@@ -301,6 +331,10 @@ def start_operator_process(namespace: str, run_id: str, spec_data: dict[str, Any
     from pathlib import Path
 
     env = {**os.environ, "TFK_TESTS_DIR": str(Path(__file__).resolve().parents[1])}
-    return subprocess.Popen([sys.executable, "-c", OPERATOR_SCRIPT, namespace, run_id,
-                             json.dumps(spec_data)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", OPERATOR_SCRIPT, namespace, run_id, json.dumps(spec_data)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )

@@ -28,7 +28,8 @@ from k8s import harness
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "k8s: needs the real Kubernetes control plane (tests/k8s; built on first use)")
+        "markers", "k8s: needs the real Kubernetes control plane (tests/k8s; built on first use)"
+    )
 
 
 def _wants_k8s(session: pytest.Session) -> bool:
@@ -66,8 +67,12 @@ def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[harness.ControlPlane
         pytest.fail(request.config.stash[_BUILD_ERROR], pytrace=False)
     workdir = Path(tempfile.mkdtemp(prefix="tfk-k8s-"))
     failed_before = request.session.testsfailed
-    cp = harness.ControlPlane.start(workdir, nodes=int(os.environ.get("AIRFLOW_TFK_K8S_NODES", "2")),
-                                    bin_dir=harness.ensure_built(), log=log)
+    cp = harness.ControlPlane.start(
+        workdir,
+        nodes=int(os.environ.get("AIRFLOW_TFK_K8S_NODES", "2")),
+        bin_dir=harness.ensure_built(),
+        log=log,
+    )
     try:
         yield cp
     finally:

@@ -39,8 +39,9 @@ def airflow_home(tmp_path_factory) -> dict[str, str]:
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
+    )
     return env
 
 
@@ -50,40 +51,68 @@ def _claims(api, ns: str) -> list[str]:
     pvs = []
     for claim in ("tfk-logs", "tfk-models"):
         pv = f"{ns}-{claim}"
-        core.create_persistent_volume(client.V1PersistentVolume(
-            metadata=client.V1ObjectMeta(name=pv),
-            spec=client.V1PersistentVolumeSpec(
-                capacity={"storage": "1Gi"}, access_modes=["ReadWriteMany"],
-                storage_class_name="", host_path=client.V1HostPathVolumeSource(path=f"/tmp/{pv}"),
-                claim_ref=client.V1ObjectReference(namespace=ns, name=claim))))
-        core.create_namespaced_persistent_volume_claim(ns, client.V1PersistentVolumeClaim(
-            metadata=client.V1ObjectMeta(name=claim),
-            spec=client.V1PersistentVolumeClaimSpec(
-                access_modes=["ReadWriteMany"], storage_class_name="", volume_name=pv,
-                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}))))
+        core.create_persistent_volume(
+            client.V1PersistentVolume(
+                metadata=client.V1ObjectMeta(name=pv),
+                spec=client.V1PersistentVolumeSpec(
+                    capacity={"storage": "1Gi"},
+                    access_modes=["ReadWriteMany"],
+                    storage_class_name="",
+                    host_path=client.V1HostPathVolumeSource(path=f"/tmp/{pv}"),
+                    claim_ref=client.V1ObjectReference(namespace=ns, name=claim),
+                ),
+            )
+        )
+        core.create_namespaced_persistent_volume_claim(
+            ns,
+            client.V1PersistentVolumeClaim(
+                metadata=client.V1ObjectMeta(name=claim),
+                spec=client.V1PersistentVolumeClaimSpec(
+                    access_modes=["ReadWriteMany"],
+                    storage_class_name="",
+                    volume_name=pv,
+                    resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+                ),
+            ),
+        )
         pvs.append(pv)
-    _tfk.wait_for("claims Bound", lambda: all(
-        core.read_namespaced_persistent_volume_claim(c, ns).status.phase == "Bound"
-        for c in ("tfk-logs", "tfk-models")), timeout=30)
+    _tfk.wait_for(
+        "claims Bound",
+        lambda: all(
+            core.read_namespaced_persistent_volume_claim(c, ns).status.phase == "Bound"
+            for c in ("tfk-logs", "tfk-models")
+        ),
+        timeout=30,
+    )
     return pvs
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["blocking", "deferrable"])
-def test_dags_test_ui_training_on_kubernetes(k8s_cluster, k8s_api, k8s_namespace, airflow_home,
-                                             deferrable) -> None:
+def test_dags_test_ui_training_on_kubernetes(
+    k8s_cluster, k8s_api, k8s_namespace, airflow_home, deferrable
+) -> None:
     ns = k8s_namespace
     pvs = _claims(k8s_api, ns)
     conn_id = f"tfk_dags_{uuid.uuid4().hex[:6]}"
-    env = {**airflow_home,
-           f"AIRFLOW_CONN_{conn_id.upper()}": _tfk.connection_json(k8s_cluster.kubeconfig),
-           "TFK_BACKEND": "kubernetes", "TFK_KUBERNETES_CONN_ID": conn_id,
-           "TFK_NAMESPACE": ns, "TFK_DEFERRABLE": str(deferrable).lower()}
+    env = {
+        **airflow_home,
+        f"AIRFLOW_CONN_{conn_id.upper()}": _tfk.connection_json(k8s_cluster.kubeconfig),
+        "TFK_BACKEND": "kubernetes",
+        "TFK_KUBERNETES_CONN_ID": conn_id,
+        "TFK_NAMESPACE": ns,
+        "TFK_DEFERRABLE": str(deferrable).lower(),
+    }
     conf = {"mode": "all_reduce", "ps": 0, "workers": 3, "steps": 50}
     try:
         with _tfk.PodDriver(k8s_api, ns) as driver:  # every training pod in the namespace
-            run = subprocess.run([str(BIN / "airflow"), "dags", "test", "tfk_ui_training",
-                                  "--conf", json.dumps(conf)], env=env, cwd=ROOT, text=True,
-                                 capture_output=True, timeout=240)
+            run = subprocess.run(
+                [str(BIN / "airflow"), "dags", "test", "tfk_ui_training", "--conf", json.dumps(conf)],
+                env=env,
+                cwd=ROOT,
+                text=True,
+                capture_output=True,
+                timeout=240,
+            )
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-6000:]
         assert "state=success" in out or "DagRunState.SUCCESS" in out, out[-4000:]

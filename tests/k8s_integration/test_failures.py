@@ -28,8 +28,10 @@ tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 def test_permanent_exit_code_fails_fast_naming_task_and_code(k8s_api, tfk_ns, tfk_conn) -> None:
     ctx = _tfk.task_context("manual__exit3")
     name = _tfk.cluster_name(ctx)
-    op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "between_graph", workers=3, ps=1,
-                                        retries_per_index=2, permanent_exit_codes=[3]))
+    op = _tfk.make_op(
+        tfk_ns,
+        _tfk.spec(tfk_ns, "between_graph", workers=3, ps=1, retries_per_index=2, permanent_exit_codes=[3]),
+    )
     failed_at: list[float] = []
 
     def rule(pod):
@@ -41,8 +43,7 @@ def test_permanent_exit_code_fails_fast_naming_task_and_code(k8s_api, tfk_ns, tf
         return None  # the others keep training
 
     t0 = time.monotonic()
-    with _tfk.PodDriver(k8s_api, tfk_ns, name, rule=rule), \
-            pytest.raises(TrainingFailed) as err:
+    with _tfk.PodDriver(k8s_api, tfk_ns, name, rule=rule), pytest.raises(TrainingFailed) as err:
         op.execute(ctx)
     raised = time.time()
     assert err.value.task == "worker-1", err.value
@@ -58,8 +59,9 @@ def test_transient_exit_code_is_retried_then_succeeds(k8s_api, tfk_ns, tfk_conn)
     retries_per_index) and the training still succeeds."""
     ctx = _tfk.task_context("manual__exit75")
     name = _tfk.cluster_name(ctx)
-    op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "all_reduce", workers=2, ps=0,
-                                        retries_per_index=1), cleanup="all")
+    op = _tfk.make_op(
+        tfk_ns, _tfk.spec(tfk_ns, "all_reduce", workers=2, ps=0, retries_per_index=1), cleanup="all"
+    )
     seen: dict[int, int] = {}
 
     def rule(pod):
@@ -101,19 +103,28 @@ def test_image_pull_backoff_fails_with_that_reason(k8s_cluster, k8s_api, tfk_ns,
     pool = f"pull-{uuid.uuid4().hex[:6]}"
     spec = _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1)
     spec["worker"]["node_selector"] = {"kwok.tfk.test/pool": pool}
-    op = _tfk.make_op(tfk_ns, spec, backend_config={"image_pull_timeout": 3,
-                                                    "unschedulable_timeout": 600})
+    op = _tfk.make_op(tfk_ns, spec, backend_config={"image_pull_timeout": 3, "unschedulable_timeout": 600})
     errors: list[BaseException] = []
 
     def pull_fails() -> None:
         try:
-            names = _tfk.wait_for("unscheduled worker pods",
-                                  lambda: len(p := _tfk.pods(k8s_api, tfk_ns, name, "worker")) == 2
-                                  and [x.metadata.name for x in p], timeout=30)
+            names = _tfk.wait_for(
+                "unscheduled worker pods",
+                lambda: (
+                    len(p := _tfk.pods(k8s_api, tfk_ns, name, "worker")) == 2 and [x.metadata.name for x in p]
+                ),
+                timeout=30,
+            )
             for pod in names:
-                _tfk.annotate(k8s_api, tfk_ns, pod, {
-                    harness.WAITING_REASON: "ImagePullBackOff",
-                    harness.EXIT_MESSAGE: f'Back-off pulling image "{_tfk.IMAGE}"'})
+                _tfk.annotate(
+                    k8s_api,
+                    tfk_ns,
+                    pod,
+                    {
+                        harness.WAITING_REASON: "ImagePullBackOff",
+                        harness.EXIT_MESSAGE: f'Back-off pulling image "{_tfk.IMAGE}"',
+                    },
+                )
             k8s_cluster.add_node(f"kwok-{pool}", labels={"kwok.tfk.test/pool": pool})
         except BaseException as exc:
             errors.append(exc)

@@ -42,17 +42,18 @@ LONG = {"ps_grace_seconds": 1}
 
 
 def _running(api, ns: str, name: str, tasks: int) -> None:
-    _tfk.wait_for(f"{tasks} running pods of {name}",
-                  lambda: len(p := _tfk.pods(api, ns, name)) == tasks and
-                  all(x.status.phase == "Running" for x in p), timeout=30)
+    _tfk.wait_for(
+        f"{tasks} running pods of {name}",
+        lambda: len(p := _tfk.pods(api, ns, name)) == tasks and all(x.status.phase == "Running" for x in p),
+        timeout=30,
+    )
 
 
 def _job_uid(api, ns: str, name: str) -> str:
     return client.BatchV1Api(api).read_namespaced_job(f"{name}-worker", ns).metadata.uid
 
 
-def test_retry_reattaches_instead_of_creating_a_second_cluster(k8s_api, tfk_ns, tfk_conn,
-                                                               capfd) -> None:
+def test_retry_reattaches_instead_of_creating_a_second_cluster(k8s_api, tfk_ns, tfk_conn, capfd) -> None:
     ctx = _tfk.task_context("manual__retry")
     name = _tfk.cluster_name(ctx)
     spec = _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1)
@@ -105,8 +106,9 @@ def test_killed_worker_process_restarted_reattaches(k8s_api, tfk_ns, tfk_conn) -
 def test_sync_on_kill_leaves_nothing(k8s_api, tfk_ns, tfk_conn) -> None:
     ctx = _tfk.task_context("manual__onkill")
     name = _tfk.cluster_name(ctx)
-    op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "parameter_server", workers=2, ps=1,
-                                        evaluator={"replicas": 1}))
+    op = _tfk.make_op(
+        tfk_ns, _tfk.spec(tfk_ns, "parameter_server", workers=2, ps=1, evaluator={"replicas": 1})
+    )
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -131,8 +133,7 @@ def test_sync_dagrun_timeout_sigterm_leaves_nothing(k8s_api, tfk_ns, tfk_conn) -
     task runner's handler calls on_kill."""
     run_id = "manual__sigterm"
     name = _tfk.cluster_name(_tfk.task_context(run_id))
-    proc = _tfk.start_operator_process(tfk_ns, run_id, _tfk.spec(tfk_ns, "between_graph",
-                                                                 workers=2, ps=1))
+    proc = _tfk.start_operator_process(tfk_ns, run_id, _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1))
     try:
         _running(k8s_api, tfk_ns, name, 3)
         proc.send_signal(signal.SIGTERM)
@@ -150,8 +151,9 @@ def test_sync_execution_timeout_leaves_nothing(k8s_api, tfk_ns, tfk_conn) -> Non
 
     ctx = _tfk.task_context("manual__timeout")
     name = _tfk.cluster_name(ctx)
-    op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1),
-                      execution_timeout=timedelta(seconds=4))
+    op = _tfk.make_op(
+        tfk_ns, _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1), execution_timeout=timedelta(seconds=4)
+    )
     with pytest.raises(AirflowTaskTimeout):
         try:  # what airflow.sdk.execution_time.task_runner._execute_task does
             with timeout(op.execution_timeout.total_seconds()):
@@ -165,8 +167,7 @@ def test_sync_execution_timeout_leaves_nothing(k8s_api, tfk_ns, tfk_conn) -> Non
 # -- deferred ---------------------------------------------------------------------------------
 def _deferred(tfk_ns: str, run_id: str, **kwargs):
     ctx = _tfk.task_context(run_id)
-    op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1),
-                      deferrable=True, **kwargs)
+    op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1), deferrable=True, **kwargs)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     path, trigger_kwargs = deferred.value.trigger.serialize()
@@ -175,13 +176,15 @@ def _deferred(tfk_ns: str, run_id: str, **kwargs):
 
 
 def test_deferred_execution_timeout_leaves_nothing(k8s_api, tfk_ns, tfk_conn) -> None:
-    ctx, op, deferred, trigger = _deferred(tfk_ns, "manual__deftimeout",
-                                           execution_timeout=timedelta(seconds=4))
+    ctx, op, deferred, trigger = _deferred(
+        tfk_ns, "manual__deftimeout", execution_timeout=timedelta(seconds=4)
+    )
     name = _tfk.cluster_name(ctx)
 
     async def first_event():
         async for event in trigger.run():
             return event.payload
+
     t0 = time.monotonic()
     event = asyncio.run(first_event())
     assert event["status"] == "timeout" and time.monotonic() - t0 < 15, event
@@ -211,8 +214,7 @@ async def _first(trigger):
         return event
 
 
-def test_retry_replaces_a_failed_cluster_and_ignores_its_stale_pods(k8s_api, tfk_ns, tfk_conn,
-                                                                    capfd) -> None:
+def test_retry_replaces_a_failed_cluster_and_ignores_its_stale_pods(k8s_api, tfk_ns, tfk_conn, capfd) -> None:
     """Try 1 dies while deferred and its training then fails (worker-1, permanent code):
     the retry deletes that cluster and creates a new one, and is not fooled by the old
     failed pods the garbage collector has not removed yet."""
@@ -228,13 +230,18 @@ def test_retry_replaces_a_failed_cluster_and_ignores_its_stale_pods(k8s_api, tfk
     _running(k8s_api, tfk_ns, name, 3)
     old_uid = _job_uid(k8s_api, tfk_ns, name)
     _tfk.finish(k8s_api, tfk_ns, name, "worker", code=3, indexes=[1])
-    _tfk.wait_for("the old worker-1 pod failed", lambda: any(
-        p.status.phase == "Failed" for p in _tfk.pods(k8s_api, tfk_ns, name, "worker")))
+    _tfk.wait_for(
+        "the old worker-1 pod failed",
+        lambda: any(p.status.phase == "Failed" for p in _tfk.pods(k8s_api, tfk_ns, name, "worker")),
+    )
 
     def fresh_pods_succeed(pod):
         owner = (pod.metadata.owner_references or [None])[0]
-        if pod.metadata.labels.get(naming.LABEL_ROLE) == "worker" and owner is not None \
-                and owner.uid != old_uid:
+        if (
+            pod.metadata.labels.get(naming.LABEL_ROLE) == "worker"
+            and owner is not None
+            and owner.uid != old_uid
+        ):
             return {harness.EXIT_CODE: "0", harness.EXIT_DELAY: "1s"}
         return None
 

@@ -32,38 +32,70 @@ from k8s_integration import _tfk
 pytestmark = pytest.mark.k8s
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 
-RENDERED = [("batch/v1", "jobs"), ("apps/v1", "statefulsets"), ("v1", "services"),
-            ("v1", "persistentvolumeclaims")]
-PLURAL = {"Job": "jobs", "StatefulSet": "statefulsets", "Service": "services",
-          "PersistentVolumeClaim": "persistentvolumeclaims", "Namespace": "namespaces"}
+RENDERED = [
+    ("batch/v1", "jobs"),
+    ("apps/v1", "statefulsets"),
+    ("v1", "services"),
+    ("v1", "persistentvolumeclaims"),
+]
+PLURAL = {
+    "Job": "jobs",
+    "StatefulSet": "statefulsets",
+    "Service": "services",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
+    "Namespace": "namespaces",
+}
 
 
 def _specs(ns: str) -> dict[str, dict]:
     toleration = {"key": "tfk.test/gpu", "operator": "Exists", "effect": "NoSchedule"}
     full = _tfk.spec(
-            ns, "between_graph", workers=3, ps=2, name="full",
-            ps_grace_seconds=5, max_duration_seconds=3600, retries_per_index=2,
-            permanent_exit_codes=[1, 2, 3], legacy_tf1_flags=True,
-            args=["--tfk_steps", "100", "--price=$(NOT_EXPANDED)"],
-            env={"EXTRA": "$(HOME) stays literal"}, labels={"team": "ml"},
-            image_pull_policy="Always", image_pull_secrets=["registry-creds"],
-            storage={"data": {"size": "1Gi"}, "logs": {"claim": "tfk-logs"},
-                     "models": {"size": "2Gi", "access_mode": "ReadWriteOnce"},
-                     "storage_class": "standard"},
-            worker={"replicas": 3, "resources": {"cpu": "100m", "memory": "64Mi",
-                                                 "cpu_limit": "1", "memory_limit": "128Mi",
-                                                 "gpus": 1},
-                    "node_selector": {"pool": "gpu"}, "tolerations": [toleration],
-                    "env": {"ROLE_ONLY": "x"}})
+        ns,
+        "between_graph",
+        workers=3,
+        ps=2,
+        name="full",
+        ps_grace_seconds=5,
+        max_duration_seconds=3600,
+        retries_per_index=2,
+        permanent_exit_codes=[1, 2, 3],
+        legacy_tf1_flags=True,
+        args=["--tfk_steps", "100", "--price=$(NOT_EXPANDED)"],
+        env={"EXTRA": "$(HOME) stays literal"},
+        labels={"team": "ml"},
+        image_pull_policy="Always",
+        image_pull_secrets=["registry-creds"],
+        storage={
+            "data": {"size": "1Gi"},
+            "logs": {"claim": "tfk-logs"},
+            "models": {"size": "2Gi", "access_mode": "ReadWriteOnce"},
+            "storage_class": "standard",
+        },
+        worker={
+            "replicas": 3,
+            "resources": {
+                "cpu": "100m",
+                "memory": "64Mi",
+                "cpu_limit": "1",
+                "memory_limit": "128Mi",
+                "gpus": 1,
+            },
+            "node_selector": {"pool": "gpu"},
+            "tolerations": [toleration],
+            "env": {"ROLE_ONLY": "x"},
+        },
+    )
     full["ps"]["resources"] = {"cpu": "100m", "memory": "64Mi"}
     return {
         # Everything a spec can set, on the seeds' mode.
         "between_graph": full,
-        "parameter_server": _tfk.spec(ns, "parameter_server", workers=3, ps=2, name="ps-mode",
-                                      evaluator={"replicas": 1}),
+        "parameter_server": _tfk.spec(
+            ns, "parameter_server", workers=3, ps=2, name="ps-mode", evaluator={"replicas": 1}
+        ),
         "all_reduce": _tfk.spec(ns, "all_reduce", workers=3, ps=0, name="allreduce"),
-        "namespace_per_training": _tfk.spec(ns, "between_graph", workers=2, ps=1, name="own-ns",
-                                            namespace_per_training=True),
+        "namespace_per_training": _tfk.spec(
+            ns, "between_graph", workers=2, ps=1, name="own-ns", namespace_per_training=True
+        ),
     }
 
 
@@ -72,8 +104,9 @@ def _rendered_rvs(api, namespace: str, cluster: str) -> dict[str, str]:
     return {k: o["metadata"]["resourceVersion"] for k, o in objs.items()}
 
 
-def _settled_rvs(api, namespace: str, cluster: str, quiet: float = 1.5,
-                 timeout: float = 30) -> dict[str, str]:
+def _settled_rvs(
+    api, namespace: str, cluster: str, quiet: float = 1.5, timeout: float = 30
+) -> dict[str, str]:
     """The rendered objects' resourceVersions once the controllers stopped updating their
     status (no change for ``quiet`` seconds)."""
     deadline = time.monotonic() + timeout
@@ -98,8 +131,9 @@ def test_create_every_mode_exists_is_idempotent_and_admitted(k8s_api, tfk_ns, tf
         ns = ref.namespace
         if spec.namespace_per_training:
             assert ns == f"{tfk_ns}-{spec.name}"
-            core.patch_namespace(ns, {"metadata": {"labels": {
-                "pod-security.kubernetes.io/enforce": "restricted"}}})
+            core.patch_namespace(
+                ns, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+            )
         manifests = render(spec, identity)
         found = _tfk.objects(k8s_api, ns, spec.name)
         expected = {f"{PLURAL[m['kind']]}/{m['metadata']['name']}" for m in manifests}
@@ -115,21 +149,27 @@ def test_create_every_mode_exists_is_idempotent_and_admitted(k8s_api, tfk_ns, tf
         # The controllers made every task's pod, and PodSecurity admitted it. (Pods with
         # an unbound new PVC or an unmatched node selector exist but stay Pending.)
         tasks = sum(r.replicas for r in spec.roles().values())
-        pods = _tfk.wait_for(f"{tasks} pods of {mode}",
-                             lambda ns=ns, n=spec.name, t=tasks:
-                             (p := _tfk.pods(k8s_api, ns, n)) and len(p) == t and p,
-                             timeout=30)
+        pods = _tfk.wait_for(
+            f"{tasks} pods of {mode}",
+            lambda ns=ns, n=spec.name, t=tasks: (p := _tfk.pods(k8s_api, ns, n)) and len(p) == t and p,
+            timeout=30,
+        )
         for p in pods:
             sc = p.spec.containers[0].security_context
             assert sc.run_as_non_root and sc.allow_privilege_escalation is False
             assert p.spec.automount_service_account_token is False
         if mode == "all_reduce":
-            _tfk.wait_for("all_reduce pods running",
-                          lambda ns=ns, n=spec.name: all(
-                              p.status.phase == "Running" and p.status.pod_ip
-                              for p in _tfk.pods(k8s_api, ns, n)))
-        job_events = [e for e in core.list_namespaced_event(ns).items
-                      if e.reason in ("FailedCreate", "FailedValidation")]
+            _tfk.wait_for(
+                "all_reduce pods running",
+                lambda ns=ns, n=spec.name: all(
+                    p.status.phase == "Running" and p.status.pod_ip for p in _tfk.pods(k8s_api, ns, n)
+                ),
+            )
+        job_events = [
+            e
+            for e in core.list_namespaced_event(ns).items
+            if e.reason in ("FailedCreate", "FailedValidation")
+        ]
         assert not job_events, [(e.involved_object.name, e.message) for e in job_events]
 
         # Server-side apply again: nothing changes on the server. (Kubernetes 1.36 quirk:
@@ -142,8 +182,9 @@ def test_create_every_mode_exists_is_idempotent_and_admitted(k8s_api, tfk_ns, tf
         backend.create(spec, identity)
         after = _rendered_rvs(k8s_api, ns, spec.name)
         pvcs = {k for k in before if k.startswith("persistentvolumeclaims/")}
-        assert {k: v for k, v in after.items() if k not in pvcs} == \
-            {k: v for k, v in before.items() if k not in pvcs}, mode
+        assert {k: v for k, v in after.items() if k not in pvcs} == {
+            k: v for k, v in before.items() if k not in pvcs
+        }, mode
         after_objs = _tfk.objects(k8s_api, ns, spec.name, kinds=RENDERED)
         for k in pvcs:
             for o in (before_objs[k], after_objs[k]):
@@ -159,22 +200,29 @@ def test_create_every_mode_exists_is_idempotent_and_admitted(k8s_api, tfk_ns, tf
         kind = m["kind"]
         group = "/api/v1" if m["apiVersion"] == "v1" else f"/apis/{m['apiVersion']}"
         path = f"{group}/namespaces/{tfk_ns}/{PLURAL[kind]}/{m['metadata']['name']}"
-        resp = k8s_api.call_api(path, "PATCH", query_params=[
-            ("fieldManager", "airflow-tfk"), ("fieldValidation", "Strict"), ("dryRun", "All")],
-            header_params={"Content-Type": "application/apply-patch+yaml",
-                           "Accept": "application/json"},
-            body=m, auth_settings=["BearerToken"], _preload_content=False)
+        resp = k8s_api.call_api(
+            path,
+            "PATCH",
+            query_params=[("fieldManager", "airflow-tfk"), ("fieldValidation", "Strict"), ("dryRun", "All")],
+            header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+            body=m,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+        )
         assert resp.status == 200 and not resp.getheader("Warning"), (kind, resp.getheader("Warning"))
     # ... and the server refuses an unknown field, so that check is not vacuous. (Server-side
     # apply cannot build a typed patch with it: a 500, whatever fieldValidation says.)
     bad = render(spec, identity)[-1]
     bad["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
     with pytest.raises(client.ApiException) as refused:
-        k8s_api.call_api(f"/apis/batch/v1/namespaces/{tfk_ns}/jobs/{bad['metadata']['name']}",
-                         "PATCH", query_params=[("fieldManager", "t"), ("fieldValidation", "Strict"),
-                                                ("dryRun", "All")],
-                         header_params={"Content-Type": "application/apply-patch+yaml"},
-                         body=bad, auth_settings=["BearerToken"])
+        k8s_api.call_api(
+            f"/apis/batch/v1/namespaces/{tfk_ns}/jobs/{bad['metadata']['name']}",
+            "PATCH",
+            query_params=[("fieldManager", "t"), ("fieldValidation", "Strict"), ("dryRun", "All")],
+            header_params={"Content-Type": "application/apply-patch+yaml"},
+            body=bad,
+            auth_settings=["BearerToken"],
+        )
     assert refused.value.status in (422, 500), refused.value.body
     assert "imagePullPolicyy: field not declared in schema" in refused.value.body
 
@@ -192,11 +240,11 @@ def _gone(api, ns: str, cluster: str, plural_names: list[str]) -> bool:
 
 
 def test_between_graph_success_deletes_ps_after_grace_and_gc_removes_pods(
-        k8s_api, tfk_ns, tfk_conn, capfd) -> None:
+    k8s_api, tfk_ns, tfk_conn, capfd
+) -> None:
     ctx = _tfk.task_context("manual__bg")
     name = _tfk.cluster_name(ctx)
-    op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "between_graph", workers=3, ps=2,
-                                        ps_grace_seconds=2))
+    op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "between_graph", workers=3, ps=2, ps_grace_seconds=2))
     with _tfk.PodDriver(k8s_api, tfk_ns, name) as driver:
         result = op.execute(ctx)
     returned = time.time()
@@ -212,16 +260,27 @@ def test_between_graph_success_deletes_ps_after_grace_and_gc_removes_pods(
     left = _tfk.objects(k8s_api, tfk_ns, name)
     assert f"statefulsets/{name}-ps" not in left and f"services/{name}-ps" not in left
     job = left[f"jobs/{name}-worker"]  # cleanup="ps": the finished workers stay, for logs
-    assert any(c["type"] == "Complete" and c["status"] == "True"
-               for c in job["status"]["conditions"])
+    assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"])
     assert job["status"]["succeeded"] == 3
     # The garbage collector removes the PS pods (and revisions, slices) of the deleted owners.
     t_gc = time.monotonic()
-    _tfk.wait_for("the PS pods to be garbage-collected",
-                  lambda: not _tfk.pods(k8s_api, tfk_ns, name, "ps") and
-                  _gone(k8s_api, tfk_ns, name, [f"controllerrevisions/{k.split('/')[1]}"
-                                                for k in left if k.startswith("controllerrevisions/")]),
-                  timeout=60)
+    _tfk.wait_for(
+        "the PS pods to be garbage-collected",
+        lambda: (
+            not _tfk.pods(k8s_api, tfk_ns, name, "ps")
+            and _gone(
+                k8s_api,
+                tfk_ns,
+                name,
+                [
+                    f"controllerrevisions/{k.split('/')[1]}"
+                    for k in left
+                    if k.startswith("controllerrevisions/")
+                ],
+            )
+        ),
+        timeout=60,
+    )
     print(f"GC removed the PS pods {time.monotonic() - t_gc:.1f}s after the operator returned")
     workers = _tfk.pods(k8s_api, tfk_ns, name, "worker")
     assert sorted(p.status.phase for p in workers) == ["Succeeded"] * 3
@@ -231,17 +290,20 @@ def _run_trigger(trigger) -> dict:
     async def first():
         async for event in trigger.run():
             return event.payload
+
     return asyncio.run(first())
 
 
 def test_parameter_server_deferrable_chief_done_deletes_workers_and_ps(
-        k8s_api, tfk_ns, tfk_conn, capfd) -> None:
+    k8s_api, tfk_ns, tfk_conn, capfd
+) -> None:
     from airflow.sdk.exceptions import TaskDeferred
 
     ctx = _tfk.task_context("manual__psmode")
     name = _tfk.cluster_name(ctx)
-    op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "parameter_server", workers=2, ps=1,
-                                        ps_grace_seconds=1), deferrable=True)
+    op = _tfk.make_op(
+        tfk_ns, _tfk.spec(tfk_ns, "parameter_server", workers=2, ps=1, ps_grace_seconds=1), deferrable=True
+    )
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     path, kwargs = deferred.value.trigger.serialize()  # what the triggerer gets
@@ -261,13 +323,19 @@ def test_parameter_server_deferrable_chief_done_deletes_workers_and_ps(
     assert "deleted ps, worker of cluster" in capfd.readouterr().out
 
     left = _tfk.objects(k8s_api, tfk_ns, name)
-    for gone in (f"jobs/{name}-worker", f"services/{name}-worker",
-                 f"statefulsets/{name}-ps", f"services/{name}-ps"):
+    for gone in (
+        f"jobs/{name}-worker",
+        f"services/{name}-worker",
+        f"statefulsets/{name}-ps",
+        f"services/{name}-ps",
+    ):
         assert gone not in left
     assert f"jobs/{name}-chief" in left
-    _tfk.wait_for("worker and PS pods garbage-collected",
-                  lambda: not _tfk.pods(k8s_api, tfk_ns, name, "worker") and
-                  not _tfk.pods(k8s_api, tfk_ns, name, "ps"), timeout=60)
+    _tfk.wait_for(
+        "worker and PS pods garbage-collected",
+        lambda: not _tfk.pods(k8s_api, tfk_ns, name, "worker") and not _tfk.pods(k8s_api, tfk_ns, name, "ps"),
+        timeout=60,
+    )
     (chief,) = _tfk.pods(k8s_api, tfk_ns, name, "chief")
     assert chief.status.phase == "Succeeded"
 

@@ -36,18 +36,21 @@ def _apply(api, docs: list[dict], namespace: str) -> None:
 
 def _identity(k8s_cluster, ns: str, tmp_path: Path, conn_id: str) -> str:
     token = k8s_cluster.service_account_token(ns, rbac.SERVICE_ACCOUNT)
-    path = k8s_cluster.kubeconfig_for_token(tmp_path / f"{conn_id}.kubeconfig", token,
-                                            rbac.SERVICE_ACCOUNT, ns)
+    path = k8s_cluster.kubeconfig_for_token(
+        tmp_path / f"{conn_id}.kubeconfig", token, rbac.SERVICE_ACCOUNT, ns
+    )
     return str(path)
 
 
 def _no_forbidden(out: str) -> None:
-    assert "HTTP 403" not in out and "Forbidden" not in out and "forbidden" not in out, \
-        [line for line in out.splitlines() if "403" in line or "orbidden" in line][:5]
+    assert "HTTP 403" not in out and "Forbidden" not in out and "forbidden" not in out, [
+        line for line in out.splitlines() if "403" in line or "orbidden" in line
+    ][:5]
 
 
-def test_namespaced_role_is_enough_and_denied_elsewhere(k8s_cluster, k8s_api, tfk_ns, tmp_path,
-                                                        capfd, caplog) -> None:
+def test_namespaced_role_is_enough_and_denied_elsewhere(
+    k8s_cluster, k8s_api, tfk_ns, tmp_path, capfd, caplog
+) -> None:
     _apply(k8s_api, rbac.manifests(tfk_ns), tfk_ns)
     kubeconfig = _identity(k8s_cluster, tfk_ns, tmp_path, "tfk_rbac")
     spec = _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1)
@@ -63,8 +66,7 @@ def test_namespaced_role_is_enough_and_denied_elsewhere(k8s_cluster, k8s_api, tf
         # Run B kills A (find + delete with a reason Event), trains, cleans up the PS.
         ctx_b = _tfk.task_context("scheduled__b")
         name_b = _tfk.cluster_name(ctx_b)
-        op_b = _tfk.make_op(tfk_ns, spec, kubernetes_conn_id="tfk_rbac",
-                            previous_run_policy="kill_previous")
+        op_b = _tfk.make_op(tfk_ns, spec, kubernetes_conn_id="tfk_rbac", previous_run_policy="kill_previous")
         with _tfk.PodDriver(k8s_api, tfk_ns, name_b):
             assert op_b.execute(ctx_b)["outcome"] == "succeeded"
         out = capfd.readouterr().out
@@ -74,21 +76,22 @@ def test_namespaced_role_is_enough_and_denied_elsewhere(k8s_cluster, k8s_api, tf
         async def first():
             async for event in deferred.value.trigger.run():
                 return event.payload
+
         event = asyncio.run(first())
-        assert event["status"] == "failed" and "killed by the newer run scheduled__b" in \
-            event["message"], event
+        assert event["status"] == "failed" and "killed by the newer run scheduled__b" in event["message"], (
+            event
+        )
         _tfk.wait_no_leftovers(k8s_api, tfk_ns, name_a)
 
         # A failure: logs of the failed task, then everything deleted.
         ctx_c = _tfk.task_context("manual__c")
         name_c = _tfk.cluster_name(ctx_c)
-        op_c = _tfk.make_op(tfk_ns, {**spec, "permanent_exit_codes": [3]},
-                            kubernetes_conn_id="tfk_rbac")
+        op_c = _tfk.make_op(tfk_ns, {**spec, "permanent_exit_codes": [3]}, kubernetes_conn_id="tfk_rbac")
 
         def fail(pod):
             role = pod.metadata.labels.get(naming.LABEL_ROLE)
-            return {harness.EXIT_CODE: "3"} if role == "worker" and _tfk.index_of(pod) == 0 \
-                else None
+            return {harness.EXIT_CODE: "3"} if role == "worker" and _tfk.index_of(pod) == 0 else None
+
         with _tfk.PodDriver(k8s_api, tfk_ns, name_c, rule=fail), pytest.raises(Exception) as err:
             op_c.execute(ctx_c)
         assert "task worker-0 failed (ExitCode" in str(err.value), err.value
@@ -96,8 +99,7 @@ def test_namespaced_role_is_enough_and_denied_elsewhere(k8s_cluster, k8s_api, tf
         _no_forbidden(capfd.readouterr().out + caplog.text)  # the task log and the backend's
 
         # The Role lets it read its own namespace (the per-training check), no other.
-        sa = k8s_cluster.api_client(token=k8s_cluster.service_account_token(
-            tfk_ns, rbac.SERVICE_ACCOUNT))
+        sa = k8s_cluster.api_client(token=k8s_cluster.service_account_token(tfk_ns, rbac.SERVICE_ACCOUNT))
         assert client.CoreV1Api(sa).read_namespace(tfk_ns).metadata.name == tfk_ns
         with pytest.raises(client.ApiException) as other_ns:
             client.CoreV1Api(sa).read_namespace("default")
@@ -106,7 +108,8 @@ def test_namespaced_role_is_enough_and_denied_elsewhere(k8s_cluster, k8s_api, tf
         # The same identity anywhere else: denied, nothing created.
         other = f"t-other-{uuid.uuid4().hex[:6]}"
         client.CoreV1Api(k8s_api).create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name=other)))
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=other))
+        )
         try:
             ctx_d = _tfk.task_context("manual__elsewhere")
             op_d = _tfk.make_op(other, _tfk.spec(other), kubernetes_conn_id="tfk_rbac")
@@ -116,8 +119,9 @@ def test_namespaced_role_is_enough_and_denied_elsewhere(k8s_cluster, k8s_api, tf
             assert f"system:serviceaccount:{tfk_ns}:{rbac.SERVICE_ACCOUNT}" in denied.value.message
             assert _tfk.leftovers(k8s_api, other, _tfk.cluster_name(ctx_d)) == []
             # ... and a per-training namespace needs the ClusterRole, which it lacks.
-            op_e = _tfk.make_op(tfk_ns, {**spec, "namespace_per_training": True},
-                                kubernetes_conn_id="tfk_rbac")
+            op_e = _tfk.make_op(
+                tfk_ns, {**spec, "namespace_per_training": True}, kubernetes_conn_id="tfk_rbac"
+            )
             ctx_e = _tfk.task_context("manual__ownns")
             with pytest.raises(KubernetesApiError) as no_ns:
                 op_e.execute(ctx_e)
@@ -128,8 +132,9 @@ def test_namespaced_role_is_enough_and_denied_elsewhere(k8s_cluster, k8s_api, tf
             client.CoreV1Api(k8s_api).delete_namespace(other)
 
 
-def test_namespace_per_training_cluster_role_is_enough(k8s_cluster, k8s_api, tfk_ns, tmp_path,
-                                                       capfd, caplog) -> None:
+def test_namespace_per_training_cluster_role_is_enough(
+    k8s_cluster, k8s_api, tfk_ns, tmp_path, capfd, caplog
+) -> None:
     suffix = f"-{uuid.uuid4().hex[:6]}"
     docs = rbac.manifests(tfk_ns, namespace_per_training=True, name_suffix=suffix)
     _apply(k8s_api, docs, tfk_ns)

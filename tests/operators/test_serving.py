@@ -14,8 +14,11 @@ from tests.serving.fakes import FakeServing
 
 
 def context(task_id: str = "publish") -> dict:
-    return {"ti": SimpleNamespace(dag_id="train_and_serve", task_id=task_id, run_id="manual__1",
-                                  map_index=-1, try_number=1)}
+    return {
+        "ti": SimpleNamespace(
+            dag_id="train_and_serve", task_id=task_id, run_id="manual__1", map_index=-1, try_number=1
+        )
+    }
 
 
 @pytest.fixture
@@ -33,9 +36,15 @@ def fake(monkeypatch):
 
 
 def test_publish_pushes_model_version_endpoint(fake):
-    op = PublishModelOperator(task_id="publish", model_name="digits", claim="models",
-                              version="2", backend="kubernetes", kubernetes_conn_id="k8s",
-                              serving={"keep_versions": 3, "load_timeout_seconds": 5})
+    op = PublishModelOperator(
+        task_id="publish",
+        model_name="digits",
+        claim="models",
+        version="2",
+        backend="kubernetes",
+        kubernetes_conn_id="k8s",
+        serving={"keep_versions": 3, "load_timeout_seconds": 5},
+    )
     xcom = op.execute(context())
     assert xcom["model_name"] == "digits" and xcom["version"] == 2
     assert xcom["endpoint"] == "fake://digits/labels/stable"
@@ -47,21 +56,29 @@ def test_publish_pushes_model_version_endpoint(fake):
 
 
 def test_default_version_is_the_newest_good_one_and_failure_fails_the_task(fake):
-    op = PublishModelOperator(task_id="publish", model_name="digits", claim="models",
-                              backend="local", serving={"load_timeout_seconds": 1})
+    op = PublishModelOperator(
+        task_id="publish",
+        model_name="digits",
+        claim="models",
+        backend="local",
+        serving={"load_timeout_seconds": 1},
+    )
     with pytest.raises(ServingError, match="version 3 .*failed to load"):
         op.execute(context())  # newest = 3, which fails to load
     assert fake[0][2] == {}  # local: no connection, no identity
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    ({"model_name": "bad/name"}, "model_name"),
-    ({"claim": None}, "claim"),
-    ({"serving": {"replicas": 0}}, "replicas"),
-    ({"serving": {"claim": "x"}}, "serving.claim"),
-    ({"serving": {"shiny": True}}, "shiny"),
-    ({"version": "three"}, "version"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"model_name": "bad/name"}, "model_name"),
+        ({"claim": None}, "claim"),
+        ({"serving": {"replicas": 0}}, "replicas"),
+        ({"serving": {"claim": "x"}}, "serving.claim"),
+        ({"serving": {"shiny": True}}, "shiny"),
+        ({"version": "three"}, "version"),
+    ],
+)
 def test_invalid_input_fails_before_anything_is_created(fake, kwargs, field):
     args = {"task_id": "publish", "model_name": "digits", "claim": "models", **kwargs}
     op = PublishModelOperator(**args)
@@ -78,4 +95,5 @@ def test_bad_backend_is_rejected_at_parse_time():
 
 def test_templated_fields():
     assert {"model_name", "version", "claim", "serving", "sample_request"} <= set(
-        PublishModelOperator.template_fields)
+        PublishModelOperator.template_fields
+    )

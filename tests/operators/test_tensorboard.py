@@ -24,18 +24,27 @@ class TI(SimpleNamespace):
 
 
 def context(task_id: str) -> dict:
-    return {"ti": TI(dag_id="digits_daily", task_id=task_id, run_id="manual__1", map_index=-1,
-                     try_number=1, pushed={})}
+    return {
+        "ti": TI(
+            dag_id="digits_daily", task_id=task_id, run_id="manual__1", map_index=-1, try_number=1, pushed={}
+        )
+    }
 
 
 @pytest.mark.e2e
 def test_local_tensorboard_serves_the_logs_and_stops(tmp_path):
     logdir = tmp_path / "root" / "default" / ".claims" / "logs" / "run-1"
     logdir.mkdir(parents=True)
-    start = TensorBoardOperator(task_id="tensorboard", claim="logs", sub_path="run-1",
-                                backend="local", backend_config={"root": str(tmp_path / "root")})
-    stop = StopTensorBoardOperator(claim="logs", sub_path="run-1", backend="local",
-                                   backend_config={"root": str(tmp_path / "root")})
+    start = TensorBoardOperator(
+        task_id="tensorboard",
+        claim="logs",
+        sub_path="run-1",
+        backend="local",
+        backend_config={"root": str(tmp_path / "root")},
+    )
+    stop = StopTensorBoardOperator(
+        claim="logs", sub_path="run-1", backend="local", backend_config={"root": str(tmp_path / "root")}
+    )
     ctx = context("tensorboard")
     value = start.execute(ctx)
     server = start.server(ctx)

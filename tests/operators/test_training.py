@@ -29,8 +29,7 @@ def make_op(spec: dict, **kwargs) -> TFTrainingOperator:
 
 def cluster_of(ctx: dict) -> ClusterRef:
     ti = ctx["ti"]
-    return ClusterRef(RunIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index).cluster_name(),
-                      "default")
+    return ClusterRef(RunIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index).cluster_name(), "default")
 
 
 def test_between_graph_success_deletes_ps_and_logs_progress(local_root, ns, capfd) -> None:
@@ -58,8 +57,7 @@ def test_parameter_server_success_is_the_chief_and_deletes_workers(local_root, n
 
 def test_worker_failure_fails_fast_naming_task_and_code(local_root, ns) -> None:
     ctx = ns.task_context()
-    op = make_op(ns.spec_dict("between_graph", workers=2, STEPS="2", EXIT_CODE_1="3",
-                              STEP_SECONDS="0.05"))
+    op = make_op(ns.spec_dict("between_graph", workers=2, STEPS="2", EXIT_CODE_1="3", STEP_SECONDS="0.05"))
     op_spec = op.cluster_spec
     op_spec["permanent_exit_codes"] = [3]
     with pytest.raises(TrainingFailed) as err:
@@ -118,6 +116,7 @@ def run_trigger(trigger) -> dict:
     async def first_event():
         async for event in trigger.run():
             return event.payload
+
     return asyncio.run(first_event())
 
 
@@ -143,8 +142,11 @@ def test_deferrable_execution_timeout_deletes_everything(local_root, ns) -> None
     from datetime import timedelta
 
     ctx = ns.task_context()
-    op = make_op(ns.spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"),
-                 deferrable=True, execution_timeout=timedelta(seconds=3))
+    op = make_op(
+        ns.spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"),
+        deferrable=True,
+        execution_timeout=timedelta(seconds=3),
+    )
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     event = run_trigger(deferred.value.trigger)
@@ -157,8 +159,7 @@ def test_deferrable_execution_timeout_deletes_everything(local_root, ns) -> None
 
 def test_trigger_on_kill_deletes_the_cluster(local_root, ns) -> None:
     ctx = ns.task_context()
-    op = make_op(ns.spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"),
-                 deferrable=True)
+    op = make_op(ns.spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"), deferrable=True)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     trigger = deferred.value.trigger

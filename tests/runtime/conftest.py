@@ -14,8 +14,7 @@ def local_cluster(tmp_path):
     clusters: list[LocalCluster] = []
 
     def make(roles, command, mode=None, env=None, name="test") -> LocalCluster:
-        c = LocalCluster(tmp_path / f"cluster{len(clusters)}", roles, command, mode=mode,
-                         env=env, name=name)
+        c = LocalCluster(tmp_path / f"cluster{len(clusters)}", roles, command, mode=mode, env=env, name=name)
         clusters.append(c)
         return c
 

@@ -47,10 +47,15 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def task_env(cluster: Mapping[str, Sequence[str]], role: str, index: int, mode: str | None,
-             name: str = "test", extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k != "TF_CONFIG" and not k.startswith("TFK_")}
+def task_env(
+    cluster: Mapping[str, Sequence[str]],
+    role: str,
+    index: int,
+    mode: str | None,
+    name: str = "test",
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG" and not k.startswith("TFK_")}
     env.update(TF_ENV)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["TFK_CLUSTER"] = json.dumps(cluster)
@@ -68,8 +73,15 @@ class LocalCluster:
     :param command: ``(role, index) -> argv`` of each task.
     """
 
-    def __init__(self, workdir: Path, roles: Mapping[str, int], command: Callable[[str, int], list[str]],
-                 mode: str | None = None, env: Mapping[str, str] | None = None, name: str = "test"):
+    def __init__(
+        self,
+        workdir: Path,
+        roles: Mapping[str, int],
+        command: Callable[[str, int], list[str]],
+        mode: str | None = None,
+        env: Mapping[str, str] | None = None,
+        name: str = "test",
+    ):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.roles = dict(roles)
@@ -78,8 +90,11 @@ class LocalCluster:
         self.extra_env = dict(env or {})
         self.name = name
         ports = iter(free_ports(sum(n for r, n in self.roles.items() if r != "evaluator")))
-        self.cluster = {r: [f"127.0.0.1:{next(ports)}" for _ in range(n)]
-                        for r, n in self.roles.items() if r != "evaluator"}
+        self.cluster = {
+            r: [f"127.0.0.1:{next(ports)}" for _ in range(n)]
+            for r, n in self.roles.items()
+            if r != "evaluator"
+        }
         self.procs: dict[tuple[str, int], subprocess.Popen] = {}
         self._runs: dict[tuple[str, int], int] = {}
 
@@ -96,11 +111,19 @@ class LocalCluster:
         if old is not None and old.poll() is None:
             raise RuntimeError(f"{role}:{index} is still running")
         self._runs[key] = self._runs.get(key, -1) + 1
-        with open(self.log_path(role, index, "out"), "wb") as out, \
-                open(self.log_path(role, index, "err"), "wb") as err:
-            proc = subprocess.Popen(self.command(role, index), env=self.env(role, index),
-                                    stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    cwd=self.workdir, start_new_session=True)
+        with (
+            open(self.log_path(role, index, "out"), "wb") as out,
+            open(self.log_path(role, index, "err"), "wb") as err,
+        ):
+            proc = subprocess.Popen(
+                self.command(role, index),
+                env=self.env(role, index),
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
         self.procs[key] = proc
         return proc
 
@@ -123,8 +146,9 @@ class LocalCluster:
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"{role}:{index} still running after {timeout}s\n"
-                                 + self.describe()) from None
+            raise AssertionError(
+                f"{role}:{index} still running after {timeout}s\n" + self.describe()
+            ) from None
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -156,9 +180,11 @@ class LocalCluster:
     def describe(self, tail: int = 3000) -> str:
         parts = []
         for (role, index), proc in self.procs.items():
-            parts.append(f"--- {role}:{index} rc={proc.poll()} stdout:\n"
-                         f"{self.stdout(role, index)[-tail:]}\n--- stderr:\n"
-                         f"{self.stderr(role, index)[-tail:]}")
+            parts.append(
+                f"--- {role}:{index} rc={proc.poll()} stdout:\n"
+                f"{self.stdout(role, index)[-tail:]}\n--- stderr:\n"
+                f"{self.stderr(role, index)[-tail:]}"
+            )
         return "\n".join(parts)
 
     def __enter__(self) -> LocalCluster:

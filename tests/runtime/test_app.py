@@ -46,14 +46,29 @@ def test_next_version(tmp_path):
 
 
 def test_train_checkpoint_resume_and_export(tmp_path, capsys):
-    common = ["--tfk_progress_every", "50", "--tfk_checkpoint_every", "100",
-              "--tfk_export_dir", str(tmp_path / "models"),
-              "--tfk_checkpoint_dir", str(tmp_path / "ckpt"), "--tfk_seed", "1"]
+    common = [
+        "--tfk_progress_every",
+        "50",
+        "--tfk_checkpoint_every",
+        "100",
+        "--tfk_export_dir",
+        str(tmp_path / "models"),
+        "--tfk_checkpoint_dir",
+        str(tmp_path / "ckpt"),
+        "--tfk_seed",
+        "1",
+    ]
     assert DigitsApp().run(["--tfk_steps", "200", *common]) == 0
     out = capsys.readouterr().out
     steps = [(p.step, p.status) for p in progress_of(out)]
-    assert steps == [(0, "running"), (50, "running"), (100, "running"), (150, "running"),
-                     (200, "running"), (200, "done")]
+    assert steps == [
+        (0, "running"),
+        (50, "running"),
+        (100, "running"),
+        (150, "running"),
+        (200, "running"),
+        (200, "done"),
+    ]
     assert all(p.loss is not None for p in progress_of(out)[1:])
     assert last_event(out, "metrics")["accuracy"] >= 0.85
     export = last_event(out, "export")
@@ -103,8 +118,10 @@ def test_app_error_is_exit_1_with_a_failed_progress_line(capsys):
 
 
 def test_sync_is_rejected_in_parameter_server_mode(monkeypatch, capsys):
-    monkeypatch.setenv("TFK_CLUSTER", json.dumps(
-        {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "worker": ["127.0.0.1:3"]}))
+    monkeypatch.setenv(
+        "TFK_CLUSTER",
+        json.dumps({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "worker": ["127.0.0.1:3"]}),
+    )
     monkeypatch.setenv("TFK_ROLE", "chief")
     monkeypatch.setenv("TFK_INDEX", "0")
     assert Broken().run(["--tfk_sync"]) == app_mod.EXIT_USAGE
@@ -125,10 +142,13 @@ def test_app_flags_and_unknown_arguments():
     assert app.flags.model_name == "digits"
 
 
-@pytest.mark.parametrize("mode, flag, roles", [
-    ("between_graph", "--tfk_sync", {"ps": 1, "worker": 2}),
-    ("all_reduce", "--tfk_async", {"worker": 2}),
-])
+@pytest.mark.parametrize(
+    "mode, flag, roles",
+    [
+        ("between_graph", "--tfk_sync", {"ps": 1, "worker": 2}),
+        ("all_reduce", "--tfk_async", {"worker": 2}),
+    ],
+)
 def test_sync_async_must_fit_the_mode(monkeypatch, capsys, mode, flag, roles):
     cluster = {r: [f"127.0.0.1:{i + 1}" for i in range(n)] for r, n in roles.items()}
     monkeypatch.setenv("TFK_CLUSTER", json.dumps(cluster))
@@ -140,8 +160,12 @@ def test_sync_async_must_fit_the_mode(monkeypatch, capsys, mode, flag, roles):
 
 
 def test_tensorboard_summaries(tmp_path, capsys):
-    assert DigitsApp().run(["--tfk_steps", "20", "--tfk_progress_every", "10",
-                            "--tfk_log_dir", str(tmp_path / "logs")]) == 0
+    assert (
+        DigitsApp().run(
+            ["--tfk_steps", "20", "--tfk_progress_every", "10", "--tfk_log_dir", str(tmp_path / "logs")]
+        )
+        == 0
+    )
     events = list((tmp_path / "logs").rglob("events.out.tfevents.*"))
     assert events and events[0].parent == tmp_path / "logs" / "digits" / "local"
     assert last_event(capsys.readouterr().out, "export") is None  # no export dir: no export

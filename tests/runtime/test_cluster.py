@@ -56,8 +56,11 @@ def test_ensure_tf_config_sets_it_once():
 def test_chief_is_the_chief_or_worker_zero():
     assert task_info(tfk_env("chief", "0")).is_chief
     assert not task_info(tfk_env("worker", "0")).is_chief
-    no_chief = {"TFK_CLUSTER": json.dumps({"ps": ["p:1"], "worker": ["w0:1", "w1:1"]}),
-                "TFK_ROLE": "worker", "TFK_INDEX": "0"}
+    no_chief = {
+        "TFK_CLUSTER": json.dumps({"ps": ["p:1"], "worker": ["w0:1", "w1:1"]}),
+        "TFK_ROLE": "worker",
+        "TFK_INDEX": "0",
+    }
     assert task_info(no_chief).is_chief
 
 
@@ -68,24 +71,35 @@ def test_evaluator_is_not_in_the_map():
 
 def test_tf1_flags():
     info = task_info(tfk_env("worker", "1"))
-    assert info.tf1_flags() == ["--ps_hosts=p0:2222,p1:2222", "--worker_hosts=w0:2222,w1:2222",
-                                "--job_name=worker", "--task_index=1"]
+    assert info.tf1_flags() == [
+        "--ps_hosts=p0:2222,p1:2222",
+        "--worker_hosts=w0:2222,w1:2222",
+        "--job_name=worker",
+        "--task_index=1",
+    ]
 
 
-@pytest.mark.parametrize("env, message", [
-    ({}, "no cluster"),
-    ({"TFK_CLUSTER": "{nope", "TFK_ROLE": "worker"}, "TFK_CLUSTER is not valid JSON"),
-    ({"TFK_CLUSTER": "[]", "TFK_ROLE": "worker"}, "non-empty JSON object"),
-    ({"TFK_CLUSTER": '{"worker": "a:1"}', "TFK_ROLE": "worker"}, "must be a list"),
-    ({"TFK_CLUSTER": '{"worker": ["a"]}', "TFK_ROLE": "worker"}, "invalid address"),
-    ({"TFK_CLUSTER": '{"worker": ["a:1"]}', "TFK_ROLE": "boss"}, "task type must be one of"),
-    ({"TFK_CLUSTER": '{"worker": ["a:1"]}', "TFK_ROLE": "worker", "TFK_INDEX": "x"},
-     "must be an integer"),
-    ({"TFK_CLUSTER": '{"worker": ["a:1"]}', "TFK_ROLE": "worker", "TFK_INDEX": "1"},
-     "task worker:1 is not in the cluster"),
-    ({"TFK_CLUSTER": '{"worker": ["a:1"]}', "TFK_ROLE": "worker", "TFK_INDEX": "-1"}, ">= 0"),
-    ({"TF_CONFIG": "nope"}, "TF_CONFIG is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({}, "no cluster"),
+        ({"TFK_CLUSTER": "{nope", "TFK_ROLE": "worker"}, "TFK_CLUSTER is not valid JSON"),
+        ({"TFK_CLUSTER": "[]", "TFK_ROLE": "worker"}, "non-empty JSON object"),
+        ({"TFK_CLUSTER": '{"worker": "a:1"}', "TFK_ROLE": "worker"}, "must be a list"),
+        ({"TFK_CLUSTER": '{"worker": ["a"]}', "TFK_ROLE": "worker"}, "invalid address"),
+        ({"TFK_CLUSTER": '{"worker": ["a:1"]}', "TFK_ROLE": "boss"}, "task type must be one of"),
+        (
+            {"TFK_CLUSTER": '{"worker": ["a:1"]}', "TFK_ROLE": "worker", "TFK_INDEX": "x"},
+            "must be an integer",
+        ),
+        (
+            {"TFK_CLUSTER": '{"worker": ["a:1"]}', "TFK_ROLE": "worker", "TFK_INDEX": "1"},
+            "task worker:1 is not in the cluster",
+        ),
+        ({"TFK_CLUSTER": '{"worker": ["a:1"]}', "TFK_ROLE": "worker", "TFK_INDEX": "-1"}, ">= 0"),
+        ({"TF_CONFIG": "nope"}, "TF_CONFIG is not valid JSON"),
+    ],
+)
 def test_bad_environment(env, message):
     with pytest.raises(ClusterConfigError, match=message):
         task_info(env)
@@ -116,8 +130,7 @@ def closed_port():
 
 
 def info_for(cluster, role="worker", index=0):
-    return task_info({"TFK_CLUSTER": json.dumps(cluster), "TFK_ROLE": role,
-                      "TFK_INDEX": str(index)})
+    return task_info({"TFK_CLUSTER": json.dumps(cluster), "TFK_ROLE": role, "TFK_INDEX": str(index)})
 
 
 def test_wait_returns_when_all_up_and_skips_itself(listener):

@@ -77,8 +77,7 @@ def ignore_patterns(dockerfile: Path) -> list[str]:
     path = dockerfile.with_name(dockerfile.name + ".dockerignore")
     if not path.exists():
         return []
-    return [ln.strip() for ln in path.read_text().splitlines()
-            if ln.strip() and not ln.startswith("#")]
+    return [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
 
 
 def excluded(rel: str, patterns: list[str]) -> bool:
@@ -91,7 +90,8 @@ def excluded(rel: str, patterns: list[str]) -> bool:
         parts = rel.split("/")
         prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
         if any(fnmatch.fnmatch(p, pat) for p in prefixes) or (
-                pat.startswith("**/") and fnmatch.fnmatch(parts[-1], pat[3:])):
+            pat.startswith("**/") and fnmatch.fnmatch(parts[-1], pat[3:])
+        ):
             result = not negate
     return result
 
@@ -131,7 +131,8 @@ def test_args_are_declared_where_used_and_used_where_declared(dockerfile):
                         continue
                     assert name in stage.args or name in stage.env, (
                         f"{keyword} uses ${name}, not declared in this stage "
-                        "(an ARG before FROM is not visible after it)")
+                        "(an ARG before FROM is not visible after it)"
+                    )
         used = " ".join(rest for _, rest in stage.instructions)
         for name in stage.args:
             assert re.search(rf"\$\{{?{name}\b", used), f"ARG {name} is never used"
@@ -150,7 +151,7 @@ def test_final_user_is_not_root(dockerfile):
     assert user[0].isdigit(), "a numeric UID lets the kubelet verify runAsNonRoot"
     # nothing after the USER switches back
     last_user = max(i for i, (k, _) in enumerate(final.instructions) if k == "USER")
-    assert all(k != "USER" for k, _ in final.instructions[last_user + 1:])
+    assert all(k != "USER" for k, _ in final.instructions[last_user + 1 :])
 
 
 def runtime_extra() -> list[Requirement]:
@@ -171,17 +172,26 @@ def test_training_image_installs_the_runtime_not_airflow():
     for req in runtime_extra():
         if req.name != "tensorflow":
             assert re.search(rf"\b{re.escape(req.name)}\b", runs), f"{req.name} not installed"
-    installed = [w for cmd in re.split(r"&&|;", runs) if "pip install" in cmd
-                 for w in shlex.split(cmd.split("pip install", 1)[1]) if not w.startswith("-")]
+    installed = [
+        w
+        for cmd in re.split(r"&&|;", runs)
+        if "pip install" in cmd
+        for w in shlex.split(cmd.split("pip install", 1)[1])
+        if not w.startswith("-")
+    ]
     assert not [w for w in installed if "airflow" in w.lower() and not w.endswith(".whl")]
     assert "pip install --no-deps /tmp/dist/*.whl" in runs
     # the wheel stage has everything pyproject's build needs (force-include of templates)
     data = tomllib.loads((REPO / "pyproject.toml").read_text())
-    needed = {"pyproject.toml", data["project"]["readme"],
-              *data["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"],
-              *data["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]}
-    copied = {w.rstrip("/") for _, rest in df.all("COPY") for w in rest.split()[:-1]
-              if not w.startswith("--")}
+    needed = {
+        "pyproject.toml",
+        data["project"]["readme"],
+        *data["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"],
+        *data["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"],
+    }
+    copied = {
+        w.rstrip("/") for _, rest in df.all("COPY") for w in rest.split()[:-1] if not w.startswith("--")
+    }
     assert needed <= copied, needed - copied
 
 
@@ -197,8 +207,7 @@ def test_serving_image_serves_the_runtimes_export_layout():
     dest = copy[-1]
     for key in ("model_config_file", "monitoring_config_file"):
         path = flags[key]
-        assert path.startswith(dest) and any(Path(src).name == Path(path).name
-                                             for src in copy[:-1])
+        assert path.startswith(dest) and any(Path(src).name == Path(path).name for src in copy[:-1])
     config = (IMAGES / "serving" / "models.config").read_text()
     names = re.findall(r'name:\s*"([^"]+)"', config)
     bases = re.findall(r'base_path:\s*"([^"]+)"', config)

@@ -19,39 +19,62 @@ def env_for(role="worker", index=1, cluster=CLUSTER):
 
 
 def launch(*args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "airflow_tfk.runtime.launch", *args],
-                          env=env or env_for(), capture_output=True, text=True, timeout=60,
-                          cwd=REPO, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_tfk.runtime.launch", *args],
+        env=env or env_for(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        **kw,
+    )
 
 
 def test_build_command_appends_tf1_flags_and_sets_tf_config():
     env = {"TFK_CLUSTER": json.dumps(CLUSTER), "TFK_ROLE": "worker", "TFK_INDEX": "1"}
     cmd, opts = build_command(["--tf1-flags", "--", "python", "train.py", "--lr", "1"], env)
-    assert cmd == ["python", "train.py", "--lr", "1", "--ps_hosts=127.0.0.1:1",
-                   "--worker_hosts=127.0.0.1:2,127.0.0.1:3", "--job_name=worker",
-                   "--task_index=1"]
-    assert json.loads(env["TF_CONFIG"]) == {"cluster": CLUSTER,
-                                            "task": {"type": "worker", "index": 1}}
+    assert cmd == [
+        "python",
+        "train.py",
+        "--lr",
+        "1",
+        "--ps_hosts=127.0.0.1:1",
+        "--worker_hosts=127.0.0.1:2,127.0.0.1:3",
+        "--job_name=worker",
+        "--task_index=1",
+    ]
+    assert json.loads(env["TF_CONFIG"]) == {"cluster": CLUSTER, "task": {"type": "worker", "index": 1}}
     cmd, _ = build_command(["python", "train.py"], dict(env, TF_CONFIG=""))
     assert cmd == ["python", "train.py"]
 
 
 def test_runs_the_script_with_tf_config_and_its_exit_code():
-    script = ("import json, os, sys; print(json.dumps({'tf_config': os.environ['TF_CONFIG'], "
-              "'argv': sys.argv[1:]})); sys.exit(7)")
+    script = (
+        "import json, os, sys; print(json.dumps({'tf_config': os.environ['TF_CONFIG'], "
+        "'argv': sys.argv[1:]})); sys.exit(7)"
+    )
     res = launch("--tf1-flags", "--", sys.executable, "-c", script)
     assert res.returncode == 7, res.stderr
     out = json.loads(res.stdout)
     assert json.loads(out["tf_config"])["task"] == {"type": "worker", "index": 1}
-    assert out["argv"] == ["--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2,127.0.0.1:3",
-                           "--job_name=worker", "--task_index=1"]
+    assert out["argv"] == [
+        "--ps_hosts=127.0.0.1:1",
+        "--worker_hosts=127.0.0.1:2,127.0.0.1:3",
+        "--job_name=worker",
+        "--task_index=1",
+    ]
 
 
 def test_execs_so_signals_reach_the_script():
     script = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
-    proc = subprocess.Popen([sys.executable, "-m", "airflow_tfk.runtime.launch", "--",
-                             sys.executable, "-c", script], env=env_for(), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_tfk.runtime.launch", "--", sys.executable, "-c", script],
+        env=env_for(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         pid = int(proc.stdout.readline())
         assert pid == proc.pid  # same process: nothing sits between the kubelet and TF
@@ -83,8 +106,7 @@ def test_wait_for_roles_times_out_with_3():
     (port,) = free_ports(1)
     cluster = {"ps": [f"127.0.0.1:{port}"], "worker": ["127.0.0.1:2"]}
     t0 = time.monotonic()
-    res = launch("--wait-for", "ps", "--wait-timeout", "1", "--", "true",
-                 env=env_for("worker", 0, cluster))
+    res = launch("--wait-for", "ps", "--wait-timeout", "1", "--", "true", env=env_for("worker", 0, cluster))
     assert res.returncode == 3
     assert f"waiting for ps:0 at 127.0.0.1:{port}" in res.stderr
     assert "cluster not ready after 1s" in res.stderr
@@ -92,18 +114,30 @@ def test_wait_for_roles_times_out_with_3():
 
 
 def test_launcher_imports_neither_tensorflow_nor_airflow():
-    res = launch("--", sys.executable, "-c",
-                 "import airflow_tfk.runtime.launch, sys; print('tensorflow' in sys.modules "
-                 "or 'airflow' in sys.modules)")
+    res = launch(
+        "--",
+        sys.executable,
+        "-c",
+        "import airflow_tfk.runtime.launch, sys; print('tensorflow' in sys.modules "
+        "or 'airflow' in sys.modules)",
+    )
     assert res.stdout.strip() == "False", res.stderr
 
 
 @pytest.mark.parametrize("module", ["cluster", "flags", "launch", "progress", "app"])
 def test_runtime_modules_never_import_airflow(module):
-    code = (f"import sys, airflow_tfk.runtime.{module}; "
-            "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')"
-            " or m == 'tensorflow' or (m.startswith('airflow_tfk.') and "
-            "not m.startswith('airflow_tfk.runtime'))); print(bad)")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
+    code = (
+        f"import sys, airflow_tfk.runtime.{module}; "
+        "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')"
+        " or m == 'tensorflow' or (m.startswith('airflow_tfk.') and "
+        "not m.startswith('airflow_tfk.runtime'))); print(bad)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        timeout=60,
+    )
     assert res.stdout.strip() == "[]", res.stderr

@@ -83,11 +83,20 @@ def test_deferrable_sensor_waits_in_the_trigger(local_root, ns) -> None:
 
 def test_failed_event_becomes_training_failed(ns) -> None:
     sensor = TFWorkersSensor(task_id="wait", cluster={}, deferrable=True)
-    event = {"status": "failed", "message": "task worker-1 failed (OOMKilled, exit code 137)",
-             "cluster": {"name": "c", "namespace": "default"},
-             "failed_task": {"role": "worker", "index": 1, "phase": "Failed",
-                             "reason": "OOMKilled", "message": "", "exit_code": 137,
-                             "restarts": 0}}
+    event = {
+        "status": "failed",
+        "message": "task worker-1 failed (OOMKilled, exit code 137)",
+        "cluster": {"name": "c", "namespace": "default"},
+        "failed_task": {
+            "role": "worker",
+            "index": 1,
+            "phase": "Failed",
+            "reason": "OOMKilled",
+            "message": "",
+            "exit_code": 137,
+            "restarts": 0,
+        },
+    }
     with pytest.raises(TrainingFailed, match="worker-1 failed .*OOMKilled"):
         sensor.execute_complete(ns.task_context(), event)
 

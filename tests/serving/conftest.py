@@ -35,8 +35,12 @@ def model_store(tmp_path_factory) -> Store:
     root = tmp_path_factory.mktemp("tfk-root")
     base = root / "default" / ".claims" / "models"
     base.mkdir(parents=True)
-    proc = subprocess.Popen([sys.executable, "-m", "tests.serving.models", str(base)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.serving.models", str(base)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     yield Store(root, base, proc)
     if proc.poll() is None:
         proc.kill()

@@ -7,8 +7,14 @@ import os
 import shutil
 
 
-def save_linear(base: str, model: str, version: int, scale: float, features: int = 2,
-                sample: list[list[float]] | None = None) -> str:
+def save_linear(
+    base: str,
+    model: str,
+    version: int,
+    scale: float,
+    features: int = 2,
+    sample: list[list[float]] | None = None,
+) -> str:
     """``<base>/<model>/<version>/``: serving_default(inputs[None, features]) = scale * sum."""
     import tensorflow as tf
 
@@ -17,8 +23,7 @@ def save_linear(base: str, model: str, version: int, scale: float, features: int
             super().__init__()
             self.w = tf.Variable(tf.fill([features, 1], float(scale)))
 
-        @tf.function(input_signature=[tf.TensorSpec([None, features], tf.float32,
-                                                    name="inputs")])
+        @tf.function(input_signature=[tf.TensorSpec([None, features], tf.float32, name="inputs")])
         def serve(self, inputs):
             return {"outputs": tf.matmul(inputs, self.w)}
 

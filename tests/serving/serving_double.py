@@ -24,8 +24,10 @@ from typing import Any
 from airflow_tfk import _process
 from tests.backends.k8s_double import KubeApiDouble, _Handler, _status
 
-_PROXY = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<svc>[^/:]+)(?::(?P<port>[^/]+))?"
-                    r"/proxy(?P<rest>/.*)?$")
+_PROXY = re.compile(
+    r"^/api/v1/namespaces/(?P<ns>[^/]+)/services/(?P<svc>[^/:]+)(?::(?P<port>[^/]+))?"
+    r"/proxy(?P<rest>/.*)?$"
+)
 
 
 class ServingApiDouble(KubeApiDouble):
@@ -43,8 +45,7 @@ class ServingApiDouble(KubeApiDouble):
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True,
-                         name="k8s-serving-double").start()
+        threading.Thread(target=self._server.serve_forever, daemon=True, name="k8s-serving-double").start()
         return self
 
     def local_path(self, pod_path: str) -> str:
@@ -53,16 +54,14 @@ class ServingApiDouble(KubeApiDouble):
     def _apply(self, plural, ns, name, query, body):  # noqa: ANN001 - the parent's signature
         code, obj = super()._apply(plural, ns, name, query, body)
         labels = (body.get("metadata") or {}).get("labels") or {}
-        if code in (200, 201) and plural == "configmaps" and \
-                "tfk.airflow.apache.org/serving" in labels:
+        if code in (200, 201) and plural == "configmaps" and "tfk.airflow.apache.org/serving" in labels:
             pod = self.pods.get((ns, labels["tfk.airflow.apache.org/serving"]))
             if pod is not None:
                 text = (body.get("data") or {}).get("models.config", "")
                 text = re.sub(r'base_path: "/tfk/models(?=[/"])', f'base_path: "{self.store}', text)
                 pod.dir.mkdir(parents=True, exist_ok=True)
                 _process.write_atomic(pod.config_path, text)
-        if code == 201 and plural == "jobs" and \
-                labels.get("app.kubernetes.io/component") == "store-reader":
+        if code == 201 and plural == "jobs" and labels.get("app.kubernetes.io/component") == "store-reader":
             threading.Thread(target=self._run_reader, args=(ns, name, body), daemon=True).start()
         return code, obj
 
@@ -99,11 +98,15 @@ class _ProxyHandler(_Handler):
         if not has_svc:
             return self._send(404, _status(404, "NotFound", f'services "{svc}" not found'))
         if not has_deploy or pod is None or not pod.running():
-            return self._send(503, _status(503, "ServiceUnavailable",
-                                           f'no endpoints available for service "{svc}"'))
-        req = urllib.request.Request(pod.url + (m.group("rest") or "/"), data=body,
-                                     method=method,
-                                     headers={"Content-Type": "application/json"})
+            return self._send(
+                503, _status(503, "ServiceUnavailable", f'no endpoints available for service "{svc}"')
+            )
+        req = urllib.request.Request(
+            pod.url + (m.group("rest") or "/"),
+            data=body,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=60) as resp:
                 status, data = resp.status, resp.read()

@@ -36,10 +36,11 @@ def double(model_store, tmp_path_factory):
 @pytest.fixture
 def target(double, monkeypatch):
     api, kubeconfig = double
-    monkeypatch.setenv("AIRFLOW_CONN_TFK_SERVING_TEST", json.dumps(
-        {"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}}))
-    spec = ServingSpec(model_name="linear", claim="models", load_timeout_seconds=120,
-                       poll_seconds=1)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_TFK_SERVING_TEST",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": kubeconfig}}),
+    )
+    spec = ServingSpec(model_name="linear", claim="models", load_timeout_seconds=120, poll_seconds=1)
     return KubernetesServing(spec, conn_id="tfk_serving_test", reader_timeout_seconds=30)
 
 
@@ -48,13 +49,22 @@ def test_publish_rollback_through_the_service_proxy(double, target, model_store)
     model_store.ready()
     lines: list[str] = []
     result = publish(target, version=1, emit=lines.append, poll=0.2)
-    assert result.endpoint == (f"{api.url}/api/v1/namespaces/default/services/tfs-linear:8501"
-                               "/proxy/v1/models/linear/labels/stable")
+    assert result.endpoint == (
+        f"{api.url}/api/v1/namespaces/default/services/tfs-linear:8501/proxy/v1/models/linear/labels/stable"
+    )
     assert {o for o in api.labelled("tfk.airflow.apache.org/serving=tfs-linear")} >= {
-        "ConfigMap/tfs-linear-config", "Deployment/tfs-linear", "Service/tfs-linear"}
+        "ConfigMap/tfs-linear-config",
+        "Deployment/tfs-linear",
+        "Service/tfs-linear",
+    }
     assert api.count("apply", "deployments") >= 1
-    assert any(p.startswith("POST /api/v1/namespaces/default/services/tfs-linear:8501/proxy/"
-                            "v1/models/linear/versions/1:predict") for p in api.proxied)
+    assert any(
+        p.startswith(
+            "POST /api/v1/namespaces/default/services/tfs-linear:8501/proxy/"
+            "v1/models/linear/versions/1:predict"
+        )
+        for p in api.proxied
+    )
     # the sample request came from the store through the reader Job, which is gone
     assert api.count("apply", "jobs") == 1 and not api.list("jobs")
     assert target.predict({"instances": [[1.0, 2.0]]}, label="stable")["predictions"] == [[3.0]]
@@ -83,9 +93,10 @@ def test_publish_rollback_through_the_service_proxy(double, target, model_store)
 
 def test_unreachable_service_times_out_cleanly(double, target, monkeypatch):
     api, _ = double
-    other = KubernetesServing(ServingSpec(model_name="linear", claim="models", name="tfs-nopod",
-                                          load_timeout_seconds=1),
-                              conn_id="tfk_serving_test")
+    other = KubernetesServing(
+        ServingSpec(model_name="linear", claim="models", name="tfs-nopod", load_timeout_seconds=1),
+        conn_id="tfk_serving_test",
+    )
     with pytest.raises(ServingError, match="did not become AVAILABLE within 1 s"):
         publish(other, version=1, sample_request={"instances": [[1.0, 2.0]]}, poll=0.2)
     assert "tfs-nopod" not in api.get("configmaps", "tfs-nopod-config")["data"]["models.config"]

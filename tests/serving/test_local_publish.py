@@ -52,14 +52,15 @@ def test_publish_then_upgrade_keeps_previous_loaded(serving, store):
     assert predict(serving) == [[6.0]]
     status, body = request_json("GET", f"{serving.url}/v1/models/linear")
     assert status == 200
-    assert {e["version"]: e["state"] for e in body["model_version_status"]} == \
-        {"2": "AVAILABLE", "1": "AVAILABLE"}
+    assert {e["version"]: e["state"] for e in body["model_version_status"]} == {
+        "2": "AVAILABLE",
+        "1": "AVAILABLE",
+    }
 
 
 def test_corrupt_version_is_rolled_back_and_previous_still_answers(serving, store):
     lines: list[str] = []
-    with pytest.raises(ServingError, match="version 3 .*failed to load.*version 2 is still "
-                                           "serving"):
+    with pytest.raises(ServingError, match="version 3 .*failed to load.*version 2 is still serving"):
         publish(serving, version=3, emit=lines.append, poll=0.2)
     assert any("rolled the version policy" in line for line in lines)
     status, body = request_json("GET", f"{serving.url}/v1/models/linear/versions/3")
@@ -78,6 +79,7 @@ def test_signature_that_rejects_the_sample_is_rolled_back(serving, store):
     assert predict(serving, label="stable") == [[6.0]]
     # once the server re-reads the policy, version 4 is unloaded again
     import time
+
     deadline = time.monotonic() + 10
     while serving.version_state(4).state != "END" and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -86,9 +88,11 @@ def test_signature_that_rejects_the_sample_is_rolled_back(serving, store):
 
 
 def test_missing_version_times_out_and_rolls_back(serving, store):
-    impatient = LocalServing(ServingSpec(model_name="linear", claim="models", name="tfs-linear",
-                                         load_timeout_seconds=2), root=serving.root,
-                             server="stand-in")
+    impatient = LocalServing(
+        ServingSpec(model_name="linear", claim="models", name="tfs-linear", load_timeout_seconds=2),
+        root=serving.root,
+        server="stand-in",
+    )
     with pytest.raises(ServingError, match="did not become AVAILABLE within 2 s .*never"):
         publish(impatient, version=9, poll=0.2, sample_request=ROWS)
     assert predict(serving, label="stable") == [[6.0]]
@@ -111,10 +115,15 @@ def test_operator_publishes_on_the_local_backend(serving, model_store):
 
     from airflow_tfk.operators.serving import PublishModelOperator
 
-    op = PublishModelOperator(task_id="publish", model_name="linear", claim="models",
-                              version=1, backend="local",
-                              backend_config={"root": str(model_store.root)},
-                              serving={"name": "tfs-linear", "load_timeout_seconds": 60})
+    op = PublishModelOperator(
+        task_id="publish",
+        model_name="linear",
+        claim="models",
+        version=1,
+        backend="local",
+        backend_config={"root": str(model_store.root)},
+        serving={"name": "tfs-linear", "load_timeout_seconds": 60},
+    )
     ti = SimpleNamespace(dag_id="d", task_id="publish", run_id="r", map_index=-1, try_number=1)
     xcom = op.execute({"ti": ti})
     assert (xcom["model_name"], xcom["version"], xcom["previous_version"]) == ("linear", 1, 2)

@@ -29,8 +29,7 @@ def run(target: FakeServing, version: int | None = None, **kw):
 
 
 def make(behaviour: dict[int, str], keep: int = 2) -> FakeServing:
-    spec = ServingSpec(model_name="digits", claim="models", keep_versions=keep,
-                       load_timeout_seconds=30)
+    spec = ServingSpec(model_name="digits", claim="models", keep_versions=keep, load_timeout_seconds=30)
     return FakeServing(spec, behaviour)
 
 
@@ -51,13 +50,16 @@ def test_first_publish_and_upgrades_keep_n_versions():
     assert third.to_dict()["predict_url"] == "fake://digits/labels/stable:predict"
 
 
-@pytest.mark.parametrize("how,message", [
-    ("fail_load", "failed to load: DATA_LOSS: corrupt"),
-    ("never", "did not become AVAILABLE within 30 s"),
-    ("bad_predict", "HTTP 400: wrong shape"),
-    ("empty", "holds no predictions"),
-    ("wrong_count", "2 instances sent, 1 predictions received"),
-])
+@pytest.mark.parametrize(
+    "how,message",
+    [
+        ("fail_load", "failed to load: DATA_LOSS: corrupt"),
+        ("never", "did not become AVAILABLE within 30 s"),
+        ("bad_predict", "HTTP 400: wrong shape"),
+        ("empty", "holds no predictions"),
+        ("wrong_count", "2 instances sent, 1 predictions received"),
+    ],
+)
 def test_failed_version_never_replaces_the_serving_one(how, message):
     target = make({1: "ok", 2: how})
     run(target, 1)
@@ -110,11 +112,13 @@ def test_kept_versions_prefers_new_then_previous():
 
 
 def test_model_config_round_trip_and_foreign_syntax():
-    cfg = ModelServerConfig((ModelConfig("digits", '/models/we"ird', versions=(3, 4),
-                                         labels={"stable": 3}),
-                             ModelConfig("latest", "/models/latest")))
-    assert parse(cfg.to_text()) == ModelServerConfig(tuple(sorted(cfg.models,
-                                                                  key=lambda m: m.name)))
+    cfg = ModelServerConfig(
+        (
+            ModelConfig("digits", '/models/we"ird', versions=(3, 4), labels={"stable": 3}),
+            ModelConfig("latest", "/models/latest"),
+        )
+    )
+    assert parse(cfg.to_text()) == ModelServerConfig(tuple(sorted(cfg.models, key=lambda m: m.name)))
     text = """
     # written by hand
     model_config_list: {

@@ -30,21 +30,35 @@ def validate(manifest, version: str) -> None:
         kubernetes_validate.validate(manifest, version, strict=True)
 
 
-SPEC = ServingSpec(model_name="digits", claim="models", sub_path="exports", namespace="ml",
-                   replicas=2, resources={"cpu": "500m", "memory": "1Gi"},
-                   image_pull_secrets=("regcred",), node_selector={"pool": "serving"},
-                   labels={"team": "vision"}, poll_seconds=5)
-CONFIG = ModelServerConfig((ModelConfig("digits", SPEC.pod_base_path, versions=(3, 4),
-                                        labels={"stable": 3}),)).to_text()
+SPEC = ServingSpec(
+    model_name="digits",
+    claim="models",
+    sub_path="exports",
+    namespace="ml",
+    replicas=2,
+    resources={"cpu": "500m", "memory": "1Gi"},
+    image_pull_secrets=("regcred",),
+    node_selector={"pool": "serving"},
+    labels={"team": "vision"},
+    poll_seconds=5,
+)
+CONFIG = ModelServerConfig(
+    (ModelConfig("digits", SPEC.pod_base_path, versions=(3, 4), labels={"stable": 3}),)
+).to_text()
 
 
 def all_manifests():
-    return [*render_serving(SPEC, IDENTITY, CONFIG),
-            render_sample_reader(SPEC, "tfs-digits-read-abc123", None, IDENTITY),
-            render_sample_reader(ServingSpec(model_name="d", claim="m"), "tfs-d-read-1", 7),
-            *render_tensorboard(TensorBoardSpec(name="tb-digits", claim="logs", sub_path="r1",
-                                                namespace="ml", resources={"cpu": "100m"}),
-                                IDENTITY)]
+    return [
+        *render_serving(SPEC, IDENTITY, CONFIG),
+        render_sample_reader(SPEC, "tfs-digits-read-abc123", None, IDENTITY),
+        render_sample_reader(ServingSpec(model_name="d", claim="m"), "tfs-d-read-1", 7),
+        *render_tensorboard(
+            TensorBoardSpec(
+                name="tb-digits", claim="logs", sub_path="r1", namespace="ml", resources={"cpu": "100m"}
+            ),
+            IDENTITY,
+        ),
+    ]
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -54,8 +68,7 @@ def test_schema_valid(version):
 
 
 def pods(manifests):
-    return [(m, m["spec"]["template"]["spec"]) for m in manifests
-            if m["kind"] in ("Deployment", "Job")]
+    return [(m, m["spec"]["template"]["spec"]) for m in manifests if m["kind"] in ("Deployment", "Job")]
 
 
 def test_pods_are_hardened_and_mount_read_only():
@@ -65,12 +78,19 @@ def test_pods_are_hardened_and_mount_read_only():
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         for c in pod["containers"]:
             sc = c["securityContext"]
-            assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {
-                "drop": ["ALL"]} and sc["readOnlyRootFilesystem"] is True
+            assert (
+                sc["allowPrivilegeEscalation"] is False
+                and sc["capabilities"] == {"drop": ["ALL"]}
+                and sc["readOnlyRootFilesystem"] is True
+            )
         claims = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
         assert claims and all(v["persistentVolumeClaim"]["readOnly"] for v in claims)
-        assert all(vm.get("readOnly") for c in pod["containers"] for vm in c["volumeMounts"]
-                   if vm["name"] in ("models", "logs")), m["metadata"]["name"]
+        assert all(
+            vm.get("readOnly")
+            for c in pod["containers"]
+            for vm in c["volumeMounts"]
+            if vm["name"] in ("models", "logs")
+        ), m["metadata"]["name"]
 
 
 def test_serving_objects():
@@ -90,13 +110,11 @@ def test_serving_objects():
     assert "--model_config_file=/etc/tfk/models.config" in c["args"]
     assert "--model_config_file_poll_wait_seconds=5" in c["args"]
     assert dep["spec"]["replicas"] == 2
-    assert c["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"},
-                              "limits": {"memory": "1Gi"}}
+    assert c["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
     pod = dep["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"pool": "serving"}
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
-    assert {v["name"]: v for v in pod["volumes"]}["config"]["configMap"]["name"] == \
-        "tfs-digits-config"
+    assert {v["name"]: v for v in pod["volumes"]}["config"]["configMap"]["name"] == "tfs-digits-config"
 
 
 def test_reader_job_passes_paths_as_arguments():
@@ -106,22 +124,24 @@ def test_reader_job_passes_paths_as_arguments():
     assert c["command"][3:] == ["tfk-read-store", "/tfk/models/exports/digits", "4"]
     # escaped for Kubernetes' $(VAR) expansion, and nothing else changed
     assert c["command"][2].replace("$$", "$") == READER_SCRIPT
-    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["template"]["spec"][
-        "restartPolicy"] == "Never"
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
 
 def test_hostile_values_stay_values():
     spec = ServingSpec(model_name="digits", claim="models", sub_path='x"; rm -rf /; $(id)')
     job = render_sample_reader(spec, "j", None)
-    assert job["spec"]["template"]["spec"]["containers"][0]["command"][4] == \
-        '/tfk/models/x"; rm -rf /; $$(id)/digits'
+    assert (
+        job["spec"]["template"]["spec"]["containers"][0]["command"][4]
+        == '/tfk/models/x"; rm -rf /; $$(id)/digits'
+    )
     text = 'model_config_list {\n}\n# "}: {{ evil }}\n'
     assert render_serving(spec, None, text)[0]["data"]["models.config"] == text
 
 
 def test_tensorboard_objects():
-    svc, dep = render_tensorboard(TensorBoardSpec(name="tb-digits", claim="logs",
-                                                  sub_path="r1", namespace="ml"))
+    svc, dep = render_tensorboard(
+        TensorBoardSpec(name="tb-digits", claim="logs", sub_path="r1", namespace="ml")
+    )
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert "--logdir=/tfk/logs/r1" in c["args"]
     assert "--path_prefix=/api/v1/namespaces/ml/services/tb-digits:6006/proxy" in c["args"]

@@ -47,11 +47,13 @@ class DigitsApp(TrainingApp):
     def build_model(self):
         import keras
 
-        return keras.Sequential([
-            keras.Input((64,), name="pixels"),
-            keras.layers.Dense(getattr(self.args, "hidden", 64), activation="relu"),
-            keras.layers.Dense(10, name="logits"),
-        ])
+        return keras.Sequential(
+            [
+                keras.Input((64,), name="pixels"),
+                keras.layers.Dense(getattr(self.args, "hidden", 64), activation="relu"),
+                keras.layers.Dense(10, name="logits"),
+            ]
+        )
 
     def dataset(self, input_context):
         import tensorflow as tf
@@ -80,8 +82,11 @@ class DigitsApp(TrainingApp):
         import tensorflow as tf
 
         logits = model(inputs, training=False)
-        return {"logits": logits, "probabilities": tf.nn.softmax(logits),
-                "classes": tf.argmax(logits, axis=1)}
+        return {
+            "logits": logits,
+            "probabilities": tf.nn.softmax(logits),
+            "classes": tf.argmax(logits, axis=1),
+        }
 
 
 if __name__ == "__main__":

@@ -58,8 +58,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     v1.disable_eager_execution()
-    cluster = tf.train.ClusterSpec({"ps": args.ps_hosts.split(","),
-                                    "worker": args.worker_hosts.split(",")})
+    cluster = tf.train.ClusterSpec({"ps": args.ps_hosts.split(","), "worker": args.worker_hosts.split(",")})
     server = tf.distribute.Server(cluster, job_name=args.job_name, task_index=args.task_index)
     if args.job_name == "ps":
         server.join()  # serves until the platform deletes it
@@ -67,8 +66,9 @@ def main(argv=None) -> int:
 
     is_chief = args.task_index == 0
     x_train, y_train, x_test, y_test = load_data()
-    with v1.device(v1.train.replica_device_setter(
-            worker_device=f"/job:worker/task:{args.task_index}", cluster=cluster)):
+    with v1.device(
+        v1.train.replica_device_setter(worker_device=f"/job:worker/task:{args.task_index}", cluster=cluster)
+    ):
         global_step = v1.train.get_or_create_global_step()
         x = v1.placeholder(tf.float32, [None, x_train.shape[1]], name="x")
         y = v1.placeholder(tf.float32, [None], name="y")
@@ -76,8 +76,7 @@ def main(argv=None) -> int:
         b = v1.get_variable("b", [1], initializer=v1.zeros_initializer())
         logits = tf.squeeze(tf.matmul(x, w) + b, axis=1)
         loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits))
-        accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.cast(logits > 0, tf.float32), y),
-                                          tf.float32))
+        accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.cast(logits > 0, tf.float32), y), tf.float32))
         opt = v1.train.GradientDescentOptimizer(args.learning_rate)
         hooks = [v1.train.StopAtStepHook(last_step=args.train_steps)]
         train_op = opt.minimize(loss, global_step=global_step)
@@ -88,10 +87,20 @@ def main(argv=None) -> int:
     last_print = -1
 
     def progress(step, loss_value, status="running"):
-        print(json.dumps({"tfk": "progress", "step": int(step), "total_steps": args.train_steps,
-                          "loss": None if loss_value is None else float(loss_value),
-                          "start_time": start, "time": time.time(), "status": status}),
-              flush=True)
+        print(
+            json.dumps(
+                {
+                    "tfk": "progress",
+                    "step": int(step),
+                    "total_steps": args.train_steps,
+                    "loss": None if loss_value is None else float(loss_value),
+                    "start_time": start,
+                    "time": time.time(),
+                    "status": status,
+                }
+            ),
+            flush=True,
+        )
 
     if not is_chief:
         # The session manager of a non-chief polls every 30 s for the chief to initialise
@@ -101,26 +110,42 @@ def main(argv=None) -> int:
             while len(probe.run(not_ready)):
                 time.sleep(0.5)
     with v1.train.MonitoredTrainingSession(
-            master=server.target, is_chief=is_chief, checkpoint_dir=args.checkpoint_dir,
-            save_checkpoint_steps=100 if args.checkpoint_dir else None,
-            save_checkpoint_secs=None, save_summaries_steps=None, save_summaries_secs=None,
-            log_step_count_steps=0, hooks=hooks, config=config) as sess:
+        master=server.target,
+        is_chief=is_chief,
+        checkpoint_dir=args.checkpoint_dir,
+        save_checkpoint_steps=100 if args.checkpoint_dir else None,
+        save_checkpoint_secs=None,
+        save_summaries_steps=None,
+        save_summaries_secs=None,
+        log_step_count_steps=0,
+        hooks=hooks,
+        config=config,
+    ) as sess:
         step, loss_value = 0, None
         while not sess.should_stop():
             idx = rng.randint(0, len(x_train), args.batch_size)
-            _, step, loss_value = sess.run([train_op, global_step, loss],
-                                           feed_dict={x: x_train[idx], y: y_train[idx]})
+            _, step, loss_value = sess.run(
+                [train_op, global_step, loss], feed_dict={x: x_train[idx], y: y_train[idx]}
+            )
             if step // args.progress_every > last_print:
                 last_print = step // args.progress_every
                 progress(step, loss_value)
     # The monitored session is closed once the last step is reached; the variables live
     # on the ps, so a plain session reads the trained model.
     with v1.Session(server.target, config=config) as plain:
-        test_accuracy, step = plain.run([accuracy, global_step],
-                                        feed_dict={x: x_test, y: y_test})
-    print(json.dumps({"tfk": "metrics", "accuracy": float(test_accuracy),
-                      "threshold": ACCURACY_THRESHOLD, "worker": args.task_index,
-                      "test_rows": len(y_test)}), flush=True)
+        test_accuracy, step = plain.run([accuracy, global_step], feed_dict={x: x_test, y: y_test})
+    print(
+        json.dumps(
+            {
+                "tfk": "metrics",
+                "accuracy": float(test_accuracy),
+                "threshold": ACCURACY_THRESHOLD,
+                "worker": args.task_index,
+                "test_rows": len(y_test),
+            }
+        ),
+        flush=True,
+    )
     progress(min(step, args.train_steps), loss_value, "done")
     return 0
 

@@ -30,8 +30,15 @@ def record(name, extra):
     out = os.environ.get("TEST_RECORD_DIR")
     if not out:
         return
-    data = {"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv, "cwd": os.getcwd(),
-            "executable": sys.executable, "env": dict(os.environ), **extra}
+    data = {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "argv": sys.argv,
+        "cwd": os.getcwd(),
+        "executable": sys.executable,
+        "env": dict(os.environ),
+        **extra,
+    }
     path = os.path.join(out, f"{name}.{os.getpid()}.json")
     with open(path + ".tmp", "w") as fh:
         json.dump(data, fh)
@@ -80,8 +87,9 @@ def main():
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         elif kind == "flaky":
             n, code = (int(x) for x in arg.split("/"))
-            counter = os.path.join(os.environ.get("TFK_DATA_DIR") or os.environ["TEST_RECORD_DIR"],
-                                   f"{name}.attempts")
+            counter = os.path.join(
+                os.environ.get("TFK_DATA_DIR") or os.environ["TEST_RECORD_DIR"], f"{name}.attempts"
+            )
             attempts = int(open(counter).read()) + 1 if os.path.exists(counter) else 1
             with open(counter, "w") as fh:
                 fh.write(str(attempts))

@@ -43,10 +43,20 @@ def test_parameter_server_survives_kills_resumes_exports_and_serves(local_cluste
 
     steps, every = 900, 150
     models = tmp_path / "models"
-    c = local_cluster({"chief": 1, "ps": 1, "worker": 2},
-                      lambda role, i: [*APP, "--tfk_steps", str(steps), "--tfk_progress_every",
-                                       "50", "--tfk_checkpoint_every", str(every)],
-                      mode="parameter_server", env={"TFK_MODEL_DIR": str(models)})
+    c = local_cluster(
+        {"chief": 1, "ps": 1, "worker": 2},
+        lambda role, i: [
+            *APP,
+            "--tfk_steps",
+            str(steps),
+            "--tfk_progress_every",
+            "50",
+            "--tfk_checkpoint_every",
+            str(every),
+        ],
+        mode="parameter_server",
+        env={"TFK_MODEL_DIR": str(models)},
+    )
     c.start_all()
 
     def chief_at(step):
@@ -74,8 +84,7 @@ def test_parameter_server_survives_kills_resumes_exports_and_serves(local_cluste
     metrics = last_event(out, "metrics")
     assert metrics["accuracy"] >= ACCURACY_THRESHOLD, metrics
     # ps and workers serve on until the provider deletes them (by design)
-    assert all(c.procs[(r, i)].poll() is None for r, i in [("ps", 0), ("worker", 0),
-                                                           ("worker", 1)])
+    assert all(c.procs[(r, i)].poll() is None for r, i in [("ps", 0), ("worker", 0), ("worker", 1)])
     # the SavedModel: TF Serving layout, serving_default, sample request
     export = last_event(out, "export")
     version_dir = models / "digits" / "1"
@@ -91,14 +100,18 @@ def test_parameter_server_survives_kills_resumes_exports_and_serves(local_cluste
     assert (models / ".checkpoints" / "test" / "checkpoint").is_file()
 
 
-@pytest.mark.parametrize("mode, roles", [("all_reduce", {"worker": 2}),
-                                         ("between_graph", {"ps": 1, "worker": 2})])
+@pytest.mark.parametrize(
+    "mode, roles", [("all_reduce", {"worker": 2}), ("between_graph", {"ps": 1, "worker": 2})]
+)
 def test_other_modes(local_cluster, tmp_path, mode, roles):
     steps = 400
     models = tmp_path / "models"
-    c = local_cluster(roles, lambda role, i: [*APP, "--tfk_steps", str(steps),
-                                              "--tfk_progress_every", "100"],
-                      mode=mode, env={"TFK_MODEL_DIR": str(models)})
+    c = local_cluster(
+        roles,
+        lambda role, i: [*APP, "--tfk_steps", str(steps), "--tfk_progress_every", "100"],
+        mode=mode,
+        env={"TFK_MODEL_DIR": str(models)},
+    )
     c.start_all()
     for i in range(2):  # every worker trains and exits
         assert c.wait("worker", i, timeout=150) == 0, c.describe()

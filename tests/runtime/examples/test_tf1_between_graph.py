@@ -16,11 +16,23 @@ SCRIPT = str(Path(tf1_between_graph.__file__))
 def test_tf1_script_through_launch(local_cluster, tmp_path):
     steps = 400
     ckpt = tmp_path / "ckpt"
-    c = local_cluster({"ps": 1, "worker": 2},
-                      lambda role, i: [sys.executable, "-m", "airflow_tfk.runtime.launch",
-                                       "--tf1-flags", "--", sys.executable, SCRIPT,
-                                       "--train_steps", str(steps), "--checkpoint_dir", str(ckpt)],
-                      mode="between_graph")
+    c = local_cluster(
+        {"ps": 1, "worker": 2},
+        lambda role, i: [
+            sys.executable,
+            "-m",
+            "airflow_tfk.runtime.launch",
+            "--tf1-flags",
+            "--",
+            sys.executable,
+            SCRIPT,
+            "--train_steps",
+            str(steps),
+            "--checkpoint_dir",
+            str(ckpt),
+        ],
+        mode="between_graph",
+    )
     c.start_all()
     for i in range(2):
         assert c.wait("worker", i, timeout=150) == 0, c.describe()
