@@ -58,7 +58,7 @@ _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PARAM_REF = re.compile(r"\bparams\.([A-Za-z_][A-Za-z0-9_]*)")
 _WHOLE_PARAM = re.compile(r"^\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 _TAG = re.compile(r"^[^\x00-\x1f\x7f]{1,100}$")
-DEFAULT_START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+DEFAULT_START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 #: JSON-schema and Airflow form keywords a Param may carry (a typo such as ``minimun``
 #: would otherwise be ignored by jsonschema and let any value through).
@@ -197,15 +197,15 @@ def _start_date(value: object) -> dt.datetime:
     if value is None:
         return DEFAULT_START
     if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
     if isinstance(value, dt.date):
-        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.timezone.utc)
+        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC)
     if isinstance(value, str):
         try:
             parsed = dt.datetime.fromisoformat(value)
         except ValueError:
             raise SpecError("start_date", "must be a date such as 2026-01-01", value) from None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
     raise SpecError("start_date", "must be a date such as 2026-01-01", value)
 
 
