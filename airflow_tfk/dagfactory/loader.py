@@ -121,7 +121,8 @@ def read_training(path: Path) -> tuple[TrainingFile, str, dict[str, int]]:
 
 def _error(path: Path, exc: SpecError, lines: dict[str, int]) -> TrainingFileError:
     shown = "" if exc.value is ... else f" (got {exc.value!r})"
-    return TrainingFileError(path, exc.field, f"{exc.rule}{shown}", _line(lines, exc.field))
+    line = getattr(exc, "line", None) or _line(lines, exc.field)  # the YAML reader's own, if any
+    return TrainingFileError(path, exc.field, f"{exc.rule}{shown}", line)
 
 
 def load_folder(folder: Path, *, build: bool = True, files: Iterable[Path] | None = None) -> FolderResult:

@@ -50,7 +50,9 @@ class _Builder:
         # The composer hands out the very same node object for every alias of an anchor:
         # meeting a node twice means the file used an alias.
         if id(node) in self._seen:
-            raise SpecError(path or "spec", "uses a YAML alias (*name); anchors and aliases are not allowed")
+            exc = SpecError(path or "spec", "uses a YAML alias (*name); anchors and aliases are not allowed")
+            exc.line = self.lines.get(path)  # type: ignore[attr-defined]
+            raise exc
         self._seen.add(id(node))
         if isinstance(node, yaml.ScalarNode):
             return self._scalar(node, path)
@@ -75,11 +77,13 @@ class _Builder:
                     raise SpecError(path or "spec", "has a key that is not a scalar", key)
                 where = f"{path}.{key}" if path else str(key)
                 if key in mapping:
-                    raise SpecError(
+                    exc = SpecError(
                         where,
                         f"is defined twice (lines {self.lines.get(where, '?')} and "
                         f"{key_node.start_mark.line + 1}); remove one",
                     )
+                    exc.line = key_node.start_mark.line + 1  # type: ignore[attr-defined]
+                    raise exc
                 self.lines[where] = key_node.start_mark.line + 1
                 mapping[key] = self.value(value_node, where, depth + 1)
             return mapping
