@@ -139,6 +139,7 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
     try:
         dag.validate()  # what the DagBag would do; here the error still knows its file
     except AirflowException as exc:
-        field = "schedule" if "timetable" in type(exc).__name__.lower() else "spec"
-        raise SpecError(field, str(exc), t.schedule if field == "schedule" else ...) from None
+        if "timetable" in type(exc).__name__.lower():
+            raise SpecError("schedule", f"is not a valid cron expression: {exc}") from None
+        raise SpecError("spec", str(exc)) from None
     return dag

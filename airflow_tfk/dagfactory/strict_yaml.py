@@ -51,7 +51,11 @@ class _Builder:
         # meeting a node twice means the file used an alias.
         if id(node) in self._seen:
             exc = SpecError(path or "spec", "uses a YAML alias (*name); anchors and aliases are not allowed")
-            exc.line = self.lines.get(path)  # type: ignore[attr-defined]
+            # An alias node carries its anchor's position: use the line of the enclosing key.
+            key_path = path
+            while key_path.endswith("]"):
+                key_path = key_path[: key_path.rfind("[")]
+            exc.line = self.lines.get(key_path)  # type: ignore[attr-defined]
             raise exc
         self._seen.add(id(node))
         if isinstance(node, yaml.ScalarNode):
