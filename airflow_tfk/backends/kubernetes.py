@@ -27,17 +27,6 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from airflow_tfk import naming
-from airflow_tfk.backends._k8s_api import (
-    BY_KIND,
-    AsyncApi,
-    Kind,
-    KubernetesApiError,
-    SyncApi,
-    error_message,
-    is_not_found,
-    kind_of,
-)
-from airflow_tfk.backends._k8s_retry import api_status, is_transient
 from airflow_tfk.backends._k8s_status import (
     LABEL_COMPLETION_INDEX,
     LABEL_POD_INDEX,
@@ -49,6 +38,18 @@ from airflow_tfk.backends._k8s_status import (
     task_key,
 )
 from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.kube.api import (
+    BY_KIND,
+    AsyncApi,
+    Kind,
+    KubernetesApiError,
+    SyncApi,
+    error_message,
+    is_not_found,
+    kind_of,
+)
+from airflow_tfk.kube.connection import KubeConnection
+from airflow_tfk.kube.retry import api_status, is_transient
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.status import ClusterStatus
@@ -141,39 +142,19 @@ class KubernetesBackend(Backend):
 
     # -- connections --------------------------------------------------------------------
     @cached_property
-    def hook(self) -> Any:
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+    def connection(self) -> KubeConnection:
+        return KubeConnection(self.conn_id, self.cluster_context, self.config_file, self.in_cluster)
 
-        return KubernetesHook(
-            conn_id=self.conn_id,
-            cluster_context=self.cluster_context,
-            config_file=self.config_file,
-            in_cluster=self.in_cluster,
-        )
+    @property
+    def hook(self) -> Any:
+        return self.connection.hook
 
     @cached_property
     def _api(self) -> SyncApi:
-        return SyncApi(self.hook.api_client)
+        return self.connection.api
 
-    @contextlib.asynccontextmanager
-    async def _aapi(self) -> AsyncIterator[AsyncApi]:
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
-
-        kwargs = {
-            "conn_id": self.conn_id,
-            "cluster_context": self.cluster_context,
-            "in_cluster": self.in_cluster,
-        }
-        hook = AsyncKubernetesHook(**kwargs)
-        if self.config_file:
-            # The async hook reads the kubeconfig path from the connection only; hand it
-            # the connection's extras with our override instead.
-            extras = dict(await hook.get_conn_extras())
-            extras.pop("kube_config", None)
-            extras["kube_config_path"] = self.config_file
-            hook = AsyncKubernetesHook(connection_extras=extras, **kwargs)
-        async with hook.get_conn() as client:
-            yield AsyncApi(client)
+    def _aapi(self) -> contextlib.AbstractAsyncContextManager[AsyncApi]:
+        return self.connection.async_api()
 
     def _run(self, plan: Plan) -> Any:
         """Drive a plan with the sync client."""

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfk.backends._k8s_retry import TRANSIENT_STATUS, api_status, retry_transient
+from airflow_tfk.kube.retry import TRANSIENT_STATUS, api_status, retry_transient
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 # Generous client-side cap on a plain request; watches get their own.
