@@ -234,8 +234,8 @@ def pod_verdict(
                 message = message or f"last exit: {last.get('reason') or 'Error'} (exit code {code})"
             return PodVerdict(Phase.FAILED, reason, message, code)
         if reason in IMAGE_PULL_WAITING:
-            scheduled = _condition(pod, "PodScheduled") or {}
-            since = parse_time(scheduled.get("lastTransitionTime")) or created
+            pulling_since = _condition(pod, "PodScheduled") or {}
+            since = parse_time(pulling_since.get("lastTransitionTime")) or created
             deadline = since + image_pull_timeout
             if now >= deadline:
                 return PodVerdict(

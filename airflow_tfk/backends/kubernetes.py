@@ -166,7 +166,8 @@ class KubernetesBackend(Backend):
                         req.method, req.path, req.query, req.body
                     )
                 except Exception as exc:
-                    result = _failed(req, exc)
+                    _failed(req, exc)
+                    result = None
                 req = plan.send(result)
         except StopIteration as stop:
             return stop.value
@@ -180,7 +181,8 @@ class KubernetesBackend(Backend):
                         req.method, req.path, req.query, req.body
                     )
                 except Exception as exc:
-                    result = _failed(req, exc)
+                    _failed(req, exc)
+                    result = None
                 req = plan.send(result)
         except StopIteration as stop:
             return stop.value
@@ -642,7 +644,7 @@ def _jobs_stale(interp: Interpreter, pods: list[dict[str, Any]], jobs: dict[str,
     return any(is_job_pod(p) and (task_key(p) or ("", 0))[0] not in jobs for p in pods)
 
 
-def _reraise(what: str, exc: Exception) -> None:
+def _reraise(what: str, exc: BaseException) -> None:
     """Raise an API error as :class:`KubernetesApiError` naming what failed; others as is."""
     status = api_status(exc)
     if status is None:
@@ -662,7 +664,6 @@ def _failed(req: Request, exc: Exception) -> None:
         log.warning("kubernetes: %s %s failed (%s); carrying on", req.method, req.path, error_message(exc))
         return None
     _reraise(f"{req.method} {req.path}", exc)
-    return None
 
 
 def _deleted_event(ref: ClusterRef, reason: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ go through the client's ``call_api``, so authentication, TLS and proxies are the
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,7 +199,7 @@ class SyncApi:
 def _async_api_exception(status: int, reason: str, body: bytes, headers: Any) -> Exception:
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    exc = ApiException(status=status, reason=reason)
+    exc: Any = ApiException(status=status, reason=reason)
     exc.body = body.decode("utf-8", "replace")
     exc.headers = headers
     return exc
@@ -257,7 +257,9 @@ class AsyncApi:
         q = {**query, "watch": True, "timeoutSeconds": timeout_seconds}
         return await self._call("GET", path, q, timeout=timeout_seconds + 15)
 
-    async def watch(self, path: str, query: dict[str, Any], timeout_seconds: int) -> AsyncIterator[dict]:
+    async def watch(
+        self, path: str, query: dict[str, Any], timeout_seconds: int
+    ) -> AsyncGenerator[dict[str, Any], None]:
         resp = await self._open_watch(path, query, timeout_seconds)
         try:
             while True:

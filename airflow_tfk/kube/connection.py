@@ -70,7 +70,7 @@ class KubeConnection:
         (the client's connection pool belongs to the running event loop)."""
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
-        kwargs = {
+        kwargs: dict[str, Any] = {
             "conn_id": self.conn_id,
             "cluster_context": self.cluster_context,
             "in_cluster": self.in_cluster,

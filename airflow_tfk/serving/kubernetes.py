@@ -174,14 +174,14 @@ class KubernetesServing(ServingTarget):
             render_sample_reader(self.spec, job, version, self.identity, int(self.reader_timeout_seconds))
         )
         try:
-            log = self._job_log(job)
+            text = self._job_log(job)
         finally:
             try:
                 self.api.request("DELETE", BY_KIND["Job"].item(self.spec.namespace, job), BACKGROUND)
             except Exception as exc:  # ttlSecondsAfterFinished removes it anyway
                 if not is_not_found(exc):
                     log.warning("could not delete the store reader Job %s: %s", job, error_message(exc))
-        result = parse_reader_log(log)
+        result = parse_reader_log(text)
         self._store[version] = result
         if version is None and result[1] is not None:
             self._store[result[1]] = result

@@ -62,7 +62,7 @@ class LocalTensorBoard:
     def start(self, emit: Emit) -> str:
         with _process.locked(self.dir):
             record = self._record()
-            if _process.alive(record) is not None:
+            if record is not None and _process.alive(record) is not None:
                 emit(
                     f"TensorBoard {self.spec.name} already runs (pid {record['pid']}) at "
                     f"{self.url} over {record['logdir']}"
@@ -102,8 +102,8 @@ class LocalTensorBoard:
     def stop(self, emit: Emit) -> None:
         with _process.locked(self.dir):
             record = self._record()
-            if _process.stop(record):
-                emit(f"stopped TensorBoard {self.spec.name} (pid {record['pid']})")  # type: ignore[index]
+            if record is not None and _process.stop(record):
+                emit(f"stopped TensorBoard {self.spec.name} (pid {record['pid']})")
             self.record_path.unlink(missing_ok=True)
 
 
