@@ -88,7 +88,9 @@ def missing_prerequisites() -> list[str]:
     if not (CGROUP_BASE / "memory").is_dir() and not (CGROUP_BASE / "cgroup.controllers").exists():
         out.append(f"cgroups (no memory controller under {CGROUP_BASE})")
     if os.geteuid() == 0 and shutil.which("unshare"):
-        r = subprocess.run(["unshare", "--net", "--mount", "--pid", "--fork", "true"], capture_output=True, text=True)
+        r = subprocess.run(
+            ["unshare", "--net", "--mount", "--pid", "--fork", "true"], capture_output=True, text=True
+        )
         if r.returncode != 0:
             out.append(f"unshare --net --mount --pid: {r.stderr.strip()}")
     return out
@@ -99,7 +101,9 @@ def ensure_built() -> Path:
     override = os.environ.get("AIRFLOW_TFK_K8S_NODE_DIR")
     if override:
         return Path(override)
-    proc = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     errors: collections.deque[str] = collections.deque(maxlen=60)
     assert proc.stderr is not None and proc.stdout is not None
     for line in proc.stderr:
@@ -114,7 +118,9 @@ def ensure_built() -> Path:
 # --------------------------------------------------------------------------- images
 
 
-def docker_save_tar(dest: Path, ref: str, files: dict[str, tuple[int, bytes | None]], config: dict[str, Any]) -> None:
+def docker_save_tar(
+    dest: Path, ref: str, files: dict[str, tuple[int, bytes | None]], config: dict[str, Any]
+) -> None:
     """Write a one-layer ``docker save`` archive of image ``ref``.
 
     ``files``: path in the image -> (mode, content); content None is a directory, bytes
@@ -329,7 +335,9 @@ class Node:
         return ["nsenter", f"--target={self.ns_pid}", "--net", "--mount", "--pid", "--"]
 
     def _run_in_ns(self, argv: list[str], timeout: float = 120) -> str:
-        r = subprocess.run(self._nsenter() + argv, capture_output=True, text=True, timeout=timeout, env=self._env())
+        r = subprocess.run(
+            self._nsenter() + argv, capture_output=True, text=True, timeout=timeout, env=self._env()
+        )
         if r.returncode != 0:
             raise NodeError(f"{argv[0]} failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
         return r.stdout
@@ -406,8 +414,20 @@ class Node:
             ]
         )
         self.holder = subprocess.Popen(
-            ["unshare", "--net", "--mount", "--pid", "--fork", "--mount-proc", "--propagation", "private",
-             "--kill-child=SIGKILL", "sh", "-c", setup],
+            [
+                "unshare",
+                "--net",
+                "--mount",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                "--propagation",
+                "private",
+                "--kill-child=SIGKILL",
+                "sh",
+                "-c",
+                setup,
+            ],
             stdout=subprocess.PIPE,
             stderr=open(self.logs / "holder.log", "ab"),  # noqa: SIM115
             stdin=subprocess.DEVNULL,
@@ -466,7 +486,9 @@ class Node:
             free = harness._free_port()
             self._forward = _Forward(free, self._connect_in_ns_to(port))
             self.cp.server = f"https://127.0.0.1:{free}"
-            harness.write_kubeconfig(self.cp.kubeconfig, self.cp.server, self.cp.ca_file, self.cp.admin_token, "tfk-admin")
+            harness.write_kubeconfig(
+                self.cp.kubeconfig, self.cp.server, self.cp.ca_file, self.cp.admin_token, "tfk-admin"
+            )
 
     def _start_kubelet(self, timeout: float) -> None:
         """The kubelet (client certificate system:node:<name>) and CoreDNS."""
@@ -487,7 +509,9 @@ class Node:
             ],
         )
         ns_admin = self.workdir / "coredns.kubeconfig"
-        harness.write_kubeconfig(ns_admin, f"https://127.0.0.1:{port}", self.cp.ca_file, self.cp.admin_token, "coredns")
+        harness.write_kubeconfig(
+            ns_admin, f"https://127.0.0.1:{port}", self.cp.ca_file, self.cp.admin_token, "coredns"
+        )
         (self.workdir / "Corefile").write_text(
             ".:53 {\n    errors\n    health :8080\n    ready :8181\n"
             f"    kubernetes cluster.local {{\n        kubeconfig {ns_admin} tfk-test\n        ttl 1\n    }}\n}}\n"
@@ -517,7 +541,10 @@ class Node:
             node = self.cp._request("GET", f"/api/v1/nodes/{NODE_NAME}")
         except Exception:  # noqa: BLE001 - not registered yet
             return False
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+        return any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in node.get("status", {}).get("conditions", [])
+        )
 
     # ---- configuration files
     def _bind_mounts(self) -> list[str]:
@@ -554,16 +581,23 @@ class Node:
         )
         # The default OCI spec plus the read-only bind mounts (see _bind_mounts).
         spec = json.loads(
-            subprocess.run([str(self.bin / "ctr"), "oci", "spec"], capture_output=True, text=True, check=True).stdout
+            subprocess.run(
+                [str(self.bin / "ctr"), "oci", "spec"], capture_output=True, text=True, check=True
+            ).stdout
         )
         for src in self._bind_mounts():
             spec["mounts"].append(
-                {"destination": src, "type": "bind", "source": src, "options": ["rbind", "ro", "nosuid", "nodev"]}
+                {
+                    "destination": src,
+                    "type": "bind",
+                    "source": src,
+                    "options": ["rbind", "ro", "nosuid", "nodev"],
+                }
             )
         (w / "base-spec.json").write_text(json.dumps(spec))
         (w / "containerd.toml").write_text(
             f"""version = 2
-root = "{w / 'containerd'}"
+root = "{w / "containerd"}"
 state = "/run/containerd"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
   "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
@@ -576,16 +610,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   restrict_oom_score_adj = true
   enable_selinux = false
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{self.node_dir / 'cni'}"
-    conf_dir = "{w / 'cni'}"
+    bin_dir = "{self.node_dir / "cni"}"
+    conf_dir = "{w / "cni"}"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      base_runtime_spec = "{w / 'base-spec.json'}"
+      base_runtime_spec = "{w / "base-spec.json"}"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "{self.bin / 'runc'}"
+        BinaryName = "{self.bin / "runc"}"
         SystemdCgroup = false
 """
         )
@@ -625,7 +659,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         (pki / "kubelet.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         (pki / "kubelet.key").write_bytes(
             key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.TraditionalOpenSSL,
+                serialization.NoEncryption(),
             )
         )
         os.chmod(pki / "kubelet.key", 0o600)
@@ -633,10 +669,22 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
-                {"name": "tfk", "cluster": {"server": f"https://127.0.0.1:{port}", "certificate-authority": str(pki / "ca.crt")}}
+                {
+                    "name": "tfk",
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{port}",
+                        "certificate-authority": str(pki / "ca.crt"),
+                    },
+                }
             ],
             "users": [
-                {"name": "kubelet", "user": {"client-certificate": str(pki / "kubelet.crt"), "client-key": str(pki / "kubelet.key")}}
+                {
+                    "name": "kubelet",
+                    "user": {
+                        "client-certificate": str(pki / "kubelet.crt"),
+                        "client-key": str(pki / "kubelet.key"),
+                    },
+                }
             ],
             "contexts": [{"name": "tfk", "context": {"cluster": "tfk", "user": "kubelet"}}],
             "current-context": "tfk",
