@@ -49,7 +49,6 @@ import tarfile
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -369,9 +368,8 @@ class Node:
             for name in procs:
                 p = self.procs[name]
                 if p.poll() is not None:
-                    raise NodeError(
-                        f"{name} exited with {p.returncode}; last log lines:\n{harness.tail(self.logs / f'{name}.log')}"
-                    )
+                    tail = harness.tail(self.logs / f"{name}.log")
+                    raise NodeError(f"{name} exited with {p.returncode}; last log lines:\n{tail}")
             try:
                 if ok():
                     return
@@ -514,7 +512,9 @@ class Node:
         )
         (self.workdir / "Corefile").write_text(
             ".:53 {\n    errors\n    health :8080\n    ready :8181\n"
-            f"    kubernetes cluster.local {{\n        kubeconfig {ns_admin} tfk-test\n        ttl 1\n    }}\n}}\n"
+            "    kubernetes cluster.local {\n"
+            f"        kubeconfig {ns_admin} tfk-test\n"
+            "        ttl 1\n    }\n}\n"
         )
         self._spawn("coredns", ["coredns", "-conf", str(self.workdir / "Corefile")])
         self._wait("node Ready", self._node_ready, timeout, ["kubelet", "containerd", "coredns"])
