@@ -33,7 +33,25 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument("--run-id", help="Airflow run id")
     render.add_argument("--map-index", type=int, default=-1, help="Airflow map index")
     render.add_argument("--template-dir", help="directory of templates overriding the built-ins")
+    _add_validate(sub)
     return parser
+
+
+def _add_validate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    validate = sub.add_parser(
+        "validate",
+        help="check training files (DAG-as-code) offline, with the errors Airflow would show",
+        description="Check every training file (*.yaml, *.yml) under each PATH, offline. "
+        "Exit status: 0 all valid, 1 some invalid, 2 no such path or no training file.",
+    )
+    validate.add_argument("paths", metavar="PATH", nargs="+", help="a folder of training files, or a file")
+    validate.add_argument("-q", "--quiet", action="store_true", help="print only the errors")
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from airflow_tfk.dagfactory.validate import run
+
+    return run(args.paths, sys.stdout, sys.stderr, quiet=args.quiet)
 
 
 def _read(path: str) -> str:
@@ -63,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "validate":
+        return _validate(args)
     if args.command == "render":
         given = [args.dag_id, args.task_id, args.run_id]
         if any(given) and not all(given):
