@@ -2,7 +2,9 @@
 
 ``airflow-tfk render SPEC.yaml | kubectl apply -f -`` shows, and lets one apply, exactly
 what the provider would create. A bad spec exits with status 1 and ``error: <field>:
-<rule>`` on stderr; nothing is printed on stdout then.
+<rule>`` on stderr; nothing is printed on stdout then. ``--validate`` checks every object
+offline against the Kubernetes schemas of ``--kubernetes-version`` (``schema_check``);
+an object that version would reject exits with status 3, again with nothing on stdout.
 
 ``airflow-tfk airflow [--dags-folder DIR] ARGS...`` runs Airflow's own CLI with the
 project's local Airflow home and local backend (``airflow_tfk.local_env``), so a newcomer
@@ -20,6 +22,7 @@ from collections.abc import Sequence
 
 EXIT_SPEC_ERROR = 1
 EXIT_USAGE = 2
+EXIT_INVALID_MANIFEST = 3  # --validate: an object the chosen Kubernetes version would reject
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,6 +42,16 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument("--run-id", help="Airflow run id")
     render.add_argument("--map-index", type=int, default=-1, help="Airflow map index")
     render.add_argument("--template-dir", help="directory of templates overriding the built-ins")
+    render.add_argument(
+        "--validate",
+        action="store_true",
+        help="check every object offline against Kubernetes' schemas (no cluster needed)",
+    )
+    render.add_argument(
+        "--kubernetes-version",
+        metavar="X.Y",
+        help="the Kubernetes version --validate checks against (default: the oldest supported)",
+    )
     _add_airflow_commands(sub)
     return parser
 
@@ -50,9 +63,9 @@ def _read(path: str) -> str:
         return fh.read()
 
 
-def _render(args: argparse.Namespace) -> str:
+def _render(args: argparse.Namespace) -> list[dict]:
     from airflow_tfk.naming import RunIdentity
-    from airflow_tfk.render import render, to_yaml_stream
+    from airflow_tfk.render import render
     from airflow_tfk.spec import TFClusterSpec
 
     spec = TFClusterSpec.from_yaml(_read(args.spec))
@@ -61,7 +74,7 @@ def _render(args: argparse.Namespace) -> str:
     identity = None
     if args.dag_id or args.task_id or args.run_id:
         identity = RunIdentity(args.dag_id, args.task_id, args.run_id, args.map_index)
-    return to_yaml_stream(render(spec, identity, template_dir=args.template_dir))
+    return render(spec, identity, template_dir=args.template_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,8 +91,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         given = [args.dag_id, args.task_id, args.run_id]
         if any(given) and not all(given):
             parser.error("--dag-id, --task-id and --run-id go together")
+        if args.kubernetes_version is not None and not args.validate:
+            parser.error("--kubernetes-version goes with --validate")
+        version = None
+        if args.validate:
+            from airflow_tfk.schema_check import SchemaCheckUnavailable, check_version
+
+            try:
+                version = check_version(args.kubernetes_version)
+            except SchemaCheckUnavailable as exc:
+                print(f"error: --validate: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            except ValueError as exc:
+                print(f"error: --kubernetes-version: {exc}", file=sys.stderr)
+                return EXIT_USAGE
         try:
-            out = _render(args)
+            manifests = _render(args)
         except SpecError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_SPEC_ERROR
@@ -89,8 +116,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         except RenderError as exc:
             print(f"error: template: {exc}", file=sys.stderr)
             return EXIT_SPEC_ERROR
-        sys.stdout.write(out)
+        if version is not None and not _report_validation(manifests, version):
+            return EXIT_INVALID_MANIFEST
+        from airflow_tfk.render import to_yaml_stream
+
+        sys.stdout.write(to_yaml_stream(manifests))
     return 0
+
+
+def _report_validation(manifests: list[dict], version: str) -> bool:
+    """Print what --validate found on stderr; True when every checkable object is valid."""
+    from airflow_tfk.schema_check import validate_manifests
+
+    findings = validate_manifests(manifests, version)
+    invalid = [f for f in findings if f.checked]
+    for f in findings:
+        print(f"{'error' if f.checked else 'note'}: {f} (Kubernetes {version})", file=sys.stderr)
+    if invalid:
+        print(
+            f"error: {len(invalid)} of {len(manifests)} objects are not valid for Kubernetes {version}",
+            file=sys.stderr,
+        )
+        return False
+    checked = len(manifests) - len(findings)
+    print(
+        f"valid: {checked} of {len(manifests)} objects against the Kubernetes {version} schemas",
+        file=sys.stderr,
+    )
+    return True
 
 
 # -- a local Airflow: `airflow-tfk airflow ...` and `airflow-tfk env` -------------------
