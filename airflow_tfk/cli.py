@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_validate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     validate = sub.add_parser(
         "validate",
         help="check training files (DAG-as-code) offline, with the errors Airflow would show",
@@ -174,7 +174,7 @@ def _report_validation(manifests: list[dict], version: str) -> bool:
 MIGRATED_MARKER = ".airflow-tfk-migrated"
 
 
-def _add_airflow_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_airflow_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser(
         "airflow",
         help="run Airflow's CLI with the project's local Airflow home and local backend",
