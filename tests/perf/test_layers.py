@@ -15,7 +15,7 @@ def test_every_provider_module_is_forbidden_to_the_runtime() -> None:
     (contract,) = [
         c
         for c in config["tool"]["importlinter"]["contracts"]
-        if c["source_modules"] == ["airflow_tfk.runtime", "airflow_tfk.protocol"]
+        if c.get("source_modules") == ["airflow_tfk.runtime", "airflow_tfk.protocol"]
     ]
     package = ROOT / "airflow_tfk"
     provider = {p.stem for p in package.glob("*.py")} | {p.parent.name for p in package.glob("*/__init__.py")}
