@@ -6,6 +6,7 @@ from here, so a default is changed in one place and documented once. Import-free
 
 from __future__ import annotations
 
+import enum
 from typing import Final, Literal
 
 #: Seconds between two progress lines (step/total/%/ETA) in the task log.
@@ -31,3 +32,35 @@ BackendKind = Literal["kubernetes", "local"]
 BACKEND_KINDS: Final[tuple[BackendKind, ...]] = ("kubernetes", "local")
 #: The backend an operator runs on unless told otherwise.
 BACKEND: Final[BackendKind] = "kubernetes"
+
+
+def backend_kind(value: str, field: str = "backend") -> BackendKind:
+    """``value`` as a backend kind, or a ValueError naming ``field``."""
+    if value not in BACKEND_KINDS:
+        raise ValueError(f"{field}: must be 'kubernetes' or 'local' (got {value!r})")
+    return value
+
+
+class Cleanup(str, enum.Enum):
+    """What TFTrainingOperator deletes after success."""
+
+    PS = "ps"  # the roles that never exit (PS; workers in parameter_server mode), after the grace
+    ALL = "all"  # the whole cluster (logs are copied first)
+
+
+#: What TFTrainingOperator deletes after success unless told otherwise.
+CLEANUP: Final = Cleanup.PS
+
+
+class TensorBoardAction(str, enum.Enum):
+    START = "start"
+    STOP = "stop"
+
+
+def choice(enum_type: type[enum.Enum], value: object, field: str) -> enum.Enum:
+    """``value`` as a member of ``enum_type``, or a ValueError naming ``field`` and the choices."""
+    try:
+        return enum_type(value)
+    except ValueError:
+        allowed = " or ".join(repr(m.value) for m in enum_type)
+        raise ValueError(f"{field}: must be {allowed} (got {value!r})") from None

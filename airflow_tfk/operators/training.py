@@ -17,10 +17,14 @@ from airflow.sdk import BaseOperator
 
 from airflow_tfk.constants import (
     BACKEND,
+    CLEANUP,
     KUBERNETES_CONN_ID,
     NAME_PREFIX,
     PROGRESS_INTERVAL_SECONDS,
     TENSORBOARD_TASK_ID,
+    Cleanup,
+    backend_kind,
+    choice,
 )
 from airflow_tfk.operators._context import backend_config, identity_from_context
 from airflow_tfk.operators.tensorboard import TensorBoardLink
@@ -69,7 +73,7 @@ class TFTrainingOperator(BaseOperator):
         backend_config: dict[str, Any] | None = None,
         kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         deferrable: bool = False,
-        cleanup: str = "ps",
+        cleanup: Cleanup | str = CLEANUP,
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         name_prefix: str = NAME_PREFIX,
         previous_run_policy: str = "allow",
@@ -77,18 +81,16 @@ class TFTrainingOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if cleanup not in ("ps", "all"):
-            raise ValueError(f"cleanup: must be 'ps' or 'all' (got {cleanup!r})")
+        self.cleanup = Cleanup(choice(Cleanup, cleanup, "cleanup"))
+        self.backend = backend_kind(backend)
         self.previous_run_policy = previous_run_policy
         self.tensorboard_task_id = tensorboard_task_id
         if "{{" not in previous_run_policy:
             _previous_run_policy(previous_run_policy)
         self.cluster_spec = cluster_spec
-        self.backend = backend
         self.backend_config = backend_config
         self.kubernetes_conn_id = kubernetes_conn_id
         self.deferrable = deferrable
-        self.cleanup = cleanup
         self.progress_interval = progress_interval
         self.name_prefix = name_prefix
         self._handle: ClusterHandle | None = None
@@ -206,7 +208,7 @@ class TFTrainingOperator(BaseOperator):
         self.log.info("training succeeded: %s", message)
         try:
             cleanup_after_success(handle, self.log.info)
-            if self.cleanup == "all":
+            if self.cleanup is Cleanup.ALL:
                 delete_cluster(handle, self.log.info)
         except BaseException:
             self._teardown(handle, "clean-up after success was interrupted")
