@@ -148,14 +148,8 @@ class TFTrainingOperator(BaseOperator):
             deadline = time.time() + self.execution_timeout.total_seconds()
             timeout = self.execution_timeout + _DEFER_TIMEOUT_MARGIN
         self.defer(
-            trigger=WorkersDoneTrigger(
-                cluster=handle.ref.to_dict(),
-                backend_kind=handle.backend_kind,
-                backend_config=handle.backend_config,
-                mode=handle.mode.value,
-                replicas=handle.replicas,
-                deadline=deadline,
-                progress_interval=self.progress_interval,
+            trigger=WorkersDoneTrigger.for_handle(
+                handle, deadline=deadline, progress_interval=self.progress_interval
             ),
             method_name="execute_complete",
             kwargs={"handle": handle.to_dict()},

@@ -51,14 +51,7 @@ class TFWorkersSensor(BaseSensorOperator):
 
         handle = ClusterHandle.from_dict(self.cluster)
         self.defer(
-            trigger=WorkersDoneTrigger(
-                cluster=handle.ref.to_dict(),
-                backend_kind=handle.backend_kind,
-                backend_config=handle.backend_config,
-                mode=handle.mode.value,
-                replicas=handle.replicas,
-                progress_interval=self.progress_interval,
-            ),
+            trigger=WorkersDoneTrigger.for_handle(handle, progress_interval=self.progress_interval),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,
         )

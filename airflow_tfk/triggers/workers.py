@@ -16,6 +16,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_tfk.backends import get_backend
 from airflow_tfk.backends.base import Backend, ClusterRef
 from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS
+from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.spec import Mode
 from airflow_tfk.watch import WaitLoop, await_cluster, wait_result
 
@@ -55,6 +56,21 @@ class WorkersDoneTrigger(BaseTrigger):
         self.progress_interval = progress_interval
         self.delete_on_kill = delete_on_kill
         self._fired = False
+
+    @classmethod
+    def for_handle(
+        cls, handle: ClusterHandle, *, deadline: float | None = None, progress_interval: float
+    ) -> WorkersDoneTrigger:
+        """The trigger that waits on the cluster of ``handle`` (a create task's XCom)."""
+        return cls(
+            cluster=handle.ref.to_dict(),
+            backend_kind=handle.backend_kind,
+            backend_config=handle.backend_config,
+            mode=handle.mode.value,
+            replicas=handle.replicas,
+            deadline=deadline,
+            progress_interval=progress_interval,
+        )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
