@@ -752,7 +752,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             },
         )
         for tar in ("pause.tar", "train.tar"):
-            self._ctr("images", "import", "--no-unpack=false", str(idir / tar))
+            self._ctr("images", "import", str(idir / tar))
+        # The same image under the serving and TensorBoard defaults, so a DAG that leaves
+        # them unset runs the stand-ins here (nothing can be pulled on this machine).
+        from airflow_tfk.serving.spec import DEFAULT_SERVING_IMAGE, DEFAULT_TENSORBOARD_IMAGE
+
+        for ref in (DEFAULT_SERVING_IMAGE, DEFAULT_TENSORBOARD_IMAGE):
+            self._ctr("images", "tag", "--force", TRAIN_IMAGE, _normalized(ref))
 
     def import_image(self, path: Path) -> None:
         self._ctr("images", "import", str(path))
@@ -857,6 +863,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         if removed and self.workdir.exists():
             out.append(f"directory {self.workdir}")
         return out
+
+
+def _normalized(ref: str) -> str:
+    """The full reference containerd stores for a short Docker-style image name."""
+    name = ref if "/" in ref.split(":")[0] else f"library/{ref}"
+    first = name.split("/")[0]
+    if "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    return name
 
 
 def _setns_net(fd: int) -> None:
