@@ -868,7 +868,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     def leftovers(self, removed: bool = True) -> list[str]:
         """What the node left on the host after :meth:`stop` (and :meth:`remove`)."""
-        out = [f"cgroup {d}" for d in self._cgroups_made if d.exists()]
+        out = []
         for hier in self._hierarchies():
             if (hier / self.cgroup_root.lstrip("/")).exists():
                 out.append(f"cgroup {hier / self.cgroup_root.lstrip('/')}")
