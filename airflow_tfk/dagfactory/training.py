@@ -297,7 +297,7 @@ def _operator_options(value: object, key: str, operator: type, *, true_means: di
         raise SpecError(key, "must be true, false or a mapping of the operator's options", value)
     accepted = {
         name
-        for name, p in inspect.signature(operator.__init__).parameters.items()
+        for name, p in inspect.signature(operator).parameters.items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     } - _MANAGED
     unknown = sorted(set(value) - accepted)
@@ -350,19 +350,8 @@ TOP_LEVEL = (
 )
 
 
-def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str) -> TrainingFile:
-    """Validate a training file's mapping. Raises :class:`SpecError` naming the field
-    (``cluster.worker.replicas``, ``publish.serving.replicas``, ``params.steps.minimun``...)."""
-    from airflow_tfk.operators.serving import PublishModelOperator
-    from airflow_tfk.operators.tensorboard import TensorBoardOperator
-
-    unknown = sorted(set(data) - set(TOP_LEVEL))
-    if unknown:
-        raise SpecError(unknown[0], f"unknown key (allowed: {', '.join(TOP_LEVEL)})")
-    dag_id = _str(data, "dag_id", default_dag_id, 250)
-    assert dag_id is not None
-    if not _DAG_ID.match(dag_id):
-        raise SpecError("dag_id", "must be letters, digits, '_', '.' and '-' (at most 250)", dag_id)
+def _choices(data: Mapping[str, Any]) -> tuple[str, str, str, float]:
+    """previous_run_policy, backend, cleanup and progress_interval, checked."""
     policy = data.get("previous_run_policy", PreviousRunPolicy.ALLOW.value)
     if policy not in {p.value for p in PreviousRunPolicy}:
         raise SpecError(
@@ -377,6 +366,23 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     progress = data.get("progress_interval", 30.0)
     if isinstance(progress, bool) or not isinstance(progress, (int, float)) or not 1 <= progress <= 3600:
         raise SpecError("progress_interval", "must be a number of seconds between 1 and 3600", progress)
+    return policy, backend, cleanup, float(progress)
+
+
+def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str) -> TrainingFile:
+    """Validate a training file's mapping. Raises :class:`SpecError` naming the field
+    (``cluster.worker.replicas``, ``publish.serving.replicas``, ``params.steps.minimun``...)."""
+    from airflow_tfk.operators.serving import PublishModelOperator
+    from airflow_tfk.operators.tensorboard import TensorBoardOperator
+
+    unknown = sorted(set(data) - set(TOP_LEVEL))
+    if unknown:
+        raise SpecError(unknown[0], f"unknown key (allowed: {', '.join(TOP_LEVEL)})")
+    dag_id = _str(data, "dag_id", default_dag_id, 250)
+    assert dag_id is not None
+    if not _DAG_ID.match(dag_id):
+        raise SpecError("dag_id", "must be letters, digits, '_', '.' and '-' (at most 250)", dag_id)
+    policy, backend, cleanup, progress = _choices(data)
     max_minutes = _int(data, "max_duration_minutes", None, 1, 366 * 24 * 60)
     params = _params(data.get("params"))
 
@@ -431,7 +437,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
         or defaults.KUBERNETES_CONN_ID,
         backend_config=_mapping(data, "backend_config"),
         deferrable=_bool(data, "deferrable", defaults.DEFERRABLE),
-        progress_interval=float(progress),
+        progress_interval=progress,
         cleanup=cleanup,
         params=params,
         publish=publish,
