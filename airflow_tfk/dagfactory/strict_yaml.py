@@ -112,6 +112,24 @@ def _first_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+def _check_depth(text: str | bytes) -> None:
+    """Refuse deep nesting on the event stream, before the composer (recursive, in C with
+    libyaml: a few hundred thousand brackets crash the interpreter) ever sees it."""
+    import yaml
+
+    depth = 0
+    for event in yaml.parse(text, Loader=_loader_class()):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                exc = SpecError("spec", f"is nested deeper than {MAX_DEPTH} levels")
+                mark = event.start_mark
+                exc.line = mark.line + 1 if mark is not None else None  # type: ignore[attr-defined]
+                raise exc
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
 def load_mapping(text: str | bytes) -> tuple[dict[str, Any], dict[str, int]]:
     """The top-level mapping of a YAML document and the line (1-based) of each key path.
 
@@ -123,6 +141,10 @@ def load_mapping(text: str | bytes) -> tuple[dict[str, Any], dict[str, int]]:
     size = len(text)
     if size > MAX_BYTES:
         raise SpecError("spec", f"is larger than {MAX_BYTES} bytes ({size})")
+    try:
+        _check_depth(text)
+    except yaml.YAMLError as exc:
+        raise SpecError("spec", f"is not valid YAML: {_first_line(exc)}") from None
     loader = _loader_class()(text)
     try:
         try:
