@@ -41,7 +41,7 @@ import datetime as dt
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from airflow_tfk import defaults
 from airflow_tfk.errors import SpecError
@@ -297,7 +297,7 @@ def _operator_options(value: object, key: str, operator: type, *, true_means: di
         raise SpecError(key, "must be true, false or a mapping of the operator's options", value)
     accepted = {
         name
-        for name, p in inspect.signature(operator.__init__).parameters.items()
+        for name, p in inspect.signature(cast(Any, operator).__init__).parameters.items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     } - _MANAGED
     unknown = sorted(set(value) - accepted)
