@@ -63,35 +63,41 @@ class _Builder:
         if isinstance(node, yaml.SequenceNode):
             if node.tag != _SEQ_TAG:
                 raise SpecError(path or "spec", f"has a non-standard tag {node.tag!r}")
-            out = []
-            for i, item in enumerate(node.value):
-                where = f"{path}[{i}]"
-                self.lines.setdefault(where, item.start_mark.line + 1)
-                out.append(self.value(item, where, depth + 1))
-            return out
+            return self._sequence(node, path, depth)
         if isinstance(node, yaml.MappingNode):
             if node.tag != _MAP_TAG:
                 raise SpecError(path or "spec", f"has a non-standard tag {node.tag!r}")
-            mapping: dict[Any, Any] = {}
-            for key_node, value_node in node.value:
-                if key_node.tag == _MERGE_TAG:
-                    raise SpecError(path or "spec", "uses a merge key (<<); write the keys out")
-                key = self.value(key_node, path, depth + 1)
-                if isinstance(key, (list, dict)):
-                    raise SpecError(path or "spec", "has a key that is not a scalar", key)
-                where = f"{path}.{key}" if path else str(key)
-                if key in mapping:
-                    exc = SpecError(
-                        where,
-                        f"is defined twice (lines {self.lines.get(where, '?')} and "
-                        f"{key_node.start_mark.line + 1}); remove one",
-                    )
-                    exc.line = key_node.start_mark.line + 1  # type: ignore[attr-defined]
-                    raise exc
-                self.lines[where] = key_node.start_mark.line + 1
-                mapping[key] = self.value(value_node, where, depth + 1)
-            return mapping
+            return self._mapping(node, path, depth)
         raise SpecError(path or "spec", f"has an unsupported YAML node {type(node).__name__}")
+
+    def _sequence(self, node: Any, path: str, depth: int) -> list[Any]:
+        out = []
+        for i, item in enumerate(node.value):
+            where = f"{path}[{i}]"
+            self.lines.setdefault(where, item.start_mark.line + 1)
+            out.append(self.value(item, where, depth + 1))
+        return out
+
+    def _mapping(self, node: Any, path: str, depth: int) -> dict[Any, Any]:
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                raise SpecError(path or "spec", "uses a merge key (<<); write the keys out")
+            key = self.value(key_node, path, depth + 1)
+            if isinstance(key, (list, dict)):
+                raise SpecError(path or "spec", "has a key that is not a scalar", key)
+            where = f"{path}.{key}" if path else str(key)
+            if key in mapping:
+                exc = SpecError(
+                    where,
+                    f"is defined twice (lines {self.lines.get(where, '?')} and "
+                    f"{key_node.start_mark.line + 1}); remove one",
+                )
+                exc.line = key_node.start_mark.line + 1  # type: ignore[attr-defined]
+                raise exc
+            self.lines[where] = key_node.start_mark.line + 1
+            mapping[key] = self.value(value_node, where, depth + 1)
+        return mapping
 
     def _scalar(self, node: Any, path: str) -> Any:
         import yaml
