@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from airflow_tfk import defaults
-from airflow_tfk.constants import CLEANUP, PROGRESS_INTERVAL_SECONDS, Cleanup
+from airflow_tfk.constants import CLEANUP, KUBERNETES_CONN_ID, PROGRESS_INTERVAL_SECONDS, Cleanup
 from airflow_tfk.errors import SpecError
 from airflow_tfk.run_policy import PreviousRunPolicy
 
@@ -128,10 +128,10 @@ class TrainingFile:
     owners: tuple[str, ...] = ("airflow",)
     tags: tuple[str, ...] = ()
     backend: str = "kubernetes"
-    kubernetes_conn_id: str = "kubernetes_default"
+    kubernetes_conn_id: str = KUBERNETES_CONN_ID
     backend_config: dict[str, Any] | None = None
     deferrable: bool = False
-    progress_interval: float = 30.0
+    progress_interval: float = PROGRESS_INTERVAL_SECONDS
     cleanup: str = "ps"
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     publish: dict[str, Any] | None = None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_tfk.constants import BACKEND, KUBERNETES_CONN_ID
 from airflow_tfk.operators._context import backend_config, identity_from_context
 
 if TYPE_CHECKING:
@@ -63,9 +64,9 @@ class PublishModelOperator(BaseOperator):
         sub_path: str = "",
         base_path: str | None = None,
         version: int | str | None = None,
-        backend: str = "kubernetes",
+        backend: str = BACKEND,
         backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
+        kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         serving: Mapping[str, Any] | None = None,
         sample_request: dict[str, Any] | None = None,
         **kwargs: Any,
