@@ -47,7 +47,7 @@ def parse_reader_log(text: str) -> tuple[list[int], int | None, dict[str, Any] |
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("tfk-versions:"):
-            versions = sorted(int(v) for v in line.split(":", 1)[1].split() if v.isdigit())
+            versions = sorted(int(v) for v in line.split(":", 1)[1].split() if v.isascii() and v.isdigit())
         elif line.startswith("tfk-version:"):
             version = int(line.split(":", 1)[1])
         elif line.strip() == "tfk-sample:":

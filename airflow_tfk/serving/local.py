@@ -98,8 +98,11 @@ class LocalServing(ServingTarget):
             names = os.listdir(base)
         except OSError:
             return []
+        # base-10 ASCII names only, as TF Serving: str.isdigit() also accepts '²'
         return sorted(
-            int(d) for d in names if d.isdigit() and os.path.isfile(os.path.join(base, d, "saved_model.pb"))
+            int(d)
+            for d in names
+            if d.isascii() and d.isdigit() and os.path.isfile(os.path.join(base, d, "saved_model.pb"))
         )
 
     def sample_request(self, version: int) -> dict[str, Any] | None:
