@@ -38,6 +38,14 @@ class PublishModelOperator(BaseOperator):
         load_timeout_seconds...). (templated)
     :param sample_request: the smoke ``:predict`` body; default: the one the training app
         exported with the version (``assets.extra/tfk_sample_request.json``). (templated)
+    :param quality_gate: publish only a "blessed" version: ``thresholds`` (metric ->
+        minimum; maximum for the metrics in ``lower_is_better``), ``max_regression`` (how
+        much worse than the serving version's recorded metrics, one number or per metric),
+        ``on_failure`` (``fail``, the default, or ``skip``). See
+        :class:`~airflow_tfk.serving.gate.QualityGate`. (templated)
+    :param metrics: the candidate's metrics, e.g. ``"{{ ti.xcom_pull('train')['metrics'] }}"``
+        (a mapping or its JSON text); default: the ``tfk_metrics.json`` the training app
+        exported with the version. Recorded next to the model config when published. (templated)
     :return: (XCom) ``model_name``, ``version``, ``previous_version``, ``endpoint`` (REST
         URL of the serving version; on Kubernetes through the API server's service proxy),
         ``predict_url``, ``kept_versions``, ``backend``.
@@ -52,6 +60,8 @@ class PublishModelOperator(BaseOperator):
         "backend_config",
         "serving",
         "sample_request",
+        "quality_gate",
+        "metrics",
     )
     ui_color = "#ffa000"
 
@@ -68,6 +78,8 @@ class PublishModelOperator(BaseOperator):
         kubernetes_conn_id: str = "kubernetes_default",
         serving: Mapping[str, Any] | None = None,
         sample_request: dict[str, Any] | None = None,
+        quality_gate: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -83,6 +95,8 @@ class PublishModelOperator(BaseOperator):
         self.kubernetes_conn_id = kubernetes_conn_id
         self.serving = serving
         self.sample_request = sample_request
+        self.quality_gate = quality_gate
+        self.metrics = metrics
 
     def spec(self) -> Any:
         """The validated :class:`ServingSpec` (raises ``SpecError`` naming the field)."""
@@ -116,15 +130,49 @@ class PublishModelOperator(BaseOperator):
             raise SpecError("version", "must be a non-negative integer", self.version)
         return version
 
+    def gate(self) -> Any:
+        """The validated :class:`QualityGate`, or None (raises ``SpecError`` naming the field)."""
+        from airflow_tfk.serving.gate import QualityGate
+
+        return None if self.quality_gate in (None, {}) else QualityGate.from_dict(self.quality_gate)
+
+    def _metrics(self) -> dict[str, Any] | None:
+        import json
+
+        from airflow_tfk.errors import SpecError
+
+        found: Any = self.metrics
+        if found in (None, "", "None"):
+            return None
+        if isinstance(found, str):
+            try:
+                found = json.loads(found)
+            except ValueError:
+                raise SpecError("metrics", "must be a mapping or its JSON text", found) from None
+        if not isinstance(found, Mapping):
+            raise SpecError("metrics", "must be a mapping metric -> value", found)
+        return dict(found)
+
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from airflow_tfk.serving.base import NotBlessed
         from airflow_tfk.serving.publish import publish
         from airflow_tfk.serving.targets import get_serving_target
 
         spec = self.spec()
         version = self._version()
+        gate, metrics = self.gate(), self._metrics()
         config = backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
         if self.backend == "kubernetes":
             config["identity"] = identity_from_context(context)
         target = get_serving_target(self.backend, spec, **config)
-        result = publish(target, version, self.sample_request, emit=self.log.info)
+        try:
+            result = publish(
+                target, version, self.sample_request, emit=self.log.info, gate=gate, metrics=metrics
+            )
+        except NotBlessed as exc:
+            if exc.on_failure == "skip":
+                raise AirflowSkipException(str(exc)) from exc
+            raise
         return result.to_dict()

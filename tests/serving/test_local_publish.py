@@ -3,6 +3,9 @@ rollback of broken versions, and no process left behind."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import psutil
 import pytest
 
@@ -63,9 +66,12 @@ def test_corrupt_version_is_rolled_back_and_previous_still_answers(serving, stor
     with pytest.raises(ServingError, match="version 3 .*failed to load.*version 2 is still serving"):
         publish(serving, version=3, emit=lines.append, poll=0.2)
     assert any("rolled the version policy" in line for line in lines)
-    status, body = request_json("GET", f"{serving.url}/v1/models/linear/versions/3")
+    # it failed under the candidate name; the model's own name never knew it
+    status, body = request_json("GET", f"{serving.url}/v1/models/linear-tfk-candidate/versions/3")
     entry = body["model_version_status"][0]
     assert entry["state"] == "END" and entry["status"]["error_code"] != "OK"
+    status, body = request_json("GET", f"{serving.url}/v1/models/linear/versions/3")
+    assert status == 404
     cfg = serving.read_config().get("linear")
     assert cfg.versions == (1, 2) and cfg.stable == 2
     assert predict(serving, label="stable") == [[6.0]]
@@ -77,14 +83,46 @@ def test_signature_that_rejects_the_sample_is_rolled_back(serving, store):
         publish(serving, version=4, poll=0.2)
     assert serving.read_config().get("linear").versions == (1, 2)
     assert predict(serving, label="stable") == [[6.0]]
-    # once the server re-reads the policy, version 4 is unloaded again
-    import time
-
+    # once the server re-reads the policy, the candidate version 4 is unloaded again
     deadline = time.monotonic() + 10
-    while serving.version_state(4).state != "END" and time.monotonic() < deadline:
+    candidate = "linear-tfk-candidate"
+    while serving.version_state(4, model=candidate).state != "END" and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert serving.version_state(4).state == "END"
+    assert serving.version_state(4, model=candidate).state == "END"
+    assert serving.version_state(4) is None  # never loaded under the model's own name
     assert predict(serving) == [[6.0]]
+
+
+def test_zero_exposure_clients_never_see_a_candidate_that_is_rolled_back(serving, store):
+    """A client calls the default (unversioned) endpoint in a loop while a corrupt
+    candidate and one whose signature rejects the sample are published and rolled back:
+    every answer comes from the serving version 2, none is an error."""
+    answers: list[object] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                status, body = request_json(
+                    "POST", f"{serving.url}/v1/models/linear:predict", ROWS, timeout=10
+                )
+                answers.append(body["predictions"] if status == 200 else (status, body))
+            except OSError as exc:
+                answers.append(exc)
+
+    thread = threading.Thread(target=client, daemon=True)
+    thread.start()
+    try:
+        for bad in (3, 4):
+            with pytest.raises(ServingError, match=f"version {bad} was not published"):
+                publish(serving, version=bad, poll=0.2)
+        time.sleep(1.5)  # past the server's next config poll: the candidate is unloaded
+    finally:
+        stop.set()
+        thread.join(timeout=20)
+    assert len(answers) > 20
+    others = [a for a in answers if a != [[6.0]]]
+    assert others == [], f"{len(others)} of {len(answers)} answers were not version 2's: {others[:3]}"
 
 
 def test_missing_version_times_out_and_rolls_back(serving, store):
