@@ -167,3 +167,15 @@ def test_operator_publishes_on_the_local_backend(serving, model_store):
     assert (xcom["model_name"], xcom["version"], xcom["previous_version"]) == ("linear", 1, 2)
     assert xcom["endpoint"] == f"{serving.url}/v1/models/linear/labels/stable"
     assert predict(serving, label="stable") == [[3.0]]
+
+
+def test_grpc_smoke_test_and_grpc_predict(serving, model_store):
+    grpc_spec = ServingSpec(model_name="linear", claim="models", name="tfs-linear", smoke_protocol="grpc")
+    over_grpc = LocalServing(grpc_spec, root=serving.root, server="stand-in")
+    lines: list[str] = []
+    result = publish(over_grpc, version=2, emit=lines.append, poll=0.2)
+    assert result.version == 2 and any("smoke grpc predict of version 2 answered" in x for x in lines)
+    answer = over_grpc.predict(ROWS, label="stable", protocol="grpc")
+    assert answer == {"predictions": [[6.0]], "model_version": 2}
+    with pytest.raises(ServingError, match="NOT_FOUND"):
+        over_grpc.predict(ROWS, version=9, protocol="grpc")
