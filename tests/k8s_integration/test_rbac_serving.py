@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from k8s import harness
 from kubernetes import client
 from kubernetes.utils import create_from_dict
 
@@ -26,7 +27,6 @@ from airflow_tfk.serving.kubernetes import KubernetesServing
 from airflow_tfk.serving.model_config import ModelConfig, ModelServerConfig
 from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
 from airflow_tfk.serving.tensorboard import KubernetesTensorBoard
-from k8s import harness
 from k8s_integration import _tfk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "rbac"))
