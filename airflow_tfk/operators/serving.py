@@ -176,3 +176,55 @@ class PublishModelOperator(BaseOperator):
                 raise AirflowSkipException(str(exc)) from exc
             raise
         return result.to_dict()
+
+
+class StopModelServerOperator(BaseOperator):
+    """Stop a model's TF Serving: the local model server process (the local backend), or
+    its Deployment, Service and ConfigMaps (Kubernetes). The model store is left alone.
+    Use it as a teardown of a DAG that published to a server it should not leave running.
+
+    :param model_name: the model whose server to stop. (templated)
+    :param backend: ``kubernetes`` (default) or ``local``.
+    :param backend_config: backend options (a training's ``backend_config`` works). (templated)
+    :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
+    :param serving: the :class:`~airflow_tfk.serving.spec.ServingSpec` fields that name the
+        server: ``name``, ``namespace``. (templated)
+    """
+
+    template_fields: Sequence[str] = ("model_name", "backend_config", "serving")
+    ui_color = "#ffccbc"
+
+    def __init__(
+        self,
+        *,
+        model_name: str,
+        backend: str = "kubernetes",
+        backend_config: dict[str, Any] | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        serving: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("task_id", "stop_model_server")
+        super().__init__(**kwargs)
+        if backend not in ("kubernetes", "local"):
+            raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {backend!r})")
+        self.model_name = model_name
+        self.backend = backend
+        self.backend_config = backend_config
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.serving = serving
+
+    def execute(self, context: Context) -> None:
+        from airflow_tfk.errors import SpecError
+        from airflow_tfk.serving.spec import ServingSpec
+        from airflow_tfk.serving.targets import get_serving_target
+
+        extra = dict(self.serving or {})
+        unknown = sorted(set(extra) - {"name", "namespace"})
+        if unknown:
+            raise SpecError(f"serving.{unknown[0]}", "only name and namespace name the server to stop")
+        # the claim only satisfies the spec's rules: stopping never touches the store
+        spec = ServingSpec(model_name=self.model_name, claim="unused", **extra)
+        config = backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
+        target = get_serving_target(self.backend, spec, **config)
+        target.delete(self.log.info)
