@@ -289,10 +289,16 @@ class LocalServing(ServingTarget):
         # The gRPC protos import TensorFlow, which the provider never does: the runtime's
         # client runs in a child process and takes the input names from the SavedModel.
         record = self._record() or {}
-        saved = os.path.join(self.model_base_path(), str(version if version is not None else ""))
-        if version is None:
-            exported = self.exported_versions()
-            saved = os.path.join(self.model_base_path(), str(exported[-1])) if exported else saved
+        # the input names come from the version that will answer
+        which = version if version is not None else self.label_version(label) if label else None
+        if which is None:
+            try:
+                _, status = request_json("GET", self._model_url(model=model), timeout=5)
+                entries = status.get("model_version_status") or [] if isinstance(status, dict) else []
+                which = max(int(e["version"]) for e in entries if e.get("state") == "AVAILABLE")
+            except (OSError, ValueError, KeyError):
+                raise PredictError(f"no AVAILABLE version of {model or self.spec.model_name}") from None
+        saved = os.path.join(self.model_base_path(), str(which))
         argv = [
             sys.executable,
             "-m",

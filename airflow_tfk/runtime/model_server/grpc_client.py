@@ -32,7 +32,11 @@ def signature_inputs(saved_model_dir: str, signature: str = "serving_default") -
 
     proto = saved_model_pb2.SavedModel()
     with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as fh:
-        proto.ParseFromString(fh.read())
+        data = fh.read()
+    try:
+        proto.ParseFromString(data)
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError
+        raise GrpcPredictError(f"{saved_model_dir}/saved_model.pb is not a SavedModel: {exc}") from None
     for meta in proto.meta_graphs:
         if signature in meta.signature_def:
             inputs = meta.signature_def[signature].inputs
