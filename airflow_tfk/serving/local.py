@@ -299,6 +299,10 @@ class LocalServing(ServingTarget):
             except (OSError, ValueError, KeyError):
                 raise PredictError(f"no AVAILABLE version of {model or self.spec.model_name}") from None
         saved = os.path.join(self.model_base_path(), str(which))
+        if not os.path.isfile(os.path.join(saved, "saved_model.pb")):
+            raise PredictError(
+                f"version {which} of {self.spec.model_name} is not in the model store ({saved})"
+            )
         argv = [
             sys.executable,
             "-m",

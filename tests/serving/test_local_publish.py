@@ -177,5 +177,7 @@ def test_grpc_smoke_test_and_grpc_predict(serving, model_store):
     assert result.version == 2 and any("smoke grpc predict of version 2 answered" in x for x in lines)
     answer = over_grpc.predict(ROWS, label="stable", protocol="grpc")
     assert answer == {"predictions": [[6.0]], "model_version": 2}
-    with pytest.raises(ServingError, match="NOT_FOUND"):
+    with pytest.raises(ServingError, match="version 9 of linear is not in the model store"):
         over_grpc.predict(ROWS, version=9, protocol="grpc")
+    with pytest.raises(ServingError, match="NOT_FOUND: Could not find version 4 of model linear"):
+        over_grpc.predict(ROWS, version=4, protocol="grpc")  # exported, never loaded under linear
