@@ -81,6 +81,9 @@ class Handler(BaseHTTPRequestHandler):
     metrics_path: str = DEFAULT_METRICS_PATH
     max_body_bytes: int = 64 << 20
     timeout = 10.0  # socket timeout of every read (StreamRequestHandler applies it)
+    # Headers and body go out in one write, with Nagle off: a second small write would
+    # wait for the client's delayed ACK (~40 ms per keep-alive request).
+    disable_nagle_algorithm = True
     protocol_version = "HTTP/1.1"
     server_version = "airflow-tfk-model-server"
 
@@ -94,8 +97,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         if self.close_connection:
             self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
+        self._headers_buffer.append(b"\r\n" + data)  # end_headers, with the body
+        self.flush_headers()
 
     def _body(self, method: str) -> bytes:
         if self.headers.get("Transfer-Encoding"):
