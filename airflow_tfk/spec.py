@@ -526,14 +526,7 @@ class TFClusterSpec:
             )
         self._validate_roles()
         _int(self.port, "port", 1, 65535)
-        if self.metrics_port is not None:
-            _int(self.metrics_port, "metrics_port", 1, 65535)
-            if self.metrics_port == self.port:
-                raise SpecError("metrics_port", f"must differ from port ({self.port})", self.metrics_port)
-        if not isinstance(self.metrics_path, str) or not re.match(
-            r"^(/[A-Za-z0-9._~-]+)+$", self.metrics_path
-        ):
-            raise SpecError("metrics_path", "must be an absolute URL path like /metrics", self.metrics_path)
+        self._validate_metrics_port()
         if not isinstance(self.storage, StorageSpec):
             raise SpecError("storage", "must be a storage section", self.storage)
         self.storage.validate("storage")
@@ -576,6 +569,16 @@ class TFClusterSpec:
             raise SpecError("legacy_tf1_flags", "must be true or false", self.legacy_tf1_flags)
         self._validate_generated_names()
 
+    def _validate_metrics_port(self) -> None:
+        if self.metrics_port is not None:
+            _int(self.metrics_port, "metrics_port", 1, 65535)
+            if self.metrics_port == self.port:
+                raise SpecError("metrics_port", f"must differ from port ({self.port})", self.metrics_port)
+        if not isinstance(self.metrics_path, str) or not re.match(
+            r"^(/[A-Za-z0-9._~-]+)+$", self.metrics_path
+        ):
+            raise SpecError("metrics_path", "must be an absolute URL path like /metrics", self.metrics_path)
+
     def _validate_roles(self) -> None:
         for role in ROLES:
             spec = getattr(self, role)
@@ -598,6 +601,19 @@ class TFClusterSpec:
                 )
             if self.ps is None:
                 raise SpecError("ps", "is required when mode is parameter_server")
+            models = self.storage.models
+            # Found on a real node: the chief's checkpoint save runs on the PS (SaveV2 on
+            # /job:ps), so the checkpoint directory ($TFK_MODEL_DIR) must be one volume that
+            # the chief and every PS mount; a per-pod (ReadWriteOnce) claim fails the first save.
+            access = getattr(models, "access_mode", None)
+            access = getattr(access, "value", access)  # the storage section is coerced later
+            if isinstance(models, VolumeSpec) and models.claim is None and access != AccessMode.RWX.value:
+                raise SpecError(
+                    "storage.models.access_mode",
+                    "must be ReadWriteMany when mode is parameter_server: the parameter servers "
+                    "write the chief's checkpoints, so the chief and every PS share the models volume",
+                    access,
+                )
         elif mode is Mode.BETWEEN_GRAPH:
             if self.ps is None:
                 raise SpecError("ps", "is required when mode is between_graph")

@@ -99,7 +99,7 @@ def main() -> int:
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
     from airflow_tfk import _process
-    from airflow_tfk.serving.model_config import ModelConfig, ModelServerConfig
+    from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig
 
     tmp = tempfile.mkdtemp(prefix="bench-serving-")
     path = export(tmp)

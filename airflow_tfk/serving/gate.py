@@ -112,15 +112,16 @@ class QualityGate:
         metrics = dict(metrics or {})
         failures: list[str] = []
         checks: list[str] = []
+        self._thresholds(metrics, failures, checks)
+        if self._tolerances() and baseline:
+            self._regressions(metrics, baseline, baseline_version, failures, checks)
+        elif self._tolerances():
+            checks.append("no recorded metrics of a serving version: nothing to compare against")
+        return GateVerdict(not failures, tuple(failures), tuple(checks), metrics)
 
-        def value(source: Mapping[str, Any], name: str) -> float | None:
-            v = source.get(name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                return None
-            return float(v)
-
+    def _thresholds(self, metrics: Mapping[str, Any], failures: list[str], checks: list[str]) -> None:
         for name, bound in sorted(self.thresholds.items()):
-            got = value(metrics, name)
+            got = _value(metrics, name)
             lower = name in self.lower_is_better
             op = "<=" if lower else ">="
             if got is None:
@@ -134,30 +135,37 @@ class QualityGate:
                 failures.append(f"{name} {got:g} fails the threshold {op} {bound:g} (by {short:.4g})")
             else:
                 checks.append(f"{name} {got:g} {op} {bound:g}")
-        tolerances = self._tolerances()
-        if tolerances and baseline:
-            for name, tol in sorted(tolerances.items()):
-                got, base = value(metrics, name), value(baseline, name)
-                if base is None:
-                    checks.append(f"{name}: no recorded value for version {baseline_version} to compare")
-                    continue
-                if got is None:
-                    if name not in self.thresholds:  # already reported there
-                        failures.append(
-                            f"{name}: missing in the candidate's metrics (version "
-                            f"{baseline_version} recorded {base:g})"
-                        )
-                    continue
+
+    def _regressions(
+        self,
+        metrics: Mapping[str, Any],
+        baseline: Mapping[str, Any],
+        version: int | None,
+        failures: list[str],
+        checks: list[str],
+    ) -> None:
+        for name, tol in sorted(self._tolerances().items()):
+            got, base = _value(metrics, name), _value(baseline, name)
+            if base is None:
+                checks.append(f"{name}: no recorded value for version {version} to compare")
+            elif got is None:
+                if name not in self.thresholds:  # already reported there
+                    failures.append(
+                        f"{name}: missing in the candidate's metrics (version {version} recorded {base:g})"
+                    )
+            else:
                 worse = (got - base) if name in self.lower_is_better else (base - got)
                 if worse > tol:
                     failures.append(
                         f"{name} {got:g} regressed by {worse:.4g} against {base:g} of serving "
-                        f"version {baseline_version} (tolerance {tol:g})"
+                        f"version {version} (tolerance {tol:g})"
                     )
                 else:
-                    checks.append(
-                        f"{name} {got:g} vs {base:g} of version {baseline_version} (tolerance {tol:g})"
-                    )
-        elif tolerances:
-            checks.append("no recorded metrics of a serving version: nothing to compare against")
-        return GateVerdict(not failures, tuple(failures), tuple(checks), metrics)
+                    checks.append(f"{name} {got:g} vs {base:g} of version {version} (tolerance {tol:g})")
+
+
+def _value(source: Mapping[str, Any], name: str) -> float | None:
+    v = source.get(name)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return None
+    return float(v)

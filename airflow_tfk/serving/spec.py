@@ -85,8 +85,20 @@ def _resource_name(value: object, where: str) -> str:
 
 
 def _common(spec: Any, kind: str) -> None:
+    """The rules a TF Serving and a TensorBoard spec share (image, resources, labels, store)."""
     if not isinstance(spec.namespace, str) or not naming.is_dns1123_label(spec.namespace):
         raise SpecError("namespace", "is not a valid namespace name (DNS-1123 label)", spec.namespace)
+    _image(spec)
+    _resources(spec)
+    for attr in ("labels", "node_selector"):
+        object.__setattr__(spec, attr, _label_map(getattr(spec, attr), attr))
+    if kind and spec.claim is None and spec.base_path is None:
+        raise SpecError("claim", f"or 'base_path' is required: where the {kind} are")
+    if spec.claim is not None and spec.base_path is not None:
+        raise SpecError("claim", "and 'base_path' are exclusive: a PVC or a local directory")
+
+
+def _image(spec: Any) -> None:
     if not isinstance(spec.image, str) or not _IMAGE.match(spec.image) or len(spec.image) > 512:
         raise SpecError("image", "must be an image reference without spaces", spec.image)
     if spec.image_pull_policy not in ("Always", "IfNotPresent", "Never"):
@@ -96,6 +108,9 @@ def _common(spec: Any, kind: str) -> None:
         if not isinstance(s, str) or not naming.is_dns1123_subdomain(s):
             raise SpecError(f"image_pull_secrets[{i}]", "is not a valid Secret name", s)
     object.__setattr__(spec, "image_pull_secrets", secrets)
+
+
+def _resources(spec: Any) -> None:
     res = spec.resources
     if res is None:
         res = Resources()
@@ -105,22 +120,20 @@ def _common(spec: Any, kind: str) -> None:
         raise SpecError("resources", "must be a mapping", res)
     res.validate("resources")
     object.__setattr__(spec, "resources", res)
-    for attr in ("labels", "node_selector"):
-        value = getattr(spec, attr) or {}
-        if not isinstance(value, Mapping):
-            raise SpecError(attr, "must be a mapping", value)
-        for k, v in value.items():
-            if not isinstance(k, str) or not naming.is_label_key(k):
-                raise SpecError(f"{attr}.{k}", "is not a valid label key")
-            if attr == "labels" and (k.startswith(naming.LABEL_PREFIX) or k.startswith("app.kubernetes.io/")):
-                raise SpecError(f"{attr}.{k}", "uses a prefix the platform sets itself")
-            if not isinstance(v, str) or not naming.is_label_value(v):
-                raise SpecError(f"{attr}.{k}", "is not a valid label value", v)
-        object.__setattr__(spec, attr, dict(value))
-    if kind and spec.claim is None and spec.base_path is None:
-        raise SpecError("claim", f"or 'base_path' is required: where the {kind} are")
-    if spec.claim is not None and spec.base_path is not None:
-        raise SpecError("claim", "and 'base_path' are exclusive: a PVC or a local directory")
+
+
+def _label_map(value: Any, attr: str) -> dict[str, str]:
+    value = value or {}
+    if not isinstance(value, Mapping):
+        raise SpecError(attr, "must be a mapping", value)
+    for k, v in value.items():
+        if not isinstance(k, str) or not naming.is_label_key(k):
+            raise SpecError(f"{attr}.{k}", "is not a valid label key")
+        if attr == "labels" and (k.startswith(naming.LABEL_PREFIX) or k.startswith("app.kubernetes.io/")):
+            raise SpecError(f"{attr}.{k}", "uses a prefix the platform sets itself")
+        if not isinstance(v, str) or not naming.is_label_value(v):
+            raise SpecError(f"{attr}.{k}", "is not a valid label value", v)
+    return dict(value)
 
 
 _METRICS_PATH = re.compile(r"^(/[A-Za-z0-9._~-]+)+$")

@@ -22,11 +22,11 @@ from k8s import harness
 from kubernetes import client
 from kubernetes.utils import create_from_dict
 
-from airflow_tfk.backends._k8s_retry import api_status
+from airflow_tfk.kube.retry import api_status
+from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig
 from airflow_tfk.serving.kubernetes import KubernetesServing
-from airflow_tfk.serving.model_config import ModelConfig, ModelServerConfig
 from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
-from airflow_tfk.serving.tensorboard import KubernetesTensorBoard
+from airflow_tfk.tensorboard.kubernetes import KubernetesTensorBoard
 from k8s_integration import _tfk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "rbac"))

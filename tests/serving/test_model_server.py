@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from airflow_tfk import _process
+from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig
 from airflow_tfk.runtime.model_server.manager import ModelManager, poll, version_dirs
 from airflow_tfk.runtime.model_server.metrics import Metrics
 from airflow_tfk.serving._http import request_json
-from airflow_tfk.serving.model_config import ModelConfig, ModelServerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = {"instances": [[1.0, 2.0]]}

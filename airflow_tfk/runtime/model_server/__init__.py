@@ -118,7 +118,12 @@ def serve(
     poller.start()
     # TensorFlow takes seconds to import: start now, so the first load does not wait as long.
     threading.Thread(target=_warm_up, daemon=True, name="import-tensorflow").start()
-    threading.Thread(target=lambda: (stop.wait(), server.shutdown()), daemon=True).start()
+
+    def shutdown_on_stop() -> None:
+        stop.wait()
+        server.shutdown()
+
+    threading.Thread(target=shutdown_on_stop, daemon=True, name="shutdown").start()
     if ready is not None:
         ready.set()
     try:

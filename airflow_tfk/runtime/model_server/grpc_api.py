@@ -111,11 +111,11 @@ def start_grpc(
 
     servicers = _Servicers(manager, metrics)
 
-    class Prediction(prediction_service_pb2_grpc.PredictionServiceServicer):  # type: ignore[misc]
+    class Prediction(prediction_service_pb2_grpc.PredictionServiceServicer):
         def Predict(self, request: Any, context: Any) -> Any:  # noqa: N802 - the proto's name
             return servicers.predict(request, context)
 
-    class Models(model_service_pb2_grpc.ModelServiceServicer):  # type: ignore[misc]
+    class Models(model_service_pb2_grpc.ModelServiceServicer):
         def GetModelStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
             return servicers.get_model_status(request, context)
 

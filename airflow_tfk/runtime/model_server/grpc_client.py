@@ -51,6 +51,7 @@ def _feeds(body: dict[str, Any], inputs: dict[str, Any]) -> tuple[dict[str, Any]
     row = "instances" in body
     data = body["instances" if row else "inputs"]
     names = sorted(inputs)
+    feeds: dict[str, Any]
     if row and isinstance(data, list) and data and isinstance(data[0], dict):
         feeds = {n: [r.get(n) for r in data] for n in names}
     elif not row and isinstance(data, dict):

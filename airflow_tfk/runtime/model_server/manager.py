@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tfk.serving.model_config import ConfigSyntaxError, ModelConfig, parse
+from airflow_tfk.protocol.model_config import ConfigSyntaxError, ModelConfig, parse
 
 # TF Serving parses a version directory's name as a base-10 int64 and skips every other
 # entry. ``str.isdigit()`` is not that test: it accepts '²' or '٣', which int() then
@@ -110,11 +110,11 @@ class ModelManager:
                     if v not in aspired and ver.state != "END":
                         self._unload(name, ver)
                 for v in aspired:
-                    ver = known.get(v)
-                    if ver is None or (ver.state == "END" and ver.error_code == "OK"):
+                    old = known.get(v)
+                    if old is None or (old.state == "END" and old.error_code == "OK"):
                         # a new version, or one unloaded earlier and aspired again
-                        ver = known[v] = Version(v, os.path.join(cfg.base_path, str(v)), state="LOADING")
-                        starts.append((name, ver))
+                        new = known[v] = Version(v, os.path.join(cfg.base_path, str(v)), state="LOADING")
+                        starts.append((name, new))
         for name, ver in starts:
             threading.Thread(
                 target=self._load, args=(name, ver), daemon=True, name=f"load-{name}-{ver.version}"

@@ -78,6 +78,7 @@ class Handler(BaseHTTPRequestHandler):
 
     manager: ModelManager
     metrics: Metrics
+    _headers_buffer: list[bytes]  # BaseHTTPRequestHandler's, untyped in typeshed
     metrics_path: str = DEFAULT_METRICS_PATH
     max_body_bytes: int = 64 << 20
     timeout = 10.0  # socket timeout of every read (StreamRequestHandler applies it)
