@@ -238,6 +238,8 @@ def test_trigger_form_refuses_bad_values_then_runs_training_with_tensorboard(ser
 
     # The train task's TensorBoard button leads to a TensorBoard that answers.
     driver.get(f"{services.url}/dags/{DAG_ID}/runs/{quoted}/tasks/train")
+    # Airflow's UI lists a task's extra links on its Details tab.
+    driver.find_element(By.XPATH, "//*[(self::a or self::button) and normalize-space()='Details']").click()
     link = driver.find_element(By.XPATH, "//a[normalize-space()='TensorBoard']")
     href = link.get_attribute("href")
     shot(driver, "05-train-task-tensorboard-link")
