@@ -52,8 +52,26 @@ def _parser() -> argparse.ArgumentParser:
         metavar="X.Y",
         help="the Kubernetes version --validate checks against (default: the oldest supported)",
     )
+    _add_validate(sub)
     _add_airflow_commands(sub)
     return parser
+
+
+def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    validate = sub.add_parser(
+        "validate",
+        help="check training files (DAG-as-code) offline, with the errors Airflow would show",
+        description="Check every training file (*.yaml, *.yml) under each PATH, offline. "
+        "Exit status: 0 all valid, 1 some invalid, 2 no such path or no training file.",
+    )
+    validate.add_argument("paths", metavar="PATH", nargs="+", help="a folder of training files, or a file")
+    validate.add_argument("-q", "--quiet", action="store_true", help="print only the errors")
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from airflow_tfk.dagfactory.validate import run
+
+    return run(args.paths, sys.stdout, sys.stderr, quiet=args.quiet)
 
 
 def _read(path: str) -> str:
@@ -78,49 +96,55 @@ def _render(args: argparse.Namespace) -> list[dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    commands = {
+        "validate": _validate,
+        "airflow": _run_airflow,
+        "env": _print_env,
+        "render": lambda a: _render_command(parser, a),
+    }
+    command = commands.get(args.command)
+    return command(args) if command is not None else 0
+
+
+def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from airflow_tfk.errors import SpecError
     from airflow_tfk.render import RenderError
 
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command == "airflow":
-        return _run_airflow(args)
-    if args.command == "env":
-        return _print_env(args)
-    if args.command == "render":
-        given = [args.dag_id, args.task_id, args.run_id]
-        if any(given) and not all(given):
-            parser.error("--dag-id, --task-id and --run-id go together")
-        if args.kubernetes_version is not None and not args.validate:
-            parser.error("--kubernetes-version goes with --validate")
-        version = None
-        if args.validate:
-            from airflow_tfk.schema_check import SchemaCheckUnavailable, check_version
+    given = [args.dag_id, args.task_id, args.run_id]
+    if any(given) and not all(given):
+        parser.error("--dag-id, --task-id and --run-id go together")
+    if args.kubernetes_version is not None and not args.validate:
+        parser.error("--kubernetes-version goes with --validate")
+    version = None
+    if args.validate:
+        from airflow_tfk.schema_check import SchemaCheckUnavailable, check_version
 
-            try:
-                version = check_version(args.kubernetes_version)
-            except SchemaCheckUnavailable as exc:
-                print(f"error: --validate: {exc}", file=sys.stderr)
-                return EXIT_USAGE
-            except ValueError as exc:
-                print(f"error: --kubernetes-version: {exc}", file=sys.stderr)
-                return EXIT_USAGE
         try:
-            manifests = _render(args)
-        except SpecError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_SPEC_ERROR
-        except (OSError, UnicodeDecodeError) as exc:
-            print(f"error: {args.spec}: cannot read the spec: {exc}", file=sys.stderr)
+            version = check_version(args.kubernetes_version)
+        except SchemaCheckUnavailable as exc:
+            print(f"error: --validate: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        except RenderError as exc:
-            print(f"error: template: {exc}", file=sys.stderr)
-            return EXIT_SPEC_ERROR
-        if version is not None and not _report_validation(manifests, version):
-            return EXIT_INVALID_MANIFEST
-        from airflow_tfk.render import to_yaml_stream
+        except ValueError as exc:
+            print(f"error: --kubernetes-version: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    try:
+        manifests = _render(args)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: {args.spec}: cannot read the spec: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RenderError as exc:
+        print(f"error: template: {exc}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    if version is not None and not _report_validation(manifests, version):
+        return EXIT_INVALID_MANIFEST
+    from airflow_tfk.render import to_yaml_stream
 
-        sys.stdout.write(to_yaml_stream(manifests))
+    sys.stdout.write(to_yaml_stream(manifests))
     return 0
 
 
@@ -150,7 +174,7 @@ def _report_validation(manifests: list[dict], version: str) -> bool:
 MIGRATED_MARKER = ".airflow-tfk-migrated"
 
 
-def _add_airflow_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_airflow_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser(
         "airflow",
         help="run Airflow's CLI with the project's local Airflow home and local backend",

@@ -95,7 +95,7 @@ def _stop_what_the_run_left(svc: AirflowServices) -> None:
     from airflow_tfk.backends.base import ClusterRef
     from airflow_tfk.backends.local import LocalBackend
     from airflow_tfk.serving.spec import TensorBoardSpec, default_name
-    from airflow_tfk.serving.tensorboard import LocalTensorBoard
+    from airflow_tfk.tensorboard.local import LocalTensorBoard
 
     root = str(svc.local_root)
     LocalTensorBoard(TensorBoardSpec(name=default_name("tb", DAG_ID), claim="tfk-logs"), root).stop(print)
