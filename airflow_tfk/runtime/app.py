@@ -316,11 +316,6 @@ class TrainingApp:
             )
         if self.flags.sync is False and self.mode == ALL_REDUCE:
             raise UsageError("--tfk_async: all_reduce mode is synchronous only")
-        if self.flags.sync is True and self.mode == BETWEEN_GRAPH:
-            raise UsageError(
-                "--tfk_sync: between_graph mode is asynchronous in this runtime; "
-                "use all_reduce for synchronous training"
-            )
 
     def _dispatch(self) -> int:
         role = self.task.role if self.task else None
