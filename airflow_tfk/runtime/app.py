@@ -205,9 +205,32 @@ class TrainingApp:
         """Evaluate; return metrics (JSON-serialisable) or None.
 
         Runs on the exporting task only (the chief, or worker 0), with a plain local
-        Keras model holding the trained weights (the one that is exported).
+        Keras model holding the trained weights (the one that is exported). The metrics
+        are printed as a ``metrics`` line (the provider puts them in XCom) and saved
+        with the export. The default returns :meth:`evaluate`'s metrics.
         """
+        return self.evaluate(model)
+
+    def eval_dataset(self):
+        """Held-out data for the default :meth:`evaluate`: a finite ``tf.data.Dataset`` of
+        ``(features, labels)`` batches, or None (the default)."""
         return None
+
+    def evaluate(self, model) -> dict | None:
+        """Metrics of ``model`` (a plain local Keras model) on held-out data, or None.
+
+        The evaluator role calls it for every new checkpoint. The default computes the
+        mean :meth:`loss` over :meth:`eval_dataset` (``{"loss": ..., "rows": ...}``).
+        """
+        dataset = self.eval_dataset()
+        if dataset is None:
+            return None
+        total, rows = 0.0, 0
+        for features, labels in dataset:
+            n = int(labels.shape[0])
+            total += float(self.loss(labels, model(features, training=False))) * n
+            rows += n
+        return {"loss": total / rows if rows else float("nan"), "rows": rows}
 
     def sample_input(self):
         """A few input rows (numpy array) for the serving smoke test, or None."""
@@ -320,7 +343,9 @@ class TrainingApp:
     def _dispatch(self) -> int:
         role = self.task.role if self.task else None
         if role == "evaluator":
-            log("the evaluator role has nothing to do in this runtime yet; exiting")
+            from airflow_tfk.runtime.evaluator import run_evaluator
+
+            run_evaluator(self)
             return EXIT_OK
         if self.mode in (PARAMETER_SERVER, BETWEEN_GRAPH) and (
             role == "ps" or (self.mode == PARAMETER_SERVER and role == "worker")
@@ -336,11 +361,17 @@ class TrainingApp:
         return EXIT_OK
 
     def _summary_dir(self) -> str | None:
-        if not self.flags.log_dir:
+        if not self.flags.log_dir or not self.is_chief:
             return None
+        return self.summary_dir_for("local" if self.task is None else self.task.role)
+
+    def summary_dir_for(self, role: str) -> str:
+        """``<log dir>/<cluster or model name>/<role>-<index>``: TensorBoard shows each
+        task of a training as its own run."""
+        assert self.flags.log_dir
         name = os.environ.get("TFK_CLUSTER_NAME") or self.flags.model_name or "train"
-        task = "local" if self.task is None else f"{self.task.role}-{self.task.index}"
-        return os.path.join(self.flags.log_dir, name, task) if self.is_chief else None
+        task = role if self.task is None else f"{role}-{self.task.index}"
+        return os.path.join(self.flags.log_dir, name, task)
 
     def server(self) -> Any:
         """This task's ``tf.distribute.Server`` (started)."""
@@ -383,12 +414,17 @@ class TrainingApp:
 
     def local_copy(self, model: Any) -> Any:
         """A fresh, undistributed model with ``model``'s weights: what is exported."""
+        fresh = self.local_copy_for_eval()
+        fresh.set_weights(model.get_weights())
+        return fresh
+
+    def local_copy_for_eval(self) -> Any:
+        """A fresh, built, undistributed model (weights to be restored or set)."""
         fresh = self.build_model()
         if not fresh.built:
             sample = self.sample_input()
             if sample is not None:
                 fresh(sample)
-        fresh.set_weights(model.get_weights())
         return fresh
 
     def serving_input_signature(self, model: Any) -> list[Any]:
