@@ -33,15 +33,19 @@ Modes (``TFK_MODE``; inferred from the cluster when unset):
   synchronous.
 - ``between_graph``: TF1-style replication through ``tf.compat.v1``
   (``replica_device_setter``, ``MonitoredTrainingSession``); every worker trains and exits,
-  ps serve forever; asynchronous (``SyncReplicasOptimizer`` deadlocks when workers
-  finish at different times, so ``--tfk_sync`` is refused: use ``all_reduce``). A chief
-  task, if the cluster has one, trains as the chief replica.
+  ps serve forever; asynchronous, or synchronous with ``--tfk_sync``
+  (``SyncReplicasOptimizer``, its end-of-training deadlock designed out: see
+  :mod:`.between_graph`). A chief task, if the cluster has one, trains as the chief replica.
 - no cluster at all: a single local process (for developing an app).
 
+An ``evaluator`` task evaluates each new checkpoint (:mod:`.evaluator`).
+
 Hooks to override: :meth:`build_model`, :meth:`dataset`, :meth:`loss` (or
-:meth:`train_step` for a custom step), :meth:`build_optimizer`, :meth:`after_train`,
-:meth:`sample_input`, :meth:`serve`, :meth:`add_arguments`; :meth:`train` replaces the
-whole loop (then call :meth:`report` for progress).
+:meth:`train_step` for a custom step), :meth:`build_optimizer`, :meth:`evaluate` (or
+:meth:`eval_dataset`), :meth:`after_train`, :meth:`sample_input`, :meth:`serve`,
+:meth:`add_arguments`; :meth:`train` replaces the whole loop (then call :meth:`report`
+for progress). The loops live in :mod:`.loops` and :mod:`.between_graph`, the export in
+:mod:`.export`; the full reference is ``docs/training-app.md``.
 
 Exit codes: 0 done; 1 error in the app (permanent); 2 bad flags or cluster environment
 (permanent); 75 transient cluster failure (unreachable task, aborted session: retry).
