@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk.backends.base import Backend, ClusterRef
-from airflow_tfk.runtime.progress import last_event
+from airflow_tfk.protocol.progress import last_event
 from airflow_tfk.status import Phase
 
 log = logging.getLogger(__name__)

@@ -41,7 +41,8 @@ def build_command(
 ) -> tuple[list[str], argparse.Namespace]:
     """The command to exec and the parsed launcher options; sets TF_CONFIG (and, for
     between-graph tasks, PYTHONPATH) in ``env``."""
-    env = os.environ if env is None else env
+    if env is None:
+        env = os.environ
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
         cut = argv.index("--")
@@ -74,7 +75,7 @@ def build_command(
     opts = parser.parse_args(own)
     if not cmd:
         parser.error("no command given: python -m airflow_tfk.runtime.launch [options] -- CMD ...")
-    opts.info = ensure_tf_config(env)  # type: ignore[arg-type]
+    opts.info = ensure_tf_config(env)
     if opts.tf1_flags:
         cmd = cmd + opts.info.tf1_flags()
     if not opts.no_device_filters and (opts.tf1_flags or opts.info.mode == "between_graph"):

@@ -14,12 +14,14 @@ import json
 import logging
 import secrets
 import time
-from functools import cached_property
 from typing import Any
 
-from airflow_tfk.backends._k8s_api import BY_KIND, SyncApi, error_message, is_not_found, kind_of
-from airflow_tfk.backends._k8s_retry import api_status
+from airflow_tfk.constants import FIELD_MANAGER, KUBERNETES_CONN_ID
+from airflow_tfk.kube.api import BY_KIND, SyncApi, error_message, is_not_found, kind_of
+from airflow_tfk.kube.connection import KubeConnection
+from airflow_tfk.kube.retry import api_status
 from airflow_tfk.naming import RunIdentity
+from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving.base import (
     Emit,
     PredictError,
@@ -28,7 +30,6 @@ from airflow_tfk.serving.base import (
     VersionState,
     parse_status,
 )
-from airflow_tfk.serving.model_config import ModelServerConfig, parse
 from airflow_tfk.serving.spec import CONFIG_FILE, ServingSpec
 
 BACKGROUND = {"propagationPolicy": "Background"}
@@ -74,40 +75,26 @@ class KubernetesServing(ServingTarget):
     def __init__(
         self,
         spec: ServingSpec,
-        conn_id: str = "kubernetes_default",
+        conn_id: str = KUBERNETES_CONN_ID,
         cluster_context: str | None = None,
         config_file: str | None = None,
         in_cluster: bool | None = None,
         identity: RunIdentity | None = None,
         reader_timeout_seconds: float = 300.0,
-        field_manager: str = "airflow-tfk",
+        field_manager: str = FIELD_MANAGER,
         **_ignored: Any,
     ) -> None:
         spec.require_claim()
         self.spec = spec
-        self.conn_id = conn_id
-        self.cluster_context = cluster_context
-        self.config_file = config_file
-        self.in_cluster = in_cluster
+        self.connection = KubeConnection(conn_id, cluster_context, config_file, in_cluster)
         self.identity = identity
         self.reader_timeout_seconds = float(reader_timeout_seconds)
         self.field_manager = field_manager
         self._store: dict[int | None, tuple[list[int], int | None, dict[str, Any] | None]] = {}
 
-    @cached_property
-    def hook(self) -> Any:
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-        return KubernetesHook(
-            conn_id=self.conn_id,
-            cluster_context=self.cluster_context,
-            config_file=self.config_file,
-            in_cluster=self.in_cluster,
-        )
-
-    @cached_property
+    @property
     def api(self) -> SyncApi:
-        return SyncApi(self.hook.api_client)
+        return self.connection.api
 
     # -- objects --------------------------------------------------------------------------
     def _apply(self, manifest: dict[str, Any]) -> int:
@@ -180,14 +167,14 @@ class KubernetesServing(ServingTarget):
             render_sample_reader(self.spec, job, version, self.identity, int(self.reader_timeout_seconds))
         )
         try:
-            log = self._job_log(job)
+            text = self._job_log(job)
         finally:
             try:
                 self.api.request("DELETE", BY_KIND["Job"].item(self.spec.namespace, job), BACKGROUND)
             except Exception as exc:  # ttlSecondsAfterFinished removes it anyway
                 if not is_not_found(exc):
                     log.warning("could not delete the store reader Job %s: %s", job, error_message(exc))
-        result = parse_reader_log(log)
+        result = parse_reader_log(text)
         self._store[version] = result
         if version is None and result[1] is not None:
             self._store[result[1]] = result

@@ -23,6 +23,7 @@ def test_numeric_keeps_finite_numbers_only():
 
 
 def test_between_graph_evaluator_is_a_usage_error(monkeypatch, capsys):
+    monkeypatch.setenv("TF_CONFIG", "")  # an in-process run of another test may have set it
     monkeypatch.setenv("TFK_CLUSTER", json.dumps({"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}))
     monkeypatch.setenv("TFK_ROLE", "evaluator")
     monkeypatch.setenv("TFK_INDEX", "0")
