@@ -30,6 +30,8 @@ from airflow_tfk.operators.training import TFTrainingOperator
 
 MODEL = "diabetes"
 APP = ["python", "-m", "airflow_tfk.runtime.examples.diabetes_app"]
+# one task of each role; the evaluator scores every checkpoint beside the training
+ROLES = {role: {"replicas": 1} for role in ("chief", "ps", "worker", "evaluator")}
 
 with DAG(
     dag_id="tfk_regression",
@@ -63,21 +65,19 @@ with DAG(
                 "--tfk_model_version",
                 "{{ params.model_version | string }}",
             ],
-            "chief": {"replicas": 1},
-            "ps": {"replicas": 1},
-            "worker": {"replicas": 1},
-            "evaluator": {"replicas": 1},
+            **ROLES,
             "storage": STORAGE,
             "ps_grace_seconds": 5,
         },
         progress_interval=10,
         **common,
     )
-    publish = PublishModelOperator(
+    # no version: the one `train` exported in this run (its XCom), never a newer one
+    # of another run
+    train >> PublishModelOperator(
         task_id="publish",
         model_name=MODEL,
         claim=STORAGE["models"]["claim"],
         serving={"namespace": NAMESPACE},
         **common,
     )
-    train >> publish

@@ -33,27 +33,21 @@ class RunResult:
     accuracies: list[float] = field(default_factory=list)
 
 
+def tf1_command(steps: int, *extra: str) -> list[str]:
+    """The unmodified TF1 example run through the launcher, which appends
+    ``--ps_hosts --worker_hosts --job_name --task_index`` and gives its sessions their
+    device filters."""
+    launch = [sys.executable, "-m", "airflow_tfk.runtime.launch", "--tf1-flags", "--"]
+    return [*launch, sys.executable, SCRIPT, "--train_steps", str(steps), *extra]
+
+
 def spec_for(name: str, steps: int, timeout: float) -> TFClusterSpec:
     return TFClusterSpec.from_dict(
         {
             "name": name,
             "image": "local",
             "mode": "between_graph",
-            # the script reads only --ps_hosts --worker_hosts --job_name --task_index;
-            # the launcher appends them and gives its sessions their device filters
-            "command": [
-                sys.executable,
-                "-m",
-                "airflow_tfk.runtime.launch",
-                "--tf1-flags",
-                "--",
-                sys.executable,
-                SCRIPT,
-                "--train_steps",
-                str(steps),
-                "--progress_every",
-                "100",
-            ],
+            "command": tf1_command(steps, "--progress_every", "100"),
             "ps": {"replicas": PS},
             "worker": {"replicas": WORKERS},
             "max_duration_seconds": int(timeout) + 60,

@@ -1,16 +1,12 @@
 """The plain TF1 between-graph script, run unmodified through the launcher."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from airflow_tfk.runtime.examples import tf1_between_graph
 from airflow_tfk.runtime.progress import last_event, last_progress
+from tests.runtime.tf1_reliability import tf1_command
 
 pytestmark = pytest.mark.e2e
-
-SCRIPT = str(Path(tf1_between_graph.__file__))
 
 
 def test_tf1_script_through_launch(local_cluster, tmp_path):
@@ -18,19 +14,7 @@ def test_tf1_script_through_launch(local_cluster, tmp_path):
     ckpt = tmp_path / "ckpt"
     c = local_cluster(
         {"ps": 1, "worker": 2},
-        lambda role, i: [
-            sys.executable,
-            "-m",
-            "airflow_tfk.runtime.launch",
-            "--tf1-flags",
-            "--",
-            sys.executable,
-            SCRIPT,
-            "--train_steps",
-            str(steps),
-            "--checkpoint_dir",
-            str(ckpt),
-        ],
+        lambda role, i: tf1_command(steps, "--checkpoint_dir", str(ckpt)),
         mode="between_graph",
     )
     c.start_all()
@@ -54,17 +38,7 @@ def test_a_worker_that_starts_after_its_peers_exited_completes(local_cluster):
     already at the end)."""
     c = local_cluster(
         {"ps": 2, "worker": 3},
-        lambda role, i: [
-            sys.executable,
-            "-m",
-            "airflow_tfk.runtime.launch",
-            "--tf1-flags",
-            "--",
-            sys.executable,
-            SCRIPT,
-            "--train_steps",
-            "200",
-        ],
+        lambda role, i: tf1_command(200),
         mode="between_graph",
     )
     c.start_all(["ps"])
