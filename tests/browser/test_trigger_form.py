@@ -247,6 +247,13 @@ def test_trigger_form_refuses_bad_values_then_runs_training_with_tensorboard(ser
     with urllib.request.urlopen(href, timeout=60) as resp:
         assert resp.status == 200 and b"TensorBoard" in resp.read()
     driver.get(href)
+    # TensorBoard draws its dashboards after the page loads; wait for its tab bar or its
+    # "no data" notice so the screenshot shows the board, not a blank frame.
+    driver.find_element(
+        By.XPATH,
+        "//*[contains(text(), 'Time Series') or contains(text(), 'Scalars')"
+        " or contains(text(), 'No dashboards')]",
+    )
     shot(driver, "06-tensorboard")
     # The training's own log says what the local backend did with the image.
     log = "\n".join(
