@@ -38,10 +38,11 @@ through). Nothing is built here; Airflow-side checks (Params, the schedule) happ
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from airflow_tfk import defaults
 from airflow_tfk.constants import CLEANUP, KUBERNETES_CONN_ID, PROGRESS_INTERVAL_SECONDS, Cleanup
@@ -286,9 +287,23 @@ def with_param_defaults(value: Any, params: Mapping[str, Mapping[str, Any]]) -> 
     return value
 
 
+@functools.cache
+def _keywords(operator: type) -> frozenset[str]:
+    """The keyword-only parameters of an operator's ``__init__`` the file may set."""
+    import inspect
+
+    return (
+        frozenset(
+            name
+            for name, p in inspect.signature(operator).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY
+        )
+        - _MANAGED
+    )
+
+
 def _operator_options(value: object, key: str, operator: type, *, true_means: dict[str, Any]) -> dict | None:
     """The keyword arguments of one operator block; unknown keys are errors."""
-    import inspect
 
     if value is None or value is False:
         return None
@@ -296,11 +311,7 @@ def _operator_options(value: object, key: str, operator: type, *, true_means: di
         return dict(true_means)
     if not isinstance(value, Mapping):
         raise SpecError(key, "must be true, false or a mapping of the operator's options", value)
-    accepted = {
-        name
-        for name, p in inspect.signature(cast(Any, operator).__init__).parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    } - _MANAGED
+    accepted = _keywords(operator)
     unknown = sorted(set(value) - accepted)
     if unknown:
         raise SpecError(f"{key}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(accepted))})")
