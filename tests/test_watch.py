@@ -35,6 +35,56 @@ def test_eta_unknown_before_first_step() -> None:
     assert format_duration(3725) == "1:02:05"
 
 
+# -- the one translation of a wait's end ----------------------------------------------------
+def test_wait_result_and_failure_of() -> None:
+    import pytest
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+
+    from airflow_tfk.errors import TrainingFailed
+    from airflow_tfk.policies import Outcome, Verdict
+    from airflow_tfk.status import Phase, TaskStatus
+    from airflow_tfk.watch import failure_of, wait_result
+
+    oom = TaskStatus("worker", 1, Phase.FAILED, "OOMKilled", "", 137)
+    assert failure_of(wait_result(Verdict(Outcome.SUCCEEDED, "ok")), "c") is None
+    failed = failure_of(wait_result(Verdict(Outcome.FAILED, "task worker-1 failed", oom)), "c")
+    assert isinstance(failed, TrainingFailed) and (failed.task, failed.reason) == ("worker-1", "OOMKilled")
+    gone = failure_of(wait_result(Verdict(Outcome.FAILED, "the cluster no longer exists")), "c")
+    assert isinstance(gone, TrainingFailed) and (gone.task, gone.reason) == ("c", "Deleted")
+    late = failure_of(wait_result(Verdict(Outcome.RUNNING, "exceeded")), "c")
+    assert isinstance(late, AirflowTaskTimeout) and "cluster c: exceeded" in str(late)
+    error = failure_of({"status": "error", "message": "boom", "cluster": {"name": "c"}}, "c")
+    assert isinstance(error, TrainingFailed) and error.reason == "error"
+    with pytest.raises(TrainingFailed, match="worker-1 failed .*OOMKilled"):
+        raise failed
+
+
+def test_wait_for_cluster_gives_up_at_its_timeout(local_root) -> None:
+    import time
+
+    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.policies import Outcome
+    from airflow_tfk.spec import Mode, TFClusterSpec
+    from airflow_tfk.watch import wait_for_cluster
+    from tests.helpers import assert_no_processes, spec_dict
+
+    backend = LocalBackend(str(local_root))
+    spec = TFClusterSpec.from_dict(
+        {**spec_dict("all_reduce", workers=1, STEPS="1000", STEP_SECONDS="1"), "name": "w"}
+    )
+    ref = backend.create(spec)
+    lines: list[str] = []
+    started = time.monotonic()
+    verdict = wait_for_cluster(
+        backend, ref, Mode.ALL_REDUCE, {"worker": 1}, timeout=2, progress_interval=0.5, emit=lines.append
+    )
+    assert verdict.outcome is Outcome.RUNNING and verdict.message == "still running after 2 s"
+    assert 2 <= time.monotonic() - started < 30
+    assert any(line.startswith("cluster: worker") for line in lines)
+    backend.delete(ref)
+    assert_no_processes(local_root)
+
+
 def test_the_first_progress_line_shows_within_the_first_interval(tmp_path) -> None:
     """A real local cluster whose chief prints its first progress line ~1 s after start
     and trains for ~8 s: with a 30 s progress interval the line must still reach the log
