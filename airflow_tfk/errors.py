@@ -19,6 +19,15 @@ class SpecError(ValueError):
         super().__init__(f"{field}: {rule}{shown}")
 
 
+class ClusterOwnershipError(SpecError):
+    """A cluster of this name exists and belongs to another task instance (or to no
+    Airflow task at all). Raised before anything is created or deleted; the field is
+    ``name``, and the message names the owner."""
+
+    def __init__(self, name: str, rule: str) -> None:
+        super().__init__("name", rule, name)
+
+
 class TrainingFailed(RuntimeError):
     """A task of the TensorFlow cluster failed permanently.
 

@@ -241,7 +241,10 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "retries_per_index": spec.retries_per_index,
         "permanent_exit_codes": list(spec.permanent_exit_codes),
         "cluster_json": json.dumps(addresses, separators=(",", ":")),
-        "annotations": identity.annotations() if identity is not None else {},
+        "annotations": {
+            **(identity.annotations() if identity is not None else {}),
+            naming.ANNOTATION_SPEC_HASH: spec.fingerprint(),
+        },
         "namespace_labels": _labels(spec, "namespace", None, identity),
         "storage_labels": _labels(spec, "storage", None, identity),
         "volumes": volumes,

@@ -630,6 +630,19 @@ class TFClusterSpec:
     def with_name(self, name: str) -> TFClusterSpec:
         return dataclasses.replace(self, name=name)
 
+    def fingerprint(self) -> str:
+        """A short hash of everything the spec says: equal specs, equal fingerprints.
+
+        Carried by the cluster (``spec-hash`` annotation, local state), so a re-run of the
+        same task instance with other parameters replaces the cluster instead of
+        reattaching to one made from another spec.
+        """
+        import hashlib
+        import json
+
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     # -- construction from plain data -------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TFClusterSpec:

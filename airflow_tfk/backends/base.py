@@ -38,6 +38,26 @@ class ClusterRef:
         return cls(name=data["name"], namespace=data["namespace"])
 
 
+@dataclass(frozen=True)
+class ClusterOwner:
+    """Who a live cluster belongs to, as the cluster itself records it.
+
+    ``identity`` is the exact (dag, task, run, map index) of the creating task instance, or
+    None for a cluster created outside Airflow; ``spec_hash`` is the
+    :meth:`TFClusterSpec.fingerprint` it was created from (None when it carries none).
+    """
+
+    identity: RunIdentity | None
+    spec_hash: str | None
+
+    def describe(self) -> str:
+        if self.identity is None:
+            return "no Airflow task instance (created outside Airflow)"
+        i = self.identity
+        mapped = f", map index {i.map_index}" if i.map_index >= 0 else ""
+        return f"dag {i.dag_id!r}, task {i.task_id!r}, run {i.run_id!r}{mapped}"
+
+
 class Backend(abc.ABC):
     """Runs clusters. Every method is idempotent: calling it twice is harmless.
 
@@ -53,6 +73,15 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def create(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> ClusterRef:
         """Create every object of the cluster; re-creating an existing cluster changes nothing."""
+
+    @abc.abstractmethod
+    def owner(self, ref: ClusterRef) -> ClusterOwner | None:
+        """Who the live cluster ``ref`` belongs to (None: no such cluster).
+
+        Read from what the cluster carries (annotations on Kubernetes, the state record
+        locally), so the lifecycle can refuse to reattach to, or delete, a cluster of
+        another task instance.
+        """
 
     @abc.abstractmethod
     def exists(self, ref: ClusterRef) -> bool:

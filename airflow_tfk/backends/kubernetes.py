@@ -48,7 +48,7 @@ from airflow_tfk.backends._k8s_status import (
     newest_pod,
     task_key,
 )
-from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.status import ClusterStatus
@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 # namespace is deleted after everything in it (see ``_namespace_plan``).
 DELETE_ORDER = ("Job", "StatefulSet", "Pod", "Service", "PersistentVolumeClaim")
 EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "Service", "PersistentVolumeClaim")
+# Where the owner annotations are read from: the objects every layout has, pods last.
+OWNER_KINDS = ("Job", "StatefulSet", "Service", "PersistentVolumeClaim", "Pod")
 # A Job task vanished: look at the Jobs again, but not more often than this.
 JOB_REFRESH_INTERVAL = 2.0
 MAX_WATCH_SECONDS = 300
@@ -290,6 +292,26 @@ class KubernetesBackend(Backend):
 
     def exists(self, ref: ClusterRef) -> bool:
         return bool(self._run(self._exists_plan(ref)))
+
+    def owner(self, ref: ClusterRef) -> ClusterOwner | None:
+        """The owner annotations of the first labelled object found (controllers first)."""
+        return self._run(self._owner_plan(ref))  # type: ignore[no-any-return]
+
+    def _owner_plan(self, ref: ClusterRef) -> Plan:
+        for kind in OWNER_KINDS:
+            result = yield Request(
+                "GET",
+                BY_KIND[kind].collection(ref.namespace),
+                {"labelSelector": ref.label_selector, "limit": 1},
+            )
+            items = (result[1] or {}).get("items") or [] if result else []
+            if items:
+                annotations = (items[0].get("metadata") or {}).get("annotations") or {}
+                return ClusterOwner(
+                    RunIdentity.from_annotations(annotations),
+                    annotations.get(naming.ANNOTATION_SPEC_HASH),
+                )
+        return None
 
     def _exists_plan(self, ref: ClusterRef) -> Plan:
         for kind in EXISTS_KINDS:

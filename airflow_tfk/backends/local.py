@@ -57,8 +57,8 @@ from typing import Any
 import psutil
 
 from airflow_tfk import _process, naming
-from airflow_tfk.backends.base import Backend, ClusterRef
-from airflow_tfk.errors import SpecError
+from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
+from airflow_tfk.errors import ClusterOwnershipError, SpecError
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import ROLES, RoleSpec, TFClusterSpec
 from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
@@ -293,21 +293,22 @@ class LocalBackend(Backend):
     def _check_reattach(
         self, ref: ClusterRef, state: dict[str, Any], spec: TFClusterSpec, identity: RunIdentity | None
     ) -> None:
+        """The backend's own guard (the lifecycle checks first): a running cluster is
+        reattached only by its owner, and only with the spec it was made from."""
         owner = state.get("identity")
-        if identity is not None and owner is not None and owner != identity.to_dict():
-            raise SpecError(
-                "name",
-                f"a running local cluster {ref.namespace}/{ref.name} belongs to "
-                f"another run ({RunIdentity.from_dict(owner)!r}); delete it first or "
-                "choose another name",
+        mine = identity.to_dict() if identity is not None else None
+        if owner != mine:
+            who = ClusterOwner(RunIdentity.from_dict(owner) if owner else None, None).describe()
+            raise ClusterOwnershipError(
                 spec.name,
+                f"a running local cluster {ref.namespace}/{ref.name} belongs to {who}; "
+                "delete it first or choose another name",
             )
         if state.get("spec") != spec.to_dict():
-            log.warning(
-                "local backend: %s/%s is already running with a different spec; the "
-                "running cluster is kept (delete it to apply the new spec)",
-                ref.namespace,
-                ref.name,
+            raise ClusterOwnershipError(
+                spec.name,
+                f"the running local cluster {ref.namespace}/{ref.name} was made from another "
+                "spec; delete it first to apply this one",
             )
 
     def _resolve_commands(self, spec: TFClusterSpec, workdir: str) -> dict[str, list[str]]:
@@ -498,6 +499,7 @@ class LocalBackend(Backend):
             "deleted_at": None,
             "deleted_reason": "",
             "spec": spec.to_dict(),
+            "spec_hash": spec.fingerprint(),
             "labels": self._labels(spec, identity),
             "identity": identity.to_dict() if identity is not None else None,
             "cluster": cluster,
@@ -651,6 +653,16 @@ class LocalBackend(Backend):
             )
 
     # -- the Backend interface ----------------------------------------------------------
+    def owner(self, ref: ClusterRef) -> ClusterOwner | None:
+        state = self._state(ref)
+        if state is None or state.get("deleted_at"):
+            return None
+        ident = state.get("identity")
+        return ClusterOwner(
+            RunIdentity.from_dict(ident) if ident else None,
+            state.get("spec_hash"),
+        )
+
     def exists(self, ref: ClusterRef) -> bool:
         state = self._state(ref)
         return state is not None and not state.get("deleted_at")

@@ -98,7 +98,7 @@ class TFTrainingOperator(BaseOperator):
         from airflow_tfk.watch import wait_for_cluster
 
         identity, spec, backend = self._resolve(context)
-        handle = ClusterHandle.for_spec(spec, backend)
+        handle = ClusterHandle.for_spec(spec, backend, identity)
         wait_limit = self.execution_timeout.total_seconds() if self.execution_timeout else None
         policy = _previous_run_policy(self.previous_run_policy)
         if not apply_previous_run_policy(
@@ -109,6 +109,9 @@ class TFTrainingOperator(BaseOperator):
             raise AirflowSkipException(
                 "an earlier run of this training is still alive (previous_run_policy=skip)"
             )
+        # The handle carries this task instance as owner: on_kill or a failure during the
+        # create deletes the cluster only if it is this task instance's (never one that
+        # create_or_reattach refused as another's).
         self._handle = handle
         try:
             create_or_reattach(backend, spec, identity, self.log.info)
@@ -188,8 +191,8 @@ class TFTrainingOperator(BaseOperator):
     def _handle_of(self, context: Context) -> ClusterHandle:
         from airflow_tfk.handle import ClusterHandle
 
-        _, spec, backend = self._resolve(context)
-        return ClusterHandle.for_spec(spec, backend)
+        identity, spec, backend = self._resolve(context)
+        return ClusterHandle.for_spec(spec, backend, identity)
 
     def _finish(self, handle: ClusterHandle, outcome: str, message: str, failed_task: Any) -> dict[str, Any]:
         from airflow_tfk.errors import TrainingFailed
@@ -220,7 +223,7 @@ class TFTrainingOperator(BaseOperator):
 
         self.log.warning("deleting cluster %s: %s", handle.ref.name, why)
         try:
-            teardown_after_failure(handle, None, self.log.info)
+            teardown_after_failure(handle, None, self.log.info, f"deleted by its own task: {why}")
         except Exception:
             self.log.exception(
                 "could not delete cluster %s; delete it by label %s",

@@ -493,7 +493,7 @@ def test_cluster_outlives_its_creator_reattaches_and_is_killed_from_another_proc
     assert get_backend("local", **backend.config()).create(spec, IDENTITY) == ref
     assert recorder.pids() == pids
     # ...but another run must not take over a live cluster of the same name.
-    with pytest.raises(SpecError, match="belongs to another run"):
+    with pytest.raises(SpecError, match="belongs to dag 'dag', task 'train', run 'manual__2026-01-01'"):
         backend.create(spec, RunIdentity("dag", "train", "other-run"))
 
     # Killed from a third process (e.g. on_kill of the Airflow task).
