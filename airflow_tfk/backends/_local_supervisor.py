@@ -110,7 +110,7 @@ def _pidfd(pid: int) -> int | None:
 
 def write_json(path: str, data: dict) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
         json.dump(data, fh)
         fh.flush()
         os.fsync(fh.fileno())
@@ -169,6 +169,8 @@ class Supervisor:
         )
 
     def finish(self, phase: str, reason: str, exit_code: int | None, message: str = "") -> int:
+        if not os.path.isdir(self.dir):
+            return 0  # removed from under us: there is nowhere to record the outcome
         write_json(
             self.path("exit.json"),
             {
@@ -185,11 +187,17 @@ class Supervisor:
         return 0
 
     def log(self, text: str) -> None:
-        with open(self.task["log"], "a", encoding="utf-8") as fh:
+        try:
+            fd = os.open(self.task["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError:
+            return
+        with open(fd, "a", encoding="utf-8") as fh:
             fh.write(f"[tfk-local] {text}\n")
 
     def stop_requested(self) -> bool:
-        return _stop_signal is not None or os.path.exists(self.path("deleted"))
+        # A task directory that vanished (state removed by hand, a disk cleaned up) stops
+        # the task too: nothing could record or report it any more.
+        return _stop_signal is not None or os.path.exists(self.path("deleted")) or not os.path.isdir(self.dir)
 
     def deadline_passed(self) -> bool:
         deadline = self.task.get("deadline")
@@ -251,7 +259,9 @@ class Supervisor:
                 )
             self.attempt += 1
             try:
-                log = open(self.task["log"], "ab")  # noqa: SIM115 - handed to the child
+                log = open(  # noqa: SIM115 - handed to the child
+                    os.open(self.task["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab"
+                )
             except OSError as exc:
                 return self.finish("Failed", "StartError", 128, f"cannot open the log: {exc}")
             try:
@@ -354,6 +364,9 @@ def main(argv: list[str]) -> int:
         print("usage: _local_supervisor.py [--daemonize] <task_dir>", file=sys.stderr)
         return 2
     task_dir = os.path.abspath(args[0])
+    # Everything the supervisor and its task create (records, checkpoints, exported
+    # models, event files) is private to the user: no group or world access.
+    os.umask(0o077)
     if daemonize:
         if os.fork() > 0:
             os._exit(0)  # the launcher returns at once; the supervisor goes on, reparented

@@ -57,8 +57,9 @@ from typing import Any
 import psutil
 
 from airflow_tfk import _process, naming
+from airflow_tfk.backends import _local_loopback
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
-from airflow_tfk.errors import ClusterOwnershipError, SpecError
+from airflow_tfk.errors import ClusterOwnershipError, LocalMachineError, SpecError
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import ROLES, RoleSpec, TFClusterSpec
 from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
@@ -78,10 +79,59 @@ def default_root() -> str:
     return os.environ.get("TFK_LOCAL_ROOT") or os.path.join(os.path.expanduser("~"), ".tfk-local")
 
 
+# What a task process inherits from the process that creates the cluster (an Airflow
+# worker, whose environment holds AIRFLOW_CONN_* secrets): these names only. Everything
+# else the task needs is in the spec's env, as on Kubernetes.
+DEFAULT_ENV_ALLOWLIST = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "TF_CPP_MIN_LOG_LEVEL",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "XDG_CACHE_HOME",
+    "KERAS_HOME",
+)
+MINIMAL_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
+# Set on every supervisor and task process: ``<root digest>/<namespace>/<name>``. Stopping
+# a cluster finds its processes by this tag in /proc, so it needs no state file.
+MARKER_ENV = "TFK_LOCAL_CLUSTER"
+TASK_ENV = "TFK_LOCAL_TASK"  # role-index, on the supervisor and its task
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def _private_dir(path: Path) -> None:
+    """``mkdir -p`` where every directory this call creates is 0700."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=PRIVATE_DIR)
+        os.chmod(d, PRIVATE_DIR)  # mkdir's mode is filtered by the umask
+
+
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` so readers in other processes see the old or the new file, never half."""
+    """Write ``data`` so readers in other processes see the old or the new file, never half.
+
+    The file is 0600: task records hold the task's environment."""
     tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:6]}")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+    with open(fd, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=1, sort_keys=True)
         fh.flush()
         os.fsync(fh.fileno())
@@ -176,7 +226,12 @@ class LocalBackend(Backend):
     :param kill_grace_seconds: SIGTERM-to-SIGKILL grace when deleting or timing out tasks.
     :param restart_backoff_seconds: first delay before a restart, doubled each retry.
     :param poll_interval: seconds between two status polls in :meth:`watch`.
-    :param inherit_env: tasks start from this process's environment (minus ``TF_CONFIG``
+    :param env_allowlist: names of this process's environment variables a task inherits
+        (default :data:`DEFAULT_ENV_ALLOWLIST`); nothing else, so no ``AIRFLOW_*`` secret
+        reaches a training. The spec's ``env`` is the way to pass anything more.
+    :param loopback_only: keep every listener of the tasks on 127.0.0.1 (see
+        ``_local_loopback``); False leaves TensorFlow's wildcard binds alone.
+    :param inherit_env: tasks start from the allow-listed part of this environment (minus ``TF_CONFIG``
         and ``TFK_*``), like a developer's shell; False gives them only PATH, HOME, LANG.
     :param keep_history: replaced clusters (logs, volumes) kept under ``.history``.
     :param start_timeout_seconds: how long :meth:`create` waits for the supervisors.
@@ -194,6 +249,8 @@ class LocalBackend(Backend):
         restart_backoff_seconds: float = 1.0,
         poll_interval: float = 0.5,
         inherit_env: bool = True,
+        env_allowlist: list[str] | tuple[str, ...] | None = None,
+        loopback_only: bool = True,
         keep_history: int = 3,
         start_timeout_seconds: float = 30.0,
     ) -> None:
@@ -206,6 +263,8 @@ class LocalBackend(Backend):
         self.restart_backoff_seconds = float(restart_backoff_seconds)
         self.poll_interval = float(poll_interval)
         self.inherit_env = bool(inherit_env)
+        self.env_allowlist = tuple(DEFAULT_ENV_ALLOWLIST if env_allowlist is None else env_allowlist)
+        self.loopback_only = bool(loopback_only)
         self.keep_history = int(keep_history)
         self.start_timeout_seconds = float(start_timeout_seconds)
 
@@ -221,6 +280,8 @@ class LocalBackend(Backend):
             "restart_backoff_seconds": self.restart_backoff_seconds,
             "poll_interval": self.poll_interval,
             "inherit_env": self.inherit_env,
+            "env_allowlist": list(self.env_allowlist),
+            "loopback_only": self.loopback_only,
             "keep_history": self.keep_history,
             "start_timeout_seconds": self.start_timeout_seconds,
         }
@@ -250,8 +311,9 @@ class LocalBackend(Backend):
         import fcntl
 
         lock_dir = Path(self.root, ref.namespace, ".locks")
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        with open(lock_dir / f"{ref.name}.lock", "a") as fh:
+        _private_dir(lock_dir)
+        fd = os.open(lock_dir / f"{ref.name}.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
+        with open(fd, "a") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -260,6 +322,30 @@ class LocalBackend(Backend):
 
     def _state(self, ref: ClusterRef) -> dict[str, Any] | None:
         return _read_json(self.cluster_dir(ref) / "state.json")
+
+    def _marker(self, ref: ClusterRef) -> str:
+        digest = naming.short_hash(self.root, length=12)
+        return f"{digest}/{ref.namespace}/{ref.name}"
+
+    def _marked(self, ref: ClusterRef, roles: list[str] | None = None) -> list[psutil.Process]:
+        """Live processes that carry this cluster's tag (and, given ``roles``, belong to one
+        of them): found through /proc, whatever became of the state directory."""
+        mark = self._marker(ref)
+        found = []
+        me = os.getpid()
+        for proc in psutil.process_iter():
+            if proc.pid == me:
+                continue
+            try:
+                env = proc.environ()
+                if env.get(MARKER_ENV) != mark or not _running(proc):
+                    continue
+                if roles is not None and env.get(TASK_ENV, "").rsplit("-", 1)[0] not in roles:
+                    continue
+            except psutil.Error:  # gone, or another user's process
+                continue
+            found.append(proc)
+        return found
 
     # -- create -------------------------------------------------------------------------
     def create(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> ClusterRef:
@@ -272,18 +358,26 @@ class LocalBackend(Backend):
         ref = ClusterRef(name=spec.name, namespace=spec.namespace_name)
         cdir = self.cluster_dir(ref)
         workdir = self.workdir or os.getcwd()
-        commands = self._resolve_commands(spec, workdir)  # SpecError before any side effect
+        commands = self._resolve_commands(spec, workdir)  # errors before any side effect
+        preload = _local_loopback.preload_library() if self.loopback_only else None
         with self._locked(ref):
             state = self._state(ref)
             if state is not None and not state.get("deleted_at") and self._live(ref, state):
                 self._check_reattach(ref, state, spec, identity)
                 log.info("local backend: cluster %s/%s is running; reattached", ref.namespace, ref.name)
                 return ref
+            if state is None and self._marked(ref):
+                raise LocalMachineError(
+                    "name",
+                    f"processes of an earlier local cluster {ref.namespace}/{ref.name} are still "
+                    "running but its state is gone, so its owner is unknown; delete it first",
+                    spec.name,
+                )
             ports = self._allocate_ports(spec)
             if cdir.exists():
                 self._archive(ref, state)
             try:
-                self._start(ref, spec, identity, commands, ports, workdir)
+                self._start(ref, spec, identity, commands, ports, workdir, preload)
             except BaseException:
                 self._kill(ref, self._state(ref) or {"tasks": []}, None)
                 shutil.rmtree(cdir, ignore_errors=True)
@@ -391,7 +485,7 @@ class LocalBackend(Backend):
         """Move a finished or deleted cluster aside (logs stay readable) before a re-create."""
         cdir = self.cluster_dir(ref)
         history = Path(self.root, ref.namespace, ".history")
-        history.mkdir(parents=True, exist_ok=True)
+        _private_dir(history)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime((state or {}).get("created_at", 0)))
         uid = (state or {}).get("uid", uuid.uuid4().hex)[:8]
         os.replace(cdir, history / f"{ref.name}-{stamp}-{uid}")
@@ -410,11 +504,14 @@ class LocalBackend(Backend):
         index: int,
         cluster: dict[str, list[str]],
         volumes: dict[str, str],
+        preload: str | None = None,
     ) -> dict[str, str]:
-        if self.inherit_env:
-            env = {k: v for k, v in os.environ.items() if not (k.startswith("TFK_") or k == "TF_CONFIG")}
-        else:
-            env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR") if k in os.environ}
+        allowed = self.env_allowlist if self.inherit_env else MINIMAL_ENV
+        env = {
+            k: os.environ[k]
+            for k in allowed
+            if k in os.environ and not (k.startswith(("TFK_", "AIRFLOW")) or k == "TF_CONFIG")
+        }
         env["PYTHONUNBUFFERED"] = "1"  # progress lines reach the log as they are printed
         env.update(spec.env)
         env.update(rspec.env)
@@ -433,6 +530,10 @@ class LocalBackend(Backend):
         )
         for vol, path in volumes.items():
             env[_VOLUME_ENV[vol]] = path
+        env[MARKER_ENV] = self._marker(ClusterRef(spec.name, spec.namespace_name))
+        env[TASK_ENV] = f"{role}-{index}"
+        if preload is not None:
+            env["LD_PRELOAD"] = preload
         return env
 
     def _start(
@@ -443,13 +544,14 @@ class LocalBackend(Backend):
         commands: dict[str, list[str]],
         ports: dict[str, int],
         workdir: str,
+        preload: str | None = None,
     ) -> None:
         cdir = self.cluster_dir(ref)
-        (cdir / "logs").mkdir(parents=True)
+        _private_dir(cdir / "logs")
         volumes: dict[str, str] = {}
         for vol, vspec in spec.storage.volumes().items():
             vdir = self.claim_path(ref.namespace, vspec.claim) if vspec.claim else cdir / "volumes" / vol
-            vdir.mkdir(parents=True, exist_ok=True)
+            _private_dir(vdir)
             volumes[vol] = str(vdir)
         cluster = {
             role: [f"{LOCALHOST}:{ports[f'{role}-{i}']}" for i in range(rs.replicas)]
@@ -466,7 +568,7 @@ class LocalBackend(Backend):
             for index in range(rspec.replicas):
                 name = f"{role}-{index}"
                 tdir = cdir / "tasks" / name
-                tdir.mkdir(parents=True)
+                _private_dir(tdir)
                 argv = list(commands[role])
                 if spec.legacy_tf1_flags:
                     argv += [*legacy, f"--job_name={role}", f"--task_index={index}"]
@@ -477,7 +579,7 @@ class LocalBackend(Backend):
                         "index": index,
                         "argv": argv,
                         "cwd": workdir,
-                        "env": self._task_env(spec, role, rspec, index, cluster, volumes),
+                        "env": self._task_env(spec, role, rspec, index, cluster, volumes, preload),
                         "log": str(cdir / "logs" / f"{name}.log"),
                         "retries": spec.retries_per_index,
                         "permanent_exit_codes": list(spec.permanent_exit_codes),
@@ -487,7 +589,7 @@ class LocalBackend(Backend):
                         "restart_backoff_seconds": self.restart_backoff_seconds,
                     },
                 )
-                (cdir / "logs" / f"{name}.log").touch()
+                os.close(os.open(cdir / "logs" / f"{name}.log", os.O_CREAT | os.O_WRONLY, PRIVATE_FILE))
                 tasks.append({"role": role, "index": index, "port": ports.get(name), "supervisor": None})
         state = {
             "version": STATE_VERSION,
@@ -512,10 +614,17 @@ class LocalBackend(Backend):
         launchers = []
         for t in tasks:
             tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
-            with open(tdir / "supervisor.log", "ab") as out:
+            sup_log = os.open(tdir / "supervisor.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, PRIVATE_FILE)
+            with open(sup_log, "ab") as out:
                 launchers.append(
                     subprocess.Popen(
                         [sys.executable, "-I", SUPERVISOR, "--daemonize", str(tdir)],
+                        # Only what the supervisor needs, plus the tag that finds it again.
+                        env={
+                            "PATH": os.environ.get("PATH", os.defpath),
+                            MARKER_ENV: self._marker(ref),
+                            TASK_ENV: f"{t['role']}-{t['index']}",
+                        },
                         stdin=subprocess.DEVNULL,
                         stdout=out,
                         stderr=out,
@@ -599,7 +708,7 @@ class LocalBackend(Backend):
     def _kill(self, ref: ClusterRef, state: dict[str, Any], roles: list[str] | None) -> None:
         """Stop the tasks of ``roles`` (all for None) and wait until none of their processes
         is left: SIGTERM to each process group, SIGKILL after the grace."""
-        tasks = [t for t in state["tasks"] if roles is None or t["role"] in roles]
+        tasks = [t for t in state.get("tasks") or [] if roles is None or t["role"] in roles]
         grace = self.kill_grace_seconds
         for t in tasks:
             tdir = self._task_dir(ref, t["role"], t["index"])
@@ -610,7 +719,8 @@ class LocalBackend(Backend):
 
         def targets() -> tuple[set[int], dict[int, psutil.Process]]:
             groups: set[int] = set()
-            procs: dict[int, psutil.Process] = {}
+            # The tag finds them even when the state or task files are gone or corrupt.
+            procs: dict[int, psutil.Process] = {p.pid: p for p in self._marked(ref, roles)}
             for t in tasks:
                 for proc in (self._supervisor(ref, t), self._child(ref, t)):
                     if proc is None:
@@ -737,23 +847,26 @@ class LocalBackend(Backend):
         if not roles:
             return
         with self._locked(ref):
-            state = self._state(ref)
-            if state is None:
-                return
-            self._kill(ref, state, list(roles))
+            self._kill(ref, self._state(ref) or {"tasks": []}, list(roles))
 
     def delete(self, ref: ClusterRef, reason: str = "") -> None:
         """Stop every process of the cluster; its logs stay on disk, ``exists()`` turns False.
 
         ``reason`` is kept and reported as ``ClusterStatus.deleted_reason``.
         """
-        if not self.cluster_dir(ref).exists():
-            return
         with self._locked(ref):
             state = self._state(ref)
+            # Without a readable state the tag still finds every process of the cluster.
+            self._kill(ref, state or {"tasks": []}, None)
             if state is None:
-                return
-            self._kill(ref, state, None)
+                if not self.cluster_dir(ref).exists():
+                    return
+                state = {"deleted_at": None}
+                log.warning(
+                    "local backend: %s/%s had no readable state; stopped its tagged processes",
+                    ref.namespace,
+                    ref.name,
+                )
             if not state.get("deleted_at"):
                 state["deleted_at"] = time.time()
                 state["deleted_reason"] = reason
