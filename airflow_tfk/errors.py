@@ -76,5 +76,9 @@ class TrainingFailed(RuntimeError):
         self.task = task
         self.reason = reason
         self.message = message
+        prefix = f"task {task} failed"
+        if message.startswith(prefix):  # already a whole sentence (a verdict's message)
+            super().__init__(message)
+            return
         detail = f": {message}" if message else ""
-        super().__init__(f"task {task} failed ({reason}){detail}")
+        super().__init__(f"{prefix} ({reason}){detail}")

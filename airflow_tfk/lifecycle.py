@@ -155,7 +155,12 @@ def teardown_after_failure(
         log_task_logs(backend, handle.ref, failed[:5] or [("worker", 0)], emit)
     except Exception as exc:
         emit(f"could not collect logs before deleting: {exc}")
-    return delete_cluster(handle, emit, reason)
+    deleted = delete_cluster(handle, emit, reason)
+    # After the delete, so no task of the run can export anything more.
+    discarded = backend.discard_exports(handle.ref)
+    if discarded:
+        emit(f"the failed run exported {', '.join(discarded)}; set aside, so it is never published")
+    return deleted
 
 
 def owns(handle: ClusterHandle, emit: Emit = log.info) -> bool:

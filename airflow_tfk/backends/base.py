@@ -134,6 +134,13 @@ class Backend(abc.ABC):
         (``ClusterStatus.deleted_reason``), so a run killed by a newer one says so.
         """
 
+    def discard_exports(self, ref: ClusterRef) -> list[str]:
+        """Make the model versions a failed run exported unpublishable; returns them.
+
+        Backends that cannot reach the model store (Kubernetes: a PVC) return ``[]``.
+        """
+        return []
+
     async def adelete(self, ref: ClusterRef, reason: str = "") -> None:
         await asyncio.to_thread(self.delete, ref, reason)
 

@@ -60,6 +60,7 @@ from airflow_tfk import _process, naming
 from airflow_tfk.backends import _local_loopback
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
 from airflow_tfk.errors import ClusterOwnershipError, LocalMachineError, SpecError
+from airflow_tfk.excerpt import failure_excerpt
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import ROLES, RoleSpec, TFClusterSpec
 from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
@@ -172,6 +173,13 @@ def _tail(path: Path, lines: int | None) -> str:
     except FileNotFoundError:
         return ""
     return data.decode("utf-8", errors="replace")
+
+
+def _excerpt(log_path: Path) -> str:
+    """The meaningful last lines of a task's log (no TF runtime noise, no progress JSON)
+    and where the whole log is."""
+    text = failure_excerpt(_tail(log_path, 50 * FAILURE_LOG_LINES), FAILURE_LOG_LINES)
+    return f"{text}\n(full log: {log_path})" if text else ""
 
 
 def _port_free(port: int) -> bool:
@@ -797,7 +805,7 @@ class LocalBackend(Backend):
             phase = Phase(final["phase"])
             message = ""
             if phase is Phase.FAILED:
-                message = _tail(log_path, FAILURE_LOG_LINES).rstrip("\n") or final.get("message", "")
+                message = _excerpt(log_path) or final.get("message", "")
             return TaskStatus(
                 role, index, phase, final.get("reason", ""), message, final.get("exit_code"), restarts
             )
@@ -819,7 +827,7 @@ class LocalBackend(Backend):
             # itself still runs, it is running; otherwise it is lost.
             if self._child(ref, task) is not None:
                 return TaskStatus(role, index, Phase.RUNNING, "", "", None, restarts)
-            tail = _tail(log_path, FAILURE_LOG_LINES).rstrip("\n")
+            tail = _excerpt(log_path)
             note = (
                 "the local supervisor of this task is gone without recording an exit "
                 "status (killed from outside, or the machine restarted)"
@@ -878,6 +886,37 @@ class LocalBackend(Backend):
             f" ({reason})" if reason else "",
             self.cluster_dir(ref) / "logs",
         )
+
+    def discard_exports(self, ref: ClusterRef) -> list[str]:
+        """Rename each ``<model>/<version>`` directory the run's tasks reported exporting
+        (their ``{"tfk": "export"}`` log lines) to ``<model>/.failed-<version>-<uid>``:
+        TF Serving and :func:`publish` only see integer names. Only directories inside the
+        cluster's own volumes or claims are touched, whatever a log line says."""
+        state = self._state(ref) or {}
+        roots = [Path(p).resolve() for p in (state.get("volumes") or {}).values()]
+        logs = self.cluster_dir(ref) / "logs"
+        if not roots or not logs.is_dir():
+            return []
+        uid = str(state.get("uid", "x"))[:8]
+        moved = []
+        for log_file in sorted(logs.glob("*.log")):
+            for line in _tail(log_file, None).splitlines():
+                if '"tfk"' not in line or '"export"' not in line:
+                    continue
+                try:
+                    event = json.loads(line[line.index("{") :])
+                    path = Path(str(event["path"])).resolve()
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if event.get("tfk") != "export" or not path.name.isdigit() or not path.is_dir():
+                    continue
+                if not any(path.is_relative_to(r) for r in roots):
+                    continue
+                target = path.with_name(f".failed-{path.name}-{uid}")
+                with contextlib.suppress(OSError):
+                    os.replace(path, target)
+                    moved.append(str(path))
+        return moved
 
     def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:
         """Clusters not deleted (running or finished) whose labels include ``labels``."""

@@ -193,3 +193,42 @@ def test_a_tagged_orphan_without_state_blocks_a_new_cluster_of_that_name(backend
         MARKER_ENV
         in json.loads((backend.cluster_dir(ref) / "tasks" / "worker-0" / "task.json").read_text())["env"]
     )
+
+
+EXPORT_THEN_FAIL = """
+import json, os, sys
+base = os.path.join(os.environ["TFK_MODEL_DIR"], "m", "1")
+os.makedirs(base); open(os.path.join(base, "saved_model.pb"), "w").write("x")
+print(json.dumps({"tfk": "export", "path": base, "model_name": "m", "version": 1}), flush=True)
+outside = os.environ["OUTSIDE"]
+print(json.dumps({"tfk": "export", "path": outside}), flush=True)  # not the run's to hide
+sys.exit(1)
+"""
+
+
+def test_a_failed_run_leaves_no_publishable_model_version(backend, tmp_path) -> None:
+    from airflow_tfk.handle import ClusterHandle
+    from airflow_tfk.lifecycle import teardown_after_failure
+    from airflow_tfk.spec import StorageSpec, VolumeSpec
+
+    outside = tmp_path / "elsewhere" / "7"
+    outside.mkdir(parents=True)
+    s = TFClusterSpec(
+        name="exportfail",
+        image="local/unused:1",
+        command=(sys.executable, "-c", EXPORT_THEN_FAIL),
+        mode="all_reduce",
+        worker=RoleSpec(replicas=1),
+        env={"OUTSIDE": str(outside)},
+        storage=StorageSpec(models=VolumeSpec(size="1Gi")),
+    )
+    ref = backend.create(s)
+    wait_for(lambda: backend.status(ref).tasks[0].phase.value == "Failed", what="the failure")
+    models = Path(backend._state(ref)["volumes"]["models"]) / "m"
+    assert [p.name for p in models.iterdir()] == ["1"]
+    said: list[str] = []
+    teardown_after_failure(ClusterHandle.for_spec(s, backend), None, said.append)
+    assert [p.name for p in models.iterdir() if p.name.isdigit()] == []  # nothing to publish
+    assert any(p.name.startswith(".failed-1-") for p in models.iterdir())
+    assert outside.is_dir()  # a path outside the run's volumes is never touched
+    assert any("set aside" in m for m in said), said
