@@ -44,6 +44,8 @@ TEMPLATES = {
     "Job": "job.yaml.j2",
 }
 _NAMESPACED = {"PersistentVolumeClaim", "Service", "StatefulSet", "Job"}
+# etcd's default request limit is 1.5 MiB; leave room for status and managedFields.
+MAX_OBJECT_BYTES = 1_000_000
 _VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MODEL_DIR"}
 
 # JSON escapes nothing of these, YAML reads them as line breaks or rejects them, and
@@ -290,19 +292,49 @@ def render(
 
     if not isinstance(spec, TFClusterSpec):
         raise TypeError(f"render() needs a TFClusterSpec, got {type(spec).__name__}")
-    templates = _templates(tuple(template_dirs(template_dir)))
+    from jinja2 import TemplateError
+
+    try:
+        templates = _templates(tuple(template_dirs(template_dir)))
+    except TemplateError as exc:  # a user's template that does not parse, or is missing
+        raise RenderError(f"{_template_name(exc)}: {exc}") from None
     loader = yaml_loader()
     ctx = _context(spec, identity)
     manifests = []
     for kind, name, extra in _plan(spec, ctx):
-        text = templates[kind].render(c=ctx, **extra)
+        try:
+            text = templates[kind].render(c=ctx, **extra)
+        except TemplateError as exc:
+            raise RenderError(f"{TEMPLATES[kind]} failed to render {kind} {name}: {exc}") from None
+        except (RecursionError, MemoryError, ArithmeticError, TypeError, ValueError) as exc:
+            raise RenderError(f"{TEMPLATES[kind]} failed to render {kind} {name}: {exc!r}"[:1000]) from None
+        if len(text) > MAX_OBJECT_BYTES:
+            raise _too_big(kind, name, len(text))
         try:
             doc = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
         except yaml.YAMLError as exc:
             raise RenderError(f"{TEMPLATES[kind]} rendered invalid YAML for {name}: {exc}") from None
         _check(doc, kind, name, spec.namespace_name)
+        size = len(json.dumps(doc, separators=(",", ":")))
+        if size > MAX_OBJECT_BYTES:
+            raise _too_big(kind, name, size)
         manifests.append(doc)
     return manifests
+
+
+def _template_name(exc: Exception) -> str:
+    return str(getattr(exc, "filename", None) or getattr(exc, "name", None) or "template")
+
+
+def _too_big(kind: str, name: str, size: int) -> Exception:
+    from airflow_tfk.errors import SpecError
+
+    return SpecError(
+        "spec",
+        f"the {kind} {name} would be {size} bytes, over the {MAX_OBJECT_BYTES}-byte limit of a "
+        "Kubernetes object (etcd stores at most 1.5 MiB); use fewer or shorter-named tasks, "
+        "or a smaller env",
+    )
 
 
 def _check(doc: Any, kind: str, name: str, namespace: str) -> None:

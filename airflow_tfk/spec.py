@@ -17,11 +17,28 @@ from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.errors import SpecError
+from airflow_tfk.quantity import parse_quantity, quantity_value
+from airflow_tfk.spec_yaml import load_yaml_mapping
+
+__all__ = [
+    "MAX_REPLICAS",
+    "ROLES",
+    "AccessMode",
+    "Mode",
+    "Resources",
+    "RoleSpec",
+    "StorageSpec",
+    "TFClusterSpec",
+    "Toleration",
+    "VolumeSpec",
+    "load_yaml_mapping",
+    "parse_quantity",
+    "quantity_value",
+]
 
 MAX_REPLICAS = 10_000
 ROLES = ("chief", "ps", "worker", "evaluator")
 
-_QUANTITY = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
 # Characters that have no business in a name, image or command and that would change
 # the meaning of YAML or Jinja if they were ever spliced into text.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -46,48 +63,6 @@ class AccessMode(str, enum.Enum):
     RWO = "ReadWriteOnce"
     ROX = "ReadOnlyMany"
     RWOP = "ReadWriteOncePod"
-
-
-def parse_quantity(value: object, where: str) -> str:
-    """Check a Kubernetes quantity (``500m``, ``2Gi``, ``1.5``) and return it as a string."""
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise SpecError(where, "must be a Kubernetes quantity such as '500m' or '2Gi'", value)
-    text = str(value).strip()
-    if not _QUANTITY.match(text):
-        raise SpecError(where, "must be a Kubernetes quantity such as '500m' or '2Gi'", value)
-    if float(re.match(r"[+]?(\d+(\.\d*)?|\.\d+)", text).group(0)) <= 0:  # type: ignore[union-attr]
-        raise SpecError(where, "must be greater than zero", value)
-    return text
-
-
-_SUFFIX = {
-    "n": 1e-9,
-    "u": 1e-6,
-    "m": 1e-3,
-    "": 1.0,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "E": 1e18,
-    "Ki": 2.0**10,
-    "Mi": 2.0**20,
-    "Gi": 2.0**30,
-    "Ti": 2.0**40,
-    "Pi": 2.0**50,
-    "Ei": 2.0**60,
-}
-
-
-def quantity_value(text: str) -> float:
-    """The numeric value of a quantity already checked by :func:`parse_quantity`."""
-    m = re.match(r"^[+]?(\d+(?:\.\d*)?|\.\d+)(.*)$", text)
-    assert m is not None
-    number, suffix = float(m.group(1)), m.group(2)
-    if suffix[:1] in ("e", "E") and len(suffix) > 1:
-        return number * 10.0 ** int(suffix[1:])
-    return number * _SUFFIX[suffix]
 
 
 def _text(value: object, where: str, *, allow_empty: bool = False, max_len: int = 4096) -> str:
@@ -171,6 +146,9 @@ def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> t
 def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
     if not isinstance(data, Mapping):
         raise SpecError(where or "spec", "must be a mapping", data)
+    for key in data:
+        if not isinstance(key, str):
+            raise SpecError(where or "spec", "keys must be strings", key)
     unknown = sorted(set(data) - set(allowed))
     if unknown:
         path = f"{where}.{unknown[0]}" if where else str(unknown[0])
@@ -179,6 +157,39 @@ def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str)
 
 def _fields(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
+
+
+# Resource names the API server or the scheduler own: a GPU limit must not overwrite them.
+_NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "storage", "pods")
+
+
+def _check_gpu_resource(value: object, where: str) -> None:
+    """An extended resource name as the API server wants it: fully qualified
+    (``vendor.example/gpu``), outside the ``kubernetes.io`` domain, not a native resource."""
+    if not isinstance(value, str) or not naming.is_label_key(value):
+        raise SpecError(where, "is not a valid resource name", value)
+    prefix, slash, name = value.rpartition("/")
+    if not slash:
+        raise SpecError(where, "must be a fully qualified extended resource such as 'nvidia.com/gpu'", value)
+    if prefix == "kubernetes.io" or prefix.endswith(".kubernetes.io") or prefix.startswith("requests."):
+        raise SpecError(
+            where, "must not be in the kubernetes.io domain (reserved for native resources)", value
+        )
+    if name in _NATIVE_RESOURCES or name.startswith("hugepages-"):
+        raise SpecError(where, "must not name a native resource such as cpu or memory", value)
+
+
+# Labels the Job, StatefulSet and ReplicaSet controllers set on their pods: a user label
+# of that name would be overwritten, or break the controller's selector.
+_CONTROLLER_LABELS = ("job-name", "controller-uid", "controller-revision-hash", "pod-template-hash")
+_RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io")
+
+
+def _reserved_label(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if not prefix:
+        return name in _CONTROLLER_LABELS
+    return any(prefix == d or prefix.endswith("." + d) for d in _RESERVED_LABEL_DOMAINS)
 
 
 @dataclass(frozen=True)
@@ -211,8 +222,7 @@ class Resources:
             low, high = getattr(self, req), getattr(self, lim)
             if low is not None and high is not None and quantity_value(high) < quantity_value(low):
                 raise SpecError(f"{where}.{lim}", f"must not be lower than {req} ({low})", high)
-        if not isinstance(self.gpu_resource, str) or not naming.is_label_key(self.gpu_resource):
-            raise SpecError(f"{where}.gpu_resource", "is not a valid resource name", self.gpu_resource)
+        _check_gpu_resource(self.gpu_resource, f"{where}.gpu_resource")
 
     @property
     def requests(self) -> dict[str, str]:
@@ -314,7 +324,26 @@ class RoleSpec:
 
     def validate(self, where: str, lo: int, hi: int) -> None:
         _int(self.replicas, f"{where}.replicas", lo, hi)
+        # The Python API may pass plain mappings where the YAML path builds the classes.
+        if self.resources is None or isinstance(self.resources, Mapping):
+            object.__setattr__(self, "resources", Resources.from_dict(self.resources, f"{where}.resources"))
+        if not isinstance(self.resources, Resources):
+            raise SpecError(f"{where}.resources", "must be a mapping such as {cpu: '1'}", self.resources)
         self.resources.validate(f"{where}.resources")
+        tols = self.tolerations
+        if tols is None:
+            tols = ()
+        if isinstance(tols, (str, bytes, Mapping)) or not isinstance(tols, Sequence):
+            raise SpecError(f"{where}.tolerations", "must be a list", tols)
+        coerced = []
+        for i, t in enumerate(tols):
+            if isinstance(t, Mapping):
+                _reject_unknown(t, _fields(Toleration), f"{where}.tolerations[{i}]")
+                t = Toleration(**t)
+            if not isinstance(t, Toleration):
+                raise SpecError(f"{where}.tolerations[{i}]", "must be a mapping", t)
+            coerced.append(t)
+        object.__setattr__(self, "tolerations", tuple(coerced))
         object.__setattr__(self, "env", _str_map(self.env, f"{where}.env", keys="env"))
         object.__setattr__(
             self, "node_selector", _str_map(self.node_selector, f"{where}.node_selector", keys="label")
@@ -410,6 +439,12 @@ class StorageSpec:
             raise SpecError(f"{where}.storage_class", "is not a valid storage class name", self.storage_class)
         for name in self.VOLUMES:
             vol = getattr(self, name)
+            if isinstance(vol, Mapping):
+                _reject_unknown(vol, _fields(VolumeSpec), f"{where}.{name}")
+                vol = VolumeSpec(**vol)
+                object.__setattr__(self, name, vol)
+            if vol is not None and not isinstance(vol, VolumeSpec):
+                raise SpecError(f"{where}.{name}", "must be a mapping such as {size: 10Gi}", vol)
             if vol is not None:
                 vol.validate(f"{where}.{name}")
 
@@ -427,8 +462,7 @@ class StorageSpec:
         for name in cls.VOLUMES:
             vol = data.get(name)
             if vol is not None:
-                _reject_unknown(vol, _fields(VolumeSpec), f"{where}.{name}")
-                kwargs[name] = VolumeSpec(**vol)
+                kwargs[name] = vol  # validate() checks and builds the VolumeSpec
         return cls(**kwargs)
 
 
@@ -520,6 +554,8 @@ class TFClusterSpec:
             )
         self._validate_roles()
         _int(self.port, "port", 1, 65535)
+        if self.storage is None or isinstance(self.storage, Mapping):
+            object.__setattr__(self, "storage", StorageSpec.from_dict(self.storage, "storage"))
         if not isinstance(self.storage, StorageSpec):
             raise SpecError("storage", "must be a storage section", self.storage)
         self.storage.validate("storage")
@@ -534,6 +570,13 @@ class TFClusterSpec:
         )
         if clash:
             raise SpecError(f"labels.{clash[0]}", "is reserved for the platform")
+        controller = sorted(k for k in self.labels if _reserved_label(k))
+        if controller:
+            raise SpecError(
+                f"labels.{controller[0]}",
+                "is reserved for Kubernetes and its controllers (job-name, controller-uid, "
+                "*.kubernetes.io/*, *.k8s.io/*)",
+            )
         if self.image_pull_policy not in ("IfNotPresent", "Always", "Never"):
             raise SpecError(
                 "image_pull_policy", "must be IfNotPresent, Always or Never", self.image_pull_policy
@@ -565,6 +608,9 @@ class TFClusterSpec:
     def _validate_roles(self) -> None:
         for role in ROLES:
             spec = getattr(self, role)
+            if isinstance(spec, Mapping):
+                spec = RoleSpec.from_dict(spec, role)
+                object.__setattr__(self, role, spec)
             if spec is not None and not isinstance(spec, RoleSpec):
                 raise SpecError(role, "must be a role section such as {replicas: 2}", spec)
         if self.worker is None:
@@ -681,16 +727,3 @@ class TFClusterSpec:
             return value
 
         return plain(self)
-
-
-def load_yaml_mapping(text: str) -> dict[str, Any]:
-    """A spec file's top-level mapping; malformed YAML is a :class:`SpecError` on ``spec``."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError("spec", f"is not valid YAML: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise SpecError("spec", "must be a YAML mapping", type(data).__name__)
-    return dict(data)

@@ -74,6 +74,11 @@ class TFTrainingOperator(BaseOperator):
             raise ValueError(f"cleanup: must be 'ps' or 'all' (got {cleanup!r})")
         self.previous_run_policy = previous_run_policy
         self.tensorboard_task_id = tensorboard_task_id
+        if not isinstance(previous_run_policy, str):
+            raise ValueError(
+                f"previous_run_policy: must be a string, one of allow, kill_previous, skip, wait "
+                f"(got {previous_run_policy!r})"
+            )
         if "{{" not in previous_run_policy:
             _previous_run_policy(previous_run_policy)
         self.cluster_spec = cluster_spec
