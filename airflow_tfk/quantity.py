@@ -48,7 +48,7 @@ def quantity_value(text: str) -> float:
     if m is None:
         raise ValueError(f"not a quantity: {text!r}")
     number, suffix = float(m.group(1)), m.group(2)
-    if suffix[:1] in ("e", "E") and len(suffix) > 1:
+    if suffix not in _SUFFIX and suffix[:1] in ("e", "E"):
         exponent = int(suffix[1:])
         if exponent > 400:
             return math.inf

@@ -298,6 +298,9 @@ def render(
         templates = _templates(tuple(template_dirs(template_dir)))
     except TemplateError as exc:  # a user's template that does not parse, or is missing
         raise RenderError(f"{_template_name(exc)}: {exc}") from None
+    except (RecursionError, MemoryError, ArithmeticError, TypeError, ValueError) as exc:
+        # Jinja folds constant expressions while compiling, e.g. 10 ** 100000.
+        raise RenderError(f"a template failed to compile: {exc!r}"[:1000]) from None
     loader = yaml_loader()
     ctx = _context(spec, identity)
     manifests = []
