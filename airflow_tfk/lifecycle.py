@@ -163,6 +163,29 @@ def teardown_after_failure(
     return deleted
 
 
+def keep_after_failure(handle: ClusterHandle, emit: Emit = log.info) -> list[str]:
+    """``on_failure='keep'``: copy the failed tasks' logs, stop only what never exits (PS,
+    evaluator), keep the rest for debugging until the Jobs' TTL; returns the roles stopped.
+    A failed run's exports are set aside all the same."""
+    if not owns(handle, emit):
+        return []
+    backend = handle.backend()
+    status = backend.status(handle.ref)
+    failed = [(t.role, t.index) for t in status.tasks if t.phase is Phase.FAILED]
+    log_task_logs(backend, handle.ref, failed[:5] or [("worker", 0)], emit)
+    roles = [r for r in ("ps", "evaluator") if r in handle.replicas]
+    if roles:
+        backend.delete_roles(handle.ref, roles)
+    discarded = backend.discard_exports(handle.ref)
+    if discarded:
+        emit(f"the failed run exported {', '.join(discarded)}; set aside, so it is never published")
+    emit(
+        f"kept failed cluster {handle.ref.name} for debugging (on_failure=keep); "
+        f"stopped {', '.join(roles) or 'nothing'}; finished Jobs go after their TTL"
+    )
+    return roles
+
+
 def owns(handle: ClusterHandle, emit: Emit = log.info) -> bool:
     """Does the cluster behind ``handle`` still belong to the handle's owner? A cluster
     that is gone counts as owned (deleting it again is harmless)."""

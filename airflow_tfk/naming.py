@@ -39,6 +39,9 @@ ANNOTATION_TASK = f"{LABEL_PREFIX}/task-id"
 ANNOTATION_RUN = f"{LABEL_PREFIX}/run-id"
 ANNOTATION_MAP_INDEX = f"{LABEL_PREFIX}/map-index"
 ANNOTATION_SPEC_HASH = f"{LABEL_PREFIX}/spec-hash"
+# max_duration_seconds on every object: the deadline of objects Kubernetes cannot time
+# out itself (the PS StatefulSet) is creationTimestamp + this, enforced by the sweeper.
+ANNOTATION_MAX_DURATION = f"{LABEL_PREFIX}/max-duration-seconds"
 # Airflow stores the map index in a 32-bit integer column.
 MAP_INDEX_MAX = 2**31 - 1
 

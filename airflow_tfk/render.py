@@ -240,12 +240,18 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "image_pull_secrets": [{"name": s} for s in spec.image_pull_secrets],
         "service_account": spec.service_account,
         "max_duration_seconds": spec.max_duration_seconds,
+        "ttl_seconds_after_finished": spec.ttl_seconds_after_finished,
         "retries_per_index": spec.retries_per_index,
         "permanent_exit_codes": list(spec.permanent_exit_codes),
         "cluster_json": json.dumps(addresses, separators=(",", ":")),
         "annotations": {
             **(identity.annotations() if identity is not None else {}),
             naming.ANNOTATION_SPEC_HASH: spec.fingerprint(),
+            **(
+                {naming.ANNOTATION_MAX_DURATION: str(spec.max_duration_seconds)}
+                if spec.max_duration_seconds is not None
+                else {}
+            ),
         },
         "namespace_labels": _labels(spec, "namespace", None, identity),
         "storage_labels": _labels(spec, "storage", None, identity),
@@ -318,9 +324,6 @@ def render(
         except yaml.YAMLError as exc:
             raise RenderError(f"{TEMPLATES[kind]} rendered invalid YAML for {name}: {exc}") from None
         _check(doc, kind, name, spec.namespace_name)
-        size = len(json.dumps(doc, separators=(",", ":")))
-        if size > MAX_OBJECT_BYTES:
-            raise _too_big(kind, name, size)
         manifests.append(doc)
     return manifests
 

@@ -258,7 +258,11 @@ class TFClusterSpec:
     :param image_pull_policy: ``IfNotPresent`` | ``Always`` | ``Never``.
     :param image_pull_secrets: names of Secrets to pull the image.
     :param service_account: service account of the tasks (no token is mounted).
-    :param max_duration_seconds: cluster-side deadline (``activeDeadlineSeconds``) of every Job.
+    :param max_duration_seconds: cluster-side deadline (``activeDeadlineSeconds``) of every Job;
+        the PS StatefulSet (which has no such field) carries it as an annotation that the
+        orphan sweeper enforces.
+    :param ttl_seconds_after_finished: finished Jobs are deleted by Kubernetes after this
+        many seconds (``ttlSecondsAfterFinished``); None keeps them until deleted.
     :param retries_per_index: retries of each worker/chief index (``backoffLimitPerIndex``).
     :param permanent_exit_codes: exit codes that fail the task at once, without retry.
     :param ps_grace_seconds: wait after success before the PS are deleted.
@@ -288,6 +292,7 @@ class TFClusterSpec:
     permanent_exit_codes: tuple[int, ...] = (1, 2, 126, 127)
     ps_grace_seconds: int = 30
     legacy_tf1_flags: bool = False
+    ttl_seconds_after_finished: int | None = 7 * 24 * 3600
 
     def __post_init__(self) -> None:
         self._validate()
@@ -362,6 +367,8 @@ class TFClusterSpec:
             raise SpecError("service_account", "is not a valid service account name", self.service_account)
         if self.max_duration_seconds is not None:
             _int(self.max_duration_seconds, "max_duration_seconds", 1, 365 * 24 * 3600)
+        if self.ttl_seconds_after_finished is not None:
+            _int(self.ttl_seconds_after_finished, "ttl_seconds_after_finished", 0, 365 * 24 * 3600)
         _int(self.retries_per_index, "retries_per_index", 0, 1000)
         codes = self.permanent_exit_codes
         if isinstance(codes, (str, bytes)) or not isinstance(codes, Sequence):

@@ -357,10 +357,10 @@ def test_every_object_and_pod_template_carries_the_labels():
             assert labels[naming.LABEL_CLUSTER] == "imagenet"
             assert labels["team"] == "vision" and labels["example.com/cost-center"] == "42"
             assert labels.items() >= IDENTITY.labels().items()
-            assert meta["annotations"] == {
-                **IDENTITY.annotations(),
-                naming.ANNOTATION_SPEC_HASH: spec.fingerprint(),
-            }
+            expected = {**IDENTITY.annotations(), naming.ANNOTATION_SPEC_HASH: spec.fingerprint()}
+            if spec.max_duration_seconds is not None:
+                expected[naming.ANNOTATION_MAX_DURATION] = str(spec.max_duration_seconds)
+            assert meta["annotations"] == expected
             if m["kind"] in ("Service", "Job", "StatefulSet"):
                 role = m["metadata"]["name"].rsplit("-", 1)[1]
                 assert labels["app.kubernetes.io/component"] == role

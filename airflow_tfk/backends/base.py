@@ -49,6 +49,15 @@ class ClusterOwner:
 
     identity: RunIdentity | None
     spec_hash: str | None
+    created_at: float | None = None  # epoch seconds
+    max_duration_seconds: int | None = None
+
+    @property
+    def deadline(self) -> float | None:
+        """When the cluster-side deadline passes (None: no deadline or age unknown)."""
+        if self.created_at is None or self.max_duration_seconds is None:
+            return None
+        return self.created_at + self.max_duration_seconds
 
     def describe(self) -> str:
         if self.identity is None:
@@ -143,6 +152,10 @@ class Backend(abc.ABC):
 
     async def adelete(self, ref: ClusterRef, reason: str = "") -> None:
         await asyncio.to_thread(self.delete, ref, reason)
+
+    def clusters(self, namespace: str | None) -> list[ClusterRef]:
+        """Every cluster this project made that is not deleted (the sweeper's input)."""
+        return self.find(namespace, {})
 
     @abc.abstractmethod
     def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:

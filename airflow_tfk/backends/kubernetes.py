@@ -306,12 +306,28 @@ class KubernetesBackend(Backend):
             )
             items = (result[1] or {}).get("items") or [] if result else []
             if items:
-                annotations = (items[0].get("metadata") or {}).get("annotations") or {}
+                meta = items[0].get("metadata") or {}
+                annotations = meta.get("annotations") or {}
+                max_duration = annotations.get(naming.ANNOTATION_MAX_DURATION, "")
                 return ClusterOwner(
                     RunIdentity.from_annotations(annotations),
                     annotations.get(naming.ANNOTATION_SPEC_HASH),
+                    _epoch(meta.get("creationTimestamp")),
+                    int(max_duration) if max_duration.isascii() and max_duration.isdigit() else None,
                 )
         return None
+
+    def clusters(self, namespace: str | None) -> list[ClusterRef]:
+        """Clusters with a Job or a StatefulSet left (a PS whose Jobs are gone included)."""
+        found: dict[ClusterRef, None] = {}
+        for kind_name in ("Job", "StatefulSet"):
+            kind = BY_KIND[kind_name]
+            path = kind.everywhere() if namespace is None else kind.collection(namespace)
+            result = self._run(_single(Request("GET", path, {"labelSelector": naming.LABEL_CLUSTER})))
+            for obj in (result[1] or {}).get("items") or [] if result else []:
+                meta = obj["metadata"]
+                found[ClusterRef(meta["labels"][naming.LABEL_CLUSTER], meta["namespace"])] = None
+        return list(found)
 
     def _exists_plan(self, ref: ClusterRef) -> Plan:
         for kind in EXISTS_KINDS:
@@ -664,6 +680,17 @@ class _WatchSession:
         log.warning("kubernetes: pod watch failed (%s); listing again", error_message(exc))
         self.rv = None
         return min(2.0**self._failures / 4, 5.0)
+
+
+def _epoch(timestamp: str | None) -> float | None:
+    if not timestamp:
+        return None
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _pod_id(pod: dict[str, Any]) -> str:

@@ -779,6 +779,8 @@ class LocalBackend(Backend):
         return ClusterOwner(
             RunIdentity.from_dict(ident) if ident else None,
             state.get("spec_hash"),
+            state.get("created_at"),
+            (state.get("spec") or {}).get("max_duration_seconds"),
         )
 
     def exists(self, ref: ClusterRef) -> bool:

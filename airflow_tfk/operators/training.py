@@ -38,7 +38,11 @@ class TFTrainingOperator(BaseOperator):
     :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
     :param deferrable: wait in the triggerer, holding no worker slot.
     :param cleanup: after success, delete ``ps`` (the roles that never exit, after the
-        grace period) or ``all`` (the whole cluster; logs are copied first).
+        grace period; the finished Jobs go after the spec's ``ttl_seconds_after_finished``)
+        or ``all`` (the whole cluster; logs are copied first).
+    :param on_failure: after a failed training, ``delete`` the cluster (logs are copied
+        first), or ``keep`` the finished tasks for debugging until their TTL (the roles
+        that never exit, the PS, are deleted all the same). A killed task always deletes.
     :param progress_interval: seconds between progress lines (step/total/%/ETA).
     :param tensorboard_task_id: the TensorBoard task whose URL the "TensorBoard" extra
         link of this task opens.
@@ -63,6 +67,7 @@ class TFTrainingOperator(BaseOperator):
         kubernetes_conn_id: str = "kubernetes_default",
         deferrable: bool = False,
         cleanup: str = "ps",
+        on_failure: str = "delete",
         progress_interval: float = 30.0,
         name_prefix: str = "tfk",
         previous_run_policy: str = "allow",
@@ -72,6 +77,9 @@ class TFTrainingOperator(BaseOperator):
         super().__init__(**kwargs)
         if cleanup not in ("ps", "all"):
             raise ValueError(f"cleanup: must be 'ps' or 'all' (got {cleanup!r})")
+        if on_failure not in ("delete", "keep"):
+            raise ValueError(f"on_failure: must be 'delete' or 'keep' (got {on_failure!r})")
+        self.on_failure = on_failure
         self.previous_run_policy = previous_run_policy
         self.tensorboard_task_id = tensorboard_task_id
         if not isinstance(previous_run_policy, str):
@@ -204,7 +212,7 @@ class TFTrainingOperator(BaseOperator):
         from airflow_tfk.lifecycle import cleanup_after_success, delete_cluster
 
         if outcome != "succeeded":
-            self._teardown(handle, message)
+            self._teardown(handle, message, keep=self.on_failure == "keep" and outcome == "failed")
             if outcome == "timeout":
                 from airflow.sdk.exceptions import AirflowTaskTimeout
 
@@ -223,9 +231,16 @@ class TFTrainingOperator(BaseOperator):
         self._handle = None
         return {**handle.to_dict(), "outcome": "succeeded"}
 
-    def _teardown(self, handle: ClusterHandle, why: str) -> None:
-        from airflow_tfk.lifecycle import teardown_after_failure
+    def _teardown(self, handle: ClusterHandle, why: str, keep: bool = False) -> None:
+        from airflow_tfk.lifecycle import keep_after_failure, teardown_after_failure
 
+        if keep:
+            try:
+                keep_after_failure(handle, self.log.info)
+            except Exception:
+                self.log.exception("could not stop the PS of cluster %s", handle.ref.name)
+            self._handle = None
+            return
         self.log.warning("deleting cluster %s: %s", handle.ref.name, why)
         try:
             teardown_after_failure(handle, None, self.log.info, f"deleted by its own task: {why}")

@@ -275,3 +275,21 @@ def _run(op: TFTrainingOperator, ctx: dict, errors: list[BaseException]) -> None
         op.execute(ctx)
     except BaseException as exc:
         errors.append(exc)
+
+
+def test_on_failure_keep_keeps_the_failed_tasks_and_stops_the_ps(local_root, ns) -> None:
+    ctx = ns.task_context("keep-run")
+    spec = ns.spec_dict("between_graph", workers=1, STEPS="2", EXIT_CODE_0="3", STEP_SECONDS="0.05")
+    spec["permanent_exit_codes"] = [3]
+    op = make_op(spec, on_failure="keep")
+    with pytest.raises(TrainingFailed):
+        op.execute(ctx)
+    backend = LocalBackend(str(local_root))
+    ref = cluster_of(ctx)
+    assert backend.exists(ref)  # kept for debugging
+    status = backend.status(ref)
+    assert status.task("worker", 0).phase is Phase.FAILED
+    assert status.task("ps", 0).reason == "Deleted"  # what never exits is stopped
+    ns.assert_no_processes(local_root)
+    with pytest.raises(ValueError, match="^on_failure"):
+        make_op(spec, on_failure="sometimes")
