@@ -108,3 +108,35 @@ def test_handle_round_trip_keeps_the_owner(backend) -> None:
     assert again.owner == OWNER and again.owner_known
     legacy = {k: v for k, v in h.to_dict().items() if k != "owner"}
     assert ClusterHandle.from_dict(legacy).owner_known is False
+
+
+def test_retry_after_the_deadline_keeps_a_finished_training(backend) -> None:
+    """Issue 10 item 6: the deadline killed the PS after the workers had succeeded; a retry
+    must reattach and report success, not retrain (and export a duplicate)."""
+    import sys
+    import time
+
+    from airflow_tfk.policies import Outcome, evaluate, replicas_of
+
+    s = TFClusterSpec(
+        name="deadline-retry",
+        image="local/unused:1",
+        command=(
+            sys.executable,
+            "-c",
+            "import os, time; time.sleep(60 if os.environ['TFK_ROLE'] == 'ps' else 0)",
+        ),
+        ps=RoleSpec(),
+        worker=RoleSpec(replicas=2),
+        max_duration_seconds=2,
+    )
+    ref = create_or_reattach(backend, s, OWNER, lambda m: None)
+    uid = backend._state(ref)["uid"]
+    deadline = time.monotonic() + 30
+    while backend.status(ref).task("ps", 0).reason != "DeadlineExceeded":
+        assert time.monotonic() < deadline, backend.status(ref).summary()
+        time.sleep(0.1)
+    said: list[str] = []
+    assert create_or_reattach(backend, s, OWNER, said.append) == ref
+    assert "reattaching" in said[0] and backend._state(ref)["uid"] == uid  # nothing retrained
+    assert evaluate(s.mode, replicas_of(s), backend.status(ref)).outcome is Outcome.SUCCEEDED
