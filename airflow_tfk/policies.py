@@ -61,7 +61,7 @@ def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Ver
     if not status.exists:
         why = status.deleted_reason or "deleted from outside"
         return Verdict(Outcome.FAILED, f"the cluster no longer exists ({why})")
-    failed = [t for t in status.tasks if t.phase is Phase.FAILED]
+    failed = status.failed()
     if failed:
         # Blame a decisive task first (the one that never finished), then a task that
         # failed on its own over one killed by the deadline.
@@ -85,6 +85,8 @@ def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Ver
 
 def _all_succeeded(decisive: dict[str, int], status: ClusterStatus) -> bool:
     for role, count in decisive.items():
+        if status.count(role, Phase.SUCCEEDED) < count:
+            return False  # per event, without looking at each task
         for index in range(count):
             task = status.task(role, index)
             if task is None or task.phase is not Phase.SUCCEEDED:

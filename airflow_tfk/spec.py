@@ -299,6 +299,16 @@ class TFClusterSpec:
 
     # -- validation -----------------------------------------------------------------
     def _validate(self) -> None:
+        self._validate_identity()
+        self._validate_storage()  # before the roles: parameter_server checks the models volume
+        self._validate_roles()
+        _int(self.port, "port", 1, 65535)
+        self._validate_env_and_labels()
+        self._validate_pod_settings()
+        self._validate_policies()
+        self._validate_generated_names()
+
+    def _validate_identity(self) -> None:
         _text(self.name, "name", max_len=63)
         if not naming.is_dns1035_label(self.name):
             raise SpecError(
@@ -326,13 +336,15 @@ class TFClusterSpec:
                 "must be a DNS-1123 label (the per-training namespace is '<namespace>-<name>')",
                 self.namespace_name,
             )
-        self._validate_roles()
-        _int(self.port, "port", 1, 65535)
+
+    def _validate_storage(self) -> None:
         if self.storage is None or isinstance(self.storage, Mapping):
             object.__setattr__(self, "storage", StorageSpec.from_dict(self.storage, "storage"))
         if not isinstance(self.storage, StorageSpec):
             raise SpecError("storage", "must be a storage section", self.storage)
         self.storage.validate("storage")
+
+    def _validate_env_and_labels(self) -> None:
         object.__setattr__(self, "env", _str_map(self.env, "env", keys="env"))
         for where, env in (("env", self.env), *((f"{r}.env", rs.env) for r, rs in self.roles().items())):
             reserved = sorted(k for k in env if k.startswith("TFK_") or k == "TF_CONFIG")
@@ -351,6 +363,8 @@ class TFClusterSpec:
                 "is reserved for Kubernetes and its controllers (job-name, controller-uid, "
                 "*.kubernetes.io/*, *.k8s.io/*)",
             )
+
+    def _validate_pod_settings(self) -> None:
         if self.image_pull_policy not in ("IfNotPresent", "Always", "Never"):
             raise SpecError(
                 "image_pull_policy", "must be IfNotPresent, Always or Never", self.image_pull_policy
@@ -365,6 +379,8 @@ class TFClusterSpec:
             isinstance(self.service_account, str) and naming.is_dns1123_subdomain(self.service_account)
         ):
             raise SpecError("service_account", "is not a valid service account name", self.service_account)
+
+    def _validate_policies(self) -> None:
         if self.max_duration_seconds is not None:
             _int(self.max_duration_seconds, "max_duration_seconds", 1, 365 * 24 * 3600)
         if self.ttl_seconds_after_finished is not None:
@@ -379,9 +395,8 @@ class TFClusterSpec:
         _int(self.ps_grace_seconds, "ps_grace_seconds", 0, 24 * 3600)
         if not isinstance(self.legacy_tf1_flags, bool):
             raise SpecError("legacy_tf1_flags", "must be true or false", self.legacy_tf1_flags)
-        self._validate_generated_names()
 
-    def _validate_roles(self) -> None:
+    def _coerce_roles(self) -> None:
         for role in ROLES:
             spec = getattr(self, role)
             if isinstance(spec, Mapping):
@@ -389,6 +404,9 @@ class TFClusterSpec:
                 object.__setattr__(self, role, spec)
             if spec is not None and not isinstance(spec, RoleSpec):
                 raise SpecError(role, "must be a role section such as {replicas: 2}", spec)
+
+    def _validate_roles(self) -> None:
+        self._coerce_roles()
         if self.worker is None:
             raise SpecError("worker", "is required")
         self.worker.validate("worker", 1, MAX_REPLICAS)
@@ -406,6 +424,19 @@ class TFClusterSpec:
                 )
             if self.ps is None:
                 raise SpecError("ps", "is required when mode is parameter_server")
+            models = self.storage.models
+            # Found on a real node: the chief's checkpoint save runs on the PS (SaveV2 on
+            # /job:ps), so the checkpoint directory ($TFK_MODEL_DIR) must be one volume that
+            # the chief and every PS mount; a per-pod (ReadWriteOnce) claim fails the first save.
+            access = getattr(models, "access_mode", None)
+            access = getattr(access, "value", access)  # the storage section is coerced later
+            if isinstance(models, VolumeSpec) and models.claim is None and access != AccessMode.RWX.value:
+                raise SpecError(
+                    "storage.models.access_mode",
+                    "must be ReadWriteMany when mode is parameter_server: the parameter servers "
+                    "write the chief's checkpoints, so the chief and every PS share the models volume",
+                    access,
+                )
         elif mode is Mode.BETWEEN_GRAPH:
             if self.ps is None:
                 raise SpecError("ps", "is required when mode is between_graph")

@@ -168,7 +168,7 @@ def test_stopping_does_not_depend_on_the_state_file(backend, tmp_path, damage) -
     if damage.startswith("remove"):
         shutil.rmtree(cdir)
         # The supervisors notice on their own (no waiter, no delete needed).
-        wait_for(lambda: not marked(backend, ref), timeout=15, what="tasks stopped by themselves")
+        wait_for(lambda: not marked(backend, ref), timeout=40, what="tasks stopped by themselves")
     else:
         (cdir / "state.json").write_text("{not json")
         backend.delete(ref)

@@ -1,8 +1,7 @@
-"""TensorBoard over a training's log directory: a Deployment + Service on Kubernetes
-(reached through the API server's service proxy), or a local ``tensorboard`` process.
+"""TensorBoard as a local ``tensorboard`` process over a training's log directory.
 
-Both keep running after the task that started them and are stopped explicitly
-(:meth:`stop`), e.g. by a teardown task.
+It keeps running after the task that started it and is stopped explicitly
+(:meth:`LocalTensorBoard.stop`), e.g. by a teardown task.
 """
 
 from __future__ import annotations
@@ -10,12 +9,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from airflow_tfk import _process
-from airflow_tfk.naming import RunIdentity
 from airflow_tfk.serving.base import Emit
 from airflow_tfk.serving.local import default_root, store_path
 from airflow_tfk.serving.spec import TensorBoardSpec
@@ -65,7 +62,7 @@ class LocalTensorBoard:
     def start(self, emit: Emit) -> str:
         with _process.locked(self.dir):
             record = self._record()
-            if _process.alive(record) is not None:
+            if record is not None and _process.alive(record) is not None:
                 emit(
                     f"TensorBoard {self.spec.name} already runs (pid {record['pid']}) at "
                     f"{self.url} over {record['logdir']}"
@@ -105,94 +102,10 @@ class LocalTensorBoard:
     def stop(self, emit: Emit) -> None:
         with _process.locked(self.dir):
             record = self._record()
-            if _process.stop(record):
-                emit(f"stopped TensorBoard {self.spec.name} (pid {record['pid']})")  # type: ignore[index]
+            if record is not None and _process.stop(record):
+                emit(f"stopped TensorBoard {self.spec.name} (pid {record['pid']})")
             self.record_path.unlink(missing_ok=True)
 
 
 def _free(port: int) -> bool:
     return not _process.port_open(port, timeout=0.2)
-
-
-class KubernetesTensorBoard:
-    """TensorBoard Deployment + Service from ``templates/tensorboard/``."""
-
-    kind = "kubernetes"
-
-    def __init__(
-        self,
-        spec: TensorBoardSpec,
-        conn_id: str = "kubernetes_default",
-        cluster_context: str | None = None,
-        config_file: str | None = None,
-        in_cluster: bool | None = None,
-        identity: RunIdentity | None = None,
-        field_manager: str = "airflow-tfk",
-        **_ignored: Any,
-    ) -> None:
-        self.spec = spec
-        self.conn_id = conn_id
-        self.cluster_context = cluster_context
-        self.config_file = config_file
-        self.in_cluster = in_cluster
-        self.identity = identity
-        self.field_manager = field_manager
-
-    def config(self) -> dict[str, Any]:
-        return {
-            "conn_id": self.conn_id,
-            "cluster_context": self.cluster_context,
-            "config_file": self.config_file,
-            "in_cluster": self.in_cluster,
-            "field_manager": self.field_manager,
-        }
-
-    @cached_property
-    def api(self) -> Any:
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-        from airflow_tfk.backends._k8s_api import SyncApi
-
-        return SyncApi(
-            KubernetesHook(
-                conn_id=self.conn_id,
-                cluster_context=self.cluster_context,
-                config_file=self.config_file,
-                in_cluster=self.in_cluster,
-            ).api_client
-        )
-
-    @property
-    def url(self) -> str:
-        from airflow_tfk.serving.kubernetes import service_proxy_path
-
-        host = self.api.client.configuration.host.rstrip("/")
-        return host + service_proxy_path(self.spec.namespace, self.spec.name, self.spec.port, "/")
-
-    def start(self, emit: Emit) -> str:
-        from airflow_tfk.backends._k8s_api import kind_of
-        from airflow_tfk.serving.render import render_tensorboard
-
-        for manifest in render_tensorboard(self.spec, self.identity):
-            path = kind_of(manifest).item(self.spec.namespace, manifest["metadata"]["name"])
-            self.api.apply(path, manifest, self.field_manager)
-        emit(
-            f"TensorBoard {self.spec.name} in namespace {self.spec.namespace} over claim "
-            f"{self.spec.claim}/{self.spec.sub_path}: {self.url}"
-        )
-        return self.url
-
-    def stop(self, emit: Emit) -> None:
-        from airflow_tfk.backends._k8s_api import BY_KIND, is_not_found
-
-        for kind in ("Deployment", "Service"):
-            try:
-                self.api.request(
-                    "DELETE",
-                    BY_KIND[kind].item(self.spec.namespace, self.spec.name),
-                    {"propagationPolicy": "Background"},
-                )
-                emit(f"deleted {kind} {self.spec.name}")
-            except Exception as exc:
-                if not is_not_found(exc):
-                    raise
