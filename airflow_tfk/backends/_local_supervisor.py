@@ -244,9 +244,7 @@ class Supervisor:
 
     # -- the loop ---------------------------------------------------------------------
     def run(self) -> int:
-        retries = int(self.task.get("retries", 0))
-        permanent = set(self.task.get("permanent_exit_codes", ()))
-        backoff = float(self.task.get("restart_backoff_seconds", 1.0))
+        """Attempts until the task succeeds, fails for good, is deleted or times out."""
         while True:
             if self.stop_requested():
                 return self.finish("Deleted", "Deleted", self.last_exit_code, "deleted before it finished")
@@ -258,103 +256,128 @@ class Supervisor:
                     "max_duration_seconds exceeded before the task could start",
                 )
             self.attempt += 1
-            try:
-                log = open(  # noqa: SIM115 - handed to the child
-                    os.open(self.task["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab"
-                )
-            except OSError as exc:
-                return self.finish("Failed", "StartError", 128, f"cannot open the log: {exc}")
-            try:
-                proc = subprocess.Popen(
-                    self.task["argv"],
-                    env=self.task["env"],
-                    cwd=self.task["cwd"],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    close_fds=True,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                log.close()
-                code = 127 if isinstance(exc, FileNotFoundError) else 126
-                self.log(f"cannot start {self.task['argv'][0]!r}: {exc}")
-                return self.finish(
-                    "Failed", "StartError", code, f"cannot start {self.task['argv'][0]!r}: {exc}"
-                )
+            proc = self.start()
+            if isinstance(proc, int):
+                return proc  # could not start: already finished
+            outcome = self.wait(proc)
+            done = self.judge(outcome, self.last_exit_code)
+            if done is not None:
+                return done
+            self.back_off()
+
+    def start(self) -> subprocess.Popen | int:
+        """Start one attempt; the process, or the finish() code when it cannot start."""
+        try:
+            log = open(  # noqa: SIM115 - handed to the child
+                os.open(self.task["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab"
+            )
+        except OSError as exc:
+            return self.finish("Failed", "StartError", 128, f"cannot open the log: {exc}")
+        try:
+            proc = subprocess.Popen(
+                self.task["argv"],
+                env=self.task["env"],
+                cwd=self.task["cwd"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                close_fds=True,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            self.log(f"cannot start {self.task['argv'][0]!r}: {exc}")
+            return self.finish("Failed", "StartError", code, f"cannot start {self.task['argv'][0]!r}: {exc}")
+        finally:
             log.close()
-            self.current = proc
-            self.pids.append(proc.pid)
-            self.status("running", proc)
+        self.current = proc
+        self.pids.append(proc.pid)
+        self.status("running", proc)
+        return proc
 
-            outcome = None
-            strays: list = []
-            scan_every = 2.0
-            next_scan = time.monotonic() + 0.5
-            pidfd = _pidfd(proc.pid)
-            try:
-                while True:
-                    timeout = POLL_SECONDS
-                    deadline = self.task.get("deadline")
-                    if deadline is not None:
-                        timeout = min(timeout, max(0.0, deadline - time.time()))
-                    if wait_child(proc, pidfd, timeout):
-                        break
-                    if self.stop_requested():
-                        self.last_exit_code = self.kill(proc)
-                        outcome = "Deleted"
-                        break
-                    if self.deadline_passed():
-                        self.log(
-                            f"max_duration_seconds ({self.task.get('max_duration_seconds')})"
-                            " exceeded: killing the task"
-                        )
-                        self.last_exit_code = self.kill(proc)
-                        outcome = "DeadlineExceeded"
-                        break
-                    now = time.monotonic()
-                    if now >= next_scan:  # who the task started, to kill strays later
-                        strays = self._descendants(proc.pid) or strays
-                        next_scan = now + scan_every
-                        scan_every = min(30.0, scan_every * 2)
-            finally:
-                if pidfd is not None:
-                    os.close(pidfd)
-            if outcome is None:
-                self.last_exit_code = _exit_code(proc.returncode)
-            self.reap_group(proc, strays)
-            self.current = None
-            code = self.last_exit_code
+    def wait(self, proc: subprocess.Popen) -> str | None:
+        """Until the attempt ends: None when it exited by itself, else ``Deleted`` or
+        ``DeadlineExceeded`` (it was killed). Sets ``last_exit_code``."""
+        outcome = None
+        strays: list = []
+        scan_every = 2.0
+        next_scan = time.monotonic() + 0.5
+        pidfd = _pidfd(proc.pid)
+        try:
+            while outcome is None:
+                timeout = POLL_SECONDS
+                deadline = self.task.get("deadline")
+                if deadline is not None:
+                    timeout = min(timeout, max(0.0, deadline - time.time()))
+                if wait_child(proc, pidfd, timeout):
+                    break
+                outcome = self.kill_if_due(proc)
+                now = time.monotonic()
+                if outcome is None and now >= next_scan:  # who the task started, to kill strays later
+                    strays = self._descendants(proc.pid) or strays
+                    next_scan = now + scan_every
+                    scan_every = min(30.0, scan_every * 2)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        if outcome is None:
+            self.last_exit_code = _exit_code(proc.returncode)
+        self.reap_group(proc, strays)
+        self.current = None
+        return outcome
 
-            if outcome == "Deleted" or self.stop_requested():
-                return self.finish("Deleted", "Deleted", code, "deleted while running")
-            if outcome == "DeadlineExceeded":
-                return self.finish(
-                    "Failed",
-                    "DeadlineExceeded",
-                    code,
-                    f"killed after max_duration_seconds={self.task.get('max_duration_seconds')}",
-                )
-            if code == 0:
-                return self.finish("Succeeded", "Completed", 0)
-            sig = _signal_name(code)
-            detail = f"exit code {code}" + (f" ({sig})" if sig else "")
-            if code in permanent:
-                return self.finish("Failed", "ExitCode", code, f"{detail}: permanent, not retried")
-            if self.restarts >= retries:
-                return self.finish(
-                    "Failed",
-                    "ExitCode",
-                    code,
-                    f"{detail} after {self.restarts} restart(s)" if retries else detail,
-                )
-            self.restarts += 1
-            delay = min(30.0, backoff * 2 ** (self.restarts - 1))
-            self.log(f"{detail}; restarting in {delay:.1f}s (retry {self.restarts} of {retries})")
-            self.status("backoff", retry_at=time.time() + delay)
-            until = time.monotonic() + delay
-            while time.monotonic() < until and not self.stop_requested() and not self.deadline_passed():
-                nap(min(POLL_SECONDS, max(0.0, until - time.monotonic())))
+    def kill_if_due(self, proc: subprocess.Popen) -> str | None:
+        if self.stop_requested():
+            self.last_exit_code = self.kill(proc)
+            return "Deleted"
+        if self.deadline_passed():
+            self.log(
+                f"max_duration_seconds ({self.task.get('max_duration_seconds')}) exceeded: killing the task"
+            )
+            self.last_exit_code = self.kill(proc)
+            return "DeadlineExceeded"
+        return None
+
+    def judge(self, outcome: str | None, code: int | None) -> int | None:
+        """The finish() code when this attempt ends the task; None to restart it."""
+        if outcome == "Deleted" or self.stop_requested():
+            return self.finish("Deleted", "Deleted", code, "deleted while running")
+        if outcome == "DeadlineExceeded":
+            return self.finish(
+                "Failed",
+                "DeadlineExceeded",
+                code,
+                f"killed after max_duration_seconds={self.task.get('max_duration_seconds')}",
+            )
+        if code == 0:
+            return self.finish("Succeeded", "Completed", 0)
+        retries = int(self.task.get("retries", 0))
+        sig = _signal_name(code or 0)
+        detail = f"exit code {code}" + (f" ({sig})" if sig else "")
+        if code in set(self.task.get("permanent_exit_codes", ())):
+            return self.finish("Failed", "ExitCode", code, f"{detail}: permanent, not retried")
+        if self.restarts >= retries:
+            return self.finish(
+                "Failed",
+                "ExitCode",
+                code,
+                f"{detail} after {self.restarts} restart(s)" if retries else detail,
+            )
+        return None
+
+    def back_off(self) -> None:
+        retries = int(self.task.get("retries", 0))
+        backoff = float(self.task.get("restart_backoff_seconds", 1.0))
+        self.restarts += 1
+        delay = min(30.0, backoff * 2 ** (self.restarts - 1))
+        code = self.last_exit_code
+        sig = _signal_name(code or 0)
+        detail = f"exit code {code}" + (f" ({sig})" if sig else "")
+        self.log(f"{detail}; restarting in {delay:.1f}s (retry {self.restarts} of {retries})")
+        self.status("backoff", retry_at=time.time() + delay)
+        until = time.monotonic() + delay
+        while time.monotonic() < until and not self.stop_requested() and not self.deadline_passed():
+            nap(min(POLL_SECONDS, max(0.0, until - time.monotonic())))
 
 
 def main(argv: list[str]) -> int:

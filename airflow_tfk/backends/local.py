@@ -44,184 +44,42 @@ import json
 import logging
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from airflow_tfk import _process, naming
+from airflow_tfk import naming
 from airflow_tfk.backends import _local_loopback
+from airflow_tfk.backends._local_files import (
+    DEFAULT_ENV_ALLOWLIST,
+    LOCALHOST,
+    MARKER_ENV,
+    MINIMAL_ENV,
+    PRIVATE_FILE,
+    TASK_ENV,
+    _private_dir,
+    _read_json,
+    _tail,
+    _write_json,
+    default_root,
+)
+from airflow_tfk.backends._local_host import LocalHostChecks
+from airflow_tfk.backends._local_procs import LocalProcesses
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
-from airflow_tfk.errors import ClusterOwnershipError, LocalMachineError, SpecError
-from airflow_tfk.excerpt import failure_excerpt
+from airflow_tfk.errors import ClusterOwnershipError, LocalMachineError
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import ROLES, RoleSpec, TFClusterSpec
-from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
+from airflow_tfk.status import ClusterStatus
 
 log = logging.getLogger(__name__)
 
-SUPERVISOR = str(Path(__file__).with_name("_local_supervisor.py"))
-LOCALHOST = "127.0.0.1"
-FAILURE_LOG_LINES = 20
 STATE_VERSION = 1
-_PYTHONS = ("python", "python3")
 _VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MODEL_DIR"}
-_CTIME_TOLERANCE = 1.0  # seconds; psutil create times of one process agree far better
 
 
-def default_root() -> str:
-    return os.environ.get("TFK_LOCAL_ROOT") or os.path.join(os.path.expanduser("~"), ".tfk-local")
-
-
-# What a task process inherits from the process that creates the cluster (an Airflow
-# worker, whose environment holds AIRFLOW_CONN_* secrets): these names only. Everything
-# else the task needs is in the spec's env, as on Kubernetes.
-DEFAULT_ENV_ALLOWLIST = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "LANGUAGE",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TZ",
-    "TMPDIR",
-    "PYTHONPATH",
-    "VIRTUAL_ENV",
-    "LD_LIBRARY_PATH",
-    "CUDA_VISIBLE_DEVICES",
-    "OMP_NUM_THREADS",
-    "TF_CPP_MIN_LOG_LEVEL",
-    "TF_ENABLE_ONEDNN_OPTS",
-    "XDG_CACHE_HOME",
-    "KERAS_HOME",
-)
-MINIMAL_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
-# Set on every supervisor and task process: ``<root digest>/<namespace>/<name>``. Stopping
-# a cluster finds its processes by this tag in /proc, so it needs no state file.
-MARKER_ENV = "TFK_LOCAL_CLUSTER"
-TASK_ENV = "TFK_LOCAL_TASK"  # role-index, on the supervisor and its task
-PRIVATE_DIR = 0o700
-PRIVATE_FILE = 0o600
-
-
-def _private_dir(path: Path) -> None:
-    """``mkdir -p`` where every directory this call creates is 0700."""
-    missing = []
-    p = path
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            d.mkdir(mode=PRIVATE_DIR)
-        os.chmod(d, PRIVATE_DIR)  # mkdir's mode is filtered by the umask
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` so readers in other processes see the old or the new file, never half.
-
-    The file is 0600: task records hold the task's environment."""
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:6]}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
-    with open(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        return None
-    except ValueError:  # only a crash mid-write of a non-atomic writer could do this
-        log.warning("local backend: ignoring unreadable %s", path)
-        return None
-
-
-def _tail(path: Path, lines: int | None) -> str:
-    """The last ``lines`` lines of a file (all of it for None), '' when it does not exist."""
-    try:
-        with open(path, "rb") as fh:
-            if lines is None:
-                data = fh.read()
-            else:
-                if lines <= 0:
-                    return ""
-                fh.seek(0, os.SEEK_END)
-                pos = fh.tell()
-                data = b""
-                while pos > 0 and data.count(b"\n") <= lines:
-                    step = min(64 * 1024, pos)
-                    pos -= step
-                    fh.seek(pos)
-                    data = fh.read(step) + data
-                data = b"\n".join(data.rstrip(b"\n").split(b"\n")[-lines:])
-                if data:
-                    data += b"\n"
-    except FileNotFoundError:
-        return ""
-    return data.decode("utf-8", errors="replace")
-
-
-def _excerpt(log_path: Path) -> str:
-    """The meaningful last lines of a task's log (no TF runtime noise, no progress JSON)
-    and where the whole log is."""
-    text = failure_excerpt(_tail(log_path, 50 * FAILURE_LOG_LINES), FAILURE_LOG_LINES)
-    return f"{text}\n(full log: {log_path})" if text else ""
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # SO_REUSEADDR so a TIME_WAIT leftover is not mistaken for a listener.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOCALHOST, port))
-            sock.listen(1)
-        except OSError:
-            return False
-    return True
-
-
-def _verified(pid: int | None, create_time: float | None) -> psutil.Process | None:
-    return _process.verified(pid, create_time, _CTIME_TOLERANCE)
-
-
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Wait until the processes ended; the ones still running after ``timeout``.
-
-    A zombie counts as ended: it runs nothing, and its parent (init, for the daemonized
-    supervisors) reaps it when it gets to it - psutil.wait_procs would wait for that too.
-    """
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while True:
-        procs = [p for p in procs if _running(p)]
-        if not procs or time.monotonic() >= deadline:
-            return procs
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
-
-
-class LocalBackend(Backend):
+class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
     """Runs clusters as local processes; see the module docstring for the on-disk layout.
 
     :param root: directory of every cluster's state (default ``$TFK_LOCAL_ROOT``, else
@@ -331,30 +189,6 @@ class LocalBackend(Backend):
     def _state(self, ref: ClusterRef) -> dict[str, Any] | None:
         return _read_json(self.cluster_dir(ref) / "state.json")
 
-    def _marker(self, ref: ClusterRef) -> str:
-        digest = naming.short_hash(self.root, length=12)
-        return f"{digest}/{ref.namespace}/{ref.name}"
-
-    def _marked(self, ref: ClusterRef, roles: list[str] | None = None) -> list[psutil.Process]:
-        """Live processes that carry this cluster's tag (and, given ``roles``, belong to one
-        of them): found through /proc, whatever became of the state directory."""
-        mark = self._marker(ref)
-        found = []
-        me = os.getpid()
-        for proc in psutil.process_iter():
-            if proc.pid == me:
-                continue
-            try:
-                env = proc.environ()
-                if env.get(MARKER_ENV) != mark or not _running(proc):
-                    continue
-                if roles is not None and env.get(TASK_ENV, "").rsplit("-", 1)[0] not in roles:
-                    continue
-            except psutil.Error:  # gone, or another user's process
-                continue
-            found.append(proc)
-        return found
-
     # -- create -------------------------------------------------------------------------
     def create(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> ClusterRef:
         """Start every task; a live cluster of the same name is reattached, not restarted.
@@ -420,82 +254,6 @@ class LocalBackend(Backend):
                 f"the running local cluster {ref.namespace}/{ref.name} was made from another "
                 "spec; delete it first to apply this one",
             )
-
-    def _resolve_commands(self, spec: TFClusterSpec, workdir: str) -> dict[str, list[str]]:
-        """argv (without the legacy flags) of each role; checks what only this machine can."""
-        if not os.path.isdir(workdir):
-            raise SpecError("workdir", "the local backend's working directory does not exist", workdir)
-        out: dict[str, list[str]] = {}
-        for role, rspec in spec.roles().items():
-            cmd_field = f"{role}.command" if rspec.command is not None else "command"
-            args_field = f"{role}.args" if rspec.args is not None else "args"
-            command = list(rspec.command if rspec.command is not None else spec.command)
-            args = list(rspec.args if rspec.args is not None else spec.args)
-            exe = command[0]
-            path_env = rspec.env.get("PATH") or spec.env.get("PATH") or os.environ.get("PATH")
-            is_python = exe in _PYTHONS
-            if is_python:
-                resolved = sys.executable
-            elif "/" in exe:
-                resolved = exe if os.path.isabs(exe) else os.path.join(workdir, exe)
-                if not os.path.isfile(resolved):
-                    raise SpecError(
-                        cmd_field, f"executable {exe!r} does not exist (resolved against {workdir})", exe
-                    )
-                if not os.access(resolved, os.X_OK):
-                    raise SpecError(cmd_field, f"{exe!r} is not executable", exe)
-                is_python = os.path.basename(resolved).startswith("python")
-            else:
-                found = shutil.which(exe, path=path_env)
-                if found is None:
-                    raise SpecError(cmd_field, f"executable {exe!r} is not on PATH on this machine", exe)
-                resolved = found
-                is_python = exe.startswith("python")
-            argv = [resolved, *command[1:], *args]
-            if is_python:  # `python train.py`: the script must be here too
-                script = argv[1] if len(argv) > 1 else None
-                if script and script.endswith(".py") and not script.startswith("-"):
-                    where = f"{cmd_field}[1]" if len(command) > 1 else f"{args_field}[0]"
-                    full = script if os.path.isabs(script) else os.path.join(workdir, script)
-                    if not os.path.isfile(full):
-                        raise SpecError(
-                            where, f"script {script!r} does not exist (resolved against {workdir})", script
-                        )
-            out[role] = argv
-        return out
-
-    def _allocate_ports(self, spec: TFClusterSpec) -> dict[str, int]:
-        """One port per task of the cluster map (``role-index`` -> port)."""
-        names = [f"{r}-{i}" for r, s in spec.cluster_roles().items() for i in range(s.replicas)]
-        if self.fixed_ports:
-            last = spec.port + len(names) - 1
-            if last > 65535:
-                raise SpecError(
-                    "port",
-                    f"with fixed ports the {len(names)} tasks need ports {spec.port}-{last}, beyond 65535",
-                    spec.port,
-                )
-            for k, name in enumerate(names):
-                if not _port_free(spec.port + k):
-                    raise SpecError(
-                        "port",
-                        f"{LOCALHOST}:{spec.port + k} (for task {name}) is "
-                        "already in use on this machine: stop what listens there, "
-                        "choose another port, or let the local backend pick free "
-                        "ports (fixed_ports=False)",
-                        spec.port,
-                    )
-            return {name: spec.port + k for k, name in enumerate(names)}
-        socks: list[socket.socket] = []
-        try:  # hold every socket until all are bound, so no two tasks get the same port
-            for _ in names:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.bind((LOCALHOST, 0))
-            return {name: sock.getsockname()[1] for name, sock in zip(names, socks, strict=True)}
-        finally:
-            for sock in socks:
-                sock.close()
 
     def _archive(self, ref: ClusterRef, state: dict[str, Any] | None) -> None:
         """Move a finished or deleted cluster aside (logs stay readable) before a re-create."""
@@ -627,55 +385,7 @@ class LocalBackend(Backend):
         }
         _write_json(cdir / "state.json", state)
 
-        launchers = []
-        for t in tasks:
-            tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
-            sup_log = os.open(tdir / "supervisor.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, PRIVATE_FILE)
-            with open(sup_log, "ab") as out:
-                launchers.append(
-                    subprocess.Popen(
-                        [sys.executable, "-I", SUPERVISOR, "--daemonize", str(tdir)],
-                        # Only what the supervisor needs, plus the tag that finds it again.
-                        env={
-                            "PATH": os.environ.get("PATH", os.defpath),
-                            MARKER_ENV: self._marker(ref),
-                            TASK_ENV: f"{t['role']}-{t['index']}",
-                        },
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=out,
-                        close_fds=True,
-                        start_new_session=True,
-                        cwd=str(tdir),
-                    )
-                )
-        for t, p in zip(tasks, launchers, strict=True):  # each returns once its supervisor forked
-            if p.wait(timeout=self.start_timeout_seconds) != 0:
-                tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
-                raise RuntimeError(
-                    f"local backend: the supervisor of {t['role']}-{t['index']} failed to start "
-                    f"(exit code {p.returncode}): "
-                    f"{_tail(tdir / 'supervisor.log', 20).strip() or 'no output'}"
-                )
-        give_up = time.monotonic() + self.start_timeout_seconds
-        for t in tasks:
-            tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
-            while True:
-                info = _read_json(tdir / "supervisor.json")
-                if info is not None:
-                    break
-                if time.monotonic() > give_up:
-                    raise RuntimeError(
-                        f"local backend: the supervisor of {t['role']}-{t['index']} did not "
-                        f"start within {self.start_timeout_seconds:.0f}s: "
-                        f"{_tail(tdir / 'supervisor.log', 20).strip() or 'no output'}"
-                    )
-                time.sleep(0.01)
-            try:
-                ctime = psutil.Process(info["pid"]).create_time()
-            except psutil.Error:
-                ctime = None  # already gone (e.g. the task failed at once): nothing to kill
-            t["supervisor"] = {"pid": info["pid"], "create_time": ctime}
+        self._launch(ref, cdir, tasks)
         _write_json(cdir / "state.json", state)
         log.info(
             "local backend: started %s/%s (%d tasks) under %s", ref.namespace, ref.name, len(tasks), cdir
@@ -694,89 +404,6 @@ class LocalBackend(Backend):
             labels.update(identity.labels())
         labels.update(spec.labels)
         return labels
-
-    # -- processes ----------------------------------------------------------------------
-    def _supervisor(self, ref: ClusterRef, task: dict[str, Any]) -> psutil.Process | None:
-        sup = task.get("supervisor")
-        if sup:
-            if sup.get("create_time") is None:
-                return None
-            return _verified(sup["pid"], sup["create_time"])
-        info = _read_json(self._task_dir(ref, task["role"], task["index"]) / "supervisor.json")
-        if info is None:  # still launching (create holds the lock)
-            return None
-        proc = _verified(info["pid"], None)
-        if proc is not None and abs(proc.create_time() - info["started_at"]) > 5:
-            return None
-        return proc
-
-    def _child(self, ref: ClusterRef, task: dict[str, Any]) -> psutil.Process | None:
-        st = _read_json(self._task_dir(ref, task["role"], task["index"]) / "status.json")
-        if not st or st.get("state") != "running":
-            return None
-        return _verified(st.get("pid"), st.get("pid_create_time"))
-
-    def _live(self, ref: ClusterRef, state: dict[str, Any]) -> bool:
-        return any(
-            self._supervisor(ref, t) is not None or self._child(ref, t) is not None for t in state["tasks"]
-        )
-
-    def _kill(self, ref: ClusterRef, state: dict[str, Any], roles: list[str] | None) -> None:
-        """Stop the tasks of ``roles`` (all for None) and wait until none of their processes
-        is left: SIGTERM to each process group, SIGKILL after the grace."""
-        tasks = [t for t in state.get("tasks") or [] if roles is None or t["role"] in roles]
-        grace = self.kill_grace_seconds
-        for t in tasks:
-            tdir = self._task_dir(ref, t["role"], t["index"])
-            if tdir.is_dir() and not (tdir / "deleted").exists():
-                _write_json(tdir / "deleted", {"deleted_at": time.time()})
-            task_cfg = _read_json(tdir / "task.json") or {}
-            grace = max(grace, float(task_cfg.get("kill_grace_seconds", 0)))
-
-        def targets() -> tuple[set[int], dict[int, psutil.Process]]:
-            groups: set[int] = set()
-            # The tag finds them even when the state or task files are gone or corrupt.
-            procs: dict[int, psutil.Process] = {p.pid: p for p in self._marked(ref, roles)}
-            for t in tasks:
-                for proc in (self._supervisor(ref, t), self._child(ref, t)):
-                    if proc is None:
-                        continue
-                    groups.add(proc.pid)
-                    procs[proc.pid] = proc
-                    with contextlib.suppress(psutil.Error):
-                        for c in proc.children(recursive=True):
-                            procs[c.pid] = c
-            return groups, procs
-
-        def send(sig: int, groups: set[int], procs: dict[int, psutil.Process]) -> None:
-            for pgid in groups:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pgid, sig)
-            for proc in procs.values():
-                with contextlib.suppress(psutil.Error):
-                    proc.send_signal(sig)
-
-        groups, procs = targets()
-        if not procs:
-            return
-        # The supervisors stop their tasks themselves on SIGTERM (recording "Deleted"), with
-        # their own grace; give them that long, plus a little, before SIGKILL.
-        send(signal.SIGTERM, groups, procs)
-        alive = _wait_gone(list(procs.values()), grace + 2.0)
-        for _ in range(3):
-            more_groups, more = targets()  # e.g. a restart that raced with the SIGTERM
-            procs = {p.pid: p for p in alive} | more
-            if not procs:
-                return
-            send(signal.SIGKILL, groups | more_groups, procs)
-            alive = _wait_gone(list(procs.values()), 5.0)
-            if not alive:
-                groups = set()
-        leftover = sorted(p.pid for p in alive)
-        if leftover:
-            raise RuntimeError(
-                f"local backend: processes {leftover} of {ref.namespace}/{ref.name} did not die after SIGKILL"
-            )
 
     # -- the Backend interface ----------------------------------------------------------
     def owner(self, ref: ClusterRef) -> ClusterOwner | None:
@@ -802,58 +429,6 @@ class LocalBackend(Backend):
                 tasks=(), exists=False, deleted_reason=(state or {}).get("deleted_reason") or ""
             )
         return ClusterStatus(tasks=tuple(self._task_status(ref, t) for t in state["tasks"]))
-
-    def _task_status(self, ref: ClusterRef, task: dict[str, Any]) -> TaskStatus:
-        role, index = task["role"], task["index"]
-        tdir = self._task_dir(ref, role, index)
-        log_path = self.log_path(ref, role, index)
-        final = _read_json(tdir / "exit.json")
-        current = _read_json(tdir / "status.json") or {}
-        restarts = int((final or current).get("restarts", 0))
-        deleted = (tdir / "deleted").exists()
-        if final is not None and final.get("phase") != "Deleted":
-            phase = Phase(final["phase"])
-            message = ""
-            if phase is Phase.FAILED:
-                message = _excerpt(log_path) or final.get("message", "")
-            return TaskStatus(
-                role, index, phase, final.get("reason", ""), message, final.get("exit_code"), restarts
-            )
-        if final is not None or deleted:
-            return TaskStatus(
-                role,
-                index,
-                Phase.PENDING,
-                "Deleted",
-                "deleted before it finished",
-                (final or {}).get("exit_code"),
-                restarts,
-            )
-        supervisor = self._supervisor(ref, task)
-        if supervisor is None and task.get("supervisor"):
-            if (tdir / "exit.json").exists() or (tdir / "deleted").exists():
-                return self._task_status(ref, task)  # it just finished: read again
-            # Killed from outside (or the machine rebooted) without a word: if the task
-            # itself still runs, it is running; otherwise it is lost.
-            if self._child(ref, task) is not None:
-                return TaskStatus(role, index, Phase.RUNNING, "", "", None, restarts)
-            tail = _excerpt(log_path)
-            note = (
-                "the local supervisor of this task is gone without recording an exit "
-                "status (killed from outside, or the machine restarted)"
-            )
-            return TaskStatus(
-                role, index, Phase.FAILED, "Lost", f"{note}\n{tail}" if tail else note, None, restarts
-            )
-        state = current.get("state")
-        if state == "running":
-            return TaskStatus(role, index, Phase.RUNNING, "", "", None, restarts)
-        if state == "backoff":
-            code = current.get("last_exit_code")
-            return TaskStatus(
-                role, index, Phase.PENDING, "BackOff", f"exited with code {code}; restarting", code, restarts
-            )
-        return TaskStatus(role, index, Phase.PENDING, "Starting", "", None, restarts)
 
     def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
         return _tail(self.log_path(ref, role, index), tail_lines)
@@ -896,37 +471,6 @@ class LocalBackend(Backend):
             f" ({reason})" if reason else "",
             self.cluster_dir(ref) / "logs",
         )
-
-    def discard_exports(self, ref: ClusterRef) -> list[str]:
-        """Rename each ``<model>/<version>`` directory the run's tasks reported exporting
-        (their ``{"tfk": "export"}`` log lines) to ``<model>/.failed-<version>-<uid>``:
-        TF Serving and :func:`publish` only see integer names. Only directories inside the
-        cluster's own volumes or claims are touched, whatever a log line says."""
-        state = self._state(ref) or {}
-        roots = [Path(p).resolve() for p in (state.get("volumes") or {}).values()]
-        logs = self.cluster_dir(ref) / "logs"
-        if not roots or not logs.is_dir():
-            return []
-        uid = str(state.get("uid", "x"))[:8]
-        moved = []
-        for log_file in sorted(logs.glob("*.log")):
-            for line in _tail(log_file, None).splitlines():
-                if '"tfk"' not in line or '"export"' not in line:
-                    continue
-                try:
-                    event = json.loads(line[line.index("{") :])
-                    path = Path(str(event["path"])).resolve()
-                except (ValueError, KeyError, TypeError):
-                    continue
-                if event.get("tfk") != "export" or not path.name.isdigit() or not path.is_dir():
-                    continue
-                if not any(path.is_relative_to(r) for r in roots):
-                    continue
-                target = path.with_name(f".failed-{path.name}-{uid}")
-                with contextlib.suppress(OSError):
-                    os.replace(path, target)
-                    moved.append(str(path))
-        return moved
 
     def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:
         """Clusters not deleted (running or finished) whose labels include ``labels``."""

@@ -173,7 +173,15 @@ def test_stopping_does_not_depend_on_the_state_file(backend, tmp_path, damage) -
         (cdir / "state.json").write_text("{not json")
         backend.delete(ref)
         assert marked(backend, ref) == []
-    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in pids)
+    left = []
+    for p in pids:
+        try:
+            proc = psutil.Process(p)
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                left.append((p, proc.status(), proc.cmdline()[:3]))
+        except psutil.Error:
+            pass
+    assert left == []
     assert not backend.exists(ref)
 
 
