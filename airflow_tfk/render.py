@@ -44,6 +44,11 @@ TEMPLATES = {
     "Job": "job.yaml.j2",
 }
 _NAMESPACED = {"PersistentVolumeClaim", "Service", "StatefulSet", "Job"}
+# Up to this size every pod carries the full address map, and Kubernetes builds TF_CONFIG
+# from it, so any TensorFlow image works (about 250 tasks). Above it, TFK_CLUSTER holds a
+# name pattern and a count per role - the same few hundred bytes at 10,000 tasks instead
+# of ~460 KB in every pod - and the project's runtime expands it and sets TF_CONFIG.
+FULL_CLUSTER_MAX_BYTES = 16 * 1024
 # etcd's default request limit is 1.5 MiB; leave room for status and managedFields.
 MAX_OBJECT_BYTES = 1_000_000
 _VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MODEL_DIR"}
@@ -174,6 +179,20 @@ def _addresses(spec: TFClusterSpec) -> dict[str, list[str]]:
     }
 
 
+def cluster_env(spec: TFClusterSpec, addresses: Mapping[str, list[str]]) -> tuple[str, bool]:
+    """``TFK_CLUSTER`` of every pod, and whether Kubernetes can build ``TF_CONFIG`` from it
+    (the full map) or the runtime must (the compact one)."""
+    full = json.dumps(addresses, separators=(",", ":"))
+    if len(full) <= FULL_CLUSTER_MAX_BYTES:
+        return full, True
+    ns = spec.namespace_name
+    compact = {
+        role: {"pattern": naming.task_address(spec.name, role, "{i}", ns, spec.port), "count": rs.replicas}  # type: ignore[arg-type]
+        for role, rs in spec.cluster_roles().items()
+    }
+    return json.dumps(compact, separators=(",", ":")), False
+
+
 def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
     return [{"name": k, "value": k8s_escape(v)} for k, v in env.items()]
 
@@ -213,6 +232,7 @@ def _role_context(
 
 def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any]:
     addresses = _addresses(spec)
+    cluster_json, tf_config_in_pod = cluster_env(spec, addresses)
     volumes = []
     for name, vol in spec.storage.volumes().items():
         volumes.append(
@@ -243,7 +263,8 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "ttl_seconds_after_finished": spec.ttl_seconds_after_finished,
         "retries_per_index": spec.retries_per_index,
         "permanent_exit_codes": list(spec.permanent_exit_codes),
-        "cluster_json": json.dumps(addresses, separators=(",", ":")),
+        "cluster_json": cluster_json,
+        "tf_config_in_pod": tf_config_in_pod,
         "annotations": {
             **(identity.annotations() if identity is not None else {}),
             naming.ANNOTATION_SPEC_HASH: spec.fingerprint(),

@@ -384,8 +384,11 @@ def _objects_too_big() -> list[Case]:
     big["name"] = "a" * 40
     big["ps"] = {"replicas": 1000}
     huge_env = with_("env", {f"V{i}": "x" * 1000 for i in range(1200)})
+    legacy = {**big, "legacy_tf1_flags": True}  # --ps_hosts/--worker_hosts list every task
     return [
-        Case("object-10000-workers-1000-ps-long-name", _yaml(big), "spec", big),
+        # The address map no longer grows with the task count: this is an ordinary object now.
+        Case("object-10000-workers-1000-ps-long-name", _yaml(big), None, big),
+        Case("object-10000-workers-legacy-flags", _yaml(legacy), "spec", legacy),
         Case("object-env-1-2mb", _yaml(huge_env), "spec", huge_env),
     ]
 
