@@ -40,7 +40,6 @@ POSIX only (process groups and sessions).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -51,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk import naming
-from airflow_tfk.backends import _local_loopback
+from airflow_tfk.backends import _local_loopback, _local_pod
 from airflow_tfk.backends._local_files import (
     DEFAULT_ENV_ALLOWLIST,
     LOCALHOST,
@@ -70,7 +69,7 @@ from airflow_tfk.backends._local_procs import LocalProcesses
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
 from airflow_tfk.errors import ClusterOwnershipError, LocalMachineError
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.spec import ROLES, RoleSpec, TFClusterSpec
+from airflow_tfk.spec import ROLES, TFClusterSpec
 from airflow_tfk.status import ClusterStatus
 
 log = logging.getLogger(__name__)
@@ -271,15 +270,10 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
             shutil.rmtree(p, ignore_errors=True)
 
     def _task_env(
-        self,
-        spec: TFClusterSpec,
-        role: str,
-        rspec: RoleSpec,
-        index: int,
-        cluster: dict[str, list[str]],
-        volumes: dict[str, str],
-        preload: str | None = None,
+        self, spec: TFClusterSpec, role: str, index: int, pod_env: dict[str, str], preload: str | None
     ) -> dict[str, str]:
+        """What the process gets: the allow-listed part of this environment, then the pod's
+        environment (kubelet-expanded), then the tags that find the process again."""
         allowed = self.env_allowlist if self.inherit_env else MINIMAL_ENV
         env = {
             k: os.environ[k]
@@ -287,23 +281,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
             if k in os.environ and not (k.startswith(("TFK_", "AIRFLOW")) or k == "TF_CONFIG")
         }
         env["PYTHONUNBUFFERED"] = "1"  # progress lines reach the log as they are printed
-        env.update(spec.env)
-        env.update(rspec.env)
-        cluster_json = json.dumps(cluster, separators=(",", ":"))
-        env.update(
-            {
-                "TFK_CLUSTER": cluster_json,
-                "TFK_ROLE": role,
-                "TFK_INDEX": str(index),
-                "TFK_MODE": spec.mode.value,
-                "TFK_CLUSTER_NAME": spec.name,
-                "TF_CONFIG": json.dumps(
-                    {"cluster": cluster, "task": {"type": role, "index": index}}, separators=(",", ":")
-                ),
-            }
-        )
-        for vol, path in volumes.items():
-            env[_VOLUME_ENV[vol]] = path
+        env.update(pod_env)
         env[MARKER_ENV] = self._marker(ClusterRef(spec.name, spec.namespace_name))
         env[TASK_ENV] = f"{role}-{index}"
         if preload is not None:
@@ -331,10 +309,10 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
             role: [f"{LOCALHOST}:{ports[f'{role}-{i}']}" for i in range(rs.replicas)]
             for role, rs in spec.cluster_roles().items()
         }
-        legacy = [
-            f"--ps_hosts={','.join(cluster.get('ps', []))}",
-            f"--worker_hosts={','.join(cluster.get('worker', []))}",
-        ]
+        # One source of truth: the pods the Kubernetes backend would create.
+        from airflow_tfk.render import render
+
+        containers = _local_pod.role_containers(render(spec, identity))
         created_at = time.time()
         deadline = created_at + spec.max_duration_seconds if spec.max_duration_seconds is not None else None
         tasks = []
@@ -343,9 +321,9 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
                 name = f"{role}-{index}"
                 tdir = cdir / "tasks" / name
                 _private_dir(tdir)
-                argv = list(commands[role])
-                if spec.legacy_tf1_flags:
-                    argv += [*legacy, f"--job_name={role}", f"--task_index={index}"]
+                pod_argv, pod_env = _local_pod.local_setup(spec, containers[role], index, cluster, volumes)
+                # The executable as this machine resolved it (python -> this interpreter).
+                argv = [commands[role][0], *pod_argv[1:]]
                 _write_json(
                     tdir / "task.json",
                     {
@@ -353,7 +331,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
                         "index": index,
                         "argv": argv,
                         "cwd": workdir,
-                        "env": self._task_env(spec, role, rspec, index, cluster, volumes, preload),
+                        "env": self._task_env(spec, role, index, pod_env, preload),
                         "log": str(cdir / "logs" / f"{name}.log"),
                         "retries": spec.retries_per_index,
                         "permanent_exit_codes": list(spec.permanent_exit_codes),
