@@ -108,10 +108,14 @@ class PublishModelOperator(BaseOperator):
 
         if self.version in (None, "", "None", "latest"):
             return None
-        try:
-            version = int(self.version)  # a templated version arrives as text
-        except (TypeError, ValueError):
-            raise SpecError("version", "must be an integer version", self.version) from None
+        text = str(self.version).strip()
+        # A templated version arrives as text; 3.9 or "3.0" is not a version (int() would
+        # quietly publish 3), nor are non-ASCII digits.
+        if isinstance(self.version, float) or not (text.isascii() and text.lstrip("+").isdigit()):
+            raise SpecError("version", "must be an integer version", self.version)
+        if len(text) > 18:
+            raise SpecError("version", "is too large for a model version", self.version)
+        version = int(text)
         if version < 0 or isinstance(self.version, bool):
             raise SpecError("version", "must be a non-negative integer", self.version)
         return version

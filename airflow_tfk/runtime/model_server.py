@@ -59,6 +59,17 @@ class RequestError(Exception):
         self.status = status
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise RequestError(400, f"number {text[:40]} is out of range (finite values only)")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise RequestError(400, f"{text} is not a valid input value (finite numbers only)")
+
+
 @dataclass
 class _Version:
     version: int
@@ -261,7 +272,11 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body, indent=1).encode()
+        try:  # NaN and Infinity are not JSON: never answer 200 with them
+            data = json.dumps(body, indent=1, allow_nan=False).encode()
+        except ValueError:
+            status = 500
+            data = json.dumps({"error": "the model's output holds NaN or infinity"}).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -282,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(200, {"model_version_status": self.manager.statuses(name, version, label)})
             fn = self.manager.servable(name, version, label)
             try:
-                body = json.loads(raw or b"null")
+                body = json.loads(raw or b"null", parse_float=_finite, parse_constant=_no_constant)
             except ValueError as exc:
                 raise RequestError(400, f"JSON Parse error: {exc}") from None
             return self._send(200, run_signature(fn, body))
