@@ -15,6 +15,7 @@ from airflow_tfk.backends.base import Backend, ClusterRef
 from airflow_tfk.policies import Outcome, Verdict, evaluate
 from airflow_tfk.protocol.progress import Progress, last_progress
 from airflow_tfk.spec import Mode
+from airflow_tfk.stall import DEFAULT_STALL_SECONDS, StallDetector
 from airflow_tfk.status import ClusterStatus
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ def wait_for_cluster(
     timeout: float | None = None,
     progress_interval: float = 30.0,
     emit: Callable[[str], None] = log.info,
+    stall_seconds: float = DEFAULT_STALL_SECONDS,
 ) -> Verdict:
     """Block until the training succeeds or fails, or ``timeout`` seconds pass.
 
@@ -97,15 +99,18 @@ def wait_for_cluster(
     deadline = None if timeout is None else time.monotonic() + timeout
     role, index = progress_task(mode, replicas)
     reporter = ProgressReporter(backend, ref, role, index, progress_interval, emit)
+    stalls = StallDetector(mode, replicas, stall_seconds)
     last_summary = ""
     while True:
         window = 60.0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic()))
         for status in backend.watch(ref, timeout=window):
             last_summary = _log_summary(status, last_summary, emit)
+            for warning in stalls.observe(status):
+                emit(warning)
             verdict = evaluate(mode, replicas, status)
             if verdict.outcome is not Outcome.RUNNING:
                 reporter.report()
-                return verdict
+                return stalls.blame(verdict)
             if reporter.due():
                 reporter.report()
             if deadline is not None and time.monotonic() >= deadline:
