@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -124,36 +125,31 @@ def task_address(cluster: str, role: str, index: int, namespace: str, port: int)
     return f"{task_hostname(cluster, role, index)}.{service}.{namespace}.svc:{port}"
 
 
+@dataclass(frozen=True, slots=True, repr=False)
 class RunIdentity:
     """The Airflow task instance a cluster belongs to; becomes labels and annotations.
 
     Labels hold sanitised values (for selection); annotations hold the exact values.
+    A value: frozen and hashable, so it can key a dict of clusters.
     """
 
-    __slots__ = ("dag_id", "task_id", "run_id", "map_index")
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
 
-    def __init__(self, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> None:
+    def __post_init__(self) -> None:
         from airflow_tfk.errors import SpecError
 
-        for field, value in (("dag_id", dag_id), ("task_id", task_id), ("run_id", run_id)):
+        for field, value in (("dag_id", self.dag_id), ("task_id", self.task_id), ("run_id", self.run_id)):
             if not isinstance(value, str):
                 raise SpecError(field, "must be a string", value)
             if len(value) > 250:  # Airflow's own column limit for ids
                 raise SpecError(field, "must be at most 250 characters", value)
-        if isinstance(map_index, bool) or not isinstance(map_index, int):
-            raise SpecError("map_index", "must be an integer", map_index)
-        if not -1 <= map_index <= MAP_INDEX_MAX:
-            raise SpecError("map_index", f"must be between -1 and {MAP_INDEX_MAX}", map_index)
-        self.dag_id = dag_id
-        self.task_id = task_id
-        self.run_id = run_id
-        self.map_index = map_index
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RunIdentity) and self.to_dict() == other.to_dict()
-
-    def __hash__(self) -> int:
-        return hash((self.dag_id, self.task_id, self.run_id, self.map_index))
+        if isinstance(self.map_index, bool) or not isinstance(self.map_index, int):
+            raise SpecError("map_index", "must be an integer", self.map_index)
+        if not -1 <= self.map_index <= MAP_INDEX_MAX:
+            raise SpecError("map_index", f"must be between -1 and {MAP_INDEX_MAX}", self.map_index)
 
     def __repr__(self) -> str:
         return f"RunIdentity({self.dag_id!r}, {self.task_id!r}, {self.run_id!r}, {self.map_index})"

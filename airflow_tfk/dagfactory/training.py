@@ -303,7 +303,17 @@ def _operator_options(value: object, key: str, operator: type, *, true_means: di
     unknown = sorted(set(value) - accepted)
     if unknown:
         raise SpecError(f"{key}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(accepted))})")
+    if "base_path" in value:  # a local directory instead of the cluster's claim
+        return dict(value)
     return {**true_means, **dict(value)}
+
+
+def _with_namespace(options: object, where: str) -> dict[str, Any]:
+    if options is None:
+        options = {}
+    if not isinstance(options, Mapping):
+        raise SpecError(where, "must be a mapping", options)
+    return {"namespace": defaults.NAMESPACE, **options}
 
 
 def _claim_of(cluster: Mapping[str, Any], volume: str) -> str | None:
@@ -394,6 +404,13 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     )
     if tensorboard is not None and not (tensorboard.get("claim") or tensorboard.get("base_path")):
         raise SpecError("tensorboard.claim", "is required (or give cluster.storage.logs.claim, or base_path)")
+    # Like the example DAGs, a file that names no namespace uses the deployment's ($TFK_NAMESPACE).
+    if publish is not None:
+        publish["serving"] = _with_namespace(publish.get("serving"), "publish.serving")
+    if tensorboard is not None:
+        tensorboard["tensorboard"] = _with_namespace(
+            tensorboard.get("tensorboard"), "tensorboard.tensorboard"
+        )
     return TrainingFile(
         dag_id=dag_id,
         source=source,
@@ -443,6 +460,7 @@ def _cluster(
                 f"must not exceed max_duration_minutes ({max_minutes} min = {limit} s)",
                 given,
             )
+    cluster.setdefault("namespace", defaults.NAMESPACE)
     probe = with_param_defaults(cluster, params)
     if not probe.get("name"):
         # The name the train task will derive (same length for every run), so the

@@ -15,6 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_tfk.constants import (
+    BACKEND,
+    CLEANUP,
+    KUBERNETES_CONN_ID,
+    NAME_PREFIX,
+    PROGRESS_INTERVAL_SECONDS,
+    TENSORBOARD_TASK_ID,
+    Cleanup,
+    backend_kind,
+    choice,
+)
 from airflow_tfk.operators._context import backend_config, identity_from_context
 from airflow_tfk.operators.tensorboard import TensorBoardLink
 
@@ -62,21 +73,21 @@ class TFTrainingOperator(BaseOperator):
         self,
         *,
         cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
-        backend: str = "kubernetes",
+        backend: str = BACKEND,
         backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
+        kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         deferrable: bool = False,
-        cleanup: str = "ps",
+        cleanup: Cleanup | str = CLEANUP,
         on_failure: str = "delete",
-        progress_interval: float = 30.0,
-        name_prefix: str = "tfk",
+        progress_interval: float = PROGRESS_INTERVAL_SECONDS,
+        name_prefix: str = NAME_PREFIX,
         previous_run_policy: str = "allow",
-        tensorboard_task_id: str = "tensorboard",
+        tensorboard_task_id: str = TENSORBOARD_TASK_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if cleanup not in ("ps", "all"):
-            raise ValueError(f"cleanup: must be 'ps' or 'all' (got {cleanup!r})")
+        self.cleanup = Cleanup(choice(Cleanup, cleanup, "cleanup"))
+        self.backend = backend_kind(backend)
         if on_failure not in ("delete", "keep"):
             raise ValueError(f"on_failure: must be 'delete' or 'keep' (got {on_failure!r})")
         self.on_failure = on_failure
@@ -90,11 +101,9 @@ class TFTrainingOperator(BaseOperator):
         if "{{" not in previous_run_policy:
             _previous_run_policy(previous_run_policy)
         self.cluster_spec = cluster_spec
-        self.backend = backend
         self.backend_config = backend_config
         self.kubernetes_conn_id = kubernetes_conn_id
         self.deferrable = deferrable
-        self.cleanup = cleanup
         self.progress_interval = progress_interval
         self.name_prefix = name_prefix
         self._handle: ClusterHandle | None = None
@@ -108,7 +117,7 @@ class TFTrainingOperator(BaseOperator):
             apply_previous_run_policy,
             create_or_reattach,
         )
-        from airflow_tfk.watch import wait_for_cluster
+        from airflow_tfk.watch import wait_for_cluster, wait_result
 
         identity, spec, backend = self._resolve(context)
         handle = ClusterHandle.for_spec(spec, backend, identity)
@@ -144,7 +153,7 @@ class TFTrainingOperator(BaseOperator):
             # Includes AirflowTaskTimeout and SIGTERM-driven exits: nothing may be left.
             self._teardown(handle, "the task stopped before the training finished")
             raise
-        return self._finish(handle, verdict.outcome.value, verdict.message, verdict.failed_task)
+        return self._finish(handle, wait_result(verdict))
 
     def _defer(self, handle: ClusterHandle) -> None:
         from airflow_tfk.triggers.workers import WorkersDoneTrigger
@@ -155,14 +164,8 @@ class TFTrainingOperator(BaseOperator):
             deadline = time.time() + self.execution_timeout.total_seconds()
             timeout = self.execution_timeout + _DEFER_TIMEOUT_MARGIN
         self.defer(
-            trigger=WorkersDoneTrigger(
-                cluster=handle.ref.to_dict(),
-                backend_kind=handle.backend_kind,
-                backend_config=handle.backend_config,
-                mode=handle.mode.value,
-                replicas=handle.replicas,
-                deadline=deadline,
-                progress_interval=self.progress_interval,
+            trigger=WorkersDoneTrigger.for_handle(
+                handle, deadline=deadline, progress_interval=self.progress_interval
             ),
             method_name="execute_complete",
             kwargs={"handle": handle.to_dict()},
@@ -173,7 +176,6 @@ class TFTrainingOperator(BaseOperator):
         self, context: Context, event: dict[str, Any], handle: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         from airflow_tfk.handle import ClusterHandle
-        from airflow_tfk.status import TaskStatus
 
         if handle is None:
             # `airflow dags test` (3.3) resumes with the event only, dropping the defer
@@ -181,12 +183,7 @@ class TFTrainingOperator(BaseOperator):
             handle = self._handle_of(context).to_dict()
         h = ClusterHandle.from_dict(handle)
         self._handle = h
-        status = str(event.get("status") or "error")
-        failed = event.get("failed_task")
-        outcome = {"success": "succeeded", "failed": "failed"}.get(status, status)
-        return self._finish(
-            h, outcome, str(event.get("message", "")), TaskStatus.from_dict(failed) if failed else None
-        )
+        return self._finish(h, event)
 
     def _resolve(self, context: Context) -> tuple[Any, TFClusterSpec, Any]:
         """Identity, validated spec and backend of this task instance (deterministic, so a
@@ -207,23 +204,26 @@ class TFTrainingOperator(BaseOperator):
         identity, spec, backend = self._resolve(context)
         return ClusterHandle.for_spec(spec, backend, identity)
 
-    def _finish(self, handle: ClusterHandle, outcome: str, message: str, failed_task: Any) -> dict[str, Any]:
-        from airflow_tfk.errors import TrainingFailed
+    def _finish(self, handle: ClusterHandle, result: dict[str, Any]) -> dict[str, Any]:
+        """The task's outcome of a finished wait (:func:`~airflow_tfk.watch.wait_result`
+        or the trigger's event): clean up after success, or tear down and raise."""
         from airflow_tfk.lifecycle import cleanup_after_success, delete_cluster
+        from airflow_tfk.watch import failure_of
 
-        if outcome != "succeeded":
-            self._teardown(handle, message, keep=self.on_failure == "keep" and outcome == "failed")
-            if outcome == "timeout":
-                from airflow.sdk.exceptions import AirflowTaskTimeout
-
-                raise AirflowTaskTimeout(f"cluster {handle.ref.name}: {message}")
-            if failed_task is not None:
-                raise TrainingFailed(failed_task.name, failed_task.reason or "Error", message)
-            raise TrainingFailed(handle.ref.name, outcome, message)
+        message = str(result.get("message", ""))
+        error = failure_of(result, handle.ref.name)
+        if error is not None:
+            keep = (
+                self.on_failure == "keep"
+                and result.get("status") == "failed"
+                and bool(result.get("failed_task"))
+            )
+            self._teardown(handle, message, keep=keep)
+            raise error
         self.log.info("training succeeded: %s", message)
         try:
             cleanup_after_success(handle, self.log.info)
-            if self.cleanup == "all":
+            if self.cleanup is Cleanup.ALL:
                 delete_cluster(handle, self.log.info)
         except BaseException:
             self._teardown(handle, "clean-up after success was interrupted")

@@ -14,9 +14,9 @@ import json
 import logging
 import secrets
 import time
-from functools import cached_property
 from typing import Any
 
+from airflow_tfk.constants import FIELD_MANAGER, KUBERNETES_CONN_ID
 from airflow_tfk.kube.api import BY_KIND, SyncApi, error_message, is_not_found, kind_of
 from airflow_tfk.kube.connection import KubeConnection
 from airflow_tfk.kube.retry import api_status
@@ -75,31 +75,24 @@ class KubernetesServing(ServingTarget):
     def __init__(
         self,
         spec: ServingSpec,
-        conn_id: str = "kubernetes_default",
+        conn_id: str = KUBERNETES_CONN_ID,
         cluster_context: str | None = None,
         config_file: str | None = None,
         in_cluster: bool | None = None,
         identity: RunIdentity | None = None,
         reader_timeout_seconds: float = 300.0,
-        field_manager: str = "airflow-tfk",
+        field_manager: str = FIELD_MANAGER,
         **_ignored: Any,
     ) -> None:
         spec.require_claim()
         self.spec = spec
-        self.conn_id = conn_id
-        self.cluster_context = cluster_context
-        self.config_file = config_file
-        self.in_cluster = in_cluster
+        self.connection = KubeConnection(conn_id, cluster_context, config_file, in_cluster)
         self.identity = identity
         self.reader_timeout_seconds = float(reader_timeout_seconds)
         self.field_manager = field_manager
         self._store: dict[int | None, tuple[list[int], int | None, dict[str, Any] | None]] = {}
 
-    @cached_property
-    def connection(self) -> KubeConnection:
-        return KubeConnection(self.conn_id, self.cluster_context, self.config_file, self.in_cluster)
-
-    @cached_property
+    @property
     def api(self) -> SyncApi:
         return self.connection.api
 
