@@ -173,7 +173,7 @@ def keep_after_failure(handle: ClusterHandle, emit: Emit = log.info) -> list[str
     status = backend.status(handle.ref)
     failed = [(t.role, t.index) for t in status.tasks if t.phase is Phase.FAILED]
     log_task_logs(backend, handle.ref, failed[:5] or [("worker", 0)], emit)
-    roles = [r for r in ("ps", "evaluator") if r in handle.replicas]
+    roles: list[str] = [r for r in ("ps", "evaluator") if r in handle.replicas]
     if roles:
         backend.delete_roles(handle.ref, roles)
     discarded = backend.discard_exports(handle.ref)

@@ -179,12 +179,23 @@ def _addresses(spec: TFClusterSpec) -> dict[str, list[str]]:
     }
 
 
-def cluster_env(spec: TFClusterSpec, addresses: Mapping[str, list[str]]) -> tuple[str, bool]:
+def _full_map_bytes(spec: TFClusterSpec) -> int:
+    """The size of the full address map, computed without building it (10,000 tasks)."""
+    size = 2
+    for role, rs in spec.cluster_roles().items():
+        one = len(naming.task_address(spec.name, role, 0, spec.namespace_name, spec.port)) + 3
+        digits = sum(len(str(i)) - 1 for i in range(rs.replicas)) if rs.replicas < 100 else 0
+        size += len(role) + 5 + rs.replicas * one + (digits or rs.replicas * (len(str(rs.replicas)) - 1))
+    return size
+
+
+def cluster_env(spec: TFClusterSpec, addresses: Mapping[str, list[str]] | None) -> tuple[str, bool]:
     """``TFK_CLUSTER`` of every pod, and whether Kubernetes can build ``TF_CONFIG`` from it
     (the full map) or the runtime must (the compact one)."""
-    full = json.dumps(addresses, separators=(",", ":"))
-    if len(full) <= FULL_CLUSTER_MAX_BYTES:
-        return full, True
+    if addresses is not None:
+        full = json.dumps(addresses, separators=(",", ":"))
+        if len(full) <= FULL_CLUSTER_MAX_BYTES:
+            return full, True
     ns = spec.namespace_name
     compact = {
         role: {"pattern": naming.task_address(spec.name, role, "{i}", ns, spec.port), "count": rs.replicas}  # type: ignore[arg-type]
@@ -198,7 +209,7 @@ def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
 
 
 def _role_context(
-    spec: TFClusterSpec, role: str, identity: RunIdentity | None, addresses: Mapping[str, list[str]]
+    spec: TFClusterSpec, role: str, identity: RunIdentity | None, addresses: Mapping[str, list[str]] | None
 ) -> dict[str, Any]:
     rs = spec.roles()[role]
     command = rs.command if rs.command is not None else spec.command
@@ -206,7 +217,7 @@ def _role_context(
     if spec.legacy_tf1_flags:
         # These rely on expansion on purpose, and hold only validated DNS names.
         for flag, hosts_role in (("--ps_hosts", "ps"), ("--worker_hosts", "worker")):
-            if hosts_role in addresses:
+            if addresses is not None and hosts_role in addresses:
                 args.append(f"{flag}={','.join(addresses[hosts_role])}")
         args += ["--job_name=$(TFK_ROLE)", "--task_index=$(TFK_INDEX)"]
     resources: dict[str, dict[str, str]] = {}
@@ -231,7 +242,9 @@ def _role_context(
 
 
 def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any]:
-    addresses = _addresses(spec)
+    # The full map only when a pod carries it (or the legacy flags list it).
+    small = _full_map_bytes(spec) <= 2 * FULL_CLUSTER_MAX_BYTES
+    addresses = _addresses(spec) if small or spec.legacy_tf1_flags else None
     cluster_json, tf_config_in_pod = cluster_env(spec, addresses)
     volumes = []
     for name, vol in spec.storage.volumes().items():

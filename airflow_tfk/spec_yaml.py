@@ -81,7 +81,7 @@ def _check_events(text: str) -> None:
             if anchor:
                 sizes[anchor] = nodes - start + 1
         elif isinstance(event, yaml.AliasEvent):
-            nodes += sizes.get(event.anchor, 1)
+            nodes += sizes.get(event.anchor or "", 1)
         if nodes > MAX_NODES:
             raise SpecError(
                 "spec",

@@ -34,6 +34,6 @@ with DAG(
         task_id="sweep",
         backend="{{ params.backend }}",
         namespace="{{ params.namespace or None }}",
-        dry_run="{{ params.dry_run }}",
+        report_only="{{ params.dry_run }}",
         execution_timeout=timedelta(minutes=9),
     )

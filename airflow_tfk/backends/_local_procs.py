@@ -45,6 +45,9 @@ class LocalProcesses:
     def _task_dir(self, ref: ClusterRef, role: str, index: int) -> Path:
         raise NotImplementedError
 
+    def log_path(self, ref: ClusterRef, role: str, index: int) -> Path:
+        raise NotImplementedError
+
     def _launch(self, ref: ClusterRef, cdir: Path, tasks: list[dict[str, Any]]) -> None:
         """Start one daemonized supervisor per task; record each one's pid and create time."""
         launchers = []

@@ -42,7 +42,7 @@ import time
 try:  # psutil comes with Airflow; without it only the process-group kill is used.
     import psutil
 except ImportError:  # pragma: no cover
-    psutil = None
+    psutil = None  # type: ignore[assignment]
 
 # Longest sleep between two looks at the deleted marker and the deadline; signals and the
 # task's exit wake the supervisor at once (pidfd + signal wakeup fd where available).

@@ -228,7 +228,8 @@ class KubernetesBackend(Backend):
 
     def owner(self, ref: ClusterRef) -> ClusterOwner | None:
         """The owner annotations of the first labelled object found (controllers first)."""
-        return self._run(self._owner_plan(ref))  # type: ignore[no-any-return]
+        owner: ClusterOwner | None = self._run(self._owner_plan(ref))
+        return owner
 
     def _owner_plan(self, ref: ClusterRef) -> Plan:
         for kind in OWNER_KINDS:

@@ -27,11 +27,11 @@ class TFOrphanSweeperOperator(BaseOperator):
     :param backend_config: backend options. (templated)
     :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
     :param namespace: where to look (None: every namespace the backend can list).
-    :param dry_run: only log what would be deleted.
+    :param report_only: only log what would be deleted (a dry run). (templated)
     :return: (XCom) the swept clusters: name, namespace, reason, deleted.
     """
 
-    template_fields: Sequence[str] = ("backend", "backend_config", "namespace", "dry_run")
+    template_fields: Sequence[str] = ("backend", "backend_config", "namespace", "report_only")
 
     def __init__(
         self,
@@ -40,7 +40,7 @@ class TFOrphanSweeperOperator(BaseOperator):
         backend_config: dict[str, Any] | None = None,
         kubernetes_conn_id: str = "kubernetes_default",
         namespace: str | None = None,
-        dry_run: bool = False,
+        report_only: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -48,7 +48,8 @@ class TFOrphanSweeperOperator(BaseOperator):
         self.backend_config = backend_config
         self.kubernetes_conn_id = kubernetes_conn_id
         self.namespace = namespace
-        self.dry_run = dry_run
+        # Not "dry_run": BaseOperator has a dry_run() method.
+        self.report_only = report_only
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from airflow_tfk.backends import get_backend
@@ -62,7 +63,7 @@ class TFOrphanSweeperOperator(BaseOperator):
         def ti_state(identity: RunIdentity) -> str | None:
             return task_state(ti, identity)
 
-        results = sweep(backend, self.namespace, ti_state, dry_run=self.dry_run, emit=self.log.info)
+        results = sweep(backend, self.namespace, ti_state, dry_run=bool(self.report_only), emit=self.log.info)
         return [
             {"name": r.ref.name, "namespace": r.ref.namespace, "reason": r.reason, "deleted": r.deleted}
             for r in results
