@@ -35,6 +35,13 @@ def _utf8(text: str, where: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise SpecError(where, "must be valid Unicode text (no lone surrogates)", text) from None
+    # Found against the real API server: the Kubernetes client sends a server-side apply as
+    # ASCII-escaped JSON, where a character beyond U+FFFF becomes a surrogate pair, and the
+    # API server's YAML reader refuses it ("invalid Unicode character escape code").
+    if any(ord(c) > 0xFFFF for c in text):
+        raise SpecError(
+            where, "must not contain characters beyond U+FFFF (e.g. emoji): the API server refuses them", text
+        )
 
 
 def _int(value: object, where: str, lo: int, hi: int) -> int:
