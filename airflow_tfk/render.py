@@ -246,6 +246,15 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
     small = _full_map_bytes(spec) <= 2 * FULL_CLUSTER_MAX_BYTES
     addresses = _addresses(spec) if small or spec.legacy_tf1_flags else None
     cluster_json, tf_config_in_pod = cluster_env(spec, addresses)
+    annotations = {
+        **(identity.annotations() if identity is not None else {}),
+        naming.ANNOTATION_SPEC_HASH: spec.fingerprint(),
+        **(
+            {naming.ANNOTATION_MAX_DURATION: str(spec.max_duration_seconds)}
+            if spec.max_duration_seconds is not None
+            else {}
+        ),
+    }
     volumes = []
     for name, vol in spec.storage.volumes().items():
         volumes.append(
@@ -278,12 +287,18 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "permanent_exit_codes": list(spec.permanent_exit_codes),
         "cluster_json": cluster_json,
         "tf_config_in_pod": tf_config_in_pod,
-        "annotations": {
-            **(identity.annotations() if identity is not None else {}),
-            naming.ANNOTATION_SPEC_HASH: spec.fingerprint(),
+        "annotations": annotations,
+        "metrics_port": spec.metrics_port,
+        # the de-facto Prometheus convention; a scrape config keyed on them finds the pods
+        "pod_annotations": {
+            **annotations,
             **(
-                {naming.ANNOTATION_MAX_DURATION: str(spec.max_duration_seconds)}
-                if spec.max_duration_seconds is not None
+                {
+                    "prometheus.io/scrape": "true",
+                    "prometheus.io/port": str(spec.metrics_port),
+                    "prometheus.io/path": spec.metrics_path,
+                }
+                if spec.metrics_port is not None
                 else {}
             ),
         },

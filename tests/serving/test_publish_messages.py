@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from airflow_tfk.errors import SpecError
-from airflow_tfk.runtime.model_server import RequestError, _finite, _no_constant
 from airflow_tfk.serving.base import ServingError
 from tests.serving.fakes import FakeServing
 from tests.serving.test_publish import make, run
@@ -35,11 +32,3 @@ def test_a_version_that_is_not_an_integer_is_refused(bad) -> None:
         return
     with pytest.raises(SpecError, match="^version"):
         op._version()
-
-
-@pytest.mark.parametrize("text", ["[1e400]", "[-1e400]", "[NaN]", "[Infinity]", "[-Infinity]"])
-def test_model_server_refuses_non_finite_input(text: str) -> None:
-    with pytest.raises(RequestError) as err:
-        json.loads(text, parse_float=_finite, parse_constant=_no_constant)
-    assert err.value.status == 400
-    assert json.loads("[1.5, 2e10]", parse_float=_finite, parse_constant=_no_constant) == [1.5, 2e10]
