@@ -13,6 +13,7 @@ Debian's apt-get/dpkg or cgroups. Environment:
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -71,6 +72,14 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
     if _BUILD_ERROR in request.config.stash:
         pytest.fail(request.config.stash[_BUILD_ERROR], pytrace=False)
     failed_before = request.session.testsfailed
+
+    # A SIGTERM (CI's timeout, a killed job) interrupts the run like Ctrl-C, so the
+    # tear-down below still runs; after a SIGKILL the processes still die (PR_SET_PDEATHSIG)
+    # but the cgroup directories and the work directory stay.
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old_term = signal.signal(signal.SIGTERM, _interrupt)
     node = nodemod.Node.start(log=log)
     try:
         _storage_class(node)
@@ -87,6 +96,7 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
         log(f"k8s node torn down in {time.monotonic() - t0:.1f}s")
         # Nothing of the node may outlive the session: no process, mount, cgroup, veth,
         # directory (the directory only when it was not kept on purpose).
+        signal.signal(signal.SIGTERM, old_term)
         left = node.leftovers(removed=not keep)
         assert not left, f"the real node left behind: {left}"
 
