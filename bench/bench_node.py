@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 _spec(name, "default", n_ps, n_w, a.steps, "local/unused:1"),
                 local_running,
                 local_ps_gone,
+                lambda ref: local.logs(ref, "worker", 0),
             )
             for key in ("running", "first_step", "ps_cleanup"):
                 kv, lv = row["kubernetes"][key], row["local"][key]
