@@ -449,6 +449,10 @@ class TFClusterSpec:
     :param chief: the coordinator; required by ``parameter_server`` (exactly one).
     :param evaluator: an optional side-car evaluator (at most one).
     :param port: the gRPC port of every task.
+    :param metrics_port: a port on which the training process serves Prometheus metrics:
+        declared on every task's container (``metrics``) with ``prometheus.io/*`` scrape
+        annotations on the pods. None (default): no metrics port.
+    :param metrics_path: the HTTP path of those metrics.
     :param storage: data, logs and models volumes.
     :param env: environment of every task.
     :param labels: extra labels on every object.
@@ -485,6 +489,8 @@ class TFClusterSpec:
     permanent_exit_codes: tuple[int, ...] = (1, 2, 126, 127)
     ps_grace_seconds: int = 30
     legacy_tf1_flags: bool = False
+    metrics_port: int | None = None
+    metrics_path: str = "/metrics"
 
     def __post_init__(self) -> None:
         self._validate()
@@ -520,6 +526,7 @@ class TFClusterSpec:
             )
         self._validate_roles()
         _int(self.port, "port", 1, 65535)
+        self._validate_metrics_port()
         if not isinstance(self.storage, StorageSpec):
             raise SpecError("storage", "must be a storage section", self.storage)
         self.storage.validate("storage")
@@ -561,6 +568,16 @@ class TFClusterSpec:
         if not isinstance(self.legacy_tf1_flags, bool):
             raise SpecError("legacy_tf1_flags", "must be true or false", self.legacy_tf1_flags)
         self._validate_generated_names()
+
+    def _validate_metrics_port(self) -> None:
+        if self.metrics_port is not None:
+            _int(self.metrics_port, "metrics_port", 1, 65535)
+            if self.metrics_port == self.port:
+                raise SpecError("metrics_port", f"must differ from port ({self.port})", self.metrics_port)
+        if not isinstance(self.metrics_path, str) or not re.match(
+            r"^(/[A-Za-z0-9._~-]+)+$", self.metrics_path
+        ):
+            raise SpecError("metrics_path", "must be an absolute URL path like /metrics", self.metrics_path)
 
     def _validate_roles(self) -> None:
         for role in ROLES:
