@@ -61,7 +61,9 @@ class ProgressReporter:
     """Reads the newest progress line of one task, at most every ``interval`` seconds.
 
     Reading logs costs an API request on Kubernetes, so it is rate-limited; an unchanged
-    step is not logged again.
+    step is not logged again. Until the task has printed its first progress line the log
+    is read every ``first_interval`` seconds instead, so the first line shows within the
+    first interval rather than one whole interval after a read that came too early.
     """
 
     backend: Backend
@@ -70,11 +72,13 @@ class ProgressReporter:
     index: int
     interval: float = DEFAULT_PROGRESS_INTERVAL
     emit: Callable[[str], None] = log.info
+    first_interval: float = 2.0
     _last_read: float = float("-inf")
     _last_step: int | None = None
 
     def due(self, now: float | None = None) -> bool:
-        return (time.monotonic() if now is None else now) - self._last_read >= self.interval
+        interval = self.interval if self._last_step is not None else min(self.interval, self.first_interval)
+        return (time.monotonic() if now is None else now) - self._last_read >= interval
 
     def report(self, text: str | None = None) -> Progress | None:
         """Parse ``text`` (or fetch the task's log tail) and emit a progress line if it moved."""

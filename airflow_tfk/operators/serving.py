@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_tfk.constants import BACKEND, KUBERNETES_CONN_ID
 from airflow_tfk.operators._context import backend_config, identity_from_context
 
 if TYPE_CHECKING:
@@ -29,7 +30,9 @@ class PublishModelOperator(BaseOperator):
     :param sub_path: directory inside the claim holding ``<model_name>/<version>/``. (templated)
     :param base_path: local backend only, instead of ``claim``: a directory holding
         ``<model_name>/<version>/``. (templated)
-    :param version: the version to publish; default: the newest exported one. (templated)
+    :param version: the version to publish; default: the version an upstream training
+        task of this run exported (its XCom's ``export``, for this ``model_name``), else
+        the newest exported one; ``"latest"``: the newest exported one. (templated)
     :param backend: ``kubernetes`` (default) or ``local``.
     :param backend_config: backend options (a training's ``backend_config`` works). (templated)
     :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
@@ -73,9 +76,9 @@ class PublishModelOperator(BaseOperator):
         sub_path: str = "",
         base_path: str | None = None,
         version: int | str | None = None,
-        backend: str = "kubernetes",
+        backend: str = BACKEND,
         backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
+        kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         serving: Mapping[str, Any] | None = None,
         sample_request: dict[str, Any] | None = None,
         quality_gate: Mapping[str, Any] | None = None,
@@ -153,6 +156,29 @@ class PublishModelOperator(BaseOperator):
             raise SpecError("metrics", "must be a mapping metric -> value", found)
         return dict(found)
 
+    def _upstream_version(self, context: Context) -> int | None:
+        """The version of ``model_name`` that an upstream training task of this run
+        exported (from its XCom), so another run's newer version is never published."""
+        ti = context["ti"]
+        found: dict[int, str] = {}
+        for task_id in sorted(self.upstream_task_ids):
+            value = ti.xcom_pull(task_ids=task_id)
+            export = value.get("export") if isinstance(value, dict) else None
+            if isinstance(export, dict) and export.get("model_name") == self.model_name:
+                found[int(export["version"])] = task_id
+        if len(found) > 1:
+            from airflow_tfk.errors import SpecError
+
+            raise SpecError(
+                "version", f"upstream tasks exported several versions of {self.model_name}", found
+            )
+        if found:
+            version, task_id = next(iter(found.items()))
+            self.log.info("publishing version %s, exported by %s in this run", version, task_id)
+            return version
+        self.log.info("no upstream training exported %s: publishing the newest version", self.model_name)
+        return None
+
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowSkipException
 
@@ -163,6 +189,8 @@ class PublishModelOperator(BaseOperator):
         spec = self.spec()
         version = self._version()
         gate, metrics = self.gate(), self._metrics()
+        if version is None and self.version in (None, "", "None"):
+            version = self._upstream_version(context)
         config = backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
         if self.backend == "kubernetes":
             config["identity"] = identity_from_context(context)

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 # The trigger's own deadline fires first; Airflow's defer timeout is only a backstop.
 _DEFER_TIMEOUT_MARGIN = timedelta(minutes=5)
+# The evaluator evaluates the last checkpoint after the training's end: wait that long
+# for its final metrics even when the ps grace period is shorter.
+_EVALUATOR_MIN_WAIT = 20.0
 
 
 class TFTrainingOperator(BaseOperator):
@@ -55,7 +58,12 @@ class TFTrainingOperator(BaseOperator):
         link of this task opens.
     :param previous_run_policy: what to do with a still-alive cluster of an earlier run of
         this task: ``allow`` (default), ``kill_previous``, ``skip`` or ``wait``.
-    :return: (XCom) the cluster handle plus ``outcome``.
+    :return: (XCom) the cluster handle plus ``outcome``, and what the training produced:
+        ``metrics`` (what the app's ``after_train`` returned), ``eval_metrics`` (the
+        evaluator's last, with its ``step``), ``export`` (``model_name``, ``version``,
+        ``path``; also as ``model_name``, ``model_version``, ``model_path``) and
+        ``evaluator_error``. :class:`PublishModelOperator` downstream publishes
+        ``model_version`` by default.
 
     Maximum duration: set ``execution_timeout`` (Airflow side; also enforced while
     deferred) and the spec's ``max_duration_seconds`` (cluster side, ``activeDeadlineSeconds``).
@@ -200,15 +208,39 @@ class TFTrainingOperator(BaseOperator):
             self._teardown(handle, message)
             raise error
         self.log.info("training succeeded: %s", message)
+        started = time.monotonic()
+        results = self._results(handle)
+        grace = max(0.0, handle.ps_grace_seconds - (time.monotonic() - started))
         try:
-            cleanup_after_success(handle, self.log.info)
+            cleanup_after_success(handle, self.log.info, grace_seconds=grace)
             if self.cleanup is Cleanup.ALL:
                 delete_cluster(handle, self.log.info)
         except BaseException:
             self._teardown(handle, "clean-up after success was interrupted")
             raise
         self._handle = None
-        return {**handle.to_dict(), "outcome": "succeeded"}
+        return {**handle.to_dict(), "outcome": "succeeded", **results}
+
+    def _results(self, handle: ClusterHandle) -> dict[str, Any]:
+        """after_train's metrics, the evaluator's last metrics and the exported version,
+        from the tasks' logs, for XCom and one summary line. The evaluator gets the grace
+        period to evaluate the last checkpoint. Best effort: never fails the task."""
+        from airflow_tfk.training_results import collect_results
+
+        try:
+            results = collect_results(
+                handle.backend(),
+                handle.ref,
+                handle.replicas,
+                evaluator_wait=max(handle.ps_grace_seconds, _EVALUATOR_MIN_WAIT),
+            )
+        except Exception as exc:
+            self.log.warning("could not read the training's results: %s", exc)
+            return {}
+        if results.evaluator_error:
+            self.log.warning("the evaluator failed (the training did not): %s", results.evaluator_error)
+        self.log.info("%s", results.summary())
+        return results.to_xcom()
 
     def _teardown(self, handle: ClusterHandle, why: str) -> None:
         from airflow_tfk.lifecycle import teardown_after_failure
