@@ -167,8 +167,10 @@ def render_serving(
         _render(
             "serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name, spec.namespace, c, template_dir
         ),
-        _render("serving/service.yaml.j2", "Service", spec.name, spec.namespace, c, template_dir),
-        _render("serving/deployment.yaml.j2", "Deployment", spec.name, spec.namespace, c, template_dir),
+        _render("serving/service.yaml.j2", "Service", spec.server_name, spec.namespace, c, template_dir),
+        _render(
+            "serving/deployment.yaml.j2", "Deployment", spec.server_name, spec.namespace, c, template_dir
+        ),
     ]
 
 

@@ -307,6 +307,12 @@ class ServingSpec:
         return _from_dict(cls, data)
 
     @property
+    def server_name(self) -> str:
+        """The Deployment/Service (or local server) name: ``name``, which ``__post_init__``
+        always sets (``tfs-<model>`` by default)."""
+        return str(self.name)
+
+    @property
     def config_map_name(self) -> str:
         return f"{self.name}-config"
 
