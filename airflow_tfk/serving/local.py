@@ -178,11 +178,11 @@ class LocalServing(ServingTarget):
 
     def ensure(self, emit: Emit) -> None:
         with _process.locked(self.dir):
-            found = self._record()
-            if found is not None and _process.alive(found) is not None:
+            record = self._record()
+            if record is not None and _process.alive(record) is not None:
                 emit(
                     f"reusing the local model server of {self.spec.model_name} "
-                    f"({found['server']}, pid {found['pid']}) at {self.url}"
+                    f"({record['server']}, pid {record['pid']}) at {self.url}"
                 )
                 return
             if not self.config_path.exists():

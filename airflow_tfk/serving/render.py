@@ -167,10 +167,8 @@ def render_serving(
         _render(
             "serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name, spec.namespace, c, template_dir
         ),
-        _render("serving/service.yaml.j2", "Service", spec.server_name, spec.namespace, c, template_dir),
-        _render(
-            "serving/deployment.yaml.j2", "Deployment", spec.server_name, spec.namespace, c, template_dir
-        ),
+        _render("serving/service.yaml.j2", "Service", spec.resource, spec.namespace, c, template_dir),
+        _render("serving/deployment.yaml.j2", "Deployment", spec.resource, spec.namespace, c, template_dir),
     ]
 
 

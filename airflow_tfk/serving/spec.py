@@ -307,10 +307,10 @@ class ServingSpec:
         return _from_dict(cls, data)
 
     @property
-    def server_name(self) -> str:
-        """The Deployment/Service (or local server) name: ``name``, which ``__post_init__``
-        always sets (``tfs-<model>`` by default)."""
-        return str(self.name)
+    def resource(self) -> str:
+        """The Deployment's and Service's name (``name`` is always set after validation)."""
+        assert self.name is not None
+        return self.name
 
     @property
     def config_map_name(self) -> str:
