@@ -37,7 +37,6 @@ def test_eta_unknown_before_first_step() -> None:
 
 # -- the one translation of a wait's end ----------------------------------------------------
 def test_wait_result_and_failure_of() -> None:
-    import pytest
     from airflow.sdk.exceptions import AirflowTaskTimeout
 
     from airflow_tfk.errors import TrainingFailed
@@ -55,8 +54,6 @@ def test_wait_result_and_failure_of() -> None:
     assert isinstance(late, AirflowTaskTimeout) and "cluster c: exceeded" in str(late)
     error = failure_of({"status": "error", "message": "boom", "cluster": {"name": "c"}}, "c")
     assert isinstance(error, TrainingFailed) and error.reason == "error"
-    with pytest.raises(TrainingFailed, match="worker-1 failed .*OOMKilled"):
-        raise failed
 
 
 def test_wait_for_cluster_gives_up_at_its_timeout(local_root) -> None:
