@@ -226,7 +226,9 @@ def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace,
     ]
     detect = returned["verdict"] - last_done
     after_grace = deletes[0] - last_done - a.grace
-    log_copy = (deletes[0] - min(logs)) if logs else 0.0
+    # The PS logs are copied between the grace period and the delete; when the lifecycle
+    # copies them during the grace instead, only what runs after the grace counts.
+    log_copy = min(deletes[0] - min(logs), max(0.0, after_grace)) if logs else 0.0
     rate = busy.events / busy.seconds if busy.seconds else float("inf")
     label = "one core kept busy by another process" if load == "busy" else "idle machine"
     print(f"[{load}] {label}:")
@@ -292,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     with control_plane() as cp:
         results = [measure(cp, counter, busy, a, load) for load in loads]
     print(json.dumps(results))
-    return 0 if all(r["after_grace_ms"] - r["log_copy_ms"] < 1000 for r in results) else 1
+    return 0 if all(r["after_grace_ms"] < 1000 for r in results) else 1
 
 
 if __name__ == "__main__":
