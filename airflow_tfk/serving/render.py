@@ -241,6 +241,12 @@ def render_tensorboard(
         from airflow_tfk.errors import SpecError
 
         raise SpecError("claim", "is required on Kubernetes (base_path is local-only)")
+    if spec.port == 0:
+        from airflow_tfk.errors import SpecError
+
+        raise SpecError(
+            "port", "must be between 1 and 65535 on Kubernetes (0 picks a free port locally only)", 0
+        )
     c = _base(spec, "tensorboard", "tensorboard", LABEL_TENSORBOARD, identity)
     prefix = f"/api/v1/namespaces/{spec.namespace}/services/{spec.name}:{spec.port}/proxy"
     c.update(
