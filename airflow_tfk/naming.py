@@ -102,6 +102,11 @@ def role_resource_name(cluster: str, role: str) -> str:
     return f"{cluster}-{role}"
 
 
+def network_policy_name(cluster: str) -> str:
+    """Name of the cluster's NetworkPolicy: ``<cluster>-isolation``."""
+    return f"{cluster}-isolation"
+
+
 def task_hostname(cluster: str, role: str, index: int) -> str:
     return f"{cluster}-{role}-{index}"
 

@@ -38,12 +38,13 @@ CONTAINER_NAME = "tensorflow"
 PORT_NAME = "grpc"
 TEMPLATES = {
     "Namespace": "namespace.yaml.j2",
+    "NetworkPolicy": "networkpolicy.yaml.j2",
     "PersistentVolumeClaim": "pvc.yaml.j2",
     "Service": "service.yaml.j2",
     "StatefulSet": "statefulset.yaml.j2",
     "Job": "job.yaml.j2",
 }
-_NAMESPACED = {"PersistentVolumeClaim", "Service", "StatefulSet", "Job"}
+_NAMESPACED = {"NetworkPolicy", "PersistentVolumeClaim", "Service", "StatefulSet", "Job"}
 _VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MODEL_DIR"}
 
 # JSON escapes nothing of these, YAML reads them as line breaks or rejects them, and
@@ -209,6 +210,30 @@ def _role_context(
     }
 
 
+def cluster_pod_selector(spec: TFClusterSpec) -> dict[str, str]:
+    """Labels every pod of the cluster carries, and only its pods: what the cluster's
+    NetworkPolicy selects and admits."""
+    return {naming.LABEL_CLUSTER: spec.name, "app.kubernetes.io/managed-by": naming.MANAGED_BY}
+
+
+def _network_policy_context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any]:
+    from airflow_tfk.network import Egress
+
+    policy = spec.network_policy
+    restricted = policy.egress is Egress.RESTRICTED
+    return {
+        "name": naming.network_policy_name(spec.name),
+        "labels": _labels(spec, "network-policy", None, identity),
+        "pod_selector": cluster_pod_selector(spec),
+        "policy_types": ["Ingress", "Egress"] if restricted else ["Ingress"],
+        "restricted": restricted,
+        "egress_to": [
+            {"to": p.to_k8s(), "ports": [{"protocol": "TCP", "port": n} for n in p.ports]}
+            for p in policy.egress_to
+        ],
+    }
+
+
 def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any]:
     addresses = _addresses(spec)
     volumes = []
@@ -246,6 +271,7 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "storage_labels": _labels(spec, "storage", None, identity),
         "volumes": volumes,
         "roles": {role: _role_context(spec, role, identity, addresses) for role in spec.roles()},
+        "network_policy": _network_policy_context(spec, identity),
     }
 
 
@@ -254,6 +280,9 @@ def _plan(spec: TFClusterSpec, ctx: Mapping[str, Any]) -> list[tuple[str, str, d
     plan: list[tuple[str, str, dict[str, Any]]] = []
     if spec.namespace_per_training:
         plan.append(("Namespace", spec.namespace_name, {}))
+    if spec.network_policy.enabled:
+        # Before anything that makes pods: no task is ever reachable unprotected.
+        plan.append(("NetworkPolicy", ctx["network_policy"]["name"], {"np": ctx["network_policy"]}))
     for vol in ctx["volumes"]:
         if vol["new"]:
             plan.append(("PersistentVolumeClaim", vol["claim_name"], {"v": vol}))
@@ -273,8 +302,8 @@ def _plan(spec: TFClusterSpec, ctx: Mapping[str, Any]) -> list[tuple[str, str, d
 def render(
     spec: TFClusterSpec, identity: RunIdentity | None = None, template_dir: str | Path | None = None
 ) -> list[dict[str, Any]]:
-    """Manifests of the whole cluster, in apply order (Namespace, PVCs, Services,
-    StatefulSet, Jobs).
+    """Manifests of the whole cluster, in apply order (Namespace, NetworkPolicy, PVCs,
+    Services, StatefulSet, Jobs).
 
     :param spec: the validated cluster spec.
     :param identity: the Airflow task instance that owns the cluster (labels and

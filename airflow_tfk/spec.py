@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.errors import SpecError
+from airflow_tfk.network import TrainingNetworkPolicy
 
 MAX_REPLICAS = 10_000
 ROLES = ("chief", "ps", "worker", "evaluator")
@@ -460,6 +461,8 @@ class TFClusterSpec:
     :param permanent_exit_codes: exit codes that fail the task at once, without retry.
     :param ps_grace_seconds: wait after success before the PS are deleted.
     :param legacy_tf1_flags: pass ``--ps_hosts --worker_hosts --job_name --task_index``.
+    :param network_policy: the cluster's NetworkPolicy (on by default; ``false`` switches
+        it off): see :class:`~airflow_tfk.network.TrainingNetworkPolicy`.
     """
 
     name: str
@@ -485,6 +488,7 @@ class TFClusterSpec:
     permanent_exit_codes: tuple[int, ...] = (1, 2, 126, 127)
     ps_grace_seconds: int = 30
     legacy_tf1_flags: bool = False
+    network_policy: TrainingNetworkPolicy = field(default_factory=TrainingNetworkPolicy)
 
     def __post_init__(self) -> None:
         self._validate()
@@ -560,6 +564,7 @@ class TFClusterSpec:
         _int(self.ps_grace_seconds, "ps_grace_seconds", 0, 24 * 3600)
         if not isinstance(self.legacy_tf1_flags, bool):
             raise SpecError("legacy_tf1_flags", "must be true or false", self.legacy_tf1_flags)
+        object.__setattr__(self, "network_policy", TrainingNetworkPolicy.from_value(self.network_policy))
         self._validate_generated_names()
 
     def _validate_roles(self) -> None:

@@ -63,6 +63,8 @@ _KINDS = [
     Kind("Deployment", "apps/v1", "deployments"),
     Kind("Job", "batch/v1", "jobs"),
     Kind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets"),
+    Kind("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies"),
+    Kind("EndpointSlice", "discovery.k8s.io/v1", "endpointslices"),
     Kind("Event", "v1", "events"),
 ]
 KINDS: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in _KINDS}

@@ -61,7 +61,9 @@ log = logging.getLogger(__name__)
 # storage last. Only the kinds render() can produce (plus their pods): every kind here is
 # a permission the identity Airflow runs as must hold (deploy/rbac/). The per-training
 # namespace is deleted after everything in it (see ``_namespace_plan``).
-DELETE_ORDER = ("Job", "StatefulSet", "Pod", "Service", "PersistentVolumeClaim")
+# The NetworkPolicy goes last, so pods still terminating stay isolated; it is not an
+# EXISTS kind: a policy alone is no cluster to reattach to (create re-applies it).
+DELETE_ORDER = ("Job", "StatefulSet", "Pod", "Service", "PersistentVolumeClaim", "NetworkPolicy")
 EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "Service", "PersistentVolumeClaim")
 # A Job task vanished: look at the Jobs again, but not more often than this.
 JOB_REFRESH_INTERVAL = 2.0

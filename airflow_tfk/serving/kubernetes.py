@@ -126,12 +126,15 @@ class KubernetesServing(ServingTarget):
         return body
 
     def ensure(self, emit: Emit) -> None:
+        from airflow_tfk.serving._proxy_source import api_server_cidrs
         from airflow_tfk.serving.render import render_serving
 
+        # Before anything is applied: a policy whose proxy source cannot be known fails here.
+        proxy_cidrs = api_server_cidrs(self.api, self.spec.network_policy)
         current = self.read_config()
         text = (current or ModelServerConfig()).to_text()
         created = []
-        for manifest in render_serving(self.spec, self.identity, text):
+        for manifest in render_serving(self.spec, self.identity, text, api_server_cidrs=proxy_cidrs):
             if manifest["kind"] == "ConfigMap" and current is not None:
                 continue  # the model policy is the publish step's, never reset here
             if self._apply(manifest) == 201:
@@ -161,6 +164,8 @@ class KubernetesServing(ServingTarget):
             ("Deployment", self.spec.name),
             ("Service", self.spec.name),
             ("ConfigMap", self.spec.config_map_name),
+            # last: the pods stay isolated until they are gone
+            ("NetworkPolicy", self.spec.name),
         ):
             try:
                 self.api.request("DELETE", BY_KIND[kind].item(self.spec.namespace, name), BACKGROUND)

@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.errors import SpecError
+from airflow_tfk.network import ServiceNetworkPolicy
 from airflow_tfk.spec import (
     Resources,
     _int,  # one integer rule for every spec
@@ -115,6 +116,7 @@ def _common(spec: Any, kind: str) -> None:
             if not isinstance(v, str) or not naming.is_label_value(v):
                 raise SpecError(f"{attr}.{k}", "is not a valid label value", v)
         object.__setattr__(spec, attr, dict(value))
+    object.__setattr__(spec, "network_policy", ServiceNetworkPolicy.from_value(spec.network_policy))
     if kind and spec.claim is None and spec.base_path is None:
         raise SpecError("claim", f"or 'base_path' is required: where the {kind} are")
     if spec.claim is not None and spec.base_path is not None:
@@ -157,6 +159,8 @@ class ServingSpec:
     :param load_timeout_seconds: how long a new version may take to become AVAILABLE
         (on Kubernetes this includes the kubelet's ConfigMap refresh, up to ~1-2 min).
     :param predict_timeout_seconds: timeout of the smoke ``:predict``.
+    :param network_policy: who may connect (Kubernetes): nobody but the API server's
+        service proxy by default; see :class:`~airflow_tfk.network.ServiceNetworkPolicy`.
     """
 
     model_name: str
@@ -178,6 +182,7 @@ class ServingSpec:
     predict_timeout_seconds: float = 30.0
     labels: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    network_policy: ServiceNetworkPolicy = field(default_factory=ServiceNetworkPolicy)
 
     def __post_init__(self) -> None:
         if (
@@ -241,6 +246,8 @@ class TensorBoardSpec:
     :param sub_path: directory inside the claim to show.
     :param base_path: local backend only, instead of ``claim``: the log directory.
     :param port: TensorBoard's port (container and Service; local: 0 picks a free one).
+    :param network_policy: who may connect (Kubernetes): nobody but the API server's
+        service proxy by default; see :class:`~airflow_tfk.network.ServiceNetworkPolicy`.
     """
 
     name: str
@@ -256,6 +263,7 @@ class TensorBoardSpec:
     resources: Resources | Mapping[str, Any] | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    network_policy: ServiceNetworkPolicy = field(default_factory=ServiceNetworkPolicy)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", _resource_name(self.name, "name"))

@@ -171,9 +171,11 @@ class KubernetesTensorBoard:
 
     def start(self, emit: Emit) -> str:
         from airflow_tfk.backends._k8s_api import kind_of
+        from airflow_tfk.serving._proxy_source import api_server_cidrs
         from airflow_tfk.serving.render import render_tensorboard
 
-        for manifest in render_tensorboard(self.spec, self.identity):
+        proxy_cidrs = api_server_cidrs(self.api, self.spec.network_policy)
+        for manifest in render_tensorboard(self.spec, self.identity, api_server_cidrs=proxy_cidrs):
             path = kind_of(manifest).item(self.spec.namespace, manifest["metadata"]["name"])
             self.api.apply(path, manifest, self.field_manager)
         emit(
@@ -185,7 +187,7 @@ class KubernetesTensorBoard:
     def stop(self, emit: Emit) -> None:
         from airflow_tfk.backends._k8s_api import BY_KIND, is_not_found
 
-        for kind in ("Deployment", "Service"):
+        for kind in ("Deployment", "Service", "NetworkPolicy"):
             try:
                 self.api.request(
                     "DELETE",
