@@ -13,6 +13,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 NAMESPACED = HERE / "namespaced.yaml"
 NAMESPACE_PER_TRAINING = HERE / "namespace-per-training.yaml"
+APISERVER_ADDRESS = HERE / "apiserver-address.yaml"
 SERVICE_ACCOUNT = "airflow-tfk"
 
 
@@ -36,6 +37,21 @@ def manifests(
                 d["roleRef"]["name"] += name_suffix
         else:
             meta["namespace"] = namespace
+        for s in d.get("subjects", []):
+            s["namespace"] = namespace
+    return docs
+
+
+def apiserver_address_manifests(namespace: str, *, name_suffix: str = "") -> list[dict[str, Any]]:
+    """``apiserver-address.yaml`` (a Role and RoleBinding in ``default``) bound to the
+    ServiceAccount of ``namespace``; ``name_suffix`` lets several copies coexist."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(APISERVER_ADDRESS.read_text()) if d]
+    for d in docs:
+        d["metadata"]["name"] += name_suffix
+        if d["kind"] == "RoleBinding":
+            d["roleRef"]["name"] += name_suffix
         for s in d.get("subjects", []):
             s["namespace"] = namespace
     return docs
