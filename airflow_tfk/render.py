@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk import naming
+from airflow_tfk.admission import KUEUE_QUEUE_LABEL, Layout
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.spec import ROLES, TFClusterSpec
+from airflow_tfk.spec import ROLES, Mode, TFClusterSpec
 
 __all__ = ["RenderError", "render", "template_dirs", "to_yaml_stream", "k8s_escape"]
 
@@ -43,8 +44,12 @@ TEMPLATES = {
     "Service": "service.yaml.j2",
     "StatefulSet": "statefulset.yaml.j2",
     "Job": "job.yaml.j2",
+    "JobSet": "jobset.yaml.j2",
 }
-_NAMESPACED = {"NetworkPolicy", "PersistentVolumeClaim", "Service", "StatefulSet", "Job"}
+_NAMESPACED = {"NetworkPolicy", "PersistentVolumeClaim", "Service", "StatefulSet", "Job", "JobSet"}
+#: how long a finished JobSet stays when the provider did not delete it (e.g. Airflow was
+#: down): long enough to read its status and logs, short enough not to pile up
+JOBSET_TTL_SECONDS = 3600
 _VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MODEL_DIR"}
 
 # JSON escapes nothing of these, YAML reads them as line breaks or rejects them, and
@@ -167,8 +172,9 @@ def _labels(
 
 def _addresses(spec: TFClusterSpec) -> dict[str, list[str]]:
     ns = spec.namespace_name
+    jobset = spec.layout is Layout.JOBSET
     return {
-        role: [naming.task_address(spec.name, role, i, ns, spec.port) for i in range(rs.replicas)]
+        role: [naming.task_address(spec.name, role, i, ns, spec.port, jobset) for i in range(rs.replicas)]
         for role, rs in spec.cluster_roles().items()
     }
 
@@ -197,6 +203,8 @@ def _role_context(
     labels = _labels(spec, role, role, identity)
     return {
         "name": role,
+        # the objects Kueue admits carry its queue label; their pods do not need it
+        "workload_labels": {**labels, **_queue_labels(spec)},
         "resource_name": naming.role_resource_name(spec.name, role),
         "replicas": rs.replicas,
         "labels": labels,
@@ -214,6 +222,27 @@ def cluster_pod_selector(spec: TFClusterSpec) -> dict[str, str]:
     """Labels every pod of the cluster carries, and only its pods: what the cluster's
     NetworkPolicy selects and admits."""
     return {naming.LABEL_CLUSTER: spec.name, "app.kubernetes.io/managed-by": naming.MANAGED_BY}
+
+
+def _queue_labels(spec: TFClusterSpec) -> dict[str, str]:
+    return {KUEUE_QUEUE_LABEL: spec.queue_name} if spec.queue_name is not None else {}
+
+
+def decisive_role(spec: TFClusterSpec) -> str:
+    """The role whose success is the cluster's: the chief coordinates in
+    ``parameter_server`` mode; otherwise every worker must finish."""
+    return "chief" if spec.mode is Mode.PARAMETER_SERVER else "worker"
+
+
+def _jobset_context(
+    spec: TFClusterSpec, identity: RunIdentity | None, roles: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "labels": {**_labels(spec, "jobset", None, identity), **_queue_labels(spec)},
+        "decisive_role": decisive_role(spec),
+        "ttl_seconds": JOBSET_TTL_SECONDS,
+        "roles": [roles[r] for r in ROLES if r in roles],
+    }
 
 
 def _network_policy_context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any]:
@@ -250,7 +279,7 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
                 "env": _VOLUME_ENV[name],
             }
         )
-    return {
+    ctx: dict[str, Any] = {
         "name": spec.name,
         "namespace": spec.namespace_name,
         "namespace_per_training": spec.namespace_per_training,
@@ -272,7 +301,11 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "volumes": volumes,
         "roles": {role: _role_context(spec, role, identity, addresses) for role in spec.roles()},
         "network_policy": _network_policy_context(spec, identity),
+        "queue_name": spec.queue_name,
     }
+    if spec.layout is Layout.JOBSET:
+        ctx["jobset"] = _jobset_context(spec, identity, ctx["roles"])
+    return ctx
 
 
 def _plan(spec: TFClusterSpec, ctx: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -287,6 +320,10 @@ def _plan(spec: TFClusterSpec, ctx: Mapping[str, Any]) -> list[tuple[str, str, d
         if vol["new"]:
             plan.append(("PersistentVolumeClaim", vol["claim_name"], {"v": vol}))
     roles = ctx["roles"]
+    if spec.layout is Layout.JOBSET:
+        # JobSet makes its own headless Service, Jobs and pods
+        plan.append(("JobSet", spec.name, {}))
+        return plan
     for role in ROLES:
         if role in roles:
             plan.append(("Service", roles[role]["resource_name"], {"r": roles[role]}))

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tfk import naming
+from airflow_tfk import admission, naming
+from airflow_tfk.admission import CapacityCheck, Layout
 from airflow_tfk.errors import SpecError
 from airflow_tfk.network import TrainingNetworkPolicy
 
@@ -461,6 +462,12 @@ class TFClusterSpec:
     :param permanent_exit_codes: exit codes that fail the task at once, without retry.
     :param ps_grace_seconds: wait after success before the PS are deleted.
     :param legacy_tf1_flags: pass ``--ps_hosts --worker_hosts --job_name --task_index``.
+    :param layout: ``jobs`` (Services, Indexed Jobs, the PS StatefulSet) or ``jobset`` (one
+        JobSet, admitted by Kueue as one workload); see :mod:`airflow_tfk.admission`.
+    :param queue_name: Kueue LocalQueue: the workloads are created suspended, with Kueue's
+        queue label, and start when Kueue admits them.
+    :param capacity_check: before creating anything, compare the cluster's requests with
+        the nodes' free allocatable resources: ``off``, ``warn`` or ``fail``.
     :param network_policy: the cluster's NetworkPolicy (on by default; ``false`` switches
         it off): see :class:`~airflow_tfk.network.TrainingNetworkPolicy`.
     """
@@ -488,6 +495,9 @@ class TFClusterSpec:
     permanent_exit_codes: tuple[int, ...] = (1, 2, 126, 127)
     ps_grace_seconds: int = 30
     legacy_tf1_flags: bool = False
+    layout: Layout = Layout.JOBS
+    queue_name: str | None = None
+    capacity_check: CapacityCheck = CapacityCheck.OFF
     network_policy: TrainingNetworkPolicy = field(default_factory=TrainingNetworkPolicy)
 
     def __post_init__(self) -> None:
@@ -565,6 +575,9 @@ class TFClusterSpec:
         if not isinstance(self.legacy_tf1_flags, bool):
             raise SpecError("legacy_tf1_flags", "must be true or false", self.legacy_tf1_flags)
         object.__setattr__(self, "network_policy", TrainingNetworkPolicy.from_value(self.network_policy))
+        object.__setattr__(self, "layout", admission.layout(self.layout))
+        object.__setattr__(self, "queue_name", admission.queue_name(self.queue_name))
+        object.__setattr__(self, "capacity_check", admission.capacity_check(self.capacity_check))
         self._validate_generated_names()
 
     def _validate_roles(self) -> None:
@@ -598,7 +611,7 @@ class TFClusterSpec:
     def _validate_generated_names(self) -> None:
         """Check the longest name that will be generated, not just the one given."""
         for role, spec in self.roles().items():
-            longest = naming.task_hostname(self.name, role, spec.replicas - 1)
+            longest = naming.task_hostname(self.name, role, spec.replicas - 1, self.layout is Layout.JOBSET)
             if len(longest) > naming.DNS1123_LABEL_MAX:
                 raise SpecError(
                     "name",

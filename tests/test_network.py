@@ -215,8 +215,9 @@ def test_service_policy_options():
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 @pytest.mark.parametrize("case", sorted(MODES))
 @pytest.mark.parametrize("egress", ["open", "restricted"])
-def test_policy_renders_valid_for_every_mode(case, version, egress):
-    spec = make(case, network_policy=RESTRICTED if egress == "restricted" else None)
+@pytest.mark.parametrize("layout", ["jobs", "jobset"])
+def test_policy_renders_valid_for_every_mode_and_layout(case, version, egress, layout):
+    spec = make(case, network_policy=RESTRICTED if egress == "restricted" else None, layout=layout)
     manifests = render(spec, IDENTITY)
     (policy,) = policies(manifests)
     validate(policy, version)
@@ -227,12 +228,15 @@ def test_policy_renders_valid_for_every_mode(case, version, egress):
     assert policy["metadata"]["labels"].items() >= IDENTITY.labels().items()
     # applied before anything that makes pods
     kinds = [m["kind"] for m in manifests]
-    assert kinds.index("NetworkPolicy") < min(kinds.index(k) for k in ("Job", "StatefulSet") if k in kinds)
+    assert kinds.index("NetworkPolicy") < min(
+        kinds.index(k) for k in ("Job", "StatefulSet", "JobSet") if k in kinds
+    )
 
 
 @pytest.mark.parametrize("case", sorted(MODES))
-def test_selector_matches_exactly_the_clusters_pods(case):
-    spec = make(case)
+@pytest.mark.parametrize("layout", ["jobs", "jobset"])
+def test_selector_matches_exactly_the_clusters_pods(case, layout):
+    spec = make(case, layout=layout)
     mine = render(spec, IDENTITY)
     (policy,) = policies(mine)
     selector = policy["spec"]["podSelector"]
@@ -246,7 +250,7 @@ def test_selector_matches_exactly_the_clusters_pods(case):
 
     # Another cluster in the same namespace (another run of the same DAG, even): its pods
     # are neither selected nor admitted, and its policy does not admit ours.
-    other_spec = make(case, name="beta", namespace_per_training=False, namespace=ns)
+    other_spec = make(case, name="beta", namespace_per_training=False, namespace=ns, layout=layout)
     other = render(other_spec, RunIdentity("nightly", "train", "scheduled__2026-01-02T00:00:00+00:00"))
     (other_policy,) = policies(other)
     for pod_ns, labels in pod_templates(other):

@@ -63,8 +63,10 @@ log = logging.getLogger(__name__)
 # namespace is deleted after everything in it (see ``_namespace_plan``).
 # The NetworkPolicy goes last, so pods still terminating stay isolated; it is not an
 # EXISTS kind: a policy alone is no cluster to reattach to (create re-applies it).
-DELETE_ORDER = ("Job", "StatefulSet", "Pod", "Service", "PersistentVolumeClaim", "NetworkPolicy")
-EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "Service", "PersistentVolumeClaim")
+# A JobSet (layout: jobset) goes first, so its controller stops making Jobs; where the
+# JobSet API is not installed its requests answer 404, which is "none".
+DELETE_ORDER = ("JobSet", "Job", "StatefulSet", "Pod", "Service", "PersistentVolumeClaim", "NetworkPolicy")
+EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "JobSet", "Service", "PersistentVolumeClaim")
 # A Job task vanished: look at the Jobs again, but not more often than this.
 JOB_REFRESH_INTERVAL = 2.0
 MAX_WATCH_SECONDS = 300
