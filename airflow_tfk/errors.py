@@ -33,3 +33,8 @@ class TrainingFailed(RuntimeError):
         self.message = message
         detail = f": {message}" if message else ""
         super().__init__(f"task {task} failed ({reason}){detail}")
+
+
+class CapacityError(RuntimeError):
+    """``capacity_check: fail``: the cluster does not fit what the nodes have free.
+    Raised before anything is created; the message names the shortfall."""

@@ -52,6 +52,7 @@ class Kind:
 
 _KINDS = [
     Kind("Namespace", "v1", "namespaces", namespaced=False, collection_delete=False),
+    Kind("Node", "v1", "nodes", namespaced=False, collection_delete=False),
     Kind("ServiceAccount", "v1", "serviceaccounts"),
     Kind("ConfigMap", "v1", "configmaps"),
     Kind("Secret", "v1", "secrets"),

@@ -108,6 +108,11 @@ class Backend(abc.ABC):
     async def adelete(self, ref: ClusterRef, reason: str = "") -> None:
         await asyncio.to_thread(self.delete, ref, reason)
 
+    def capacity_snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+        """Nodes and their non-terminal pods, for the capacity pre-check
+        (:mod:`airflow_tfk.capacity`); None where the backend has no nodes to compare."""
+        return None
+
     @abc.abstractmethod
     def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:
         """Live clusters whose objects carry all of ``labels`` (``namespace`` None: any).

@@ -525,6 +525,22 @@ class KubernetesBackend(Backend):
         newest = max(events, key=lambda e: (e.get("lastTimestamp") or "", e["metadata"].get("name", "")))
         return str(newest.get("message") or "")
 
+    # -- capacity -------------------------------------------------------------------------
+    def capacity_snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every node, and every pod that still holds its requests (two cluster-wide lists;
+        deploy/rbac/capacity-check.yaml grants them)."""
+        nodes = self._run(_single(Request("GET", BY_KIND["Node"].collection(None))))
+        pods = self._run(
+            _single(
+                Request(
+                    "GET",
+                    BY_KIND["Pod"].everywhere(),
+                    {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"},
+                )
+            )
+        )
+        return list((nodes or (0, {}))[1].get("items") or []), list((pods or (0, {}))[1].get("items") or [])
+
     # -- find -----------------------------------------------------------------------------
     def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:
         """Clusters (running or finished, not deleted) whose Jobs carry all of ``labels``."""
