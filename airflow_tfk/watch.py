@@ -81,6 +81,31 @@ class ProgressReporter:
         return p
 
 
+@dataclass
+class QueueReporter:
+    """While a cluster has no task yet, say why: Kueue's pending reason (a queued cluster
+    has no pod at all). Asked at most every ``interval`` seconds; logged when it changes."""
+
+    backend: Backend
+    ref: ClusterRef
+    interval: float = 30.0
+    emit: Callable[[str], None] = log.info
+    _last_read: float = float("-inf")
+    _last: str | None = None
+
+    def wants(self, status: ClusterStatus) -> bool:
+        """Whether :meth:`report` should run for ``status`` now (no task yet, and due)."""
+        return status.exists and not status.tasks and time.monotonic() - self._last_read >= self.interval
+
+    def report(self) -> str | None:
+        self._last_read = time.monotonic()
+        message = self.backend.queue_message(self.ref)
+        if message and message != self._last:
+            self.emit(f"queued: {message}")
+        self._last = message
+        return message
+
+
 def wait_for_cluster(
     backend: Backend,
     ref: ClusterRef,
@@ -97,11 +122,14 @@ def wait_for_cluster(
     deadline = None if timeout is None else time.monotonic() + timeout
     role, index = progress_task(mode, replicas)
     reporter = ProgressReporter(backend, ref, role, index, progress_interval, emit)
+    queue = QueueReporter(backend, ref, min(progress_interval, 60.0), emit)
     last_summary = ""
     while True:
         window = 60.0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic()))
         for status in backend.watch(ref, timeout=window):
             last_summary = _log_summary(status, last_summary, emit)
+            if queue.wants(status):
+                queue.report()
             verdict = evaluate(mode, replicas, status)
             if verdict.outcome is not Outcome.RUNNING:
                 reporter.report()

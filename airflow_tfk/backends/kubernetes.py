@@ -525,6 +525,19 @@ class KubernetesBackend(Backend):
         newest = max(events, key=lambda e: (e.get("lastTimestamp") or "", e["metadata"].get("name", "")))
         return str(newest.get("message") or "")
 
+    # -- Kueue ----------------------------------------------------------------------------
+    def queue_message(self, ref: ClusterRef) -> str | None:
+        """Kueue's pending reason for the cluster's Workloads; None when nothing waits or
+        Kueue is not installed (its API answers 404)."""
+        from airflow_tfk.backends._kueue import WORKLOAD_API_VERSIONS, queue_message
+
+        for version in WORKLOAD_API_VERSIONS:
+            kind = Kind("Workload", version, "workloads")
+            result = self._run(_single(Request("GET", kind.collection(ref.namespace), optional=True)))
+            if result is not None:
+                return queue_message((result[1] or {}).get("items") or [], ref.name)
+        return None
+
     # -- capacity -------------------------------------------------------------------------
     def capacity_snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Every node, and every pod that still holds its requests (two cluster-wide lists;

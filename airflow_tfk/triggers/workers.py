@@ -18,7 +18,7 @@ from airflow_tfk.backends import get_backend
 from airflow_tfk.backends.base import Backend, ClusterRef
 from airflow_tfk.policies import Outcome, evaluate
 from airflow_tfk.spec import Mode
-from airflow_tfk.watch import ProgressReporter, progress_task
+from airflow_tfk.watch import ProgressReporter, QueueReporter, progress_task
 
 
 class WorkersDoneTrigger(BaseTrigger):
@@ -86,6 +86,7 @@ class WorkersDoneTrigger(BaseTrigger):
             backend = self._backend()
             role, index = progress_task(mode, self.replicas)
             reporter = ProgressReporter(backend, ref, role, index, self.progress_interval, self.log.info)
+            queue = QueueReporter(backend, ref, min(self.progress_interval, 60.0), self.log.info)
             last_summary = ""
             while True:
                 window = 60.0
@@ -96,6 +97,8 @@ class WorkersDoneTrigger(BaseTrigger):
                     if summary != last_summary:
                         self.log.info("cluster: %s", summary)
                         last_summary = summary
+                    if queue.wants(status):
+                        await asyncio.to_thread(queue.report)
                     verdict = evaluate(mode, self.replicas, status)
                     if verdict.outcome is not Outcome.RUNNING:
                         await asyncio.to_thread(reporter.report)
