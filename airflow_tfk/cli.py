@@ -1,19 +1,28 @@
-"""``airflow-tfk``: command-line access to the pure stages (no cluster needed).
+"""``airflow-tfk``: command-line access to the pure stages and to a local Airflow.
 
 ``airflow-tfk render SPEC.yaml | kubectl apply -f -`` shows, and lets one apply, exactly
 what the provider would create. A bad spec exits with status 1 and ``error: <field>:
-<rule>`` on stderr; nothing is printed on stdout then.
+<rule>`` on stderr; nothing is printed on stdout then. ``--validate`` checks every object
+offline against the Kubernetes schemas of ``--kubernetes-version`` (``schema_check``);
+an object that version would reject exits with status 3, again with nothing on stdout.
+
+``airflow-tfk airflow [--dags-folder DIR] ARGS...`` runs Airflow's own CLI with the
+project's local Airflow home and local backend (``airflow_tfk.local_env``), so a newcomer
+runs their DAG folder with ``airflow-tfk airflow --dags-folder my_dags dags test my_dag``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import subprocess
 import sys
 from collections.abc import Sequence
 
 EXIT_SPEC_ERROR = 1
 EXIT_USAGE = 2
+EXIT_INVALID_MANIFEST = 3  # --validate: an object the chosen Kubernetes version would reject
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,7 +42,36 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument("--run-id", help="Airflow run id")
     render.add_argument("--map-index", type=int, default=-1, help="Airflow map index")
     render.add_argument("--template-dir", help="directory of templates overriding the built-ins")
+    render.add_argument(
+        "--validate",
+        action="store_true",
+        help="check every object offline against Kubernetes' schemas (no cluster needed)",
+    )
+    render.add_argument(
+        "--kubernetes-version",
+        metavar="X.Y",
+        help="the Kubernetes version --validate checks against (default: the oldest supported)",
+    )
+    _add_validate(sub)
+    _add_airflow_commands(sub)
     return parser
+
+
+def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    validate = sub.add_parser(
+        "validate",
+        help="check training files (DAG-as-code) offline, with the errors Airflow would show",
+        description="Check every training file (*.yaml, *.yml) under each PATH, offline. "
+        "Exit status: 0 all valid, 1 some invalid, 2 no such path or no training file.",
+    )
+    validate.add_argument("paths", metavar="PATH", nargs="+", help="a folder of training files, or a file")
+    validate.add_argument("-q", "--quiet", action="store_true", help="print only the errors")
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from airflow_tfk.dagfactory.validate import run
+
+    return run(args.paths, sys.stdout, sys.stderr, quiet=args.quiet)
 
 
 def _read(path: str) -> str:
@@ -43,9 +81,9 @@ def _read(path: str) -> str:
         return fh.read()
 
 
-def _render(args: argparse.Namespace) -> str:
+def _render(args: argparse.Namespace) -> list[dict]:
     from airflow_tfk.naming import RunIdentity
-    from airflow_tfk.render import render, to_yaml_stream
+    from airflow_tfk.render import render
     from airflow_tfk.spec import TFClusterSpec
 
     spec = TFClusterSpec.from_yaml(_read(args.spec))
@@ -54,32 +92,192 @@ def _render(args: argparse.Namespace) -> str:
     identity = None
     if args.dag_id or args.task_id or args.run_id:
         identity = RunIdentity(args.dag_id, args.task_id, args.run_id, args.map_index)
-    return to_yaml_stream(render(spec, identity, template_dir=args.template_dir))
+    return render(spec, identity, template_dir=args.template_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    commands = {
+        "validate": _validate,
+        "airflow": _run_airflow,
+        "env": _print_env,
+        "render": lambda a: _render_command(parser, a),
+    }
+    command = commands.get(args.command)
+    return command(args) if command is not None else 0
+
+
+def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from airflow_tfk.errors import SpecError
     from airflow_tfk.render import RenderError
 
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command == "render":
-        given = [args.dag_id, args.task_id, args.run_id]
-        if any(given) and not all(given):
-            parser.error("--dag-id, --task-id and --run-id go together")
+    given = [args.dag_id, args.task_id, args.run_id]
+    if any(given) and not all(given):
+        parser.error("--dag-id, --task-id and --run-id go together")
+    if args.kubernetes_version is not None and not args.validate:
+        parser.error("--kubernetes-version goes with --validate")
+    version = None
+    if args.validate:
+        from airflow_tfk.schema_check import SchemaCheckUnavailable, check_version
+
         try:
-            out = _render(args)
-        except SpecError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_SPEC_ERROR
-        except (OSError, UnicodeDecodeError) as exc:
-            print(f"error: {args.spec}: cannot read the spec: {exc}", file=sys.stderr)
+            version = check_version(args.kubernetes_version)
+        except SchemaCheckUnavailable as exc:
+            print(f"error: --validate: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        except RenderError as exc:
-            print(f"error: template: {exc}", file=sys.stderr)
-            return EXIT_SPEC_ERROR
-        sys.stdout.write(out)
+        except ValueError as exc:
+            print(f"error: --kubernetes-version: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    try:
+        manifests = _render(args)
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: {args.spec}: cannot read the spec: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RenderError as exc:
+        print(f"error: template: {exc}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    if version is not None and not _report_validation(manifests, version):
+        return EXIT_INVALID_MANIFEST
+    from airflow_tfk.render import to_yaml_stream
+
+    sys.stdout.write(to_yaml_stream(manifests))
     return 0
+
+
+def _report_validation(manifests: list[dict], version: str) -> bool:
+    """Print what --validate found on stderr; True when every checkable object is valid."""
+    from airflow_tfk.schema_check import validate_manifests
+
+    findings = validate_manifests(manifests, version)
+    invalid = [f for f in findings if f.checked]
+    for f in findings:
+        print(f"{'error' if f.checked else 'note'}: {f} (Kubernetes {version})", file=sys.stderr)
+    if invalid:
+        print(
+            f"error: {len(invalid)} of {len(manifests)} objects are not valid for Kubernetes {version}",
+            file=sys.stderr,
+        )
+        return False
+    checked = len(manifests) - len(findings)
+    print(
+        f"valid: {checked} of {len(manifests)} objects against the Kubernetes {version} schemas",
+        file=sys.stderr,
+    )
+    return True
+
+
+# -- a local Airflow: `airflow-tfk airflow ...` and `airflow-tfk env` -------------------
+MIGRATED_MARKER = ".airflow-tfk-migrated"
+
+
+def _add_airflow_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = sub.add_parser(
+        "airflow",
+        help="run Airflow's CLI with the project's local Airflow home and local backend",
+        description=(
+            "Run `airflow ARGS...` with the project's local Airflow home (SQLite, migrated on "
+            "first use), your DAGs folder, and the local backend's root; print where state, "
+            "logs and models go. Example: airflow-tfk airflow --dags-folder my_dags dags test my_dag"
+        ),
+    )
+    run.add_argument(
+        "--dags-folder",
+        help="your DAGs folder (default: $AIRFLOW__CORE__DAGS_FOLDER, $DAGS_FOLDER, else dags/)",
+    )
+    run.add_argument("--quiet", action="store_true", help="do not print where things go")
+    run.add_argument("airflow_args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments of `airflow`")
+    env = sub.add_parser(
+        "env",
+        help="print the environment of `airflow-tfk airflow` as shell exports",
+        description='Print export lines for `eval "$(airflow-tfk env)"`, with where things go as comments.',
+    )
+    env.add_argument("--dags-folder", help="your DAGs folder (as for `airflow-tfk airflow`)")
+
+
+def _print_env(args: argparse.Namespace) -> int:
+    import shlex
+
+    from airflow_tfk.local_env import resolve
+
+    where = resolve(dags_folder=args.dags_folder)
+    for line in where.describe():
+        print(f"# {line}")
+    env = where.environ(os.environ)
+    for name in (
+        "AIRFLOW_HOME",
+        "AIRFLOW__CORE__DAGS_FOLDER",
+        "TFK_LOCAL_ROOT",
+        "AIRFLOW__CORE__LOAD_EXAMPLES",
+        "AIRFLOW__CORE__UNIT_TEST_MODE",
+        "TF_CPP_MIN_LOG_LEVEL",
+        "PATH",
+    ):
+        print(f"export {name}={shlex.quote(env[name])}")
+    return 0
+
+
+def _migrate_once(airflow: str, env: dict[str, str], home: str) -> int:
+    """`airflow db migrate` when this home has not been migrated by this Airflow version."""
+    from importlib.metadata import version
+
+    marker = os.path.join(home, MIGRATED_MARKER)
+    wanted = version("apache-airflow")
+    try:
+        with open(marker, encoding="utf-8") as fh:
+            if fh.read().strip() == wanted:
+                return 0
+    except OSError:
+        pass
+    os.makedirs(home, exist_ok=True)
+    log_path = os.path.join(home, "db-migrate.log")
+    print(f"airflow-tfk: preparing the Airflow database (log: {log_path})", file=sys.stderr)
+    with open(log_path, "wb") as log:
+        code = subprocess.call(
+            [airflow, "db", "migrate"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    if code != 0:
+        with open(log_path, encoding="utf-8", errors="replace") as fh:
+            sys.stderr.write(fh.read()[-4000:])
+        print(f"error: airflow db migrate failed (exit code {code}); see {log_path}", file=sys.stderr)
+        return code
+    with open(marker, "w", encoding="utf-8") as fh:
+        fh.write(wanted + "\n")
+    return 0
+
+
+def _run_airflow(args: argparse.Namespace) -> int:
+    from airflow_tfk.local_env import resolve
+
+    airflow_args = list(args.airflow_args)
+    if airflow_args[:1] == ["--"]:
+        airflow_args = airflow_args[1:]
+    if not airflow_args:
+        print("error: ARGS: give the airflow command to run, e.g. `dags test my_dag`", file=sys.stderr)
+        return EXIT_USAGE
+    where = resolve(dags_folder=args.dags_folder)
+    if not where.dags_folder.is_dir():
+        print(f"error: --dags-folder: {where.dags_folder} is not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    env = where.environ(os.environ)
+    if not args.quiet:
+        for line in where.describe():
+            print(f"airflow-tfk: {line}", file=sys.stderr)
+    airflow = str(where.bin_dir / "airflow")
+    code = _migrate_once(airflow, env, str(where.airflow_home))
+    if code != 0:
+        return code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # exec, so Ctrl-C, exit codes and signals behave exactly as with `airflow` itself.
+    os.execve(airflow, [airflow, *airflow_args], env)
+    return 0  # pragma: no cover - execve does not return
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -169,6 +169,10 @@ class RunIdentity:
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> RunIdentity:
+        map_index = data.get("map_index", -1)
         return cls(
-            str(data["dag_id"]), str(data["task_id"]), str(data["run_id"]), int(data.get("map_index", -1))
-        )  # type: ignore[arg-type]
+            str(data["dag_id"]),
+            str(data["task_id"]),
+            str(data["run_id"]),
+            int(map_index) if isinstance(map_index, (int, str)) else -1,
+        )

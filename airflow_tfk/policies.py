@@ -54,7 +54,7 @@ def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Ver
     if not status.exists:
         why = status.deleted_reason or "deleted from outside"
         return Verdict(Outcome.FAILED, f"the cluster no longer exists ({why})")
-    failed = [t for t in status.tasks if t.phase is Phase.FAILED]
+    failed = status.failed()
     if failed:
         first = sorted(failed, key=lambda t: (t.role != "chief", t.role, t.index))[0]
         code = f", exit code {first.exit_code}" if first.exit_code is not None else ""
@@ -63,6 +63,8 @@ def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Ver
             Outcome.FAILED, f"task {first.name} failed ({first.reason or 'Error'}{code}){detail}", first
         )
     for role, count in decisive_roles(mode, replicas).items():
+        if status.count(role, Phase.SUCCEEDED) < count:
+            return Verdict(Outcome.RUNNING)  # per event, without looking at each task
         for index in range(count):
             task = status.task(role, index)
             if task is None or task.phase is not Phase.SUCCEEDED:

@@ -602,6 +602,19 @@ class TFClusterSpec:
                 )
             if self.ps is None:
                 raise SpecError("ps", "is required when mode is parameter_server")
+            models = self.storage.models
+            # Found on a real node: the chief's checkpoint save runs on the PS (SaveV2 on
+            # /job:ps), so the checkpoint directory ($TFK_MODEL_DIR) must be one volume that
+            # the chief and every PS mount; a per-pod (ReadWriteOnce) claim fails the first save.
+            access = getattr(models, "access_mode", None)
+            access = getattr(access, "value", access)  # the storage section is coerced later
+            if isinstance(models, VolumeSpec) and models.claim is None and access != AccessMode.RWX.value:
+                raise SpecError(
+                    "storage.models.access_mode",
+                    "must be ReadWriteMany when mode is parameter_server: the parameter servers "
+                    "write the chief's checkpoints, so the chief and every PS share the models volume",
+                    access,
+                )
         elif mode is Mode.BETWEEN_GRAPH:
             if self.ps is None:
                 raise SpecError("ps", "is required when mode is between_graph")

@@ -52,38 +52,65 @@ class TaskStatus:
         return cls(**{**data, "phase": Phase(data["phase"])})
 
 
+TaskKey = tuple[str, int]
+_SUMMARY_ROLES = ("chief", "ps", "worker", "evaluator")
+
+
 @dataclass(frozen=True)
 class ClusterStatus:
     """Every task the backend knows of; ``exists`` is False once nothing of it is left.
 
     :param deleted_reason: why the cluster was deleted, when whoever deleted it said so
         (e.g. ``killed by run scheduled__2026-11-22T02:00:00+00:00 (kill_previous)``).
+
+    The policies read a status per watch event, so what they ask (a task by key, the
+    failed tasks, how many tasks of a role are in a phase) is answered from views
+    computed once per status, or handed over ready-made by a builder that maintains them
+    (the Kubernetes watch). The views take no part in equality or serialisation.
     """
 
     tasks: tuple[TaskStatus, ...] = field(default_factory=tuple)
     exists: bool = True
     deleted_reason: str = ""
+    _counts: dict[tuple[str, Phase], int] | None = field(default=None, compare=False, repr=False)
+    _failed: tuple[TaskStatus, ...] | None = field(default=None, compare=False, repr=False)
+    _index: dict[TaskKey, TaskStatus] | None = field(default=None, compare=False, repr=False)
+
+    def _views(
+        self,
+    ) -> tuple[dict[tuple[str, Phase], int], tuple[TaskStatus, ...], dict[TaskKey, TaskStatus]]:
+        if self._counts is None or self._failed is None or self._index is None:
+            counts: dict[tuple[str, Phase], int] = {}
+            for t in self.tasks:
+                counts[(t.role, t.phase)] = counts.get((t.role, t.phase), 0) + 1
+            object.__setattr__(self, "_counts", counts)
+            object.__setattr__(self, "_failed", tuple(t for t in self.tasks if t.phase is Phase.FAILED))
+            object.__setattr__(self, "_index", {(t.role, t.index): t for t in self.tasks})
+        assert self._counts is not None and self._failed is not None and self._index is not None
+        return self._counts, self._failed, self._index
 
     def task(self, role: str, index: int) -> TaskStatus | None:
-        for t in self.tasks:
-            if t.role == role and t.index == index:
-                return t
-        return None
+        return self._views()[2].get((role, index))
+
+    def count(self, role: str, phase: Phase) -> int:
+        """How many tasks of ``role`` are in ``phase``."""
+        return self._views()[0].get((role, phase), 0)
+
+    def failed(self) -> tuple[TaskStatus, ...]:
+        """The tasks that failed for good."""
+        return self._views()[1]
 
     def of_role(self, role: str) -> list[TaskStatus]:
         return sorted((t for t in self.tasks if t.role == role), key=lambda t: t.index)
 
     def summary(self) -> str:
         """``worker 2/3 succeeded, 1 running; ps 2 running`` - one line for the log."""
+        counts = self._views()[0]
         parts = []
-        for role in ("chief", "ps", "worker", "evaluator"):
-            tasks = self.of_role(role)
-            if not tasks:
-                continue
-            counts: dict[str, int] = {}
-            for t in tasks:
-                counts[t.phase.value.lower()] = counts.get(t.phase.value.lower(), 0) + 1
-            parts.append(f"{role} " + ", ".join(f"{n} {p}" for p, n in sorted(counts.items())))
+        for role in _SUMMARY_ROLES:
+            present = sorted((p.value.lower(), n) for p in Phase if (n := counts.get((role, p), 0)))
+            if present:
+                parts.append(f"{role} " + ", ".join(f"{n} {p}" for p, n in present))
         return "; ".join(parts) if parts else ("no tasks" if self.exists else "cluster gone")
 
     def to_dict(self) -> dict[str, Any]:

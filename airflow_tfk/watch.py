@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from airflow_tfk.backends.base import Backend, ClusterRef
 from airflow_tfk.policies import Outcome, Verdict, evaluate
-from airflow_tfk.runtime.progress import Progress, last_progress
+from airflow_tfk.protocol.progress import Progress, last_progress
 from airflow_tfk.spec import Mode
 from airflow_tfk.status import ClusterStatus
 

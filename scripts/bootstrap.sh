@@ -15,4 +15,4 @@ fi
 # uv resolves and installs Airflow + TensorFlow in seconds where pip takes minutes.
 # --compile-bytecode: every test and task process imports Airflow; without .pyc files
 # (e.g. under PYTHONDONTWRITEBYTECODE) each one recompiles it (measured: 2.7 s -> 1.6 s).
-VIRTUAL_ENV="$VENV" "$VENV/bin/uv" pip install --quiet --compile-bytecode -e ".[test,local]"
+VIRTUAL_ENV="$VENV" "$VENV/bin/uv" pip install --quiet --compile-bytecode -e ".[test,local,validate]"

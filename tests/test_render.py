@@ -415,11 +415,13 @@ def test_storage_new_pvcs_and_existing_claims():
     assert pvcs["imagenet-models"]["spec"]["accessModes"] == ["ReadWriteMany"]
     job = by(manifests, "Job", "imagenet-worker")
     assert pod_spec(job)["volumes"] == [
+        {"name": "tfk-scratch", "emptyDir": {}},
         {"name": "data", "persistentVolumeClaim": {"claimName": "imagenet-shared"}},
         {"name": "logs", "persistentVolumeClaim": {"claimName": "imagenet-logs"}},
         {"name": "models", "persistentVolumeClaim": {"claimName": "imagenet-models"}},
     ]
     assert container(job)["volumeMounts"] == [
+        {"name": "tfk-scratch", "mountPath": "/tfk/scratch"},
         {"name": "data", "mountPath": "/tfk/data"},
         {"name": "logs", "mountPath": "/tfk/logs"},
         {"name": "models", "mountPath": "/tfk/models"},
@@ -434,9 +436,25 @@ def test_storage_new_pvcs_and_existing_claims():
 
 def test_no_storage_no_volumes():
     job = by(render(make(SPECS["all_reduce"])), "Job", "imagenet-worker")
-    assert "volumes" not in pod_spec(job) and "volumeMounts" not in container(job)
+    # Only the scratch emptyDir: no claim, no TFK_*_DIR.
+    assert pod_spec(job)["volumes"] == [{"name": "tfk-scratch", "emptyDir": {}}]
+    assert container(job)["volumeMounts"] == [{"name": "tfk-scratch", "mountPath": "/tfk/scratch"}]
     env, _ = process_view(job, 0)
     assert "TFK_DATA_DIR" not in env
+
+
+def test_pods_stop_promptly_and_have_a_writable_scratch_dir():
+    """Found on a real node (tests/k8s_node): a TF server is the container's PID 1 and
+    ignores SIGTERM, so PS/worker deletion waited 30 s for SIGKILL; and uid 1000 may not
+    write anywhere in an image. A shared PID namespace makes the sandbox PID 1."""
+    for m in render(make(SPECS["all_reduce"])):
+        if m["kind"] not in ("Job", "StatefulSet"):
+            continue
+        pod = pod_spec(m)
+        assert pod["shareProcessNamespace"] is True
+        assert pod["terminationGracePeriodSeconds"] == 10
+        env, _ = process_view(m, 0)
+        assert env["TMPDIR"] == "/tfk/scratch"
 
 
 def test_resources_gpus_node_selector_tolerations_and_role_env():

@@ -101,6 +101,15 @@ def test_to_dict_round_trips():
         ({"mode": "parameter_server"}, "chief"),
         ({"mode": "parameter_server", "chief": {"replicas": 1}, "ps": ...}, "ps"),
         ({"mode": "all_reduce"}, "ps"),
+        # parameter_server: the PS write the chief's checkpoints, so the models volume is shared
+        (
+            {
+                "mode": "parameter_server",
+                "chief": {"replicas": 1},
+                "storage": {"models": {"size": "1Gi", "access_mode": "ReadWriteOnce"}},
+            },
+            "storage.models.access_mode",
+        ),
         # quantities
         ({"worker": {"resources": {"cpu": "lots"}}}, "worker.resources.cpu"),
         ({"worker": {"resources": {"memory": "2GB"}}}, "worker.resources.memory"),

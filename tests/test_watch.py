@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from airflow_tfk.runtime.progress import Progress, last_progress, parse_line, progress_line
+from airflow_tfk.protocol.progress import Progress, last_progress, parse_line, progress_line
 from airflow_tfk.watch import format_duration, format_progress
 
 

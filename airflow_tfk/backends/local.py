@@ -279,6 +279,14 @@ class LocalBackend(Backend):
                 self._check_reattach(ref, state, spec, identity)
                 log.info("local backend: cluster %s/%s is running; reattached", ref.namespace, ref.name)
                 return ref
+            # Say what differs from a pod, once per cluster: nobody expects these silently.
+            log.info(
+                "local backend: ignoring image %s (tasks run on this machine with %s); "
+                "working directory %s (relative paths in command and args resolve against it)",
+                spec.image,
+                ", ".join(sorted({argv[0] for argv in commands.values()})),
+                workdir,
+            )
             ports = self._allocate_ports(spec)
             if cdir.exists():
                 self._archive(ref, state)

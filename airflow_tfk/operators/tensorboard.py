@@ -125,7 +125,7 @@ class TensorBoardOperator(BaseOperator):
         )
 
     def server(self, context: Context) -> Any:
-        from airflow_tfk.serving.targets import get_tensorboard
+        from airflow_tfk.tensorboard import get_tensorboard
 
         identity = identity_from_context(context)
         config = backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)

@@ -165,11 +165,11 @@ class TFTrainingOperator(BaseOperator):
             handle = self._handle_of(context).to_dict()
         h = ClusterHandle.from_dict(handle)
         self._handle = h
-        status = event.get("status")
+        status = str(event.get("status") or "error")
         failed = event.get("failed_task")
-        outcome = {"success": "succeeded", "failed": "failed"}.get(status, status or "error")
+        outcome = {"success": "succeeded", "failed": "failed"}.get(status, status)
         return self._finish(
-            h, outcome, event.get("message", ""), TaskStatus.from_dict(failed) if failed else None
+            h, outcome, str(event.get("message", "")), TaskStatus.from_dict(failed) if failed else None
         )
 
     def _resolve(self, context: Context) -> tuple[Any, TFClusterSpec, Any]:

@@ -18,7 +18,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 CLUSTER_ROLES = ("chief", "ps", "worker")
@@ -171,10 +171,11 @@ def task_info(env: Mapping[str, str] | None = None) -> TaskInfo:
     return TaskInfo(cluster, role, index, mode)
 
 
-def ensure_tf_config(env: dict[str, str] | None = None) -> TaskInfo:
+def ensure_tf_config(env: MutableMapping[str, str] | None = None) -> TaskInfo:
     """Parse the task environment and make sure ``TF_CONFIG`` is set in ``env``
     (default: ``os.environ``), so TensorFlow's resolvers see the same cluster."""
-    env = os.environ if env is None else env
+    if env is None:
+        env = os.environ
     info = task_info(env)
     if not env.get("TF_CONFIG", "").strip():
         env["TF_CONFIG"] = info.tf_config_json()

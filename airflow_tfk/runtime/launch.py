@@ -15,7 +15,7 @@ import argparse
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 
 from airflow_tfk.runtime.cluster import (
     ClusterConfigError,
@@ -32,10 +32,11 @@ EXIT_NOT_FOUND = 127
 
 
 def build_command(
-    argv: Sequence[str] | None = None, env: dict[str, str] | None = None
+    argv: Sequence[str] | None = None, env: MutableMapping[str, str] | None = None
 ) -> tuple[list[str], argparse.Namespace]:
     """The command to exec and the parsed launcher options; sets TF_CONFIG in ``env``."""
-    env = os.environ if env is None else env
+    if env is None:
+        env = os.environ
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
         cut = argv.index("--")

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from airflow_tfk.serving.model_config import ConfigSyntaxError, ModelConfig, parse
+from airflow_tfk.protocol.model_config import ConfigSyntaxError, ModelConfig, parse
 
 BANNER = (
     "airflow-tfk local model server: a stand-in for tensorflow_model_server "

@@ -1,7 +1,8 @@
-"""Publishing models to TensorFlow Serving, and TensorBoard.
+"""Publishing models to TensorFlow Serving.
 
 Names load lazily, so importing this package costs neither TensorFlow, the Kubernetes
-client nor Jinja2 (the runtime's model server imports :mod:`.model_config` from here).
+client nor Jinja2. (TensorBoard lives in :mod:`airflow_tfk.tensorboard`; the model-config
+format the runtime's model server reads lives in :mod:`airflow_tfk.protocol`.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ _EXPORTS = {
     "PublishResult": "airflow_tfk.serving.publish",
     "publish": "airflow_tfk.serving.publish",
     "get_serving_target": "airflow_tfk.serving.targets",
-    "get_tensorboard": "airflow_tfk.serving.targets",
 }
 
 __all__ = sorted(_EXPORTS)

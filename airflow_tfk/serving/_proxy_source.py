@@ -28,7 +28,7 @@ def api_server_cidrs(api: Any, policy: ServiceNetworkPolicy) -> tuple[str, ...] 
         return None
     if policy.api_server_cidrs is not None:
         return policy.api_server_cidrs
-    from airflow_tfk.backends._k8s_api import BY_KIND, error_message
+    from airflow_tfk.kube.api import BY_KIND, error_message
 
     try:
         _, body = api.request("GET", BY_KIND["EndpointSlice"].item("default", "kubernetes"))

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfk.serving.model_config import ModelServerConfig
+from airflow_tfk.protocol.model_config import ModelServerConfig
 from airflow_tfk.serving.spec import ServingSpec
 
 Emit = Callable[[str], None]

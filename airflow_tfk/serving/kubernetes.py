@@ -17,9 +17,11 @@ import time
 from functools import cached_property
 from typing import Any
 
-from airflow_tfk.backends._k8s_api import BY_KIND, SyncApi, error_message, is_not_found, kind_of
-from airflow_tfk.backends._k8s_retry import api_status
+from airflow_tfk.kube.api import BY_KIND, SyncApi, error_message, is_not_found, kind_of
+from airflow_tfk.kube.connection import KubeConnection
+from airflow_tfk.kube.retry import api_status
 from airflow_tfk.naming import RunIdentity
+from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving.base import (
     Emit,
     PredictError,
@@ -28,7 +30,6 @@ from airflow_tfk.serving.base import (
     VersionState,
     parse_status,
 )
-from airflow_tfk.serving.model_config import ModelServerConfig, parse
 from airflow_tfk.serving.spec import CONFIG_FILE, ServingSpec
 
 BACKGROUND = {"propagationPolicy": "Background"}
@@ -95,19 +96,12 @@ class KubernetesServing(ServingTarget):
         self._store: dict[int | None, tuple[list[int], int | None, dict[str, Any] | None]] = {}
 
     @cached_property
-    def hook(self) -> Any:
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-        return KubernetesHook(
-            conn_id=self.conn_id,
-            cluster_context=self.cluster_context,
-            config_file=self.config_file,
-            in_cluster=self.in_cluster,
-        )
+    def connection(self) -> KubeConnection:
+        return KubeConnection(self.conn_id, self.cluster_context, self.config_file, self.in_cluster)
 
     @cached_property
     def api(self) -> SyncApi:
-        return SyncApi(self.hook.api_client)
+        return self.connection.api
 
     # -- objects --------------------------------------------------------------------------
     def _apply(self, manifest: dict[str, Any]) -> int:
@@ -185,14 +179,14 @@ class KubernetesServing(ServingTarget):
             render_sample_reader(self.spec, job, version, self.identity, int(self.reader_timeout_seconds))
         )
         try:
-            log = self._job_log(job)
+            text = self._job_log(job)
         finally:
             try:
                 self.api.request("DELETE", BY_KIND["Job"].item(self.spec.namespace, job), BACKGROUND)
             except Exception as exc:  # ttlSecondsAfterFinished removes it anyway
                 if not is_not_found(exc):
                     log.warning("could not delete the store reader Job %s: %s", job, error_message(exc))
-        result = parse_reader_log(log)
+        result = parse_reader_log(text)
         self._store[version] = result
         if version is None and result[1] is not None:
             self._store[result[1]] = result

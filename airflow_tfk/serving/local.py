@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk import _process
+from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import request_json
 from airflow_tfk.serving.base import Emit, PredictError, ServingTarget, VersionState, parse_status
-from airflow_tfk.serving.model_config import ModelServerConfig, parse
 from airflow_tfk.serving.spec import CONFIG_FILE, ServingSpec
 
 TF_SERVING_BINARY = "tensorflow_model_server"

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_tfk.protocol.model_config import STABLE_LABEL, ModelConfig, ModelServerConfig
 from airflow_tfk.serving.base import Emit, PredictError, ServingError, ServingTarget
-from airflow_tfk.serving.model_config import STABLE_LABEL, ModelConfig, ModelServerConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
-"""Pick the serving or TensorBoard implementation of a backend kind; imports lazily."""
+"""Pick the serving implementation of a backend kind; imports lazily."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
+from airflow_tfk.serving.spec import ServingSpec
 
 _LOCAL_SERVING_KEYS = ("root", "poll_seconds", "server", "start_timeout_seconds")
 
@@ -20,16 +20,4 @@ def get_serving_target(kind: str, spec: ServingSpec, **config: Any) -> Any:
         from airflow_tfk.serving.local import LocalServing
 
         return LocalServing(spec, **{k: v for k, v in config.items() if k in _LOCAL_SERVING_KEYS})
-    raise ValueError(f"backend: unknown kind {kind!r} (expected 'kubernetes' or 'local')")
-
-
-def get_tensorboard(kind: str, spec: TensorBoardSpec, **config: Any) -> Any:
-    if kind == "kubernetes":
-        from airflow_tfk.serving.tensorboard import KubernetesTensorBoard
-
-        return KubernetesTensorBoard(spec, **config)
-    if kind == "local":
-        from airflow_tfk.serving.tensorboard import LocalTensorBoard
-
-        return LocalTensorBoard(spec, **config)
     raise ValueError(f"backend: unknown kind {kind!r} (expected 'kubernetes' or 'local')")

@@ -142,6 +142,8 @@ class WorkersDoneTrigger(BaseTrigger):
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
         ti = self.task_instance
+        if ti is None:  # not bound to a task instance (e.g. run outside the triggerer)
+            return None
         states = RuntimeTaskInstance.get_task_states(
             dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
         )

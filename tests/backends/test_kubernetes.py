@@ -30,9 +30,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 from k8s_double import KubeApiDouble  # noqa: E402
 
 from airflow_tfk import naming  # noqa: E402
-from airflow_tfk.backends import _k8s_retry, get_backend  # noqa: E402
+from airflow_tfk.backends import get_backend  # noqa: E402
 from airflow_tfk.backends.base import ClusterRef  # noqa: E402
 from airflow_tfk.backends.kubernetes import KubernetesApiError, KubernetesBackend  # noqa: E402
+from airflow_tfk.kube import retry as _k8s_retry  # noqa: E402
 from airflow_tfk.naming import RunIdentity  # noqa: E402
 from airflow_tfk.spec import RoleSpec, TFClusterSpec  # noqa: E402
 from airflow_tfk.status import ClusterStatus, Phase  # noqa: E402

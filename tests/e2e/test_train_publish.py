@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def test_train_publish_tensorboard(airflow_env) -> None:
     from airflow_tfk.serving.local import LocalServing
     from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
-    from airflow_tfk.serving.tensorboard import LocalTensorBoard
+    from airflow_tfk.tensorboard.local import LocalTensorBoard
 
     run = airflow_env.dags_test("tfk_train_publish", conf=json.dumps({"steps": 200}), timeout=900)
     out = run.stdout + run.stderr

@@ -28,10 +28,10 @@ from kubernetes import client
 from kubernetes.utils import create_from_dict
 
 from airflow_tfk import naming
-from airflow_tfk.backends._k8s_api import SyncApi
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.kubernetes import KubernetesBackend
 from airflow_tfk.errors import SpecError
+from airflow_tfk.kube.api import SyncApi
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.render import render
 from airflow_tfk.serving._proxy_source import api_server_cidrs

@@ -15,7 +15,7 @@ from airflow_tfk.operators.tensorboard import (
     TensorBoardOperator,
 )
 from airflow_tfk.serving.spec import TensorBoardSpec
-from airflow_tfk.serving.tensorboard import LocalTensorBoard
+from airflow_tfk.tensorboard.local import LocalTensorBoard
 from tests.listeners import listening, not_loopback
 
 

@@ -61,6 +61,12 @@ def loaded_heavy(body: str) -> list[str]:
         "airflow_tfk.serving.spec",
         "airflow_tfk.serving.kubernetes",
         "airflow_tfk.serving.local",
+        "airflow_tfk.tensorboard",
+        "airflow_tfk.tensorboard.kubernetes",
+        "airflow_tfk.tensorboard.local",
+        "airflow_tfk.kube.connection",
+        "airflow_tfk.protocol.progress",
+        "airflow_tfk.protocol.model_config",
     ],
 )
 def test_provider_modules_import_nothing_heavy(module: str) -> None:

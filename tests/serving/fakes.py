@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_tfk.protocol.model_config import ModelServerConfig
 from airflow_tfk.serving.base import PredictError, ServingTarget, VersionState
-from airflow_tfk.serving.model_config import ModelServerConfig
 from airflow_tfk.serving.spec import ServingSpec
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig, parse
 from airflow_tfk.serving.base import ServingError
-from airflow_tfk.serving.model_config import ModelConfig, ModelServerConfig, parse
 from airflow_tfk.serving.publish import kept_versions, publish
 from airflow_tfk.serving.spec import ServingSpec
 from tests.serving.fakes import FakeServing

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.serving.model_config import ModelConfig, ModelServerConfig, parse
+from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig, parse
 from airflow_tfk.serving.render import (
     LABEL_SERVING,
     READER_SCRIPT,

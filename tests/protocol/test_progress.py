@@ -1,6 +1,6 @@
 import pytest
 
-from airflow_tfk.runtime.progress import (
+from airflow_tfk.protocol.progress import (
     event_line,
     last_event,
     last_progress,

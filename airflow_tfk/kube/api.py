@@ -12,11 +12,11 @@ go through the client's ``call_api``, so authentication, TLS and proxies are the
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfk.backends._k8s_retry import TRANSIENT_STATUS, api_status, retry_transient
+from airflow_tfk.kube.retry import TRANSIENT_STATUS, api_status, retry_transient
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 # Generous client-side cap on a plain request; watches get their own.
@@ -187,23 +187,40 @@ class SyncApi:
         q = {**query, "watch": True, "timeoutSeconds": timeout_seconds}
         return self._call("GET", path, q, timeout=(10.0, timeout_seconds + 15.0))
 
-    def watch(self, path: str, query: dict[str, Any], timeout_seconds: int) -> Iterator[dict]:
-        """Events of one watch request until the server ends it; closed when abandoned."""
-        from kubernetes.watch.watch import iter_resp_lines
+    def watch(self, path: str, query: dict[str, Any], timeout_seconds: int) -> Iterator[dict[str, Any]]:
+        """Events of one watch request until the server ends it; closed when abandoned.
 
+        Each event is decoded straight from its JSON line into plain dicts: no client
+        models, no str round trip (600 workers finishing are ~1,800 events of ~5 kB)."""
         resp = self._open_watch(path, query, timeout_seconds)
         try:
-            for line in iter_resp_lines(resp):
+            for line in json_lines(resp.stream(amt=None, decode_content=True)):
                 yield json.loads(line)
         finally:
             resp.close()
             resp.release_conn()
 
 
+def json_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The non-empty lines of a chunked stream, each once whole. A chunk may hold many
+    events or part of one; what follows the last newline waits for the next chunk."""
+    rest = b""
+    for chunk in chunks:
+        if not chunk:
+            continue
+        lines = (rest + chunk if rest else chunk).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if line.strip():
+                yield line
+    if rest.strip():
+        yield rest
+
+
 def _async_api_exception(status: int, reason: str, body: bytes, headers: Any) -> Exception:
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    exc = ApiException(status=status, reason=reason)
+    exc: Any = ApiException(status=status, reason=reason)
     exc.body = body.decode("utf-8", "replace")
     exc.headers = headers
     return exc
@@ -261,7 +278,9 @@ class AsyncApi:
         q = {**query, "watch": True, "timeoutSeconds": timeout_seconds}
         return await self._call("GET", path, q, timeout=timeout_seconds + 15)
 
-    async def watch(self, path: str, query: dict[str, Any], timeout_seconds: int) -> AsyncIterator[dict]:
+    async def watch(
+        self, path: str, query: dict[str, Any], timeout_seconds: int
+    ) -> AsyncGenerator[dict[str, Any], None]:
         resp = await self._open_watch(path, query, timeout_seconds)
         try:
             while True:

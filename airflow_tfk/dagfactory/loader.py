@@ -1,0 +1,185 @@
+"""A folder of training files -> DAGs, and one error per broken file.
+
+Each file is read, checked and built on its own: a broken file yields a
+:class:`TrainingFileError` (its path, the field, the rule, the line) and never stops the
+others. The DAG file (``dags/tfk_trainings.py``) and ``airflow-tfk validate`` both call
+:func:`load_folder`, so they report the same errors. Cost is linear in the number of files:
+one read, one YAML parse and one DAG build each; no template, no cluster, no TensorFlow.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_tfk.dagfactory.strict_yaml import MAX_BYTES, load_mapping
+from airflow_tfk.dagfactory.training import TrainingFile, parse_training
+from airflow_tfk.errors import SpecError
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+SUFFIXES = (".yaml", ".yml")
+#: where the training files are; default: ``trainings/`` beside the DAGs folder
+ENV_DIR = "TFK_TRAININGS_DIR"
+
+
+class TrainingFileError(Exception):
+    """What is wrong with one training file (raised, and collected per file).
+
+    :param path: the file.
+    :param field: dotted path of the offending field (``cluster.worker.replicas``), or
+        ``spec`` for the file as a whole.
+    :param message: the rule that was broken, with the offending value.
+    :param line: 1-based line of the field (or of its closest parent) when known.
+    """
+
+    def __init__(self, path: Path, field: str, message: str, line: int | None = None) -> None:
+        self.path = path
+        self.field = field
+        self.message = message
+        self.line = line
+        super().__init__(self.describe())
+
+    def describe(self, shown_path: str | None = None) -> str:
+        where = shown_path if shown_path is not None else str(self.path)
+        at = f":{self.line}" if self.line else ""
+        return f"{where}{at}: {self.field}: {self.message}"
+
+
+@dataclass
+class FolderResult:
+    """DAGs by dag_id (in file order), trainings by file, and the errors of broken files."""
+
+    dags: dict[str, DAG] = field(default_factory=dict)
+    trainings: dict[Path, TrainingFile] = field(default_factory=dict)
+    errors: list[TrainingFileError] = field(default_factory=list)
+
+
+def trainings_dir(dag_file: str | os.PathLike[str]) -> tuple[Path, bool]:
+    """The folder to load and whether it was configured (``$TFK_TRAININGS_DIR``; relative
+    to the DAG file's folder) rather than the default ``<dags>/../trainings``."""
+    here = Path(dag_file).resolve().parent
+    configured = os.environ.get(ENV_DIR, "").strip()
+    if configured:
+        return (here / configured).resolve(), True
+    return (here.parent / "trainings").resolve(), False
+
+
+def training_files(folder: Path) -> list[Path]:
+    """Every ``*.yaml``/``*.yml`` under ``folder`` (recursively, hidden entries skipped), sorted."""
+    found = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            if name.endswith(SUFFIXES) and not name.startswith("."):
+                found.append(Path(root, name))
+    return sorted(found)
+
+
+def _line(lines: dict[str, int], where: str) -> int | None:
+    """Line of ``where`` or of its closest parent present in the file."""
+    while where:
+        if where in lines:
+            return lines[where]
+        cut = max(where.rfind("."), where.rfind("["))
+        where = where[:cut] if cut > 0 else ""
+    return None
+
+
+def default_dag_id(path: Path) -> str:
+    name = path.name
+    for suffix in SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def read_training(path: Path) -> tuple[TrainingFile, str, dict[str, int]]:
+    """Read and validate one file: the training, its text and its line map.
+
+    Raises :class:`TrainingFileError`.
+    """
+    lines: dict[str, int] = {}
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+        text = raw.decode("utf-8")
+        data, lines = load_mapping(text)
+        training = parse_training(data, default_dag_id=default_dag_id(path), source=str(path))
+    except SpecError as exc:
+        raise _error(path, exc, lines) from None
+    except UnicodeDecodeError as exc:
+        raise TrainingFileError(path, "spec", f"is not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise TrainingFileError(path, "spec", f"cannot be read: {exc.strerror or exc}") from None
+    return training, text, lines
+
+
+def _error(path: Path, exc: SpecError, lines: dict[str, int]) -> TrainingFileError:
+    shown = "" if exc.value is ... else f" (got {exc.value!r})"
+    line = getattr(exc, "line", None) or _line(lines, exc.field)  # the YAML reader's own, if any
+    return TrainingFileError(path, exc.field, f"{exc.rule}{shown}", line)
+
+
+def load_folder(folder: Path, *, build: bool = True, files: Iterable[Path] | None = None) -> FolderResult:
+    """Load every training file of ``folder`` (or ``files``); never raises for a bad file.
+
+    :param build: also build the DAGs (what the DAG file and ``validate`` do); without it
+        only the files are checked.
+    """
+    from airflow_tfk.dagfactory.builder import build_dag
+
+    result = FolderResult()
+    owner_of: dict[str, Path] = {}
+    for path in files if files is not None else training_files(folder):
+        lines: dict[str, int] = {}
+        try:
+            training, text, lines = read_training(path)
+            if training.dag_id in owner_of:
+                raise SpecError("dag_id", f"is already used by {owner_of[training.dag_id]}", training.dag_id)
+            dag = build_dag(training, text) if build else None
+        except TrainingFileError as exc:
+            result.errors.append(exc)
+            continue
+        except SpecError as exc:
+            result.errors.append(_error(path, exc, lines))
+            continue
+        except Exception as exc:  # an operator's or Airflow's own check: still this file's error
+            result.errors.append(TrainingFileError(path, "spec", f"{type(exc).__name__}: {exc}"))
+            continue
+        owner_of[training.dag_id] = path
+        result.trainings[path] = training
+        if dag is not None:
+            result.dags[training.dag_id] = dag
+    return result
+
+
+def dag_variable(dag_id: str) -> str:
+    """A module-level name for a DAG (Airflow finds DAGs among a module's globals)."""
+    return "dag__" + "".join(c if c.isalnum() else "_" for c in dag_id)
+
+
+def load_into(namespace: dict[str, Any], dag_file: str) -> FolderResult:
+    """What ``dags/tfk_trainings.py`` does: load the folder, put each DAG into the DAG
+    file's globals, and report each broken file as an import error of that file."""
+    import logging
+
+    from airflow_tfk.dagfactory.import_errors import report
+
+    folder, configured = trainings_dir(dag_file)
+    if not folder.is_dir():
+        if configured:
+            # Nothing of this file can load: an import error of the DAG file itself is right.
+            raise FileNotFoundError(f"{ENV_DIR}={os.environ[ENV_DIR]}: no such directory {folder}")
+        logging.getLogger(__name__).warning("no training files: %s does not exist", folder)
+        return FolderResult()
+    result = load_folder(folder)
+    for dag_id, dag in result.dags.items():
+        namespace[dag_variable(dag_id)] = dag
+    if result.errors:
+        report(result.errors)
+    return result

@@ -1,0 +1,87 @@
+"""Connection -> API: the cncf provider's hooks, built in one place.
+
+:class:`KubeConnection` holds what selects a cluster (the Airflow ``kubernetes``
+connection and its overrides) and hands out the raw-JSON :class:`~.api.SyncApi` and
+:class:`~.api.AsyncApi`. The hooks are imported when first used, never at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_tfk.kube.api import AsyncApi, SyncApi
+
+DEFAULT_CONN_ID = "kubernetes_default"
+
+
+@dataclass
+class KubeConnection:
+    """Where and how to reach a cluster.
+
+    :param conn_id: Airflow connection of type ``kubernetes``.
+    :param cluster_context: kubeconfig context (overrides the connection's).
+    :param config_file: kubeconfig path (overrides the connection's).
+    :param in_cluster: use the pod's service account (overrides the connection's).
+    """
+
+    conn_id: str = DEFAULT_CONN_ID
+    cluster_context: str | None = None
+    config_file: str | None = None
+    in_cluster: bool | None = None
+    _hook: Any = field(default=None, init=False, repr=False, compare=False)
+    _api: SyncApi | None = field(default=None, init=False, repr=False, compare=False)
+
+    def config(self) -> dict[str, Any]:
+        """The keyword arguments that rebuild this connection (serializable)."""
+        return {
+            "conn_id": self.conn_id,
+            "cluster_context": self.cluster_context,
+            "config_file": self.config_file,
+            "in_cluster": self.in_cluster,
+        }
+
+    @property
+    def hook(self) -> Any:
+        """The cncf ``KubernetesHook`` (built once)."""
+        if self._hook is None:
+            from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+            self._hook = KubernetesHook(
+                conn_id=self.conn_id,
+                cluster_context=self.cluster_context,
+                config_file=self.config_file,
+                in_cluster=self.in_cluster,
+            )
+        return self._hook
+
+    @property
+    def api(self) -> SyncApi:
+        """Raw-JSON requests through the sync hook's client (built once)."""
+        if self._api is None:
+            self._api = SyncApi(self.hook.api_client)
+        return self._api
+
+    @contextlib.asynccontextmanager
+    async def async_api(self) -> AsyncIterator[AsyncApi]:
+        """Raw-JSON requests through an ``AsyncKubernetesHook`` client, for one session
+        (the client's connection pool belongs to the running event loop)."""
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+
+        kwargs: dict[str, Any] = {
+            "conn_id": self.conn_id,
+            "cluster_context": self.cluster_context,
+            "in_cluster": self.in_cluster,
+        }
+        hook = AsyncKubernetesHook(**kwargs)
+        if self.config_file:
+            # The async hook reads the kubeconfig path from the connection only; hand it
+            # the connection's extras with our override instead.
+            extras = dict(await hook.get_conn_extras())
+            extras.pop("kube_config", None)
+            extras["kube_config_path"] = self.config_file
+            hook = AsyncKubernetesHook(connection_extras=extras, **kwargs)
+        async with hook.get_conn() as client:
+            yield AsyncApi(client)

@@ -1,0 +1,111 @@
+"""TensorBoard as a local ``tensorboard`` process over a training's log directory.
+
+It keeps running after the task that started it and is stopped explicitly
+(:meth:`LocalTensorBoard.stop`), e.g. by a teardown task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from airflow_tfk import _process
+from airflow_tfk.serving.base import Emit
+from airflow_tfk.serving.local import default_root, store_path
+from airflow_tfk.serving.spec import TensorBoardSpec
+
+
+class LocalTensorBoard:
+    """``tensorboard --logdir`` on 127.0.0.1, recorded under
+    ``<root>/<namespace>/.tensorboard/<name>/`` (``server.json``, ``server.log``)."""
+
+    kind = "local"
+
+    def __init__(
+        self,
+        spec: TensorBoardSpec,
+        root: str | None = None,
+        start_timeout_seconds: float = 120.0,
+        **_ignored: Any,
+    ) -> None:
+        self.spec = spec
+        self.root = os.path.abspath(os.path.expanduser(root or default_root()))
+        self.start_timeout_seconds = float(start_timeout_seconds)
+        self.dir = Path(self.root, spec.namespace, ".tensorboard", spec.name)
+        self.record_path = self.dir / "server.json"
+        self.log_path = self.dir / "server.log"
+
+    def config(self) -> dict[str, Any]:
+        return {"root": self.root, "start_timeout_seconds": self.start_timeout_seconds}
+
+    def logdir(self) -> str:
+        return store_path(
+            self.root, self.spec.namespace, self.spec.claim, self.spec.sub_path, self.spec.base_path
+        )
+
+    def _record(self) -> dict[str, Any] | None:
+        return _process.read_record(self.record_path)
+
+    def running(self) -> bool:
+        return _process.alive(self._record()) is not None
+
+    @property
+    def url(self) -> str:
+        record = self._record()
+        if not record:
+            raise RuntimeError(f"no local TensorBoard {self.spec.name}")
+        return f"http://127.0.0.1:{record['port']}/"
+
+    def start(self, emit: Emit) -> str:
+        with _process.locked(self.dir):
+            record = self._record()
+            if record is not None and _process.alive(record) is not None:
+                emit(
+                    f"TensorBoard {self.spec.name} already runs (pid {record['pid']}) at "
+                    f"{self.url} over {record['logdir']}"
+                )
+                return self.url
+            logdir = self.logdir()
+            os.makedirs(logdir, exist_ok=True)
+            port = self.spec.port if self.spec.port and _free(self.spec.port) else _process.free_port()
+            argv = [
+                sys.executable,
+                "-m",
+                "tensorboard.main",
+                f"--logdir={logdir}",
+                "--host=127.0.0.1",
+                f"--port={port}",
+                f"--reload_interval={self.spec.reload_seconds}",
+            ]
+            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+            proc = _process.start(argv, self.log_path, env, cwd=str(self.dir))
+            record = {
+                "pid": proc.pid,
+                "create_time": proc.create_time(),
+                "port": port,
+                "logdir": logdir,
+                "argv": argv,
+            }
+            _process.write_atomic(self.record_path, json.dumps(record, indent=1))
+            try:
+                _process.wait_listening(proc, port, self.start_timeout_seconds, self.log_path)
+            except BaseException:
+                _process.stop(record)
+                self.record_path.unlink(missing_ok=True)
+                raise
+        emit(f"TensorBoard {self.spec.name} (pid {proc.pid}) at {self.url} over {logdir}")
+        return self.url
+
+    def stop(self, emit: Emit) -> None:
+        with _process.locked(self.dir):
+            record = self._record()
+            if record is not None and _process.stop(record):
+                emit(f"stopped TensorBoard {self.spec.name} (pid {record['pid']})")
+            self.record_path.unlink(missing_ok=True)
+
+
+def _free(port: int) -> bool:
+    return not _process.port_open(port, timeout=0.2)

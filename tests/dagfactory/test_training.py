@@ -1,0 +1,152 @@
+"""The training file format: each block is checked by its owner and errors name the field
+as written in the file, with its line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_tfk.dagfactory.loader import TrainingFileError, read_training
+from airflow_tfk.dagfactory.training import parse_training, with_param_defaults
+from airflow_tfk.errors import SpecError
+
+CLUSTER = {
+    "image": "airflow-tfk/training:2.21.0",
+    "mode": "all_reduce",
+    "command": ["python", "train.py"],
+    "worker": {"replicas": 2},
+}
+
+
+def parse(**data):
+    return parse_training({"cluster": dict(CLUSTER), **data}, default_dag_id="t", source="t.yaml")
+
+
+def error(**data) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        parse(**data)
+    return info.value
+
+
+def test_minimal_file_defaults() -> None:
+    t = parse()
+    assert (t.dag_id, t.schedule, t.previous_run_policy, t.retries, t.owners) == (
+        "t",
+        None,
+        "allow",
+        0,
+        ("airflow",),
+    )
+    assert t.max_active_runs == 1 and t.publish is None and t.tensorboard is None
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "words"),
+    [
+        ({"shedule": "@daily"}, "shedule", "unknown key"),
+        ({"schedule": "@dayly"}, "schedule", "unknown preset"),
+        ({"previous_run_policy": "kill"}, "previous_run_policy", "must be one of"),
+        ({"backend": "docker"}, "backend", "must be one of kubernetes, local"),
+        ({"retries": -1}, "retries", "between 0 and 100"),
+        ({"max_duration_minutes": 0}, "max_duration_minutes", "between 1"),
+        ({"dag_id": "a b"}, "dag_id", "letters, digits"),
+        ({"owners": [""]}, "owners[0]", "non-empty"),
+        ({"catchup": "yes"}, "catchup", "true or false"),
+        ({"start_date": "tomorrow"}, "start_date", "a date"),
+        ({"params": {"steps": {"default": 1, "minimun": 0}}}, "params.steps.minimun", "unknown key"),
+        ({"params": {"bad-name": 1}}, "params.bad-name", "letters, digits"),
+        ({"publish": {"model": "x"}}, "publish.model", "unknown key (allowed: "),
+        ({"publish": {"claim": "c"}}, "publish.model_name", "is required"),
+        ({"publish": "yes"}, "publish", "true, false or a mapping"),
+        ({"tensorboard": True}, "tensorboard.claim", "is required"),
+        ({"tensorboard": {"image": "x"}}, "tensorboard.image", "unknown key"),
+    ],
+)
+def test_dag_level_errors_name_the_field(data: dict, field: str, words: str) -> None:
+    exc = error(**data)
+    assert exc.field == field and words in str(exc), str(exc)
+
+
+def test_cluster_block_is_validated_by_the_spec_itself() -> None:
+    exc = error(cluster={**CLUSTER, "worker": {"replicas": 0}})
+    assert (exc.field, exc.rule) == ("cluster.worker.replicas", "must be between 1 and 10000")
+    assert error(cluster={**CLUSTER, "ps": {"replicas": 1}}).field == "cluster.ps"
+    assert error(cluster={**CLUSTER, "wrker": {}}).field == "cluster.wrker"
+    assert error(cluster={k: v for k, v in CLUSTER.items() if k != "image"}).field == "cluster.image"
+    assert error(cluster=None).field == "cluster"
+
+
+def test_generated_cluster_name_is_length_checked() -> None:
+    # 10,000 workers need 'worker-9999' after the derived name: still a DNS label.
+    assert parse(cluster={**CLUSTER, "worker": {"replicas": 10_000}})
+    long_name = "n" * 55
+    exc = error(cluster={**CLUSTER, "name": long_name, "worker": {"replicas": 10_000}})
+    assert exc.field == "cluster.name" and "too long" in exc.rule
+
+
+def test_params_shorthand_and_references() -> None:
+    t = parse(
+        params={"workers": 3, "lr": 0.1, "fast": True, "tag": "x"},
+        cluster={**CLUSTER, "worker": {"replicas": "{{ params.workers }}"}, "args": ["--lr={{ params.lr }}"]},
+    )
+    assert t.params["workers"] == {"default": 3, "type": "integer"}
+    assert t.params["lr"]["type"] == "number" and t.params["fast"]["type"] == "boolean"
+    assert t.cluster["worker"]["replicas"] == "{{ params.workers }}"  # rendered at run time
+    assert with_param_defaults(t.cluster, t.params)["worker"]["replicas"] == 3
+
+
+def test_param_defaults_are_checked_through_the_spec() -> None:
+    exc = error(params={"workers": 0}, cluster={**CLUSTER, "worker": {"replicas": "{{ params.workers }}"}})
+    assert exc.field == "cluster.worker.replicas" and exc.value == 0
+
+
+def test_undeclared_param_reference() -> None:
+    exc = error(cluster={**CLUSTER, "args": ["--steps", "{{ params.stepz }}"]})
+    assert exc.field == "cluster.args[1]" and "params.stepz" in exc.rule
+    assert error(publish={"model_name": "{{ params.m }}"}).field == "publish.model_name"
+
+
+def test_max_duration_sets_and_bounds_the_cluster_deadline() -> None:
+    assert parse(max_duration_minutes=5).cluster["max_duration_seconds"] == 300
+    exc = error(max_duration_minutes=5, cluster={**CLUSTER, "max_duration_seconds": 301})
+    assert exc.field == "cluster.max_duration_seconds" and "max_duration_minutes" in exc.rule
+    assert parse(max_duration_minutes=5, cluster={**CLUSTER, "max_duration_seconds": 60})
+
+
+def test_policy_other_than_allow_lets_the_next_run_start() -> None:
+    assert parse(previous_run_policy="kill_previous").max_active_runs == 2
+    assert parse(previous_run_policy="skip", max_active_runs=1).max_active_runs == 1
+
+
+def test_publish_and_tensorboard_claims_default_to_the_cluster_volumes() -> None:
+    storage = {"logs": {"claim": "tfk-logs"}, "models": {"claim": "tfk-models"}}
+    t = parse(cluster={**CLUSTER, "storage": storage}, tensorboard=True, publish={"model_name": "m"})
+    assert t.tensorboard == {"claim": "tfk-logs"}
+    assert t.publish == {"claim": "tfk-models", "model_name": "m"}
+
+
+def test_publish_accepts_every_keyword_of_the_operator() -> None:
+    """Options added to PublishModelOperator (e.g. a quality gate) pass through unchanged."""
+    import inspect
+
+    from airflow_tfk.operators.serving import PublishModelOperator
+
+    keywords = {
+        n
+        for n, p in inspect.signature(PublishModelOperator.__init__).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    } - {"backend", "backend_config", "kubernetes_conn_id"}
+    options = {k: None for k in keywords} | {"model_name": "m"}
+    assert parse(publish=options).publish == options
+
+
+def test_read_training_points_at_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text("cluster:\n  image: i\n  command: [a]\n  worker:\n    replicas: -3\n")
+    with pytest.raises(TrainingFileError) as info:
+        read_training(path)
+    assert str(info.value) == f"{path}:5: cluster.worker.replicas: must be between 1 and 10000 (got -3)"
+    path.write_bytes(b"cluster: \xff\n")
+    with pytest.raises(TrainingFileError, match="is not UTF-8"):
+        read_training(path)

@@ -1,0 +1,86 @@
+"""`airflow-tfk validate`: offline, the same messages as the DAG file, tested exit codes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def validate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_tfk.cli", "validate", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("repo")
+    shutil.copytree(ROOT / "trainings", root / "trainings")
+    bad = root / "bad"
+    bad.mkdir()
+    (bad / "replicas.yaml").write_text(
+        "cluster:\n  image: i\n  mode: all_reduce\n  command: [a]\n  worker: {replicas: 0}\n"
+    )
+    (bad / "cron.yml").write_text(
+        "schedule: '0 25 * * *'\ncluster: {image: i, mode: all_reduce, command: [a], worker: {}}\n"
+    )
+    (bad / "notes.txt").write_text("not a training file")
+    return root
+
+
+def test_valid_folder_exits_0(repo: Path) -> None:
+    out = validate("trainings", cwd=repo)
+    assert out.returncode == 0, out.stderr
+    assert (
+        "ok: trainings/digits_nightly.yaml: dag digits_nightly (0 3 * * *; tasks tensorboard, train, publish)"
+        in (out.stdout)
+    )
+    assert out.stdout.strip().endswith("2 valid, 0 invalid training file(s)")
+    assert out.stderr == ""
+
+
+def test_invalid_files_exit_1_with_the_dag_files_messages(repo: Path) -> None:
+    from airflow_tfk.dagfactory.loader import load_folder, training_files
+
+    out = validate("trainings", "bad", cwd=repo)
+    assert out.returncode == 1
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        "error: bad/cron.yml:1: schedule: is not a valid cron expression: [0 25 * * *] is not acceptable, "
+        "out of range",
+        "error: bad/replicas.yaml:5: cluster.worker.replicas: must be between 1 and 10000 (got 0)",
+    ]
+    assert out.stderr.strip().endswith("2 valid, 2 invalid training file(s)")
+    # exactly what the DAG file reports to Airflow for the same files
+    in_process = load_folder(repo / "bad", files=training_files(repo / "bad"))
+    assert [e.describe(str(e.path.relative_to(repo))) for e in in_process.errors] == [e[7:] for e in errors]
+
+
+def test_quiet_prints_only_errors(repo: Path) -> None:
+    out = validate("-q", "bad/replicas.yaml", cwd=repo)
+    assert out.returncode == 1 and out.stdout == ""
+    assert "cluster.worker.replicas" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing"], "error: missing: no such file or directory"),
+        (["bad/notes.txt"], "error: bad/notes.txt: not a training file (*.yaml, *.yml)"),
+        (["empty"], "error: no training files (*.yaml, *.yml) in empty"),
+    ],
+)
+def test_usage_errors_exit_2(repo: Path, args: list[str], message: str) -> None:
+    (repo / "empty").mkdir(exist_ok=True)
+    out = validate(*args, cwd=repo)
+    assert out.returncode == 2 and out.stderr.strip() == message

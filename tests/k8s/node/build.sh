@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Build/fetch the pieces of ONE real Kubernetes node for tests/k8s_node into a cache outside
+# the repository (next to the control plane of ../build.sh):
+#   bin/kubelet      k8s.io/kubernetes/cmd/kubelet, built from kubelet/ whose go.mod is the
+#                    control plane's go.mod (same pins), so the Go build cache is shared
+#   bin/coredns      github.com/coredns/coredns with a minimal plugin set (coredns/)
+#   bin/pause        the pods' sandbox process (pause/), packed into a local image
+#   bin/containerd, containerd-shim-runc-v2, ctr, runc, cni/{bridge,host-local,loopback}
+#                    from the Debian packages pinned in debs.txt: `apt-get download` +
+#                    `dpkg -x` into the cache, nothing installed system-wide
+# The directory is keyed by a hash of the Go toolchain version, the recipe and every input
+# file, so an unchanged tree does nothing. Prints the node directory on the last line.
+#
+# Environment: AIRFLOW_TFK_K8S_CACHE, AIRFLOW_TFK_K8S_GO, AIRFLOW_TFK_K8S_BUILD_P,
+# AIRFLOW_TFK_K8S_NICE as for ../build.sh.
+set -euo pipefail
+trap 'echo "node/build.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cache_root="${AIRFLOW_TFK_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-tfk/k8s}"
+
+go_bin="${AIRFLOW_TFK_K8S_GO:-}"
+if [[ -z "$go_bin" ]]; then
+    if command -v go >/dev/null 2>&1; then go_bin="$(command -v go)";
+    elif [[ -x /usr/local/go/bin/go ]]; then go_bin=/usr/local/go/bin/go;
+    else echo "node/build.sh: no Go toolchain found (set AIRFLOW_TFK_K8S_GO)" >&2; exit 3; fi
+fi
+go_version="$("$go_bin" env GOVERSION 2>/dev/null || true)"
+if [[ "$go_version" != go1.* ]]; then
+    echo "node/build.sh: '$go_bin' is not a working Go toolchain" >&2
+    exit 3
+fi
+for tool in apt-get dpkg; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "node/build.sh: needs $tool (Debian packages)" >&2; exit 3; }
+done
+
+k8s_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/kubelet/go.mod")"
+coredns_version="$(awk '$1 == "github.com/coredns/coredns" {print $2; exit} $2 == "github.com/coredns/coredns" {print $3; exit}' "$here/coredns/go.mod")"
+
+# The same flags as the control plane's build (../build.sh): identical compile actions hit
+# the same Go build cache entries.
+ver_pkg=k8s.io/component-base/version
+minor="${k8s_version#v1.}"; minor="${minor%%.*}"
+kubelet_ldflags="-s -w -X ${ver_pkg}.gitVersion=${k8s_version} -X ${ver_pkg}.gitMajor=1 -X ${ver_pkg}.gitMinor=${minor}"
+kubelet_ldflags+=" -X ${ver_pkg}.gitTreeState=clean -X ${ver_pkg}.buildDate=1970-01-01T00:00:00Z"
+coredns_ldflags="-s -w"
+recipe="recipe=1 CGO_ENABLED=0 -trimpath kubelet_ldflags=[$kubelet_ldflags] coredns_ldflags=[$coredns_ldflags] dpkg-x"
+
+key="$(
+    {
+        echo "$go_version"
+        echo "$recipe"
+        cd "$here"
+        for f in kubelet/go.mod kubelet/go.sum kubelet/*.go coredns/go.mod coredns/go.sum coredns/*.go pause/go.mod pause/*.go debs.txt; do
+            echo "== $f"; cat "$f"
+        done
+    } | sha256sum | cut -c1-16
+)"
+out="$cache_root/node-${k8s_version}-coredns${coredns_version}-$key"
+
+complete() { [[ -f "$out/.complete" && -x "$out/bin/kubelet" && -x "$out/bin/coredns" && -x "$out/bin/pause" && -x "$out/bin/containerd" ]]; }
+if complete; then echo "$out"; exit 0; fi
+
+mkdir -p "$cache_root"
+# One builder at a time, shared with ../build.sh: the Go builds then run one after the
+# other and the second finds the first's packages in the build cache.
+exec 9>"$cache_root/.build.lock"
+flock 9
+if complete; then echo "$out"; exit 0; fi
+
+p="${AIRFLOW_TFK_K8S_BUILD_P:-$(nproc)}"
+nice_n="${AIRFLOW_TFK_K8S_NICE:-10}"
+tmp="$(mktemp -d "$cache_root/.node-build.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/bin" "$tmp/cni" "$tmp/debs"
+
+start=$(date +%s)
+echo "node/build.sh: building kubelet ${k8s_version} + coredns ${coredns_version} + debs into $out (go $go_version, -p $p)" >&2
+
+# 1. Debian packages: download the pinned versions, unpack, keep only the binaries.
+mapfile -t debs < <(grep -vE '^\s*(#|$)' "$here/debs.txt")
+apt-get update -qq >&2
+(cd "$tmp/debs" && apt-get download -qq "${debs[@]}" >&2)
+for deb in "$tmp"/debs/*.deb; do dpkg -x "$deb" "$tmp/debs/root"; done
+root="$tmp/debs/root"
+cp "$root/usr/bin/containerd" "$root/usr/bin/containerd-shim-runc-v2" "$root/usr/bin/ctr" "$tmp/bin/"
+cp "$root/usr/sbin/runc" "$tmp/bin/"
+cp "$root/usr/lib/cni/bridge" "$root/usr/lib/cni/host-local" "$root/usr/lib/cni/loopback" "$tmp/cni/"
+rm -rf "$tmp/debs"
+t1=$(date +%s)
+
+# 2. Go binaries. -mod=readonly: the committed go.sum is the pin.
+export GOFLAGS="-mod=readonly -buildvcs=false"
+export CGO_ENABLED=0
+export GOTOOLCHAIN=local
+(
+    cd "$here/kubelet"
+    nice -n "$nice_n" "$go_bin" mod download >&2
+    nice -n "$nice_n" "$go_bin" build -p "$p" -trimpath -ldflags "$kubelet_ldflags" -o "$tmp/bin/kubelet" . >&2
+)
+t2=$(date +%s)
+(
+    cd "$here/coredns"
+    nice -n "$nice_n" "$go_bin" mod download >&2
+    nice -n "$nice_n" "$go_bin" build -p "$p" -trimpath -ldflags "$coredns_ldflags" -o "$tmp/bin/coredns" . >&2
+)
+(
+    cd "$here/pause"
+    nice -n "$nice_n" "$go_bin" build -trimpath -ldflags "-s -w" -o "$tmp/bin/pause" . >&2
+)
+t3=$(date +%s)
+{
+    echo "k8s.io/kubernetes $k8s_version"
+    echo "github.com/coredns/coredns $coredns_version"
+    printf 'deb %s\n' "${debs[@]}"
+    echo "go $go_version"
+    echo "debs_seconds $((t1 - start))"
+    echo "kubelet_build_seconds $((t2 - t1))"
+    echo "coredns_build_seconds $((t3 - t2))"
+} > "$tmp/BUILDINFO"
+touch "$tmp/.complete"
+rm -rf "$out"
+mv "$tmp" "$out"
+trap - EXIT
+ls -1dt "$cache_root"/node-*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf || true
+echo "node/build.sh: done in $((t3 - start)) s (debs $((t1 - start)) s, kubelet $((t2 - t1)) s, coredns $((t3 - t2)) s)" >&2
+echo "$out"

@@ -1,0 +1,3 @@
+module airflow-tfk/tests/k8s/node/pause
+
+go 1.26.0

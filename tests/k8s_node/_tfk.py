@@ -1,0 +1,156 @@
+"""Helpers for the provider's operators on the real node (the KWOK tier's helpers are reused
+where they fit: connections, task contexts, label listings, waits)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tempfile
+import time
+from typing import Any
+
+from k8s_integration._tfk import cluster_name, pods, task_context, wait_for  # noqa: F401
+from kubernetes import client
+
+from airflow_tfk import naming
+
+from . import node as nodemod
+
+CONN_ID = "tfk_k8s"
+TF_CONFIG_MARK = "TFK_TEST_TF_CONFIG="
+
+
+def recording(argv: list[str]) -> list[str]:
+    """``argv`` behind a shell that first prints the task's TF_CONFIG as the process saw it
+    (after the kubelet's $(VAR) expansion), so a test can read it from the real pod log."""
+    return ["sh", "-c", f'echo "{TF_CONFIG_MARK}$TF_CONFIG"; exec "$@"', "sh", *argv]
+
+
+def spec(namespace: str, mode: str, workers: int, ps: int = 0, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "image": nodemod.TRAIN_IMAGE,
+        "image_pull_policy": "Never",
+        "namespace": namespace,
+        "mode": mode,
+        "command": recording(["python", "-m", "airflow_tfk.runtime.examples.digits_app"]),
+        "worker": {"replicas": workers},
+        "ps_grace_seconds": 1,
+        "env": {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"},
+    }
+    if ps:
+        out["ps"] = {"replicas": ps}
+    if mode == "parameter_server":
+        out["chief"] = {"replicas": 1}
+    out.update(extra)
+    return out
+
+
+def make_op(spec_data: dict[str, Any], **kwargs: Any):
+    from airflow_tfk.operators.training import TFTrainingOperator
+
+    # Real pods have real logs: progress is on (the KWOK tier turns it off).
+    kwargs.setdefault("progress_interval", 2)
+    kwargs.setdefault("kubernetes_conn_id", CONN_ID)
+    return TFTrainingOperator(task_id="train", backend="kubernetes", cluster_spec=spec_data, **kwargs)
+
+
+def pod_log(api: client.ApiClient, namespace: str, pod: str) -> str:
+    return client.CoreV1Api(api).read_namespaced_pod_log(pod, namespace)
+
+
+def recorded_tf_configs(api: client.ApiClient, namespace: str, cluster: str) -> dict[str, dict[str, Any]]:
+    """``{"worker-0": TF_CONFIG, ...}`` as printed by :func:`recording` in each pod's log."""
+    out = {}
+    for p in pods(api, namespace, cluster):
+        role = p.metadata.labels[naming.LABEL_ROLE]
+        text = pod_log(api, namespace, p.metadata.name)
+        for line in text.splitlines():
+            if line.startswith(TF_CONFIG_MARK):
+                cfg = json.loads(line[len(TF_CONFIG_MARK) :])
+                out[f"{role}-{cfg['task']['index']}"] = cfg
+    return out
+
+
+def local_tf_configs(spec_data: dict[str, Any], ctx: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The TF_CONFIG the local backend gives every task of the same spec (and the same
+    Airflow identity), read from the tasks' own output. The command only prints it: the
+    address map does not depend on the command."""
+    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.naming import RunIdentity
+    from airflow_tfk.spec import TFClusterSpec
+
+    ti = ctx["ti"]
+    identity = RunIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+    data = dict(spec_data, name=cluster_name(ctx), legacy_tf1_flags=False)
+    data["command"] = ["sh", "-c", f'echo "{TF_CONFIG_MARK}$TF_CONFIG"']
+    for role in ("worker", "ps", "chief"):
+        if role in data:
+            data[role] = {
+                k: v for k, v in data[role].items() if k not in ("command", "args", "node_selector")
+            }
+    data.pop("args", None)
+    data.pop("storage", None)
+    local = TFClusterSpec.from_dict(data)
+    with tempfile.TemporaryDirectory(prefix="tfk-node-local-") as root:
+        backend = LocalBackend(root)
+        ref = backend.create(local, identity)
+        try:
+            tasks = [(r, i) for r, s in local.roles().items() for i in range(s.replicas)]
+            out: dict[str, dict[str, Any]] = {}
+
+            def all_printed() -> bool:
+                for role, i in tasks:
+                    for line in backend.logs(ref, role, i).splitlines():
+                        if line.startswith(TF_CONFIG_MARK):
+                            out[f"{role}-{i}"] = json.loads(line[len(TF_CONFIG_MARK) :])
+                return len(out) == len(tasks)
+
+            wait_for("local TF_CONFIGs", all_printed, 60)
+            return out
+        finally:
+            backend.delete(ref)
+
+
+def by_position(cfg: dict[str, Any]) -> dict[str, Any]:
+    """TF_CONFIG with each address replaced by its (role, position) - what must be equal
+    between backends; the addresses themselves are DNS names on one, ports on the other."""
+    return {
+        "cluster": {
+            role: [f"{role}[{i}]" for i in range(len(hosts))] for role, hosts in cfg["cluster"].items()
+        },
+        "task": cfg["task"],
+    }
+
+
+def dns_addresses_ok(cfg: dict[str, Any], cluster: str, namespace: str, port: int = 2222) -> bool:
+    for role, hosts in cfg["cluster"].items():
+        for i, h in enumerate(hosts):
+            want = f"{cluster}-{role}-{i}.{cluster}-{role}.{namespace}.svc:{port}"
+            if not re.fullmatch(
+                re.escape(want) + r"|" + re.escape(want.replace(".svc:", ".svc.cluster.local:")), h
+            ):
+                return False
+    return True
+
+
+def progress_lines(text: str) -> list[str]:
+    return re.findall(r"\[[a-z]+-\d+\] step \d+/\d+ \(\d+\.\d%\).*ETA.*", text)
+
+
+def container_processes_gone(node: nodemod.Node, timeout: float = 60) -> float:
+    """Seconds until no process is left in the node's pod cgroups (the pause sandboxes too)."""
+    t0 = time.monotonic()
+    wait_for("no container process on the node", lambda: not node.container_processes(), timeout)
+    return time.monotonic() - t0
+
+
+def shell(cmd: str) -> list[str]:
+    return ["sh", "-c", cmd]
+
+
+def py(code: str) -> list[str]:
+    return ["python", "-c", code]
+
+
+__all__ = ["shlex"]

@@ -1,0 +1,195 @@
+"""Session fixtures of the real-node tier: the control plane of tests/k8s plus one real
+kubelet node (containerd, runc, CNI bridge, CoreDNS) in private namespaces (node.py).
+
+Every test module sets ``pytestmark = pytest.mark.k8s_node``. The binaries are built (once,
+cached outside the repository) right after collection, outside every test's timeout. The
+tier skips, naming what is missing, only when the machine lacks root, unshare/nsenter/ip,
+Debian's apt-get/dpkg or cgroups. Environment:
+
+- ``AIRFLOW_TFK_K8S_KEEP=1``: keep the work directory (logs of every component and pod).
+  It is kept, and its path printed, when a test failed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from k8s_node import node as nodemod
+
+STORAGE_CLASS = "tfk-local"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "k8s_node: needs a real Kubernetes node (tests/k8s_node; built on first use)"
+    )
+
+
+_BUILD_ERROR = pytest.StashKey[str]()
+_MISSING = pytest.StashKey[list[str]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build before the first test starts, so a cold build is not charged to its timeout."""
+    if session.config.option.collectonly or not any(i.get_closest_marker("k8s_node") for i in session.items):
+        return
+    missing = nodemod.missing_prerequisites()
+    session.config.stash[_MISSING] = missing
+    if missing:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    t0 = time.monotonic()
+    try:
+        nodemod.harness.ensure_built()
+        node_dir = nodemod.ensure_built()
+    except (nodemod.NodeError, nodemod.harness.ControlPlaneError) as e:
+        session.config.stash[_BUILD_ERROR] = str(e)
+        return
+    if reporter is not None and time.monotonic() - t0 > 5:
+        reporter.write_line(f"k8s node built in {time.monotonic() - t0:.0f}s: {node_dir}")
+
+
+@pytest.fixture(scope="session")
+def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+
+    def log(msg: str) -> None:
+        if reporter is not None:
+            reporter.write_line(msg)
+
+    missing = request.config.stash.get(_MISSING, None)
+    if missing is None:
+        missing = nodemod.missing_prerequisites()
+    if missing:
+        pytest.skip("real-node tier: this machine lacks " + "; ".join(missing))
+    if _BUILD_ERROR in request.config.stash:
+        pytest.fail(request.config.stash[_BUILD_ERROR], pytrace=False)
+    failed_before = request.session.testsfailed
+    node = nodemod.Node.start(log=log)
+    try:
+        _storage_class(node)
+        yield node
+    finally:
+        t0 = time.monotonic()
+        node.stop()
+        failed = request.session.testsfailed > failed_before
+        keep = failed or bool(os.environ.get("AIRFLOW_TFK_K8S_KEEP"))
+        if keep:
+            log(f"k8s node work directory kept: {node.workdir}")
+        else:
+            node.remove()
+        log(f"k8s node torn down in {time.monotonic() - t0:.1f}s")
+        # Nothing of the node may outlive the session: no process, mount, cgroup, veth,
+        # directory (the directory only when it was not kept on purpose).
+        left = node.leftovers(removed=not keep)
+        assert not left, f"the real node left behind: {left}"
+
+
+@pytest.fixture(scope="session")
+def node_api(k8s_node: nodemod.Node):
+    api = k8s_node.api_client()
+    yield api
+    api.close()
+
+
+def _storage_class(node: nodemod.Node) -> None:
+    from kubernetes import client
+
+    api = node.api_client()
+    try:
+        client.StorageV1Api(api).create_storage_class(
+            client.V1StorageClass(
+                metadata=client.V1ObjectMeta(name=STORAGE_CLASS),
+                provisioner="kubernetes.io/no-provisioner",
+                volume_binding_mode="Immediate",
+            )
+        )
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def node_ns(node_api) -> Iterator[str]:
+    """A fresh namespace enforcing the ``restricted`` Pod Security Standard."""
+    from kubernetes import client
+
+    name = f"n-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(node_api)
+    core.create_namespace(
+        client.V1Namespace(
+            metadata=client.V1ObjectMeta(
+                name=name,
+                labels={
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                },
+            )
+        )
+    )
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+class LocalVolumes:
+    """PersistentVolumes on the node's disk (hostPath, RWX), each pre-bound to the claim
+    a spec will create, so data, logs and models outlive pods and can be read back."""
+
+    def __init__(self, node: nodemod.Node, api) -> None:
+        self.node, self.api, self.names = node, api, []
+
+    def provide(self, namespace: str, claim: str, size: str = "1Gi") -> Path:
+        from kubernetes import client
+
+        name = f"pv-{uuid.uuid4().hex[:10]}"
+        path = self.node.workdir / "pv" / name
+        path.mkdir(parents=True)
+        path.chmod(0o777)
+        client.CoreV1Api(self.api).create_persistent_volume(
+            client.V1PersistentVolume(
+                metadata=client.V1ObjectMeta(name=name),
+                spec=client.V1PersistentVolumeSpec(
+                    capacity={"storage": size},
+                    access_modes=["ReadWriteMany"],
+                    storage_class_name=STORAGE_CLASS,
+                    persistent_volume_reclaim_policy="Retain",
+                    host_path=client.V1HostPathVolumeSource(path=str(path), type="Directory"),
+                    claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
+                ),
+            )
+        )
+        self.names.append(name)
+        return path
+
+    def cleanup(self) -> None:
+        from kubernetes import client
+
+        for n in self.names:
+            try:
+                client.CoreV1Api(self.api).delete_persistent_volume(n)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
+
+
+@pytest.fixture
+def local_volumes(k8s_node, node_api) -> Iterator[LocalVolumes]:
+    v = LocalVolumes(k8s_node, node_api)
+    yield v
+    v.cleanup()
+
+
+@pytest.fixture(scope="session")
+def node_conn(k8s_node) -> Iterator[str]:
+    """The admin kubeconfig as the ``kubernetes`` connection the operators use."""
+    from k8s_integration._tfk import use_connection
+
+    with use_connection(k8s_node.kubeconfig) as conn_id:
+        yield conn_id

@@ -1,0 +1,154 @@
+"""Real TensorFlow in real pods on the real node, through TFTrainingOperator.
+
+Each mode trains, its pods find each other by headless-Service names through CoreDNS, and
+the TF_CONFIG each process saw (after the kubelet expanded ``$(TFK_CLUSTER)`` and the
+downward-API index) equals, address for address by position, what the local backend gives
+the same task of the same spec.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from kubernetes import client
+
+from airflow_tfk import naming
+
+from . import _tfk
+from . import node as nodemod
+
+pytestmark = pytest.mark.k8s_node
+
+
+def _ctx() -> dict:
+    return _tfk.task_context(f"manual__{uuid.uuid4().hex[:8]}")
+
+
+def _assert_tf_configs(node_api, ns: str, spec_data: dict, ctx: dict, want_tasks: set[str]) -> None:
+    name = _tfk.cluster_name(ctx)
+    k8s = _tfk.recorded_tf_configs(node_api, ns, name)
+    assert set(k8s) >= want_tasks, k8s
+    local = _tfk.local_tf_configs(spec_data, ctx)
+    for task in want_tasks:
+        assert _tfk.by_position(k8s[task]) == _tfk.by_position(local[task]), task
+        assert _tfk.dns_addresses_ok(k8s[task], name, ns), k8s[task]
+
+
+def test_all_reduce_trains_in_real_pods(k8s_node, node_api, node_ns, node_conn, capfd) -> None:
+    ctx = _ctx()
+    spec_data = _tfk.spec(
+        node_ns, "all_reduce", workers=2, args=["--tfk_steps", "40", "--tfk_checkpoint_every", "0"]
+    )
+    t0 = time.monotonic()
+    result = _tfk.make_op(spec_data).execute(ctx)
+    took = time.monotonic() - t0
+    assert result["outcome"] == "succeeded", result
+    out = capfd.readouterr().out
+    # Progress (step/total/%/ETA) in the task log comes from the pods' real logs.
+    assert _tfk.progress_lines(out), out[-3000:]
+    _assert_tf_configs(node_api, node_ns, spec_data, ctx, {"worker-0", "worker-1"})
+    for p in _tfk.pods(node_api, node_ns, _tfk.cluster_name(ctx)):
+        assert p.status.phase == "Succeeded", (p.metadata.name, p.status.phase)
+        assert p.spec.node_name == nodemod.NODE_NAME
+    print(f"all_reduce 2 workers, 40 steps on the real node: {took:.1f}s")
+
+
+def test_between_graph_tf1_script_with_legacy_flags_and_a_late_ps(
+    k8s_node, node_api, node_ns, node_conn, capfd
+) -> None:
+    """An unmodified TF1 script that reads only --ps_hosts --worker_hosts --job_name
+    --task_index; the PS pod is scheduled only after both worker pods run (a node label it
+    waits for), so the workers must find it by name once it appears."""
+    ctx = _ctx()
+    name = _tfk.cluster_name(ctx)
+    gate = f"tfk.test/ps-{uuid.uuid4().hex[:6]}"
+    spec_data = _tfk.spec(
+        node_ns,
+        "between_graph",
+        workers=2,
+        ps=1,
+        command=_tfk.recording(
+            ["python", f"{nodemod.REPO}/airflow_tfk/runtime/examples/tf1_between_graph.py"]
+        ),
+        args=["--train_steps", "120", "--progress_every", "20"],
+        legacy_tf1_flags=True,
+    )
+    spec_data["ps"] = {"replicas": 1, "node_selector": {gate: "true"}}
+    core = client.CoreV1Api(node_api)
+    released: dict[str, float] = {}
+
+    def release_ps_when_workers_run() -> None:
+        def workers_running() -> bool:
+            ws = _tfk.pods(node_api, node_ns, name, "worker")
+            return len(ws) == 2 and all(p.status.phase == "Running" for p in ws)
+
+        _tfk.wait_for("both worker pods Running", workers_running, 240, every=0.5)
+        ps = _tfk.pods(node_api, node_ns, name, "ps")
+        assert ps and ps[0].status.phase == "Pending", "the PS pod must wait for the label"
+        core.patch_node(nodemod.NODE_NAME, {"metadata": {"labels": {gate: "true"}}})
+        released["at"] = time.monotonic()
+
+    t = threading.Thread(target=release_ps_when_workers_run, daemon=True)
+    t.start()
+    try:
+        result = _tfk.make_op(spec_data).execute(ctx)
+    finally:
+        t.join(5)
+        core.patch_node(nodemod.NODE_NAME, {"metadata": {"labels": {gate: None}}})
+    assert "at" in released, "the PS was never released"
+    assert result["outcome"] == "succeeded", result
+    out = capfd.readouterr().out
+    assert _tfk.progress_lines(out), out[-3000:]
+    # The PS log was copied into the task log before the PS was deleted.
+    assert "----- log of ps-0" in out
+    ps_part = out.split("----- log of ps-0", 1)[1].split("----- end of ps-0", 1)[0]
+    assert _tfk.TF_CONFIG_MARK in ps_part
+    # ... and the PS is gone (the StatefulSet deleted), the workers' Job stays.
+    _tfk.wait_for("PS pods deleted", lambda: not _tfk.pods(node_api, node_ns, name, naming_ps()), 60)
+    _assert_tf_configs(node_api, node_ns, spec_data, ctx, {"worker-0", "worker-1"})
+    for w in _tfk.pods(node_api, node_ns, name, "worker"):
+        log = _tfk.pod_log(node_api, node_ns, w.metadata.name)
+        assert '"tfk": "metrics"' in log or "accuracy" in log, log[-2000:]
+
+
+def naming_ps() -> str:
+    return "ps"
+
+
+def test_parameter_server_trainingapp_with_shared_models_volume(
+    k8s_node, node_api, node_ns, node_conn, local_volumes, capfd
+) -> None:
+    """TF2 ParameterServerStrategy: the chief's checkpoints are written by the PS, into the
+    models claim both mount (a local PersistentVolume); the SavedModel lands there too."""
+    ctx = _ctx()
+    name = _tfk.cluster_name(ctx)
+    models = local_volumes.provide(node_ns, f"{name}-models")
+    spec_data = _tfk.spec(
+        node_ns,
+        "parameter_server",
+        workers=1,
+        ps=1,
+        args=["--tfk_steps", "30", "--tfk_checkpoint_every", "10"],
+        storage={"models": {"size": "1Gi", "storage_class": "tfk-local"}},
+    )
+    result = _tfk.make_op(spec_data, cleanup="all").execute(ctx)
+    assert result["outcome"] == "succeeded", result
+    out = capfd.readouterr().out
+    assert _tfk.progress_lines(out), out[-3000:]
+    ckpts = list(models.rglob("checkpoint"))
+    assert ckpts, f"no checkpoint under the models volume: {sorted(p.name for p in models.rglob('*'))[:40]}"
+    assert list(models.rglob("saved_model.pb")), "no SavedModel exported"
+    _tfk.wait_for("cluster deleted", lambda: not _tfk.pods(node_api, node_ns, name), 60)
+
+
+def test_pods_get_a_real_cluster_dns_answer(k8s_node, node_api, node_ns) -> None:
+    """Sanity of the node itself: Ready, and CoreDNS (the kubelet's clusterDNS) answers
+    for a Service of this cluster from inside a pod."""
+    core = client.CoreV1Api(node_api)
+    n = core.read_node(nodemod.NODE_NAME)
+    assert any(c.type == "Ready" and c.status == "True" for c in n.status.conditions)
+    assert n.status.node_info.container_runtime_version.startswith("containerd://1.6")
+    assert naming.LABEL_CLUSTER  # the provider's labels are importable without a cluster
