@@ -48,7 +48,8 @@ def queue_message(workloads: Iterable[Mapping[str, Any]], cluster: str) -> str |
         if (admitted or {}).get("status") == "True" or (finished or {}).get("status") == "True":
             continue
         queue = (wl.get("spec") or {}).get("queueName") or "?"
-        owner = next(iter((wl.get("metadata") or {}).get("ownerReferences") or []), {})
+        owners: list[Mapping[str, Any]] = (wl.get("metadata") or {}).get("ownerReferences") or []
+        owner: Mapping[str, Any] = owners[0] if owners else {}
         reserved = _condition(wl, "QuotaReserved") or {}
         why = reserved.get("message") or reserved.get("reason") or "waiting for Kueue to look at it"
         if reserved.get("status") == "True" and admitted is not None:

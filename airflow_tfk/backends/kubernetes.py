@@ -422,7 +422,7 @@ class KubernetesBackend(Backend):
                 )
             )
         )
-        return list((nodes or (0, {}))[1].get("items") or []), list((pods or (0, {}))[1].get("items") or [])
+        return _items(nodes), _items(pods)
 
     # -- find -----------------------------------------------------------------------------
     def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:
@@ -475,3 +475,9 @@ def _deleted_event(ref: ClusterRef, reason: str) -> dict[str, Any]:
         "lastTimestamp": now,
         "count": 1,
     }
+
+
+def _items(result: tuple[int, Any] | None) -> list[dict[str, Any]]:
+    """The ``items`` of a list answer (None: the list was absent)."""
+    body = result[1] if result else None
+    return list((body or {}).get("items") or [])
