@@ -29,14 +29,17 @@ def api_server_cidrs(api: Any, policy: ServiceNetworkPolicy) -> tuple[str, ...] 
     if policy.api_server_cidrs is not None:
         return policy.api_server_cidrs
     from airflow_tfk.kube.api import BY_KIND, error_message
+    from airflow_tfk.kube.retry import api_status
 
     try:
         _, body = api.request("GET", BY_KIND["EndpointSlice"].item("default", "kubernetes"))
     except Exception as exc:
+        status = api_status(exc) or getattr(exc, "status", None)
+        code = f"HTTP {status}: " if status else ""
         raise SpecError(
             WHERE,
             "could not be discovered from the EndpointSlice default/kubernetes "
-            f"({error_message(exc)}); grant its read (deploy/rbac/apiserver-address.yaml) or "
+            f"({code}{error_message(exc)}); grant its read (deploy/rbac/apiserver-address.yaml) or "
             "list the API server's source addresses, e.g. [10.0.0.10/32]",
         ) from None
     addresses = sorted(

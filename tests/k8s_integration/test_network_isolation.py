@@ -189,12 +189,48 @@ def test_switched_off_creates_no_policy(k8s_api, tfk_ns, tfk_conn) -> None:
 def test_serving_and_tensorboard_policies_with_the_discovered_api_server(
     k8s_cluster, k8s_api, tfk_ns, tmp_path
 ) -> None:
-    # What the real API server publishes about itself.
+    serving = ServingSpec(model_name="digits", claim="models", namespace=tfk_ns)
+    discovery_path = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+    # The test control plane runs kube-apiserver with --endpoint-reconciler-type=none, so
+    # nothing publishes where the API server lives: discovery fails with the field named
+    # (before anything is created), not with a policy that silently admits nobody.
     resp, body = _call(
-        k8s_api, "GET", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices/kubernetes"
+        k8s_api, "GET", f"{discovery_path}?labelSelector=kubernetes.io/service-name=kubernetes"
     )
-    published = sorted({a for ep in body.get("endpoints") or [] for a in ep.get("addresses") or []})
-    assert published, body
+    if not body.get("items"):
+        with pytest.raises(SpecError) as missing:
+            api_server_cidrs(SyncApi(k8s_api), serving.network_policy)
+        assert missing.value.field == "network_policy.api_server_cidrs" and "not found" in str(missing.value)
+    # Publish it as the API server's endpoint reconciler does (a stand-in for the reconciler
+    # this control plane switches off; a documentation address, since loopback ones are not
+    # accepted in endpoints).
+    slice_ = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {"kubernetes.io/service-name": "kubernetes"},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["192.0.2.10"]}],
+        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+    }
+    discovery_api = client.DiscoveryV1Api(k8s_api)
+    created_slice = not body.get("items")
+    if created_slice:
+        discovery_api.create_namespaced_endpoint_slice("default", slice_)
+    published = sorted(
+        {
+            a
+            for s in discovery_api.list_namespaced_endpoint_slice(
+                "default", label_selector="kubernetes.io/service-name=kubernetes"
+            ).items
+            if s.metadata.name == "kubernetes"
+            for ep in s.endpoints or []
+            for a in ep.addresses or []
+        }
+    )
 
     # The provider's own identity (deploy/rbac) plus apiserver-address.yaml reads it.
     _apply_all(k8s_api, rbac.manifests(tfk_ns), tfk_ns)
@@ -202,7 +238,6 @@ def test_serving_and_tensorboard_policies_with_the_discovered_api_server(
     address_rbac = rbac.apiserver_address_manifests(tfk_ns, name_suffix=suffix)
     token = k8s_cluster.service_account_token(tfk_ns, rbac.SERVICE_ACCOUNT)
     sa_api = SyncApi(k8s_cluster.api_client(token=token))
-    serving = ServingSpec(model_name="digits", claim="models", namespace=tfk_ns)
     try:
         # Without the grant: a clear error naming the field, before anything exists.
         with pytest.raises(SpecError) as err:
@@ -226,6 +261,8 @@ def test_serving_and_tensorboard_policies_with_the_discovered_api_server(
             except client.ApiException as exc:
                 if exc.status != 404:
                     raise
+        if created_slice:
+            discovery_api.delete_namespaced_endpoint_slice("kubernetes", "default")
 
     board = TensorBoardSpec(
         name="tb-digits",
