@@ -15,7 +15,7 @@ from airflow_tfk.backends.base import Backend, ClusterRef
 from airflow_tfk.policies import Outcome, Verdict, evaluate
 from airflow_tfk.protocol.progress import Progress, last_progress
 from airflow_tfk.spec import Mode
-from airflow_tfk.status import ClusterStatus
+from airflow_tfk.status import ClusterStatus, Phase
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +83,9 @@ class ProgressReporter:
 
 @dataclass
 class QueueReporter:
-    """While a cluster has no task yet, say why: Kueue's pending reason (a queued cluster
-    has no pod at all). Asked at most every ``interval`` seconds; logged when it changes."""
+    """While nothing of a cluster has started, say why: Kueue's pending reason (a queued
+    cluster has no pod at all). Asked at most every ``interval`` seconds; logged when it
+    changes."""
 
     backend: Backend
     ref: ClusterRef
@@ -94,8 +95,10 @@ class QueueReporter:
     _last: str | None = None
 
     def wants(self, status: ClusterStatus) -> bool:
-        """Whether :meth:`report` should run for ``status`` now (no task yet, and due)."""
-        return status.exists and not status.tasks and time.monotonic() - self._last_read >= self.interval
+        """Whether :meth:`report` should run for ``status`` now: nothing has started yet
+        (every task pending, e.g. its Job suspended by Kueue), and it is due."""
+        waiting = status.exists and all(t.phase is Phase.PENDING for t in status.tasks)
+        return waiting and time.monotonic() - self._last_read >= self.interval
 
     def report(self) -> str | None:
         self._last_read = time.monotonic()

@@ -69,9 +69,12 @@ def test_reporter_asks_only_while_no_task_exists_and_logs_changes():
     lines: list[str] = []
     backend = _Backend(["JobSet t queued: A", "JobSet t queued: A", "JobSet t queued: B"])
     rep = QueueReporter(backend, ClusterRef("t", "ns"), interval=0.0, emit=lines.append)  # type: ignore[arg-type]
-    empty = ClusterStatus()
-    running = ClusterStatus(tasks=(TaskStatus("worker", 0, Phase.RUNNING),))
+    empty = ClusterStatus(tasks=(TaskStatus("worker", 0, Phase.PENDING),))  # a suspended Job's task
+    running = ClusterStatus(
+        tasks=(TaskStatus("worker", 0, Phase.RUNNING), TaskStatus("worker", 1, Phase.PENDING))
+    )
     assert not rep.wants(running) and not rep.wants(ClusterStatus(exists=False))
+    assert rep.wants(ClusterStatus())
     for _ in range(3):
         assert rep.wants(empty)
         rep.report()
