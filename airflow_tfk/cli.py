@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_validate(sub)
     _add_airflow_commands(sub)
+    _add_stop_parser(sub)
     return parser
 
 
@@ -72,6 +73,51 @@ def _validate(args: argparse.Namespace) -> int:
     from airflow_tfk.dagfactory.validate import run
 
     return run(args.paths, sys.stdout, sys.stderr, quiet=args.quiet)
+
+
+def _add_stop_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    stop = sub.add_parser(
+        "stop",
+        help="stop local model servers or TensorBoards (they outlive their DAG runs)",
+        description="Stop a local model server or TensorBoard started by the local backend, "
+        "found through its record under the local root. Without a name: list them.",
+    )
+    stop.add_argument("kind", nargs="?", choices=["model-server", "tensorboard"], help="what to stop")
+    stop.add_argument("name", nargs="?", help="server name, or a model name (its server tfs-<model>)")
+    stop.add_argument("--all", action="store_true", help="stop every one (of KIND, if given)")
+    stop.add_argument("--namespace", help="only this namespace of the local root")
+    stop.add_argument("--root", help="the local backend's root (default $TFK_LOCAL_ROOT or ~/.tfk-local)")
+
+
+def _stop_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.name is not None and args.kind is None:
+        parser.error("stop: give KIND before NAME (model-server or tensorboard)")
+    return _stop(args)
+
+
+def _stop(args: argparse.Namespace) -> int:
+    from airflow_tfk.serving import local_servers
+    from airflow_tfk.serving.local import default_root
+
+    root = os.path.abspath(os.path.expanduser(args.root or default_root()))
+    found = local_servers.find(root, args.kind, args.name, args.namespace)
+    if args.name is None and not args.all:
+        running = [s for s in found if s.running]
+        for s in running:
+            print(s.describe())
+        if not running:
+            print(f"no local model server or TensorBoard is running under {root}")
+        return 0
+    if not found:
+        what = " ".join(x for x in (args.kind, args.name) if x) or "server"
+        print(f"error: no local {what} recorded under {root}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    for s in found:
+        if local_servers.stop(s):
+            print(f"stopped {s.kind} {s.namespace}/{s.name} (pid {(s.record or {}).get('pid')})")
+        else:
+            print(f"{s.kind} {s.namespace}/{s.name} was not running (record removed)")
+    return 0
 
 
 def _read(path: str) -> str:
@@ -103,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "airflow": _run_airflow,
         "env": _print_env,
         "render": lambda a: _render_command(parser, a),
+        "stop": lambda a: _stop_command(parser, a),
     }
     command = commands.get(args.command)
     return command(args) if command is not None else 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -120,22 +121,18 @@ def task_address(cluster: str, role: str, index: int, namespace: str, port: int,
     return f"{task_hostname(cluster, role, index, jobset)}.{service}.{namespace}.svc:{port}"
 
 
+@dataclass(frozen=True, slots=True, repr=False)
 class RunIdentity:
     """The Airflow task instance a cluster belongs to; becomes labels and annotations.
 
     Labels hold sanitised values (for selection); annotations hold the exact values.
+    A value: frozen and hashable, so it can key a dict of clusters.
     """
 
-    __slots__ = ("dag_id", "task_id", "run_id", "map_index")
-
-    def __init__(self, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> None:
-        self.dag_id = dag_id
-        self.task_id = task_id
-        self.run_id = run_id
-        self.map_index = map_index
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RunIdentity) and self.to_dict() == other.to_dict()
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
 
     def __repr__(self) -> str:
         return f"RunIdentity({self.dag_id!r}, {self.task_id!r}, {self.run_id!r}, {self.map_index})"

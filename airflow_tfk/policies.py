@@ -26,6 +26,10 @@ class Verdict:
     failed_task: TaskStatus | None = None
 
 
+#: roles whose failure does not fail the training
+ADVISORY_ROLES = frozenset({"evaluator"})
+
+
 def decisive_roles(mode: Mode, roles: dict[str, int]) -> dict[str, int]:
     """Roles (with replica counts) whose success is the training's success."""
     if Mode(mode) is Mode.PARAMETER_SERVER:
@@ -49,12 +53,14 @@ def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Ver
 
     :param replicas: replicas per role present in the spec, e.g. ``{"ps": 1, "worker": 2}``.
     Any permanently failed task fails the training with that task's own reason; a cluster
-    that vanished while running failed too (someone deleted it, e.g. a newer run).
+    that vanished while running failed too (someone deleted it, e.g. a newer run). The
+    evaluator is the exception: it only watches the training, so its failure does not
+    fail it (the training operator reports it in the task log).
     """
     if not status.exists:
         why = status.deleted_reason or "deleted from outside"
         return Verdict(Outcome.FAILED, f"the cluster no longer exists ({why})")
-    failed = status.failed()
+    failed = [t for t in status.failed() if t.role not in ADVISORY_ROLES]
     if failed:
         first = sorted(failed, key=lambda t: (t.role != "chief", t.role, t.index))[0]
         code = f", exit code {first.exit_code}" if first.exit_code is not None else ""

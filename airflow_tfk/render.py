@@ -296,6 +296,20 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "permanent_exit_codes": list(spec.permanent_exit_codes),
         "cluster_json": json.dumps(addresses, separators=(",", ":")),
         "annotations": identity.annotations() if identity is not None else {},
+        "metrics_port": spec.metrics_port,
+        # the de-facto Prometheus convention; a scrape config keyed on them finds the pods
+        "pod_annotations": {
+            **(identity.annotations() if identity is not None else {}),
+            **(
+                {
+                    "prometheus.io/scrape": "true",
+                    "prometheus.io/port": str(spec.metrics_port),
+                    "prometheus.io/path": spec.metrics_path,
+                }
+                if spec.metrics_port is not None
+                else {}
+            ),
+        },
         "namespace_labels": _labels(spec, "namespace", None, identity),
         "storage_labels": _labels(spec, "storage", None, identity),
         "volumes": volumes,

@@ -80,7 +80,7 @@ def check_version(version: str | None) -> str:
 
 
 def _where(error: Any) -> str:
-    parts = []
+    parts: list[str] = []
     for p in error.absolute_path:
         parts.append(f"[{p}]" if isinstance(p, int) else f".{p}" if parts else str(p))
     return "".join(parts) or "(top level)"

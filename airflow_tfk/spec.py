@@ -451,6 +451,10 @@ class TFClusterSpec:
     :param chief: the coordinator; required by ``parameter_server`` (exactly one).
     :param evaluator: an optional side-car evaluator (at most one).
     :param port: the gRPC port of every task.
+    :param metrics_port: a port on which the training process serves Prometheus metrics:
+        declared on every task's container (``metrics``) with ``prometheus.io/*`` scrape
+        annotations on the pods. None (default): no metrics port.
+    :param metrics_path: the HTTP path of those metrics.
     :param storage: data, logs and models volumes.
     :param env: environment of every task.
     :param labels: extra labels on every object.
@@ -495,6 +499,8 @@ class TFClusterSpec:
     permanent_exit_codes: tuple[int, ...] = (1, 2, 126, 127)
     ps_grace_seconds: int = 30
     legacy_tf1_flags: bool = False
+    metrics_port: int | None = None
+    metrics_path: str = "/metrics"
     layout: Layout = Layout.JOBS
     queue_name: str | None = None
     capacity_check: CapacityCheck = CapacityCheck.OFF
@@ -534,6 +540,7 @@ class TFClusterSpec:
             )
         self._validate_roles()
         _int(self.port, "port", 1, 65535)
+        self._validate_metrics_port()
         if not isinstance(self.storage, StorageSpec):
             raise SpecError("storage", "must be a storage section", self.storage)
         self.storage.validate("storage")
@@ -579,6 +586,16 @@ class TFClusterSpec:
         object.__setattr__(self, "queue_name", admission.queue_name(self.queue_name))
         object.__setattr__(self, "capacity_check", admission.capacity_check(self.capacity_check))
         self._validate_generated_names()
+
+    def _validate_metrics_port(self) -> None:
+        if self.metrics_port is not None:
+            _int(self.metrics_port, "metrics_port", 1, 65535)
+            if self.metrics_port == self.port:
+                raise SpecError("metrics_port", f"must differ from port ({self.port})", self.metrics_port)
+        if not isinstance(self.metrics_path, str) or not re.match(
+            r"^(/[A-Za-z0-9._~-]+)+$", self.metrics_path
+        ):
+            raise SpecError("metrics_path", "must be an absolute URL path like /metrics", self.metrics_path)
 
     def _validate_roles(self) -> None:
         for role in ROLES:

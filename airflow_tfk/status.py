@@ -76,41 +76,44 @@ class ClusterStatus:
     _failed: tuple[TaskStatus, ...] | None = field(default=None, compare=False, repr=False)
     _index: dict[TaskKey, TaskStatus] | None = field(default=None, compare=False, repr=False)
 
-    def _views(
-        self,
-    ) -> tuple[dict[tuple[str, Phase], int], tuple[TaskStatus, ...], dict[TaskKey, TaskStatus]]:
-        if self._counts is None or self._failed is None or self._index is None:
+    def _tallies(self) -> tuple[dict[tuple[str, Phase], int], tuple[TaskStatus, ...]]:
+        if self._counts is None or self._failed is None:
             counts: dict[tuple[str, Phase], int] = {}
             for t in self.tasks:
                 counts[(t.role, t.phase)] = counts.get((t.role, t.phase), 0) + 1
             object.__setattr__(self, "_counts", counts)
             object.__setattr__(self, "_failed", tuple(t for t in self.tasks if t.phase is Phase.FAILED))
-            object.__setattr__(self, "_index", {(t.role, t.index): t for t in self.tasks})
-        assert self._counts is not None and self._failed is not None and self._index is not None
-        return self._counts, self._failed, self._index
+        assert self._counts is not None and self._failed is not None
+        return self._counts, self._failed
 
     def task(self, role: str, index: int) -> TaskStatus | None:
-        return self._views()[2].get((role, index))
+        if self._index is None:  # built on the first lookup: most statuses never need it
+            object.__setattr__(self, "_index", {(t.role, t.index): t for t in self.tasks})
+        assert self._index is not None
+        return self._index.get((role, index))
 
     def count(self, role: str, phase: Phase) -> int:
         """How many tasks of ``role`` are in ``phase``."""
-        return self._views()[0].get((role, phase), 0)
+        return self._tallies()[0].get((role, phase), 0)
 
     def failed(self) -> tuple[TaskStatus, ...]:
         """The tasks that failed for good."""
-        return self._views()[1]
+        return self._tallies()[1]
 
     def of_role(self, role: str) -> list[TaskStatus]:
         return sorted((t for t in self.tasks if t.role == role), key=lambda t: t.index)
 
     def summary(self) -> str:
         """``worker 2/3 succeeded, 1 running; ps 2 running`` - one line for the log."""
-        counts = self._views()[0]
-        parts = []
-        for role in _SUMMARY_ROLES:
-            present = sorted((p.value.lower(), n) for p in Phase if (n := counts.get((role, p), 0)))
-            if present:
-                parts.append(f"{role} " + ", ".join(f"{n} {p}" for p, n in present))
+        per_role: dict[str, list[tuple[str, int]]] = {}
+        for (role, phase), n in self._tallies()[0].items():
+            if n:
+                per_role.setdefault(role, []).append((phase.value.lower(), n))
+        parts = [
+            f"{role} " + ", ".join(f"{n} {p}" for p, n in sorted(per_role[role]))
+            for role in _SUMMARY_ROLES
+            if role in per_role
+        ]
         return "; ".join(parts) if parts else ("no tasks" if self.exists else "cluster gone")
 
     def to_dict(self) -> dict[str, Any]:

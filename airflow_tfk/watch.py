@@ -1,23 +1,34 @@
 """Waiting on a cluster: status changes -> verdicts, log lines -> progress with ETA.
 
-Backend-agnostic; used by the blocking sensor/operator path and by the trigger. No
-Airflow import here, so both the worker and the triggerer share it.
+One wait loop for every way of waiting: :meth:`WaitLoop.plan` is driven by
+:func:`wait_for_cluster` (the blocking operator), by ``WorkersDoneTrigger`` through
+:func:`await_cluster` (deferrable operator and sensor), and the sensor's ``poke`` takes
+one :meth:`WaitLoop.step` of it per poke. :func:`wait_result` and :func:`failure_of`
+are the one translation of a verdict into the trigger event and of that into the task's
+outcome. Backend-agnostic; no Airflow import at module level, so the worker and the
+triggerer share it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS as DEFAULT_PROGRESS_INTERVAL
 from airflow_tfk.policies import Outcome, Verdict, evaluate
 from airflow_tfk.protocol.progress import Progress, last_progress
 from airflow_tfk.spec import Mode
-from airflow_tfk.status import ClusterStatus, Phase
+from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
 
 log = logging.getLogger(__name__)
+
+#: The longest a single watch request of the loop stays open; the loop then starts another.
+WATCH_WINDOW_SECONDS = 60.0
 
 
 def format_duration(seconds: float | None) -> str:
@@ -50,20 +61,24 @@ class ProgressReporter:
     """Reads the newest progress line of one task, at most every ``interval`` seconds.
 
     Reading logs costs an API request on Kubernetes, so it is rate-limited; an unchanged
-    step is not logged again.
+    step is not logged again. Until the task has printed its first progress line the log
+    is read every ``first_interval`` seconds instead, so the first line shows within the
+    first interval rather than one whole interval after a read that came too early.
     """
 
     backend: Backend
     ref: ClusterRef
     role: str
     index: int
-    interval: float = 30.0
+    interval: float = DEFAULT_PROGRESS_INTERVAL
     emit: Callable[[str], None] = log.info
+    first_interval: float = 2.0
     _last_read: float = float("-inf")
     _last_step: int | None = None
 
     def due(self, now: float | None = None) -> bool:
-        return (time.monotonic() if now is None else now) - self._last_read >= self.interval
+        interval = self.interval if self._last_step is not None else min(self.interval, self.first_interval)
+        return (time.monotonic() if now is None else now) - self._last_read >= interval
 
     def report(self, text: str | None = None) -> Progress | None:
         """Parse ``text`` (or fetch the task's log tail) and emit a progress line if it moved."""
@@ -109,44 +124,199 @@ class QueueReporter:
         return message
 
 
+# -- the one wait loop ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Watch:
+    """Start watching the cluster for ``seconds``; then :data:`NEXT_STATUS` until None."""
+
+    seconds: float
+
+
+NEXT_STATUS = "next-status"  # answered with the next status, or None when the watch ended
+READ_PROGRESS = "read-progress"  # read the progress task's log (blocking I/O: a thread when async)
+READ_QUEUE = "read-queue"  # ask why the cluster is still queued (blocking I/O: a thread when async)
+WaitOp = Watch | str
+WaitPlan = Generator[WaitOp, "ClusterStatus | None", Verdict]
+
+
+@dataclass
+class WaitLoop:
+    """Wait until the training succeeds or fails, or ``deadline`` (UNIX time) passes.
+
+    Logs a one-line summary when it changes and the progress task's step/ETA at most every
+    ``progress_interval`` seconds. A deadline that passes is ``Outcome.RUNNING`` with
+    ``timeout_message``.
+    """
+
+    backend: Backend
+    ref: ClusterRef
+    mode: Mode
+    replicas: dict[str, int]
+    deadline: float | None = None
+    progress_interval: float = DEFAULT_PROGRESS_INTERVAL
+    emit: Callable[[str], None] = log.info
+    timeout_message: str = "the training exceeded the task's execution_timeout"
+    reporter: ProgressReporter = field(init=False)
+    queue: QueueReporter = field(init=False)
+    _summary: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        role, index = progress_task(self.mode, self.replicas)
+        self.reporter = ProgressReporter(
+            self.backend, self.ref, role, index, self.progress_interval, self.emit
+        )
+        self.queue = QueueReporter(self.backend, self.ref, min(self.progress_interval, 60.0), self.emit)
+
+    def window(self) -> float:
+        if self.deadline is None:
+            return WATCH_WINDOW_SECONDS
+        return max(0.0, min(WATCH_WINDOW_SECONDS, self.deadline - time.time()))
+
+    def timed_out(self) -> bool:
+        return self.deadline is not None and time.time() >= self.deadline
+
+    def step(self, status: ClusterStatus) -> Verdict:
+        """Log what changed and judge one status."""
+        summary = status.summary()
+        if summary != self._summary:
+            self.emit(f"cluster: {summary}")
+            self._summary = summary
+        return evaluate(self.mode, self.replicas, status)
+
+    def plan(self) -> WaitPlan:
+        """The loop itself, for a driver to run (see :func:`wait_for_cluster`)."""
+        while True:
+            yield Watch(self.window())
+            while (status := (yield NEXT_STATUS)) is not None:
+                verdict = self.step(status)
+                if verdict.outcome is not Outcome.RUNNING:
+                    yield READ_PROGRESS
+                    return verdict
+                if self.queue.wants(status):
+                    yield READ_QUEUE
+                if self.reporter.due():
+                    yield READ_PROGRESS
+                if self.timed_out():
+                    break
+            if self.timed_out():
+                return Verdict(Outcome.RUNNING, self.timeout_message)
+
+
 def wait_for_cluster(
     backend: Backend,
     ref: ClusterRef,
     mode: Mode,
     replicas: dict[str, int],
     timeout: float | None = None,
-    progress_interval: float = 30.0,
+    progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
     emit: Callable[[str], None] = log.info,
 ) -> Verdict:
     """Block until the training succeeds or fails, or ``timeout`` seconds pass.
 
     Returns a :class:`Verdict`; a timeout is ``Outcome.RUNNING`` with a message.
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    role, index = progress_task(mode, replicas)
-    reporter = ProgressReporter(backend, ref, role, index, progress_interval, emit)
-    queue = QueueReporter(backend, ref, min(progress_interval, 60.0), emit)
-    last_summary = ""
-    while True:
-        window = 60.0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic()))
-        for status in backend.watch(ref, timeout=window):
-            last_summary = _log_summary(status, last_summary, emit)
-            if queue.wants(status):
-                queue.report()
-            verdict = evaluate(mode, replicas, status)
-            if verdict.outcome is not Outcome.RUNNING:
-                reporter.report()
-                return verdict
-            if reporter.due():
-                reporter.report()
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-        if deadline is not None and time.monotonic() >= deadline:
-            return Verdict(Outcome.RUNNING, f"still running after {timeout:.0f} s")
+    loop = WaitLoop(
+        backend,
+        ref,
+        mode,
+        replicas,
+        deadline=None if timeout is None else time.time() + timeout,
+        progress_interval=progress_interval,
+        emit=emit,
+        timeout_message=f"still running after {timeout or 0:.0f} s",
+    )
+    plan = loop.plan()
+    statuses: Iterator[ClusterStatus] | None = None
+    try:
+        op = next(plan)
+        while True:
+            answer: ClusterStatus | None = None
+            if isinstance(op, Watch):
+                _close(statuses)
+                statuses = iter(backend.watch(ref, timeout=op.seconds))
+            elif op == NEXT_STATUS:
+                answer = next(statuses, None) if statuses is not None else None
+            elif op == READ_PROGRESS:
+                loop.reporter.report()
+            elif op == READ_QUEUE:
+                loop.queue.report()
+            op = plan.send(answer)
+    except StopIteration as stop:
+        return stop.value
+    finally:
+        _close(statuses)
 
 
-def _log_summary(status: ClusterStatus, last: str, emit: Callable[[str], None]) -> str:
-    summary = status.summary()
-    if summary != last:
-        emit(f"cluster: {summary}")
-    return summary
+async def await_cluster(loop: WaitLoop) -> Verdict:
+    """:func:`wait_for_cluster`'s loop in the triggerer: the backend's async watch, and
+    the log reads of progress in a thread."""
+    plan = loop.plan()
+    statuses: AsyncIterator[ClusterStatus] | None = None
+    try:
+        op = next(plan)
+        while True:
+            answer: ClusterStatus | None = None
+            if isinstance(op, Watch):
+                await _aclose(statuses)
+                statuses = aiter(loop.backend.awatch(loop.ref, timeout=op.seconds))
+            elif op == NEXT_STATUS and statuses is not None:
+                answer = await anext(statuses, None)
+            elif op == READ_PROGRESS:
+                await asyncio.to_thread(loop.reporter.report)
+            elif op == READ_QUEUE:
+                await asyncio.to_thread(loop.queue.report)
+            op = plan.send(answer)
+    except StopIteration as stop:
+        return stop.value
+    finally:
+        await _aclose(statuses)
+
+
+def _close(it: Any) -> None:
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
+async def _aclose(it: Any) -> None:
+    aclose = getattr(it, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+# -- the one translation of a wait's end -------------------------------------------------------
+WaitStatus = Literal["success", "failed", "timeout", "error"]
+
+
+def wait_result(verdict: Verdict) -> dict[str, Any]:
+    """A finished wait as the trigger's event payload (without the cluster):
+    ``status`` (``success`` | ``failed`` | ``timeout``), ``message``, ``failed_task``."""
+    status: WaitStatus = "timeout"  # still running when the loop gave up
+    if verdict.outcome is Outcome.SUCCEEDED:
+        status = "success"
+    elif verdict.outcome is Outcome.FAILED:
+        status = "failed"
+    failed = verdict.failed_task.to_dict() if verdict.failed_task else None
+    return {"status": status, "message": verdict.message, "failed_task": failed}
+
+
+def failure_of(result: dict[str, Any], cluster_name: str) -> BaseException | None:
+    """The exception a task raises for a wait result (a trigger event or
+    :func:`wait_result`), or None for success: the task's own ``TrainingFailed`` for a
+    failed task, ``TrainingFailed(<cluster>, "Deleted")`` for a cluster that vanished,
+    ``AirflowTaskTimeout`` past the deadline."""
+    from airflow_tfk.errors import TrainingFailed
+
+    status = str(result.get("status") or "error")
+    message = str(result.get("message", ""))
+    if status == "success":
+        return None
+    if status == "timeout":
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+
+        return AirflowTaskTimeout(f"cluster {cluster_name}: {message}")
+    failed = result.get("failed_task")
+    if failed:
+        task = TaskStatus.from_dict(failed)
+        return TrainingFailed(task.name, task.reason or "Error", message)
+    return TrainingFailed(cluster_name, "Deleted" if status == "failed" else status, message)

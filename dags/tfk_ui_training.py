@@ -1,9 +1,13 @@
 """Training triggered from the Airflow UI, with a form for its parameters.
 
-"Trigger DAG" shows a form (workers, parameter servers, steps, image, mode). Airflow
-checks each field against its schema when the run is triggered; then ``validate`` builds
-the full ``TFClusterSpec`` and rejects bad combinations (e.g. ``all_reduce`` with
+"Trigger DAG" shows a form (workers, parameter servers, steps, image, mode, TensorBoard).
+Airflow checks each field against its schema when the run is triggered; then ``validate``
+builds the full ``TFClusterSpec`` and rejects bad combinations (e.g. ``all_reduce`` with
 parameter servers) with an error naming the field - before anything is created.
+
+With "Start TensorBoard" ticked, a TensorBoard over the shared logs starts alongside the
+training, and the ``train`` task's "TensorBoard" button opens it. It keeps running after
+the run, so the curves stay visible; ``StopTensorBoardOperator`` (or the backend) stops it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from airflow_tfk.defaults import (
     NAMESPACE,
     STORAGE,
 )
+from airflow_tfk.operators.tensorboard import TensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 
 with DAG(
@@ -52,6 +57,12 @@ with DAG(
         "mode": Param(
             "parameter_server", enum=["parameter_server", "between_graph", "all_reduce"], title="Mode"
         ),
+        "tensorboard": Param(
+            False,
+            type="boolean",
+            title="Start TensorBoard",
+            description="A TensorBoard over the training's logs; the train task links to it.",
+        ),
     },
     render_template_as_native_obj=True,
     doc_md=__doc__,
@@ -80,11 +91,27 @@ with DAG(
         del spec["name"]
         return spec
 
+    @task.short_circuit
+    def tensorboard_wanted(params: dict | None = None) -> bool:
+        return bool(params["tensorboard"])
+
+    spec = validate()
+    # After validate, so a rejected run starts nothing; skipped unless the box is ticked.
+    (
+        spec
+        >> tensorboard_wanted()
+        >> TensorBoardOperator(
+            backend=BACKEND,
+            kubernetes_conn_id=KUBERNETES_CONN_ID,
+            claim=STORAGE["logs"]["claim"],
+            tensorboard={"namespace": NAMESPACE},
+        )
+    )
     TFTrainingOperator(
         task_id="train",
         backend=BACKEND,
         kubernetes_conn_id=KUBERNETES_CONN_ID,
         deferrable=DEFERRABLE,
-        cluster_spec=validate(),
+        cluster_spec=spec,
         progress_interval=10,
     )

@@ -16,3 +16,9 @@ fi
 # --compile-bytecode: every test and task process imports Airflow; without .pyc files
 # (e.g. under PYTHONDONTWRITEBYTECODE) each one recompiles it (measured: 2.7 s -> 1.6 s).
 VIRTUAL_ENV="$VENV" "$VENV/bin/uv" pip install --quiet --compile-bytecode -e ".[test,local,validate]"
+# The official TF Serving protos (PredictionService, ModelService) for the local model
+# server's gRPC API and gRPC clients. The PyPI package requires `tensorflow`, which would
+# pull a second, full TensorFlow next to `tensorflow-cpu`; everything it imports
+# (tensorflow.core protos, grpcio, protobuf) is already here, so it goes in without deps.
+VIRTUAL_ENV="$VENV" "$VENV/bin/uv" pip install --quiet --compile-bytecode --no-deps \
+  "tensorflow-serving-api>=2.16,<2.22"

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Headless Chromium and its WebDriver from Debian's packages, for the browser test
-# (tests/browser/). Idempotent: does nothing when /usr/bin/chromium is already there.
-# Called by that test's fixture on a fresh machine (CI), so nothing is installed by hand.
+# What the browser test (tests/browser/) needs from Debian: headless Chromium, its
+# WebDriver, and PostgreSQL (Airflow's database there, as in docker-compose.yaml).
+# Idempotent: installs only what is missing. Called by that test's fixture on a fresh
+# machine (CI), so nothing is installed by hand.
 set -euo pipefail
-if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
-  exit 0
-fi
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+[ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ]; then
-  echo "browser-deps: need root to apt-get install chromium chromium-driver" >&2
+  echo "browser-deps: need root to apt-get install ${missing[*]}" >&2
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
 # apt's own lock serialises concurrent callers; wait for it rather than fail.
 apt-get -o DPkg::Lock::Timeout=600 update -qq
-apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends chromium chromium-driver fonts-dejavu-core >/dev/null
-/usr/bin/chromium --version
+apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" fonts-dejavu-core >/dev/null
+echo "browser-deps: installed ${missing[*]}" >&2

@@ -1,17 +1,14 @@
 """Test-session environment: a throw-away Airflow home (SQLite), no example DAGs, quiet TF
-(set at import, before any test module imports Airflow); and the fixtures the operator,
-sensor and trigger tests share: a local-backend root and a stand-in training task.
+(set at import, before any test module imports Airflow); and the local-backend root the
+operator, sensor and trigger tests share (their helpers: tests/helpers.py).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-import time
 from pathlib import Path
-from types import SimpleNamespace
 
-import psutil
 import pytest
 
 _HOME = tempfile.mkdtemp(prefix="tfk-airflow-home-")
@@ -32,58 +29,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         shutil.rmtree(_HOME, ignore_errors=True)
 
 
-# -- shared fixtures of the operator, sensor and trigger tests ---------------------------
-
-
-ROOT = Path(__file__).resolve().parents[1]
-TRAINER = str(Path(__file__).parent / "operators" / "tasks" / "trainer.py")
-
-
-def task_context(
-    run_id: str = "manual__1", dag_id: str = "dag", task_id: str = "train", map_index: int = -1
-) -> dict:
-    """The part of an Airflow context the operators read: the task instance identity."""
-    return {
-        "ti": SimpleNamespace(
-            dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index, try_number=1
-        )
-    }
-
-
-def spec_dict(mode: str = "between_graph", workers: int = 2, **env: str) -> dict:
-    spec = {
-        "image": "local/unused:1",
-        "mode": mode,
-        "command": ["python", TRAINER],
-        "worker": {"replicas": workers},
-        "env": {"REPO_DIR": str(ROOT), **env},
-        "ps_grace_seconds": 0,
-    }
-    if mode != "all_reduce":
-        spec["ps"] = {"replicas": 1}
-    if mode == "parameter_server":
-        spec["chief"] = {"replicas": 1}
-    return spec
-
-
-def cluster_processes(root: Path) -> list[int]:
-    """Live processes started for any cluster under ``root`` (supervisors carry it in argv)."""
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(str(root) in part for part in p.info["cmdline"] or ()):
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    found.append(p.pid)
-        except psutil.Error:
-            pass
-    return found
-
-
-def assert_no_processes(root: Path, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while cluster_processes(root) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert cluster_processes(root) == []
+# -- the local-backend root of the operator, sensor and trigger tests ----------------------
+# (their helpers are an importable module: tests/helpers.py)
 
 
 @pytest.fixture
@@ -98,13 +45,3 @@ def local_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         from airflow_tfk.backends.base import ClusterRef
 
         backend.delete(ClusterRef(state.parent.name, state.parent.parent.name))
-
-
-@pytest.fixture
-def ns() -> SimpleNamespace:
-    return SimpleNamespace(
-        task_context=task_context,
-        spec_dict=spec_dict,
-        assert_no_processes=assert_no_processes,
-        cluster_processes=cluster_processes,
-    )

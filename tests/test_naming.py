@@ -180,3 +180,13 @@ def test_run_identity_round_trips_and_names_its_cluster():
     assert RunIdentity.from_dict(ident.to_dict()) == ident
     assert ident.cluster_name() == naming.cluster_name_for("d", "t", "r", 2)
     assert ident != RunIdentity("d", "t", "r", 1)
+
+
+def test_run_identity_is_a_frozen_hashable_value() -> None:
+    import dataclasses
+
+    ident = RunIdentity("d", "t", "r", 2)
+    assert {ident: 1}[RunIdentity("d", "t", "r", 2)] == 1
+    assert len({ident, RunIdentity("d", "t", "r", 2), RunIdentity("d", "t", "r")}) == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ident.run_id = "other"  # type: ignore[misc]

@@ -79,3 +79,14 @@ def test_status_roundtrip_and_summary() -> None:
     st = status(ps=[R], worker=[S, F])
     assert ClusterStatus.from_dict(st.to_dict()) == st
     assert st.summary() == "ps 1 running; worker 1 failed, 1 succeeded"
+
+
+def test_a_failed_evaluator_does_not_fail_the_training() -> None:
+    replicas = {"chief": 1, "ps": 1, "worker": 1, "evaluator": 1}
+    running = status(chief=[R], ps=[R], worker=[R], evaluator=[F])
+    assert evaluate(Mode.PARAMETER_SERVER, replicas, running).outcome is Outcome.RUNNING
+    done = status(chief=[S], ps=[R], worker=[R], evaluator=[F])
+    assert evaluate(Mode.PARAMETER_SERVER, replicas, done).outcome is Outcome.SUCCEEDED
+    # any other role still fails it
+    worker_failed = status(chief=[R], ps=[R], worker=[F], evaluator=[R])
+    assert evaluate(Mode.PARAMETER_SERVER, replicas, worker_failed).outcome is Outcome.FAILED

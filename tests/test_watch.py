@@ -33,3 +33,104 @@ def test_eta_unknown_before_first_step() -> None:
     assert p.eta_seconds() is None
     assert format_progress(p).endswith("ETA unknown")
     assert format_duration(3725) == "1:02:05"
+
+
+# -- the one translation of a wait's end ----------------------------------------------------
+def test_wait_result_and_failure_of() -> None:
+    import pytest
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+
+    from airflow_tfk.errors import TrainingFailed
+    from airflow_tfk.policies import Outcome, Verdict
+    from airflow_tfk.status import Phase, TaskStatus
+    from airflow_tfk.watch import failure_of, wait_result
+
+    oom = TaskStatus("worker", 1, Phase.FAILED, "OOMKilled", "", 137)
+    assert failure_of(wait_result(Verdict(Outcome.SUCCEEDED, "ok")), "c") is None
+    failed = failure_of(wait_result(Verdict(Outcome.FAILED, "task worker-1 failed", oom)), "c")
+    assert isinstance(failed, TrainingFailed) and (failed.task, failed.reason) == ("worker-1", "OOMKilled")
+    gone = failure_of(wait_result(Verdict(Outcome.FAILED, "the cluster no longer exists")), "c")
+    assert isinstance(gone, TrainingFailed) and (gone.task, gone.reason) == ("c", "Deleted")
+    late = failure_of(wait_result(Verdict(Outcome.RUNNING, "exceeded")), "c")
+    assert isinstance(late, AirflowTaskTimeout) and "cluster c: exceeded" in str(late)
+    error = failure_of({"status": "error", "message": "boom", "cluster": {"name": "c"}}, "c")
+    assert isinstance(error, TrainingFailed) and error.reason == "error"
+    with pytest.raises(TrainingFailed, match="worker-1 failed .*OOMKilled"):
+        raise failed
+
+
+def test_wait_for_cluster_gives_up_at_its_timeout(local_root) -> None:
+    import time
+
+    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.policies import Outcome
+    from airflow_tfk.spec import Mode, TFClusterSpec
+    from airflow_tfk.watch import wait_for_cluster
+    from tests.helpers import assert_no_processes, spec_dict
+
+    backend = LocalBackend(str(local_root))
+    spec = TFClusterSpec.from_dict(
+        {**spec_dict("all_reduce", workers=1, STEPS="1000", STEP_SECONDS="1"), "name": "w"}
+    )
+    ref = backend.create(spec)
+    lines: list[str] = []
+    started = time.monotonic()
+    verdict = wait_for_cluster(
+        backend, ref, Mode.ALL_REDUCE, {"worker": 1}, timeout=2, progress_interval=0.5, emit=lines.append
+    )
+    assert verdict.outcome is Outcome.RUNNING and verdict.message == "still running after 2 s"
+    assert 2 <= time.monotonic() - started < 30
+    assert any(line.startswith("cluster: worker") for line in lines)
+    backend.delete(ref)
+    assert_no_processes(local_root)
+
+
+def test_the_first_progress_line_shows_within_the_first_interval(tmp_path) -> None:
+    """A real local cluster whose chief prints its first progress line ~1 s after start
+    and trains for ~8 s: with a 30 s progress interval the line must still reach the log
+    long before the end (not only at the verdict)."""
+    import sys
+    import time
+
+    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.spec import Mode, TFClusterSpec
+    from airflow_tfk.watch import wait_for_cluster
+
+    chief = (
+        "import time, sys; from airflow_tfk.runtime.progress import progress_line as p; t = time.time(); "
+        "time.sleep(1); print(p(3, 100, 0.5, t), flush=True); time.sleep(8); "
+        "print(p(100, 100, 0.1, t, 'done'), flush=True)"
+    )
+    backend = LocalBackend(str(tmp_path / "root"), workdir=str(tmp_path), poll_interval=0.2)
+    spec = TFClusterSpec.from_dict(
+        {
+            "name": "first-line",
+            "image": "local",
+            "mode": "parameter_server",
+            "command": [sys.executable, "-c", "import time; time.sleep(60)"],
+            "chief": {"replicas": 1, "command": [sys.executable, "-c", chief]},
+            "ps": {"replicas": 1},
+            "worker": {"replicas": 1},
+            "ps_grace_seconds": 0,
+        }
+    )
+    ref = backend.create(spec)
+    seen: list[tuple[float, str]] = []
+    t0 = time.monotonic()
+    try:
+        verdict = wait_for_cluster(
+            backend,
+            ref,
+            Mode.PARAMETER_SERVER,
+            {"chief": 1, "ps": 1, "worker": 1},
+            timeout=60,
+            progress_interval=30,
+            emit=lambda msg: seen.append((time.monotonic() - t0, msg)),
+        )
+    finally:
+        backend.delete(ref)
+    assert verdict.outcome.value == "succeeded"
+    progress = [(t, m) for t, m in seen if m.startswith("[chief-0] step")]
+    assert progress and progress[0][1].startswith("[chief-0] step 3/100"), seen
+    assert progress[0][0] < 7, seen  # seconds after the wait began; the task ran ~9 s
+    assert progress[-1][1].startswith("[chief-0] step 100/100")

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.constants import BACKEND
 
 __all__ = ["Backend", "ClusterRef", "get_backend"]
 
 
-def get_backend(kind: str = "kubernetes", **config: Any) -> Backend:
+def get_backend(kind: str = BACKEND, **config: Any) -> Backend:
     """Build a backend from its kind and the ``config()`` of another instance.
 
     Imports lazily: selecting the local backend never loads the Kubernetes client.

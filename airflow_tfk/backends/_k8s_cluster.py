@@ -244,7 +244,6 @@ class ClusterTracker:
             exists=self._exists,
             _counts=dict(self._counts),
             _failed=tuple(self._failed.values()),
-            _index=dict(self._tasks),
         )
 
     def next_deadline(self) -> float | None:

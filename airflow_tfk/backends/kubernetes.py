@@ -53,6 +53,12 @@ from airflow_tfk.backends._k8s_watch import (
     watch_plan,
 )
 from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.constants import (
+    FIELD_MANAGER,
+    IMAGE_PULL_TIMEOUT_SECONDS,
+    KUBERNETES_CONN_ID,
+    UNSCHEDULABLE_TIMEOUT_SECONDS,
+)
 from airflow_tfk.kube.api import (
     BY_KIND,
     AsyncApi,
@@ -105,18 +111,15 @@ class KubernetesBackend(Backend):
 
     def __init__(
         self,
-        conn_id: str = "kubernetes_default",
+        conn_id: str = KUBERNETES_CONN_ID,
         cluster_context: str | None = None,
         config_file: str | None = None,
         in_cluster: bool | None = None,
-        unschedulable_timeout: float = 300,
-        image_pull_timeout: float = 120,
-        field_manager: str = "airflow-tfk",
+        unschedulable_timeout: float = UNSCHEDULABLE_TIMEOUT_SECONDS,
+        image_pull_timeout: float = IMAGE_PULL_TIMEOUT_SECONDS,
+        field_manager: str = FIELD_MANAGER,
     ) -> None:
-        self.conn_id = conn_id
-        self.cluster_context = cluster_context
-        self.config_file = config_file
-        self.in_cluster = in_cluster
+        self.connection = KubeConnection(conn_id, cluster_context, config_file, in_cluster)
         self.unschedulable_timeout = unschedulable_timeout
         self.image_pull_timeout = image_pull_timeout
         self.field_manager = field_manager
@@ -128,23 +131,16 @@ class KubernetesBackend(Backend):
 
     def config(self) -> dict[str, Any]:
         return {
-            "conn_id": self.conn_id,
-            "cluster_context": self.cluster_context,
-            "config_file": self.config_file,
-            "in_cluster": self.in_cluster,
+            **self.connection.config(),
             "unschedulable_timeout": self.unschedulable_timeout,
             "image_pull_timeout": self.image_pull_timeout,
             "field_manager": self.field_manager,
         }
 
     def __repr__(self) -> str:
-        return f"KubernetesBackend(conn_id={self.conn_id!r})"
+        return f"KubernetesBackend(conn_id={self.connection.conn_id!r})"
 
     # -- connections --------------------------------------------------------------------
-    @cached_property
-    def connection(self) -> KubeConnection:
-        return KubeConnection(self.conn_id, self.cluster_context, self.config_file, self.in_cluster)
-
     @property
     def hook(self) -> Any:
         return self.connection.hook
@@ -381,19 +377,6 @@ class KubernetesBackend(Backend):
             yield Request("DELETE", BY_KIND["Namespace"].item(None, ref.namespace), BACKGROUND)
             deleted.append(f"namespace {ref.namespace}")
         return ", ".join(deleted)
-
-    def _deleted_reason_plan(self, ref: ClusterRef) -> Plan:
-        result = yield Request(
-            "GET",
-            BY_KIND["Event"].collection(ref.namespace),
-            {"labelSelector": f"{LABEL_DELETED_CLUSTER}={ref.name}"},
-            optional=True,
-        )
-        events = (result[1] or {}).get("items") or [] if result else []
-        if not events:
-            return ""
-        newest = max(events, key=lambda e: (e.get("lastTimestamp") or "", e["metadata"].get("name", "")))
-        return str(newest.get("message") or "")
 
     # -- Kueue ----------------------------------------------------------------------------
     def queue_message(self, ref: ClusterRef) -> str | None:

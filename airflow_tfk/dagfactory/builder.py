@@ -26,7 +26,7 @@ _DIRECT_SPEC_FIELDS = frozenset({"model_name", "claim", "sub_path", "base_path",
 
 
 def build_params(training: TrainingFile) -> dict[str, Param]:
-    """The trigger form's Params; each default is checked against its own schema."""
+    """The trigger form's Params (their defaults are checked by :func:`check_params`)."""
     from airflow.sdk import Param
 
     out: dict[str, Param] = {}
@@ -37,15 +37,21 @@ def build_params(training: TrainingFile) -> dict[str, Param]:
             raise SpecError(
                 f"params.{name}.default", "is required: a scheduled run has nobody to fill in the form"
             )
+        out[name] = Param(definition["default"], **schema) if has_default else Param(**schema)
+    return out
+
+
+def check_params(params: dict[str, Param]) -> None:
+    """Each default against its own schema, naming the Param. (Airflow checks them itself
+    only for scheduled DAGs, with a message that does not say which Param.)"""
+    for name, param in params.items():
+        if not param.has_value:
+            continue
         try:
-            param = Param(definition["default"], **schema) if has_default else Param(**schema)
-            if has_default:
-                param.resolve(suppress_exception=False)
+            param.resolve(suppress_exception=False)
         except Exception as exc:  # jsonschema's SchemaError or Airflow's ParamValidationError
             detail = str(exc).strip().splitlines()[0]
             raise SpecError(f"params.{name}", f"invalid default or schema: {detail}") from None
-        out[name] = param
-    return out
 
 
 def _has_template(value: Any) -> bool:
@@ -77,23 +83,10 @@ def _doc(training: TrainingFile, text: str) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-def build_dag(training: TrainingFile, text: str = "") -> DAG:
-    """The DAG of one training file. Raises :class:`SpecError` naming the field.
-
-    :param text: the file's YAML, shown in the DAG's docs (the UI's code view shows the
-        loader's Python file, not the YAML).
-    """
+def _dag(t: TrainingFile, params: dict[str, Param], text: str, run_timeout: timedelta | None) -> DAG:
     from airflow.sdk import DAG
-    from airflow.sdk.exceptions import AirflowException
 
-    from airflow_tfk.operators.serving import PublishModelOperator
-    from airflow_tfk.operators.tensorboard import TensorBoardOperator
-    from airflow_tfk.operators.training import TFTrainingOperator
-
-    t = training
-    max_duration = timedelta(minutes=t.max_duration_minutes) if t.max_duration_minutes else None
-    run_timeout = timedelta(minutes=t.dagrun_timeout_minutes) if t.dagrun_timeout_minutes else None
-    dag = DAG(
+    return DAG(
         dag_id=t.dag_id,
         description=t.description,
         schedule=t.schedule,
@@ -102,7 +95,7 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
         max_active_runs=t.max_active_runs,
         dagrun_timeout=run_timeout,
         tags=["airflow-tfk", "dag-as-code", *t.tags],
-        params=build_params(t),
+        params=params,
         default_args={
             "owner": ", ".join(t.owners),
             "retries": t.retries,
@@ -112,6 +105,31 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
         render_template_as_native_obj=True,
         doc_md=_doc(t, text),
     )
+
+
+def build_dag(training: TrainingFile, text: str = "") -> DAG:
+    """The DAG of one training file. Raises :class:`SpecError` naming the field.
+
+    :param text: the file's YAML, shown in the DAG's docs (the UI's code view shows the
+        loader's Python file, not the YAML).
+    """
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_tfk.operators.serving import PublishModelOperator
+    from airflow_tfk.operators.tensorboard import TensorBoardOperator
+    from airflow_tfk.operators.training import TFTrainingOperator
+
+    t = training
+    max_duration = timedelta(minutes=t.max_duration_minutes) if t.max_duration_minutes else None
+    run_timeout = timedelta(minutes=t.dagrun_timeout_minutes) if t.dagrun_timeout_minutes else None
+    params = build_params(t)
+    if t.schedule is None:
+        check_params(params)  # a scheduled DAG's are checked by DAG() below
+    try:
+        dag = _dag(t, params, text, run_timeout)
+    except Exception:
+        check_params(params)  # the Param at fault, by name, if that was the reason
+        raise
     common: dict[str, Any] = {
         "backend": t.backend,
         "backend_config": t.backend_config,

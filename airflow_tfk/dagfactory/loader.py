@@ -59,11 +59,12 @@ class FolderResult:
     errors: list[TrainingFileError] = field(default_factory=list)
 
 
-def trainings_dir(dag_file: str | os.PathLike[str]) -> tuple[Path, bool]:
-    """The folder to load and whether it was configured (``$TFK_TRAININGS_DIR``; relative
-    to the DAG file's folder) rather than the default ``<dags>/../trainings``."""
+def trainings_dir(dag_file: str | os.PathLike[str], folder: str | None = None) -> tuple[Path, bool]:
+    """The folder to load and whether it was configured (``folder``, else
+    ``$TFK_TRAININGS_DIR``; relative to the DAG file's folder) rather than the default
+    ``<dags>/../trainings``."""
     here = Path(dag_file).resolve().parent
-    configured = os.environ.get(ENV_DIR, "").strip()
+    configured = folder if folder is not None else os.environ.get(ENV_DIR, "").strip()
     if configured:
         return (here / configured).resolve(), True
     return (here.parent / "trainings").resolve(), False
@@ -163,21 +164,27 @@ def dag_variable(dag_id: str) -> str:
     return "dag__" + "".join(c if c.isalnum() else "_" for c in dag_id)
 
 
-def load_into(namespace: dict[str, Any], dag_file: str) -> FolderResult:
+def load_into(namespace: dict[str, Any], dag_file: str, folder: str | None = None) -> FolderResult:
     """What ``dags/tfk_trainings.py`` does: load the folder, put each DAG into the DAG
-    file's globals, and report each broken file as an import error of that file."""
+    file's globals, and report each broken file as an import error of that file.
+
+    :param folder: the trainings folder of this DAG file (relative to its folder); default
+        ``$TFK_TRAININGS_DIR`` or ``<dags>/../trainings``. Several DAG files, each with its
+        own folder, spread a very large set of trainings over several DAG-processor parses.
+    """
     import logging
 
     from airflow_tfk.dagfactory.import_errors import report
 
-    folder, configured = trainings_dir(dag_file)
-    if not folder.is_dir():
+    where, configured = trainings_dir(dag_file, folder)
+    if not where.is_dir():
         if configured:
             # Nothing of this file can load: an import error of the DAG file itself is right.
-            raise FileNotFoundError(f"{ENV_DIR}={os.environ[ENV_DIR]}: no such directory {folder}")
-        logging.getLogger(__name__).warning("no training files: %s does not exist", folder)
+            given = folder if folder is not None else f"{ENV_DIR}={os.environ[ENV_DIR]}"
+            raise FileNotFoundError(f"{given}: no such directory {where}")
+        logging.getLogger(__name__).warning("no training files: %s does not exist", where)
         return FolderResult()
-    result = load_folder(folder)
+    result = load_folder(where)
     for dag_id, dag in result.dags.items():
         namespace[dag_variable(dag_id)] = dag
     if result.errors:

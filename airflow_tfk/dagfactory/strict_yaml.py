@@ -61,37 +61,43 @@ class _Builder:
         if isinstance(node, yaml.ScalarNode):
             return self._scalar(node, path)
         if isinstance(node, yaml.SequenceNode):
-            if node.tag != _SEQ_TAG:
-                raise SpecError(path or "spec", f"has a non-standard tag {node.tag!r}")
-            out = []
-            for i, item in enumerate(node.value):
-                where = f"{path}[{i}]"
-                self.lines.setdefault(where, item.start_mark.line + 1)
-                out.append(self.value(item, where, depth + 1))
-            return out
+            return self._sequence(node, path, depth)
         if isinstance(node, yaml.MappingNode):
-            if node.tag != _MAP_TAG:
-                raise SpecError(path or "spec", f"has a non-standard tag {node.tag!r}")
-            mapping: dict[Any, Any] = {}
-            for key_node, value_node in node.value:
-                if key_node.tag == _MERGE_TAG:
-                    raise SpecError(path or "spec", "uses a merge key (<<); write the keys out")
-                key = self.value(key_node, path, depth + 1)
-                if isinstance(key, (list, dict)):
-                    raise SpecError(path or "spec", "has a key that is not a scalar", key)
-                where = f"{path}.{key}" if path else str(key)
-                if key in mapping:
-                    exc = SpecError(
-                        where,
-                        f"is defined twice (lines {self.lines.get(where, '?')} and "
-                        f"{key_node.start_mark.line + 1}); remove one",
-                    )
-                    exc.line = key_node.start_mark.line + 1  # type: ignore[attr-defined]
-                    raise exc
-                self.lines[where] = key_node.start_mark.line + 1
-                mapping[key] = self.value(value_node, where, depth + 1)
-            return mapping
+            return self._mapping(node, path, depth)
         raise SpecError(path or "spec", f"has an unsupported YAML node {type(node).__name__}")
+
+    def _sequence(self, node: Any, path: str, depth: int) -> list[Any]:
+        if node.tag != _SEQ_TAG:
+            raise SpecError(path or "spec", f"has a non-standard tag {node.tag!r}")
+        out = []
+        for i, item in enumerate(node.value):
+            where = f"{path}[{i}]"
+            self.lines.setdefault(where, item.start_mark.line + 1)
+            out.append(self.value(item, where, depth + 1))
+        return out
+
+    def _mapping(self, node: Any, path: str, depth: int) -> dict[Any, Any]:
+        if node.tag != _MAP_TAG:
+            raise SpecError(path or "spec", f"has a non-standard tag {node.tag!r}")
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                raise SpecError(path or "spec", "uses a merge key (<<); write the keys out")
+            key = self.value(key_node, path, depth + 1)
+            if isinstance(key, (list, dict)):
+                raise SpecError(path or "spec", "has a key that is not a scalar", key)
+            where = f"{path}.{key}" if path else str(key)
+            if key in mapping:
+                exc = SpecError(
+                    where,
+                    f"is defined twice (lines {self.lines.get(where, '?')} and "
+                    f"{key_node.start_mark.line + 1}); remove one",
+                )
+                exc.line = key_node.start_mark.line + 1  # type: ignore[attr-defined]
+                raise exc
+            self.lines[where] = key_node.start_mark.line + 1
+            mapping[key] = self.value(value_node, where, depth + 1)
+        return mapping
 
     def _scalar(self, node: Any, path: str) -> Any:
         import yaml
@@ -106,6 +112,24 @@ def _first_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+def _check_depth(text: str | bytes) -> None:
+    """Refuse deep nesting on the event stream, before the composer (recursive, in C with
+    libyaml: a few hundred thousand brackets crash the interpreter) ever sees it."""
+    import yaml
+
+    depth = 0
+    for event in yaml.parse(text, Loader=_loader_class()):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                exc = SpecError("spec", f"is nested deeper than {MAX_DEPTH} levels")
+                mark = event.start_mark
+                exc.line = mark.line + 1 if mark is not None else None  # type: ignore[attr-defined]
+                raise exc
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
 def load_mapping(text: str | bytes) -> tuple[dict[str, Any], dict[str, int]]:
     """The top-level mapping of a YAML document and the line (1-based) of each key path.
 
@@ -117,6 +141,10 @@ def load_mapping(text: str | bytes) -> tuple[dict[str, Any], dict[str, int]]:
     size = len(text)
     if size > MAX_BYTES:
         raise SpecError("spec", f"is larger than {MAX_BYTES} bytes ({size})")
+    try:
+        _check_depth(text)
+    except yaml.YAMLError as exc:
+        raise SpecError("spec", f"is not valid YAML: {_first_line(exc)}") from None
     loader = _loader_class()(text)
     try:
         try:

@@ -38,12 +38,14 @@ through). Nothing is built here; Airflow-side checks (Params, the schedule) happ
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk import defaults
+from airflow_tfk.constants import CLEANUP, KUBERNETES_CONN_ID, PROGRESS_INTERVAL_SECONDS, Cleanup
 from airflow_tfk.errors import SpecError
 from airflow_tfk.run_policy import PreviousRunPolicy
 
@@ -127,10 +129,10 @@ class TrainingFile:
     owners: tuple[str, ...] = ("airflow",)
     tags: tuple[str, ...] = ()
     backend: str = "kubernetes"
-    kubernetes_conn_id: str = "kubernetes_default"
+    kubernetes_conn_id: str = KUBERNETES_CONN_ID
     backend_config: dict[str, Any] | None = None
     deferrable: bool = False
-    progress_interval: float = 30.0
+    progress_interval: float = PROGRESS_INTERVAL_SECONDS
     cleanup: str = "ps"
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     publish: dict[str, Any] | None = None
@@ -285,9 +287,23 @@ def with_param_defaults(value: Any, params: Mapping[str, Mapping[str, Any]]) -> 
     return value
 
 
+@functools.cache
+def _keywords(operator: type) -> frozenset[str]:
+    """The keyword-only parameters of an operator's ``__init__`` the file may set."""
+    import inspect
+
+    return (
+        frozenset(
+            name
+            for name, p in inspect.signature(operator).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY
+        )
+        - _MANAGED
+    )
+
+
 def _operator_options(value: object, key: str, operator: type, *, true_means: dict[str, Any]) -> dict | None:
     """The keyword arguments of one operator block; unknown keys are errors."""
-    import inspect
 
     if value is None or value is False:
         return None
@@ -295,15 +311,21 @@ def _operator_options(value: object, key: str, operator: type, *, true_means: di
         return dict(true_means)
     if not isinstance(value, Mapping):
         raise SpecError(key, "must be true, false or a mapping of the operator's options", value)
-    accepted = {
-        name
-        for name, p in inspect.signature(operator.__init__).parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY
-    } - _MANAGED
+    accepted = _keywords(operator)
     unknown = sorted(set(value) - accepted)
     if unknown:
         raise SpecError(f"{key}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(accepted))})")
+    if "base_path" in value:  # a local directory instead of the cluster's claim
+        return dict(value)
     return {**true_means, **dict(value)}
+
+
+def _with_namespace(options: object, where: str) -> dict[str, Any]:
+    if options is None:
+        options = {}
+    if not isinstance(options, Mapping):
+        raise SpecError(where, "must be a mapping", options)
+    return {"namespace": defaults.NAMESPACE, **options}
 
 
 def _claim_of(cluster: Mapping[str, Any], volume: str) -> str | None:
@@ -340,6 +362,25 @@ TOP_LEVEL = (
 )
 
 
+def _run_options(data: Mapping[str, Any]) -> tuple[str, str, str, float]:
+    """previous_run_policy, backend, cleanup and progress_interval, checked."""
+    policy = data.get("previous_run_policy", PreviousRunPolicy.ALLOW.value)
+    if policy not in {p.value for p in PreviousRunPolicy}:
+        raise SpecError(
+            "previous_run_policy", f"must be one of {', '.join(p.value for p in PreviousRunPolicy)}", policy
+        )
+    backend = data.get("backend", defaults.BACKEND)
+    if backend not in BACKENDS:
+        raise SpecError("backend", f"must be one of {', '.join(BACKENDS)}", backend)
+    cleanup = data.get("cleanup", CLEANUP.value)
+    if cleanup not in {c.value for c in Cleanup}:
+        raise SpecError("cleanup", "must be ps or all", cleanup)
+    progress = data.get("progress_interval", PROGRESS_INTERVAL_SECONDS)
+    if isinstance(progress, bool) or not isinstance(progress, (int, float)) or not 1 <= progress <= 3600:
+        raise SpecError("progress_interval", "must be a number of seconds between 1 and 3600", progress)
+    return policy, backend, cleanup, float(progress)
+
+
 def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str) -> TrainingFile:
     """Validate a training file's mapping. Raises :class:`SpecError` naming the field
     (``cluster.worker.replicas``, ``publish.serving.replicas``, ``params.steps.minimun``...)."""
@@ -353,20 +394,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     assert dag_id is not None
     if not _DAG_ID.match(dag_id):
         raise SpecError("dag_id", "must be letters, digits, '_', '.' and '-' (at most 250)", dag_id)
-    policy = data.get("previous_run_policy", PreviousRunPolicy.ALLOW.value)
-    if policy not in {p.value for p in PreviousRunPolicy}:
-        raise SpecError(
-            "previous_run_policy", f"must be one of {', '.join(p.value for p in PreviousRunPolicy)}", policy
-        )
-    backend = data.get("backend", defaults.BACKEND)
-    if backend not in BACKENDS:
-        raise SpecError("backend", f"must be one of {', '.join(BACKENDS)}", backend)
-    cleanup = data.get("cleanup", "ps")
-    if cleanup not in ("ps", "all"):
-        raise SpecError("cleanup", "must be ps or all", cleanup)
-    progress = data.get("progress_interval", 30.0)
-    if isinstance(progress, bool) or not isinstance(progress, (int, float)) or not 1 <= progress <= 3600:
-        raise SpecError("progress_interval", "must be a number of seconds between 1 and 3600", progress)
+    policy, backend, cleanup, progress = _run_options(data)
     max_minutes = _int(data, "max_duration_minutes", None, 1, 366 * 24 * 60)
     params = _params(data.get("params"))
 
@@ -394,6 +422,13 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     )
     if tensorboard is not None and not (tensorboard.get("claim") or tensorboard.get("base_path")):
         raise SpecError("tensorboard.claim", "is required (or give cluster.storage.logs.claim, or base_path)")
+    # Like the example DAGs, a file that names no namespace uses the deployment's ($TFK_NAMESPACE).
+    if publish is not None:
+        publish["serving"] = _with_namespace(publish.get("serving"), "publish.serving")
+    if tensorboard is not None:
+        tensorboard["tensorboard"] = _with_namespace(
+            tensorboard.get("tensorboard"), "tensorboard.tensorboard"
+        )
     return TrainingFile(
         dag_id=dag_id,
         source=source,
@@ -414,7 +449,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
         or defaults.KUBERNETES_CONN_ID,
         backend_config=_mapping(data, "backend_config"),
         deferrable=_bool(data, "deferrable", defaults.DEFERRABLE),
-        progress_interval=float(progress),
+        progress_interval=progress,
         cleanup=cleanup,
         params=params,
         publish=publish,
@@ -443,6 +478,7 @@ def _cluster(
                 f"must not exceed max_duration_minutes ({max_minutes} min = {limit} s)",
                 given,
             )
+    cluster.setdefault("namespace", defaults.NAMESPACE)
     probe = with_param_defaults(cluster, params)
     if not probe.get("name"):
         # The name the train task will derive (same length for every run), so the

@@ -126,6 +126,20 @@ def _headers(content_type: str | None, accept: str = "application/json") -> dict
     return headers
 
 
+def _call_args(
+    query: dict[str, Any] | None, body: Any, content_type: str | None, accept: str, timeout: Any
+) -> dict[str, Any]:
+    """``call_api`` arguments of both clients: the hook's auth, no model deserialisation."""
+    return {
+        "query_params": _query(query),
+        "header_params": _headers(content_type, accept),
+        "body": body,
+        "auth_settings": ["BearerToken"],
+        "_preload_content": False,
+        "_request_timeout": timeout,
+    }
+
+
 class SyncApi:
     """Plain-JSON requests through a ``kubernetes.client.ApiClient``."""
 
@@ -142,16 +156,7 @@ class SyncApi:
         accept: str = "application/json",
         timeout: Any = REQUEST_TIMEOUT,
     ) -> Any:
-        return self.client.call_api(
-            path,
-            method,
-            query_params=_query(query),
-            header_params=_headers(content_type, accept),
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout,
-        )
+        return self.client.call_api(path, method, **_call_args(query, body, content_type, accept, timeout))
 
     @retry_transient
     def request(
@@ -243,14 +248,7 @@ class AsyncApi:
         timeout: Any = REQUEST_TIMEOUT,
     ) -> Any:
         resp = await self.client.call_api(
-            path,
-            method,
-            query_params=_query(query),
-            header_params=_headers(content_type, accept),
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=timeout,
+            path, method, **_call_args(query, body, content_type, accept, timeout)
         )
         # Without preloading, kubernetes_asyncio does not check the status itself.
         if not 200 <= resp.status <= 299:

@@ -12,9 +12,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_tfk.constants import KUBERNETES_CONN_ID
 from airflow_tfk.kube.api import AsyncApi, SyncApi
-
-DEFAULT_CONN_ID = "kubernetes_default"
 
 
 @dataclass
@@ -27,7 +26,7 @@ class KubeConnection:
     :param in_cluster: use the pod's service account (overrides the connection's).
     """
 
-    conn_id: str = DEFAULT_CONN_ID
+    conn_id: str = KUBERNETES_CONN_ID
     cluster_context: str | None = None
     config_file: str | None = None
     in_cluster: bool | None = None

@@ -17,6 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,67 @@ def delay_for(exc: BaseException, attempt: int) -> float:
     return min(backoff * (0.5 + random.random() / 2), MAX_DELAY)
 
 
+@dataclass(frozen=True)
+class _Policy:
+    conflict: bool = False
+    attempts: int | None = None
+    statuses: frozenset[int] | None = None
+
+    def wait_before_retry(self, name: str, exc: Exception, attempt: int) -> float | None:
+        """Seconds to wait before calling again, or None: give up (re-raise ``exc``)."""
+        limit = self.attempts or ATTEMPTS
+        if attempt >= limit or not is_transient(exc, conflict=self.conflict, statuses=self.statuses):
+            return None
+        wait = delay_for(exc, attempt)
+        log.warning(
+            "%s: transient Kubernetes API error (%s); retry %d/%d in %.1fs",
+            name,
+            _short(exc),
+            attempt,
+            limit - 1,
+            wait,
+        )
+        return wait
+
+
+def _sync(fn: F, policy: _Policy) -> F:
+    name = getattr(fn, "__qualname__", repr(fn))
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        attempt = 1
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                wait = policy.wait_before_retry(name, exc, attempt)
+                if wait is None:
+                    raise
+            time.sleep(wait)
+            attempt += 1
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _async(fn: F, policy: _Policy) -> F:
+    name = getattr(fn, "__qualname__", repr(fn))
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        attempt = 1
+        while True:
+            try:
+                return await fn(*args, **kwargs)
+            except Exception as exc:
+                wait = policy.wait_before_retry(name, exc, attempt)
+                if wait is None:
+                    raise
+            await asyncio.sleep(wait)
+            attempt += 1
+
+    return wrapper  # type: ignore[return-value]
+
+
 def retry_transient(
     func: F | None = None,
     *,
@@ -112,61 +174,10 @@ def retry_transient(
     :param attempts: at most this many calls (default: the module's ``ATTEMPTS``).
     :param statuses: the HTTP statuses retried (default: ``TRANSIENT_STATUS``).
     """
+    policy = _Policy(conflict, attempts, statuses)
 
     def decorate(fn: F) -> F:
-        name = getattr(fn, "__qualname__", repr(fn))
-
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                attempt = 1
-                while True:
-                    try:
-                        return await fn(*args, **kwargs)
-                    except Exception as exc:
-                        if attempt >= (limit := attempts or ATTEMPTS) or not is_transient(
-                            exc, conflict=conflict, statuses=statuses
-                        ):
-                            raise
-                        wait = delay_for(exc, attempt)
-                        log.warning(
-                            "%s: transient Kubernetes API error (%s); retry %d/%d in %.1fs",
-                            name,
-                            _short(exc),
-                            attempt,
-                            limit - 1,
-                            wait,
-                        )
-                        await asyncio.sleep(wait)
-                        attempt += 1
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            attempt = 1
-            while True:
-                try:
-                    return fn(*args, **kwargs)
-                except Exception as exc:
-                    if attempt >= (limit := attempts or ATTEMPTS) or not is_transient(
-                        exc, conflict=conflict, statuses=statuses
-                    ):
-                        raise
-                    wait = delay_for(exc, attempt)
-                    log.warning(
-                        "%s: transient Kubernetes API error (%s); retry %d/%d in %.1fs",
-                        name,
-                        _short(exc),
-                        attempt,
-                        limit - 1,
-                        wait,
-                    )
-                    time.sleep(wait)
-                    attempt += 1
-
-        return wrapper  # type: ignore[return-value]
+        return _async(fn, policy) if inspect.iscoroutinefunction(fn) else _sync(fn, policy)
 
     if func is not None:
         return decorate(func)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_tfk.constants import BACKEND, KUBERNETES_CONN_ID
 from airflow_tfk.operators._context import backend_config, identity_from_context
 
 if TYPE_CHECKING:
@@ -38,9 +39,9 @@ class CreateTFClusterOperator(BaseOperator):
         self,
         *,
         cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
-        backend: str = "kubernetes",
+        backend: str = BACKEND,
         backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
+        kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         name_prefix: str = "tfk",
         **kwargs: Any,
     ) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_tfk.constants import BACKEND, KUBERNETES_CONN_ID
 from airflow_tfk.operators._context import backend_config, identity_from_context
 
 if TYPE_CHECKING:
@@ -29,7 +30,9 @@ class PublishModelOperator(BaseOperator):
     :param sub_path: directory inside the claim holding ``<model_name>/<version>/``. (templated)
     :param base_path: local backend only, instead of ``claim``: a directory holding
         ``<model_name>/<version>/``. (templated)
-    :param version: the version to publish; default: the newest exported one. (templated)
+    :param version: the version to publish; default: the version an upstream training
+        task of this run exported (its XCom's ``export``, for this ``model_name``), else
+        the newest exported one; ``"latest"``: the newest exported one. (templated)
     :param backend: ``kubernetes`` (default) or ``local``.
     :param backend_config: backend options (a training's ``backend_config`` works). (templated)
     :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
@@ -38,6 +41,14 @@ class PublishModelOperator(BaseOperator):
         load_timeout_seconds...). (templated)
     :param sample_request: the smoke ``:predict`` body; default: the one the training app
         exported with the version (``assets.extra/tfk_sample_request.json``). (templated)
+    :param quality_gate: publish only a "blessed" version: ``thresholds`` (metric ->
+        minimum; maximum for the metrics in ``lower_is_better``), ``max_regression`` (how
+        much worse than the serving version's recorded metrics, one number or per metric),
+        ``on_failure`` (``fail``, the default, or ``skip``). See
+        :class:`~airflow_tfk.serving.gate.QualityGate`. (templated)
+    :param metrics: the candidate's metrics, e.g. ``"{{ ti.xcom_pull('train')['metrics'] }}"``
+        (a mapping or its JSON text); default: the ``tfk_metrics.json`` the training app
+        exported with the version. Recorded next to the model config when published. (templated)
     :return: (XCom) ``model_name``, ``version``, ``previous_version``, ``endpoint`` (REST
         URL of the serving version; on Kubernetes through the API server's service proxy),
         ``predict_url``, ``kept_versions``, ``backend``.
@@ -52,6 +63,8 @@ class PublishModelOperator(BaseOperator):
         "backend_config",
         "serving",
         "sample_request",
+        "quality_gate",
+        "metrics",
     )
     ui_color = "#ffa000"
 
@@ -63,11 +76,13 @@ class PublishModelOperator(BaseOperator):
         sub_path: str = "",
         base_path: str | None = None,
         version: int | str | None = None,
-        backend: str = "kubernetes",
+        backend: str = BACKEND,
         backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
+        kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         serving: Mapping[str, Any] | None = None,
         sample_request: dict[str, Any] | None = None,
+        quality_gate: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -83,6 +98,8 @@ class PublishModelOperator(BaseOperator):
         self.kubernetes_conn_id = kubernetes_conn_id
         self.serving = serving
         self.sample_request = sample_request
+        self.quality_gate = quality_gate
+        self.metrics = metrics
 
     def spec(self) -> Any:
         """The validated :class:`ServingSpec` (raises ``SpecError`` naming the field)."""
@@ -116,15 +133,126 @@ class PublishModelOperator(BaseOperator):
             raise SpecError("version", "must be a non-negative integer", self.version)
         return version
 
+    def gate(self) -> Any:
+        """The validated :class:`QualityGate`, or None (raises ``SpecError`` naming the field)."""
+        from airflow_tfk.serving.gate import QualityGate
+
+        return None if self.quality_gate in (None, {}) else QualityGate.from_dict(self.quality_gate)
+
+    def _metrics(self) -> dict[str, Any] | None:
+        import json
+
+        from airflow_tfk.errors import SpecError
+
+        found: Any = self.metrics
+        if found in (None, "", "None"):
+            return None
+        if isinstance(found, str):
+            try:
+                found = json.loads(found)
+            except ValueError:
+                raise SpecError("metrics", "must be a mapping or its JSON text", found) from None
+        if not isinstance(found, Mapping):
+            raise SpecError("metrics", "must be a mapping metric -> value", found)
+        return dict(found)
+
+    def _upstream_version(self, context: Context) -> int | None:
+        """The version of ``model_name`` that an upstream training task of this run
+        exported (from its XCom), so another run's newer version is never published."""
+        ti = context["ti"]
+        found: dict[int, str] = {}
+        for task_id in sorted(self.upstream_task_ids):
+            value = ti.xcom_pull(task_ids=task_id)
+            export = value.get("export") if isinstance(value, dict) else None
+            if isinstance(export, dict) and export.get("model_name") == self.model_name:
+                found[int(export["version"])] = task_id
+        if len(found) > 1:
+            from airflow_tfk.errors import SpecError
+
+            raise SpecError(
+                "version", f"upstream tasks exported several versions of {self.model_name}", found
+            )
+        if found:
+            version, task_id = next(iter(found.items()))
+            self.log.info("publishing version %s, exported by %s in this run", version, task_id)
+            return version
+        self.log.info("no upstream training exported %s: publishing the newest version", self.model_name)
+        return None
+
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        from airflow_tfk.serving.base import NotBlessed
         from airflow_tfk.serving.publish import publish
         from airflow_tfk.serving.targets import get_serving_target
 
         spec = self.spec()
         version = self._version()
+        gate, metrics = self.gate(), self._metrics()
+        if version is None and self.version in (None, "", "None"):
+            version = self._upstream_version(context)
         config = backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
         if self.backend == "kubernetes":
             config["identity"] = identity_from_context(context)
         target = get_serving_target(self.backend, spec, **config)
-        result = publish(target, version, self.sample_request, emit=self.log.info)
+        try:
+            result = publish(
+                target, version, self.sample_request, emit=self.log.info, gate=gate, metrics=metrics
+            )
+        except NotBlessed as exc:
+            if exc.on_failure == "skip":
+                raise AirflowSkipException(str(exc)) from exc
+            raise
         return result.to_dict()
+
+
+class StopModelServerOperator(BaseOperator):
+    """Stop a model's TF Serving: the local model server process (the local backend), or
+    its Deployment, Service and ConfigMaps (Kubernetes). The model store is left alone.
+    Use it as a teardown of a DAG that published to a server it should not leave running.
+
+    :param model_name: the model whose server to stop. (templated)
+    :param backend: ``kubernetes`` (default) or ``local``.
+    :param backend_config: backend options (a training's ``backend_config`` works). (templated)
+    :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
+    :param serving: the :class:`~airflow_tfk.serving.spec.ServingSpec` fields that name the
+        server: ``name``, ``namespace``. (templated)
+    """
+
+    template_fields: Sequence[str] = ("model_name", "backend_config", "serving")
+    ui_color = "#ffccbc"
+
+    def __init__(
+        self,
+        *,
+        model_name: str,
+        backend: str = "kubernetes",
+        backend_config: dict[str, Any] | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        serving: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("task_id", "stop_model_server")
+        super().__init__(**kwargs)
+        if backend not in ("kubernetes", "local"):
+            raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {backend!r})")
+        self.model_name = model_name
+        self.backend = backend
+        self.backend_config = backend_config
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.serving = serving
+
+    def execute(self, context: Context) -> None:
+        from airflow_tfk.errors import SpecError
+        from airflow_tfk.serving.spec import ServingSpec
+        from airflow_tfk.serving.targets import get_serving_target
+
+        extra = dict(self.serving or {})
+        unknown = sorted(set(extra) - {"name", "namespace"})
+        if unknown:
+            raise SpecError(f"serving.{unknown[0]}", "only name and namespace name the server to stop")
+        # the claim only satisfies the spec's rules: stopping never touches the store
+        spec = ServingSpec(model_name=self.model_name, claim="unused", **extra)
+        config = backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
+        target = get_serving_target(self.backend, spec, **config)
+        target.delete(self.log.info)

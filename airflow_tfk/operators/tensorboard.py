@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
+from airflow_tfk.constants import BACKEND, KUBERNETES_CONN_ID, TensorBoardAction, backend_kind, choice
 from airflow_tfk.operators._context import backend_config, identity_from_context
 
 if TYPE_CHECKING:
@@ -88,28 +89,26 @@ class TensorBoardOperator(BaseOperator):
         claim: str | None = None,
         sub_path: str = "",
         base_path: str | None = None,
-        backend: str = "kubernetes",
+        backend: str = BACKEND,
         backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
+        kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         tensorboard: Mapping[str, Any] | None = None,
-        action: str = "start",
+        action: TensorBoardAction | str = TensorBoardAction.START,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("task_id", DEFAULT_TASK_ID)
         super().__init__(**kwargs)
-        if backend not in ("kubernetes", "local"):
-            raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {backend!r})")
-        if action not in ("start", "stop"):
-            raise ValueError(f"action: must be 'start' or 'stop' (got {action!r})")
+        kind = backend_kind(backend)
+        act = TensorBoardAction(choice(TensorBoardAction, action, "action"))
         self.name = name
         self.claim = claim
         self.sub_path = sub_path
         self.base_path = base_path
-        self.backend = backend
+        self.backend = kind
         self.backend_config = backend_config
         self.kubernetes_conn_id = kubernetes_conn_id
         self.tensorboard = tensorboard
-        self.action = action
+        self.action = act
 
     def spec(self, dag_id: str) -> Any:
         from airflow_tfk.serving.spec import TensorBoardSpec, default_name
@@ -135,7 +134,7 @@ class TensorBoardOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any] | None:
         server = self.server(context)
-        if self.action == "stop":
+        if self.action is TensorBoardAction.STOP:
             server.stop(self.log.info)
             return None
         url = server.start(self.log.info)

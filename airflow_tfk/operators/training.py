@@ -15,6 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_tfk.constants import (
+    BACKEND,
+    CLEANUP,
+    KUBERNETES_CONN_ID,
+    NAME_PREFIX,
+    PROGRESS_INTERVAL_SECONDS,
+    TENSORBOARD_TASK_ID,
+    Cleanup,
+    backend_kind,
+    choice,
+)
 from airflow_tfk.operators._context import backend_config, identity_from_context
 from airflow_tfk.operators.tensorboard import TensorBoardLink
 
@@ -26,6 +37,9 @@ if TYPE_CHECKING:
 
 # The trigger's own deadline fires first; Airflow's defer timeout is only a backstop.
 _DEFER_TIMEOUT_MARGIN = timedelta(minutes=5)
+# The evaluator evaluates the last checkpoint after the training's end: wait that long
+# for its final metrics even when the ps grace period is shorter.
+_EVALUATOR_MIN_WAIT = 20.0
 
 
 class TFTrainingOperator(BaseOperator):
@@ -44,7 +58,12 @@ class TFTrainingOperator(BaseOperator):
         link of this task opens.
     :param previous_run_policy: what to do with a still-alive cluster of an earlier run of
         this task: ``allow`` (default), ``kill_previous``, ``skip`` or ``wait``.
-    :return: (XCom) the cluster handle plus ``outcome``.
+    :return: (XCom) the cluster handle plus ``outcome``, and what the training produced:
+        ``metrics`` (what the app's ``after_train`` returned), ``eval_metrics`` (the
+        evaluator's last, with its ``step``), ``export`` (``model_name``, ``version``,
+        ``path``; also as ``model_name``, ``model_version``, ``model_path``) and
+        ``evaluator_error``. :class:`PublishModelOperator` downstream publishes
+        ``model_version`` by default.
 
     Maximum duration: set ``execution_timeout`` (Airflow side; also enforced while
     deferred) and the spec's ``max_duration_seconds`` (cluster side, ``activeDeadlineSeconds``).
@@ -58,30 +77,28 @@ class TFTrainingOperator(BaseOperator):
         self,
         *,
         cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
-        backend: str = "kubernetes",
+        backend: str = BACKEND,
         backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
+        kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         deferrable: bool = False,
-        cleanup: str = "ps",
-        progress_interval: float = 30.0,
-        name_prefix: str = "tfk",
+        cleanup: Cleanup | str = CLEANUP,
+        progress_interval: float = PROGRESS_INTERVAL_SECONDS,
+        name_prefix: str = NAME_PREFIX,
         previous_run_policy: str = "allow",
-        tensorboard_task_id: str = "tensorboard",
+        tensorboard_task_id: str = TENSORBOARD_TASK_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if cleanup not in ("ps", "all"):
-            raise ValueError(f"cleanup: must be 'ps' or 'all' (got {cleanup!r})")
+        self.cleanup = Cleanup(choice(Cleanup, cleanup, "cleanup"))
+        self.backend = backend_kind(backend)
         self.previous_run_policy = previous_run_policy
         self.tensorboard_task_id = tensorboard_task_id
         if "{{" not in previous_run_policy:
             _previous_run_policy(previous_run_policy)
         self.cluster_spec = cluster_spec
-        self.backend = backend
         self.backend_config = backend_config
         self.kubernetes_conn_id = kubernetes_conn_id
         self.deferrable = deferrable
-        self.cleanup = cleanup
         self.progress_interval = progress_interval
         self.name_prefix = name_prefix
         self._handle: ClusterHandle | None = None
@@ -95,7 +112,7 @@ class TFTrainingOperator(BaseOperator):
             apply_previous_run_policy,
             create_or_reattach,
         )
-        from airflow_tfk.watch import wait_for_cluster
+        from airflow_tfk.watch import wait_for_cluster, wait_result
 
         identity, spec, backend = self._resolve(context)
         handle = ClusterHandle.for_spec(spec, backend)
@@ -128,7 +145,7 @@ class TFTrainingOperator(BaseOperator):
             # Includes AirflowTaskTimeout and SIGTERM-driven exits: nothing may be left.
             self._teardown(handle, "the task stopped before the training finished")
             raise
-        return self._finish(handle, verdict.outcome.value, verdict.message, verdict.failed_task)
+        return self._finish(handle, wait_result(verdict))
 
     def _defer(self, handle: ClusterHandle) -> None:
         from airflow_tfk.triggers.workers import WorkersDoneTrigger
@@ -139,14 +156,8 @@ class TFTrainingOperator(BaseOperator):
             deadline = time.time() + self.execution_timeout.total_seconds()
             timeout = self.execution_timeout + _DEFER_TIMEOUT_MARGIN
         self.defer(
-            trigger=WorkersDoneTrigger(
-                cluster=handle.ref.to_dict(),
-                backend_kind=handle.backend_kind,
-                backend_config=handle.backend_config,
-                mode=handle.mode.value,
-                replicas=handle.replicas,
-                deadline=deadline,
-                progress_interval=self.progress_interval,
+            trigger=WorkersDoneTrigger.for_handle(
+                handle, deadline=deadline, progress_interval=self.progress_interval
             ),
             method_name="execute_complete",
             kwargs={"handle": handle.to_dict()},
@@ -157,7 +168,6 @@ class TFTrainingOperator(BaseOperator):
         self, context: Context, event: dict[str, Any], handle: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         from airflow_tfk.handle import ClusterHandle
-        from airflow_tfk.status import TaskStatus
 
         if handle is None:
             # `airflow dags test` (3.3) resumes with the event only, dropping the defer
@@ -165,12 +175,7 @@ class TFTrainingOperator(BaseOperator):
             handle = self._handle_of(context).to_dict()
         h = ClusterHandle.from_dict(handle)
         self._handle = h
-        status = str(event.get("status") or "error")
-        failed = event.get("failed_task")
-        outcome = {"success": "succeeded", "failed": "failed"}.get(status, status)
-        return self._finish(
-            h, outcome, str(event.get("message", "")), TaskStatus.from_dict(failed) if failed else None
-        )
+        return self._finish(h, event)
 
     def _resolve(self, context: Context) -> tuple[Any, TFClusterSpec, Any]:
         """Identity, validated spec and backend of this task instance (deterministic, so a
@@ -191,29 +196,51 @@ class TFTrainingOperator(BaseOperator):
         _, spec, backend = self._resolve(context)
         return ClusterHandle.for_spec(spec, backend)
 
-    def _finish(self, handle: ClusterHandle, outcome: str, message: str, failed_task: Any) -> dict[str, Any]:
-        from airflow_tfk.errors import TrainingFailed
+    def _finish(self, handle: ClusterHandle, result: dict[str, Any]) -> dict[str, Any]:
+        """The task's outcome of a finished wait (:func:`~airflow_tfk.watch.wait_result`
+        or the trigger's event): clean up after success, or tear down and raise."""
         from airflow_tfk.lifecycle import cleanup_after_success, delete_cluster
+        from airflow_tfk.watch import failure_of
 
-        if outcome != "succeeded":
+        message = str(result.get("message", ""))
+        error = failure_of(result, handle.ref.name)
+        if error is not None:
             self._teardown(handle, message)
-            if outcome == "timeout":
-                from airflow.sdk.exceptions import AirflowTaskTimeout
-
-                raise AirflowTaskTimeout(f"cluster {handle.ref.name}: {message}")
-            if failed_task is not None:
-                raise TrainingFailed(failed_task.name, failed_task.reason or "Error", message)
-            raise TrainingFailed(handle.ref.name, outcome, message)
+            raise error
         self.log.info("training succeeded: %s", message)
+        started = time.monotonic()
+        results = self._results(handle)
+        grace = max(0.0, handle.ps_grace_seconds - (time.monotonic() - started))
         try:
-            cleanup_after_success(handle, self.log.info)
-            if self.cleanup == "all":
+            cleanup_after_success(handle, self.log.info, grace_seconds=grace)
+            if self.cleanup is Cleanup.ALL:
                 delete_cluster(handle, self.log.info)
         except BaseException:
             self._teardown(handle, "clean-up after success was interrupted")
             raise
         self._handle = None
-        return {**handle.to_dict(), "outcome": "succeeded"}
+        return {**handle.to_dict(), "outcome": "succeeded", **results}
+
+    def _results(self, handle: ClusterHandle) -> dict[str, Any]:
+        """after_train's metrics, the evaluator's last metrics and the exported version,
+        from the tasks' logs, for XCom and one summary line. The evaluator gets the grace
+        period to evaluate the last checkpoint. Best effort: never fails the task."""
+        from airflow_tfk.training_results import collect_results
+
+        try:
+            results = collect_results(
+                handle.backend(),
+                handle.ref,
+                handle.replicas,
+                evaluator_wait=max(handle.ps_grace_seconds, _EVALUATOR_MIN_WAIT),
+            )
+        except Exception as exc:
+            self.log.warning("could not read the training's results: %s", exc)
+            return {}
+        if results.evaluator_error:
+            self.log.warning("the evaluator failed (the training did not): %s", results.evaluator_error)
+        self.log.info("%s", results.summary())
+        return results.to_xcom()
 
     def _teardown(self, handle: ClusterHandle, why: str) -> None:
         from airflow_tfk.lifecycle import teardown_after_failure

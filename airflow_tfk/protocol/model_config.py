@@ -149,34 +149,39 @@ def _message(tokens: list[tuple[str, str]], i: int, closer: str | None) -> tuple
             i += 1
         if i >= len(tokens):
             raise ConfigSyntaxError(f"field {tok} has no value")
-        vkind, value = tokens[i]
-        if value in ("{", "<"):
-            sub, i = _message(tokens, i + 1, "}" if value == "{" else ">")
-            out.setdefault(tok, []).append(sub)
-        elif vkind == "str":
-            parts = []
-            while i < len(tokens) and tokens[i][0] == "str":  # adjacent strings concatenate
-                parts.append(_unquote(tokens[i][1]))
-                i += 1
-            out.setdefault(tok, []).append("".join(parts))
-            continue
-        elif vkind in ("num", "ident"):
-            out.setdefault(tok, []).append(int(value) if vkind == "num" else value)
-            i += 1
-        elif value == "[":
-            i += 1
-            while tokens[i][1] != "]":
-                if tokens[i][1] != ",":
-                    out.setdefault(tok, []).append(int(tokens[i][1]))
-                i += 1
-            i += 1
-        else:
-            raise ConfigSyntaxError(f"field {tok}: unexpected {value!r}")
-        if i < len(tokens) and tokens[i][1] in (";", ","):
+        values, i, separated = _values(tokens, i, tok)
+        out.setdefault(tok, []).extend(values)
+        if separated and i < len(tokens) and tokens[i][1] in (";", ","):
             i += 1
     if closer is not None:
         raise ConfigSyntaxError(f"missing {closer!r}")
     return out, i
+
+
+def _values(tokens: list[tuple[str, str]], i: int, field: str) -> tuple[list[Any], int, bool]:
+    """The value(s) of ``field`` starting at ``i``; the index after them; and whether a
+    ``;``/``,`` separator may follow (not after a run of adjacent strings)."""
+    vkind, value = tokens[i]
+    if value in ("{", "<"):
+        sub, i = _message(tokens, i + 1, "}" if value == "{" else ">")
+        return [sub], i, True
+    if vkind == "str":
+        parts = []
+        while i < len(tokens) and tokens[i][0] == "str":  # adjacent strings concatenate
+            parts.append(_unquote(tokens[i][1]))
+            i += 1
+        return ["".join(parts)], i, False
+    if vkind in ("num", "ident"):
+        return [int(value) if vkind == "num" else value], i + 1, True
+    if value == "[":
+        i += 1
+        items = []
+        while tokens[i][1] != "]":
+            if tokens[i][1] != ",":
+                items.append(int(tokens[i][1]))
+            i += 1
+        return items, i + 1, True
+    raise ConfigSyntaxError(f"field {field}: unexpected {value!r}")
 
 
 def _one(msg: dict, key: str, default: Any = None) -> Any:

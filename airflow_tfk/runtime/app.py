@@ -33,15 +33,19 @@ Modes (``TFK_MODE``; inferred from the cluster when unset):
   synchronous.
 - ``between_graph``: TF1-style replication through ``tf.compat.v1``
   (``replica_device_setter``, ``MonitoredTrainingSession``); every worker trains and exits,
-  ps serve forever; asynchronous (``SyncReplicasOptimizer`` deadlocks when workers
-  finish at different times, so ``--tfk_sync`` is refused: use ``all_reduce``). A chief
-  task, if the cluster has one, trains as the chief replica.
+  ps serve forever; asynchronous, or synchronous with ``--tfk_sync``
+  (``SyncReplicasOptimizer``, its end-of-training deadlock designed out: see
+  :mod:`.between_graph`). A chief task, if the cluster has one, trains as the chief replica.
 - no cluster at all: a single local process (for developing an app).
 
+An ``evaluator`` task evaluates each new checkpoint (:mod:`.evaluator`).
+
 Hooks to override: :meth:`build_model`, :meth:`dataset`, :meth:`loss` (or
-:meth:`train_step` for a custom step), :meth:`build_optimizer`, :meth:`after_train`,
-:meth:`sample_input`, :meth:`serve`, :meth:`add_arguments`; :meth:`train` replaces the
-whole loop (then call :meth:`report` for progress).
+:meth:`train_step` for a custom step), :meth:`build_optimizer`, :meth:`evaluate` (or
+:meth:`eval_dataset`), :meth:`after_train`, :meth:`sample_input`, :meth:`serve`,
+:meth:`add_arguments`; :meth:`train` replaces the whole loop (then call :meth:`report`
+for progress). The loops live in :mod:`.loops` and :mod:`.between_graph`, the export in
+:mod:`.export`; the full reference is ``docs/training-app.md``.
 
 Exit codes: 0 done; 1 error in the app (permanent); 2 bad flags or cluster environment
 (permanent); 75 transient cluster failure (unreachable task, aborted session: retry).
@@ -50,42 +54,48 @@ Exit codes: 0 done; 1 error in the app (permanent); 2 bad flags or cluster envir
 from __future__ import annotations
 
 import argparse
-import collections
-import json
 import os
-import shutil
 import sys
-import tempfile
-import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from airflow_tfk.runtime import cluster as _cluster
 from airflow_tfk.runtime import progress as _progress
+from airflow_tfk.runtime.exits import (
+    EXIT_APP_ERROR,
+    EXIT_OK,
+    EXIT_RETRYABLE,
+    EXIT_USAGE,
+    UsageError,
+    exit_code,
+    is_transient,
+    log,
+)
+from airflow_tfk.runtime.export import METRICS_FILE, SAMPLE_REQUEST, export_model, next_version
 from airflow_tfk.runtime.flags import PlatformFlags, add_platform_flags
+from airflow_tfk.runtime.loops import ALL_REDUCE, BETWEEN_GRAPH, LOCAL, PARAMETER_SERVER
+from airflow_tfk.runtime.reporter import Reporter
 
-EXIT_OK = 0
-EXIT_APP_ERROR = 1
-EXIT_USAGE = 2
-EXIT_RETRYABLE = 75  # EX_TEMPFAIL
+__all__ = [
+    "ALL_REDUCE",
+    "BETWEEN_GRAPH",
+    "EXIT_APP_ERROR",
+    "EXIT_OK",
+    "EXIT_RETRYABLE",
+    "EXIT_USAGE",
+    "LOCAL",
+    "METRICS_FILE",
+    "MODES",
+    "PARAMETER_SERVER",
+    "SAMPLE_REQUEST",
+    "TrainingApp",
+    "UsageError",
+    "infer_mode",
+    "next_version",
+]
 
-SAMPLE_REQUEST = "tfk_sample_request.json"
-METRICS_FILE = "tfk_metrics.json"
-
-PARAMETER_SERVER = "parameter_server"
-ALL_REDUCE = "all_reduce"
-BETWEEN_GRAPH = "between_graph"
-LOCAL = "local"
 MODES = (PARAMETER_SERVER, ALL_REDUCE, BETWEEN_GRAPH)
-
-
-class UsageError(Exception):
-    """Flags or environment that cannot work (exit code 2)."""
-
-
-def _log(msg: str) -> None:
-    print(f"[tfk] {msg}", file=sys.stderr, flush=True)
 
 
 def infer_mode(info: _cluster.TaskInfo | None) -> str:
@@ -99,55 +109,6 @@ def infer_mode(info: _cluster.TaskInfo | None) -> str:
     if info.num("ps"):
         return PARAMETER_SERVER if info.num("chief") else BETWEEN_GRAPH
     return ALL_REDUCE
-
-
-def next_version(model_dir: str) -> int:
-    """One more than the newest integer version under ``model_dir`` (1 if none)."""
-    try:
-        versions = [int(n) for n in os.listdir(model_dir) if n.isdigit()]
-    except FileNotFoundError:
-        versions = []
-    return max(versions, default=0) + 1
-
-
-class _Reporter:
-    """Progress lines on stdout (and loss summaries for TensorBoard) every N steps."""
-
-    def __init__(self, total: int, every: int, enabled: bool, log_dir: str | None):
-        self.total, self.every, self.enabled = total, every, enabled
-        self.start_time = time.time()
-        self.last_step: int | None = None
-        self.last_loss: float | None = None
-        self._writer = None
-        self._log_dir = log_dir if enabled else None
-
-    def _summary(self, step: int, loss: float | None) -> None:
-        if self._log_dir is None or loss is None:
-            return
-        import tensorflow as tf
-
-        if self._writer is None:
-            self._writer = tf.summary.create_file_writer(self._log_dir)
-        with self._writer.as_default():
-            tf.summary.scalar("loss", loss, step=step)
-
-    def due(self, step: int) -> bool:
-        return self.last_step is None or step // self.every > self.last_step // self.every
-
-    def report(self, step: int, loss: float | None, status: str = "running", force: bool = False) -> None:
-        if loss is not None:
-            self.last_loss = float(loss)
-        if not self.enabled or not (force or self.due(step)):
-            return
-        self.last_step = step
-        print(_progress.progress_line(step, self.total, self.last_loss, self.start_time, status), flush=True)
-        if status == "running":
-            self._summary(step, self.last_loss)
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
-            self._writer.close()
 
 
 class TrainingApp:
@@ -171,7 +132,7 @@ class TrainingApp:
         self.model: Any = None
         self.optimizer: Any = None
         self.step: int = 0
-        self._reporter: _Reporter | None = None
+        self._reporter: Reporter | None = None
 
     # ==== hooks ==========================================================================
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -232,19 +193,48 @@ class TrainingApp:
     def train(self) -> None:
         """The training loop of the mode. Override only to replace it entirely."""
         if self.mode == PARAMETER_SERVER:
-            self._train_parameter_server()
+            from airflow_tfk.runtime.loops import train_parameter_server
+
+            train_parameter_server(self)
         elif self.mode == BETWEEN_GRAPH:
-            self._train_between_graph()
+            from airflow_tfk.runtime.between_graph import train_between_graph
+
+            train_between_graph(self)
         else:
-            self._train_synchronous()
+            from airflow_tfk.runtime.loops import train_synchronous
+
+            train_synchronous(self)
 
     def after_train(self, model) -> dict | None:
         """Evaluate; return metrics (JSON-serialisable) or None.
 
         Runs on the exporting task only (the chief, or worker 0), with a plain local
-        Keras model holding the trained weights (the one that is exported).
+        Keras model holding the trained weights (the one that is exported). The metrics
+        are printed as a ``metrics`` line (the provider puts them in XCom) and saved
+        with the export. The default returns :meth:`evaluate`'s metrics.
         """
+        return self.evaluate(model)
+
+    def eval_dataset(self):
+        """Held-out data for the default :meth:`evaluate`: a finite ``tf.data.Dataset`` of
+        ``(features, labels)`` batches, or None (the default)."""
         return None
+
+    def evaluate(self, model) -> dict | None:
+        """Metrics of ``model`` (a plain local Keras model) on held-out data, or None.
+
+        The evaluator role calls it for every new checkpoint. The default computes the
+        mean :meth:`loss` over :meth:`eval_dataset` (``{"loss": ..., "rows": ...}``).
+        """
+        dataset = self.eval_dataset()
+        if dataset is None:
+            return None
+        total, rows = 0.0, 0
+        for features, labels in dataset:
+            n = int(labels.shape[0])
+            total += float(self.loss(labels, model(features, training=False))) * n
+            rows += n
+        return {"loss": total / rows if rows else float("nan"), "rows": rows}
 
     def sample_input(self):
         """A few input rows (numpy array) for the serving smoke test, or None."""
@@ -273,6 +263,10 @@ class TrainingApp:
         self.step = step
         if self._reporter is not None:
             self._reporter.report(step, loss, force=force)
+
+    def progress_due(self, step: int) -> bool:
+        """Would :meth:`report` print a line at ``step``? (Saves fetching a loss.)"""
+        return self._reporter is not None and self._reporter.due(step)
 
     # ==== entry points ====================================================================
     @classmethod
@@ -308,23 +302,23 @@ class TrainingApp:
             )
             self.mode = infer_mode(self.task)
         except (_cluster.ClusterConfigError, UsageError) as exc:
-            _log(f"error: {exc}")
+            log(f"error: {exc}")
             return EXIT_USAGE
         where = "local" if self.task is None else f"{self.task.role}:{self.task.index}"
-        _log(f"{type(self).__name__}: mode {self.mode}, task {where}")
+        log(f"{type(self).__name__}: mode {self.mode}, task {where}")
         try:
             self._configure_tensorflow()
             return self._dispatch()
         except UsageError as exc:
-            _log(f"error: {exc}")
+            log(f"error: {exc}")
             self._final_progress("failed")
             return EXIT_USAGE
         except BaseException as exc:  # noqa: B036 - report every way of dying
             traceback.print_exc()
             self._final_progress("failed")
             if isinstance(exc, KeyboardInterrupt | SystemExit):
-                return 130 if isinstance(exc, KeyboardInterrupt) else _exit_code(exc)
-            return EXIT_RETRYABLE if _is_transient(exc) else EXIT_APP_ERROR
+                return 130 if isinstance(exc, KeyboardInterrupt) else exit_code(exc)
+            return EXIT_RETRYABLE if is_transient(exc) else EXIT_APP_ERROR
 
     # ==== platform internals ==============================================================
     def _final_progress(self, status: str) -> None:
@@ -349,25 +343,20 @@ class TrainingApp:
             )
         if self.flags.sync is False and self.mode == ALL_REDUCE:
             raise UsageError("--tfk_async: all_reduce mode is synchronous only")
-        if self.flags.sync is True and self.mode == BETWEEN_GRAPH:
-            # SyncReplicasOptimizer (deprecated) deadlocks at the end of training as soon as
-            # one worker stops before the others; all_reduce is TF's synchronous mode.
-            raise UsageError(
-                "--tfk_sync: between_graph mode is asynchronous in this runtime; "
-                "use all_reduce for synchronous training"
-            )
 
     def _dispatch(self) -> int:
         role = self.task.role if self.task else None
         if role == "evaluator":
-            _log("the evaluator role has nothing to do in this runtime yet; exiting")
+            from airflow_tfk.runtime.evaluator import run_evaluator
+
+            run_evaluator(self)
             return EXIT_OK
         if self.mode in (PARAMETER_SERVER, BETWEEN_GRAPH) and (
             role == "ps" or (self.mode == PARAMETER_SERVER and role == "worker")
         ):
             self._serve_forever()
             return EXIT_OK  # not reached
-        self._reporter = _Reporter(
+        self._reporter = Reporter(
             self.flags.steps, self.flags.progress_every, enabled=True, log_dir=self._summary_dir()
         )
         self.train()
@@ -376,13 +365,20 @@ class TrainingApp:
         return EXIT_OK
 
     def _summary_dir(self) -> str | None:
-        if not self.flags.log_dir:
+        if not self.flags.log_dir or not self.is_chief:
             return None
-        name = os.environ.get("TFK_CLUSTER_NAME") or self.flags.model_name or "train"
-        task = "local" if self.task is None else f"{self.task.role}-{self.task.index}"
-        return os.path.join(self.flags.log_dir, name, task) if self.is_chief else None
+        return self.summary_dir_for("local" if self.task is None else self.task.role)
 
-    def _server(self):
+    def summary_dir_for(self, role: str) -> str:
+        """``<log dir>/<cluster or model name>/<role>-<index>``: TensorBoard shows each
+        task of a training as its own run."""
+        assert self.flags.log_dir
+        name = os.environ.get("TFK_CLUSTER_NAME") or self.flags.model_name or "train"
+        task = role if self.task is None else f"{role}-{self.task.index}"
+        return os.path.join(self.flags.log_dir, name, task)
+
+    def server(self) -> Any:
+        """This task's ``tf.distribute.Server`` (started)."""
         import tensorflow as tf
 
         info = self.task
@@ -398,273 +394,45 @@ class TrainingApp:
     def _serve_forever(self) -> None:
         """ps (and parameter_server workers): serve until killed. By design: the
         provider deletes these tasks once training has succeeded."""
-        server = self._server()
-        _log(f"{self.task.role}:{self.task.index} serving at {self.task.address}")
+        assert self.task is not None
+        server = self.server()
+        log(f"{self.task.role}:{self.task.index} serving at {self.task.address}")
         server.join()
 
-    def _wait(self, roles: Sequence[str], tcp: bool = True) -> None:
+    def wait_for(self, roles: Sequence[str], tcp: bool = True) -> None:
+        """Wait (``--tfk_cluster_wait`` at most) until the tasks of ``roles`` are reachable."""
         assert self.task is not None
         _cluster.wait_for_cluster(self.task, roles=roles, tcp=tcp, timeout=self.flags.cluster_wait)
 
-    def _checkpoint_manager(self, checkpoint, directory: str | None):
-        import tensorflow as tf
-
-        if not directory:
-            return None
-        return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=3)
-
-    def _restore(self, checkpoint, manager, step_var) -> int:
-        if manager is None or not manager.latest_checkpoint:
-            return 0
-        checkpoint.restore(manager.latest_checkpoint).expect_partial()
-        step = int(step_var.numpy())
-        _log(f"resumed from {manager.latest_checkpoint} at step {step}")
-        return step
-
-    # ---- parameter_server ---------------------------------------------------------------
-    def _train_parameter_server(self) -> None:
-        import tensorflow as tf
-
-        info = self.task
-        assert info is not None
-        self._wait(["ps", "worker"])
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        self.strategy = tf.distribute.ParameterServerStrategy(resolver)
-        self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
-        with self.strategy.scope():
-            self.model = self.build_model()
-            self.optimizer = self.build_optimizer()
-            self.optimizer.build(self.model.trainable_variables)
-            step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfk_step")
-        checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=step_var)
-        manager = self._checkpoint_manager(checkpoint, self.flags.checkpoint_dir)
-        self.step = self._restore(checkpoint, manager, step_var)
-        total, spc = self.flags.steps, self.flags.steps_per_call
-        self.report(self.step, None, force=True)
-        strategy = self.strategy
-
-        def dataset_fn():
-            return strategy.distribute_datasets_from_function(self.dataset)
-
-        iterator = iter(self.coordinator.create_per_worker_dataset(dataset_fn))
-
-        if spc == 1:
-
-            @tf.function
-            def worker_fn(it):
-                per_replica = strategy.run(self.train_step, args=(next(it),))
-                return strategy.reduce("MEAN", per_replica, axis=None)
-        else:
-
-            @tf.function
-            def worker_fn(it):
-                loss = tf.constant(0.0)
-                for _ in tf.range(spc):
-                    per_replica = strategy.run(self.train_step, args=(next(it),))
-                    loss = strategy.reduce("MEAN", per_replica, axis=None)
-                return loss
-
-        # Scheduling is asynchronous. Every `interval` steps the closure just scheduled
-        # becomes a marker; the marker from `lag` intervals earlier is fetched, which gives
-        # the progress (and its loss) with one round trip per interval, keeps the workers
-        # fed with `lag` intervals of work (at least ~8 closures per worker), and almost
-        # never waits (that step has usually run already). The other steps' results are
-        # never touched.
-        interval = max(spc, min(self.flags.progress_every, 10))
-        lag = max(4, -(-8 * max(1, info.num("worker")) * spc // interval))
-        every_ckpt = self.flags.checkpoint_every if manager is not None else 0
-        scheduled = done = self.step
-        markers: collections.deque = collections.deque()
-        next_marker = scheduled
-
-        while scheduled < total:
-            rv = self.coordinator.schedule(worker_fn, args=(iterator,))
-            scheduled += spc
-            if scheduled - next_marker < interval and scheduled < total:
-                continue
-            markers.append((rv, scheduled))
-            next_marker = scheduled
-            if len(markers) > lag:
-                old, old_step = markers.popleft()
-                loss = float(old.fetch())  # waits until that step has run
-                done = max(done, min(total, old_step))
-                self.report(done, loss)
-            if (
-                every_ckpt
-                and scheduled < total
-                and scheduled // every_ckpt > (scheduled - interval) // every_ckpt
-            ):
-                # finish what is in flight so the checkpoint's step count is exact
-                self.coordinator.join()
-                done = min(total, scheduled)
-                self.report(done, float(markers[-1][0].fetch()))
-                markers.clear()
-                step_var.assign(done)
-                manager.save(checkpoint_number=done)
-        self.coordinator.join()
-        done = min(total, scheduled)
-        if markers:
-            self.report(done, float(markers[-1][0].fetch()))
-        self.step = done
-        step_var.assign(done)
-        if manager is not None:
-            manager.save(checkpoint_number=done)
-        self._finish(self.model)
-
-    # ---- all_reduce and local -----------------------------------------------------------
-    def _train_synchronous(self) -> None:
-        import tensorflow as tf
-
-        if self.mode == ALL_REDUCE:
-            assert self.task is not None
-            # Peers open their ports inside the strategy's constructor: wait for names only.
-            self._wait(["chief", "worker"], tcp=False)
-            self.strategy = tf.distribute.MultiWorkerMirroredStrategy()
-        else:
-            self.strategy = tf.distribute.get_strategy()
-        strategy = self.strategy
-        with strategy.scope():
-            self.model = self.build_model()
-            self.optimizer = self.build_optimizer()
-            self.optimizer.build(self.model.trainable_variables)
-            step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="tfk_step")
-        checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=step_var)
-        ckpt_dir = self.flags.checkpoint_dir
-        write_dir = ckpt_dir
-        if ckpt_dir and not self.is_chief:
-            # every MWMS worker must take part in saving; only the chief's copy is kept
-            write_dir = os.path.join(ckpt_dir, ".tmp", f"{self.task.role}-{self.task.index}")  # type: ignore[union-attr]
-        read_manager = self._checkpoint_manager(checkpoint, ckpt_dir)
-        manager = read_manager if write_dir == ckpt_dir else self._checkpoint_manager(checkpoint, write_dir)
-        self.step = self._restore(checkpoint, read_manager, step_var)
-        total = self.flags.steps
-        self.report(self.step, None, force=True)
-        if self.mode == ALL_REDUCE:
-            iterator = iter(strategy.distribute_datasets_from_function(self.dataset))
-        else:
-            iterator = iter(self.dataset(None))
-
-        @tf.function
-        def step_fn(it):
-            per_replica = strategy.run(self.train_step, args=(next(it),))
-            return strategy.reduce("MEAN", per_replica, axis=None)
-
-        every_ckpt = self.flags.checkpoint_every
-        while self.step < total:
-            loss = step_fn(iterator)
-            self.step += 1
-            if self._reporter is not None and self._reporter.due(self.step):
-                self.report(self.step, float(loss))
-            if manager is not None and every_ckpt and self.step % every_ckpt == 0 and self.step < total:
-                step_var.assign(self.step)
-                manager.save(checkpoint_number=self.step)
-        step_var.assign(self.step)
-        if manager is not None:
-            manager.save(checkpoint_number=self.step)
-        if write_dir != ckpt_dir and write_dir:
-            shutil.rmtree(write_dir, ignore_errors=True)
-        self._finish(self.model)
-
-    # ---- between_graph (TF1 style) ------------------------------------------------------
-    def _train_between_graph(self) -> None:
-        import tensorflow as tf
-
-        info = self.task
-        assert info is not None
-        v1 = tf.compat.v1
-        server = self._server()
-        self._wait(["ps"])
-        # replicas: the chief (if any) first, then the workers
-        n_replicas = info.num("chief") + info.num("worker")
-        replica_id = info.index + (info.num("chief") if info.role == "worker" else 0)
-        is_chief = info.is_chief
-        total = self.flags.steps
-        graph = tf.Graph()
-        with graph.as_default():
-            setter = v1.train.replica_device_setter(
-                worker_device=f"/job:{info.role}/task:{info.index}",
-                cluster=tf.train.ClusterSpec(info.cluster),
-            )
-            with graph.device(setter):
-                global_step = v1.train.get_or_create_global_step()
-                ctx = tf.distribute.InputContext(
-                    num_input_pipelines=n_replicas, input_pipeline_id=replica_id, num_replicas_in_sync=1
-                )
-                features, labels = v1.data.make_one_shot_iterator(self.dataset(ctx)).get_next()
-                self.model = model = self.build_model()
-                outputs = model(features, training=True)
-                loss = self.loss(labels, outputs)
-                optimizer = self.build_v1_optimizer()
-                hooks = [v1.train.StopAtStepHook(last_step=total)]
-                train_op = optimizer.minimize(loss, global_step=global_step)
-                with tf.control_dependencies([train_op]):
-                    step_after = global_step.read_value()
-                weights = [w.value if hasattr(w, "value") else w for w in model.weights]
-            config = v1.ConfigProto(device_filters=["/job:ps", f"/job:{info.role}/task:{info.index}"])
-            every_ckpt = self.flags.checkpoint_every
-            if not is_chief:
-                # A non-chief's session manager polls every 30 s for the chief to
-                # initialise the variables: poll faster so the workers start together.
-                deadline = time.monotonic() + self.flags.cluster_wait
-                with v1.Session(server.target, config=config) as probe:
-                    not_ready = v1.report_uninitialized_variables(v1.global_variables())
-                    while len(probe.run(not_ready)):
-                        if time.monotonic() > deadline:
-                            raise _cluster.ClusterWaitTimeout(
-                                f"the chief did not initialise the variables within "
-                                f"{self.flags.cluster_wait:g}s"
-                            )
-                        time.sleep(0.5)
-            with v1.train.MonitoredTrainingSession(
-                master=server.target,
-                is_chief=is_chief,
-                checkpoint_dir=self.flags.checkpoint_dir,
-                save_checkpoint_steps=(every_ckpt or None) if self.flags.checkpoint_dir else None,
-                save_checkpoint_secs=None,
-                save_summaries_steps=None,
-                save_summaries_secs=None,
-                log_step_count_steps=0,
-                hooks=hooks,
-                config=config,
-            ) as sess:
-                self.step = int(sess.run(global_step))
-                self.report(self.step, None, force=True)
-                while not sess.should_stop():
-                    loss_value, step = sess.run([loss, step_after])
-                    self.step = min(total, int(step))
-                    self.report(self.step, float(loss_value))
-            # The monitored session is closed; the variables live on the ps, so a plain
-            # session reads the final global step (another worker may have taken the last
-            # step) and, on the chief, the trained weights.
-            with v1.Session(server.target, config=config) as plain:
-                self.step = min(total, int(plain.run(global_step)))
-                values = plain.run(weights) if is_chief else None
-        if is_chief:
-            fresh = self.build_model()
-            fresh.set_weights(values)
-            self._finish(fresh, fresh_copy=False)
-
-    # ---- after training: evaluate and export --------------------------------------------
-    def _finish(self, model, fresh_copy: bool = True) -> None:
+    # ==== after training: evaluate and export ===============================================
+    def finish(self, model: Any, fresh_copy: bool = True) -> None:
+        """On the exporting task: :meth:`after_train` on a plain local copy of ``model``,
+        its metrics as a ``metrics`` line, then :meth:`export`."""
         if not self.is_chief:
             return
-        local = self._local_copy(model) if fresh_copy else model
+        local = self.local_copy(model) if fresh_copy else model
         metrics = self.after_train(local)
         if metrics:
             print(_progress.event_line("metrics", **metrics), flush=True)
         self.export(local, metrics)
 
-    def _local_copy(self, model):
+    def local_copy(self, model: Any) -> Any:
         """A fresh, undistributed model with ``model``'s weights: what is exported."""
+        fresh = self.local_copy_for_eval()
+        fresh.set_weights(model.get_weights())
+        return fresh
+
+    def local_copy_for_eval(self) -> Any:
+        """A fresh, built, undistributed model (weights to be restored or set)."""
         fresh = self.build_model()
         if not fresh.built:
             sample = self.sample_input()
             if sample is not None:
                 fresh(sample)
-        fresh.set_weights(model.get_weights())
         return fresh
 
-    def serving_input_signature(self, model) -> list:
+    def serving_input_signature(self, model: Any) -> list[Any]:
+        """The ``serving_default`` input: from :meth:`sample_input`, else the model's input."""
         import tensorflow as tf
 
         sample = self.sample_input()
@@ -681,90 +449,20 @@ class TrainingApp:
         shape = list(inputs[0].shape)
         return [tf.TensorSpec([None, *shape[1:]], inputs[0].dtype, name="inputs")]
 
-    def export(self, model, metrics: dict | None = None) -> str | None:
+    def export(self, model: Any, metrics: dict[str, Any] | None = None) -> str | None:
         """Write ``model`` as ``<export_dir>/<model_name>/<version>/`` with a
         ``serving_default`` signature and the sample request; returns the version dir.
 
         Written to a temporary sibling first and renamed, so TF Serving never sees a
         half-written version.
         """
-        import numpy as np
-        import tensorflow as tf
-
-        base, name = self.flags.export_dir, self.flags.model_name or self.model_name
-        if not base:
-            _log("no export: neither --tfk_export_dir nor TFK_MODEL_DIR is set")
-            return None
-        model_dir = os.path.join(base, name)
-        os.makedirs(model_dir, exist_ok=True)
-        version = self.flags.model_version or next_version(model_dir)
-        final = os.path.join(model_dir, str(version))
-        if os.path.exists(final):
-            raise UsageError(f"export: {final} already exists")
-        tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=model_dir)
-        try:
-            signature = self.serving_input_signature(model)
-
-            def serving_fn(inputs):
-                return self.serve(model, inputs)
-
-            self._write_saved_model(model, serving_fn, signature, tmp)
-            sample = self.sample_input()
-            extra = os.path.join(tmp, "assets.extra")
-            os.makedirs(extra, exist_ok=True)
-            if sample is not None:
-                sample = np.asarray(sample)
-                with open(os.path.join(extra, SAMPLE_REQUEST), "w") as f:
-                    json.dump({"instances": sample.tolist()}, f)
-                # smoke test: the exported signature answers the sample request
-                loaded = tf.saved_model.load(tmp)
-                out = loaded.signatures["serving_default"](tf.constant(sample))
-                if not out:
-                    raise RuntimeError("export: serving_default returned nothing")
-            if metrics:
-                with open(os.path.join(extra, METRICS_FILE), "w") as f:
-                    json.dump(metrics, f, default=str)
-            os.rename(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        print(_progress.event_line("export", path=final, model_name=name, version=version), flush=True)
-        return final
-
-    @staticmethod
-    def _write_saved_model(model, serving_fn, signature, path: str) -> None:
-        import tensorflow as tf
-
-        try:
-            from keras.export import ExportArchive
-        except ImportError:  # pragma: no cover - Keras 2
-            ExportArchive = None  # noqa: N806
-        if ExportArchive is not None:
-            archive = ExportArchive()
-            archive.track(model)
-            archive.add_endpoint(name="serving_default", fn=serving_fn, input_signature=signature)
-            archive.write_out(path, verbose=False)
-        else:  # pragma: no cover
-            fn = tf.function(serving_fn, input_signature=signature)
-            tf.saved_model.save(model, path, signatures={"serving_default": fn})
-
-
-def _exit_code(exc: SystemExit) -> int:
-    return exc.code if isinstance(exc.code, int) else EXIT_APP_ERROR
-
-
-def _is_transient(exc: BaseException) -> bool:
-    """Cluster trouble that a retry can fix."""
-    if isinstance(exc, _cluster.ClusterWaitTimeout):
-        return True
-    try:
-        import tensorflow as tf
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(
-        exc,
-        tf.errors.UnavailableError
-        | tf.errors.AbortedError
-        | tf.errors.DeadlineExceededError
-        | tf.errors.CancelledError,
-    )
+        return export_model(
+            model,
+            base=self.flags.export_dir,
+            name=self.flags.model_name or self.model_name,
+            version=self.flags.model_version,
+            signature=self.serving_input_signature(model) if self.flags.export_dir else [],
+            serve=self.serve,
+            sample=self.sample_input(),
+            metrics=metrics,
+        )

@@ -30,7 +30,8 @@ class PlatformFlags:
     :param steps_per_call: steps each scheduled function runs on a worker
         (``parameter_server``: fewer round trips to the coordinator).
     :param use_gpu: True = require a GPU, False = hide GPUs, None = use them if present.
-    :param model_version: export version (default: one more than the newest existing one).
+    :param model_version: export version (default, or 0 on the command line: one more
+        than the newest existing one).
     :param cluster_wait: seconds to wait for the other tasks' addresses.
     """
 
@@ -143,9 +144,9 @@ def add_platform_flags(
     )
     g.add_argument(
         "--tfk_model_version",
-        type=_positive_int,
+        type=_non_negative_int,
         default=None,
-        help="export version (default: newest existing version + 1)",
+        help="export version (default or 0: newest existing version + 1)",
     )
     gpu = g.add_mutually_exclusive_group()
     gpu.add_argument(
@@ -211,7 +212,7 @@ def parse_flags(
         data_dir=ns.tfk_data_dir,
         export_dir=ns.tfk_export_dir,
         model_name=name,
-        model_version=ns.tfk_model_version,
+        model_version=ns.tfk_model_version or None,  # 0: the next version
         use_gpu=ns.tfk_use_gpu,
         progress_every=ns.tfk_progress_every,
         steps_per_call=ns.tfk_steps_per_call,

@@ -5,6 +5,11 @@
 Sets ``TF_CONFIG`` (built from ``TFK_CLUSTER``/``TFK_ROLE``/``TFK_INDEX`` when it is not
 set already), optionally waits until other tasks are reachable, and with ``--tf1-flags``
 appends ``--ps_hosts --worker_hosts --job_name --task_index`` for TF1-style scripts.
+In a between-graph cluster (``--tf1-flags``, or ``TFK_MODE=between_graph``) it also puts
+:mod:`airflow_tfk.runtime.tf1_shim` on ``PYTHONPATH``, so the script's sessions see only
+the ps and their own task (``device_filters``) even when the script sets none; without
+them a worker that starts after its peers have exited waits forever for them
+(``--no-device-filters`` turns this off).
 Then it replaces itself with CMD (``exec``): the exit code and signals are the script's
 own, with nothing in between. Pure Python: no TensorFlow is imported here.
 """
@@ -34,7 +39,8 @@ EXIT_NOT_FOUND = 127
 def build_command(
     argv: Sequence[str] | None = None, env: MutableMapping[str, str] | None = None
 ) -> tuple[list[str], argparse.Namespace]:
-    """The command to exec and the parsed launcher options; sets TF_CONFIG in ``env``."""
+    """The command to exec and the parsed launcher options; sets TF_CONFIG (and, for
+    between-graph tasks, PYTHONPATH) in ``env``."""
     if env is None:
         env = os.environ
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -54,6 +60,11 @@ def build_command(
         "--tf1-flags", action="store_true", help="append --ps_hosts --worker_hosts --job_name --task_index"
     )
     parser.add_argument(
+        "--no-device-filters",
+        action="store_true",
+        help="do not give the script's TF1 sessions device filters (ps + this task)",
+    )
+    parser.add_argument(
         "--wait-for",
         default="",
         help="comma-separated roles to wait for (DNS + TCP) before starting, e.g. 'ps'; default: do not wait",
@@ -67,7 +78,19 @@ def build_command(
     opts.info = ensure_tf_config(env)
     if opts.tf1_flags:
         cmd = cmd + opts.info.tf1_flags()
+    if not opts.no_device_filters and (opts.tf1_flags or opts.info.mode == "between_graph"):
+        install_tf1_shim(env)
     return cmd, opts
+
+
+SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf1_shim")
+
+
+def install_tf1_shim(env: MutableMapping[str, str]) -> None:
+    """Put the device-filter shim first on ``PYTHONPATH`` (once)."""
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if SHIM_DIR not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([SHIM_DIR, *paths])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
 
+from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS, SENSOR_POKE_INTERVAL_SECONDS
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
@@ -27,14 +29,19 @@ class TFWorkersSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("cluster",)
 
     def __init__(
-        self, *, cluster: Any, deferrable: bool = False, progress_interval: float = 30.0, **kwargs: Any
+        self,
+        *,
+        cluster: Any,
+        deferrable: bool = False,
+        progress_interval: float = PROGRESS_INTERVAL_SECONDS,
+        **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("poke_interval", 10)
+        kwargs.setdefault("poke_interval", SENSOR_POKE_INTERVAL_SECONDS)
         super().__init__(**kwargs)
         self.cluster = cluster
         self.deferrable = deferrable
         self.progress_interval = progress_interval
-        self._reporter: Any = None
+        self._loop: Any = None  # the WaitLoop of the pokes, built on the first
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
@@ -44,52 +51,42 @@ class TFWorkersSensor(BaseSensorOperator):
 
         handle = ClusterHandle.from_dict(self.cluster)
         self.defer(
-            trigger=WorkersDoneTrigger(
-                cluster=handle.ref.to_dict(),
-                backend_kind=handle.backend_kind,
-                backend_config=handle.backend_config,
-                mode=handle.mode.value,
-                replicas=handle.replicas,
-                progress_interval=self.progress_interval,
-            ),
+            trigger=WorkersDoneTrigger.for_handle(handle, progress_interval=self.progress_interval),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,
         )
 
     def poke(self, context: Context) -> bool:
-        from airflow_tfk.errors import TrainingFailed
+        """One step of the wait loop (:class:`~airflow_tfk.watch.WaitLoop`) per poke."""
         from airflow_tfk.handle import ClusterHandle
-        from airflow_tfk.policies import Outcome, evaluate
-        from airflow_tfk.watch import ProgressReporter, progress_task
+        from airflow_tfk.policies import Outcome
+        from airflow_tfk.watch import WaitLoop, failure_of, wait_result
 
         handle = ClusterHandle.from_dict(self.cluster)
-        backend = handle.backend()
-        if self._reporter is None:
-            role, index = progress_task(handle.mode, handle.replicas)
-            self._reporter = ProgressReporter(
-                backend, handle.ref, role, index, self.progress_interval, self.log.info
+        if self._loop is None:
+            self._loop = WaitLoop(
+                handle.backend(),
+                handle.ref,
+                handle.mode,
+                handle.replicas,
+                progress_interval=self.progress_interval,
+                emit=self.log.info,
             )
-        status = backend.status(handle.ref)
-        self.log.info("cluster %s: %s", handle.ref.name, status.summary())
-        verdict = evaluate(handle.mode, handle.replicas, status)
-        if verdict.outcome is Outcome.FAILED:
-            task = verdict.failed_task
-            raise TrainingFailed(
-                task.name if task else handle.ref.name, task.reason if task else "Deleted", verdict.message
-            )
-        if self._reporter.due() or verdict.outcome is Outcome.SUCCEEDED:
-            self._reporter.report()
+        status = self._loop.backend.status(handle.ref)
+        verdict = self._loop.step(status)
+        error = (
+            failure_of(wait_result(verdict), handle.ref.name) if verdict.outcome is Outcome.FAILED else None
+        )
+        if error is not None:
+            raise error
+        if self._loop.reporter.due() or verdict.outcome is Outcome.SUCCEEDED:
+            self._loop.reporter.report()
         return verdict.outcome is Outcome.SUCCEEDED
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
-        from airflow_tfk.errors import TrainingFailed
+        from airflow_tfk.watch import failure_of
 
-        if event.get("status") == "success":
-            self.log.info("training succeeded: %s", event.get("message", ""))
-            return
-        task = event.get("failed_task") or {}
-        raise TrainingFailed(
-            f"{task.get('role', 'cluster')}-{task.get('index', 0)}" if task else event["cluster"]["name"],
-            task.get("reason") or event.get("status", "error"),
-            event.get("message", ""),
-        )
+        error = failure_of(event, str((event.get("cluster") or {}).get("name", "cluster")))
+        if error is not None:
+            raise error
+        self.log.info("training succeeded: %s", event.get("message", ""))

@@ -27,6 +27,15 @@ class PredictError(ServingError):
     """A ``:predict`` request was refused or could not be sent."""
 
 
+class NotBlessed(ServingError):
+    """The quality gate refused the version; nothing was published."""
+
+    def __init__(self, message: str, failures: tuple[str, ...], on_failure: str) -> None:
+        super().__init__(message)
+        self.failures = failures
+        self.on_failure = on_failure
+
+
 @dataclass(frozen=True)
 class VersionState:
     """One entry of TF Serving's ``model_version_status``."""
@@ -91,8 +100,22 @@ class ServingTarget(abc.ABC):
         """The predict body the training app exported with ``version`` (None if none)."""
 
     @abc.abstractmethod
-    def version_state(self, version: int) -> VersionState | None:
-        """What the server reports for ``version``; None when unknown or unreachable."""
+    def version_metrics(self, version: int) -> dict[str, Any] | None:
+        """The metrics the training app exported with ``version``
+        (``assets.extra/tfk_metrics.json``), None if none."""
+
+    @abc.abstractmethod
+    def published_metrics(self) -> dict[int, dict[str, Any]]:
+        """The metrics recorded for each published version (the gate's baselines)."""
+
+    @abc.abstractmethod
+    def record_metrics(self, version: int, metrics: dict[str, Any]) -> None:
+        """Record ``version``'s metrics as published, next to the model config."""
+
+    @abc.abstractmethod
+    def version_state(self, version: int, *, model: str | None = None) -> VersionState | None:
+        """What the server reports for ``version`` of ``model`` (default: the spec's);
+        None when unknown or unreachable."""
 
     @abc.abstractmethod
     def label_version(self, label: str) -> int | None:
@@ -106,8 +129,11 @@ class ServingTarget(abc.ABC):
         version: int | None = None,
         label: str | None = None,
         timeout: float = 30.0,
+        model: str | None = None,
+        protocol: str = "rest",
     ) -> dict[str, Any]:
-        """POST ``:predict``; raises :class:`PredictError` with the server's message."""
+        """``:predict`` over REST, or ``Predict`` over gRPC (``protocol``), on ``model``
+        (default: the spec's); raises :class:`PredictError` with the server's message."""
 
     @abc.abstractmethod
     def endpoint(self, label: str | None = None) -> str:

@@ -14,9 +14,9 @@ import json
 import logging
 import secrets
 import time
-from functools import cached_property
 from typing import Any
 
+from airflow_tfk.constants import FIELD_MANAGER, KUBERNETES_CONN_ID
 from airflow_tfk.kube.api import BY_KIND, SyncApi, error_message, is_not_found, kind_of
 from airflow_tfk.kube.connection import KubeConnection
 from airflow_tfk.kube.retry import api_status
@@ -30,7 +30,7 @@ from airflow_tfk.serving.base import (
     VersionState,
     parse_status,
 )
-from airflow_tfk.serving.spec import CONFIG_FILE, ServingSpec
+from airflow_tfk.serving.spec import CONFIG_FILE, PUBLISHED_METRICS, ServingSpec
 
 BACKGROUND = {"propagationPolicy": "Background"}
 log = logging.getLogger(__name__)
@@ -38,6 +38,18 @@ log = logging.getLogger(__name__)
 
 def service_proxy_path(namespace: str, service: str, port: int, path: str = "") -> str:
     return f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy{path}"
+
+
+def reader_metrics(text: str) -> dict[str, Any] | None:
+    """The ``tfk-metrics:`` line of the store reader's log (the version's metrics file)."""
+    for line in text.splitlines():
+        if line.startswith("tfk-metrics:"):
+            try:
+                found = json.loads(line.split(":", 1)[1])
+            except ValueError:
+                return None
+            return found if isinstance(found, dict) else None
+    return None
 
 
 def parse_reader_log(text: str) -> tuple[list[int], int | None, dict[str, Any] | None]:
@@ -48,7 +60,7 @@ def parse_reader_log(text: str) -> tuple[list[int], int | None, dict[str, Any] |
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("tfk-versions:"):
-            versions = sorted(int(v) for v in line.split(":", 1)[1].split() if v.isdigit())
+            versions = sorted(int(v) for v in line.split(":", 1)[1].split() if v.isascii() and v.isdigit())
         elif line.startswith("tfk-version:"):
             version = int(line.split(":", 1)[1])
         elif line.strip() == "tfk-sample:":
@@ -75,31 +87,33 @@ class KubernetesServing(ServingTarget):
     def __init__(
         self,
         spec: ServingSpec,
-        conn_id: str = "kubernetes_default",
+        conn_id: str = KUBERNETES_CONN_ID,
         cluster_context: str | None = None,
         config_file: str | None = None,
         in_cluster: bool | None = None,
         identity: RunIdentity | None = None,
         reader_timeout_seconds: float = 300.0,
-        field_manager: str = "airflow-tfk",
+        field_manager: str = FIELD_MANAGER,
         **_ignored: Any,
     ) -> None:
         spec.require_claim()
+        if spec.smoke_protocol == "grpc":
+            from airflow_tfk.errors import SpecError
+
+            raise SpecError(
+                "smoke_protocol",
+                "grpc is for the local backend: on Kubernetes the provider reaches TF Serving "
+                "through the API server's service proxy, which carries HTTP/1.1 only",
+            )
         self.spec = spec
-        self.conn_id = conn_id
-        self.cluster_context = cluster_context
-        self.config_file = config_file
-        self.in_cluster = in_cluster
+        self.connection = KubeConnection(conn_id, cluster_context, config_file, in_cluster)
         self.identity = identity
         self.reader_timeout_seconds = float(reader_timeout_seconds)
         self.field_manager = field_manager
         self._store: dict[int | None, tuple[list[int], int | None, dict[str, Any] | None]] = {}
+        self._metrics: dict[int, dict[str, Any] | None] = {}
 
-    @cached_property
-    def connection(self) -> KubeConnection:
-        return KubeConnection(self.conn_id, self.cluster_context, self.config_file, self.in_cluster)
-
-    @cached_property
+    @property
     def api(self) -> SyncApi:
         return self.connection.api
 
@@ -128,9 +142,9 @@ class KubernetesServing(ServingTarget):
         current = self.read_config()
         text = (current or ModelServerConfig()).to_text()
         created = []
+        # The ConfigMap is applied with the model config it holds now (the policy is the
+        # publish step's), so the monitoring and batching files follow the spec.
         for manifest in render_serving(self.spec, self.identity, text, api_server_cidrs=proxy_cidrs):
-            if manifest["kind"] == "ConfigMap" and current is not None:
-                continue  # the model policy is the publish step's, never reset here
             if self._apply(manifest) == 201:
                 created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
         emit(
@@ -158,6 +172,7 @@ class KubernetesServing(ServingTarget):
             ("Deployment", self.spec.name),
             ("Service", self.spec.name),
             ("ConfigMap", self.spec.config_map_name),
+            ("ConfigMap", self.spec.metrics_config_map_name),
             # last: the pods stay isolated until they are gone
             ("NetworkPolicy", self.spec.name),
         ):
@@ -188,6 +203,8 @@ class KubernetesServing(ServingTarget):
                     log.warning("could not delete the store reader Job %s: %s", job, error_message(exc))
         result = parse_reader_log(text)
         self._store[version] = result
+        if result[1] is not None:
+            self._metrics[result[1]] = reader_metrics(text)
         if version is None and result[1] is not None:
             self._store[result[1]] = result
         return result
@@ -219,6 +236,30 @@ class KubernetesServing(ServingTarget):
     def sample_request(self, version: int) -> dict[str, Any] | None:
         return self._read_store(version)[2]
 
+    def version_metrics(self, version: int) -> dict[str, Any] | None:
+        self._read_store(version)
+        return self._metrics.get(version)
+
+    # -- the published versions' metrics: a ConfigMap next to the model config ---------------
+    def published_metrics(self) -> dict[int, dict[str, Any]]:
+        cm = self._get("ConfigMap", self.spec.metrics_config_map_name)
+        text = ((cm or {}).get("data") or {}).get(PUBLISHED_METRICS, "")
+        try:
+            found = json.loads(text) if text else {}
+        except ValueError:
+            return {}
+        if not isinstance(found, dict):
+            return {}
+        return {int(k): v for k, v in found.items() if k.isascii() and k.isdigit() and isinstance(v, dict)}
+
+    def record_metrics(self, version: int, metrics: dict[str, Any]) -> None:
+        from airflow_tfk.serving.render import render_metrics_config_map
+
+        recorded = {**self.published_metrics(), int(version): dict(metrics)}
+        keep = sorted(recorded)[-50:]
+        text = json.dumps({str(v): recorded[v] for v in keep}, indent=1, default=str)
+        self._apply(render_metrics_config_map(self.spec, text, self.identity))
+
     # -- TF Serving through the service proxy ---------------------------------------------
     def _proxy(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
         full = service_proxy_path(self.spec.namespace, self.spec.name, self.spec.rest_port, path)
@@ -244,15 +285,17 @@ class KubernetesServing(ServingTarget):
         except ValueError:
             return status, text
 
-    def _model_path(self, version: int | None = None, label: str | None = None) -> str:
-        path = f"/v1/models/{self.spec.model_name}"
+    def _model_path(
+        self, version: int | None = None, label: str | None = None, model: str | None = None
+    ) -> str:
+        path = f"/v1/models/{model or self.spec.model_name}"
         if version is not None:
             return f"{path}/versions/{version}"
         return f"{path}/labels/{label}" if label else path
 
-    def version_state(self, version: int) -> VersionState | None:
+    def version_state(self, version: int, *, model: str | None = None) -> VersionState | None:
         try:
-            status, body = self._proxy("GET", self._model_path(version))
+            status, body = self._proxy("GET", self._model_path(version, model=model))
         except OSError:
             return None
         return parse_status(body, version) if status == 200 else None
@@ -272,8 +315,12 @@ class KubernetesServing(ServingTarget):
         version: int | None = None,
         label: str | None = None,
         timeout: float = 30.0,
+        model: str | None = None,
+        protocol: str = "rest",
     ) -> dict[str, Any]:
-        path = self._model_path(version, label) + ":predict"
+        if protocol != "rest":
+            raise PredictError("gRPC cannot go through the API server's service proxy (HTTP/1.1 only)")
+        path = self._model_path(version, label, model) + ":predict"
         try:
             status, answer = self._proxy("POST", path, body, timeout)
         except OSError as exc:

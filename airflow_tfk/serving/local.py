@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,17 @@ from airflow_tfk import _process
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import request_json
 from airflow_tfk.serving.base import Emit, PredictError, ServingTarget, VersionState, parse_status
-from airflow_tfk.serving.spec import CONFIG_FILE, ServingSpec
+from airflow_tfk.serving.spec import (
+    CONFIG_FILE,
+    PUBLISHED_METRICS,
+    ServingSpec,
+    batching_text,
+    monitoring_text,
+)
 
 TF_SERVING_BINARY = "tensorflow_model_server"
 SAMPLE_REQUEST = os.path.join("assets.extra", "tfk_sample_request.json")
+METRICS_FILE = os.path.join("assets.extra", "tfk_metrics.json")  # runtime.app.METRICS_FILE
 
 
 def default_root() -> str:
@@ -98,16 +106,40 @@ class LocalServing(ServingTarget):
             names = os.listdir(base)
         except OSError:
             return []
+        # base-10 ASCII names only, as TF Serving: str.isdigit() also accepts '²'
         return sorted(
-            int(d) for d in names if d.isdigit() and os.path.isfile(os.path.join(base, d, "saved_model.pb"))
+            int(d)
+            for d in names
+            if d.isascii() and d.isdigit() and os.path.isfile(os.path.join(base, d, "saved_model.pb"))
         )
 
-    def sample_request(self, version: int) -> dict[str, Any] | None:
+    def _json(self, path: str | Path) -> Any:
         try:
-            with open(os.path.join(self.model_base_path(), str(version), SAMPLE_REQUEST)) as fh:
+            with open(path, encoding="utf-8") as fh:
                 return json.load(fh)
         except (OSError, ValueError):
             return None
+
+    def sample_request(self, version: int) -> dict[str, Any] | None:
+        found = self._json(os.path.join(self.model_base_path(), str(version), SAMPLE_REQUEST))
+        return found if isinstance(found, dict) else None
+
+    def version_metrics(self, version: int) -> dict[str, Any] | None:
+        found = self._json(os.path.join(self.model_base_path(), str(version), METRICS_FILE))
+        return found if isinstance(found, dict) else None
+
+    def published_metrics(self) -> dict[int, dict[str, Any]]:
+        found = self._json(self.dir / PUBLISHED_METRICS)
+        if not isinstance(found, dict):
+            return {}
+        return {int(k): v for k, v in found.items() if k.isascii() and k.isdigit() and isinstance(v, dict)}
+
+    def record_metrics(self, version: int, metrics: dict[str, Any]) -> None:
+        with _process.locked(self.dir):
+            recorded = {**self.published_metrics(), int(version): dict(metrics)}
+            keep = sorted(recorded)[-50:]  # a bounded history; the serving one is the newest
+            text = json.dumps({str(v): recorded[v] for v in keep}, indent=1, default=str)
+            _process.write_atomic(self.dir / PUBLISHED_METRICS, text)
 
     # -- the server -----------------------------------------------------------------------
     def _record(self) -> dict[str, Any] | None:
@@ -124,9 +156,25 @@ class LocalServing(ServingTarget):
             f"--model_config_file_poll_wait_seconds={self.poll_seconds}",
             f"--file_system_poll_wait_seconds={self.poll_seconds}",
         ]
+        if self.spec.monitoring:
+            path = self.dir / "monitoring.config"
+            _process.write_atomic(path, monitoring_text(self.spec.monitoring_path))
+            flags.append(f"--monitoring_config_file={path}")
+        if self.spec.batching is not None:
+            path = self.dir / "batching.config"
+            _process.write_atomic(path, batching_text(self.spec.batching))
+            flags += ["--enable_batching=true", f"--batching_parameters_file={path}"]
         if binary:
             return [binary, *flags], TF_SERVING_BINARY
         return [sys.executable, "-m", "airflow_tfk.runtime.model_server", *flags], "stand-in"
+
+    @staticmethod
+    def _env() -> dict[str, str]:
+        env = dict(os.environ)
+        package_parent = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        return env
 
     def ensure(self, emit: Emit) -> None:
         with _process.locked(self.dir):
@@ -141,11 +189,7 @@ class LocalServing(ServingTarget):
                 _process.write_atomic(self.config_path, ModelServerConfig().to_text())
             rest, grpc = _process.free_port(), _process.free_port()
             argv, which = self._argv(rest, grpc)
-            env = dict(os.environ)
-            package_parent = str(Path(__file__).resolve().parents[2])
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-            proc = _process.start(argv, self.log_path, env, cwd=str(self.dir))
+            proc = _process.start(argv, self.log_path, self._env(), cwd=str(self.dir))
             record = {
                 "pid": proc.pid,
                 "create_time": proc.create_time(),
@@ -192,15 +236,17 @@ class LocalServing(ServingTarget):
         self.dir.mkdir(parents=True, exist_ok=True)
         _process.write_atomic(self.config_path, config.to_text())
 
-    def _model_url(self, version: int | None = None, label: str | None = None) -> str:
-        url = f"{self.url}/v1/models/{self.spec.model_name}"
+    def _model_url(
+        self, version: int | None = None, label: str | None = None, model: str | None = None
+    ) -> str:
+        url = f"{self.url}/v1/models/{model or self.spec.model_name}"
         if version is not None:
             return f"{url}/versions/{version}"
         return f"{url}/labels/{label}" if label else url
 
-    def version_state(self, version: int) -> VersionState | None:
+    def version_state(self, version: int, *, model: str | None = None) -> VersionState | None:
         try:
-            status, body = request_json("GET", self._model_url(version), timeout=5)
+            status, body = request_json("GET", self._model_url(version, model=model), timeout=5)
         except OSError:
             return None
         return parse_status(body, version) if status == 200 else None
@@ -222,8 +268,12 @@ class LocalServing(ServingTarget):
         version: int | None = None,
         label: str | None = None,
         timeout: float = 30.0,
+        model: str | None = None,
+        protocol: str = "rest",
     ) -> dict[str, Any]:
-        url = self._model_url(version, label) + ":predict"
+        if protocol == "grpc":
+            return self._grpc_predict(body, version, label, timeout, model)
+        url = self._model_url(version, label, model) + ":predict"
         try:
             status, answer = request_json("POST", url, body, timeout=timeout)
         except OSError as exc:
@@ -232,6 +282,59 @@ class LocalServing(ServingTarget):
             detail = answer.get("error") if isinstance(answer, dict) else answer
             raise PredictError(f"predict answered HTTP {status}: {detail}")
         return answer
+
+    def _grpc_predict(
+        self, body: dict[str, Any], version: int | None, label: str | None, timeout: float, model: str | None
+    ) -> dict[str, Any]:
+        # The gRPC protos import TensorFlow, which the provider never does: the runtime's
+        # client runs in a child process and takes the input names from the SavedModel.
+        record = self._record() or {}
+        # the input names come from the version that will answer
+        which = version if version is not None else self.label_version(label) if label else None
+        if which is None:
+            try:
+                _, status = request_json("GET", self._model_url(model=model), timeout=5)
+                entries = status.get("model_version_status") or [] if isinstance(status, dict) else []
+                which = max(int(e["version"]) for e in entries if e.get("state") == "AVAILABLE")
+            except (OSError, ValueError, KeyError):
+                raise PredictError(f"no AVAILABLE version of {model or self.spec.model_name}") from None
+        saved = os.path.join(self.model_base_path(), str(which))
+        if not os.path.isfile(os.path.join(saved, "saved_model.pb")):
+            raise PredictError(
+                f"version {which} of {self.spec.model_name} is not in the model store ({saved})"
+            )
+        argv = [
+            sys.executable,
+            "-m",
+            "airflow_tfk.runtime.model_server.grpc_client",
+            f"--address=127.0.0.1:{record.get('grpc_port')}",
+            f"--model={model or self.spec.model_name}",
+            f"--saved-model={saved}",
+            f"--timeout={timeout}",
+            *([f"--version={version}"] if version is not None else []),
+            *([f"--label={label}"] if label else []),
+        ]
+        try:
+            out = subprocess.run(
+                argv,
+                input=json.dumps(body),
+                capture_output=True,
+                text=True,
+                timeout=timeout + 120,
+                env=self._env(),
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise PredictError(f"gRPC predict did not finish within {timeout + 120:.0f} s") from exc
+        if out.returncode != 0:
+            lines = [x for x in out.stderr.splitlines() if x.startswith("error:")] or out.stderr.splitlines()[
+                -3:
+            ]
+            raise PredictError(" ".join(lines).removeprefix("error: ")[:2000] or "gRPC predict failed")
+        try:
+            answer = json.loads(out.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError) as exc:
+            raise PredictError(f"gRPC predict printed no answer: {out.stdout[-300:]!r}") from exc
+        return answer if isinstance(answer, dict) else {"predictions": answer}
 
     def endpoint(self, label: str | None = None) -> str:
         return self._model_url(label=label)

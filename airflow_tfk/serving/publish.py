@@ -1,17 +1,21 @@
 """The publish algorithm, once for every backend.
 
-1. add the new version to the version policy, next to the serving one;
-2. wait (bounded) until ``GET /v1/models/NAME/versions/V`` reports it AVAILABLE;
-3. smoke ``:predict`` it with the sample request the training app exported;
-4. on success make it the serving version: the ``stable`` version label points at it and
-   the policy keeps the newest ``keep_versions``; on any failure (load error, timeout,
-   predict error or empty answer) write the previous policy back and raise.
+0. the quality gate (optional): the candidate's metrics (the training's XCom, or the
+   ``tfk_metrics.json`` exported next to the model) must pass the thresholds and not
+   regress against the metrics recorded for the serving version; otherwise nothing
+   happens at all;
+1. load the candidate where no client traffic reaches it: a second model entry,
+   ``<model>-tfk-candidate``, over the same base path with a ``specific`` policy of just
+   that version. The model's own entry (and so its default, versioned and labelled
+   endpoints) does not change;
+2. wait (bounded) until the candidate reports AVAILABLE; smoke ``Predict`` it (REST or
+   gRPC) with the sample request the training app exported;
+3. promote: add the version to the model's own policy and wait until it is AVAILABLE
+   there, then point the ``stable`` label at it, keep the newest ``keep_versions`` and
+   drop the candidate entry; record its metrics as the next baseline.
 
-Which version serves is the ``stable`` label, so a version that fails never replaces the
-serving one. TF Serving itself sends *unversioned* requests to the highest AVAILABLE
-version: between steps 2 and 3 those see the candidate, and after a rollback TF Serving
-unloads it again. Clients that must never see an unvalidated version use the label
-endpoint (``.../v1/models/NAME/labels/stable``), which is what the publish step returns.
+Any failure writes the previous config back and raises: the serving version never
+changed, and no request to the model's name ever reached the candidate.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk.protocol.model_config import STABLE_LABEL, ModelConfig, ModelServerConfig
-from airflow_tfk.serving.base import Emit, PredictError, ServingError, ServingTarget
+from airflow_tfk.serving.base import Emit, NotBlessed, PredictError, ServingError, ServingTarget
+from airflow_tfk.serving.gate import QualityGate
 
 log = logging.getLogger(__name__)
+CANDIDATE_SUFFIX = "-tfk-candidate"
 
 
 @dataclass(frozen=True)
@@ -90,15 +96,17 @@ def wait_available(
     poll: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    model: str | None = None,
 ) -> None:
-    """Return when the server reports ``version`` AVAILABLE; raise on END or timeout."""
+    """Return when the server reports ``version`` of ``model`` AVAILABLE; raise on END or timeout."""
+    model = model or target.spec.model_name
     deadline = clock() + timeout
     last = None
     while True:
-        state = target.version_state(version)
+        state = target.version_state(version, model=model)
         if state is not None and state != last:
             emit(
-                f"{target.spec.model_name} version {version}: {state.state}"
+                f"{model} version {version}: {state.state}"
                 + (f" ({state.error_code}: {state.error_message})" if state.failed else "")
             )
             last = state
@@ -106,16 +114,55 @@ def wait_available(
             return
         if state is not None and state.failed:
             raise ServingError(
-                f"version {version} of {target.spec.model_name} failed to load: "
-                f"{state.error_code}: {state.error_message}"
+                f"version {version} of {model} failed to load: {state.error_code}: {state.error_message}"
             )
         if clock() >= deadline:
             seen = f"last state {last.state}" if last else "the server never reported it"
             raise ServingError(
-                f"version {version} of {target.spec.model_name} did not become "
-                f"AVAILABLE within {timeout:.0f} s ({seen})"
+                f"version {version} of {model} did not become AVAILABLE within {timeout:.0f} s ({seen})"
             )
         sleep(min(poll, max(0.0, deadline - clock())))
+
+
+def candidate_name(model: str) -> str:
+    """The model name a candidate is validated under; no client calls it."""
+    return f"{model}{CANDIDATE_SUFFIX}"
+
+
+def _gate(
+    target: ServingTarget,
+    gate: QualityGate | None,
+    version: int,
+    metrics: dict[str, Any] | None,
+    previous: int | None,
+    emit: Emit,
+) -> dict[str, Any] | None:
+    """The candidate's metrics; raises :class:`NotBlessed` when the gate refuses them."""
+    name = target.spec.model_name
+    source = "the training task"
+    if metrics is None:
+        metrics = target.version_metrics(version)
+        source = f"{name}/{version}/assets.extra/tfk_metrics.json"
+    if gate is None:
+        return metrics
+    baseline = target.published_metrics().get(previous) if previous is not None else None
+    verdict = gate.evaluate(metrics, baseline, previous)
+    if metrics is None:
+        why = (
+            f"no metrics for {name} version {version}: none from the training task, and no "
+            f"{source} (the training app writes it when after_train returns metrics)"
+        )
+        raise NotBlessed(f"{name} version {version} is not blessed: {why}", (why,), gate.on_failure)
+    emit(f"quality gate on {name} version {version}, metrics from {source}: {verdict.summary()}")
+    if not verdict.blessed:
+        raise NotBlessed(
+            f"{name} version {version} is not blessed, nothing was published: "
+            + "; ".join(verdict.failures)
+            + (f"; version {previous} is still serving" if previous is not None else ""),
+            verdict.failures,
+            gate.on_failure,
+        )
+    return metrics
 
 
 def publish(
@@ -126,11 +173,18 @@ def publish(
     poll: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    *,
+    gate: QualityGate | None = None,
+    metrics: dict[str, Any] | None = None,
 ) -> PublishResult:
     """Publish ``version`` (default: the newest exported) of ``target``'s model.
 
+    :param gate: the quality gate; None publishes without one.
+    :param metrics: the candidate's metrics (e.g. from the training's XCom); default: the
+        metrics file the training app exported with the version.
+    :raises NotBlessed: the gate refused the version; nothing was touched.
     :raises ServingError: the version did not load or answer; the previous serving
-        version (if any) is serving again.
+        version (if any) is serving, and never stopped.
     """
     spec = target.spec
     name = spec.model_name
@@ -141,6 +195,9 @@ def publish(
                 f"no exported version of {name} in the model store ({target.model_base_path()})"
             )
         version = exported[-1]
+    config = target.read_config() or ModelServerConfig()
+    previous = serving_version(config.get(name))
+    metrics = _gate(target, gate, version, metrics, previous, emit)
     target.ensure(emit)
     config = target.read_config() or ModelServerConfig()
     before = config.get(name)
@@ -149,6 +206,8 @@ def publish(
     current = before or ModelConfig(name, base)
     if current.base_path != base:
         current = ModelConfig(name, base, current.platform, current.versions, current.labels)
+    # a candidate entry left by a publish that was killed is never the serving one
+    clean = ModelServerConfig(tuple(m for m in config.models if m.name != candidate_name(name)))
     if previous == version and target.label_version(STABLE_LABEL) == version:
         state = target.version_state(version)
         if state is not None and state.state == "AVAILABLE":
@@ -165,16 +224,29 @@ def publish(
         )
     emit(
         f"publishing {name} version {version} on the {target.kind} backend "
-        f"(serving now: {previous if previous is not None else 'none'})"
+        f"(serving now: {previous if previous is not None else 'none'}); validating it as "
+        f"{candidate_name(name)}, which no client calls"
     )
-    candidate = current.with_versions((*current.versions, version))
-    target.write_config(config.put(candidate))
+    cand = ModelConfig(candidate_name(name), base, current.platform, (version,))
+    restore = clean if before is not None else _without(clean, name)
     try:
-        wait_available(target, version, spec.load_timeout_seconds, emit, poll, sleep, clock)
-        answer = target.predict(body, version=version, timeout=spec.predict_timeout_seconds)
+        target.write_config(clean.put(cand))
+        wait_available(target, version, spec.load_timeout_seconds, emit, poll, sleep, clock, model=cand.name)
+        answer = target.predict(
+            body,
+            version=version,
+            timeout=spec.predict_timeout_seconds,
+            model=cand.name,
+            protocol=spec.smoke_protocol,
+        )
         predictions = _check_answer(answer, body)
+        emit(f"smoke {spec.smoke_protocol} predict of version {version} answered: {str(predictions)[:200]}")
+        # promote: the model's own entry loads the validated version, then the label moves
+        loading = current.with_versions((*current.versions, version))
+        target.write_config(clean.put(cand).put(loading))
+        wait_available(target, version, spec.load_timeout_seconds, emit, poll, sleep, clock)
     except (ServingError, OSError) as exc:
-        _rollback(target, config, before, version, previous, emit)
+        _rollback(target, restore, version, previous, emit)
         raise ServingError(
             f"{name} version {version} was not published: {exc}; "
             + (
@@ -184,45 +256,41 @@ def publish(
             )
         ) from exc
     except BaseException:
-        _rollback(target, config, before, version, previous, emit)
+        _rollback(target, restore, version, previous, emit)
         raise
-    emit(f"smoke predict of version {version} answered: {str(predictions)[:200]}")
-    keep = kept_versions(candidate, version, spec.keep_versions)
-    final = candidate.with_versions(keep, {**candidate.labels, STABLE_LABEL: version})
-    target.write_config(config.put(final))
+    keep = kept_versions(loading, version, spec.keep_versions)
+    final = loading.with_versions(keep, {**loading.labels, STABLE_LABEL: version})
+    target.write_config(clean.put(final))
     _wait_label(target, version, spec.load_timeout_seconds, emit, poll, sleep, clock)
-    emit(
-        f"{name} version {version} is serving (policy keeps {list(keep)}); endpoint "
-        f"{target.endpoint(STABLE_LABEL)}"
-    )
+    if metrics:
+        try:
+            target.record_metrics(version, metrics)
+        except Exception as exc:  # noqa: BLE001 - the version serves; say the baseline is missing
+            emit(f"warning: could not record the metrics of version {version}: {exc}")
+    endpoint = target.endpoint(STABLE_LABEL)
+    emit(f"{name} version {version} is serving (policy keeps {list(keep)}); endpoint {endpoint}")
     return PublishResult(
         name, version, previous, target.endpoint(STABLE_LABEL), keep, target.kind, predictions
     )
 
 
+def _without(config: ModelServerConfig, name: str) -> ModelServerConfig:
+    return ModelServerConfig(tuple(m for m in config.models if m.name != name))
+
+
 def _rollback(
-    target: ServingTarget,
-    config: ModelServerConfig,
-    before: ModelConfig | None,
-    version: int,
-    previous: int | None,
-    emit: Emit,
+    target: ServingTarget, restored: ModelServerConfig, version: int, previous: int | None, emit: Emit
 ) -> None:
     # Without an earlier entry the model leaves the config altogether: an entry with no
     # versions would fall back to TF Serving's default policy, i.e. the broken version.
-    restored = (
-        config.put(before)
-        if before is not None
-        else ModelServerConfig(tuple(m for m in config.models if m.name != target.spec.model_name))
-    )
     try:
         target.write_config(restored)
         emit(
             f"rolled the version policy of {target.spec.model_name} back "
-            f"(version {version} removed; serving: "
+            f"(version {version} and its candidate entry removed; serving: "
             f"{previous if previous is not None else 'none'})"
         )
-    except Exception as exc:  # the original failure is what the user must see
+    except Exception as exc:  # noqa: BLE001 - the original failure is what the user must see
         emit(f"could not roll back the version policy of {target.spec.model_name}: {exc}")
 
 

@@ -23,14 +23,19 @@ from airflow_tfk.serving.spec import (
     CONFIG_FILE,
     LOGS_MOUNT,
     MODELS_MOUNT,
+    PUBLISHED_METRICS,
     ServingSpec,
     TensorBoardSpec,
+    batching_text,
+    monitoring_text,
 )
 
 LABEL_SERVING = f"{naming.LABEL_PREFIX}/serving"
 LABEL_MODEL = f"{naming.LABEL_PREFIX}/model"
 LABEL_TENSORBOARD = f"{naming.LABEL_PREFIX}/tensorboard"
 CONFIG_MOUNT = "/etc/tfk"  # as in images/serving
+MONITORING_FILE = "monitoring.config"
+BATCHING_FILE = "batching.config"
 # Prints "tfk-versions: 1 2 3", "tfk-version: 3" and the sample request after "tfk-sample:".
 READER_SCRIPT = r"""set -eu
 cd "$1"
@@ -44,6 +49,8 @@ v="$2"
 if [ -z "$v" ]; then v=$(for x in $vs; do echo "$x"; done | sort -n | tail -n 1); fi
 [ -n "$v" ] || exit 0
 echo "tfk-version: $v"
+m="$v/assets.extra/tfk_metrics.json"
+if [ -f "$m" ]; then printf 'tfk-metrics: '; tr -d '\n' < "$m"; echo; fi
 f="$v/assets.extra/tfk_sample_request.json"
 if [ -f "$f" ]; then echo "tfk-sample:"; cat "$f"; echo; fi
 """
@@ -159,8 +166,22 @@ def serving_context(
                 f"--model_config_file_poll_wait_seconds={spec.poll_seconds}",
                 f"--file_system_poll_wait_seconds={spec.poll_seconds}",
             ],
+            "config_files": {CONFIG_FILE: model_config},
+            "pod_annotations": {},
         }
     )
+    if spec.monitoring:
+        c["config_files"][MONITORING_FILE] = monitoring_text(spec.monitoring_path)
+        c["args"].append(f"--monitoring_config_file={CONFIG_MOUNT}/{MONITORING_FILE}")
+        # the de-facto Prometheus convention: a scrape config keyed on these finds the pods
+        c["pod_annotations"] = {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(spec.rest_port),
+            "prometheus.io/path": spec.monitoring_path,
+        }
+    if spec.batching is not None:
+        c["config_files"][BATCHING_FILE] = batching_text(spec.batching)
+        c["args"] += ["--enable_batching=true", f"--batching_parameters_file={CONFIG_MOUNT}/{BATCHING_FILE}"]
     return c
 
 
@@ -194,6 +215,31 @@ def render_config_map(
     c = serving_context(spec, identity, model_config)
     return _render(
         "serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name, spec.namespace, c, template_dir
+    )
+
+
+def render_metrics_config_map(
+    spec: ServingSpec,
+    published_metrics: str,
+    identity: RunIdentity | None = None,
+    template_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """The ConfigMap recording each published version's metrics (the gate's baselines)."""
+    c = serving_context(spec, identity)
+    c.update(
+        {
+            "metrics_config_map_name": spec.metrics_config_map_name,
+            "published_metrics_file": PUBLISHED_METRICS,
+            "published_metrics": published_metrics,
+        }
+    )
+    return _render(
+        "serving/metrics-configmap.yaml.j2",
+        "ConfigMap",
+        spec.metrics_config_map_name,
+        spec.namespace,
+        c,
+        template_dir,
     )
 
 

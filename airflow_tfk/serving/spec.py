@@ -28,6 +28,8 @@ MODELS_MOUNT = "/tfk/models"  # where the training pods mount it too
 LOGS_MOUNT = "/tfk/logs"
 #: the model config file's name in the ConfigMap and in the local server's directory
 CONFIG_FILE = "models.config"
+#: the published versions' metrics (the quality gate's baselines), next to the config
+PUBLISHED_METRICS = "published_metrics.json"
 # TF Serving resolves model names in URLs; keep them to a label-value alphabet.
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -84,8 +86,21 @@ def _resource_name(value: object, where: str) -> str:
 
 
 def _common(spec: Any, kind: str) -> None:
+    """The rules a TF Serving and a TensorBoard spec share (image, resources, labels, store)."""
     if not isinstance(spec.namespace, str) or not naming.is_dns1123_label(spec.namespace):
         raise SpecError("namespace", "is not a valid namespace name (DNS-1123 label)", spec.namespace)
+    _image(spec)
+    _resources(spec)
+    for attr in ("labels", "node_selector"):
+        object.__setattr__(spec, attr, _label_map(getattr(spec, attr), attr))
+    object.__setattr__(spec, "network_policy", ServiceNetworkPolicy.from_value(spec.network_policy))
+    if kind and spec.claim is None and spec.base_path is None:
+        raise SpecError("claim", f"or 'base_path' is required: where the {kind} are")
+    if spec.claim is not None and spec.base_path is not None:
+        raise SpecError("claim", "and 'base_path' are exclusive: a PVC or a local directory")
+
+
+def _image(spec: Any) -> None:
     if not isinstance(spec.image, str) or not _IMAGE.match(spec.image) or len(spec.image) > 512:
         raise SpecError("image", "must be an image reference without spaces", spec.image)
     if spec.image_pull_policy not in ("Always", "IfNotPresent", "Never"):
@@ -95,6 +110,9 @@ def _common(spec: Any, kind: str) -> None:
         if not isinstance(s, str) or not naming.is_dns1123_subdomain(s):
             raise SpecError(f"image_pull_secrets[{i}]", "is not a valid Secret name", s)
     object.__setattr__(spec, "image_pull_secrets", secrets)
+
+
+def _resources(spec: Any) -> None:
     res = spec.resources
     if res is None:
         res = Resources()
@@ -104,23 +122,72 @@ def _common(spec: Any, kind: str) -> None:
         raise SpecError("resources", "must be a mapping", res)
     res.validate("resources")
     object.__setattr__(spec, "resources", res)
-    for attr in ("labels", "node_selector"):
-        value = getattr(spec, attr) or {}
-        if not isinstance(value, Mapping):
-            raise SpecError(attr, "must be a mapping", value)
-        for k, v in value.items():
-            if not isinstance(k, str) or not naming.is_label_key(k):
-                raise SpecError(f"{attr}.{k}", "is not a valid label key")
-            if attr == "labels" and (k.startswith(naming.LABEL_PREFIX) or k.startswith("app.kubernetes.io/")):
-                raise SpecError(f"{attr}.{k}", "uses a prefix the platform sets itself")
-            if not isinstance(v, str) or not naming.is_label_value(v):
-                raise SpecError(f"{attr}.{k}", "is not a valid label value", v)
-        object.__setattr__(spec, attr, dict(value))
-    object.__setattr__(spec, "network_policy", ServiceNetworkPolicy.from_value(spec.network_policy))
-    if kind and spec.claim is None and spec.base_path is None:
-        raise SpecError("claim", f"or 'base_path' is required: where the {kind} are")
-    if spec.claim is not None and spec.base_path is not None:
-        raise SpecError("claim", "and 'base_path' are exclusive: a PVC or a local directory")
+
+
+def _label_map(value: Any, attr: str) -> dict[str, str]:
+    value = value or {}
+    if not isinstance(value, Mapping):
+        raise SpecError(attr, "must be a mapping", value)
+    for k, v in value.items():
+        if not isinstance(k, str) or not naming.is_label_key(k):
+            raise SpecError(f"{attr}.{k}", "is not a valid label key")
+        if attr == "labels" and (k.startswith(naming.LABEL_PREFIX) or k.startswith("app.kubernetes.io/")):
+            raise SpecError(f"{attr}.{k}", "uses a prefix the platform sets itself")
+        if not isinstance(v, str) or not naming.is_label_value(v):
+            raise SpecError(f"{attr}.{k}", "is not a valid label value", v)
+    return dict(value)
+
+
+_METRICS_PATH = re.compile(r"^(/[A-Za-z0-9._~-]+)+$")
+# TF Serving's BatchingParameters (session_bundle_config.proto): name -> (min, max)
+BATCHING_FIELDS = {
+    "max_batch_size": (1, 1 << 20),
+    "batch_timeout_micros": (0, 60_000_000),
+    "max_enqueued_batches": (1, 1 << 20),
+    "num_batch_threads": (1, 1024),
+    "max_execution_batch_size": (1, 1 << 20),
+}
+
+
+def _batching(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError("batching", "must be a mapping of TF Serving batching parameters", value)
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if k == "pad_variable_length_inputs":
+            if not isinstance(v, bool):
+                raise SpecError(f"batching.{k}", "must be true or false", v)
+        elif k == "allowed_batch_sizes":
+            if not isinstance(v, list | tuple) or not v or not all(type(x) is int and x > 0 for x in v):
+                raise SpecError(f"batching.{k}", "must be a list of positive integers", v)
+            v = list(v)
+        elif k in BATCHING_FIELDS:
+            lo, hi = BATCHING_FIELDS[k]
+            _int(v, f"batching.{k}", lo, hi)
+        else:
+            known = sorted([*BATCHING_FIELDS, "allowed_batch_sizes", "pad_variable_length_inputs"])
+            raise SpecError(f"batching.{k}", f"unknown batching parameter (known: {', '.join(known)})")
+        out[str(k)] = v
+    return out
+
+
+def batching_text(batching: Mapping[str, Any]) -> str:
+    """TF Serving's ``--batching_parameters_file`` (text proto; numbers wrapped as
+    ``{ value: N }``, as its Int64Value fields want)."""
+    lines = []
+    for k, v in batching.items():
+        if k == "pad_variable_length_inputs":
+            lines.append(f"{k}: {str(v).lower()}")
+        elif k == "allowed_batch_sizes":
+            lines += [f"{k}: {x}" for x in v]
+        else:
+            lines.append(f"{k} {{ value: {int(v)} }}")
+    return "\n".join(lines) + "\n"
+
+
+def monitoring_text(path: str) -> str:
+    """TF Serving's ``--monitoring_config_file``: the Prometheus endpoint on."""
+    return f'prometheus_config {{\n  enable: true\n  path: "{path}"\n}}\n'
 
 
 def _from_dict(cls: type, data: Mapping[str, Any]) -> Any:
@@ -159,6 +226,15 @@ class ServingSpec:
     :param load_timeout_seconds: how long a new version may take to become AVAILABLE
         (on Kubernetes this includes the kubelet's ConfigMap refresh, up to ~1-2 min).
     :param predict_timeout_seconds: timeout of the smoke ``:predict``.
+    :param smoke_protocol: ``rest`` (default) or ``grpc``: how the candidate's smoke
+        predict is sent. gRPC needs a direct connection to the server: the local backend
+        only (the API server's service proxy carries HTTP/1.1, not gRPC).
+    :param monitoring: TF Serving's Prometheus endpoint on (a monitoring config file and
+        ``prometheus.io/*`` scrape annotations on the pods).
+    :param monitoring_path: where TF Serving serves the metrics (on the REST port).
+    :param batching: server-side batching: TF Serving's batching parameters
+        (``max_batch_size``, ``batch_timeout_micros``, ``max_enqueued_batches``,
+        ``num_batch_threads``, ``pad_variable_length_inputs``...); None: off.
     :param network_policy: who may connect (Kubernetes): nobody but the API server's
         service proxy by default; see :class:`~airflow_tfk.network.ServiceNetworkPolicy`.
     """
@@ -182,6 +258,10 @@ class ServingSpec:
     predict_timeout_seconds: float = 30.0
     labels: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    smoke_protocol: str = "rest"
+    monitoring: bool = True
+    monitoring_path: str = "/monitoring/prometheus/metrics"
+    batching: Mapping[str, Any] | None = None
     network_policy: ServiceNetworkPolicy = field(default_factory=ServiceNetworkPolicy)
 
     def __post_init__(self) -> None:
@@ -216,6 +296,16 @@ class ServingSpec:
             "predict_timeout_seconds",
             _number(self.predict_timeout_seconds, "predict_timeout_seconds", 1, 3600),
         )
+        if self.smoke_protocol not in ("rest", "grpc"):
+            raise SpecError("smoke_protocol", "must be 'rest' or 'grpc'", self.smoke_protocol)
+        if not isinstance(self.monitoring, bool):
+            raise SpecError("monitoring", "must be true or false", self.monitoring)
+        if not isinstance(self.monitoring_path, str) or not _METRICS_PATH.match(self.monitoring_path):
+            raise SpecError(
+                "monitoring_path", "must be an absolute URL path like /metrics", self.monitoring_path
+            )
+        if self.batching is not None:
+            object.__setattr__(self, "batching", _batching(self.batching))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ServingSpec:
@@ -224,6 +314,10 @@ class ServingSpec:
     @property
     def config_map_name(self) -> str:
         return f"{self.name}-config"
+
+    @property
+    def metrics_config_map_name(self) -> str:
+        return f"{self.name}-metrics"
 
     @property
     def pod_base_path(self) -> str:

@@ -8,9 +8,9 @@ only through :mod:`airflow_tfk.kube`.
 
 from __future__ import annotations
 
-from functools import cached_property
 from typing import Any
 
+from airflow_tfk.constants import FIELD_MANAGER, KUBERNETES_CONN_ID
 from airflow_tfk.kube.api import BY_KIND, SyncApi, is_not_found, kind_of
 from airflow_tfk.kube.connection import KubeConnection
 from airflow_tfk.naming import RunIdentity
@@ -27,34 +27,25 @@ class KubernetesTensorBoard:
     def __init__(
         self,
         spec: TensorBoardSpec,
-        conn_id: str = "kubernetes_default",
+        conn_id: str = KUBERNETES_CONN_ID,
         cluster_context: str | None = None,
         config_file: str | None = None,
         in_cluster: bool | None = None,
         identity: RunIdentity | None = None,
-        field_manager: str = "airflow-tfk",
+        field_manager: str = FIELD_MANAGER,
         **_ignored: Any,
     ) -> None:
         self.spec = spec
-        self.conn_id = conn_id
-        self.cluster_context = cluster_context
-        self.config_file = config_file
-        self.in_cluster = in_cluster
+        self.connection = KubeConnection(conn_id, cluster_context, config_file, in_cluster)
         self.identity = identity
         self.field_manager = field_manager
 
     def config(self) -> dict[str, Any]:
-        return {
-            "conn_id": self.conn_id,
-            "cluster_context": self.cluster_context,
-            "config_file": self.config_file,
-            "in_cluster": self.in_cluster,
-            "field_manager": self.field_manager,
-        }
+        return {**self.connection.config(), "field_manager": self.field_manager}
 
-    @cached_property
+    @property
     def api(self) -> SyncApi:
-        return KubeConnection(self.conn_id, self.cluster_context, self.config_file, self.in_cluster).api
+        return self.connection.api
 
     @property
     def url(self) -> str:

@@ -8,7 +8,6 @@ When its task is killed while deferred (mark failed, clear), it deletes the clus
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,9 +15,10 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_tfk.backends import get_backend
 from airflow_tfk.backends.base import Backend, ClusterRef
-from airflow_tfk.policies import Outcome, evaluate
+from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS
+from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.spec import Mode
-from airflow_tfk.watch import ProgressReporter, QueueReporter, progress_task
+from airflow_tfk.watch import WaitLoop, await_cluster, wait_result
 
 
 class WorkersDoneTrigger(BaseTrigger):
@@ -43,7 +43,7 @@ class WorkersDoneTrigger(BaseTrigger):
         mode: str,
         replicas: dict[str, int],
         deadline: float | None = None,
-        progress_interval: float = 30.0,
+        progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         delete_on_kill: bool = True,
     ) -> None:
         super().__init__()
@@ -56,6 +56,21 @@ class WorkersDoneTrigger(BaseTrigger):
         self.progress_interval = progress_interval
         self.delete_on_kill = delete_on_kill
         self._fired = False
+
+    @classmethod
+    def for_handle(
+        cls, handle: ClusterHandle, *, deadline: float | None = None, progress_interval: float
+    ) -> WorkersDoneTrigger:
+        """The trigger that waits on the cluster of ``handle`` (a create task's XCom)."""
+        return cls(
+            cluster=handle.ref.to_dict(),
+            backend_kind=handle.backend_kind,
+            backend_config=handle.backend_config,
+            mode=handle.mode.value,
+            replicas=handle.replicas,
+            deadline=deadline,
+            progress_interval=progress_interval,
+        )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -81,41 +96,25 @@ class WorkersDoneTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         ref = ClusterRef.from_dict(self.cluster)
-        mode = Mode(self.mode)
         try:
-            backend = self._backend()
-            role, index = progress_task(mode, self.replicas)
-            reporter = ProgressReporter(backend, ref, role, index, self.progress_interval, self.log.info)
-            queue = QueueReporter(backend, ref, min(self.progress_interval, 60.0), self.log.info)
-            last_summary = ""
-            while True:
-                window = 60.0
-                if self.deadline is not None:
-                    window = max(0.0, min(window, self.deadline - time.time()))
-                async for status in backend.awatch(ref, timeout=window):
-                    summary = status.summary()
-                    if summary != last_summary:
-                        self.log.info("cluster: %s", summary)
-                        last_summary = summary
-                    if queue.wants(status):
-                        await asyncio.to_thread(queue.report)
-                    verdict = evaluate(mode, self.replicas, status)
-                    if verdict.outcome is not Outcome.RUNNING:
-                        await asyncio.to_thread(reporter.report)
-                        failed = verdict.failed_task.to_dict() if verdict.failed_task else None
-                        status_word = "success" if verdict.outcome is Outcome.SUCCEEDED else "failed"
-                        yield self._event(status_word, verdict.message, failed_task=failed)
-                        return
-                    if reporter.due():
-                        await asyncio.to_thread(reporter.report)
-                    if self.deadline is not None and time.time() >= self.deadline:
-                        break
-                if self.deadline is not None and time.time() >= self.deadline:
-                    yield self._event("timeout", "the training exceeded the task's execution_timeout")
-                    return
+            loop = WaitLoop(
+                self._backend(),
+                ref,
+                Mode(self.mode),
+                self.replicas,
+                deadline=self.deadline,
+                progress_interval=self.progress_interval,
+                emit=self.log.info,
+            )
+            result = wait_result(await await_cluster(loop))
         except Exception as exc:  # reported as an event; the operator raises and cleans up
             self.log.exception("error while waiting on cluster %s", ref.name)
             yield self._event("error", f"{type(exc).__name__}: {exc}")
+            return
+        if result["status"] == "timeout":
+            yield self._event("timeout", result["message"])
+        else:
+            yield self._event(result["status"], result["message"], failed_task=result["failed_task"])
 
     async def on_kill(self) -> None:
         """Airflow >= 3.3 calls this when the user kills the deferred task."""

@@ -680,6 +680,25 @@ def test_awatch_and_adelete_through_the_async_hook(double, backend):
     assert labelled(double, ref) == []
 
 
+def test_watch_and_awatch_both_keep_the_job_cache(double, backend):
+    """One watch plan drives both: after either, a status reads the Jobs from the cache
+    (one pod list, no Job list). The async watch used to skip the cache."""
+    spec = make_spec(workers=2, ps=1)
+    ref = backend.create(spec)
+
+    async def first_status() -> None:
+        async for _ in backend.awatch(ref, 5):
+            break
+
+    for wait in (lambda: next(iter(backend.watch(ref, 5))), lambda: asyncio.run(first_status())):
+        backend._forget(ref)
+        wait()
+        mark = double.mark()
+        backend.status(ref)
+        assert double.summary(since=mark) == {"list pods": 1}
+    backend.delete(ref)
+
+
 # -- configuration and import cost ------------------------------------------------------------
 def test_config_rebuilds_an_equivalent_backend():
     backend = KubernetesBackend(conn_id="x", cluster_context="ctx", unschedulable_timeout=60)

@@ -91,6 +91,16 @@ def test_templated_spec_renders_natively() -> None:
             "not of type",
         ),
         (
+            {"schedule": "@daily", "params": {**PARAMS, "steps": {"default": "many", "type": "integer"}}},
+            "params.steps",
+            "not of type",
+        ),
+        (
+            {"schedule": "@daily", "params": {**PARAMS, "steps": {"default": 1, "type": "integr"}}},
+            "params.steps",
+            "invalid default or schema",
+        ),
+        (
             {"params": {**PARAMS, "steps": {"default": 1, "type": "integr"}}},
             "params.steps",
             "invalid default or schema",

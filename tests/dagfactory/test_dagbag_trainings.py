@@ -135,3 +135,17 @@ def test_configured_folder_that_does_not_exist_is_an_error_of_the_dag_file(
     assert bag.dag_ids == []
     [(path, message)] = bag.import_errors.items()
     assert path.endswith("tfk_trainings.py") and "TFK_TRAININGS_DIR=../nowhere" in message
+
+
+def test_a_dag_file_may_name_its_own_folder(repo: Path) -> None:
+    """Several loader files, each with its folder, split a large set of trainings."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    (repo / "dags" / "team_b.py").write_text(
+        "# airflow DAG file\nfrom airflow_tfk.dagfactory.loader import load_into\n"
+        "load_into(globals(), __file__, folder='../trainings/team-b')\n"
+    )
+    (repo / "dags" / "tfk_trainings.py").unlink()
+    bag = DagBag(dag_folder=str(repo / "dags"))
+    assert bag.dag_ids == []
+    assert list(bag.import_errors) == [str(repo / "trainings" / "team-b" / "broken_replicas.yaml")]

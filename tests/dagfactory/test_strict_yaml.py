@@ -54,3 +54,11 @@ def test_size_and_depth_limits() -> None:
     deep = "a: " + "[" * (MAX_DEPTH + 2) + "]" * (MAX_DEPTH + 2) + "\n"
     with pytest.raises(SpecError, match="nested deeper"):
         load_mapping(deep)
+
+
+def test_very_deep_nesting_is_refused_before_the_recursive_composer() -> None:
+    # 200,000 levels in 400 kB: libyaml's composer would overflow the C stack (SIGSEGV).
+    n = 200_000
+    with pytest.raises(SpecError, match="nested deeper") as info:
+        load_mapping("a:\n  b: " + "[" * n + "]" * n + "\n")
+    assert info.value.field == "spec" and info.value.line == 2  # type: ignore[attr-defined]

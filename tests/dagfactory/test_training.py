@@ -122,8 +122,21 @@ def test_policy_other_than_allow_lets_the_next_run_start() -> None:
 def test_publish_and_tensorboard_claims_default_to_the_cluster_volumes() -> None:
     storage = {"logs": {"claim": "tfk-logs"}, "models": {"claim": "tfk-models"}}
     t = parse(cluster={**CLUSTER, "storage": storage}, tensorboard=True, publish={"model_name": "m"})
-    assert t.tensorboard == {"claim": "tfk-logs"}
-    assert t.publish == {"claim": "tfk-models", "model_name": "m"}
+    assert t.tensorboard == {"claim": "tfk-logs", "tensorboard": {"namespace": "default"}}
+    assert t.publish == {"claim": "tfk-models", "model_name": "m", "serving": {"namespace": "default"}}
+    local = parse(cluster={**CLUSTER, "storage": storage}, tensorboard={"base_path": "/tmp/logs"})
+    assert "claim" not in local.tensorboard  # a local directory instead of the claim
+
+
+def test_namespace_defaults_to_the_deployments(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_tfk import defaults
+
+    monkeypatch.setattr(defaults, "NAMESPACE", "tfk")
+    t = parse(publish={"model_name": "m", "serving": {"replicas": 2}}, tensorboard={"claim": "c"})
+    assert t.cluster["namespace"] == "tfk"
+    assert t.publish["serving"] == {"namespace": "tfk", "replicas": 2}
+    assert t.tensorboard["tensorboard"] == {"namespace": "tfk"}
+    assert parse(cluster={**CLUSTER, "namespace": "ml"}).cluster["namespace"] == "ml"
 
 
 def test_publish_accepts_every_keyword_of_the_operator() -> None:
@@ -137,7 +150,7 @@ def test_publish_accepts_every_keyword_of_the_operator() -> None:
         for n, p in inspect.signature(PublishModelOperator.__init__).parameters.items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     } - {"backend", "backend_config", "kubernetes_conn_id"}
-    options = {k: None for k in keywords} | {"model_name": "m"}
+    options = {k: None for k in keywords} | {"model_name": "m", "serving": {"namespace": "ns"}}
     assert parse(publish=options).publish == options
 
 

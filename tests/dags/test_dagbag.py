@@ -34,6 +34,14 @@ def test_expected_dags(dagbag) -> None:
     )
 
 
+def test_regression_dag_trains_with_an_evaluator_and_publishes_its_own_version(dagbag) -> None:
+    dag = dagbag.dags["tfk_regression"]
+    train, publish = dag.get_task("train"), dag.get_task("publish")
+    assert train.cluster_spec["evaluator"] == {"replicas": 1}
+    assert publish.upstream_task_ids == {"train"}
+    assert publish.version is None  # the version train exports, from its XCom
+
+
 def test_scheduled_training_policies(dagbag) -> None:
     dag = dagbag.dags["tfk_scheduled_training"]
     train = dag.get_task("train")

@@ -124,7 +124,7 @@ def test_dags_test_ui_training_on_kubernetes(
         jobs = client.BatchV1Api(k8s_api).list_namespaced_job(ns).items
         assert len(jobs) == 1 and jobs[0].status.succeeded == 3
         pod = _tfk.pods(k8s_api, ns, jobs[0].metadata.labels["tfk.airflow.apache.org/cluster"])[0]
-        claims = {v.persistent_volume_claim.claim_name for v in pod.spec.volumes}
+        claims = {v.persistent_volume_claim.claim_name for v in pod.spec.volumes if v.persistent_volume_claim}
         assert claims == {"tfk-logs", "tfk-models"}
         assert jobs[0].metadata.labels["tfk.airflow.apache.org/dag-id"] == "tfk_ui_training"
     finally:

@@ -56,7 +56,9 @@ def make_op(spec_data: dict[str, Any], **kwargs: Any):
 
 
 def pod_log(api: client.ApiClient, namespace: str, pod: str) -> str:
-    return client.CoreV1Api(api).read_namespaced_pod_log(pod, namespace)
+    # The raw body: this client version returns the repr of the bytes otherwise.
+    resp = client.CoreV1Api(api).read_namespaced_pod_log(pod, namespace, _preload_content=False)
+    return resp.data.decode()
 
 
 def recorded_tf_configs(api: client.ApiClient, namespace: str, cluster: str) -> dict[str, dict[str, Any]]:

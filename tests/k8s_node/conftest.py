@@ -186,10 +186,25 @@ def local_volumes(k8s_node, node_api) -> Iterator[LocalVolumes]:
     v.cleanup()
 
 
-@pytest.fixture(scope="session")
-def node_conn(k8s_node) -> Iterator[str]:
-    """The admin kubeconfig as the ``kubernetes`` connection the operators use."""
-    from k8s_integration._tfk import use_connection
+@pytest.fixture
+def node_conn(k8s_node, node_api, node_ns, tmp_path) -> Iterator[str]:
+    """The ``kubernetes`` connection the operators use: deploy/rbac's ServiceAccount in the
+    test's namespace (a bound token in a kubeconfig), so every test of the tier also shows
+    that the least-privilege Role is enough on a real node (a 403 fails the operator)."""
+    import sys
 
-    with use_connection(k8s_node.kubeconfig) as conn_id:
+    from k8s_integration._tfk import use_connection
+    from kubernetes.utils import create_from_dict
+
+    sys.path.insert(0, str(nodemod.REPO / "deploy" / "rbac"))
+    import render as rbac  # deploy/rbac/render.py
+
+    for doc in rbac.manifests(node_ns):
+        create_from_dict(node_api, doc, namespace=doc["metadata"].get("namespace", node_ns))
+    assert k8s_node.cp is not None
+    token = k8s_node.cp.service_account_token(node_ns, rbac.SERVICE_ACCOUNT)
+    kubeconfig = k8s_node.cp.kubeconfig_for_token(
+        tmp_path / "tfk.kubeconfig", token, rbac.SERVICE_ACCOUNT, node_ns
+    )
+    with use_connection(kubeconfig, "tfk_k8s") as conn_id:
         yield conn_id

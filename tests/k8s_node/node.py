@@ -286,6 +286,7 @@ class Node:
     _ns_exec: concurrent.futures.ThreadPoolExecutor | None = None
     _forward: _Forward | None = None
     _ns_port: int = 0
+    _cgroups_made: list[Path] = field(default_factory=list)
 
     # ---- paths
     @property
@@ -299,7 +300,34 @@ class Node:
 
     @property
     def cgroup_root(self) -> str:
-        return f"/tfk-node-{self.session}"
+        """Pods' cgroups go under the memory cgroup this process runs in (so a harness that
+        accounts or limits our memory also covers the pods), in a directory of our own."""
+        parent = "/"
+        with contextlib.suppress(OSError):
+            for line in Path("/proc/self/cgroup").read_text().splitlines():
+                _, controllers, path = line.split(":", 2)
+                if "memory" in controllers.split(",") or (controllers == "" and parent == "/"):
+                    parent = path or "/"
+        return str(Path(parent) / f"tfk-node-{self.session}")
+
+    def _hierarchies(self) -> list[Path]:
+        """cgroup v1 hierarchies (or the v2 root) that can hold processes."""
+        if (CGROUP_BASE / "cgroup.controllers").exists():
+            return [CGROUP_BASE]
+        return sorted(h for h in CGROUP_BASE.iterdir() if (h / "cgroup.procs").exists())
+
+    def _make_cgroup_root(self) -> None:
+        """The kubelet refuses a cgroupRoot that does not exist in every hierarchy."""
+        for hier in self._hierarchies():
+            d = hier
+            for part in Path(self.cgroup_root).parts[1:]:
+                parent, d = d, d / part
+                if not d.exists():
+                    d.mkdir()
+                    self._cgroups_made.append(d)
+                    if hier.name == "cpuset":  # a new cpuset is empty: copy the parent's
+                        for f in ("cpuset.cpus", "cpuset.mems"):
+                            (d / f).write_text((parent / f).read_text())
 
     @property
     def bin(self) -> Path:
@@ -493,6 +521,7 @@ class Node:
         assert self.cp is not None
         t3 = time.monotonic()
         port = self._ns_port
+        self._make_cgroup_root()
         self._write_kubelet_files(port)
         self._spawn(
             "kubelet",
@@ -752,7 +781,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             },
         )
         for tar in ("pause.tar", "train.tar"):
-            self._ctr("images", "import", "--no-unpack=false", str(idir / tar))
+            self._ctr("images", "import", str(idir / tar))
+        # The same image under the serving and TensorBoard defaults, so a DAG that leaves
+        # them unset runs the stand-ins here (nothing can be pulled on this machine).
+        from airflow_tfk.serving.spec import DEFAULT_SERVING_IMAGE, DEFAULT_TENSORBOARD_IMAGE
+
+        for ref in (DEFAULT_SERVING_IMAGE, DEFAULT_TENSORBOARD_IMAGE):
+            self._ctr("images", "tag", "--force", TRAIN_IMAGE, _normalized(ref))
 
     def import_image(self, path: Path) -> None:
         self._ctr("images", "import", str(path))
@@ -761,7 +796,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def container_processes(self) -> list[int]:
         """PIDs (host view) in the pod cgroups of this node."""
         pids: list[int] = []
-        for hier in CGROUP_BASE.iterdir():
+        for hier in self._hierarchies():
             root = hier / self.cgroup_root.lstrip("/")
             if root.is_dir():
                 for procs in root.rglob("cgroup.procs"):
@@ -804,22 +839,29 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         self._remove_cgroups()
 
     def _remove_cgroups(self) -> None:
+        """Everything below our cgroup root (the kubelet's), then the directories we made."""
         deadline = time.monotonic() + 30
-        for hier in CGROUP_BASE.iterdir():
+        dirs: list[Path] = []
+        for hier in self._hierarchies():
             root = hier / self.cgroup_root.lstrip("/")
-            if not root.is_dir():
-                continue
-            for d in sorted((p for p in [root, *root.rglob("*")] if p.is_dir()), key=lambda p: -len(p.parts)):
-                while True:
-                    try:
-                        d.rmdir()
+            if root.is_dir():
+                dirs += [p for p in root.rglob("*") if p.is_dir()]
+        dirs.sort(key=lambda p: -len(p.parts))
+        ours = [d for d in self._cgroups_made if d.name == f"tfk-node-{self.session}"]
+        for d in dirs + ours:
+            while d.exists():
+                try:
+                    d.rmdir()
+                except FileNotFoundError:
+                    break
+                except OSError:  # busy until the last process in it is reaped
+                    if time.monotonic() > deadline:
                         break
-                    except FileNotFoundError:
-                        break
-                    except OSError:
-                        if time.monotonic() > deadline:
-                            break
-                        time.sleep(0.1)
+                    time.sleep(0.1)
+        # Parents we had to create: removed when empty (another session may share them).
+        for d in sorted(set(self._cgroups_made) - set(ours), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
     def remove(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -827,7 +869,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def leftovers(self, removed: bool = True) -> list[str]:
         """What the node left on the host after :meth:`stop` (and :meth:`remove`)."""
         out = []
-        for hier in CGROUP_BASE.iterdir():
+        for hier in self._hierarchies():
             if (hier / self.cgroup_root.lstrip("/")).exists():
                 out.append(f"cgroup {hier / self.cgroup_root.lstrip('/')}")
         pids = [self.ns_pid] + [p.pid for p in self.procs.values()]
@@ -857,6 +899,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         if removed and self.workdir.exists():
             out.append(f"directory {self.workdir}")
         return out
+
+
+def _normalized(ref: str) -> str:
+    """The full reference containerd stores for a short Docker-style image name."""
+    name = ref if "/" in ref.split(":")[0] else f"library/{ref}"
+    first = name.split("/")[0]
+    if "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    return name
 
 
 def _setns_net(fd: int) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_tfk.errors import SpecError
 from airflow_tfk.operators.serving import PublishModelOperator
 from airflow_tfk.serving import targets
-from airflow_tfk.serving.base import ServingError
+from airflow_tfk.serving.base import NotBlessed, ServingError
 from tests.serving.fakes import FakeServing
 
 
@@ -77,6 +78,11 @@ def test_default_version_is_the_newest_good_one_and_failure_fails_the_task(fake)
         ({"serving": {"claim": "x"}}, "serving.claim"),
         ({"serving": {"shiny": True}}, "shiny"),
         ({"version": "three"}, "version"),
+        ({"quality_gate": {"thresholds": {"accuracy": "x"}}}, "quality_gate.thresholds.accuracy"),
+        ({"quality_gate": {"thresholds": {"a": 1}, "on_failure": "pass"}}, "quality_gate.on_failure"),
+        ({"metrics": "{not json"}, "metrics"),
+        ({"serving": {"smoke_protocol": "http2"}}, "smoke_protocol"),
+        ({"serving": {"batching": {"max_batch_size": 0}}}, "batching.max_batch_size"),
     ],
 )
 def test_invalid_input_fails_before_anything_is_created(fake, kwargs, field):
@@ -97,3 +103,34 @@ def test_templated_fields():
     assert {"model_name", "version", "claim", "serving", "sample_request"} <= set(
         PublishModelOperator.template_fields
     )
+
+
+@pytest.mark.parametrize(("on_failure", "outcome"), [("fail", NotBlessed), ("skip", AirflowSkipException)])
+def test_a_version_that_is_not_blessed_fails_or_skips_and_is_not_published(fake, on_failure, outcome):
+    op = PublishModelOperator(
+        task_id="publish",
+        model_name="digits",
+        claim="models",
+        version=2,
+        backend="local",
+        quality_gate={"thresholds": {"accuracy": 0.9}, "on_failure": on_failure},
+        metrics='{"accuracy": 0.8}',  # as a template renders an XCom
+    )
+    with pytest.raises(outcome, match=r"accuracy 0.8 fails the threshold >= 0.9 \(by 0.1\)"):
+        op.execute(context())
+    target = fake[0][1]
+    assert target.writes == [] and target.ensured == 0
+
+
+def test_a_blessed_version_is_published_with_its_metrics_recorded(fake):
+    op = PublishModelOperator(
+        task_id="publish",
+        model_name="digits",
+        claim="models",
+        version=2,
+        backend="local",
+        quality_gate={"thresholds": {"accuracy": 0.9}},
+        metrics={"accuracy": 0.97},
+    )
+    assert op.execute(context())["version"] == 2
+    assert fake[0][1].recorded == {2: {"accuracy": 0.97}}

@@ -20,6 +20,7 @@ from airflow_tfk.errors import SpecError, TrainingFailed
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.operators.training import TFTrainingOperator
 from airflow_tfk.status import Phase
+from tests.helpers import assert_no_processes, cluster_processes, spec_dict, task_context
 
 
 def make_op(spec: dict, **kwargs) -> TFTrainingOperator:
@@ -32,9 +33,9 @@ def cluster_of(ctx: dict) -> ClusterRef:
     return ClusterRef(RunIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index).cluster_name(), "default")
 
 
-def test_between_graph_success_deletes_ps_and_logs_progress(local_root, ns, capfd) -> None:
-    ctx = ns.task_context()
-    op = make_op(ns.spec_dict("between_graph", workers=2, STEPS="6"))
+def test_between_graph_success_deletes_ps_and_logs_progress(local_root, capfd) -> None:
+    ctx = task_context()
+    op = make_op(spec_dict("between_graph", workers=2, STEPS="6"))
     result = op.execute(ctx)
     assert result["outcome"] == "succeeded" and result["name"] == cluster_of(ctx).name
     status = LocalBackend(str(local_root)).status(cluster_of(ctx))
@@ -44,40 +45,40 @@ def test_between_graph_success_deletes_ps_and_logs_progress(local_root, ns, capf
     text = capfd.readouterr().out  # the task log (structlog writes to stdout)
     assert "step 6/6 (100.0%)" in text and "ETA" in text
     assert "----- log of ps-0" in text  # PS logs copied before the PS were deleted
-    ns.assert_no_processes(local_root)
+    assert_no_processes(local_root)
 
 
-def test_parameter_server_success_is_the_chief_and_deletes_workers(local_root, ns) -> None:
-    ctx = ns.task_context()
-    op = make_op(ns.spec_dict("parameter_server", workers=2, STEPS="3"), cleanup="all")
+def test_parameter_server_success_is_the_chief_and_deletes_workers(local_root) -> None:
+    ctx = task_context()
+    op = make_op(spec_dict("parameter_server", workers=2, STEPS="3"), cleanup="all")
     assert op.execute(ctx)["outcome"] == "succeeded"
     assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
-    ns.assert_no_processes(local_root)
+    assert_no_processes(local_root)
 
 
-def test_worker_failure_fails_fast_naming_task_and_code(local_root, ns) -> None:
-    ctx = ns.task_context()
-    op = make_op(ns.spec_dict("between_graph", workers=2, STEPS="2", EXIT_CODE_1="3", STEP_SECONDS="0.05"))
+def test_worker_failure_fails_fast_naming_task_and_code(local_root) -> None:
+    ctx = task_context()
+    op = make_op(spec_dict("between_graph", workers=2, STEPS="2", EXIT_CODE_1="3", STEP_SECONDS="0.05"))
     op_spec = op.cluster_spec
     op_spec["permanent_exit_codes"] = [3]
     with pytest.raises(TrainingFailed) as err:
         op.execute(ctx)
     assert err.value.task == "worker-1" and "exit code 3" in str(err.value)
     assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
-    ns.assert_no_processes(local_root)
+    assert_no_processes(local_root)
 
 
-def test_bad_spec_fails_before_anything_is_created(local_root, ns) -> None:
-    spec = ns.spec_dict()
+def test_bad_spec_fails_before_anything_is_created(local_root) -> None:
+    spec = spec_dict()
     spec["worker"] = {"replicas": -2}
     with pytest.raises(SpecError, match=r"worker\.replicas"):
-        make_op(spec).execute(ns.task_context())
+        make_op(spec).execute(task_context())
     assert not local_root.exists() or not list(local_root.glob("*/*/state.json"))
 
 
-def test_on_kill_while_waiting_deletes_everything(local_root, ns) -> None:
-    ctx = ns.task_context()
-    op = make_op(ns.spec_dict("between_graph", workers=2, STEPS="1000", STEP_SECONDS="0.1"))
+def test_on_kill_while_waiting_deletes_everything(local_root) -> None:
+    ctx = task_context()
+    op = make_op(spec_dict("between_graph", workers=2, STEPS="1000", STEP_SECONDS="0.1"))
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -90,7 +91,7 @@ def test_on_kill_while_waiting_deletes_everything(local_root, ns) -> None:
     thread.start()
     backend = LocalBackend(str(local_root))
     deadline = time.monotonic() + 30
-    while not (backend.exists(cluster_of(ctx)) and ns.cluster_processes(local_root)):
+    while not (backend.exists(cluster_of(ctx)) and cluster_processes(local_root)):
         assert time.monotonic() < deadline
         time.sleep(0.1)
     op.on_kill()  # what Airflow calls on mark-failed / SIGTERM
@@ -98,18 +99,18 @@ def test_on_kill_while_waiting_deletes_everything(local_root, ns) -> None:
     assert not thread.is_alive()
     assert errors and isinstance(errors[0], TrainingFailed)
     assert not backend.exists(cluster_of(ctx))
-    ns.assert_no_processes(local_root)
+    assert_no_processes(local_root)
 
 
-def test_execution_timeout_in_blocking_mode_deletes_everything(local_root, ns) -> None:
+def test_execution_timeout_in_blocking_mode_deletes_everything(local_root) -> None:
     from airflow.sdk.execution_time.timeout import timeout
 
-    ctx = ns.task_context()
-    op = make_op(ns.spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"))
+    ctx = task_context()
+    op = make_op(spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"))
     with pytest.raises(AirflowTaskTimeout), timeout(4):  # Airflow's own timeout mechanism
         op.execute(ctx)
     assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
-    ns.assert_no_processes(local_root)
+    assert_no_processes(local_root)
 
 
 def run_trigger(trigger) -> dict:
@@ -120,9 +121,9 @@ def run_trigger(trigger) -> dict:
     return asyncio.run(first_event())
 
 
-def test_deferrable_success_then_cleanup(local_root, ns) -> None:
-    ctx = ns.task_context()
-    op = make_op(ns.spec_dict("between_graph", workers=2, STEPS="4"), deferrable=True)
+def test_deferrable_success_then_cleanup(local_root) -> None:
+    ctx = task_context()
+    op = make_op(spec_dict("between_graph", workers=2, STEPS="4"), deferrable=True)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     trigger = deferred.value.trigger
@@ -135,15 +136,15 @@ def test_deferrable_success_then_cleanup(local_root, ns) -> None:
     assert result["outcome"] == "succeeded"
     ps = LocalBackend(str(local_root)).status(cluster_of(ctx)).task("ps", 0)
     assert ps is not None and ps.reason == "Deleted"
-    ns.assert_no_processes(local_root)
+    assert_no_processes(local_root)
 
 
-def test_deferrable_execution_timeout_deletes_everything(local_root, ns) -> None:
+def test_deferrable_execution_timeout_deletes_everything(local_root) -> None:
     from datetime import timedelta
 
-    ctx = ns.task_context()
+    ctx = task_context()
     op = make_op(
-        ns.spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"),
+        spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"),
         deferrable=True,
         execution_timeout=timedelta(seconds=3),
     )
@@ -154,12 +155,12 @@ def test_deferrable_execution_timeout_deletes_everything(local_root, ns) -> None
     with pytest.raises(AirflowTaskTimeout):
         op.execute_complete(ctx, event, **deferred.value.kwargs)
     assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
-    ns.assert_no_processes(local_root)
+    assert_no_processes(local_root)
 
 
-def test_trigger_on_kill_deletes_the_cluster(local_root, ns) -> None:
-    ctx = ns.task_context()
-    op = make_op(ns.spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"), deferrable=True)
+def test_trigger_on_kill_deletes_the_cluster(local_root) -> None:
+    ctx = task_context()
+    op = make_op(spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"), deferrable=True)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     trigger = deferred.value.trigger
@@ -172,7 +173,7 @@ def test_trigger_on_kill_deletes_the_cluster(local_root, ns) -> None:
 
     asyncio.run(killed_while_waiting())
     assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
-    ns.assert_no_processes(local_root)
+    assert_no_processes(local_root)
 
 
 async def run_trigger_async(trigger):
@@ -180,26 +181,26 @@ async def run_trigger_async(trigger):
         return event
 
 
-def test_retry_reattaches_instead_of_creating_a_second_cluster(local_root, ns, capfd) -> None:
-    ctx = ns.task_context()
-    spec = ns.spec_dict("between_graph", workers=1, STEPS="10", STEP_SECONDS="0.3")
+def test_retry_reattaches_instead_of_creating_a_second_cluster(local_root, capfd) -> None:
+    ctx = task_context()
+    spec = spec_dict("between_graph", workers=1, STEPS="10", STEP_SECONDS="0.3")
     first = make_op(spec, deferrable=True)
     with pytest.raises(TaskDeferred):
         first.execute(ctx)  # the task's process then dies: the cluster lives on
     backend = LocalBackend(str(local_root))
-    pids_before = set(ns.cluster_processes(local_root))
+    pids_before = set(cluster_processes(local_root))
     result = make_op(spec).execute(ctx)  # the retry, same task instance identity
     assert result["outcome"] == "succeeded"
     assert "reattaching to existing cluster" in capfd.readouterr().out
     assert len(list(local_root.glob("*/*/state.json"))) == 1
     assert pids_before  # the first try's processes were the ones that finished the work
     assert backend.exists(cluster_of(ctx))
-    ns.assert_no_processes(local_root)
+    assert_no_processes(local_root)
 
 
-def test_kill_previous_kills_the_earlier_run_which_fails_naming_the_newer(local_root, ns) -> None:
-    spec = ns.spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1")
-    first_ctx, second_ctx = ns.task_context("scheduled__01"), ns.task_context("scheduled__02")
+def test_kill_previous_kills_the_earlier_run_which_fails_naming_the_newer(local_root) -> None:
+    spec = spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1")
+    first_ctx, second_ctx = task_context("scheduled__01"), task_context("scheduled__02")
     errors: list[BaseException] = []
 
     def first() -> None:
@@ -215,23 +216,23 @@ def test_kill_previous_kills_the_earlier_run_which_fails_naming_the_newer(local_
     while not backend.exists(cluster_of(first_ctx)):
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    quick = ns.spec_dict("between_graph", workers=1, STEPS="2")
+    quick = spec_dict("between_graph", workers=1, STEPS="2")
     result = make_op(quick, previous_run_policy="kill_previous").execute(second_ctx)
     assert result["outcome"] == "succeeded"
     thread.join(30)
     assert errors and isinstance(errors[0], TrainingFailed)
     assert "scheduled__02" in str(errors[0]) and "kill_previous" in str(errors[0])
-    ns.assert_no_processes(local_root)
+    assert_no_processes(local_root)
 
 
-def test_skip_policy_skips_while_an_earlier_run_is_alive(local_root, ns) -> None:
-    spec = ns.spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1")
+def test_skip_policy_skips_while_an_earlier_run_is_alive(local_root) -> None:
+    spec = spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1")
     first = make_op(spec, deferrable=True)
     with pytest.raises(TaskDeferred):
-        first.execute(ns.task_context("scheduled__01"))
+        first.execute(task_context("scheduled__01"))
     with pytest.raises(AirflowSkipException):
-        make_op(spec, previous_run_policy="skip").execute(ns.task_context("scheduled__02"))
-    assert not LocalBackend(str(local_root)).exists(cluster_of(ns.task_context("scheduled__02")))
+        make_op(spec, previous_run_policy="skip").execute(task_context("scheduled__02"))
+    assert not LocalBackend(str(local_root)).exists(cluster_of(task_context("scheduled__02")))
 
 
 def test_invalid_policy_is_rejected_at_parse_time() -> None:

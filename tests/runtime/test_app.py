@@ -144,10 +144,7 @@ def test_app_flags_and_unknown_arguments():
 
 @pytest.mark.parametrize(
     "mode, flag, roles",
-    [
-        ("between_graph", "--tfk_sync", {"ps": 1, "worker": 2}),
-        ("all_reduce", "--tfk_async", {"worker": 2}),
-    ],
+    [("all_reduce", "--tfk_async", {"worker": 2})],
 )
 def test_sync_async_must_fit_the_mode(monkeypatch, capsys, mode, flag, roles):
     cluster = {r: [f"127.0.0.1:{i + 1}" for i in range(n)] for r, n in roles.items()}

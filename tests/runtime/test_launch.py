@@ -124,13 +124,30 @@ def test_launcher_imports_neither_tensorflow_nor_airflow():
     assert res.stdout.strip() == "False", res.stderr
 
 
-@pytest.mark.parametrize("module", ["cluster", "flags", "launch", "progress", "app"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "cluster",
+        "flags",
+        "launch",
+        "progress",
+        "app",
+        "loops",
+        "between_graph",
+        "evaluator",
+        "export",
+        "reporter",
+        "exits",
+    ],
+)
 def test_runtime_modules_never_import_airflow(module):
+    # the neutral protocol package is the one airflow_tfk module outside the runtime
+    # that the runtime may import
     code = (
         f"import sys, airflow_tfk.runtime.{module}; "
         "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')"
         " or m == 'tensorflow' or (m.startswith('airflow_tfk.') and "
-        "not m.startswith('airflow_tfk.runtime'))); print(bad)"
+        "not m.startswith(('airflow_tfk.runtime', 'airflow_tfk.protocol')))); print(bad)"
     )
     res = subprocess.run(
         [sys.executable, "-c", code],
@@ -141,3 +158,60 @@ def test_runtime_modules_never_import_airflow(module):
         timeout=60,
     )
     assert res.stdout.strip() == "[]", res.stderr
+
+
+def test_between_graph_tasks_get_the_device_filter_shim():
+    from airflow_tfk.runtime.launch import SHIM_DIR
+
+    env = {"TFK_CLUSTER": json.dumps(CLUSTER), "TFK_ROLE": "worker", "TFK_INDEX": "1", "PYTHONPATH": "/x"}
+    build_command(["--tf1-flags", "--", "python", "train.py"], env)
+    assert env["PYTHONPATH"].split(os.pathsep) == [SHIM_DIR, "/x"]
+    build_command(["--tf1-flags", "--", "python", "train.py"], env)  # once only
+    assert env["PYTHONPATH"].split(os.pathsep) == [SHIM_DIR, "/x"]
+    env = {
+        "TFK_CLUSTER": json.dumps(CLUSTER),
+        "TFK_ROLE": "worker",
+        "TFK_INDEX": "1",
+        "TFK_MODE": "between_graph",
+    }
+    build_command(["--", "python", "train.py"], env)  # the spec's legacy_tf1_flags path
+    assert env["PYTHONPATH"] == SHIM_DIR
+    for argv, mode in (
+        (["--tf1-flags", "--no-device-filters", "--", "x"], "between_graph"),
+        (["--", "x"], "all_reduce"),
+    ):
+        env = {"TFK_CLUSTER": json.dumps(CLUSTER), "TFK_ROLE": "worker", "TFK_INDEX": "1", "TFK_MODE": mode}
+        build_command(argv, env)
+        assert "PYTHONPATH" not in env
+
+
+def test_shim_gives_remote_sessions_the_filters_and_keeps_a_scripts_own():
+    """The shim, in a real Python started the way the launcher starts scripts: TF's
+    Session gets /job:ps + this task for a grpc master, nothing for in-process sessions,
+    and a config that has filters keeps them."""
+    code = """
+import json, tensorflow as tf
+from tensorflow.python.client import session as s
+seen = []
+orig = s.BaseSession.__init__
+def spy(self, target='', graph=None, config=None):
+    seen.append(list(config.device_filters) if config is not None else None)
+    raise RuntimeError('stop')  # no master needed
+s.BaseSession.__init__ = spy
+v1 = tf.compat.v1
+for target, config in (('grpc://127.0.0.1:1', None), ('', None),
+                       ('grpc://127.0.0.1:1', v1.ConfigProto(device_filters=['/job:mine']))):
+    try:
+        v1.Session(target, config=config)
+    except RuntimeError:
+        pass
+from tensorflow.python.training import session_manager
+print(json.dumps({'seen': seen, 'wait': session_manager.SessionManager()._recovery_wait_secs}))
+"""
+    env = env_for("worker", 1)
+    env["TF_CONFIG"] = json.dumps({"cluster": CLUSTER, "task": {"type": "worker", "index": 1}})
+    res = launch("--tf1-flags", "--", sys.executable, "-c", code, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[0])
+    assert out["seen"] == [["/job:ps", "/job:worker/task:1"], None, ["/job:mine"]]
+    assert out["wait"] == 1

@@ -18,11 +18,12 @@ from airflow_tfk.operators.cluster import (
 )
 from airflow_tfk.sensors.workers import TFWorkersSensor
 from airflow_tfk.status import Phase
+from tests.helpers import assert_no_processes, spec_dict, task_context
 
 
-def create(ns, spec: dict, run_id: str = "manual__1") -> dict:
+def create(spec: dict, run_id: str = "manual__1") -> dict:
     op = CreateTFClusterOperator(task_id="create", backend="local", cluster_spec=spec)
-    return op.execute(ns.task_context(run_id, task_id="create"))
+    return op.execute(task_context(run_id, task_id="create"))
 
 
 def poke_until_done(sensor: TFWorkersSensor, ctx: dict, timeout: float = 30.0) -> None:
@@ -34,11 +35,11 @@ def poke_until_done(sensor: TFWorkersSensor, ctx: dict, timeout: float = 30.0) -
         time.sleep(0.2)
 
 
-def test_create_sense_cleanup_delete(local_root, ns, capfd) -> None:
-    handle = create(ns, ns.spec_dict("between_graph", workers=2, STEPS="4"))
+def test_create_sense_cleanup_delete(local_root, capfd) -> None:
+    handle = create(spec_dict("between_graph", workers=2, STEPS="4"))
     assert handle["backend"] == "local" and handle["label_selector"].endswith(handle["name"])
     ref = ClusterRef(handle["name"], handle["namespace"])
-    ctx = ns.task_context(task_id="wait")
+    ctx = task_context(task_id="wait")
     poke_until_done(TFWorkersSensor(task_id="wait", cluster=handle, progress_interval=0.1), ctx)
     assert "step 4/4 (100.0%)" in capfd.readouterr().out
     deleted = CleanupPSOperator(task_id="cleanup", cluster=handle).execute(ctx)
@@ -47,24 +48,24 @@ def test_create_sense_cleanup_delete(local_root, ns, capfd) -> None:
     assert backend.status(ref).task("ps", 0).reason == "Deleted"
     DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(ctx)
     assert not backend.exists(ref)
-    ns.assert_no_processes(local_root)
+    assert_no_processes(local_root)
 
 
-def test_sensor_fails_with_the_task_reason(local_root, ns) -> None:
-    spec = ns.spec_dict("all_reduce", workers=2, STEPS="1", EXIT_CODE_0="1")
-    handle = create(ns, spec)
+def test_sensor_fails_with_the_task_reason(local_root) -> None:
+    spec = spec_dict("all_reduce", workers=2, STEPS="1", EXIT_CODE_0="1")
+    handle = create(spec)
     sensor = TFWorkersSensor(task_id="wait", cluster=handle)
     with pytest.raises(TrainingFailed) as err:
-        poke_until_done(sensor, ns.task_context(task_id="wait"))
+        poke_until_done(sensor, task_context(task_id="wait"))
     assert err.value.task == "worker-0" and err.value.reason == "ExitCode"
-    DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(ns.task_context())
-    ns.assert_no_processes(local_root)
+    DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(task_context())
+    assert_no_processes(local_root)
 
 
-def test_deferrable_sensor_waits_in_the_trigger(local_root, ns) -> None:
-    handle = create(ns, ns.spec_dict("parameter_server", workers=1, STEPS="3"))
+def test_deferrable_sensor_waits_in_the_trigger(local_root) -> None:
+    handle = create(spec_dict("parameter_server", workers=1, STEPS="3"))
     sensor = TFWorkersSensor(task_id="wait", cluster=handle, deferrable=True)
-    ctx = ns.task_context(task_id="wait")
+    ctx = task_context(task_id="wait")
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(ctx)
 
@@ -78,10 +79,10 @@ def test_deferrable_sensor_waits_in_the_trigger(local_root, ns) -> None:
     status = LocalBackend(str(local_root)).status(ClusterRef(handle["name"], handle["namespace"]))
     assert status.task("chief", 0).phase is Phase.SUCCEEDED
     DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(ctx)
-    ns.assert_no_processes(local_root)
+    assert_no_processes(local_root)
 
 
-def test_failed_event_becomes_training_failed(ns) -> None:
+def test_failed_event_becomes_training_failed() -> None:
     sensor = TFWorkersSensor(task_id="wait", cluster={}, deferrable=True)
     event = {
         "status": "failed",
@@ -98,8 +99,8 @@ def test_failed_event_becomes_training_failed(ns) -> None:
         },
     }
     with pytest.raises(TrainingFailed, match="worker-1 failed .*OOMKilled"):
-        sensor.execute_complete(ns.task_context(), event)
+        sensor.execute_complete(task_context(), event)
 
 
-def test_delete_without_cluster_is_a_no_op(ns) -> None:
-    DeleteTFClusterOperator(task_id="delete", cluster=None).execute(ns.task_context())
+def test_delete_without_cluster_is_a_no_op() -> None:
+    DeleteTFClusterOperator(task_id="delete", cluster=None).execute(task_context())

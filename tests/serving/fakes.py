@@ -20,6 +20,9 @@ class FakeServing(ServingTarget):
         self.config: ModelServerConfig | None = None
         self.writes: list[ModelServerConfig] = []
         self.ensured = 0
+        self.exported_metrics: dict[int, dict[str, Any]] = {}
+        self.recorded: dict[int, dict[str, Any]] = {}
+        self.predicted: list[tuple[str, int | None]] = []  # (model, version) of each predict
 
     def ensure(self, emit) -> None:  # noqa: ANN001
         self.ensured += 1
@@ -40,12 +43,21 @@ class FakeServing(ServingTarget):
     def sample_request(self, version: int) -> dict[str, Any] | None:
         return {"instances": [[1.0], [2.0]]}
 
-    def _loaded(self) -> tuple[int, ...]:
-        model = self.config.get(self.spec.model_name) if self.config else None
-        return model.versions if model else ()
+    def version_metrics(self, version: int) -> dict[str, Any] | None:
+        return self.exported_metrics.get(version)
 
-    def version_state(self, version: int) -> VersionState | None:
-        if version not in self._loaded():
+    def published_metrics(self) -> dict[int, dict[str, Any]]:
+        return dict(self.recorded)
+
+    def record_metrics(self, version: int, metrics: dict[str, Any]) -> None:
+        self.recorded[version] = dict(metrics)
+
+    def _loaded(self, model: str | None = None) -> tuple[int, ...]:
+        entry = self.config.get(model or self.spec.model_name) if self.config else None
+        return entry.versions if entry else ()
+
+    def version_state(self, version: int, *, model: str | None = None) -> VersionState | None:
+        if version not in self._loaded(model):
             return None
         how = self.behaviour.get(version, "never")
         if how == "never":
@@ -58,7 +70,8 @@ class FakeServing(ServingTarget):
         model = self.config.get(self.spec.model_name) if self.config else None
         return model.labels.get(label) if model else None
 
-    def predict(self, body, *, version=None, label=None, timeout=30.0):  # noqa: ANN001
+    def predict(self, body, *, version=None, label=None, timeout=30.0, model=None, protocol="rest"):  # noqa: ANN001
+        self.predicted.append((model or self.spec.model_name, version))
         if label is not None:
             version = self.label_version(label)
         how = self.behaviour.get(version)

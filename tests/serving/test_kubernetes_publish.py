@@ -68,7 +68,7 @@ def test_publish_rollback_through_the_service_proxy(double, target, model_store)
     assert any(
         p.startswith(
             "POST /api/v1/namespaces/default/services/tfs-linear:8501/proxy/"
-            "v1/models/linear/versions/1:predict"
+            "v1/models/linear-tfk-candidate/versions/1:predict"
         )
         for p in api.proxied
     )

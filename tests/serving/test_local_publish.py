@@ -3,6 +3,9 @@ rollback of broken versions, and no process left behind."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import psutil
 import pytest
 
@@ -70,9 +73,12 @@ def test_corrupt_version_is_rolled_back_and_previous_still_answers(serving, stor
     with pytest.raises(ServingError, match="version 3 .*failed to load.*version 2 is still serving"):
         publish(serving, version=3, emit=lines.append, poll=0.2)
     assert any("rolled the version policy" in line for line in lines)
-    status, body = request_json("GET", f"{serving.url}/v1/models/linear/versions/3")
+    # it failed under the candidate name; the model's own name never knew it
+    status, body = request_json("GET", f"{serving.url}/v1/models/linear-tfk-candidate/versions/3")
     entry = body["model_version_status"][0]
     assert entry["state"] == "END" and entry["status"]["error_code"] != "OK"
+    status, body = request_json("GET", f"{serving.url}/v1/models/linear/versions/3")
+    assert status == 404
     cfg = serving.read_config().get("linear")
     assert cfg.versions == (1, 2) and cfg.stable == 2
     assert predict(serving, label="stable") == [[6.0]]
@@ -84,14 +90,46 @@ def test_signature_that_rejects_the_sample_is_rolled_back(serving, store):
         publish(serving, version=4, poll=0.2)
     assert serving.read_config().get("linear").versions == (1, 2)
     assert predict(serving, label="stable") == [[6.0]]
-    # once the server re-reads the policy, version 4 is unloaded again
-    import time
-
+    # once the server re-reads the policy, the candidate version 4 is unloaded again
     deadline = time.monotonic() + 10
-    while serving.version_state(4).state != "END" and time.monotonic() < deadline:
+    candidate = "linear-tfk-candidate"
+    while serving.version_state(4, model=candidate).state != "END" and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert serving.version_state(4).state == "END"
+    assert serving.version_state(4, model=candidate).state == "END"
+    assert serving.version_state(4) is None  # never loaded under the model's own name
     assert predict(serving) == [[6.0]]
+
+
+def test_zero_exposure_clients_never_see_a_candidate_that_is_rolled_back(serving, store):
+    """A client calls the default (unversioned) endpoint in a loop while a corrupt
+    candidate and one whose signature rejects the sample are published and rolled back:
+    every answer comes from the serving version 2, none is an error."""
+    answers: list[object] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                status, body = request_json(
+                    "POST", f"{serving.url}/v1/models/linear:predict", ROWS, timeout=10
+                )
+                answers.append(body["predictions"] if status == 200 else (status, body))
+            except OSError as exc:
+                answers.append(exc)
+
+    thread = threading.Thread(target=client, daemon=True)
+    thread.start()
+    try:
+        for bad in (3, 4):
+            with pytest.raises(ServingError, match=f"version {bad} was not published"):
+                publish(serving, version=bad, poll=0.2)
+        time.sleep(1.5)  # past the server's next config poll: the candidate is unloaded
+    finally:
+        stop.set()
+        thread.join(timeout=20)
+    assert len(answers) > 20
+    others = [a for a in answers if a != [[6.0]]]
+    assert others == [], f"{len(others)} of {len(answers)} answers were not version 2's: {others[:3]}"
 
 
 def test_missing_version_times_out_and_rolls_back(serving, store):
@@ -136,3 +174,17 @@ def test_operator_publishes_on_the_local_backend(serving, model_store):
     assert (xcom["model_name"], xcom["version"], xcom["previous_version"]) == ("linear", 1, 2)
     assert xcom["endpoint"] == f"{serving.url}/v1/models/linear/labels/stable"
     assert predict(serving, label="stable") == [[3.0]]
+
+
+def test_grpc_smoke_test_and_grpc_predict(serving, model_store):
+    grpc_spec = ServingSpec(model_name="linear", claim="models", name="tfs-linear", smoke_protocol="grpc")
+    over_grpc = LocalServing(grpc_spec, root=serving.root, server="stand-in")
+    lines: list[str] = []
+    result = publish(over_grpc, version=2, emit=lines.append, poll=0.2)
+    assert result.version == 2 and any("smoke grpc predict of version 2 answered" in x for x in lines)
+    answer = over_grpc.predict(ROWS, label="stable", protocol="grpc")
+    assert answer == {"predictions": [[6.0]], "model_version": 2}
+    with pytest.raises(ServingError, match="version 9 of linear is not in the model store"):
+        over_grpc.predict(ROWS, version=9, protocol="grpc")
+    with pytest.raises(ServingError, match="NOT_FOUND: Could not find version 4 of model linear"):
+        over_grpc.predict(ROWS, version=4, protocol="grpc")  # exported, never loaded under linear

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_tfk.errors import SpecError
 from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig, parse
-from airflow_tfk.serving.base import ServingError
+from airflow_tfk.serving.base import NotBlessed, ServingError
+from airflow_tfk.serving.gate import QualityGate
 from airflow_tfk.serving.publish import kept_versions, publish
 from airflow_tfk.serving.spec import ServingSpec
 from tests.serving.fakes import FakeServing
@@ -25,7 +27,8 @@ class Clock:
 
 def run(target: FakeServing, version: int | None = None, **kw):
     clock = Clock()
-    return publish(target, version, emit=lambda _: None, sleep=clock.sleep, clock=clock, **kw)
+    kw.setdefault("emit", lambda _: None)
+    return publish(target, version, sleep=clock.sleep, clock=clock, **kw)
 
 
 def make(behaviour: dict[int, str], keep: int = 2) -> FakeServing:
@@ -69,9 +72,24 @@ def test_failed_version_never_replaces_the_serving_one(how, message):
     assert "version 1 is still serving" in str(err.value)
     assert target.config == before
     assert model(target).versions == (1,) and model(target).stable == 1
-    # the candidate was offered next to the serving version, then withdrawn
-    assert target.writes[-2].get("digits").versions == (1, 2)
-    assert target.writes[-2].get("digits").stable == 1
+    # the candidate was loaded under its own name only, then withdrawn: the model's own
+    # entry (what clients call) never held it
+    offered = target.writes[-2]
+    assert offered.get("digits-tfk-candidate").versions == (2,)
+    assert all(w.get("digits").versions == (1,) for w in target.writes[1:])
+    assert target.config.get("digits-tfk-candidate") is None
+    assert ("digits", 2) not in target.predicted  # the smoke test went to the candidate
+
+
+def test_promotion_loads_the_validated_version_before_the_label_moves():
+    target = make({1: "ok", 2: "ok"})
+    run(target, 1)
+    start = len(target.writes)
+    run(target, 2)
+    cand, loading, final = target.writes[start:]
+    assert cand.get("digits-tfk-candidate").versions == (2,) and cand.get("digits").versions == (1,)
+    assert loading.get("digits").versions == (1, 2) and loading.get("digits").stable == 1
+    assert final.get("digits").stable == 2 and final.get("digits-tfk-candidate") is None
 
 
 def test_first_version_failing_removes_the_model():
@@ -129,3 +147,77 @@ def test_model_config_round_trip_and_foreign_syntax():
     a, b = parse(text).models
     assert (a.name, a.base_path, a.versions) == ("a", "/m/a", (1, 2))
     assert (b.versions, dict(b.labels)) == ((), {"canary": 9})
+
+
+# -- the quality gate ---------------------------------------------------------------------
+GATE = QualityGate(thresholds={"accuracy": 0.9}, max_regression=0.01)
+
+
+def test_gate_blesses_and_records_the_metrics_as_the_next_baseline():
+    target = make({1: "ok", 2: "ok"})
+    target.exported_metrics = {1: {"accuracy": 0.95, "loss": 0.2}}
+    lines: list[str] = []
+    run(target, 1, gate=GATE, emit=lines.append)
+    assert model(target).stable == 1
+    assert target.recorded == {1: {"accuracy": 0.95, "loss": 0.2}}
+    assert any("quality gate on digits version 1" in x and "accuracy 0.95 >= 0.9" in x for x in lines)
+    # metrics from the training task's XCom win over the exported file
+    run(target, 2, gate=GATE, metrics={"accuracy": 0.945})
+    assert model(target).stable == 2 and target.recorded[2] == {"accuracy": 0.945}
+
+
+@pytest.mark.parametrize(
+    ("metrics", "failure"),
+    [
+        ({"accuracy": 0.85}, "accuracy 0.85 fails the threshold >= 0.9 (by 0.05)"),
+        (
+            {"accuracy": 0.93},
+            "accuracy 0.93 regressed by 0.02 against 0.95 of serving version 1 (tolerance 0.01)",
+        ),
+        ({"loss": 0.1}, "accuracy: missing or not a number in the candidate's metrics"),
+        (None, "no metrics for digits version 2"),
+    ],
+)
+def test_gate_refuses_and_nothing_is_touched(metrics, failure):
+    target = make({1: "ok", 2: "ok"})
+    run(target, 1, gate=GATE, metrics={"accuracy": 0.95})
+    writes, ensured = len(target.writes), target.ensured
+    with pytest.raises(NotBlessed) as refused:
+        run(target, 2, gate=GATE, metrics=metrics)
+    assert failure in str(refused.value) and "not blessed" in str(refused.value)
+    assert "version 1 is still serving" in str(refused.value) or metrics is None
+    assert refused.value.on_failure == "fail"
+    assert len(target.writes) == writes and target.ensured == ensured  # nothing touched
+    assert model(target).stable == 1 and 2 not in target.recorded
+
+
+def test_gate_lower_is_better_and_per_metric_tolerances():
+    gate = QualityGate(
+        thresholds={"loss": 0.5, "accuracy": 0.8},
+        lower_is_better=["loss"],
+        max_regression={"loss": 0.05},
+        on_failure="skip",
+    )
+    ok = gate.evaluate({"loss": 0.33, "accuracy": 0.81}, {"loss": 0.3, "accuracy": 0.99}, 4)
+    assert ok.blessed, ok.failures
+    bad = gate.evaluate({"loss": 0.6, "accuracy": 0.81}, {"loss": 0.3}, 4)
+    assert bad.failures == (
+        "loss 0.6 fails the threshold <= 0.5 (by 0.1)",
+        "loss 0.6 regressed by 0.3 against 0.3 of serving version 4 (tolerance 0.05)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"thresholds": {"accuracy": "high"}}, "quality_gate.thresholds.accuracy"),
+        ({"thresholds": {"accuracy": 0.9}, "on_failure": "ignore"}, "quality_gate.on_failure"),
+        ({"max_regression": -0.1}, "quality_gate.max_regression"),
+        ({"thresholds": {}}, "quality_gate"),
+        ({"thresholds": {"a": 1}, "treshold": 1}, "quality_gate.treshold"),
+    ],
+)
+def test_gate_options_are_validated(options, field):
+    with pytest.raises(SpecError) as err:
+        QualityGate.from_dict(options)
+    assert err.value.field == field

@@ -148,3 +148,46 @@ def test_tensorboard_objects():
     assert "--path_prefix=/api/v1/namespaces/ml/services/tb-digits:6006/proxy" in c["args"]
     assert svc["spec"]["ports"][0]["port"] == 6006
     assert dep["metadata"]["labels"]["app.kubernetes.io/component"] == "tensorboard"
+
+
+def test_monitoring_on_by_default_with_scrape_annotations():
+    _np, cm, svc, dep = render_serving(SPEC, None, "model_config_list {\n}\n")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "--monitoring_config_file=/etc/tfk/monitoring.config" in c["args"]
+    assert cm["data"]["monitoring.config"] == (
+        'prometheus_config {\n  enable: true\n  path: "/monitoring/prometheus/metrics"\n}\n'
+    )
+    assert dep["spec"]["template"]["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8501",
+        "prometheus.io/path": "/monitoring/prometheus/metrics",
+    }
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]}["grpc"] == 8500
+    assert not any(a.startswith("--enable_batching") for a in c["args"])
+
+
+def test_monitoring_off_and_batching_on():
+    spec = ServingSpec(
+        model_name="digits",
+        claim="models",
+        monitoring=False,
+        batching={"max_batch_size": 32, "batch_timeout_micros": 2000, "allowed_batch_sizes": [8, 32]},
+    )
+    _np, cm, _, dep = render_serving(spec, None, "")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "annotations" not in dep["spec"]["template"]["metadata"]
+    assert "monitoring.config" not in cm["data"]
+    assert "--enable_batching=true" in c["args"]
+    assert "--batching_parameters_file=/etc/tfk/batching.config" in c["args"]
+    assert cm["data"]["batching.config"] == (
+        "max_batch_size { value: 32 }\nbatch_timeout_micros { value: 2000 }\n"
+        "allowed_batch_sizes: 8\nallowed_batch_sizes: 32\n"
+    )
+
+
+def test_published_metrics_config_map():
+    from airflow_tfk.serving.render import render_metrics_config_map
+
+    cm = render_metrics_config_map(SPEC, '{"3": {"accuracy": 0.9}}')
+    assert cm["metadata"]["name"] == "tfs-digits-metrics"
+    assert cm["data"] == {"published_metrics.json": '{"3": {"accuracy": 0.9}}'}

@@ -69,11 +69,15 @@ class DigitsApp(TrainingApp):
 
         return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, outputs))
 
-    def after_train(self, model):
+    def evaluate(self, model):
+        """Held-out accuracy and loss (the evaluator role calls this per checkpoint)."""
         _, _, x_test, y_test = load_data()
-        logits = model.predict(x_test, verbose=0)
+        logits = model(x_test, training=False)
         accuracy = float(np.mean(np.argmax(logits, axis=1) == y_test))
-        return {"accuracy": accuracy, "threshold": ACCURACY_THRESHOLD, "test_rows": len(y_test)}
+        return {"accuracy": accuracy, "loss": float(self.loss(y_test, logits)), "test_rows": len(y_test)}
+
+    def after_train(self, model):
+        return {**self.evaluate(model), "threshold": ACCURACY_THRESHOLD}
 
     def sample_input(self):
         return load_data()[2][:3]

@@ -13,6 +13,10 @@ standardised; 75 % train, 25 % held out), variables on the ps via
 prints its held-out accuracy as ``{"tfk": "metrics", ...}`` and exits 0; the target is
 accuracy >= 0.90 (``ACCURACY_THRESHOLD``). ps tasks serve forever.
 It also prints progress lines in the platform's format (docs/architecture.md).
+
+Written as the seeds' scripts are: no ``device_filters``, no wait for the chief. The
+launcher gives its sessions the filters (``airflow_tfk.runtime.tf1_shim``), so a worker
+never waits for a peer that has already exited.
 """
 
 from __future__ import annotations
@@ -81,7 +85,6 @@ def main(argv=None) -> int:
         hooks = [v1.train.StopAtStepHook(last_step=args.train_steps)]
         train_op = opt.minimize(loss, global_step=global_step)
 
-    config = v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{args.task_index}"])
     rng = np.random.RandomState(1 + args.task_index)
     start = time.time()
     last_print = -1
@@ -102,13 +105,6 @@ def main(argv=None) -> int:
             flush=True,
         )
 
-    if not is_chief:
-        # The session manager of a non-chief polls every 30 s for the chief to initialise
-        # the variables; poll faster so the workers start together.
-        with v1.Session(server.target, config=config) as probe:
-            not_ready = v1.report_uninitialized_variables(v1.global_variables())
-            while len(probe.run(not_ready)):
-                time.sleep(0.5)
     with v1.train.MonitoredTrainingSession(
         master=server.target,
         is_chief=is_chief,
@@ -119,7 +115,6 @@ def main(argv=None) -> int:
         save_summaries_secs=None,
         log_step_count_steps=0,
         hooks=hooks,
-        config=config,
     ) as sess:
         step, loss_value = 0, None
         while not sess.should_stop():
@@ -132,7 +127,7 @@ def main(argv=None) -> int:
                 progress(step, loss_value)
     # The monitored session is closed once the last step is reached; the variables live
     # on the ps, so a plain session reads the trained model.
-    with v1.Session(server.target, config=config) as plain:
+    with v1.Session(server.target) as plain:
         test_accuracy, step = plain.run([accuracy, global_step], feed_dict={x: x_test, y: y_test})
     print(
         json.dumps(

@@ -1,0 +1,66 @@
+"""Every default of the provider, in one table.
+
+Operators, the sensor, the trigger, the wait loop and the backends take their defaults
+from here, so a default is changed in one place and documented once. Import-free.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final, Literal
+
+#: Seconds between two progress lines (step/total/%/ETA) in the task log.
+PROGRESS_INTERVAL_SECONDS: Final = 30.0
+#: The cncf ``kubernetes`` connection.
+KUBERNETES_CONN_ID: Final = "kubernetes_default"
+#: Server-side apply field manager of every object the provider applies.
+FIELD_MANAGER: Final = "airflow-tfk"
+#: Seconds between the training's success and the deletion of the PS (the seeds' 30 s).
+PS_GRACE_SECONDS: Final = 30
+#: Seconds a pod may stay unschedulable before its task fails (``Unschedulable``).
+UNSCHEDULABLE_TIMEOUT_SECONDS: Final = 300.0
+#: Seconds a pod may fail to pull its image before its task fails.
+IMAGE_PULL_TIMEOUT_SECONDS: Final = 120.0
+#: Prefix of the cluster name derived from the task instance.
+NAME_PREFIX: Final = "tfk"
+#: The task whose URL the "TensorBoard" extra link opens.
+TENSORBOARD_TASK_ID: Final = "tensorboard"
+#: Seconds between two pokes of the blocking sensor.
+SENSOR_POKE_INTERVAL_SECONDS: Final = 10
+
+BackendKind = Literal["kubernetes", "local"]
+BACKEND_KINDS: Final[tuple[BackendKind, ...]] = ("kubernetes", "local")
+#: The backend an operator runs on unless told otherwise.
+BACKEND: Final[BackendKind] = "kubernetes"
+
+
+def backend_kind(value: str, field: str = "backend") -> BackendKind:
+    """``value`` as a backend kind, or a ValueError naming ``field``."""
+    if value not in BACKEND_KINDS:
+        raise ValueError(f"{field}: must be 'kubernetes' or 'local' (got {value!r})")
+    return value
+
+
+class Cleanup(str, enum.Enum):
+    """What TFTrainingOperator deletes after success."""
+
+    PS = "ps"  # the roles that never exit (PS; workers in parameter_server mode), after the grace
+    ALL = "all"  # the whole cluster (logs are copied first)
+
+
+#: What TFTrainingOperator deletes after success unless told otherwise.
+CLEANUP: Final = Cleanup.PS
+
+
+class TensorBoardAction(str, enum.Enum):
+    START = "start"
+    STOP = "stop"
+
+
+def choice(enum_type: type[enum.Enum], value: object, field: str) -> enum.Enum:
+    """``value`` as a member of ``enum_type``, or a ValueError naming ``field`` and the choices."""
+    try:
+        return enum_type(value)
+    except ValueError:
+        allowed = " or ".join(repr(m.value) for m in enum_type)
+        raise ValueError(f"{field}: must be {allowed} (got {value!r})") from None

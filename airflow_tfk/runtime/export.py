@@ -1,0 +1,112 @@
+"""The SavedModel export in TF Serving's ``<base>/<model>/<int version>/`` layout.
+
+Written to a temporary sibling and renamed, so TF Serving never sees a half-written
+version; the sample request and the metrics go to ``assets.extra/`` next to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow_tfk.runtime import progress as _progress
+from airflow_tfk.runtime.exits import UsageError, log
+
+SAMPLE_REQUEST = "tfk_sample_request.json"
+METRICS_FILE = "tfk_metrics.json"
+
+
+def version_of(name: str) -> int | None:
+    """The version a directory name stands for, or None.
+
+    Only plain ASCII digits count, as for TF Serving: ``str.isdigit`` also accepts
+    characters such as ``²`` that ``int()`` refuses.
+    """
+    if not (name.isascii() and name.isdigit()):
+        return None
+    return int(name)
+
+
+def next_version(model_dir: str) -> int:
+    """One more than the newest integer version under ``model_dir`` (1 if none)."""
+    try:
+        names = os.listdir(model_dir)
+    except FileNotFoundError:
+        names = []
+    versions = [v for v in map(version_of, names) if v is not None]
+    return max(versions, default=0) + 1
+
+
+def write_saved_model(model: Any, serving_fn: Callable[..., Any], signature: list[Any], path: str) -> None:
+    import tensorflow as tf
+
+    try:
+        from keras.export import ExportArchive
+    except ImportError:  # pragma: no cover - Keras 2
+        ExportArchive = None  # noqa: N806
+    if ExportArchive is not None:
+        archive = ExportArchive()
+        archive.track(model)
+        archive.add_endpoint(name="serving_default", fn=serving_fn, input_signature=signature)
+        archive.write_out(path, verbose=False)
+    else:  # pragma: no cover
+        fn = tf.function(serving_fn, input_signature=signature)
+        tf.saved_model.save(model, path, signatures={"serving_default": fn})
+
+
+def export_model(
+    model: Any,
+    *,
+    base: str | None,
+    name: str,
+    version: int | None,
+    signature: list[Any],
+    serve: Callable[[Any, Any], Mapping[str, Any]],
+    sample: Any = None,
+    metrics: Mapping[str, Any] | None = None,
+) -> str | None:
+    """Write ``model`` as ``<base>/<name>/<version>/``; returns that directory (None when
+    there is no export base). Prints an ``export`` event line for the provider."""
+    import numpy as np
+    import tensorflow as tf
+
+    if not base:
+        log("no export: neither --tfk_export_dir nor TFK_MODEL_DIR is set")
+        return None
+    model_dir = os.path.join(base, name)
+    os.makedirs(model_dir, exist_ok=True)
+    version = version or next_version(model_dir)
+    final = os.path.join(model_dir, str(version))
+    if os.path.exists(final):
+        raise UsageError(f"export: {final} already exists")
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=model_dir)
+    try:
+
+        def serving_fn(inputs: Any) -> Mapping[str, Any]:
+            return serve(model, inputs)
+
+        write_saved_model(model, serving_fn, signature, tmp)
+        extra = os.path.join(tmp, "assets.extra")
+        os.makedirs(extra, exist_ok=True)
+        if sample is not None:
+            sample = np.asarray(sample)
+            with open(os.path.join(extra, SAMPLE_REQUEST), "w") as f:
+                json.dump({"instances": sample.tolist()}, f)
+            # smoke test: the exported signature answers the sample request
+            loaded = tf.saved_model.load(tmp)
+            out = loaded.signatures["serving_default"](tf.constant(sample))
+            if not out:
+                raise RuntimeError("export: serving_default returned nothing")
+        if metrics:
+            with open(os.path.join(extra, METRICS_FILE), "w") as f:
+                json.dump(dict(metrics), f, default=str)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(_progress.event_line("export", path=final, model_name=name, version=version), flush=True)
+    return final

@@ -1,0 +1,3 @@
+from airflow_tfk.runtime.model_server import main
+
+raise SystemExit(main())

@@ -1,0 +1,49 @@
+"""Progress lines on stdout (and loss summaries for TensorBoard) every N steps."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from airflow_tfk.runtime import progress as _progress
+
+
+class Reporter:
+    """Prints a progress line when the step crosses a multiple of ``every`` (or when
+    forced), and writes the loss as a TensorBoard scalar when ``log_dir`` is set."""
+
+    def __init__(self, total: int, every: int, enabled: bool, log_dir: str | None):
+        self.total, self.every, self.enabled = total, every, enabled
+        self.start_time = time.time()
+        self.last_step: int | None = None
+        self.last_loss: float | None = None
+        self._writer: Any = None
+        self._log_dir = log_dir if enabled else None
+
+    def _summary(self, step: int, loss: float | None) -> None:
+        if self._log_dir is None or loss is None:
+            return
+        import tensorflow as tf
+
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(self._log_dir)
+        with self._writer.as_default():
+            tf.summary.scalar("loss", loss, step=step)
+
+    def due(self, step: int) -> bool:
+        return self.last_step is None or step // self.every > self.last_step // self.every
+
+    def report(self, step: int, loss: float | None, status: str = "running", force: bool = False) -> None:
+        if loss is not None:
+            self.last_loss = float(loss)
+        if not self.enabled or not (force or self.due(step)):
+            return
+        self.last_step = step
+        print(_progress.progress_line(step, self.total, self.last_loss, self.start_time, status), flush=True)
+        if status == "running":
+            self._summary(step, self.last_loss)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+            self._writer.close()

@@ -1,0 +1,135 @@
+"""Device filters for unmodified TF1 between-graph scripts (installed by ``launch``).
+
+``python -m airflow_tfk.runtime.launch`` puts this directory first on ``PYTHONPATH`` for
+the tasks of a between-graph cluster, so Python imports this file at start-up. It
+imports nothing heavy: an import hook waits for TensorFlow's own modules and then
+
+- gives every session on a remote master (``grpc://...``) whose config has no
+  ``device_filters`` the filters ``/job:ps`` + this task. Without them a worker's master
+  lists the devices of every worker when it creates a session and waits for all of
+  them, so a worker that starts after its peers have exited (or a peer that has not
+  started yet) blocks until the deadline. This is what scripts that build their own
+  ``MonitoredTrainingSession`` without a ``ConfigProto`` hit.
+- makes a non-chief's session manager check every second (not every 30 s) whether the
+  chief has initialised the variables, so the workers start together.
+
+A script that sets ``device_filters`` or ``recovery_wait_secs`` itself keeps its own.
+Another ``sitecustomize`` further down the path still runs (it is chained below).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+RECOVERY_WAIT_SECS = 1
+
+
+def task_filters(env: Any = os.environ) -> list[str] | None:
+    """``["/job:ps", "/job:<role>/task:<index>"]`` for this task, from ``TF_CONFIG``."""
+    try:
+        task = (json.loads(env.get("TF_CONFIG") or "{}") or {}).get("task") or {}
+        role, index = task.get("type"), int(task.get("index", 0))
+    except (ValueError, TypeError, AttributeError):
+        return None
+    if role not in ("worker", "chief"):
+        return None
+    return ["/job:ps", f"/job:{role}/task:{index}"]
+
+
+def with_filters(config: Any, filters: list[str]) -> Any:
+    """A copy of ``config`` (a ``ConfigProto`` or None) with ``filters`` when it has none."""
+    from tensorflow.core.protobuf import config_pb2
+
+    new = config_pb2.ConfigProto()
+    if config is not None:
+        if config.device_filters:
+            return config
+        new.CopyFrom(config)
+    new.device_filters.extend(filters)
+    return new
+
+
+def _patch_session(module: ModuleType) -> None:
+    filters = task_filters()
+    if filters is None:
+        return
+    session_cls = module.Session
+    original = session_cls.__init__
+
+    def __init__(self: Any, target: Any = "", graph: Any = None, config: Any = None) -> None:
+        text = target.decode() if isinstance(target, bytes) else str(target or "")
+        if "://" in text:  # a remote master; in-process sessions have no cluster
+            config = with_filters(config, filters)
+        original(self, target, graph, config)
+
+    session_cls.__init__ = __init__
+
+
+def _patch_session_manager(module: ModuleType) -> None:
+    manager_cls = module.SessionManager
+    original = manager_cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        # recovery_wait_secs is the 5th parameter; only its default is changed
+        if len(args) < 5:
+            kwargs.setdefault("recovery_wait_secs", RECOVERY_WAIT_SECS)
+        original(self, *args, **kwargs)
+
+    manager_cls.__init__ = __init__
+
+
+PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    "tensorflow.python.client.session": _patch_session,
+    "tensorflow.python.training.session_manager": _patch_session_manager,
+}
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, patch: Callable[[ModuleType], None]) -> None:
+        self._loader, self._patch = loader, patch
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        try:
+            self._patch(module)
+        except Exception as exc:  # never break the script over a convenience
+            print(f"[tfk] tf1 shim: not patched {module.__name__}: {exc}", file=sys.stderr)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        patch = PATCHES.get(name)
+        if patch is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _PatchingLoader(spec.loader, patch)
+        return spec
+
+
+def _chain_next_sitecustomize() -> None:
+    """Run the ``sitecustomize`` this one shadows, if any."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None or spec.origin == os.path.abspath(__file__):
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+if os.environ.get("TFK_TF1_SHIM", "1") != "0":
+    sys.meta_path.insert(0, _Finder())
+_chain_next_sitecustomize()

@@ -1,0 +1,82 @@
+"""Reliability of an unmodified TF1 between-graph script: N consecutive runs.
+
+    .venv/bin/python bench/bench_tf1_reliability.py [--runs 20] [--steps 300] [--timeout 180]
+
+Each run is 3 workers + 2 ps of ``airflow_tfk/runtime/examples/tf1_between_graph.py``
+(it reads only ``--ps_hosts --worker_hosts --job_name --task_index`` and sets no
+``device_filters``) through ``python -m airflow_tfk.runtime.launch --tf1-flags`` on the
+real local backend, in a fresh cluster. A run passes when every worker exits 0 within
+``--timeout`` seconds and reaches the held-out accuracy threshold. ``--no-shim`` runs the
+same without the launcher's device filters (the baseline, measured in the same run with
+``--baseline-runs``): there a worker waits for peers that have already exited.
+Prints one JSON line per run and a summary; exit 0 only if every shimmed run passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--baseline-runs", type=int, default=0, help="runs without the device-filter shim")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--timeout", type=float, default=180.0)
+    args = p.parse_args(argv)
+
+    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.runtime.examples.tf1_between_graph import ACCURACY_THRESHOLD
+    from tests.runtime.tf1_reliability import run_once
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    summary = {}
+    with tempfile.TemporaryDirectory(prefix="tfk-bench-tf1-") as tmp:
+        backend = LocalBackend(os.path.join(tmp, "root"), workdir=tmp)
+        for label, runs, shim in (("baseline_no_shim", args.baseline_runs, "0"), ("shim", args.runs, "1")):
+            if not runs:
+                continue
+            os.environ["TFK_TF1_SHIM"] = shim  # the local backend passes the env on
+            results = []
+            for i in range(runs):
+                r = run_once(backend, f"tf1-{label.replace('_', '-')}-{i}", args.steps, args.timeout)
+                ok = r.outcome == "succeeded" and len(r.accuracies) == 3
+                ok = ok and min(r.accuracies) >= ACCURACY_THRESHOLD
+                results.append((ok, r))
+                print(
+                    json.dumps(
+                        {
+                            "bench": label,
+                            "run": i + 1,
+                            "ok": ok,
+                            "outcome": r.outcome,
+                            "seconds": round(r.seconds, 1),
+                            "accuracies": [round(a, 3) for a in r.accuracies],
+                            "message": r.message[:200],
+                        }
+                    ),
+                    flush=True,
+                )
+            times = [r.seconds for ok, r in results if ok]
+            summary[label] = {
+                "runs": runs,
+                "passed": sum(ok for ok, _ in results),
+                "median_seconds": round(statistics.median(times), 1) if times else None,
+                "max_seconds": round(max(times), 1) if times else None,
+            }
+    print(json.dumps({"bench": "summary", **summary}), flush=True)
+    shim = summary.get("shim")
+    return 0 if shim is None or shim["passed"] == shim["runs"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Helpers of the operator, sensor and trigger tests on the local backend: an Airflow
+context, a cluster spec running the stand-in trainer (tests/operators/tasks/trainer.py),
+and checks that no process of a cluster is left. Import them:
+``from tests.helpers import task_context, spec_dict, assert_no_processes``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINER = str(Path(__file__).parent / "operators" / "tasks" / "trainer.py")
+
+
+def task_context(
+    run_id: str = "manual__1", dag_id: str = "dag", task_id: str = "train", map_index: int = -1
+) -> dict:
+    """The part of an Airflow context the operators read: the task instance identity."""
+    return {
+        "ti": SimpleNamespace(
+            dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index, try_number=1
+        )
+    }
+
+
+def spec_dict(mode: str = "between_graph", workers: int = 2, **env: str) -> dict:
+    spec = {
+        "image": "local/unused:1",
+        "mode": mode,
+        "command": ["python", TRAINER],
+        "worker": {"replicas": workers},
+        "env": {"REPO_DIR": str(ROOT), **env},
+        "ps_grace_seconds": 0,
+    }
+    if mode != "all_reduce":
+        spec["ps"] = {"replicas": 1}
+    if mode == "parameter_server":
+        spec["chief"] = {"replicas": 1}
+    return spec
+
+
+def cluster_processes(root: Path) -> list[int]:
+    """Live processes started for any cluster under ``root`` (supervisors carry it in argv)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(root) in part for part in p.info["cmdline"] or ()):
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    found.append(p.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def assert_no_processes(root: Path, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while cluster_processes(root) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cluster_processes(root) == []

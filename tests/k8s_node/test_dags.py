@@ -1,0 +1,76 @@
+"""The quickstart on Kubernetes: ``airflow dags test tfk_train_publish`` with
+TFK_BACKEND=kubernetes and a ``kubernetes`` connection (deploy/rbac's ServiceAccount) to
+the real node: TensorBoard over the logs claim, a parameter_server training of real
+TensorFlow pods that cleans up, and a publish to the stand-in model server that answers
+a smoke predict through the API server's service proxy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from airflow_tfk import naming
+
+from . import _tfk
+from . import node as nodemod
+from .test_serving import _claim
+
+pytestmark = pytest.mark.k8s_node
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def test_dags_test_train_publish_on_the_real_node(
+    k8s_node, node_api, node_ns, node_conn, local_volumes, tmp_path
+) -> None:
+    home = tmp_path / "airflow"
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    subprocess.run(
+        [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
+    )
+    _claim(node_api, node_ns, local_volumes, "tfk-models")
+    _claim(node_api, node_ns, local_volumes, "tfk-logs")
+    env.update(
+        {
+            "TFK_BACKEND": "kubernetes",
+            "TFK_KUBERNETES_CONN_ID": node_conn,
+            "TFK_NAMESPACE": node_ns,
+            "TFK_IMAGE": nodemod.TRAIN_IMAGE,
+        }
+    )
+    run = subprocess.run(
+        [str(BIN / "airflow"), "dags", "test", "tfk_train_publish", "--conf", json.dumps({"steps": 60})],
+        env=env,
+        cwd=ROOT,
+        text=True,
+        capture_output=True,
+        timeout=600,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-6000:]
+    assert "state=success" in out or "DagRunState.SUCCESS" in out, out[-4000:]
+    assert "on the kubernetes backend" in out and "training succeeded" in out, out[-4000:]
+    assert _tfk.progress_lines(out), out[-4000:]
+    assert "smoke predict of version" in out and "answered" in out, out[-4000:]
+    # Cleaned up: only the finished chief Job's pod may remain of the training.
+    core = client.CoreV1Api(node_api)
+    running = [
+        p.metadata.name
+        for p in core.list_namespaced_pod(node_ns, label_selector=f"{naming.LABEL_ROLE} in (ps,worker)").items
+        if p.status.phase == "Running"
+    ]
+    assert not running, running

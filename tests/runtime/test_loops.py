@@ -1,0 +1,52 @@
+"""The TF2 loops' progress on a real parameter_server cluster: the first line at once,
+and every line's step within 1 % of the steps the workers had really finished by then."""
+
+import bisect
+import sys
+
+import pytest
+
+from airflow_tfk.runtime.progress import parse_line
+
+from .counting_app import MARK
+
+pytestmark = pytest.mark.e2e
+
+
+def test_parameter_server_progress_is_the_true_step(local_cluster):
+    steps, every = 600, 50
+    c = local_cluster(
+        {"chief": 1, "ps": 1, "worker": 2},
+        lambda role, i: [
+            sys.executable,
+            "-m",
+            "tests.runtime.counting_app",
+            "--tfk_steps",
+            str(steps),
+            "--tfk_progress_every",
+            str(every),
+            "--tfk_checkpoint_every",
+            "0",
+        ],
+        mode="parameter_server",
+    )
+    c.start_all()
+    assert c.wait("chief", 0, timeout=240) == 0, c.describe()
+    lines = [p for p in map(parse_line, c.stdout("chief", 0).splitlines()) if p is not None]
+    # when each step really finished, from the workers' own logs
+    finished = sorted(
+        float(line.split()[1])
+        for i in range(2)
+        for line in c.stderr("worker", i).splitlines()
+        if line.startswith(MARK)
+    )
+    assert len(finished) == steps
+    assert lines[0].step == 0 and lines[0].status == "running"  # before the first step
+    running = [p for p in lines if p.status == "running"]
+    # a line for every `every` steps, from the first interval on (no 40-step lag, no
+    # short run reduced to its last line)
+    assert [p.step // every for p in running] == list(range(steps // every + 1)), [p.step for p in running]
+    for p in running[1:]:
+        true_step = bisect.bisect_right(finished, p.time)
+        assert abs(p.step - true_step) <= 0.01 * steps, (p.step, true_step)
+    assert lines[-1].status == "done" and lines[-1].step == steps

@@ -1,0 +1,85 @@
+"""Runs of the unmodified TF1 example (3 workers + 2 ps) on the real local backend.
+
+Shared by ``bench/bench_tf1_reliability.py`` (20 consecutive runs) and the CI test (2).
+Each run creates its own cluster through :class:`LocalBackend`, waits for the success
+policy (every worker exited 0) with the provider's own wait loop, checks every worker's
+held-out accuracy and deletes the cluster (the ps serve forever by design).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.policies import Outcome
+from airflow_tfk.runtime.examples import tf1_between_graph
+from airflow_tfk.runtime.progress import last_event
+from airflow_tfk.spec import Mode, TFClusterSpec
+from airflow_tfk.watch import wait_for_cluster
+
+SCRIPT = str(Path(tf1_between_graph.__file__))
+WORKERS, PS = 3, 2
+
+
+@dataclass
+class RunResult:
+    name: str
+    outcome: str
+    seconds: float
+    message: str = ""
+    accuracies: list[float] = field(default_factory=list)
+
+
+def tf1_command(steps: int, *extra: str) -> list[str]:
+    """The unmodified TF1 example run through the launcher, which appends
+    ``--ps_hosts --worker_hosts --job_name --task_index`` and gives its sessions their
+    device filters."""
+    launch = [sys.executable, "-m", "airflow_tfk.runtime.launch", "--tf1-flags", "--"]
+    return [*launch, sys.executable, SCRIPT, "--train_steps", str(steps), *extra]
+
+
+def spec_for(name: str, steps: int, timeout: float) -> TFClusterSpec:
+    return TFClusterSpec.from_dict(
+        {
+            "name": name,
+            "image": "local",
+            "mode": "between_graph",
+            "command": tf1_command(steps, "--progress_every", "100"),
+            "ps": {"replicas": PS},
+            "worker": {"replicas": WORKERS},
+            "max_duration_seconds": int(timeout) + 60,
+            "retries_per_index": 0,
+            "ps_grace_seconds": 0,
+        }
+    )
+
+
+def run_once(backend: LocalBackend, name: str, steps: int = 300, timeout: float = 180.0) -> RunResult:
+    """One training; never raises for a failed or hung run (the result says so)."""
+    spec = spec_for(name, steps, timeout)
+    ref = backend.create(spec)
+    t0 = time.monotonic()
+    try:
+        verdict = wait_for_cluster(
+            backend,
+            ref,
+            Mode.BETWEEN_GRAPH,
+            {"ps": PS, "worker": WORKERS},
+            timeout=timeout,
+            progress_interval=3600,
+            emit=lambda _msg: None,
+        )
+        seconds = time.monotonic() - t0
+        result = RunResult(name, verdict.outcome.value, seconds, verdict.message)
+        if verdict.outcome is Outcome.RUNNING:
+            result.outcome = "hung"
+        for i in range(WORKERS):
+            metrics = last_event(backend.logs(ref, "worker", i), "metrics")
+            if metrics is not None:
+                result.accuracies.append(float(metrics["accuracy"]))
+        return result
+    finally:
+        backend.delete(ref)
