@@ -121,6 +121,7 @@ def test_one_jobset_with_a_replicated_job_per_role(mode):
         n = spec.roles()[role].replicas
         assert (job["completionMode"], job["completions"], job["parallelism"]) == ("Indexed", n, n)
         assert job["backoffLimitPerIndex"] == 2 and job["activeDeadlineSeconds"] == 7200
+        assert job["maxFailedIndexes"] == 0  # a task that fails for good fails the JobSet at once
         assert job["podFailurePolicy"]["rules"][1]["onExitCodes"]["values"] == [1, 2, 126, 127]
         pod = job["template"]
         assert pod["spec"]["restartPolicy"] == "Never"  # PS included: JobSet ends them
