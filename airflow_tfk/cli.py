@@ -120,19 +120,23 @@ def _stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read(path: str) -> str:
+def _read(path: str) -> bytes:
+    """The spec file's bytes, at most one byte over the loader's bound (which refuses it)."""
+    from airflow_tfk.spec_yaml import MAX_BYTES
+
     if path == "-":
-        return sys.stdin.read()
-    with open(path, encoding="utf-8") as fh:
-        return fh.read()
+        return sys.stdin.buffer.read(MAX_BYTES + 1)
+    with open(path, "rb") as fh:
+        return fh.read(MAX_BYTES + 1)
 
 
 def _render(args: argparse.Namespace) -> list[dict]:
     from airflow_tfk.naming import RunIdentity
     from airflow_tfk.render import render
     from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.spec_yaml import load_yaml_mapping
 
-    spec = TFClusterSpec.from_yaml(_read(args.spec))
+    spec = TFClusterSpec.from_dict(load_yaml_mapping(_read(args.spec)))
     if args.namespace is not None:
         spec = dataclasses.replace(spec, namespace=args.namespace)  # validated again
     identity = None

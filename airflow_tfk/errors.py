@@ -2,6 +2,26 @@
 
 from __future__ import annotations
 
+import reprlib
+
+# A value quoted in a message is cut short: a hostile input (an expanded YAML alias bomb,
+# a 5,000-digit integer) must not turn an error message into gigabytes.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel = 3
+_SHORT.maxstring = 80
+_SHORT.maxother = 80
+_SHORT.maxlong = 40
+_SHORT.maxdict = _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = 6
+
+
+def short_repr(value: object) -> str:
+    """``repr(value)`` bounded in length and depth, whatever ``value`` is."""
+    try:
+        text = _SHORT.repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 200 else text[:197] + "..."
+
 
 class SpecError(ValueError):
     """Invalid cluster spec. Raised before anything is created.
@@ -15,7 +35,32 @@ class SpecError(ValueError):
         self.field = field
         self.rule = rule
         self.value = value
-        shown = "" if value is ... else f" (got {value!r})"
+        shown = "" if value is ... else f" (got {short_repr(value)})"
+        super().__init__(f"{field}: {rule}{shown}")
+
+
+class ClusterOwnershipError(SpecError):
+    """A cluster of this name exists and belongs to another task instance (or to no
+    Airflow task at all). Raised before anything is created or deleted; the field is
+    ``name``, and the message names the owner."""
+
+    def __init__(self, name: str, rule: str) -> None:
+        super().__init__("name", rule, name)
+
+
+class LocalMachineError(RuntimeError):
+    """This machine cannot run the local cluster as asked (a fixed port is taken, the
+    working directory or an executable is missing, no compiler for the loopback library).
+
+    Not a :class:`SpecError`: the same spec may run elsewhere. Raised before anything is
+    started. ``field`` names the setting (spec field or backend option) involved.
+    """
+
+    def __init__(self, field: str, rule: str, value: object = ...) -> None:
+        self.field = field
+        self.rule = rule
+        self.value = value
+        shown = "" if value is ... else f" (got {short_repr(value)})"
         super().__init__(f"{field}: {rule}{shown}")
 
 
@@ -31,8 +76,12 @@ class TrainingFailed(RuntimeError):
         self.task = task
         self.reason = reason
         self.message = message
+        prefix = f"task {task} failed"
+        if message.startswith(prefix):  # already a whole sentence (a verdict's message)
+            super().__init__(message)
+            return
         detail = f": {message}" if message else ""
-        super().__init__(f"task {task} failed ({reason}){detail}")
+        super().__init__(f"{prefix} ({reason}){detail}")
 
 
 class CapacityError(RuntimeError):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import Mode, TFClusterSpec
 
 
@@ -21,9 +22,16 @@ class ClusterHandle:
     mode: Mode = Mode.BETWEEN_GRAPH
     replicas: dict[str, int] = field(default_factory=dict)
     ps_grace_seconds: int = 30
+    # The task instance that created the cluster: a later delete (a teardown task, on_kill)
+    # checks the cluster still belongs to it. None: created outside Airflow.
+    owner: RunIdentity | None = None
+    # False only for a handle from before owners were recorded: it cannot be checked.
+    owner_known: bool = True
 
     @classmethod
-    def for_spec(cls, spec: TFClusterSpec, backend: Backend) -> ClusterHandle:
+    def for_spec(
+        cls, spec: TFClusterSpec, backend: Backend, owner: RunIdentity | None = None
+    ) -> ClusterHandle:
         return cls(
             ClusterRef(spec.name, spec.namespace_name),
             backend.kind,
@@ -31,6 +39,7 @@ class ClusterHandle:
             spec.mode,
             {r: s.replicas for r, s in spec.roles().items()},
             spec.ps_grace_seconds,
+            owner,
         )
 
     def backend(self) -> Backend:
@@ -46,6 +55,7 @@ class ClusterHandle:
             "mode": Mode(self.mode).value,
             "replicas": dict(self.replicas),
             "ps_grace_seconds": self.ps_grace_seconds,
+            "owner": self.owner.to_dict() if self.owner is not None else None,
         }
 
     @classmethod
@@ -61,4 +71,6 @@ class ClusterHandle:
             Mode(data.get("mode", Mode.BETWEEN_GRAPH)),
             dict(data.get("replicas") or {}),
             int(data.get("ps_grace_seconds", 30)),
+            RunIdentity.from_dict(data["owner"]) if data.get("owner") else None,
+            "owner" in data,
         )

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_tfk import naming
-from airflow_tfk.backends.base import Backend, ClusterRef
-from airflow_tfk.errors import SpecError
+from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
+from airflow_tfk.errors import ClusterOwnershipError, SpecError
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.policies import Outcome, evaluate, roles_after_success
@@ -45,15 +45,44 @@ def resolve_spec(
     return TFClusterSpec.from_dict(data)
 
 
+def check_owner(ref: ClusterRef, owner: ClusterOwner, identity: RunIdentity | None, doing: str) -> None:
+    """Raise :class:`ClusterOwnershipError` unless ``identity`` owns the cluster.
+
+    The exact identity (dag, task, run, map index) must match: a cluster of another run
+    of the same task is not this task instance's, whatever its name.
+    """
+    if owner.identity == identity:
+        return
+    me = "this code outside Airflow" if identity is None else "this task instance"
+    raise ClusterOwnershipError(
+        ref.name,
+        f"cluster {ref.name} in namespace {ref.namespace} already exists and belongs to "
+        f"{owner.describe()}, not to {me}; refusing to {doing} it. Delete that cluster "
+        "first, or give this training another name",
+    )
+
+
 def create_or_reattach(
     backend: Backend, spec: TFClusterSpec, identity: RunIdentity | None, emit: Emit = log.info
 ) -> ClusterRef:
     """Create the cluster, or reattach to the one a previous try of this task left.
 
-    A running or succeeded cluster is reused (no second cluster); a failed one is deleted
-    and replaced.
+    Only a cluster of this very task instance (identity) made from this very spec
+    (fingerprint) is reused, and only while it is running or succeeded. A failed one, or
+    one made from another spec, is deleted and replaced; a cluster of anyone else is an
+    error naming its owner, and nothing is touched.
     """
     ref = ClusterRef(spec.name, spec.namespace_name)
+    owner = backend.owner(ref)
+    if owner is not None:
+        check_owner(ref, owner, identity, "reattach to")
+        fingerprint = spec.fingerprint()
+        if owner.spec_hash is not None and owner.spec_hash != fingerprint:
+            emit(
+                f"replacing cluster {ref.name}: it was created from another spec "
+                f"(spec hash {owner.spec_hash}, this spec {fingerprint})"
+            )
+            backend.delete(ref, "replaced by a re-run of its task with another spec")
     if backend.exists(ref):
         status = backend.status(ref)
         verdict = evaluate(spec.mode, {r: s.replicas for r, s in spec.roles().items()}, status)
@@ -61,7 +90,7 @@ def create_or_reattach(
             emit(f"reattaching to existing cluster {ref.name} in {ref.namespace} ({status.summary()})")
             return ref
         emit(f"replacing failed cluster {ref.name}: {verdict.message}")
-        backend.delete(ref)
+        backend.delete(ref, "replaced by a retry of its task")
     check_capacity(backend, spec, emit)
     emit(
         f"creating cluster {ref.name} in {ref.namespace} on the {backend.kind} backend: "
@@ -126,6 +155,8 @@ def cleanup_after_success(
     if grace > 0:
         emit(f"training succeeded; deleting {', '.join(roles)} in {grace:.0f} s")
         sleep(grace)
+    if not owns(handle, emit):
+        return []
     tasks = [(r, i) for r in roles for i in range(handle.replicas.get(r, 0))]
     log_task_logs(backend, handle.ref, tasks, emit, tail_lines=50)
     backend.delete_roles(handle.ref, roles)
@@ -134,9 +165,14 @@ def cleanup_after_success(
 
 
 def teardown_after_failure(
-    handle: ClusterHandle, status: ClusterStatus | None, emit: Emit = log.info
-) -> None:
-    """Copy the logs of failed (or, if none, decisive) tasks, then delete everything."""
+    handle: ClusterHandle, status: ClusterStatus | None, emit: Emit = log.info, reason: str = ""
+) -> bool:
+    """Copy the logs of failed (or, if none, decisive) tasks, then delete everything.
+
+    Only a cluster that is still the handle owner's; True if it was deleted.
+    """
+    if not owns(handle, emit):
+        return False
     backend = handle.backend()
     try:
         if status is None:
@@ -145,12 +181,59 @@ def teardown_after_failure(
         log_task_logs(backend, handle.ref, failed[:5] or [("worker", 0)], emit)
     except Exception as exc:
         emit(f"could not collect logs before deleting: {exc}")
-    delete_cluster(handle, emit)
+    deleted = delete_cluster(handle, emit, reason)
+    # After the delete, so no task of the run can export anything more.
+    discarded = backend.discard_exports(handle.ref)
+    if discarded:
+        emit(f"the failed run exported {', '.join(discarded)}; set aside, so it is never published")
+    return deleted
 
 
-def delete_cluster(handle: ClusterHandle, emit: Emit = log.info) -> None:
-    handle.backend().delete(handle.ref)
+def keep_after_failure(handle: ClusterHandle, emit: Emit = log.info) -> list[str]:
+    """``on_failure='keep'``: copy the failed tasks' logs, stop only what never exits (PS,
+    evaluator), keep the rest for debugging until the Jobs' TTL; returns the roles stopped.
+    A failed run's exports are set aside all the same."""
+    if not owns(handle, emit):
+        return []
+    backend = handle.backend()
+    status = backend.status(handle.ref)
+    failed = [(t.role, t.index) for t in status.tasks if t.phase is Phase.FAILED]
+    log_task_logs(backend, handle.ref, failed[:5] or [("worker", 0)], emit)
+    roles: list[str] = [r for r in ("ps", "evaluator") if r in handle.replicas]
+    if roles:
+        backend.delete_roles(handle.ref, roles)
+    discarded = backend.discard_exports(handle.ref)
+    if discarded:
+        emit(f"the failed run exported {', '.join(discarded)}; set aside, so it is never published")
+    emit(
+        f"kept failed cluster {handle.ref.name} for debugging (on_failure=keep); "
+        f"stopped {', '.join(roles) or 'nothing'}; finished Jobs go after their TTL"
+    )
+    return roles
+
+
+def owns(handle: ClusterHandle, emit: Emit = log.info) -> bool:
+    """Does the cluster behind ``handle`` still belong to the handle's owner? A cluster
+    that is gone counts as owned (deleting it again is harmless)."""
+    if not handle.owner_known:
+        return True
+    owner = handle.backend().owner(handle.ref)
+    if owner is None or owner.identity == handle.owner:
+        return True
+    emit(
+        f"not deleting cluster {handle.ref.name}: it now belongs to {owner.describe()}, "
+        "not to the task instance that created this handle"
+    )
+    return False
+
+
+def delete_cluster(handle: ClusterHandle, emit: Emit = log.info, reason: str = "") -> bool:
+    """Delete the cluster if it is still the handle owner's; True if it was deleted."""
+    if not owns(handle, emit):
+        return False
+    handle.backend().delete(handle.ref, reason)
     emit(f"deleted cluster {handle.ref.name} ({handle.ref.label_selector})")
+    return True
 
 
 def previous_runs(backend: Backend, spec: TFClusterSpec, identity: RunIdentity) -> list[ClusterRef]:

@@ -33,6 +33,18 @@ LABEL_DAG = f"{LABEL_PREFIX}/dag-id"
 LABEL_TASK = f"{LABEL_PREFIX}/task-id"
 LABEL_RUN = f"{LABEL_PREFIX}/run-id"
 LABEL_MAP_INDEX = f"{LABEL_PREFIX}/map-index"
+# The exact owner (annotations keep the values labels must sanitise) and the spec the
+# cluster was made from: what a retry compares before it reattaches.
+ANNOTATION_DAG = f"{LABEL_PREFIX}/dag-id"
+ANNOTATION_TASK = f"{LABEL_PREFIX}/task-id"
+ANNOTATION_RUN = f"{LABEL_PREFIX}/run-id"
+ANNOTATION_MAP_INDEX = f"{LABEL_PREFIX}/map-index"
+ANNOTATION_SPEC_HASH = f"{LABEL_PREFIX}/spec-hash"
+# max_duration_seconds on every object: the deadline of objects Kubernetes cannot time
+# out itself (the PS StatefulSet) is creationTimestamp + this, enforced by the sweeper.
+ANNOTATION_MAX_DURATION = f"{LABEL_PREFIX}/max-duration-seconds"
+# Airflow stores the map index in a 32-bit integer column.
+MAP_INDEX_MAX = 2**31 - 1
 
 
 def is_dns1035_label(value: str) -> bool:
@@ -134,6 +146,19 @@ class RunIdentity:
     run_id: str
     map_index: int = -1
 
+    def __post_init__(self) -> None:
+        from airflow_tfk.errors import SpecError
+
+        for field, value in (("dag_id", self.dag_id), ("task_id", self.task_id), ("run_id", self.run_id)):
+            if not isinstance(value, str):
+                raise SpecError(field, "must be a string", value)
+            if len(value) > 250:  # Airflow's own column limit for ids
+                raise SpecError(field, "must be at most 250 characters", value)
+        if isinstance(self.map_index, bool) or not isinstance(self.map_index, int):
+            raise SpecError("map_index", "must be an integer", self.map_index)
+        if not -1 <= self.map_index <= MAP_INDEX_MAX:
+            raise SpecError("map_index", f"must be between -1 and {MAP_INDEX_MAX}", self.map_index)
+
     def __repr__(self) -> str:
         return f"RunIdentity({self.dag_id!r}, {self.task_id!r}, {self.run_id!r}, {self.map_index})"
 
@@ -147,11 +172,27 @@ class RunIdentity:
 
     def annotations(self) -> dict[str, str]:
         return {
-            f"{LABEL_PREFIX}/dag-id": self.dag_id,
-            f"{LABEL_PREFIX}/task-id": self.task_id,
-            f"{LABEL_PREFIX}/run-id": self.run_id,
-            f"{LABEL_PREFIX}/map-index": str(self.map_index),
+            ANNOTATION_DAG: self.dag_id,
+            ANNOTATION_TASK: self.task_id,
+            ANNOTATION_RUN: self.run_id,
+            ANNOTATION_MAP_INDEX: str(self.map_index),
         }
+
+    @classmethod
+    def from_annotations(cls, annotations: dict[str, str] | None) -> RunIdentity | None:
+        """The identity :meth:`annotations` recorded (None when an object carries none)."""
+        ann = annotations or {}
+        if not all(k in ann for k in (ANNOTATION_DAG, ANNOTATION_TASK, ANNOTATION_RUN)):
+            return None
+        try:
+            return cls(
+                ann[ANNOTATION_DAG],
+                ann[ANNOTATION_TASK],
+                ann[ANNOTATION_RUN],
+                int(ann.get(ANNOTATION_MAP_INDEX, "-1")),
+            )
+        except ValueError:
+            return None
 
     def cluster_name(self, prefix: str = "tfk") -> str:
         return cluster_name_for(self.dag_id, self.task_id, self.run_id, self.map_index, prefix)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from airflow_tfk.excerpt import failure_excerpt
 from airflow_tfk.spec import Mode, TFClusterSpec
 from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
 
@@ -57,25 +58,46 @@ def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Ver
     evaluator is the exception: it only watches the training, so its failure does not
     fail it (the training operator reports it in the task log).
     """
+    decisive = decisive_roles(mode, replicas)
+    if status.exists and _all_succeeded(decisive, status):
+        # The training's result is the decisive tasks': a PS (or evaluator) that failed
+        # afterwards - e.g. killed by the cluster-side deadline before a retry looked -
+        # does not undo it, so a retry does not train (and export) a second time.
+        return Verdict(Outcome.SUCCEEDED, "all decisive tasks succeeded")
     if not status.exists:
         why = status.deleted_reason or "deleted from outside"
         return Verdict(Outcome.FAILED, f"the cluster no longer exists ({why})")
     failed = [t for t in status.failed() if t.role not in ADVISORY_ROLES]
     if failed:
-        first = sorted(failed, key=lambda t: (t.role != "chief", t.role, t.index))[0]
+        # Blame a decisive task first (the one that never finished), then a task that
+        # failed on its own over one killed by the deadline.
+        first = sorted(
+            failed,
+            key=lambda t: (
+                t.role not in decisive,
+                t.reason == "DeadlineExceeded",
+                t.role != "chief",
+                t.role,
+                t.index,
+            ),
+        )[0]
         code = f", exit code {first.exit_code}" if first.exit_code is not None else ""
-        detail = f": {first.message}" if first.message else ""
+        detail = f": {failure_excerpt(first.message)}" if first.message else ""
         return Verdict(
             Outcome.FAILED, f"task {first.name} failed ({first.reason or 'Error'}{code}){detail}", first
         )
-    for role, count in decisive_roles(mode, replicas).items():
+    return Verdict(Outcome.RUNNING)
+
+
+def _all_succeeded(decisive: dict[str, int], status: ClusterStatus) -> bool:
+    for role, count in decisive.items():
         if status.count(role, Phase.SUCCEEDED) < count:
-            return Verdict(Outcome.RUNNING)  # per event, without looking at each task
+            return False  # per event, without looking at each task
         for index in range(count):
             task = status.task(role, index)
             if task is None or task.phase is not Phase.SUCCEEDED:
-                return Verdict(Outcome.RUNNING)
-    return Verdict(Outcome.SUCCEEDED, "all decisive tasks succeeded")
+                return False
+    return True
 
 
 def replicas_of(spec: TFClusterSpec) -> dict[str, int]:

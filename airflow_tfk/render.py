@@ -47,6 +47,13 @@ TEMPLATES = {
     "JobSet": "jobset.yaml.j2",
 }
 _NAMESPACED = {"NetworkPolicy", "PersistentVolumeClaim", "Service", "StatefulSet", "Job", "JobSet"}
+# Up to this size every pod carries the full address map, and Kubernetes builds TF_CONFIG
+# from it, so any TensorFlow image works (about 250 tasks). Above it, TFK_CLUSTER holds a
+# name pattern and a count per role - the same few hundred bytes at 10,000 tasks instead
+# of ~460 KB in every pod - and the project's runtime expands it and sets TF_CONFIG.
+FULL_CLUSTER_MAX_BYTES = 16 * 1024
+# etcd's default request limit is 1.5 MiB; leave room for status and managedFields.
+MAX_OBJECT_BYTES = 1_000_000
 #: how long a finished JobSet stays when the provider did not delete it (e.g. Airflow was
 #: down): long enough to read its status and logs, short enough not to pile up
 JOBSET_TTL_SECONDS = 3600
@@ -179,12 +186,41 @@ def _addresses(spec: TFClusterSpec) -> dict[str, list[str]]:
     }
 
 
+def _full_map_bytes(spec: TFClusterSpec) -> int:
+    """The size of the full address map, computed without building it (10,000 tasks)."""
+    size = 2
+    for role, rs in spec.cluster_roles().items():
+        one = len(naming.task_address(spec.name, role, 0, spec.namespace_name, spec.port)) + 3
+        digits = sum(len(str(i)) - 1 for i in range(rs.replicas)) if rs.replicas < 100 else 0
+        size += len(role) + 5 + rs.replicas * one + (digits or rs.replicas * (len(str(rs.replicas)) - 1))
+    return size
+
+
+def cluster_env(spec: TFClusterSpec, addresses: Mapping[str, list[str]] | None) -> tuple[str, bool]:
+    """``TFK_CLUSTER`` of every pod, and whether Kubernetes can build ``TF_CONFIG`` from it
+    (the full map) or the runtime must (the compact one)."""
+    if addresses is not None:
+        full = json.dumps(addresses, separators=(",", ":"))
+        if len(full) <= FULL_CLUSTER_MAX_BYTES:
+            return full, True
+    ns = spec.namespace_name
+    jobset = spec.layout is Layout.JOBSET  # JobSet's pod names differ: <N>-<role>-0-<i>.<N>
+    compact = {
+        role: {
+            "pattern": naming.task_address(spec.name, role, "{i}", ns, spec.port, jobset),  # type: ignore[arg-type]
+            "count": rs.replicas,
+        }
+        for role, rs in spec.cluster_roles().items()
+    }
+    return json.dumps(compact, separators=(",", ":")), False
+
+
 def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
     return [{"name": k, "value": k8s_escape(v)} for k, v in env.items()]
 
 
 def _role_context(
-    spec: TFClusterSpec, role: str, identity: RunIdentity | None, addresses: Mapping[str, list[str]]
+    spec: TFClusterSpec, role: str, identity: RunIdentity | None, addresses: Mapping[str, list[str]] | None
 ) -> dict[str, Any]:
     rs = spec.roles()[role]
     command = rs.command if rs.command is not None else spec.command
@@ -192,7 +228,7 @@ def _role_context(
     if spec.legacy_tf1_flags:
         # These rely on expansion on purpose, and hold only validated DNS names.
         for flag, hosts_role in (("--ps_hosts", "ps"), ("--worker_hosts", "worker")):
-            if hosts_role in addresses:
+            if addresses is not None and hosts_role in addresses:
                 args.append(f"{flag}={','.join(addresses[hosts_role])}")
         args += ["--job_name=$(TFK_ROLE)", "--task_index=$(TFK_INDEX)"]
     resources: dict[str, dict[str, str]] = {}
@@ -264,7 +300,19 @@ def _network_policy_context(spec: TFClusterSpec, identity: RunIdentity | None) -
 
 
 def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any]:
-    addresses = _addresses(spec)
+    # The full map only when a pod carries it (or the legacy flags list it).
+    small = _full_map_bytes(spec) <= 2 * FULL_CLUSTER_MAX_BYTES
+    addresses = _addresses(spec) if small or spec.legacy_tf1_flags else None
+    cluster_json, tf_config_in_pod = cluster_env(spec, addresses)
+    annotations = {
+        **(identity.annotations() if identity is not None else {}),
+        naming.ANNOTATION_SPEC_HASH: spec.fingerprint(),
+        **(
+            {naming.ANNOTATION_MAX_DURATION: str(spec.max_duration_seconds)}
+            if spec.max_duration_seconds is not None
+            else {}
+        ),
+    }
     volumes = []
     for name, vol in spec.storage.volumes().items():
         volumes.append(
@@ -292,14 +340,16 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "image_pull_secrets": [{"name": s} for s in spec.image_pull_secrets],
         "service_account": spec.service_account,
         "max_duration_seconds": spec.max_duration_seconds,
+        "ttl_seconds_after_finished": spec.ttl_seconds_after_finished,
         "retries_per_index": spec.retries_per_index,
         "permanent_exit_codes": list(spec.permanent_exit_codes),
-        "cluster_json": json.dumps(addresses, separators=(",", ":")),
-        "annotations": identity.annotations() if identity is not None else {},
+        "cluster_json": cluster_json,
+        "tf_config_in_pod": tf_config_in_pod,
+        "annotations": annotations,
         "metrics_port": spec.metrics_port,
         # the de-facto Prometheus convention; a scrape config keyed on them finds the pods
         "pod_annotations": {
-            **(identity.annotations() if identity is not None else {}),
+            **annotations,
             **(
                 {
                     "prometheus.io/scrape": "true",
@@ -367,12 +417,27 @@ def render(
 
     if not isinstance(spec, TFClusterSpec):
         raise TypeError(f"render() needs a TFClusterSpec, got {type(spec).__name__}")
-    templates = _templates(tuple(template_dirs(template_dir)))
+    from jinja2 import TemplateError
+
+    try:
+        templates = _templates(tuple(template_dirs(template_dir)))
+    except TemplateError as exc:  # a user's template that does not parse, or is missing
+        raise RenderError(f"{_template_name(exc)}: {exc}") from None
+    except (RecursionError, MemoryError, ArithmeticError, TypeError, ValueError) as exc:
+        # Jinja folds constant expressions while compiling, e.g. 10 ** 100000.
+        raise RenderError(f"a template failed to compile: {exc!r}"[:1000]) from None
     loader = yaml_loader()
     ctx = _context(spec, identity)
     manifests = []
     for kind, name, extra in _plan(spec, ctx):
-        text = templates[kind].render(c=ctx, **extra)
+        try:
+            text = templates[kind].render(c=ctx, **extra)
+        except TemplateError as exc:
+            raise RenderError(f"{TEMPLATES[kind]} failed to render {kind} {name}: {exc}") from None
+        except (RecursionError, MemoryError, ArithmeticError, TypeError, ValueError) as exc:
+            raise RenderError(f"{TEMPLATES[kind]} failed to render {kind} {name}: {exc!r}"[:1000]) from None
+        if len(text) > MAX_OBJECT_BYTES:
+            raise _too_big(kind, name, len(text))
         try:
             doc = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
         except yaml.YAMLError as exc:
@@ -380,6 +445,21 @@ def render(
         _check(doc, kind, name, spec.namespace_name)
         manifests.append(doc)
     return manifests
+
+
+def _template_name(exc: Exception) -> str:
+    return str(getattr(exc, "filename", None) or getattr(exc, "name", None) or "template")
+
+
+def _too_big(kind: str, name: str, size: int) -> Exception:
+    from airflow_tfk.errors import SpecError
+
+    return SpecError(
+        "spec",
+        f"the {kind} {name} would be {size} bytes, over the {MAX_OBJECT_BYTES}-byte limit of a "
+        "Kubernetes object (etcd stores at most 1.5 MiB); use fewer or shorter-named tasks, "
+        "or a smaller env",
+    )
 
 
 def _check(doc: Any, kind: str, name: str, namespace: str) -> None:

@@ -16,17 +16,40 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk import admission, naming
+from airflow_tfk._spec_checks import (
+    _fields,
+    _int,
+    _reject_unknown,
+    _reserved_label,
+    _str_list,
+    _str_map,
+    _text,
+)
 from airflow_tfk.admission import CapacityCheck, Layout
 from airflow_tfk.errors import SpecError
 from airflow_tfk.network import TrainingNetworkPolicy
+from airflow_tfk.quantity import parse_quantity, quantity_value
+from airflow_tfk.spec_resources import Resources, Toleration
+from airflow_tfk.spec_yaml import load_yaml_mapping
+
+__all__ = [
+    "MAX_REPLICAS",
+    "ROLES",
+    "AccessMode",
+    "Mode",
+    "Resources",
+    "RoleSpec",
+    "StorageSpec",
+    "TFClusterSpec",
+    "Toleration",
+    "VolumeSpec",
+    "load_yaml_mapping",
+    "parse_quantity",
+    "quantity_value",
+]
 
 MAX_REPLICAS = 10_000
 ROLES = ("chief", "ps", "worker", "evaluator")
-
-_QUANTITY = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
-# Characters that have no business in a name, image or command and that would change
-# the meaning of YAML or Jinja if they were ever spliced into text.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 class Mode(str, enum.Enum):
@@ -48,249 +71,6 @@ class AccessMode(str, enum.Enum):
     RWO = "ReadWriteOnce"
     ROX = "ReadOnlyMany"
     RWOP = "ReadWriteOncePod"
-
-
-def parse_quantity(value: object, where: str) -> str:
-    """Check a Kubernetes quantity (``500m``, ``2Gi``, ``1.5``) and return it as a string."""
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise SpecError(where, "must be a Kubernetes quantity such as '500m' or '2Gi'", value)
-    text = str(value).strip()
-    if not _QUANTITY.match(text):
-        raise SpecError(where, "must be a Kubernetes quantity such as '500m' or '2Gi'", value)
-    if float(re.match(r"[+]?(\d+(\.\d*)?|\.\d+)", text).group(0)) <= 0:  # type: ignore[union-attr]
-        raise SpecError(where, "must be greater than zero", value)
-    return text
-
-
-_SUFFIX = {
-    "n": 1e-9,
-    "u": 1e-6,
-    "m": 1e-3,
-    "": 1.0,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "E": 1e18,
-    "Ki": 2.0**10,
-    "Mi": 2.0**20,
-    "Gi": 2.0**30,
-    "Ti": 2.0**40,
-    "Pi": 2.0**50,
-    "Ei": 2.0**60,
-}
-
-
-def quantity_value(text: str) -> float:
-    """The numeric value of a quantity already checked by :func:`parse_quantity`."""
-    m = re.match(r"^[+]?(\d+(?:\.\d*)?|\.\d+)(.*)$", text)
-    assert m is not None
-    number, suffix = float(m.group(1)), m.group(2)
-    if suffix[:1] in ("e", "E") and len(suffix) > 1:
-        return number * 10.0 ** int(suffix[1:])
-    return number * _SUFFIX[suffix]
-
-
-def _text(value: object, where: str, *, allow_empty: bool = False, max_len: int = 4096) -> str:
-    if not isinstance(value, str):
-        raise SpecError(where, "must be a string", value)
-    if not allow_empty and not value.strip():
-        raise SpecError(where, "must not be empty", value)
-    if _CONTROL.search(value) or "\n" in value or "\r" in value:
-        raise SpecError(where, "must not contain newlines or control characters", value)
-    if len(value) > max_len:
-        raise SpecError(where, f"must be at most {max_len} characters", value)
-    return value
-
-
-def _utf8(text: str, where: str) -> None:
-    # A lone surrogate cannot be sent to the API server (JSON over UTF-8) nor to a process.
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise SpecError(where, "must be valid Unicode text (no lone surrogates)", text) from None
-
-
-def _int(value: object, where: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(where, "must be an integer", value)
-    if not lo <= value <= hi:
-        raise SpecError(where, f"must be between {lo} and {hi}", value)
-    return value
-
-
-def _str_map(value: object, where: str, *, keys: str) -> dict[str, str]:
-    """Validate a string->string mapping; ``keys`` is 'env', 'label' or 'label-key'."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise SpecError(where, "must be a mapping", value)
-    out: dict[str, str] = {}
-    for k, v in value.items():
-        if not isinstance(k, str):
-            raise SpecError(where, "keys must be strings", k)
-        if keys == "env" and not naming.is_env_name(k):
-            raise SpecError(f"{where}.{k}", "is not a valid environment variable name")
-        if keys in ("label", "label-key") and not naming.is_label_key(k):
-            raise SpecError(f"{where}.{k}", "is not a valid label key")
-        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            raise SpecError(f"{where}.{k}", "must be a string or number", v)
-        text = str(v)
-        if keys == "env":
-            # Env values are data: any text is fine (it is emitted as a JSON string), but
-            # NUL cannot be passed to a process.
-            if "\x00" in text:
-                raise SpecError(f"{where}.{k}", "must not contain NUL", v)
-            _utf8(text, f"{where}.{k}")
-        elif keys == "label" and not naming.is_label_value(text):
-            raise SpecError(f"{where}.{k}", "is not a valid label value", v)
-        elif keys == "label-key":
-            _text(text, f"{where}.{k}", allow_empty=True)
-        out[k] = text
-    return out
-
-
-def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise SpecError(where, "must be a list of strings", value)
-    out = []
-    for i, item in enumerate(value):
-        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise SpecError(f"{where}[{i}]", "must be a string", item)
-        text = str(item)
-        if "\x00" in text:
-            raise SpecError(f"{where}[{i}]", "must not contain NUL", item)
-        _utf8(text, f"{where}[{i}]")
-        if not allow_empty_items and not text:
-            raise SpecError(f"{where}[{i}]", "must not be empty", item)
-        out.append(text)
-    return tuple(out)
-
-
-def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
-    if not isinstance(data, Mapping):
-        raise SpecError(where or "spec", "must be a mapping", data)
-    unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        path = f"{where}.{unknown[0]}" if where else str(unknown[0])
-        raise SpecError(path, f"unknown key (allowed: {', '.join(sorted(allowed))})")
-
-
-def _fields(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
-
-
-@dataclass(frozen=True)
-class Resources:
-    """CPU, memory and GPUs of one task, as Kubernetes quantities.
-
-    :param cpu: CPU request, e.g. ``"1"`` or ``"500m"``.
-    :param memory: memory request, e.g. ``"2Gi"``.
-    :param cpu_limit: CPU limit; none when omitted.
-    :param memory_limit: memory limit; defaults to the memory request, so an OOM is an
-        OOMKilled of this task rather than of its neighbours.
-    :param gpus: number of GPUs (``gpu_resource`` limit).
-    :param gpu_resource: extended resource name of the GPU.
-    """
-
-    cpu: str | None = None
-    memory: str | None = None
-    cpu_limit: str | None = None
-    memory_limit: str | None = None
-    gpus: int = 0
-    gpu_resource: str = "nvidia.com/gpu"
-
-    def validate(self, where: str) -> None:
-        for name in ("cpu", "memory", "cpu_limit", "memory_limit"):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, parse_quantity(value, f"{where}.{name}"))
-        _int(self.gpus, f"{where}.gpus", 0, 64)
-        for req, lim in (("cpu", "cpu_limit"), ("memory", "memory_limit")):
-            low, high = getattr(self, req), getattr(self, lim)
-            if low is not None and high is not None and quantity_value(high) < quantity_value(low):
-                raise SpecError(f"{where}.{lim}", f"must not be lower than {req} ({low})", high)
-        if not isinstance(self.gpu_resource, str) or not naming.is_label_key(self.gpu_resource):
-            raise SpecError(f"{where}.gpu_resource", "is not a valid resource name", self.gpu_resource)
-
-    @property
-    def requests(self) -> dict[str, str]:
-        out = {}
-        if self.cpu:
-            out["cpu"] = self.cpu
-        if self.memory:
-            out["memory"] = self.memory
-        return out
-
-    @property
-    def limits(self) -> dict[str, str]:
-        out = {}
-        if self.cpu_limit:
-            out["cpu"] = self.cpu_limit
-        if self.memory_limit or self.memory:
-            out["memory"] = self.memory_limit or self.memory  # type: ignore[assignment]
-        if self.gpus:
-            out[self.gpu_resource] = str(self.gpus)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> Resources:
-        if data is None:
-            return cls()
-        _reject_unknown(data, _fields(cls), where)
-        return cls(**data)
-
-
-@dataclass(frozen=True)
-class Toleration:
-    key: str | None = None
-    operator: str = "Equal"
-    value: str | None = None
-    effect: str | None = None
-    toleration_seconds: int | None = None
-
-    def validate(self, where: str) -> None:
-        if self.operator not in ("Equal", "Exists"):
-            raise SpecError(f"{where}.operator", "must be Equal or Exists", self.operator)
-        if self.effect not in (None, "NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise SpecError(
-                f"{where}.effect", "must be NoSchedule, PreferNoSchedule or NoExecute", self.effect
-            )
-        if self.key is not None and (not isinstance(self.key, str) or not naming.is_label_key(self.key)):
-            raise SpecError(f"{where}.key", "is not a valid label key", self.key)
-        if self.value is not None and (
-            not isinstance(self.value, str) or not naming.is_label_value(self.value)
-        ):
-            raise SpecError(
-                f"{where}.value",
-                "must be a string that is a valid label value (quote numbers and booleans)",
-                self.value,
-            )
-        if self.key is None and self.operator != "Exists":
-            raise SpecError(f"{where}.operator", "must be Exists when no key is given", self.operator)
-        if self.operator == "Exists" and self.value not in (None, ""):
-            raise SpecError(f"{where}.value", "must be empty when operator is Exists", self.value)
-        if self.toleration_seconds is not None:
-            _int(self.toleration_seconds, f"{where}.toleration_seconds", 0, 10**9)
-            if self.effect != "NoExecute":
-                raise SpecError(
-                    f"{where}.toleration_seconds", "needs effect NoExecute", self.toleration_seconds
-                )
-
-    def to_k8s(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"operator": self.operator}
-        if self.key is not None:
-            out["key"] = self.key
-        if self.value is not None:
-            out["value"] = self.value
-        if self.effect is not None:
-            out["effect"] = self.effect
-        if self.toleration_seconds is not None:
-            out["tolerationSeconds"] = self.toleration_seconds
-        return out
 
 
 @dataclass(frozen=True)
@@ -316,7 +96,26 @@ class RoleSpec:
 
     def validate(self, where: str, lo: int, hi: int) -> None:
         _int(self.replicas, f"{where}.replicas", lo, hi)
+        # The Python API may pass plain mappings where the YAML path builds the classes.
+        if self.resources is None or isinstance(self.resources, Mapping):
+            object.__setattr__(self, "resources", Resources.from_dict(self.resources, f"{where}.resources"))
+        if not isinstance(self.resources, Resources):
+            raise SpecError(f"{where}.resources", "must be a mapping such as {cpu: '1'}", self.resources)
         self.resources.validate(f"{where}.resources")
+        tols = self.tolerations
+        if tols is None:
+            tols = ()
+        if isinstance(tols, (str, bytes, Mapping)) or not isinstance(tols, Sequence):
+            raise SpecError(f"{where}.tolerations", "must be a list", tols)
+        coerced = []
+        for i, t in enumerate(tols):
+            if isinstance(t, Mapping):
+                _reject_unknown(t, _fields(Toleration), f"{where}.tolerations[{i}]")
+                t = Toleration(**t)
+            if not isinstance(t, Toleration):
+                raise SpecError(f"{where}.tolerations[{i}]", "must be a mapping", t)
+            coerced.append(t)
+        object.__setattr__(self, "tolerations", tuple(coerced))
         object.__setattr__(self, "env", _str_map(self.env, f"{where}.env", keys="env"))
         object.__setattr__(
             self, "node_selector", _str_map(self.node_selector, f"{where}.node_selector", keys="label")
@@ -412,6 +211,12 @@ class StorageSpec:
             raise SpecError(f"{where}.storage_class", "is not a valid storage class name", self.storage_class)
         for name in self.VOLUMES:
             vol = getattr(self, name)
+            if isinstance(vol, Mapping):
+                _reject_unknown(vol, _fields(VolumeSpec), f"{where}.{name}")
+                vol = VolumeSpec(**vol)
+                object.__setattr__(self, name, vol)
+            if vol is not None and not isinstance(vol, VolumeSpec):
+                raise SpecError(f"{where}.{name}", "must be a mapping such as {size: 10Gi}", vol)
             if vol is not None:
                 vol.validate(f"{where}.{name}")
 
@@ -429,8 +234,7 @@ class StorageSpec:
         for name in cls.VOLUMES:
             vol = data.get(name)
             if vol is not None:
-                _reject_unknown(vol, _fields(VolumeSpec), f"{where}.{name}")
-                kwargs[name] = VolumeSpec(**vol)
+                kwargs[name] = vol  # validate() checks and builds the VolumeSpec
         return cls(**kwargs)
 
 
@@ -461,7 +265,11 @@ class TFClusterSpec:
     :param image_pull_policy: ``IfNotPresent`` | ``Always`` | ``Never``.
     :param image_pull_secrets: names of Secrets to pull the image.
     :param service_account: service account of the tasks (no token is mounted).
-    :param max_duration_seconds: cluster-side deadline (``activeDeadlineSeconds``) of every Job.
+    :param max_duration_seconds: cluster-side deadline (``activeDeadlineSeconds``) of every Job;
+        the PS StatefulSet (which has no such field) carries it as an annotation that the
+        orphan sweeper enforces.
+    :param ttl_seconds_after_finished: finished Jobs are deleted by Kubernetes after this
+        many seconds (``ttlSecondsAfterFinished``); None keeps them until deleted.
     :param retries_per_index: retries of each worker/chief index (``backoffLimitPerIndex``).
     :param permanent_exit_codes: exit codes that fail the task at once, without retry.
     :param ps_grace_seconds: wait after success before the PS are deleted.
@@ -499,6 +307,7 @@ class TFClusterSpec:
     permanent_exit_codes: tuple[int, ...] = (1, 2, 126, 127)
     ps_grace_seconds: int = 30
     legacy_tf1_flags: bool = False
+    ttl_seconds_after_finished: int | None = 7 * 24 * 3600
     metrics_port: int | None = None
     metrics_path: str = "/metrics"
     layout: Layout = Layout.JOBS
@@ -511,6 +320,18 @@ class TFClusterSpec:
 
     # -- validation -----------------------------------------------------------------
     def _validate(self) -> None:
+        self._validate_identity()
+        self._validate_storage()  # before the roles: parameter_server checks the models volume
+        self._validate_roles()
+        _int(self.port, "port", 1, 65535)
+        self._validate_metrics_port()
+        self._validate_env_and_labels()
+        self._validate_pod_settings()
+        self._validate_policies()
+        self._validate_admission()
+        self._validate_generated_names()
+
+    def _validate_identity(self) -> None:
         _text(self.name, "name", max_len=63)
         if not naming.is_dns1035_label(self.name):
             raise SpecError(
@@ -538,12 +359,15 @@ class TFClusterSpec:
                 "must be a DNS-1123 label (the per-training namespace is '<namespace>-<name>')",
                 self.namespace_name,
             )
-        self._validate_roles()
-        _int(self.port, "port", 1, 65535)
-        self._validate_metrics_port()
+
+    def _validate_storage(self) -> None:
+        if self.storage is None or isinstance(self.storage, Mapping):
+            object.__setattr__(self, "storage", StorageSpec.from_dict(self.storage, "storage"))
         if not isinstance(self.storage, StorageSpec):
             raise SpecError("storage", "must be a storage section", self.storage)
         self.storage.validate("storage")
+
+    def _validate_env_and_labels(self) -> None:
         object.__setattr__(self, "env", _str_map(self.env, "env", keys="env"))
         for where, env in (("env", self.env), *((f"{r}.env", rs.env) for r, rs in self.roles().items())):
             reserved = sorted(k for k in env if k.startswith("TFK_") or k == "TF_CONFIG")
@@ -555,6 +379,15 @@ class TFClusterSpec:
         )
         if clash:
             raise SpecError(f"labels.{clash[0]}", "is reserved for the platform")
+        controller = sorted(k for k in self.labels if _reserved_label(k))
+        if controller:
+            raise SpecError(
+                f"labels.{controller[0]}",
+                "is reserved for Kubernetes and its controllers (job-name, controller-uid, "
+                "*.kubernetes.io/*, *.k8s.io/*)",
+            )
+
+    def _validate_pod_settings(self) -> None:
         if self.image_pull_policy not in ("IfNotPresent", "Always", "Never"):
             raise SpecError(
                 "image_pull_policy", "must be IfNotPresent, Always or Never", self.image_pull_policy
@@ -569,8 +402,12 @@ class TFClusterSpec:
             isinstance(self.service_account, str) and naming.is_dns1123_subdomain(self.service_account)
         ):
             raise SpecError("service_account", "is not a valid service account name", self.service_account)
+
+    def _validate_policies(self) -> None:
         if self.max_duration_seconds is not None:
             _int(self.max_duration_seconds, "max_duration_seconds", 1, 365 * 24 * 3600)
+        if self.ttl_seconds_after_finished is not None:
+            _int(self.ttl_seconds_after_finished, "ttl_seconds_after_finished", 0, 365 * 24 * 3600)
         _int(self.retries_per_index, "retries_per_index", 0, 1000)
         codes = self.permanent_exit_codes
         if isinstance(codes, (str, bytes)) or not isinstance(codes, Sequence):
@@ -581,11 +418,13 @@ class TFClusterSpec:
         _int(self.ps_grace_seconds, "ps_grace_seconds", 0, 24 * 3600)
         if not isinstance(self.legacy_tf1_flags, bool):
             raise SpecError("legacy_tf1_flags", "must be true or false", self.legacy_tf1_flags)
+
+    def _validate_admission(self) -> None:
+        """Network isolation, layout and admission options (airflow_tfk.network, .admission)."""
         object.__setattr__(self, "network_policy", TrainingNetworkPolicy.from_value(self.network_policy))
         object.__setattr__(self, "layout", admission.layout(self.layout))
         object.__setattr__(self, "queue_name", admission.queue_name(self.queue_name))
         object.__setattr__(self, "capacity_check", admission.capacity_check(self.capacity_check))
-        self._validate_generated_names()
 
     def _validate_metrics_port(self) -> None:
         if self.metrics_port is not None:
@@ -597,11 +436,17 @@ class TFClusterSpec:
         ):
             raise SpecError("metrics_path", "must be an absolute URL path like /metrics", self.metrics_path)
 
-    def _validate_roles(self) -> None:
+    def _coerce_roles(self) -> None:
         for role in ROLES:
             spec = getattr(self, role)
+            if isinstance(spec, Mapping):
+                spec = RoleSpec.from_dict(spec, role)
+                object.__setattr__(self, role, spec)
             if spec is not None and not isinstance(spec, RoleSpec):
                 raise SpecError(role, "must be a role section such as {replicas: 2}", spec)
+
+    def _validate_roles(self) -> None:
+        self._coerce_roles()
         if self.worker is None:
             raise SpecError("worker", "is required")
         self.worker.validate("worker", 1, MAX_REPLICAS)
@@ -611,6 +456,9 @@ class TFClusterSpec:
             self.chief.validate("chief", 1, 1)
         if self.evaluator is not None:
             self.evaluator.validate("evaluator", 1, 1)
+        self._validate_mode_roles()
+
+    def _validate_mode_roles(self) -> None:
         mode = self.mode
         if mode is Mode.PARAMETER_SERVER:
             if self.chief is None:
@@ -619,24 +467,27 @@ class TFClusterSpec:
                 )
             if self.ps is None:
                 raise SpecError("ps", "is required when mode is parameter_server")
-            models = self.storage.models
-            # Found on a real node: the chief's checkpoint save runs on the PS (SaveV2 on
-            # /job:ps), so the checkpoint directory ($TFK_MODEL_DIR) must be one volume that
-            # the chief and every PS mount; a per-pod (ReadWriteOnce) claim fails the first save.
-            access = getattr(models, "access_mode", None)
-            access = getattr(access, "value", access)  # the storage section is coerced later
-            if isinstance(models, VolumeSpec) and models.claim is None and access != AccessMode.RWX.value:
-                raise SpecError(
-                    "storage.models.access_mode",
-                    "must be ReadWriteMany when mode is parameter_server: the parameter servers "
-                    "write the chief's checkpoints, so the chief and every PS share the models volume",
-                    access,
-                )
+            self._validate_shared_checkpoints()
         elif mode is Mode.BETWEEN_GRAPH:
             if self.ps is None:
                 raise SpecError("ps", "is required when mode is between_graph")
         elif mode is Mode.ALL_REDUCE and self.ps is not None:
             raise SpecError("ps", "must be omitted when mode is all_reduce (there are no parameter servers)")
+
+    def _validate_shared_checkpoints(self) -> None:
+        models = self.storage.models
+        # Found on a real node: the chief's checkpoint save runs on the PS (SaveV2 on
+        # /job:ps), so the checkpoint directory ($TFK_MODEL_DIR) must be one volume that
+        # the chief and every PS mount; a per-pod (ReadWriteOnce) claim fails the first save.
+        access = getattr(models, "access_mode", None)
+        access = getattr(access, "value", access)  # the storage section is coerced later
+        if isinstance(models, VolumeSpec) and models.claim is None and access != AccessMode.RWX.value:
+            raise SpecError(
+                "storage.models.access_mode",
+                "must be ReadWriteMany when mode is parameter_server: the parameter servers "
+                "write the chief's checkpoints, so the chief and every PS share the models volume",
+                access,
+            )
 
     def _validate_generated_names(self) -> None:
         """Check the longest name that will be generated, not just the one given."""
@@ -678,6 +529,19 @@ class TFClusterSpec:
     def with_name(self, name: str) -> TFClusterSpec:
         return dataclasses.replace(self, name=name)
 
+    def fingerprint(self) -> str:
+        """A short hash of everything the spec says: equal specs, equal fingerprints.
+
+        Carried by the cluster (``spec-hash`` annotation, local state), so a re-run of the
+        same task instance with other parameters replaces the cluster instead of
+        reattaching to one made from another spec.
+        """
+        import hashlib
+        import json
+
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     # -- construction from plain data -------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TFClusterSpec:
@@ -716,16 +580,3 @@ class TFClusterSpec:
             return value
 
         return plain(self)
-
-
-def load_yaml_mapping(text: str) -> dict[str, Any]:
-    """A spec file's top-level mapping; malformed YAML is a :class:`SpecError` on ``spec``."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError("spec", f"is not valid YAML: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise SpecError("spec", "must be a YAML mapping", type(data).__name__)
-    return dict(data)

@@ -23,6 +23,7 @@ from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS as DEFAULT_PROGRESS_
 from airflow_tfk.policies import Outcome, Verdict, evaluate
 from airflow_tfk.protocol.progress import Progress, last_progress
 from airflow_tfk.spec import Mode
+from airflow_tfk.stall import DEFAULT_STALL_SECONDS, StallDetector
 from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
 
 log = logging.getLogger(__name__)
@@ -156,11 +157,14 @@ class WaitLoop:
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL
     emit: Callable[[str], None] = log.info
     timeout_message: str = "the training exceeded the task's execution_timeout"
+    stall_seconds: float = DEFAULT_STALL_SECONDS
     reporter: ProgressReporter = field(init=False)
     queue: QueueReporter = field(init=False)
+    stalls: StallDetector = field(init=False)
     _summary: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
+        self.stalls = StallDetector(self.mode, self.replicas, self.stall_seconds)
         role, index = progress_task(self.mode, self.replicas)
         self.reporter = ProgressReporter(
             self.backend, self.ref, role, index, self.progress_interval, self.emit
@@ -181,7 +185,9 @@ class WaitLoop:
         if summary != self._summary:
             self.emit(f"cluster: {summary}")
             self._summary = summary
-        return evaluate(self.mode, self.replicas, status)
+        for warning in self.stalls.observe(status):
+            self.emit(warning)
+        return self.stalls.blame(evaluate(self.mode, self.replicas, status))
 
     def plan(self) -> WaitPlan:
         """The loop itself, for a driver to run (see :func:`wait_for_cluster`)."""
@@ -210,6 +216,7 @@ def wait_for_cluster(
     timeout: float | None = None,
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
     emit: Callable[[str], None] = log.info,
+    stall_seconds: float = DEFAULT_STALL_SECONDS,
 ) -> Verdict:
     """Block until the training succeeds or fails, or ``timeout`` seconds pass.
 
@@ -224,6 +231,7 @@ def wait_for_cluster(
         progress_interval=progress_interval,
         emit=emit,
         timeout_message=f"still running after {timeout or 0:.0f} s",
+        stall_seconds=stall_seconds,
     )
     plan = loop.plan()
     statuses: Iterator[ClusterStatus] | None = None

@@ -5,7 +5,9 @@ the last one turned Succeeded (its own pod watch) and when the operator's client
 the DELETE of the PS StatefulSet (request hook).
 
 Measured twice in one control plane: on an otherwise idle machine, and while another
-process (started and stopped by the bench, by its PID) keeps one core busy.
+process (started and stopped by the bench, by its PID) keeps one core busy. The cluster's
+side (completing the workers, observing them) runs in a child process, so it does not
+share the operator's GIL.
 
 Breakdown: detection (last completion -> the operator's wait returns success: the watch
 must keep up with ~1,800 pod events of 600 workers finishing), grace period, then the PS
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import subprocess
 import sys
 import threading
@@ -42,6 +45,8 @@ from _k8s_bench import (
     namespace,
     wait_pods_running,
 )
+
+MP = multiprocessing.get_context("spawn")
 
 
 class Busy:
@@ -73,10 +78,82 @@ def burn() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
-def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace, load: str) -> dict:
+def drive_cluster(kubeconfig: str, ns: str, sel: str, workers: int, results: Any) -> None:
+    """In a child process: complete every worker pod (KWOK annotation) and report when each
+    turned Succeeded (CLOCK_MONOTONIC, the same clock as the parent's), and how long
+    telling them took."""
     from k8s import harness
-    from kubernetes import client, watch
+    from kubernetes import client, config
 
+    from airflow_tfk.kube.api import json_lines
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    core = client.CoreV1Api(api)
+    listed = core.list_namespaced_pod(ns, label_selector=sel)
+    names = [p.metadata.name for p in listed.items]
+    done: dict[str, float] = {}
+    observer_relists: list[float] = []
+
+    def succeeded(pod: dict[str, Any], when: float) -> None:
+        if (pod.get("status") or {}).get("phase") == "Succeeded":
+            done.setdefault(pod["metadata"]["name"], when)
+
+    def observe() -> None:
+        # Raw JSON (cheap), and a watch that breaks or expires (a loaded API server drops
+        # slow watchers) is resumed from the last resourceVersion, or from a fresh list,
+        # so no completion goes unseen (one seen only in a list is stamped with the list's
+        # time: later than it happened, which can only shorten the latency measured).
+        rv = listed.metadata.resource_version
+        deadline = time.monotonic() + 900
+        while len(done) < workers and time.monotonic() < deadline:
+            if rv is None:
+                body = core.list_namespaced_pod(ns, label_selector=sel, _preload_content=False)
+                data = json.loads(body.data)
+                for pod in data["items"]:
+                    succeeded(pod, time.monotonic())
+                rv = data["metadata"]["resourceVersion"]
+                observer_relists.append(time.monotonic())
+            try:
+                resp = core.list_namespaced_pod(
+                    ns,
+                    label_selector=sel,
+                    watch=True,
+                    resource_version=rv,
+                    timeout_seconds=60,
+                    _preload_content=False,
+                )
+                for line in json_lines(resp.stream(amt=None)):
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        rv = None
+                        break
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    succeeded(obj, time.monotonic())
+                    if len(done) >= workers:
+                        break
+                resp.close()
+            except Exception:
+                rv = None
+
+    observer = threading.Thread(target=observe)
+    observer.start()
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda n: core.patch_namespaced_pod(
+                    n, ns, {"metadata": {"annotations": {harness.EXIT_CODE: "0"}}}
+                ),
+                names,
+            )
+        )
+    annotate_s = time.monotonic() - t0
+    observer.join(900)
+    results.put((done, annotate_s, len(observer_relists)))
+
+
+def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace, load: str) -> dict:
     import airflow_tfk.watch as tfk_watch
     from airflow_tfk import naming
     from airflow_tfk.operators.training import TFTrainingOperator
@@ -117,53 +194,29 @@ def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace,
     t_run = wait_pods_running(admin, ns, a.workers + a.ps, timeout=600)
     print(f"[{load}] setup: {a.workers + a.ps} pods running after {t_run:.0f} s", file=sys.stderr)
 
-    # Our own observer: when did each worker pod turn Succeeded?
-    done: dict[str, float] = {}
-    core = client.CoreV1Api(admin)
+    # The cluster's side runs in a process of its own (spawned): our observer of when each
+    # worker turned Succeeded, and the 8 threads completing them. In this process their
+    # client-model decoding would compete with the operator's watch for the GIL.
     sel = f"{naming.LABEL_CLUSTER}={name},{naming.LABEL_ROLE}=worker"
-    rv = core.list_namespaced_pod(ns, label_selector=sel).metadata.resource_version
-    stop = threading.Event()
-
-    def observe() -> None:
-        w = watch.Watch()
-        for ev in w.stream(
-            core.list_namespaced_pod, ns, label_selector=sel, resource_version=rv, timeout_seconds=300
-        ):
-            pod = ev["object"]
-            if pod.status.phase == "Succeeded" and pod.metadata.name not in done:
-                done[pod.metadata.name] = time.monotonic()
-            if len(done) >= a.workers or stop.is_set():
-                w.stop()
-
-    observer = threading.Thread(target=observe)
-    observer.start()
-
-    workers = [p.metadata.name for p in core.list_namespaced_pod(ns, label_selector=sel).items]
+    results: Any = MP.Queue()
+    driver = MP.Process(target=drive_cluster, args=(str(cp.kubeconfig), ns, sel, a.workers, results))
     load_proc = burn() if load == "busy" else None
     try:
         busy.events, busy.seconds = 0, 0.0
-        t_annotate = busy.since = time.monotonic()
-        with ThreadPoolExecutor(8) as pool:
-            list(
-                pool.map(
-                    lambda n: core.patch_namespaced_pod(
-                        n, ns, {"metadata": {"annotations": {harness.EXIT_CODE: "0"}}}
-                    ),
-                    workers,
-                )
-            )
-        annotate_s = time.monotonic() - t_annotate
+        busy.since = time.monotonic()
+        driver.start()
+        done, annotate_s, relists = results.get(timeout=1200)
         runner.join(300)
     finally:
         busy.since = float("inf")
         if load_proc is not None:
             load_proc.kill()
             load_proc.wait()
-        stop.set()
-        observer.join(30)
+        driver.join(60)
         tfk_watch.wait_for_cluster = original_wait
 
     assert result.get("outcome") == "succeeded", result
+    assert len(done) == a.workers, f"the observer saw {len(done)} of {a.workers} completions"
     last_done = max(done.values())
     deletes = [t for t, m, u in counter.log if m == "DELETE" and "/statefulsets/" in u]
     logs = [
@@ -201,6 +254,7 @@ def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace,
         "log_copy_ms": round(log_copy * 1000),
         "events": busy.events,
         "events_per_s": round(rate),
+        "observer_relists": relists,
     }
 
 

@@ -172,3 +172,14 @@ def test_queue_name_in_the_jobs_layout_suspends_each_job_and_labels_each_workloa
     for m in manifests:
         if m["kind"] not in ("Job", "StatefulSet"):
             assert KUEUE_QUEUE_LABEL not in m["metadata"]["labels"]
+
+
+def test_large_jobset_clusters_get_the_compact_map_with_jobsets_names():
+    # above the full map's size the runtime expands a pattern: it must be JobSet's names too
+    spec = make("between_graph", layout="jobset", worker={"replicas": 600})
+    js = jobset_of(render(spec))
+    pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    cluster = json.loads(env["TFK_CLUSTER"])
+    assert cluster["worker"] == {"pattern": "imagenet-worker-0-{i}.imagenet.ml.svc:2222", "count": 600}
+    assert cluster["ps"] == {"pattern": "imagenet-ps-0-{i}.imagenet.ml.svc:2222", "count": 2}

@@ -126,7 +126,7 @@ class _Backend(Backend):
     def capacity_snapshot(self):
         return self.snapshot
 
-    config = create = exists = status = logs = delete_roles = delete = find = None  # type: ignore[assignment]
+    config = create = exists = status = logs = delete_roles = delete = find = owner = None  # type: ignore[assignment]
 
 
 def test_lifecycle_step_off_warn_fail():

@@ -42,7 +42,7 @@ import time
 try:  # psutil comes with Airflow; without it only the process-group kill is used.
     import psutil
 except ImportError:  # pragma: no cover
-    psutil = None
+    psutil = None  # type: ignore[assignment]
 
 # Longest sleep between two looks at the deleted marker and the deadline; signals and the
 # task's exit wake the supervisor at once (pidfd + signal wakeup fd where available).
@@ -110,7 +110,7 @@ def _pidfd(pid: int) -> int | None:
 
 def write_json(path: str, data: dict) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
         json.dump(data, fh)
         fh.flush()
         os.fsync(fh.fileno())
@@ -169,6 +169,8 @@ class Supervisor:
         )
 
     def finish(self, phase: str, reason: str, exit_code: int | None, message: str = "") -> int:
+        if not os.path.isdir(self.dir):
+            return 0  # removed from under us: there is nowhere to record the outcome
         write_json(
             self.path("exit.json"),
             {
@@ -185,11 +187,17 @@ class Supervisor:
         return 0
 
     def log(self, text: str) -> None:
-        with open(self.task["log"], "a", encoding="utf-8") as fh:
+        try:
+            fd = os.open(self.task["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError:
+            return
+        with open(fd, "a", encoding="utf-8") as fh:
             fh.write(f"[tfk-local] {text}\n")
 
     def stop_requested(self) -> bool:
-        return _stop_signal is not None or os.path.exists(self.path("deleted"))
+        # A task directory that vanished (state removed by hand, a disk cleaned up) stops
+        # the task too: nothing could record or report it any more.
+        return _stop_signal is not None or os.path.exists(self.path("deleted")) or not os.path.isdir(self.dir)
 
     def deadline_passed(self) -> bool:
         deadline = self.task.get("deadline")
@@ -236,9 +244,7 @@ class Supervisor:
 
     # -- the loop ---------------------------------------------------------------------
     def run(self) -> int:
-        retries = int(self.task.get("retries", 0))
-        permanent = set(self.task.get("permanent_exit_codes", ()))
-        backoff = float(self.task.get("restart_backoff_seconds", 1.0))
+        """Attempts until the task succeeds, fails for good, is deleted or times out."""
         while True:
             if self.stop_requested():
                 return self.finish("Deleted", "Deleted", self.last_exit_code, "deleted before it finished")
@@ -250,101 +256,128 @@ class Supervisor:
                     "max_duration_seconds exceeded before the task could start",
                 )
             self.attempt += 1
-            try:
-                log = open(self.task["log"], "ab")  # noqa: SIM115 - handed to the child
-            except OSError as exc:
-                return self.finish("Failed", "StartError", 128, f"cannot open the log: {exc}")
-            try:
-                proc = subprocess.Popen(
-                    self.task["argv"],
-                    env=self.task["env"],
-                    cwd=self.task["cwd"],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    close_fds=True,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                log.close()
-                code = 127 if isinstance(exc, FileNotFoundError) else 126
-                self.log(f"cannot start {self.task['argv'][0]!r}: {exc}")
-                return self.finish(
-                    "Failed", "StartError", code, f"cannot start {self.task['argv'][0]!r}: {exc}"
-                )
+            proc = self.start()
+            if isinstance(proc, int):
+                return proc  # could not start: already finished
+            outcome = self.wait(proc)
+            done = self.judge(outcome, self.last_exit_code)
+            if done is not None:
+                return done
+            self.back_off()
+
+    def start(self) -> subprocess.Popen | int:
+        """Start one attempt; the process, or the finish() code when it cannot start."""
+        try:
+            log = open(  # noqa: SIM115 - handed to the child
+                os.open(self.task["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab"
+            )
+        except OSError as exc:
+            return self.finish("Failed", "StartError", 128, f"cannot open the log: {exc}")
+        try:
+            proc = subprocess.Popen(
+                self.task["argv"],
+                env=self.task["env"],
+                cwd=self.task["cwd"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                close_fds=True,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            self.log(f"cannot start {self.task['argv'][0]!r}: {exc}")
+            return self.finish("Failed", "StartError", code, f"cannot start {self.task['argv'][0]!r}: {exc}")
+        finally:
             log.close()
-            self.current = proc
-            self.pids.append(proc.pid)
-            self.status("running", proc)
+        self.current = proc
+        self.pids.append(proc.pid)
+        self.status("running", proc)
+        return proc
 
-            outcome = None
-            strays: list = []
-            scan_every = 2.0
-            next_scan = time.monotonic() + 0.5
-            pidfd = _pidfd(proc.pid)
-            try:
-                while True:
-                    timeout = POLL_SECONDS
-                    deadline = self.task.get("deadline")
-                    if deadline is not None:
-                        timeout = min(timeout, max(0.0, deadline - time.time()))
-                    if wait_child(proc, pidfd, timeout):
-                        break
-                    if self.stop_requested():
-                        self.last_exit_code = self.kill(proc)
-                        outcome = "Deleted"
-                        break
-                    if self.deadline_passed():
-                        self.log(
-                            f"max_duration_seconds ({self.task.get('max_duration_seconds')})"
-                            " exceeded: killing the task"
-                        )
-                        self.last_exit_code = self.kill(proc)
-                        outcome = "DeadlineExceeded"
-                        break
-                    now = time.monotonic()
-                    if now >= next_scan:  # who the task started, to kill strays later
-                        strays = self._descendants(proc.pid) or strays
-                        next_scan = now + scan_every
-                        scan_every = min(30.0, scan_every * 2)
-            finally:
-                if pidfd is not None:
-                    os.close(pidfd)
-            if outcome is None:
-                self.last_exit_code = _exit_code(proc.returncode)
-            self.reap_group(proc, strays)
-            self.current = None
-            code = self.last_exit_code
+    def wait(self, proc: subprocess.Popen) -> str | None:
+        """Until the attempt ends: None when it exited by itself, else ``Deleted`` or
+        ``DeadlineExceeded`` (it was killed). Sets ``last_exit_code``."""
+        outcome = None
+        strays: list = []
+        scan_every = 2.0
+        next_scan = time.monotonic() + 0.5
+        pidfd = _pidfd(proc.pid)
+        try:
+            while outcome is None:
+                timeout = POLL_SECONDS
+                deadline = self.task.get("deadline")
+                if deadline is not None:
+                    timeout = min(timeout, max(0.0, deadline - time.time()))
+                if wait_child(proc, pidfd, timeout):
+                    break
+                outcome = self.kill_if_due(proc)
+                now = time.monotonic()
+                if outcome is None and now >= next_scan:  # who the task started, to kill strays later
+                    strays = self._descendants(proc.pid) or strays
+                    next_scan = now + scan_every
+                    scan_every = min(30.0, scan_every * 2)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        if outcome is None:
+            self.last_exit_code = _exit_code(proc.returncode)
+        self.reap_group(proc, strays)
+        self.current = None
+        return outcome
 
-            if outcome == "Deleted" or self.stop_requested():
-                return self.finish("Deleted", "Deleted", code, "deleted while running")
-            if outcome == "DeadlineExceeded":
-                return self.finish(
-                    "Failed",
-                    "DeadlineExceeded",
-                    code,
-                    f"killed after max_duration_seconds={self.task.get('max_duration_seconds')}",
-                )
-            if code == 0:
-                return self.finish("Succeeded", "Completed", 0)
-            sig = _signal_name(code)
-            detail = f"exit code {code}" + (f" ({sig})" if sig else "")
-            if code in permanent:
-                return self.finish("Failed", "ExitCode", code, f"{detail}: permanent, not retried")
-            if self.restarts >= retries:
-                return self.finish(
-                    "Failed",
-                    "ExitCode",
-                    code,
-                    f"{detail} after {self.restarts} restart(s)" if retries else detail,
-                )
-            self.restarts += 1
-            delay = min(30.0, backoff * 2 ** (self.restarts - 1))
-            self.log(f"{detail}; restarting in {delay:.1f}s (retry {self.restarts} of {retries})")
-            self.status("backoff", retry_at=time.time() + delay)
-            until = time.monotonic() + delay
-            while time.monotonic() < until and not self.stop_requested() and not self.deadline_passed():
-                nap(min(POLL_SECONDS, max(0.0, until - time.monotonic())))
+    def kill_if_due(self, proc: subprocess.Popen) -> str | None:
+        if self.stop_requested():
+            self.last_exit_code = self.kill(proc)
+            return "Deleted"
+        if self.deadline_passed():
+            self.log(
+                f"max_duration_seconds ({self.task.get('max_duration_seconds')}) exceeded: killing the task"
+            )
+            self.last_exit_code = self.kill(proc)
+            return "DeadlineExceeded"
+        return None
+
+    def judge(self, outcome: str | None, code: int | None) -> int | None:
+        """The finish() code when this attempt ends the task; None to restart it."""
+        if outcome == "Deleted" or self.stop_requested():
+            return self.finish("Deleted", "Deleted", code, "deleted while running")
+        if outcome == "DeadlineExceeded":
+            return self.finish(
+                "Failed",
+                "DeadlineExceeded",
+                code,
+                f"killed after max_duration_seconds={self.task.get('max_duration_seconds')}",
+            )
+        if code == 0:
+            return self.finish("Succeeded", "Completed", 0)
+        retries = int(self.task.get("retries", 0))
+        sig = _signal_name(code or 0)
+        detail = f"exit code {code}" + (f" ({sig})" if sig else "")
+        if code in set(self.task.get("permanent_exit_codes", ())):
+            return self.finish("Failed", "ExitCode", code, f"{detail}: permanent, not retried")
+        if self.restarts >= retries:
+            return self.finish(
+                "Failed",
+                "ExitCode",
+                code,
+                f"{detail} after {self.restarts} restart(s)" if retries else detail,
+            )
+        return None
+
+    def back_off(self) -> None:
+        retries = int(self.task.get("retries", 0))
+        backoff = float(self.task.get("restart_backoff_seconds", 1.0))
+        self.restarts += 1
+        delay = min(30.0, backoff * 2 ** (self.restarts - 1))
+        code = self.last_exit_code
+        sig = _signal_name(code or 0)
+        detail = f"exit code {code}" + (f" ({sig})" if sig else "")
+        self.log(f"{detail}; restarting in {delay:.1f}s (retry {self.restarts} of {retries})")
+        self.status("backoff", retry_at=time.time() + delay)
+        until = time.monotonic() + delay
+        while time.monotonic() < until and not self.stop_requested() and not self.deadline_passed():
+            nap(min(POLL_SECONDS, max(0.0, until - time.monotonic())))
 
 
 def main(argv: list[str]) -> int:
@@ -354,6 +387,9 @@ def main(argv: list[str]) -> int:
         print("usage: _local_supervisor.py [--daemonize] <task_dir>", file=sys.stderr)
         return 2
     task_dir = os.path.abspath(args[0])
+    # Everything the supervisor and its task create (records, checkpoints, exported
+    # models, event files) is private to the user: no group or world access.
+    os.umask(0o077)
     if daemonize:
         if os.fork() > 0:
             os._exit(0)  # the launcher returns at once; the supervisor goes on, reparented

@@ -38,6 +38,35 @@ class ClusterRef:
         return cls(name=data["name"], namespace=data["namespace"])
 
 
+@dataclass(frozen=True)
+class ClusterOwner:
+    """Who a live cluster belongs to, as the cluster itself records it.
+
+    ``identity`` is the exact (dag, task, run, map index) of the creating task instance, or
+    None for a cluster created outside Airflow; ``spec_hash`` is the
+    :meth:`TFClusterSpec.fingerprint` it was created from (None when it carries none).
+    """
+
+    identity: RunIdentity | None
+    spec_hash: str | None
+    created_at: float | None = None  # epoch seconds
+    max_duration_seconds: int | None = None
+
+    @property
+    def deadline(self) -> float | None:
+        """When the cluster-side deadline passes (None: no deadline or age unknown)."""
+        if self.created_at is None or self.max_duration_seconds is None:
+            return None
+        return self.created_at + self.max_duration_seconds
+
+    def describe(self) -> str:
+        if self.identity is None:
+            return "no Airflow task instance (created outside Airflow)"
+        i = self.identity
+        mapped = f", map index {i.map_index}" if i.map_index >= 0 else ""
+        return f"dag {i.dag_id!r}, task {i.task_id!r}, run {i.run_id!r}{mapped}"
+
+
 class Backend(abc.ABC):
     """Runs clusters. Every method is idempotent: calling it twice is harmless.
 
@@ -53,6 +82,15 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def create(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> ClusterRef:
         """Create every object of the cluster; re-creating an existing cluster changes nothing."""
+
+    @abc.abstractmethod
+    def owner(self, ref: ClusterRef) -> ClusterOwner | None:
+        """Who the live cluster ``ref`` belongs to (None: no such cluster).
+
+        Read from what the cluster carries (annotations on Kubernetes, the state record
+        locally), so the lifecycle can refuse to reattach to, or delete, a cluster of
+        another task instance.
+        """
 
     @abc.abstractmethod
     def exists(self, ref: ClusterRef) -> bool:
@@ -105,6 +143,13 @@ class Backend(abc.ABC):
         (``ClusterStatus.deleted_reason``), so a run killed by a newer one says so.
         """
 
+    def discard_exports(self, ref: ClusterRef) -> list[str]:
+        """Make the model versions a failed run exported unpublishable; returns them.
+
+        Backends that cannot reach the model store (Kubernetes: a PVC) return ``[]``.
+        """
+        return []
+
     async def adelete(self, ref: ClusterRef, reason: str = "") -> None:
         await asyncio.to_thread(self.delete, ref, reason)
 
@@ -116,6 +161,10 @@ class Backend(abc.ABC):
         """Nodes and their non-terminal pods, for the capacity pre-check
         (:mod:`airflow_tfk.capacity`); None where the backend has no nodes to compare."""
         return None
+
+    def clusters(self, namespace: str | None) -> list[ClusterRef]:
+        """Every cluster this project made that is not deleted (the sweeper's input)."""
+        return self.find(namespace, {})
 
     @abc.abstractmethod
     def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:

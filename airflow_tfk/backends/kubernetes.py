@@ -52,7 +52,7 @@ from airflow_tfk.backends._k8s_watch import (
     jobs_of,
     watch_plan,
 )
-from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
 from airflow_tfk.constants import (
     FIELD_MANAGER,
     IMAGE_PULL_TIMEOUT_SECONDS,
@@ -89,6 +89,8 @@ log = logging.getLogger(__name__)
 # JobSet API is not installed its requests answer 404, which is "none".
 DELETE_ORDER = ("JobSet", "Job", "StatefulSet", "Pod", "Service", "PersistentVolumeClaim", "NetworkPolicy")
 EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "JobSet", "Service", "PersistentVolumeClaim")
+# Where the owner annotations are read from: the objects every layout has, pods last.
+OWNER_KINDS = ("Job", "StatefulSet", "Service", "PersistentVolumeClaim", "Pod")
 BACKGROUND = {"propagationPolicy": "Background"}
 EVENT_REASON_DELETED = "TFClusterDeleted"
 
@@ -227,6 +229,31 @@ class KubernetesBackend(Backend):
 
     def exists(self, ref: ClusterRef) -> bool:
         return bool(self._run(self._exists_plan(ref)))
+
+    def owner(self, ref: ClusterRef) -> ClusterOwner | None:
+        """The owner annotations of the first labelled object found (controllers first)."""
+        owner: ClusterOwner | None = self._run(self._owner_plan(ref))
+        return owner
+
+    def _owner_plan(self, ref: ClusterRef) -> Plan:
+        for kind in OWNER_KINDS:
+            result = yield Request(
+                "GET",
+                BY_KIND[kind].collection(ref.namespace),
+                {"labelSelector": ref.label_selector, "limit": 1},
+            )
+            items = (result[1] or {}).get("items") or [] if result else []
+            if items:
+                meta = items[0].get("metadata") or {}
+                annotations = meta.get("annotations") or {}
+                max_duration = annotations.get(naming.ANNOTATION_MAX_DURATION, "")
+                return ClusterOwner(
+                    RunIdentity.from_annotations(annotations),
+                    annotations.get(naming.ANNOTATION_SPEC_HASH),
+                    _epoch(meta.get("creationTimestamp")),
+                    int(max_duration) if max_duration.isascii() and max_duration.isdigit() else None,
+                )
+        return None
 
     def _exists_plan(self, ref: ClusterRef) -> Plan:
         for kind in EXISTS_KINDS:
@@ -419,6 +446,29 @@ class KubernetesBackend(Backend):
             meta = job["metadata"]
             found[ClusterRef(meta["labels"][naming.LABEL_CLUSTER], meta["namespace"])] = None
         return list(found)
+
+    def clusters(self, namespace: str | None) -> list[ClusterRef]:
+        """Clusters with a Job or a StatefulSet left (a PS whose Jobs are gone included)."""
+        found: dict[ClusterRef, None] = {}
+        for kind_name in ("Job", "StatefulSet"):
+            kind = BY_KIND[kind_name]
+            path = kind.everywhere() if namespace is None else kind.collection(namespace)
+            result = self._run(single(Request("GET", path, {"labelSelector": naming.LABEL_CLUSTER})))
+            for obj in (result[1] or {}).get("items") or [] if result else []:
+                meta = obj["metadata"]
+                found[ClusterRef(meta["labels"][naming.LABEL_CLUSTER], meta["namespace"])] = None
+        return list(found)
+
+
+def _epoch(timestamp: str | None) -> float | None:
+    if not timestamp:
+        return None
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _jobs_stale(interp: Interpreter, pods: list[dict[str, Any]], jobs: dict[str, JobInfo]) -> bool:

@@ -63,7 +63,7 @@ class CreateTFClusterOperator(BaseOperator):
             self.backend, **backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
         )
         create_or_reattach(backend, spec, identity, self.log.info)
-        return ClusterHandle.for_spec(spec, backend).to_dict()
+        return ClusterHandle.for_spec(spec, backend, identity).to_dict()
 
 
 class CleanupPSOperator(BaseOperator):

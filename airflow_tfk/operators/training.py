@@ -52,7 +52,11 @@ class TFTrainingOperator(BaseOperator):
     :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
     :param deferrable: wait in the triggerer, holding no worker slot.
     :param cleanup: after success, delete ``ps`` (the roles that never exit, after the
-        grace period) or ``all`` (the whole cluster; logs are copied first).
+        grace period; the finished Jobs go after the spec's ``ttl_seconds_after_finished``)
+        or ``all`` (the whole cluster; logs are copied first).
+    :param on_failure: after a failed training, ``delete`` the cluster (logs are copied
+        first), or ``keep`` the finished tasks for debugging until their TTL (the roles
+        that never exit, the PS, are deleted all the same). A killed task always deletes.
     :param progress_interval: seconds between progress lines (step/total/%/ETA).
     :param tensorboard_task_id: the TensorBoard task whose URL the "TensorBoard" extra
         link of this task opens.
@@ -82,6 +86,7 @@ class TFTrainingOperator(BaseOperator):
         kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         deferrable: bool = False,
         cleanup: Cleanup | str = CLEANUP,
+        on_failure: str = "delete",
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         name_prefix: str = NAME_PREFIX,
         previous_run_policy: str = "allow",
@@ -91,8 +96,16 @@ class TFTrainingOperator(BaseOperator):
         super().__init__(**kwargs)
         self.cleanup = Cleanup(choice(Cleanup, cleanup, "cleanup"))
         self.backend = backend_kind(backend)
+        if on_failure not in ("delete", "keep"):
+            raise ValueError(f"on_failure: must be 'delete' or 'keep' (got {on_failure!r})")
+        self.on_failure = on_failure
         self.previous_run_policy = previous_run_policy
         self.tensorboard_task_id = tensorboard_task_id
+        if not isinstance(previous_run_policy, str):
+            raise ValueError(
+                f"previous_run_policy: must be a string, one of allow, kill_previous, skip, wait "
+                f"(got {previous_run_policy!r})"
+            )
         if "{{" not in previous_run_policy:
             _previous_run_policy(previous_run_policy)
         self.cluster_spec = cluster_spec
@@ -115,7 +128,7 @@ class TFTrainingOperator(BaseOperator):
         from airflow_tfk.watch import wait_for_cluster, wait_result
 
         identity, spec, backend = self._resolve(context)
-        handle = ClusterHandle.for_spec(spec, backend)
+        handle = ClusterHandle.for_spec(spec, backend, identity)
         wait_limit = self.execution_timeout.total_seconds() if self.execution_timeout else None
         policy = _previous_run_policy(self.previous_run_policy)
         if not apply_previous_run_policy(
@@ -126,6 +139,9 @@ class TFTrainingOperator(BaseOperator):
             raise AirflowSkipException(
                 "an earlier run of this training is still alive (previous_run_policy=skip)"
             )
+        # The handle carries this task instance as owner: on_kill or a failure during the
+        # create deletes the cluster only if it is this task instance's (never one that
+        # create_or_reattach refused as another's).
         self._handle = handle
         try:
             create_or_reattach(backend, spec, identity, self.log.info)
@@ -193,8 +209,8 @@ class TFTrainingOperator(BaseOperator):
     def _handle_of(self, context: Context) -> ClusterHandle:
         from airflow_tfk.handle import ClusterHandle
 
-        _, spec, backend = self._resolve(context)
-        return ClusterHandle.for_spec(spec, backend)
+        identity, spec, backend = self._resolve(context)
+        return ClusterHandle.for_spec(spec, backend, identity)
 
     def _finish(self, handle: ClusterHandle, result: dict[str, Any]) -> dict[str, Any]:
         """The task's outcome of a finished wait (:func:`~airflow_tfk.watch.wait_result`
@@ -205,7 +221,12 @@ class TFTrainingOperator(BaseOperator):
         message = str(result.get("message", ""))
         error = failure_of(result, handle.ref.name)
         if error is not None:
-            self._teardown(handle, message)
+            keep = (
+                self.on_failure == "keep"
+                and result.get("status") == "failed"
+                and bool(result.get("failed_task"))
+            )
+            self._teardown(handle, message, keep=keep)
             raise error
         self.log.info("training succeeded: %s", message)
         started = time.monotonic()
@@ -242,12 +263,19 @@ class TFTrainingOperator(BaseOperator):
         self.log.info("%s", results.summary())
         return results.to_xcom()
 
-    def _teardown(self, handle: ClusterHandle, why: str) -> None:
-        from airflow_tfk.lifecycle import teardown_after_failure
+    def _teardown(self, handle: ClusterHandle, why: str, keep: bool = False) -> None:
+        from airflow_tfk.lifecycle import keep_after_failure, teardown_after_failure
 
+        if keep:
+            try:
+                keep_after_failure(handle, self.log.info)
+            except Exception:
+                self.log.exception("could not stop the PS of cluster %s", handle.ref.name)
+            self._handle = None
+            return
         self.log.warning("deleting cluster %s: %s", handle.ref.name, why)
         try:
-            teardown_after_failure(handle, None, self.log.info)
+            teardown_after_failure(handle, None, self.log.info, f"deleted by its own task: {why}")
         except Exception:
             self.log.exception(
                 "could not delete cluster %s; delete it by label %s",

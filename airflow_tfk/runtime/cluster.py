@@ -7,6 +7,9 @@ and importable anywhere.
 environment (see docs/architecture.md)::
 
     TFK_CLUSTER  {"chief": ["h:p"], "ps": [...], "worker": [...]}
+                 or, for large clusters, per role {"pattern": "n-worker-{i}.n-worker.ns.svc:2222",
+                 "count": 600}: the same map in a size that does not grow with the task
+                 count, expanded here (see ``expand_cluster``)
     TFK_ROLE     chief | ps | worker | evaluator
     TFK_INDEX    task index (fallback: JOB_COMPLETION_INDEX, set by Indexed Jobs)
 """
@@ -86,7 +89,34 @@ class TaskInfo:
         ]
 
 
+MAX_PATTERN_COUNT = 100_000
+
+
+def expand_cluster(value: object, where: str = "TFK_CLUSTER") -> object:
+    """Expand the roles given as ``{"pattern": "...{i}...", "count": n}`` into address lists
+    (``{i}`` = 0..n-1); roles given as lists, and anything malformed, pass through for
+    :func:`_parse_cluster` to judge."""
+    if not isinstance(value, Mapping):
+        return value
+    out: dict[str, object] = {}
+    for role, addrs in value.items():
+        if isinstance(addrs, Mapping):
+            pattern, count = addrs.get("pattern"), addrs.get("count")
+            if not isinstance(pattern, str) or pattern.count("{i}") != 1:
+                raise ClusterConfigError(
+                    f"{where}: {role!r} pattern must contain '{{i}}' once, got {pattern!r}"
+                )
+            if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= MAX_PATTERN_COUNT:
+                raise ClusterConfigError(
+                    f"{where}: {role!r} count must be 1..{MAX_PATTERN_COUNT}, got {count!r}"
+                )
+            addrs = [pattern.replace("{i}", str(i)) for i in range(count)]
+        out[str(role)] = addrs
+    return out
+
+
 def _parse_cluster(value: object, where: str) -> dict[str, list[str]]:
+    value = expand_cluster(value, where)
     if not isinstance(value, Mapping) or not value:
         raise ClusterConfigError(
             f"{where}: the cluster must be a non-empty JSON object "

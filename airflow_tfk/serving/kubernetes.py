@@ -169,8 +169,8 @@ class KubernetesServing(ServingTarget):
 
     def delete(self, emit: Emit) -> None:
         for kind, name in (
-            ("Deployment", self.spec.name),
-            ("Service", self.spec.name),
+            ("Deployment", self.spec.resource),
+            ("Service", self.spec.resource),
             ("ConfigMap", self.spec.config_map_name),
             ("ConfigMap", self.spec.metrics_config_map_name),
             # last: the pods stay isolated until they are gone
@@ -262,7 +262,7 @@ class KubernetesServing(ServingTarget):
 
     # -- TF Serving through the service proxy ---------------------------------------------
     def _proxy(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
-        full = service_proxy_path(self.spec.namespace, self.spec.name, self.spec.rest_port, path)
+        full = service_proxy_path(self.spec.namespace, self.spec.resource, self.spec.rest_port, path)
         try:
             resp = self.api.client.call_api(
                 full,
@@ -336,5 +336,5 @@ class KubernetesServing(ServingTarget):
         except Exception as exc:  # no usable connection: still name the path
             host = f"<api server: {error_message(exc)}>"
         return host + service_proxy_path(
-            self.spec.namespace, self.spec.name, self.spec.rest_port, self._model_path(label=label)
+            self.spec.namespace, self.spec.resource, self.spec.rest_port, self._model_path(label=label)
         )

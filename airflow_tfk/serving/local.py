@@ -179,7 +179,7 @@ class LocalServing(ServingTarget):
     def ensure(self, emit: Emit) -> None:
         with _process.locked(self.dir):
             record = self._record()
-            if _process.alive(record) is not None:
+            if record is not None and _process.alive(record) is not None:
                 emit(
                     f"reusing the local model server of {self.spec.model_name} "
                     f"({record['server']}, pid {record['pid']}) at {self.url}"

@@ -217,6 +217,13 @@ def publish(
             )
     body = sample_request if sample_request is not None else target.sample_request(version)
     if not isinstance(body, dict) or not body:
+        exported = target.exported_versions()  # only on this error path: it may cost a Job
+        if version not in exported:
+            listed = ", ".join(str(v) for v in exported[-10:]) or "none"
+            raise ServingError(
+                f"{name} version {version} is not in the model store ({target.model_base_path()}); "
+                f"exported versions: {listed}"
+            )
         raise ServingError(
             f"no sample request for {name} version {version}: the training app "
             "exports assets.extra/tfk_sample_request.json when it defines "

@@ -201,8 +201,8 @@ def render_serving(
         _render(
             "serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name, spec.namespace, c, template_dir
         ),
-        _render("serving/service.yaml.j2", "Service", spec.name, spec.namespace, c, template_dir),
-        _render("serving/deployment.yaml.j2", "Deployment", spec.name, spec.namespace, c, template_dir),
+        _render("serving/service.yaml.j2", "Service", spec.resource, spec.namespace, c, template_dir),
+        _render("serving/deployment.yaml.j2", "Deployment", spec.resource, spec.namespace, c, template_dir),
     ]
 
 
@@ -279,6 +279,12 @@ def render_tensorboard(
         from airflow_tfk.errors import SpecError
 
         raise SpecError("claim", "is required on Kubernetes (base_path is local-only)")
+    if spec.port == 0:
+        from airflow_tfk.errors import SpecError
+
+        raise SpecError(
+            "port", "must be between 1 and 65535 on Kubernetes (0 picks a free port locally only)", 0
+        )
     c = _base(spec, "tensorboard", "tensorboard", LABEL_TENSORBOARD, identity)
     prefix = f"/api/v1/namespaces/{spec.namespace}/services/{spec.name}:{spec.port}/proxy"
     c.update(

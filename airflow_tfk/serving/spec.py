@@ -312,6 +312,12 @@ class ServingSpec:
         return _from_dict(cls, data)
 
     @property
+    def resource(self) -> str:
+        """The Deployment's and Service's name (``name`` is always set after validation)."""
+        assert self.name is not None
+        return self.name
+
+    @property
     def config_map_name(self) -> str:
         return f"{self.name}-config"
 

@@ -727,3 +727,24 @@ def test_importing_the_backend_loads_no_kubernetes_client():
         [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_owner_is_read_from_the_annotations_the_renderer_writes(double):
+    """The owner check of the lifecycle: identity and spec hash come back from the cluster."""
+    from airflow_tfk.errors import ClusterOwnershipError
+    from airflow_tfk.lifecycle import create_or_reattach
+
+    backend = KubernetesBackend(conn_id=CONN_ID)  # the real renderer (annotations)
+    spec = make_spec(workers=1, ps=1)
+    identity = RunIdentity("dag", "train", "manual__owner", 3)
+    ref = ClusterRef(spec.name, "default")
+    assert backend.owner(ref) is None
+    create_or_reattach(backend, spec, identity, lambda m: None)
+    owner = backend.owner(ref)
+    assert owner is not None and owner.identity == identity
+    assert owner.spec_hash == spec.fingerprint()
+    with pytest.raises(ClusterOwnershipError, match="run 'manual__owner', map index 3"):
+        create_or_reattach(backend, spec, RunIdentity("dag", "train", "manual__other", 3), print)
+    assert backend.owner(ref) == owner
+    backend.delete(ref)
+    assert backend.owner(ref) is None

@@ -339,6 +339,8 @@ def test_task_failing_at_once_fails_the_training_with_its_last_log_lines(backend
     assert (v.failed_task.reason, v.failed_task.exit_code) == ("ExitCode", 3)
     assert "worker-1" in v.message and "exit code 3" in v.message
     lines = v.failed_task.message.splitlines()
+    assert lines[-1] == f"(full log: {backend.log_path(ref, 'worker', 1)})"
+    lines = lines[:-1]
     assert len(lines) == 20 and lines[-1] == "task worker-1 exiting with 3"
     assert "line 30" in lines and "line 10" not in lines
     assert backend.status(ref).task("worker", 0).phase is Phase.RUNNING
@@ -493,7 +495,7 @@ def test_cluster_outlives_its_creator_reattaches_and_is_killed_from_another_proc
     assert get_backend("local", **backend.config()).create(spec, IDENTITY) == ref
     assert recorder.pids() == pids
     # ...but another run must not take over a live cluster of the same name.
-    with pytest.raises(SpecError, match="belongs to another run"):
+    with pytest.raises(SpecError, match="belongs to dag 'dag', task 'train', run 'manual__2026-01-01'"):
         backend.create(spec, RunIdentity("dag", "train", "other-run"))
 
     # Killed from a third process (e.g. on_kill of the Airflow task).

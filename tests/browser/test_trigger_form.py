@@ -141,9 +141,13 @@ def fill(driver: Any, name: str, value: str) -> Any:
 
 def open_form(driver: Any, services: AirflowServices) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(f"{services.url}/dags/{DAG_ID}")
-    driver.find_element(By.XPATH, "//button[normalize-space()='Trigger']").click()
+    # The first page load fetches and runs the UI's whole bundle: slow on a busy machine.
+    trigger = (By.XPATH, "//button[normalize-space()='Trigger']")
+    WebDriverWait(driver, 180).until(ec.element_to_be_clickable(trigger)).click()
     driver.find_element(By.XPATH, f"//*[normalize-space()='Trigger Dag - {DAG_ID}']")
     driver.find_element(By.NAME, "element_workers")
 
@@ -160,9 +164,16 @@ def runs(services: AirflowServices) -> list[dict]:
 
 
 def test_trigger_form_refuses_bad_values_then_runs_training_with_tensorboard(services, browser):
+    try:
+        scenario(services, browser)
+    except BaseException:
+        shot(browser, "99-failure")  # what the page showed when it went wrong
+        raise
+
+
+def scenario(services: AirflowServices, driver: Any) -> None:
     from selenium.webdriver.common.by import By
 
-    driver = browser
     open_form(driver, services)
     shot(driver, "01-form")
     for label in (

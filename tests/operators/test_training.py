@@ -238,3 +238,59 @@ def test_skip_policy_skips_while_an_earlier_run_is_alive(local_root) -> None:
 def test_invalid_policy_is_rejected_at_parse_time() -> None:
     with pytest.raises(ValueError, match="previous_run_policy"):
         TFTrainingOperator(task_id="t", cluster_spec={}, previous_run_policy="murder")
+
+
+def test_fixed_name_cannot_be_taken_over_by_another_run(local_root) -> None:
+    """Issue 10 item 1: a second run of the same task with a fixed name neither reports the
+    first run's cluster as its own nor deletes it (its on_kill included)."""
+    from airflow_tfk.errors import ClusterOwnershipError
+
+    spec = {**spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"), "name": "fixed"}
+    first = make_op(dict(spec))
+    errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _run(first, task_context("run-1"), errors))
+    thread.start()
+    backend = LocalBackend(str(local_root))
+    ref = ClusterRef("fixed", "default")
+    deadline = time.monotonic() + 30
+    while not (backend.exists(ref) and cluster_processes(local_root)):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    uid = backend._state(ref)["uid"]
+
+    second = make_op(dict(spec, env={**spec["env"], "OTHER": "params"}))
+    with pytest.raises(ClusterOwnershipError, match="run 'run-1'"):
+        second.execute(task_context("run-2"))
+    second.on_kill()  # what Airflow does when the failed try is killed
+    assert backend.exists(ref) and backend._state(ref)["uid"] == uid
+    assert backend.status(ref).tasks and all(t.reason != "Deleted" for t in backend.status(ref).tasks)
+
+    first.on_kill()
+    thread.join(30)
+    assert not thread.is_alive() and errors
+    assert_no_processes(local_root)
+
+
+def _run(op: TFTrainingOperator, ctx: dict, errors: list[BaseException]) -> None:
+    try:
+        op.execute(ctx)
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def test_on_failure_keep_keeps_the_failed_tasks_and_stops_the_ps(local_root) -> None:
+    ctx = task_context("keep-run")
+    spec = spec_dict("between_graph", workers=1, STEPS="2", EXIT_CODE_0="3", STEP_SECONDS="0.05")
+    spec["permanent_exit_codes"] = [3]
+    op = make_op(spec, on_failure="keep")
+    with pytest.raises(TrainingFailed):
+        op.execute(ctx)
+    backend = LocalBackend(str(local_root))
+    ref = cluster_of(ctx)
+    assert backend.exists(ref)  # kept for debugging
+    status = backend.status(ref)
+    assert status.task("worker", 0).phase is Phase.FAILED
+    assert status.task("ps", 0).reason == "Deleted"  # what never exits is stopped
+    assert_no_processes(local_root)
+    with pytest.raises(ValueError, match="^on_failure"):
+        make_op(spec, on_failure="sometimes")

@@ -1,0 +1,151 @@
+"""Field checks shared by the spec classes: each raises a :class:`SpecError` naming the
+field. Pure; no Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_tfk import naming
+from airflow_tfk.errors import SpecError
+
+# Characters that have no business in a name, image or command and that would change
+# the meaning of YAML or Jinja if they were ever spliced into text.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _text(value: object, where: str, *, allow_empty: bool = False, max_len: int = 4096) -> str:
+    if not isinstance(value, str):
+        raise SpecError(where, "must be a string", value)
+    if not allow_empty and not value.strip():
+        raise SpecError(where, "must not be empty", value)
+    if _CONTROL.search(value) or "\n" in value or "\r" in value:
+        raise SpecError(where, "must not contain newlines or control characters", value)
+    if len(value) > max_len:
+        raise SpecError(where, f"must be at most {max_len} characters", value)
+    return value
+
+
+def _utf8(text: str, where: str) -> None:
+    # A lone surrogate cannot be sent to the API server (JSON over UTF-8) nor to a process.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecError(where, "must be valid Unicode text (no lone surrogates)", text) from None
+    # Found against the real API server: the Kubernetes client sends a server-side apply as
+    # ASCII-escaped JSON, where a character beyond U+FFFF becomes a surrogate pair, and the
+    # API server's YAML reader refuses it ("invalid Unicode character escape code").
+    if any(ord(c) > 0xFFFF for c in text):
+        raise SpecError(
+            where, "must not contain characters beyond U+FFFF (e.g. emoji): the API server refuses them", text
+        )
+
+
+def _int(value: object, where: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(where, "must be an integer", value)
+    if not lo <= value <= hi:
+        raise SpecError(where, f"must be between {lo} and {hi}", value)
+    return value
+
+
+def _str_map(value: object, where: str, *, keys: str) -> dict[str, str]:
+    """Validate a string->string mapping; ``keys`` is 'env', 'label' or 'label-key'."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(where, "must be a mapping", value)
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str):
+            raise SpecError(where, "keys must be strings", k)
+        if keys == "env" and not naming.is_env_name(k):
+            raise SpecError(f"{where}.{k}", "is not a valid environment variable name")
+        if keys in ("label", "label-key") and not naming.is_label_key(k):
+            raise SpecError(f"{where}.{k}", "is not a valid label key")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise SpecError(f"{where}.{k}", "must be a string or number", v)
+        text = str(v)
+        if keys == "env":
+            # Env values are data: any text is fine (it is emitted as a JSON string), but
+            # NUL cannot be passed to a process.
+            if "\x00" in text:
+                raise SpecError(f"{where}.{k}", "must not contain NUL", v)
+            _utf8(text, f"{where}.{k}")
+        elif keys == "label" and not naming.is_label_value(text):
+            raise SpecError(f"{where}.{k}", "is not a valid label value", v)
+        elif keys == "label-key":
+            _text(text, f"{where}.{k}", allow_empty=True)
+        out[k] = text
+    return out
+
+
+def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise SpecError(where, "must be a list of strings", value)
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise SpecError(f"{where}[{i}]", "must be a string", item)
+        text = str(item)
+        if "\x00" in text:
+            raise SpecError(f"{where}[{i}]", "must not contain NUL", item)
+        _utf8(text, f"{where}[{i}]")
+        if not allow_empty_items and not text:
+            raise SpecError(f"{where}[{i}]", "must not be empty", item)
+        out.append(text)
+    return tuple(out)
+
+
+def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+    if not isinstance(data, Mapping):
+        raise SpecError(where or "spec", "must be a mapping", data)
+    for key in data:
+        if not isinstance(key, str):
+            raise SpecError(where or "spec", "keys must be strings", key)
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        path = f"{where}.{unknown[0]}" if where else str(unknown[0])
+        raise SpecError(path, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def _fields(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+# Resource names the API server or the scheduler own: a GPU limit must not overwrite them.
+_NATIVE_RESOURCES = ("cpu", "memory", "ephemeral-storage", "storage", "pods")
+
+
+def _check_gpu_resource(value: object, where: str) -> None:
+    """An extended resource name as the API server wants it: fully qualified
+    (``vendor.example/gpu``), outside the ``kubernetes.io`` domain, not a native resource."""
+    if not isinstance(value, str) or not naming.is_label_key(value):
+        raise SpecError(where, "is not a valid resource name", value)
+    prefix, slash, name = value.rpartition("/")
+    if not slash:
+        raise SpecError(where, "must be a fully qualified extended resource such as 'nvidia.com/gpu'", value)
+    if prefix == "kubernetes.io" or prefix.endswith(".kubernetes.io") or prefix.startswith("requests."):
+        raise SpecError(
+            where, "must not be in the kubernetes.io domain (reserved for native resources)", value
+        )
+    if name in _NATIVE_RESOURCES or name.startswith("hugepages-"):
+        raise SpecError(where, "must not name a native resource such as cpu or memory", value)
+
+
+# Labels the Job, StatefulSet and ReplicaSet controllers set on their pods: a user label
+# of that name would be overwritten, or break the controller's selector.
+_CONTROLLER_LABELS = ("job-name", "controller-uid", "controller-revision-hash", "pod-template-hash")
+_RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io")
+
+
+def _reserved_label(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if not prefix:
+        return name in _CONTROLLER_LABELS
+    return any(prefix == d or prefix.endswith("." + d) for d in _RESERVED_LABEL_DOMAINS)

@@ -1,0 +1,141 @@
+"""What only this machine can check before a local cluster starts: the commands exist
+and can run here, the ports are free; and where a failed run's exports are set aside.
+
+Problems here are :class:`~airflow_tfk.errors.SpecError` on the spec field when the spec
+names something this machine lacks (an executable, a script), as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from airflow_tfk.backends._local_files import LOCALHOST, _port_free, _tail
+from airflow_tfk.backends.base import ClusterRef
+from airflow_tfk.errors import SpecError
+from airflow_tfk.spec import TFClusterSpec
+
+_PYTHONS = ("python", "python3")
+
+
+class LocalHostChecks:
+    fixed_ports: bool
+
+    def _state(self, ref: ClusterRef) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def cluster_dir(self, ref: ClusterRef) -> Path:
+        raise NotImplementedError
+
+    def _resolve_commands(self, spec: TFClusterSpec, workdir: str) -> dict[str, list[str]]:
+        """argv (without the legacy flags) of each role; checks what only this machine can."""
+        if not os.path.isdir(workdir):
+            raise SpecError("workdir", "the local backend's working directory does not exist", workdir)
+        out: dict[str, list[str]] = {}
+        for role, rspec in spec.roles().items():
+            cmd_field = f"{role}.command" if rspec.command is not None else "command"
+            args_field = f"{role}.args" if rspec.args is not None else "args"
+            command = list(rspec.command if rspec.command is not None else spec.command)
+            args = list(rspec.args if rspec.args is not None else spec.args)
+            exe = command[0]
+            path_env = rspec.env.get("PATH") or spec.env.get("PATH") or os.environ.get("PATH")
+            is_python = exe in _PYTHONS
+            if is_python:
+                resolved = sys.executable
+            elif "/" in exe:
+                resolved = exe if os.path.isabs(exe) else os.path.join(workdir, exe)
+                if not os.path.isfile(resolved):
+                    raise SpecError(
+                        cmd_field, f"executable {exe!r} does not exist (resolved against {workdir})", exe
+                    )
+                if not os.access(resolved, os.X_OK):
+                    raise SpecError(cmd_field, f"{exe!r} is not executable", exe)
+                is_python = os.path.basename(resolved).startswith("python")
+            else:
+                found = shutil.which(exe, path=path_env)
+                if found is None:
+                    raise SpecError(cmd_field, f"executable {exe!r} is not on PATH on this machine", exe)
+                resolved = found
+                is_python = exe.startswith("python")
+            argv = [resolved, *command[1:], *args]
+            if is_python:  # `python train.py`: the script must be here too
+                script = argv[1] if len(argv) > 1 else None
+                if script and script.endswith(".py") and not script.startswith("-"):
+                    where = f"{cmd_field}[1]" if len(command) > 1 else f"{args_field}[0]"
+                    full = script if os.path.isabs(script) else os.path.join(workdir, script)
+                    if not os.path.isfile(full):
+                        raise SpecError(
+                            where, f"script {script!r} does not exist (resolved against {workdir})", script
+                        )
+            out[role] = argv
+        return out
+
+    def _allocate_ports(self, spec: TFClusterSpec) -> dict[str, int]:
+        """One port per task of the cluster map (``role-index`` -> port)."""
+        names = [f"{r}-{i}" for r, s in spec.cluster_roles().items() for i in range(s.replicas)]
+        if self.fixed_ports:
+            last = spec.port + len(names) - 1
+            if last > 65535:
+                raise SpecError(
+                    "port",
+                    f"with fixed ports the {len(names)} tasks need ports {spec.port}-{last}, beyond 65535",
+                    spec.port,
+                )
+            for k, name in enumerate(names):
+                if not _port_free(spec.port + k):
+                    raise SpecError(
+                        "port",
+                        f"{LOCALHOST}:{spec.port + k} (for task {name}) is "
+                        "already in use on this machine: stop what listens there, "
+                        "choose another port, or let the local backend pick free "
+                        "ports (fixed_ports=False)",
+                        spec.port,
+                    )
+            return {name: spec.port + k for k, name in enumerate(names)}
+        socks: list[socket.socket] = []
+        try:  # hold every socket until all are bound, so no two tasks get the same port
+            for _ in names:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(sock)
+                sock.bind((LOCALHOST, 0))
+            return {name: sock.getsockname()[1] for name, sock in zip(names, socks, strict=True)}
+        finally:
+            for sock in socks:
+                sock.close()
+
+    def discard_exports(self, ref: ClusterRef) -> list[str]:
+        """Rename each ``<model>/<version>`` directory the run's tasks reported exporting
+        (their ``{"tfk": "export"}`` log lines) to ``<model>/.failed-<version>-<uid>``:
+        TF Serving and :func:`publish` only see integer names. Only directories inside the
+        cluster's own volumes or claims are touched, whatever a log line says."""
+        state = self._state(ref) or {}
+        roots = [Path(p).resolve() for p in (state.get("volumes") or {}).values()]
+        logs = self.cluster_dir(ref) / "logs"
+        if not roots or not logs.is_dir():
+            return []
+        uid = str(state.get("uid", "x"))[:8]
+        moved = []
+        for log_file in sorted(logs.glob("*.log")):
+            for line in _tail(log_file, None).splitlines():
+                if '"tfk"' not in line or '"export"' not in line:
+                    continue
+                try:
+                    event = json.loads(line[line.index("{") :])
+                    path = Path(str(event["path"])).resolve()
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if event.get("tfk") != "export" or not path.name.isdigit() or not path.is_dir():
+                    continue
+                if not any(path.is_relative_to(r) for r in roots):
+                    continue
+                target = path.with_name(f".failed-{path.name}-{uid}")
+                with contextlib.suppress(OSError):
+                    os.replace(path, target)
+                    moved.append(str(path))
+        return moved

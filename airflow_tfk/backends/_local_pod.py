@@ -1,0 +1,108 @@
+"""The local backend plays the kubelet: each task's argv and environment come from the
+pod the Kubernetes backend would create (``render``), not from a second copy of that logic.
+
+For each role the rendered pod template gives the container's ``command``, ``args`` and
+``env``; this module expands them as the kubelet does - dependent ``$(VAR)`` references
+to variables defined earlier, ``$$`` to ``$``, unknown references left as they are, the
+downward-API task index - after putting in what differs on one machine: the address map
+(127.0.0.1 ports instead of DNS names, also inside the legacy ``--ps_hosts`` flags) and
+the volume directories instead of the mount paths.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_tfk import naming
+from airflow_tfk.spec import TFClusterSpec
+
+_REF = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
+_VOLUME_ENV = {"TFK_DATA_DIR": "data", "TFK_LOG_DIR": "logs", "TFK_MODEL_DIR": "models"}
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of one string (``k8s.io/kubernetes/third_party/
+    forked/golang/expansion``): ``$$`` is ``$``; ``$(NAME)`` of a defined NAME is its value;
+    anything else is left as written."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1)
+        return env[name] if name in env else m.group(0)
+
+    return _REF.sub(sub, text)
+
+
+def container_env(env_list: list[dict[str, Any]], fields: Mapping[str, str]) -> dict[str, str]:
+    """A container's environment as the kubelet builds it, in order: each value may use
+    the variables defined before it; ``valueFrom.fieldRef`` reads ``fields``."""
+    out: dict[str, str] = {}
+    for item in env_list:
+        if "value" in item:
+            out[item["name"]] = expand(str(item["value"]), out)
+        else:
+            path = item["valueFrom"]["fieldRef"]["fieldPath"]
+            out[item["name"]] = fields[path]
+    return out
+
+
+def pod_fields(index: int) -> dict[str, str]:
+    """The downward-API fields the templates read for the task index (Job and StatefulSet)."""
+    return {
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']": str(index),
+        "metadata.labels['apps.kubernetes.io/pod-index']": str(index),
+    }
+
+
+def role_containers(manifests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """role -> the container of its pod template (Jobs and the PS StatefulSet)."""
+    out = {}
+    for m in manifests:
+        if m["kind"] in ("Job", "StatefulSet"):
+            role = m["metadata"]["labels"][naming.LABEL_ROLE]
+            out[role] = m["spec"]["template"]["spec"]["containers"][0]
+    return out
+
+
+def local_setup(
+    spec: TFClusterSpec,
+    container: dict[str, Any],
+    index: int,
+    local_cluster: Mapping[str, list[str]],
+    volumes: Mapping[str, str],
+) -> tuple[list[str], dict[str, str]]:
+    """(argv, env) of task ``index`` of the role whose rendered ``container`` is given,
+    on this machine: the pod's, with local addresses and volume directories."""
+    kube_addresses = {
+        naming.task_address(spec.name, role, i, spec.namespace_name, spec.port): local_cluster[role][i]
+        for role in local_cluster
+        for i in range(len(local_cluster[role]))
+    }
+    env_list = []
+    for item in container.get("env") or []:
+        name = item["name"]
+        if name == "TFK_CLUSTER":
+            item = {"name": name, "value": json.dumps(dict(local_cluster), separators=(",", ":"))}
+        elif name in _VOLUME_ENV:
+            if _VOLUME_ENV[name] not in volumes:
+                continue
+            item = {"name": name, "value": volumes[_VOLUME_ENV[name]]}
+        env_list.append(item)
+    env = container_env(env_list, pod_fields(index))
+    argv = [
+        expand(_localise(a, kube_addresses), env)
+        for a in [*container["command"], *(container.get("args") or [])]
+    ]
+    return argv, env
+
+
+def _localise(arg: str, addresses: Mapping[str, str]) -> str:
+    """The legacy ``--ps_hosts=a,b`` flags name DNS addresses: use the local ones."""
+    if not arg.startswith(("--ps_hosts=", "--worker_hosts=")):
+        return arg
+    flag, _, hosts = arg.partition("=")
+    return f"{flag}={','.join(addresses.get(h, h) for h in hosts.split(','))}"

@@ -1,0 +1,268 @@
+"""Finding and stopping a local cluster's processes: the recorded supervisor and task of
+each task, and - so that stopping never depends on a state file - every process that
+carries the cluster's tag (``TFK_LOCAL_CLUSTER``) in its environment, found through /proc.
+
+A mixin of :class:`~airflow_tfk.backends.local.LocalBackend`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from airflow_tfk import naming
+from airflow_tfk.backends._local_files import (
+    MARKER_ENV,
+    PRIVATE_FILE,
+    TASK_ENV,
+    _excerpt,
+    _read_json,
+    _running,
+    _tail,
+    _verified,
+    _wait_gone,
+    _write_json,
+)
+from airflow_tfk.backends.base import ClusterRef
+from airflow_tfk.status import Phase, TaskStatus
+
+SUPERVISOR = str(Path(__file__).with_name("_local_supervisor.py"))
+
+
+class LocalProcesses:
+    root: str
+    kill_grace_seconds: float
+    start_timeout_seconds: float
+
+    def _task_dir(self, ref: ClusterRef, role: str, index: int) -> Path:
+        raise NotImplementedError
+
+    def log_path(self, ref: ClusterRef, role: str, index: int) -> Path:
+        raise NotImplementedError
+
+    def _launch(self, ref: ClusterRef, cdir: Path, tasks: list[dict[str, Any]]) -> None:
+        """Start one daemonized supervisor per task; record each one's pid and create time."""
+        launchers = []
+        for t in tasks:
+            tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
+            sup_log = os.open(tdir / "supervisor.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, PRIVATE_FILE)
+            with open(sup_log, "ab") as out:
+                launchers.append(
+                    subprocess.Popen(
+                        [sys.executable, "-I", SUPERVISOR, "--daemonize", str(tdir)],
+                        # Only what the supervisor needs, plus the tag that finds it again.
+                        env={
+                            "PATH": os.environ.get("PATH", os.defpath),
+                            MARKER_ENV: self._marker(ref),
+                            TASK_ENV: f"{t['role']}-{t['index']}",
+                        },
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=out,
+                        close_fds=True,
+                        start_new_session=True,
+                        cwd=str(tdir),
+                    )
+                )
+        for t, p in zip(tasks, launchers, strict=True):  # each returns once its supervisor forked
+            if p.wait(timeout=self.start_timeout_seconds) != 0:
+                tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
+                raise RuntimeError(
+                    f"local backend: the supervisor of {t['role']}-{t['index']} failed to start "
+                    f"(exit code {p.returncode}): "
+                    f"{_tail(tdir / 'supervisor.log', 20).strip() or 'no output'}"
+                )
+        give_up = time.monotonic() + self.start_timeout_seconds
+        for t in tasks:
+            tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
+            while True:
+                info = _read_json(tdir / "supervisor.json")
+                if info is not None:
+                    break
+                if time.monotonic() > give_up:
+                    raise RuntimeError(
+                        f"local backend: the supervisor of {t['role']}-{t['index']} did not "
+                        f"start within {self.start_timeout_seconds:.0f}s: "
+                        f"{_tail(tdir / 'supervisor.log', 20).strip() or 'no output'}"
+                    )
+                time.sleep(0.01)
+            try:
+                ctime = psutil.Process(info["pid"]).create_time()
+            except psutil.Error:
+                ctime = None  # already gone (e.g. the task failed at once): nothing to kill
+            t["supervisor"] = {"pid": info["pid"], "create_time": ctime}
+
+    def _task_status(self, ref: ClusterRef, task: dict[str, Any]) -> TaskStatus:
+        role, index = task["role"], task["index"]
+        tdir = self._task_dir(ref, role, index)
+        log_path = self.log_path(ref, role, index)
+        final = _read_json(tdir / "exit.json")
+        current = _read_json(tdir / "status.json") or {}
+        restarts = int((final or current).get("restarts", 0))
+        deleted = (tdir / "deleted").exists()
+        if final is not None and final.get("phase") != "Deleted":
+            phase = Phase(final["phase"])
+            message = ""
+            if phase is Phase.FAILED:
+                message = _excerpt(log_path) or final.get("message", "")
+            return TaskStatus(
+                role, index, phase, final.get("reason", ""), message, final.get("exit_code"), restarts
+            )
+        if final is not None or deleted:
+            return TaskStatus(
+                role,
+                index,
+                Phase.PENDING,
+                "Deleted",
+                "deleted before it finished",
+                (final or {}).get("exit_code"),
+                restarts,
+            )
+        supervisor = self._supervisor(ref, task)
+        if supervisor is None and task.get("supervisor"):
+            if (tdir / "exit.json").exists() or (tdir / "deleted").exists():
+                return self._task_status(ref, task)  # it just finished: read again
+            # Killed from outside (or the machine rebooted) without a word: if the task
+            # itself still runs, it is running; otherwise it is lost.
+            if self._child(ref, task) is not None:
+                return TaskStatus(role, index, Phase.RUNNING, "", "", None, restarts)
+            tail = _excerpt(log_path)
+            note = (
+                "the local supervisor of this task is gone without recording an exit "
+                "status (killed from outside, or the machine restarted)"
+            )
+            return TaskStatus(
+                role, index, Phase.FAILED, "Lost", f"{note}\n{tail}" if tail else note, None, restarts
+            )
+        state = current.get("state")
+        if state == "running":
+            return TaskStatus(role, index, Phase.RUNNING, "", "", None, restarts)
+        if state == "backoff":
+            code = current.get("last_exit_code")
+            return TaskStatus(
+                role, index, Phase.PENDING, "BackOff", f"exited with code {code}; restarting", code, restarts
+            )
+        return TaskStatus(role, index, Phase.PENDING, "Starting", "", None, restarts)
+
+    def _marker(self, ref: ClusterRef) -> str:
+        digest = naming.short_hash(self.root, length=12)
+        return f"{digest}/{ref.namespace}/{ref.name}"
+
+    def _marked(self, ref: ClusterRef, roles: list[str] | None = None) -> list[psutil.Process]:
+        """Live processes that carry this cluster's tag (and, given ``roles``, belong to one
+        of them): found through /proc, whatever became of the state directory."""
+        mark = self._marker(ref)
+        found = []
+        me = os.getpid()
+        for proc in psutil.process_iter():
+            if proc.pid == me:
+                continue
+            try:
+                env = proc.environ()
+                if env.get(MARKER_ENV) != mark or not _running(proc):
+                    continue
+                if roles is not None and env.get(TASK_ENV, "").rsplit("-", 1)[0] not in roles:
+                    continue
+            except psutil.Error:  # gone, or another user's process
+                continue
+            found.append(proc)
+        return found
+
+    def _supervisor(self, ref: ClusterRef, task: dict[str, Any]) -> psutil.Process | None:
+        sup = task.get("supervisor")
+        if sup:
+            if sup.get("create_time") is None:
+                return None
+            return _verified(sup["pid"], sup["create_time"])
+        info = _read_json(self._task_dir(ref, task["role"], task["index"]) / "supervisor.json")
+        if info is None:  # still launching (create holds the lock)
+            return None
+        proc = _verified(info["pid"], None)
+        if proc is not None and abs(proc.create_time() - info["started_at"]) > 5:
+            return None
+        return proc
+
+    def _child(self, ref: ClusterRef, task: dict[str, Any]) -> psutil.Process | None:
+        st = _read_json(self._task_dir(ref, task["role"], task["index"]) / "status.json")
+        if not st or st.get("state") != "running":
+            return None
+        return _verified(st.get("pid"), st.get("pid_create_time"))
+
+    def _live(self, ref: ClusterRef, state: dict[str, Any]) -> bool:
+        return any(
+            self._supervisor(ref, t) is not None or self._child(ref, t) is not None for t in state["tasks"]
+        )
+
+    def _mark_deleted(self, ref: ClusterRef, tasks: list[dict[str, Any]]) -> float:
+        """Leave each task's ``deleted`` marker (its supervisor stops on it); the longest
+        kill grace among them."""
+        grace = self.kill_grace_seconds
+        for t in tasks:
+            tdir = self._task_dir(ref, t["role"], t["index"])
+            if tdir.is_dir() and not (tdir / "deleted").exists():
+                _write_json(tdir / "deleted", {"deleted_at": time.time()})
+            task_cfg = _read_json(tdir / "task.json") or {}
+            grace = max(grace, float(task_cfg.get("kill_grace_seconds", 0)))
+        return grace
+
+    def _targets(
+        self, ref: ClusterRef, tasks: list[dict[str, Any]], roles: list[str] | None
+    ) -> tuple[set[int], dict[int, psutil.Process]]:
+        """Process groups and processes to signal: the recorded ones and their children,
+        and - even when the state or task files are gone or corrupt - every tagged one."""
+        groups: set[int] = set()
+        procs: dict[int, psutil.Process] = {p.pid: p for p in self._marked(ref, roles)}
+        for t in tasks:
+            for proc in (self._supervisor(ref, t), self._child(ref, t)):
+                if proc is None:
+                    continue
+                groups.add(proc.pid)
+                procs[proc.pid] = proc
+                with contextlib.suppress(psutil.Error):
+                    for c in proc.children(recursive=True):
+                        procs[c.pid] = c
+        return groups, procs
+
+    def _kill(self, ref: ClusterRef, state: dict[str, Any], roles: list[str] | None) -> None:
+        """Stop the tasks of ``roles`` (all for None) and wait until none of their processes
+        is left: SIGTERM to each process group, SIGKILL after the grace."""
+        tasks = [t for t in state.get("tasks") or [] if roles is None or t["role"] in roles]
+        grace = self._mark_deleted(ref, tasks)
+        groups, procs = self._targets(ref, tasks, roles)
+        if not procs:
+            return
+        # The supervisors stop their tasks themselves on SIGTERM (recording "Deleted"), with
+        # their own grace; give them that long, plus a little, before SIGKILL.
+        _send(signal.SIGTERM, groups, procs)
+        alive = _wait_gone(list(procs.values()), grace + 2.0)
+        for _ in range(3):
+            more_groups, more = self._targets(ref, tasks, roles)  # e.g. a restart that raced
+            procs = {p.pid: p for p in alive} | more
+            if not procs:
+                return
+            _send(signal.SIGKILL, groups | more_groups, procs)
+            alive = _wait_gone(list(procs.values()), 5.0)
+            if not alive:
+                groups = set()
+        leftover = sorted(p.pid for p in alive)
+        if leftover:
+            raise RuntimeError(
+                f"local backend: processes {leftover} of {ref.namespace}/{ref.name} did not die after SIGKILL"
+            )
+
+
+def _send(sig: int, groups: set[int], procs: dict[int, psutil.Process]) -> None:
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+    for proc in procs.values():
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(sig)

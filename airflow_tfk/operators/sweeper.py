@@ -1,0 +1,85 @@
+"""`TFOrphanSweeperOperator`: the Airflow side of :mod:`airflow_tfk.sweeper`.
+
+Schedule it (``dags/tfk_orphan_sweeper.py`` does, every 10 minutes): it asks Airflow, through
+the task SDK, for the state of each cluster's owning task instance and deletes the
+clusters whose owner is no longer running, or that are past their deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_tfk.operators._context import backend_config
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_tfk.naming import RunIdentity
+
+
+class TFOrphanSweeperOperator(BaseOperator):
+    """Delete orphaned TF clusters.
+
+    :param backend: ``kubernetes`` (default) or ``local``.
+    :param backend_config: backend options. (templated)
+    :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
+    :param namespace: where to look (None: every namespace the backend can list).
+    :param report_only: only log what would be deleted (a dry run). (templated)
+    :return: (XCom) the swept clusters: name, namespace, reason, deleted.
+    """
+
+    template_fields: Sequence[str] = ("backend", "backend_config", "namespace", "report_only")
+
+    def __init__(
+        self,
+        *,
+        backend: str = "kubernetes",
+        backend_config: dict[str, Any] | None = None,
+        kubernetes_conn_id: str = "kubernetes_default",
+        namespace: str | None = None,
+        report_only: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.backend = backend
+        self.backend_config = backend_config
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.namespace = namespace
+        # Not "dry_run": BaseOperator has a dry_run() method.
+        self.report_only = report_only
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        from airflow_tfk.backends import get_backend
+        from airflow_tfk.sweeper import sweep
+
+        backend = get_backend(
+            self.backend, **backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
+        )
+        ti = context["ti"]
+
+        def ti_state(identity: RunIdentity) -> str | None:
+            return task_state(ti, identity)
+
+        results = sweep(backend, self.namespace, ti_state, dry_run=bool(self.report_only), emit=self.log.info)
+        return [
+            {"name": r.ref.name, "namespace": r.ref.namespace, "reason": r.reason, "deleted": r.deleted}
+            for r in results
+        ]
+
+
+def task_state(ti: Any, identity: RunIdentity) -> str | None:
+    """The state of ``identity``'s task instance as Airflow reports it (None: unknown to
+    Airflow - the DAG, the run or the task is gone)."""
+    states = ti.get_task_states(
+        dag_id=identity.dag_id,
+        task_ids=[identity.task_id],
+        run_ids=[identity.run_id],
+        map_index=identity.map_index if identity.map_index >= 0 else None,
+    )
+    per_run = (states or {}).get(identity.run_id) or {}
+    key = identity.task_id if identity.map_index < 0 else f"{identity.task_id}_{identity.map_index}"
+    state = per_run.get(key)
+    return None if state is None else str(getattr(state, "value", state))

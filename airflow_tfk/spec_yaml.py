@@ -1,0 +1,203 @@
+"""Spec files: YAML read strictly, with bounds, so hostile text fails fast and clearly.
+
+What the plain safe loader lets through, and this module refuses with a
+:class:`~airflow_tfk.errors.SpecError` naming the field:
+
+- alias bombs (a few hundred bytes expanding to billions of nodes): the expanded size is
+  counted from the event stream, before anything is built;
+- too large (over 1 MiB) or too deep (over 64 levels) documents; the depth is checked on
+  the event stream too, so a 10,000-level document never reaches the recursive composer;
+- duplicate keys (the plain loader keeps the last one silently; Kubernetes' strict field
+  validation refuses them), keys that are not strings, merge keys (``<<``);
+- YAML 1.1 surprises: ``010`` (octal 8), ``1:30`` (sexagesimal 90), ``1_000``, ``0b11``,
+  ``yes``/``no``/``on``/``off`` as booleans, dates; and integers of more than 30 digits.
+
+Each is an error on the dotted path of the field, e.g. ``worker.replicas``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_tfk.errors import SpecError
+
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "load_yaml_mapping"]
+
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 64
+MAX_NODES = 100_000
+MAX_INT_DIGITS = 30
+
+_STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_BOOL = "tag:yaml.org,2002:bool"
+_NULL = "tag:yaml.org,2002:null"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_ALLOWED_TAGS = {_STR, _INT, _FLOAT, _BOOL, _NULL, _MAP, _SEQ}
+_PLAIN_BOOLS = {"true", "True", "TRUE", "false", "False", "FALSE"}
+_PLAIN_INT = re.compile(r"^[-+]?(0|[1-9][0-9]*)$", re.ASCII)
+_PLAIN_FLOAT = re.compile(
+    r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$",
+    re.ASCII,
+)
+
+
+def _loader() -> Any:
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _at(mark: Any) -> str:
+    return f"line {mark.line + 1}" if mark is not None else "the document"
+
+
+def _check_events(text: str) -> None:
+    """Depth and expanded size from the event stream (no tree is built yet)."""
+    import yaml
+
+    nodes = 0
+    depth = 0
+    stack: list[tuple[str | None, int]] = []
+    sizes: dict[str, int] = {}
+    for event in yaml.parse(text, Loader=_loader()):
+        if isinstance(event, yaml.ScalarEvent):
+            nodes += 1
+            if event.anchor:
+                sizes[event.anchor] = 1
+        elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            nodes += 1
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SpecError("spec", f"is nested deeper than {MAX_DEPTH} levels ({_at(event.start_mark)})")
+            stack.append((event.anchor, nodes))
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+            anchor, start = stack.pop()
+            if anchor:
+                sizes[anchor] = nodes - start + 1
+        elif isinstance(event, yaml.AliasEvent):
+            nodes += sizes.get(event.anchor or "", 1)
+        if nodes > MAX_NODES:
+            raise SpecError(
+                "spec",
+                f"expands to more than {MAX_NODES} values ({_at(event.start_mark)}): "
+                "excessive YAML aliasing or an oversized spec",
+            )
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _check_scalar(node: Any, path: str) -> None:
+    where = path or "spec"
+    if node.tag not in _ALLOWED_TAGS:
+        kind = node.tag.rsplit(":", 1)[-1]
+        raise SpecError(
+            where, f"is a YAML {kind} ({_at(node.start_mark)}); quote it to mean text", node.value
+        )
+    if node.style:  # quoted or block text: always a string (plain is None, or "" in libyaml)
+        return
+    value = node.value
+    if node.tag == _INT:
+        if not _PLAIN_INT.match(value):
+            raise SpecError(
+                where,
+                "is a YAML 1.1 number form (leading zero, ':', '_', 0b/0x) that is easily misread; "
+                "write a plain decimal, or quote it to mean text",
+                value,
+            )
+        if len(value.lstrip("+-")) > MAX_INT_DIGITS:
+            raise SpecError(where, f"is an integer of more than {MAX_INT_DIGITS} digits", value)
+    elif node.tag == _FLOAT and not _PLAIN_FLOAT.match(value):
+        raise SpecError(
+            where, "is a YAML 1.1 number form (':' or '_') that is easily misread; quote it", value
+        )
+    elif node.tag == _BOOL and value not in _PLAIN_BOOLS:
+        raise SpecError(where, "is a YAML 1.1 boolean; write true or false, or quote it to mean text", value)
+
+
+def _check_nodes(root: Any) -> None:
+    """Keys, duplicates and scalars, on the composed tree (aliases share nodes, and the
+    event check bounded how often they are visited)."""
+    import yaml
+
+    todo: list[tuple[Any, str]] = [(root, "")]
+    while todo:
+        node, path = todo.pop()
+        if isinstance(node, yaml.ScalarNode):
+            _check_scalar(node, path)
+        elif isinstance(node, yaml.SequenceNode):
+            if node.tag != _SEQ:
+                raise SpecError(path or "spec", f"is a YAML {node.tag} ({_at(node.start_mark)})")
+            todo.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            if node.tag != _MAP:
+                raise SpecError(path or "spec", f"is a YAML {node.tag} ({_at(node.start_mark)})")
+            seen: dict[str, int] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag not in (
+                    _STR,
+                    "tag:yaml.org,2002:merge",
+                ):
+                    shown = key_node.value if isinstance(key_node, yaml.ScalarNode) else key_node.tag
+                    raise SpecError(
+                        path or "spec",
+                        f"has a key that is not a string ({_at(key_node.start_mark)}); quote it",
+                        shown,
+                    )
+                key = key_node.value
+                if key_node.tag != _STR:
+                    raise SpecError(
+                        path or "spec", f"uses a YAML merge key '<<' ({_at(key_node.start_mark)})"
+                    )
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise SpecError(
+                        _join(path, key), f"is given twice (lines {seen[key]} and {line}): duplicate key"
+                    )
+                seen[key] = line
+                todo.append((value_node, _join(path, key)))
+
+
+def load_yaml_mapping(text: str | bytes) -> dict[str, Any]:
+    """A spec file's top-level mapping, read strictly (see the module docstring).
+
+    Malformed YAML is a :class:`SpecError` on ``spec``; a bad value, on its field.
+    """
+    import yaml
+
+    if isinstance(text, bytes):
+        if len(text) > MAX_BYTES:
+            raise SpecError("spec", f"is larger than {MAX_BYTES} bytes", f"{len(text)} bytes")
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SpecError("spec", f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not isinstance(text, str):
+        raise SpecError("spec", "must be YAML text", type(text).__name__)
+    if len(text) > MAX_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+        raise SpecError("spec", f"is larger than {MAX_BYTES} bytes", f"{len(text)} characters")
+    try:
+        _check_events(text)
+        loader = _loader()(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                raise SpecError("spec", "must be a YAML mapping", "an empty document")
+            _check_nodes(node)
+            data = loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        raise SpecError("spec", f"is not valid YAML: {str(exc)[:500]}") from None
+    except RecursionError:  # a shape the bounds above did not foresee
+        raise SpecError("spec", "is nested too deeply") from None
+    if not isinstance(data, Mapping):
+        raise SpecError("spec", "must be a YAML mapping", type(data).__name__)
+    return dict(data)

@@ -1,0 +1,136 @@
+"""One source of truth for task setup (issue 9): a local task's environment and argv are
+the kubelet-style expansion of the pod the Kubernetes backend renders, for every mode and
+role - only the addresses (127.0.0.1 ports) and volume directories differ, plus the
+machine's own allow-listed variables and the process tags.
+
+The expansion here is written independently of ``_local_pod`` (a regex of the documented
+rules), so the test compares two implementations, not one with itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_tfk import naming
+from airflow_tfk.backends.base import ClusterRef
+from airflow_tfk.backends.local import DEFAULT_ENV_ALLOWLIST, MARKER_ENV, LocalBackend
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.render import render
+from airflow_tfk.spec import RoleSpec, StorageSpec, TFClusterSpec, VolumeSpec
+
+pytestmark = pytest.mark.timeout(60)
+HOST_EXTRAS = {"PYTHONUNBUFFERED", MARKER_ENV, "TFK_LOCAL_TASK", "LD_PRELOAD", *DEFAULT_ENV_ALLOWLIST}
+SLEEP = (sys.executable, "-c", "import time; time.sleep(30)")
+
+
+def kubelet(text: str, env: dict[str, str]) -> str:
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+            continue
+        m = re.match(r"\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)", text[i:])
+        if m and m.group(1) in env:
+            out.append(env[m.group(1)])
+            i += m.end()
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+SPECS = {
+    "between_graph+legacy": dict(
+        mode="between_graph",
+        ps=RoleSpec(replicas=2),
+        worker=RoleSpec(replicas=2),
+        legacy_tf1_flags=True,
+        args=("--lr=$(LR)", "$$HOME", "--x"),
+    ),
+    "parameter_server+evaluator": dict(
+        mode="parameter_server",
+        chief=RoleSpec(),
+        ps=RoleSpec(),
+        worker=RoleSpec(replicas=2, env={"ROLE": "w-$(TFK_INDEX)"}),
+        evaluator=RoleSpec(),
+    ),
+    "all_reduce": dict(mode="all_reduce", worker=RoleSpec(replicas=3)),
+}
+
+
+@pytest.mark.parametrize("case", SPECS)
+def test_local_task_setup_is_the_kubelet_expansion_of_the_rendered_pod(tmp_path: Path, case: str) -> None:
+    spec = TFClusterSpec(
+        name="pod",
+        image="tf:1",
+        command=SLEEP,
+        env={"LR": "0.1", "PRICE": "$$5", "REF": "$(LR)x"},
+        storage=StorageSpec(data=VolumeSpec(size="1Gi"), models=VolumeSpec(size="1Gi")),
+        **SPECS[case],
+    )
+    identity = RunIdentity("dag", "train", "r", -1)
+    backend = LocalBackend(str(tmp_path / "root"), workdir=str(tmp_path), kill_grace_seconds=0.3)
+    ref = backend.create(spec, identity)
+    try:
+        state = backend._state(ref)
+        local_cluster, volumes = state["cluster"], state["volumes"]
+        kube_to_local = {
+            naming.task_address(spec.name, r, i, spec.namespace_name, spec.port): local_cluster[r][i]
+            for r in local_cluster
+            for i in range(len(local_cluster[r]))
+        }
+        seen = set()
+        for m in render(spec, identity):
+            if m["kind"] not in ("Job", "StatefulSet"):
+                continue
+            role = m["metadata"]["labels"][naming.LABEL_ROLE]
+            container = m["spec"]["template"]["spec"]["containers"][0]
+            for index in range(spec.roles()[role].replicas):
+                task = json.loads(
+                    (backend.cluster_dir(ref) / "tasks" / f"{role}-{index}" / "task.json").read_text()
+                )
+                expected: dict[str, str] = {}
+                for e in container["env"]:
+                    if "valueFrom" in e:
+                        expected[e["name"]] = str(index)  # the downward-API task index
+                    elif e["name"] == "TFK_CLUSTER":
+                        expected[e["name"]] = json.dumps(local_cluster, separators=(",", ":"))
+                    elif e["name"] in ("TFK_DATA_DIR", "TFK_MODEL_DIR", "TFK_LOG_DIR"):
+                        expected[e["name"]] = volumes[
+                            {"TFK_DATA_DIR": "data", "TFK_MODEL_DIR": "models", "TFK_LOG_DIR": "logs"}[
+                                e["name"]
+                            ]
+                        ]
+                    else:
+                        expected[e["name"]] = kubelet(e["value"], expected)
+                env = task["env"]
+                assert {k: env[k] for k in expected} == expected, (role, index)
+                assert set(env) - set(expected) <= HOST_EXTRAS, set(env) - set(expected)
+                tf_config = json.loads(env["TF_CONFIG"])
+                assert tf_config == {"cluster": local_cluster, "task": {"type": role, "index": index}}
+                words = [*container["command"], *(container.get("args") or [])]
+                want = []
+                for w in words[1:]:
+                    if w.startswith(("--ps_hosts=", "--worker_hosts=")):
+                        flag, _, hosts = w.partition("=")
+                        w = f"{flag}=" + ",".join(kube_to_local[h] for h in hosts.split(","))
+                    want.append(kubelet(w, expected))
+                assert task["argv"][1:] == want, (role, index)
+                seen.add(role)
+        assert seen == set(spec.roles())
+        if "legacy" in case:
+            argv = json.loads((backend.cluster_dir(ref) / "tasks" / "worker-1" / "task.json").read_text())[
+                "argv"
+            ]
+            # The author's text reaches the process exactly (render escapes it for the kubelet).
+            assert "--lr=$(LR)" in argv and "$$HOME" in argv
+            assert "--job_name=worker" in argv and "--task_index=1" in argv
+    finally:
+        backend.delete(ref)
+        assert backend._marked(ClusterRef(ref.name, ref.namespace)) == []

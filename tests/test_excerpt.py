@@ -1,0 +1,76 @@
+"""Failure excerpts and verdict messages a user reads (issue 10, item 11)."""
+
+from __future__ import annotations
+
+import json
+
+from airflow_tfk.errors import TrainingFailed
+from airflow_tfk.excerpt import failure_excerpt
+from airflow_tfk.policies import Outcome, evaluate
+from airflow_tfk.spec import Mode
+from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
+
+NOISY_LOG = "\n".join(
+    [
+        "2026-11-22 10:00:00.123456: I tensorflow/core/util/port.cc:153] oneDNN custom operations are on.",
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+        "I0000 00:00:1763805600.123456    1234 cpu_feature_guard.cc:210] This TensorFlow binary is"
+        " optimized to use available CPU instructions in performance-critical operations.",
+        "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow.",
+        "Traceback (most recent call last):",
+        '  File "train.py", line 3, in <module>',
+        "ValueError: bad batch size",
+        *[json.dumps({"tfk": "progress", "step": i, "total": 100}) for i in range(100)],
+        "2026-11-22 10:00:09.000000: W tensorflow/core/kernels/data/x.cc:1] noise after",
+    ]
+)
+
+
+def test_excerpt_keeps_the_traceback_and_drops_runtime_noise_and_progress() -> None:
+    out = failure_excerpt(NOISY_LOG)
+    assert out.splitlines() == [
+        "Traceback (most recent call last):",
+        '  File "train.py", line 3, in <module>',
+        "ValueError: bad batch size",
+    ]
+
+
+def test_excerpt_is_bounded() -> None:
+    out = failure_excerpt("\n".join(f"line {i} " + "x" * 500 for i in range(1000)))
+    assert len(out.splitlines()) <= 20 and len(out) <= 4000
+
+
+def test_message_prefix_appears_once() -> None:
+    task = TaskStatus("worker", 1, Phase.FAILED, "ExitCode", "ValueError: boom", 1, 0)
+    v = evaluate(Mode.ALL_REDUCE, {"worker": 2}, ClusterStatus(tasks=(task,)))
+    err = TrainingFailed(task.name, task.reason, v.message)
+    assert str(err).count("task worker-1 failed") == 1, str(err)
+    assert str(err) == "task worker-1 failed (ExitCode, exit code 1): ValueError: boom"
+
+
+def test_deadline_blames_the_decisive_task_that_never_finished() -> None:
+    tasks = (
+        TaskStatus("ps", 0, Phase.FAILED, "DeadlineExceeded", "", 143, 0),
+        TaskStatus("worker", 0, Phase.SUCCEEDED, "Completed", "", 0, 0),
+        TaskStatus("worker", 1, Phase.FAILED, "DeadlineExceeded", "", 143, 0),
+    )
+    v = evaluate(Mode.BETWEEN_GRAPH, {"ps": 1, "worker": 2}, ClusterStatus(tasks=tasks))
+    assert v.outcome is Outcome.FAILED and v.failed_task.name == "worker-1", v
+
+
+def test_decisive_success_is_a_success_whatever_the_ps_say() -> None:
+    """A retry after the deadline: the PS were killed by it, the workers had finished."""
+    tasks = (
+        TaskStatus("ps", 0, Phase.FAILED, "DeadlineExceeded", "", 143, 0),
+        TaskStatus("worker", 0, Phase.SUCCEEDED, "Completed", "", 0, 0),
+        TaskStatus("worker", 1, Phase.SUCCEEDED, "Completed", "", 0, 0),
+    )
+    v = evaluate(Mode.BETWEEN_GRAPH, {"ps": 1, "worker": 2}, ClusterStatus(tasks=tasks))
+    assert v.outcome is Outcome.SUCCEEDED
+    chief_done = (
+        TaskStatus("chief", 0, Phase.SUCCEEDED, "Completed", "", 0, 0),
+        TaskStatus("ps", 0, Phase.FAILED, "DeadlineExceeded", "", 143, 0),
+        TaskStatus("worker", 0, Phase.FAILED, "DeadlineExceeded", "", 143, 0),
+    )
+    v = evaluate(Mode.PARAMETER_SERVER, {"chief": 1, "ps": 1, "worker": 1}, ClusterStatus(tasks=chief_done))
+    assert v.outcome is Outcome.SUCCEEDED

@@ -1,0 +1,142 @@
+"""The lifecycle's ownership rules on the real local backend (processes, not a double).
+
+A cluster belongs to one task instance: another run of the same task, a different map
+index or code outside Airflow may neither reattach to it nor delete it; the same task
+instance with another spec replaces it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from airflow_tfk.backends.base import ClusterRef
+from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.errors import ClusterOwnershipError, SpecError
+from airflow_tfk.handle import ClusterHandle
+from airflow_tfk.lifecycle import create_or_reattach, delete_cluster, teardown_after_failure
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.spec import RoleSpec, TFClusterSpec
+
+pytestmark = pytest.mark.timeout(60)
+
+SLEEPER = ("python", "-c", "import time; time.sleep(60)")
+OWNER = RunIdentity("dag", "train", "scheduled__1", -1)
+
+
+@pytest.fixture
+def backend(tmp_path: Path):
+    b = LocalBackend(str(tmp_path / "root"), workdir=str(tmp_path), kill_grace_seconds=0.5)
+    yield b
+    for state in (tmp_path / "root").glob("*/*/state.json"):
+        b.delete(ClusterRef(state.parent.name, state.parent.parent.name))
+
+
+def spec(**kw) -> TFClusterSpec:
+    base = dict(
+        name="fixed",
+        image="local/unused:1",
+        command=SLEEPER,
+        mode="all_reduce",
+        worker=RoleSpec(replicas=1),
+    )
+    base.update(kw)
+    return TFClusterSpec(**base)
+
+
+@pytest.mark.parametrize(
+    "intruder",
+    [
+        RunIdentity("dag", "train", "scheduled__2", -1),  # another run, same task
+        RunIdentity("dag", "train", "scheduled__1", 0),  # another map index
+        RunIdentity("other", "train", "scheduled__1", -1),  # another dag
+        None,  # code outside Airflow
+    ],
+)
+def test_only_the_owner_reattaches_and_nobody_else_deletes(backend, intruder) -> None:
+    s = spec()
+    ref = create_or_reattach(backend, s, OWNER, lambda m: None)
+    before = backend._state(ref)["uid"]
+
+    with pytest.raises(ClusterOwnershipError) as err:
+        create_or_reattach(backend, s, intruder, lambda m: None)
+    # The error names the field and the owner, and is a SpecError (nothing created).
+    assert isinstance(err.value, SpecError) and err.value.field == "name"
+    assert "scheduled__1" in str(err.value) and "'dag'" in str(err.value)
+
+    # A handle of the intruder (e.g. its on_kill) must not delete the owner's cluster.
+    foreign = ClusterHandle.for_spec(s, backend, intruder)
+    said: list[str] = []
+    assert delete_cluster(foreign, said.append) is False
+    assert teardown_after_failure(foreign, None, said.append) is False
+    assert "belongs to dag 'dag'" in said[0]
+    assert backend.exists(ref) and backend._state(ref)["uid"] == before
+
+    # The owner reattaches (same cluster) and may delete it.
+    said.clear()
+    assert create_or_reattach(backend, s, OWNER, said.append) == ref
+    assert "reattaching" in said[0] and backend._state(ref)["uid"] == before
+    assert delete_cluster(ClusterHandle.for_spec(s, backend, OWNER), said.append)
+    assert not backend.exists(ref)
+
+
+def test_same_owner_with_another_spec_replaces_the_cluster(backend) -> None:
+    s = spec()
+    ref = create_or_reattach(backend, s, OWNER, lambda m: None)
+    first = backend._state(ref)["uid"]
+    changed = dataclasses.replace(s, worker=RoleSpec(replicas=2))
+    said: list[str] = []
+    create_or_reattach(backend, changed, OWNER, said.append)
+    assert any("created from another spec" in m for m in said), said
+    state = backend._state(ref)
+    assert state["uid"] != first and state["spec_hash"] == changed.fingerprint()
+    assert len(state["tasks"]) == 2
+
+
+def test_fingerprint_is_stable_and_sensitive() -> None:
+    a, b = spec(), spec()
+    assert a.fingerprint() == b.fingerprint()
+    assert a.fingerprint() != spec(mode="between_graph", ps=RoleSpec()).fingerprint()
+    assert a.fingerprint() != spec(env={"X": "1"}).fingerprint()
+
+
+def test_handle_round_trip_keeps_the_owner(backend) -> None:
+    h = ClusterHandle.for_spec(spec(), backend, OWNER)
+    again = ClusterHandle.from_dict(h.to_dict())
+    assert again.owner == OWNER and again.owner_known
+    legacy = {k: v for k, v in h.to_dict().items() if k != "owner"}
+    assert ClusterHandle.from_dict(legacy).owner_known is False
+
+
+def test_retry_after_the_deadline_keeps_a_finished_training(backend) -> None:
+    """Issue 10 item 6: the deadline killed the PS after the workers had succeeded; a retry
+    must reattach and report success, not retrain (and export a duplicate)."""
+    import sys
+    import time
+
+    from airflow_tfk.policies import Outcome, evaluate, replicas_of
+
+    s = TFClusterSpec(
+        name="deadline-retry",
+        image="local/unused:1",
+        command=(
+            sys.executable,
+            "-c",
+            "import os, time; time.sleep(60 if os.environ['TFK_ROLE'] == 'ps' else 0)",
+        ),
+        ps=RoleSpec(),
+        worker=RoleSpec(replicas=2),
+        max_duration_seconds=2,
+    )
+    ref = create_or_reattach(backend, s, OWNER, lambda m: None)
+    uid = backend._state(ref)["uid"]
+    deadline = time.monotonic() + 30
+    while backend.status(ref).task("ps", 0).reason != "DeadlineExceeded":
+        assert time.monotonic() < deadline, backend.status(ref).summary()
+        time.sleep(0.1)
+    said: list[str] = []
+    assert create_or_reattach(backend, s, OWNER, said.append) == ref
+    assert "reattaching" in said[0] and backend._state(ref)["uid"] == uid  # nothing retrained
+    assert evaluate(s.mode, replicas_of(s), backend.status(ref)).outcome is Outcome.SUCCEEDED

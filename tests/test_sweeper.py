@@ -1,0 +1,165 @@
+"""The orphan sweeper on the real local backend (processes), and its Airflow operator.
+
+Fault: the process waiting on a cluster is SIGKILLed (no on_kill, no teardown); the
+cluster runs on; the sweeper, told the task instance failed, deletes it: zero processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from airflow_tfk.backends.base import ClusterRef
+from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.operators.sweeper import TFOrphanSweeperOperator, task_state
+from airflow_tfk.spec import RoleSpec, TFClusterSpec
+from airflow_tfk.sweeper import sweep
+
+pytestmark = pytest.mark.timeout(120)
+
+SLEEP = (sys.executable, "-c", "import time; time.sleep(300)")
+OWNER = RunIdentity("dag", "train", "scheduled__1", -1)
+
+
+@pytest.fixture
+def backend(tmp_path: Path):
+    b = LocalBackend(str(tmp_path / "root"), workdir=str(tmp_path), kill_grace_seconds=0.5)
+    yield b
+    for state in (tmp_path / "root").glob("*/*/state.json"):
+        b.delete(ClusterRef(state.parent.name, state.parent.parent.name))
+
+
+def spec(name: str, **kw) -> TFClusterSpec:
+    return TFClusterSpec(
+        name=name, image="local/unused:1", command=SLEEP, ps=RoleSpec(), worker=RoleSpec(), **kw
+    )
+
+
+def states(mapping: dict[str, str | None]):
+    return lambda identity: mapping.get(identity.run_id)
+
+
+def test_sweeps_clusters_of_finished_or_unknown_task_instances_only(backend) -> None:
+    refs = {}
+    for run, _state in (
+        ("running", "running"),
+        ("deferred", "deferred"),
+        ("retry", "up_for_retry"),
+        ("failed", "failed"),
+        ("success", "success"),
+        ("gone", None),
+    ):
+        s = spec(f"c-{run}")
+        refs[run] = backend.create(s, RunIdentity("dag", "train", run, -1))
+    outside = backend.create(spec("c-outside"))  # no Airflow owner
+    said: list[str] = []
+    run_states = {
+        "running": "running",
+        "deferred": "deferred",
+        "retry": "up_for_retry",
+        "failed": "failed",
+        "success": "success",
+    }
+    dry = sweep(backend, "default", states(run_states), dry_run=True, emit=said.append)
+    assert sorted(r.ref.name for r in dry) == ["c-failed", "c-gone", "c-success"]
+    assert all(backend.exists(r) for r in refs.values())  # a dry run deletes nothing
+
+    swept = sweep(backend, "default", states(run_states), emit=said.append)
+    assert sorted(r.ref.name for r in swept) == ["c-failed", "c-gone", "c-success"]
+    assert "is gone" in next(r.reason for r in swept if r.ref.name == "c-gone")
+    for run in ("failed", "success", "gone"):
+        assert not backend.exists(refs[run]) and backend._marked(refs[run]) == []
+        assert "orphan sweeper" in backend.status(refs[run]).deleted_reason
+    for run in ("running", "deferred", "retry"):
+        assert backend.exists(refs[run])
+    assert backend.exists(outside)
+
+
+def test_deadline_is_enforced_on_every_role_whatever_the_owner(backend) -> None:
+    s = spec("c-deadline", max_duration_seconds=3600)
+    ref = backend.create(s, OWNER)
+    assert sweep(backend, "default", states({"scheduled__1": "running"})) == []
+    later = time.time() + 3601
+    swept = sweep(backend, "default", states({"scheduled__1": "running"}), now=later)
+    assert [r.ref for r in swept] == [ref] and "deadline" in swept[0].reason
+    assert backend._marked(ref) == []
+
+
+def test_finished_clusters_are_left_to_their_ttl(backend) -> None:
+    s = TFClusterSpec(
+        name="c-done",
+        image="x:1",
+        command=(sys.executable, "-c", "pass"),
+        mode="all_reduce",
+        worker=RoleSpec(),
+    )
+    ref = backend.create(s, OWNER)
+    deadline = time.monotonic() + 20
+    while backend.status(ref).tasks[0].phase.value != "Succeeded":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert sweep(backend, "default", states({})) == []
+    assert backend.exists(ref)
+
+
+WAITER = """
+import sys
+from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.lifecycle import create_or_reattach
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.spec import TFClusterSpec, RoleSpec
+from airflow_tfk.watch import wait_for_cluster
+b = LocalBackend(sys.argv[1], kill_grace_seconds=0.5)
+s = TFClusterSpec(name="waited", image="x:1", command=(sys.executable, "-c", "import time; time.sleep(300)"),
+                  ps=RoleSpec(), worker=RoleSpec(replicas=2))
+ref = create_or_reattach(b, s, RunIdentity("dag", "train", "killed", -1), print)
+print("WAITING", flush=True)
+wait_for_cluster(b, ref, s.mode, {"ps": 1, "worker": 2}, progress_interval=1, emit=print)
+"""
+
+
+def test_sigkilled_waiter_then_the_sweeper_leaves_nothing(backend, tmp_path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(WAITER), backend.root],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(tmp_path),
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "WAITING" in line:
+            break
+    ref = ClusterRef("waited", "default")
+    os.kill(proc.pid, signal.SIGKILL)  # no on_kill, no finally: the cluster is orphaned
+    proc.wait(10)
+    time.sleep(0.5)
+    assert len(backend._marked(ref)) == 6  # 3 supervisors + 3 tasks keep running
+    swept = sweep(backend, None, states({"killed": "failed"}))
+    assert [r.ref for r in swept] == [ref]
+    assert backend._marked(ref) == [] and not backend.exists(ref)
+
+
+def test_operator_asks_airflow_for_the_owner_state(backend) -> None:
+    backend.create(spec("c-op"), RunIdentity("dag", "train", "r1", 3))
+    asked = []
+
+    def get_task_states(**kw):
+        asked.append(kw)
+        return {"r1": {"train_3": "failed"}}
+
+    ti = SimpleNamespace(get_task_states=get_task_states)
+    assert task_state(ti, RunIdentity("dag", "train", "r1", 3)) == "failed"
+    assert asked[0] == {"dag_id": "dag", "task_ids": ["train"], "run_ids": ["r1"], "map_index": 3}
+    op = TFOrphanSweeperOperator(task_id="sweep", backend="local", backend_config=backend.config())
+    out = op.execute({"ti": ti})
+    assert out == [{"name": "c-op", "namespace": "default", "reason": out[0]["reason"], "deleted": True}]
+    assert "is failed" in out[0]["reason"]
