@@ -82,3 +82,8 @@ class TrainingFailed(RuntimeError):
             return
         detail = f": {message}" if message else ""
         super().__init__(f"{prefix} ({reason}){detail}")
+
+
+class CapacityError(RuntimeError):
+    """``capacity_check: fail``: the cluster does not fit what the nodes have free.
+    Raised before anything is created; the message names the shortfall."""
