@@ -391,7 +391,7 @@ def _objects_too_big() -> list[Case]:
         # The address map no longer grows with the task count: this is an ordinary object now.
         Case("object-10000-workers-1000-ps-long-name", _yaml(big), None, big),
         Case("object-10000-workers-legacy-flags", _yaml(legacy), "spec", legacy),
-        Case("object-env-1-2mb", _yaml(huge_env), "spec", huge_env),
+        Case("object-env-1-2mb", _yaml(huge_env), "env", huge_env),
     ]
 
 
