@@ -440,6 +440,9 @@ class TFClusterSpec:
             self.chief.validate("chief", 1, 1)
         if self.evaluator is not None:
             self.evaluator.validate("evaluator", 1, 1)
+        self._validate_mode_roles()
+
+    def _validate_mode_roles(self) -> None:
         mode = self.mode
         if mode is Mode.PARAMETER_SERVER:
             if self.chief is None:
@@ -448,24 +451,27 @@ class TFClusterSpec:
                 )
             if self.ps is None:
                 raise SpecError("ps", "is required when mode is parameter_server")
-            models = self.storage.models
-            # Found on a real node: the chief's checkpoint save runs on the PS (SaveV2 on
-            # /job:ps), so the checkpoint directory ($TFK_MODEL_DIR) must be one volume that
-            # the chief and every PS mount; a per-pod (ReadWriteOnce) claim fails the first save.
-            access = getattr(models, "access_mode", None)
-            access = getattr(access, "value", access)  # the storage section is coerced later
-            if isinstance(models, VolumeSpec) and models.claim is None and access != AccessMode.RWX.value:
-                raise SpecError(
-                    "storage.models.access_mode",
-                    "must be ReadWriteMany when mode is parameter_server: the parameter servers "
-                    "write the chief's checkpoints, so the chief and every PS share the models volume",
-                    access,
-                )
+            self._validate_shared_checkpoints()
         elif mode is Mode.BETWEEN_GRAPH:
             if self.ps is None:
                 raise SpecError("ps", "is required when mode is between_graph")
         elif mode is Mode.ALL_REDUCE and self.ps is not None:
             raise SpecError("ps", "must be omitted when mode is all_reduce (there are no parameter servers)")
+
+    def _validate_shared_checkpoints(self) -> None:
+        models = self.storage.models
+        # Found on a real node: the chief's checkpoint save runs on the PS (SaveV2 on
+        # /job:ps), so the checkpoint directory ($TFK_MODEL_DIR) must be one volume that
+        # the chief and every PS mount; a per-pod (ReadWriteOnce) claim fails the first save.
+        access = getattr(models, "access_mode", None)
+        access = getattr(access, "value", access)  # the storage section is coerced later
+        if isinstance(models, VolumeSpec) and models.claim is None and access != AccessMode.RWX.value:
+            raise SpecError(
+                "storage.models.access_mode",
+                "must be ReadWriteMany when mode is parameter_server: the parameter servers "
+                "write the chief's checkpoints, so the chief and every PS share the models volume",
+                access,
+            )
 
     def _validate_generated_names(self) -> None:
         """Check the longest name that will be generated, not just the one given."""

@@ -83,28 +83,58 @@ def drive_cluster(kubeconfig: str, ns: str, sel: str, workers: int, results: Any
     turned Succeeded (CLOCK_MONOTONIC, the same clock as the parent's), and how long
     telling them took."""
     from k8s import harness
-    from kubernetes import client, config, watch
+    from kubernetes import client, config
+
+    from airflow_tfk.kube.api import json_lines
 
     api = config.new_client_from_config(config_file=kubeconfig)
     core = client.CoreV1Api(api)
     listed = core.list_namespaced_pod(ns, label_selector=sel)
     names = [p.metadata.name for p in listed.items]
     done: dict[str, float] = {}
+    observer_relists: list[float] = []
+
+    def succeeded(pod: dict[str, Any], when: float) -> None:
+        if (pod.get("status") or {}).get("phase") == "Succeeded":
+            done.setdefault(pod["metadata"]["name"], when)
 
     def observe() -> None:
-        w = watch.Watch()
-        for ev in w.stream(
-            core.list_namespaced_pod,
-            ns,
-            label_selector=sel,
-            resource_version=listed.metadata.resource_version,
-            timeout_seconds=600,
-        ):
-            pod = ev["object"]
-            if pod.status.phase == "Succeeded" and pod.metadata.name not in done:
-                done[pod.metadata.name] = time.monotonic()
-            if len(done) >= workers:
-                w.stop()
+        # Raw JSON (cheap), and a watch that breaks or expires (a loaded API server drops
+        # slow watchers) is resumed from the last resourceVersion, or from a fresh list,
+        # so no completion goes unseen (one seen only in a list is stamped with the list's
+        # time: later than it happened, which can only shorten the latency measured).
+        rv = listed.metadata.resource_version
+        deadline = time.monotonic() + 900
+        while len(done) < workers and time.monotonic() < deadline:
+            if rv is None:
+                body = core.list_namespaced_pod(ns, label_selector=sel, _preload_content=False)
+                data = json.loads(body.data)
+                for pod in data["items"]:
+                    succeeded(pod, time.monotonic())
+                rv = data["metadata"]["resourceVersion"]
+                observer_relists.append(time.monotonic())
+            try:
+                resp = core.list_namespaced_pod(
+                    ns,
+                    label_selector=sel,
+                    watch=True,
+                    resource_version=rv,
+                    timeout_seconds=60,
+                    _preload_content=False,
+                )
+                for line in json_lines(resp.stream(amt=None)):
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        rv = None
+                        break
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    succeeded(obj, time.monotonic())
+                    if len(done) >= workers:
+                        break
+                resp.close()
+            except Exception:
+                rv = None
 
     observer = threading.Thread(target=observe)
     observer.start()
@@ -119,8 +149,8 @@ def drive_cluster(kubeconfig: str, ns: str, sel: str, workers: int, results: Any
             )
         )
     annotate_s = time.monotonic() - t0
-    observer.join(600)
-    results.put((done, annotate_s))
+    observer.join(900)
+    results.put((done, annotate_s, len(observer_relists)))
 
 
 def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace, load: str) -> dict:
@@ -175,7 +205,7 @@ def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace,
         busy.events, busy.seconds = 0, 0.0
         busy.since = time.monotonic()
         driver.start()
-        done, annotate_s = results.get(timeout=900)
+        done, annotate_s, relists = results.get(timeout=1200)
         runner.join(300)
     finally:
         busy.since = float("inf")
@@ -186,6 +216,7 @@ def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace,
         tfk_watch.wait_for_cluster = original_wait
 
     assert result.get("outcome") == "succeeded", result
+    assert len(done) == a.workers, f"the observer saw {len(done)} of {a.workers} completions"
     last_done = max(done.values())
     deletes = [t for t, m, u in counter.log if m == "DELETE" and "/statefulsets/" in u]
     logs = [
@@ -223,6 +254,7 @@ def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace,
         "log_copy_ms": round(log_copy * 1000),
         "events": busy.events,
         "events_per_s": round(rate),
+        "observer_relists": relists,
     }
 
 

@@ -54,7 +54,7 @@ def _spec(name: str, namespace: str, ps: int, workers: int, steps: int, image: s
     }
 
 
-def _measure(backend, spec_data: dict[str, Any], running, ps_gone) -> dict[str, float]:
+def _measure(backend, spec_data: dict[str, Any], running, ps_gone, worker0_log) -> dict[str, float]:
     from airflow_tfk.spec import TFClusterSpec
     from airflow_tfk.status import Phase
 
@@ -66,7 +66,7 @@ def _measure(backend, spec_data: dict[str, Any], running, ps_gone) -> dict[str, 
         t_running = time.monotonic() - t0
 
         def first_step() -> bool:
-            return '"step"' in backend.logs(ref, "worker", 0)
+            return '"step"' in worker0_log(ref)
 
         _wait(first_step, every=0.2)
         t_step = time.monotonic() - t0
@@ -119,6 +119,15 @@ def main(argv: list[str] | None = None) -> int:
                 sel += f",{naming.LABEL_ROLE}={role}"
             return core.list_namespaced_pod(ns, label_selector=sel).items
 
+        def k8s_worker0_log(ref) -> str:
+            # Straight from the pod (the backend's own log read follows its watch's pods).
+            for p in k8s_pods(ref, "worker"):
+                if (p.metadata.labels or {}).get("batch.kubernetes.io/job-completion-index") == "0":
+                    if p.status.phase in ("Running", "Succeeded", "Failed"):
+                        r = core.read_namespaced_pod_log(p.metadata.name, ns, _preload_content=False)
+                        return r.data.decode()
+            return ""
+
         for size in a.sizes.split(","):
             n_ps, n_w = (int(x) for x in size.split("x"))
             row: dict[str, Any] = {"ps": n_ps, "workers": n_w}
@@ -131,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                     len(ps := k8s_pods(ref)) == want and all(p.status.phase == "Running" for p in ps)
                 ),
                 lambda ref: not k8s_pods(ref, "ps") and not _ps_containers(node),
+                k8s_worker0_log,
             )
             name = f"bl-{uuid.uuid4().hex[:6]}"
 
@@ -146,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 _spec(name, "default", n_ps, n_w, a.steps, "local/unused:1"),
                 local_running,
                 local_ps_gone,
+                lambda ref: local.logs(ref, "worker", 0),
             )
             for key in ("running", "first_step", "ps_cleanup"):
                 kv, lv = row["kubernetes"][key], row["local"][key]

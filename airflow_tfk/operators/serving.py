@@ -46,9 +46,10 @@ class PublishModelOperator(BaseOperator):
         much worse than the serving version's recorded metrics, one number or per metric),
         ``on_failure`` (``fail``, the default, or ``skip``). See
         :class:`~airflow_tfk.serving.gate.QualityGate`. (templated)
-    :param metrics: the candidate's metrics, e.g. ``"{{ ti.xcom_pull('train')['metrics'] }}"``
-        (a mapping or its JSON text); default: the ``tfk_metrics.json`` the training app
-        exported with the version. Recorded next to the model config when published. (templated)
+    :param metrics: the candidate's metrics (a mapping or its JSON text); default: the
+        ``metrics`` of the upstream training task whose XCom exported the version, else the
+        ``tfk_metrics.json`` the training app exported with it. Recorded next to the model
+        config when published. (templated)
     :return: (XCom) ``model_name``, ``version``, ``previous_version``, ``endpoint`` (REST
         URL of the serving version; on Kubernetes through the API server's service proxy),
         ``predict_url``, ``kept_versions``, ``backend``.
@@ -100,6 +101,7 @@ class PublishModelOperator(BaseOperator):
         self.sample_request = sample_request
         self.quality_gate = quality_gate
         self.metrics = metrics
+        self._upstream_metrics: dict[str, Any] | None = None
 
     def spec(self) -> Any:
         """The validated :class:`ServingSpec` (raises ``SpecError`` naming the field)."""
@@ -170,6 +172,9 @@ class PublishModelOperator(BaseOperator):
             export = value.get("export") if isinstance(value, dict) else None
             if isinstance(export, dict) and export.get("model_name") == self.model_name:
                 found[int(export["version"])] = task_id
+                # the same training's metrics are the quality gate's candidate metrics
+                metrics = value.get("metrics") if isinstance(value, dict) else None
+                self._upstream_metrics = dict(metrics) if isinstance(metrics, Mapping) else None
         if len(found) > 1:
             from airflow_tfk.errors import SpecError
 
@@ -193,8 +198,12 @@ class PublishModelOperator(BaseOperator):
         spec = self.spec()
         version = self._version()
         gate, metrics = self.gate(), self._metrics()
+        self._upstream_metrics = None
         if version is None and self.version in (None, "", "None"):
             version = self._upstream_version(context)
+            if metrics is None and self._upstream_metrics:
+                metrics = self._upstream_metrics
+                self.log.info("candidate metrics from the training task's XCom: %s", metrics)
         config = backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
         if self.backend == "kubernetes":
             config["identity"] = identity_from_context(context)

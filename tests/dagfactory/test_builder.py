@@ -128,3 +128,10 @@ def test_templated_publish_options_are_left_to_run_time() -> None:
 def test_manual_training_may_have_params_without_default() -> None:
     dag = build(params={**PARAMS, "note": {"type": "string"}})
     assert "note" in dag.params
+
+
+def test_publish_quality_gate_is_passed_through_and_checked() -> None:
+    dag = build(publish={"model_name": "m", "quality_gate": {"thresholds": {"accuracy": 0.9}}})
+    assert dag.get_task("publish").quality_gate == {"thresholds": {"accuracy": 0.9}}
+    exc = build_error(publish={"model_name": "m", "quality_gate": {"tresholds": {"accuracy": 0.9}}})
+    assert exc.field == "publish.quality_gate.tresholds", str(exc)

@@ -10,6 +10,7 @@ pod or a kubelet, so the proof is the status: anything but 403 passed RBAC.
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -37,15 +38,26 @@ tfk_ns = _tfk.tfk_ns  # fixture
 CONN = "tfk_rbac_serving"
 
 
-def _status_of(call) -> int | None:
-    """None when ``call`` succeeded, else the HTTP status it failed with (or -1)."""
+def _status_of(call) -> int | str | None:
+    """None when ``call`` succeeded, else the HTTP status it failed with (-1: no status).
+
+    A 403 counts as RBAC's only with RBAC's message ("... is forbidden: User ... cannot");
+    a 403 from anything behind the API server (here: the sandbox's egress filter, which
+    the API server's service proxy meets dialling a KWOK pod IP) is reported as text.
+    """
     try:
         call()
     except Exception as exc:  # noqa: BLE001 - the status is what is checked
         status = api_status(exc) or getattr(exc, "status", None)
+        body = str(getattr(exc, "body", None) or getattr(exc, "message", None) or exc)
         if status is None and isinstance(exc.__cause__, Exception):
-            status = api_status(exc.__cause__)
-        return int(status) if status is not None else -1
+            status, body = api_status(exc.__cause__), str(getattr(exc.__cause__, "body", ""))
+        if status is None:
+            print(f"not an API status: {type(exc).__name__}: {str(exc)[:300]}")
+            return -1
+        if int(status) == 403 and "forbidden" not in body:
+            return f"403 not from RBAC: {body[:80]}"
+        return int(status)
     return None
 
 
@@ -62,7 +74,37 @@ def _complete_readers(api: Any, namespace: str, stop: threading.Event) -> None:
         time.sleep(0.2)
 
 
-def _lifecycle(namespace: str) -> dict[str, int | None]:
+def _bound_claim(api: Any, namespace: str, claim: str) -> None:
+    """A PVC bound to a static PV, so the reader pod can be scheduled (KWOK mounts nothing)."""
+    core = client.CoreV1Api(api)
+    pv = f"tfk-rbac-{namespace}"
+    core.create_persistent_volume(
+        {
+            "metadata": {"name": pv},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "hostPath": {"path": "/tmp/tfk-rbac-unused"},
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        }
+    )
+    core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": claim},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+
+
+def _lifecycle(namespace: str) -> dict[str, int | str | None]:
     """Every API call publishing and TensorBoard make, by name -> failure status (None: ok)."""
     spec = ServingSpec(model_name="digits", claim="models", namespace=namespace, poll_seconds=5)
     target = KubernetesServing(spec, conn_id=CONN, reader_timeout_seconds=60)
@@ -91,21 +133,22 @@ def _lifecycle(namespace: str) -> dict[str, int | None]:
 
 
 class _Status(Exception):
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, body: Any) -> None:
         super().__init__(status)
         self.status = status
+        self.body = json.dumps(body) if isinstance(body, dict) else str(body)
 
 
 def _raise_on(answer: tuple[int, Any]) -> None:
     if answer[0] >= 400:
-        raise _Status(answer[0])
+        raise _Status(answer[0], answer[1])
 
 
 def _get(tb: KubernetesTensorBoard) -> None:
     path = tb.url.split(tb.api.client.configuration.host.rstrip("/"), 1)[1]
     resp = tb.api.client.call_api(path, "GET", auth_settings=["BearerToken"], _preload_content=False)
     if resp.status >= 400:
-        raise _Status(resp.status)
+        raise _Status(resp.status, resp.data)
 
 
 def test_serving_and_tensorboard_need_no_more_than_the_role(k8s_cluster, k8s_api, tfk_ns, tmp_path) -> None:
@@ -115,6 +158,7 @@ def test_serving_and_tensorboard_need_no_more_than_the_role(k8s_cluster, k8s_api
     kubeconfig = k8s_cluster.kubeconfig_for_token(
         tmp_path / "sa.kubeconfig", token, rbac.SERVICE_ACCOUNT, tfk_ns
     )
+    _bound_claim(k8s_api, tfk_ns, "models")  # the model store the reader Job mounts
     stop = threading.Event()
     driver = threading.Thread(target=_complete_readers, args=(k8s_api, tfk_ns, stop), daemon=True)
     driver.start()
@@ -124,12 +168,17 @@ def test_serving_and_tensorboard_need_no_more_than_the_role(k8s_cluster, k8s_api
     try:
         with _tfk.use_connection(kubeconfig, CONN):
             here = _lifecycle(tfk_ns)
+            print("as the ServiceAccount, in its namespace:", here)
             # the objects really were there (not just "no 403" because nothing happened)
             assert here["ensure (apply Deployment, Service, ConfigMap)"] is None
             assert here["record the published metrics"] is None and here["read the published metrics"] is None
+            # the reader pod ran (KWOK) and its log was asked for: a status from the API
+            # server, not the reader's own timeout
+            assert here["store reader Job, its pod and its log"] != -1, here
             forbidden = {call: s for call, s in here.items() if s == 403}
             assert forbidden == {}, here
             elsewhere = _lifecycle(other)
+            print("as the ServiceAccount, in another namespace:", elsewhere)
         denied = {call: s for call, s in elsewhere.items() if s == 403}
         # every call that reaches the API server in the other namespace is refused
         assert set(denied) >= {
@@ -148,3 +197,4 @@ def test_serving_and_tensorboard_need_no_more_than_the_role(k8s_cluster, k8s_api
         stop.set()
         driver.join(timeout=5)
         core.delete_namespace(other)
+        core.delete_persistent_volume(f"tfk-rbac-{tfk_ns}")

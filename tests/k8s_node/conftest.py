@@ -13,6 +13,7 @@ Debian's apt-get/dpkg or cgroups. Environment:
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -71,6 +72,14 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
     if _BUILD_ERROR in request.config.stash:
         pytest.fail(request.config.stash[_BUILD_ERROR], pytrace=False)
     failed_before = request.session.testsfailed
+
+    # A SIGTERM (CI's timeout, a killed job) interrupts the run like Ctrl-C, so the
+    # tear-down below still runs; after a SIGKILL the processes still die (PR_SET_PDEATHSIG)
+    # but the cgroup directories and the work directory stay.
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old_term = signal.signal(signal.SIGTERM, _interrupt)
     node = nodemod.Node.start(log=log)
     try:
         _storage_class(node)
@@ -87,6 +96,7 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
         log(f"k8s node torn down in {time.monotonic() - t0:.1f}s")
         # Nothing of the node may outlive the session: no process, mount, cgroup, veth,
         # directory (the directory only when it was not kept on purpose).
+        signal.signal(signal.SIGTERM, old_term)
         left = node.leftovers(removed=not keep)
         assert not left, f"the real node left behind: {left}"
 
@@ -207,4 +217,15 @@ def node_conn(k8s_node, node_api, node_ns, tmp_path) -> Iterator[str]:
         tmp_path / "tfk.kubeconfig", token, rbac.SERVICE_ACCOUNT, node_ns
     )
     with use_connection(kubeconfig, "tfk_k8s") as conn_id:
+        yield conn_id
+
+
+@pytest.fixture
+def node_admin_conn(k8s_node) -> Iterator[str]:
+    """The admin kubeconfig as the operators' connection: for serving and TensorBoard,
+    which deploy/rbac's Role does not cover yet (its first 403 on the real node:
+    ``get configmaps tfs-<model>-config``)."""
+    from k8s_integration._tfk import use_connection
+
+    with use_connection(k8s_node.kubeconfig, "tfk_k8s") as conn_id:
         yield conn_id

@@ -287,6 +287,7 @@ class Node:
     _forward: _Forward | None = None
     _ns_port: int = 0
     _cgroups_made: list[Path] = field(default_factory=list)
+    _pidns: int = 0
 
     # ---- paths
     @property
@@ -465,6 +466,7 @@ class Node:
             raise NodeError(f"namespace setup failed: {harness.tail(self.logs / 'holder.log')}")
         children = Path(f"/proc/{self.holder.pid}/task/{self.holder.pid}/children").read_text().split()
         self.ns_pid = int(children[0])
+        self._pidns = os.stat(f"/proc/{self.ns_pid}/ns/pid").st_ino
         netns = os.open(f"/proc/{self.ns_pid}/ns/net", os.O_RDONLY)
         self._ns_exec = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="tfk-node-netns", initializer=_setns_net, initargs=(netns,)
@@ -880,14 +882,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         for pid in pids:
             if pid and Path(f"/proc/{pid}").exists() and "Z" not in _proc_state(pid):
                 out.append(f"process {pid}")
-        # Anything still running one of the node's binaries, or from its work directory.
+        # Anything still in the node's PID namespace (containerd, shims, kubelet, CoreDNS;
+        # containers are in the pod cgroups). Not "any process running the cached binaries":
+        # another session may run them at the same time.
         for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
+            if not d.name.isdigit() or not self._pidns:
                 continue
             with contextlib.suppress(OSError):
-                exe = os.readlink(d / "exe")
-                if exe.startswith(str(self.node_dir)) or exe.startswith(str(self.workdir)):
-                    out.append(f"process {d.name} ({exe})")
+                if os.stat(d / "ns" / "pid").st_ino == self._pidns:
+                    out.append(f"process {d.name} ({os.readlink(d / 'exe')})")
+        out += [f"container process {p}" for p in self.container_processes()]
         with open("/proc/self/mountinfo") as f:
             for line in f:
                 if str(self.workdir) in line or "tfk-node" in line.split()[4]:

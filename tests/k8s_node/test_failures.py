@@ -115,5 +115,5 @@ def test_transient_exit_is_retried_and_resumes_from_the_checkpoint(
     second = _tfk.pod_log(node_api, node_ns, pods[1].metadata.name)
     resumed = re.search(r"resumed from \S+ at step (\d+)", second)
     assert resumed and int(resumed.group(1)) >= 10, second[-3000:]
-    steps = [int(s) for s in re.findall(r'"step": (\d+)', second)]
+    steps = [int(s) for s in re.findall(r'"step":\s*(\d+)', second)]
     assert steps and min(steps) >= int(resumed.group(1)) and max(steps) == 300, steps

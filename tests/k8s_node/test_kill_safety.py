@@ -124,12 +124,18 @@ def test_sigkilled_waiter_restarted_reattaches_then_sigterm_leaves_nothing(
         assert len(uids) == 3
         second = kwok_tfk.start_operator_process(node_ns, run_id, spec_data)
         try:
-            _tfk.wait_for("reattached", lambda: second.stdout is not None, 5)
-            time.sleep(8)  # it reattaches (same pods) and waits
+            assert second.stdout is not None
+            head = ""
+            while "EXECUTING" not in head:  # its SIGTERM handler is installed from here on
+                line = second.stdout.readline()
+                assert line, head
+                head += line
+            time.sleep(5)  # it reattaches (same pods) and waits
             assert {p.metadata.uid for p in _tfk.pods(node_api, node_ns, name)} == uids
             t0 = time.monotonic()
             second.send_signal(signal.SIGTERM)
             out, _ = second.communicate(timeout=90)
+            out = head + out
         finally:
             if second.poll() is None:
                 second.kill()

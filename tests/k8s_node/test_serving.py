@@ -47,7 +47,7 @@ def _proxy_get(api, ns: str, service: str, port: int, path: str) -> str:
 
 
 def test_train_publish_rollback_and_tensorboard(
-    k8s_node, node_api, node_ns, node_conn, local_volumes, capfd
+    k8s_node, node_api, node_ns, node_admin_conn, local_volumes, capfd
 ) -> None:
     from airflow_tfk.operators.serving import PublishModelOperator
     from airflow_tfk.operators.tensorboard import TensorBoardOperator

@@ -118,6 +118,10 @@ def naming_ps() -> str:
     return "ps"
 
 
+@pytest.mark.skip(
+    reason="hangs on the real node: all three tasks sleep before TensorFlow is imported "
+    "(single thread, nanosleep, no sockets); not yet diagnosed, see tests/k8s_node/README.md"
+)
 def test_parameter_server_trainingapp_with_shared_models_volume(
     k8s_node, node_api, node_ns, node_conn, local_volumes, capfd
 ) -> None:

@@ -134,3 +134,22 @@ def test_a_blessed_version_is_published_with_its_metrics_recorded(fake):
     )
     assert op.execute(context())["version"] == 2
     assert fake[0][1].recorded == {2: {"accuracy": 0.97}}
+
+
+def test_the_upstream_trainings_metrics_feed_the_gate(fake):
+    xcom = {"export": {"model_name": "digits", "version": 2}, "metrics": {"accuracy": 0.5}}
+    ctx = context()
+    ctx["ti"].xcom_pull = lambda task_ids: xcom if task_ids == "train" else None
+    op = PublishModelOperator(
+        task_id="publish",
+        model_name="digits",
+        claim="models",
+        backend="local",
+        quality_gate={"thresholds": {"accuracy": 0.9}},
+    )
+    op.upstream_task_ids.add("train")  # as `train >> publish` would
+    with pytest.raises(NotBlessed, match=r"digits version 2 is not blessed.*accuracy 0.5 fails"):
+        op.execute(ctx)
+    xcom["metrics"] = {"accuracy": 0.95}
+    assert op.execute(ctx)["version"] == 2
+    assert fake[-1][1].recorded == {2: {"accuracy": 0.95}}

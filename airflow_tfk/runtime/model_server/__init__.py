@@ -101,9 +101,12 @@ def serve(
     )
     grpc_server: Any = None
     if grpc_port >= 0:
-        from airflow_tfk.runtime.model_server.grpc_api import start_grpc
+        try:
+            from airflow_tfk.runtime.model_server.grpc_api import start_grpc
 
-        grpc_server, grpc_port = start_grpc(manager, metrics, host, grpc_port, workers)
+            grpc_server, grpc_port = start_grpc(manager, metrics, host, grpc_port, workers)
+        except ImportError as exc:  # REST still works; say why gRPC does not
+            log(f"gRPC API off: {exc} (scripts/bootstrap.sh installs tensorflow-serving-api)")
     if bound is not None:
         bound.update(rest=server.server_address[1], grpc=grpc_port)
     log(BANNER)
