@@ -77,7 +77,7 @@ class TrainingFailed(RuntimeError):
         self.reason = reason
         self.message = message
         prefix = f"task {task} failed"
-        if message.startswith(prefix):  # already a whole sentence (a verdict's message)
+        if message.startswith(f"{prefix} ("):  # already a whole sentence (a verdict's message)
             super().__init__(message)
             return
         detail = f": {message}" if message else ""

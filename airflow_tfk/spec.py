@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 MAX_REPLICAS = 10_000
+MAX_ENV_BYTES = 256 * 1024
 ROLES = ("chief", "ps", "worker", "evaluator")
 
 
@@ -369,6 +370,11 @@ class TFClusterSpec:
 
     def _validate_env_and_labels(self) -> None:
         object.__setattr__(self, "env", _str_map(self.env, "env", keys="env"))
+        # Every pod carries the env: far below the API server's object size limit, checked
+        # here so an oversized env fails in microseconds, not after rendering it.
+        total = sum(len(k) + len(v) for k, v in self.env.items())
+        if total > MAX_ENV_BYTES:
+            raise SpecError("env", f"totals {total} characters, over the {MAX_ENV_BYTES} a pod may carry")
         for where, env in (("env", self.env), *((f"{r}.env", rs.env) for r, rs in self.roles().items())):
             reserved = sorted(k for k in env if k.startswith("TFK_") or k == "TF_CONFIG")
             if reserved:
