@@ -77,8 +77,13 @@ class TrainingFailed(RuntimeError):
         self.reason = reason
         self.message = message
         prefix = f"task {task} failed"
-        if message.startswith(prefix):  # already a whole sentence (a verdict's message)
+        if message.startswith(f"{prefix} ("):  # already a whole sentence (a verdict's message)
             super().__init__(message)
             return
         detail = f": {message}" if message else ""
         super().__init__(f"{prefix} ({reason}){detail}")
+
+
+class CapacityError(RuntimeError):
+    """``capacity_check: fail``: the cluster does not fit what the nodes have free.
+    Raised before anything is created; the message names the shortfall."""

@@ -91,11 +91,37 @@ def create_or_reattach(
             return ref
         emit(f"replacing failed cluster {ref.name}: {verdict.message}")
         backend.delete(ref, "replaced by a retry of its task")
+    check_capacity(backend, spec, emit)
     emit(
         f"creating cluster {ref.name} in {ref.namespace} on the {backend.kind} backend: "
         f"{', '.join(f'{r} x{s.replicas}' for r, s in spec.roles().items())}, mode {spec.mode.value}"
     )
     return backend.create(spec, identity)
+
+
+def check_capacity(backend: Backend, spec: TFClusterSpec, emit: Emit) -> None:
+    """``capacity_check``: compare the cluster's requests with the nodes' free capacity
+    before anything is created; ``warn`` logs a shortfall, ``fail`` raises
+    :class:`~airflow_tfk.errors.CapacityError`. Skipped where the backend cannot tell."""
+    from airflow_tfk.admission import CapacityCheck
+
+    if spec.capacity_check is CapacityCheck.OFF:
+        return
+    snapshot = backend.capacity_snapshot()
+    if snapshot is None:
+        emit(f"capacity check: the {backend.kind} backend has no node capacity to compare; skipped")
+        return
+    from airflow_tfk import capacity
+    from airflow_tfk.errors import CapacityError
+
+    report = capacity.check(spec, *snapshot)
+    text = report.message(spec.name)
+    if report.fits:
+        emit(text)
+    elif spec.capacity_check is CapacityCheck.FAIL:
+        raise CapacityError(text + " (capacity_check: fail; nothing was created)")
+    else:
+        emit(f"WARNING {text} (capacity_check: warn; creating it anyway)")
 
 
 def log_task_logs(

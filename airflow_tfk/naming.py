@@ -115,14 +115,22 @@ def role_resource_name(cluster: str, role: str) -> str:
     return f"{cluster}-{role}"
 
 
-def task_hostname(cluster: str, role: str, index: int) -> str:
-    return f"{cluster}-{role}-{index}"
+def network_policy_name(cluster: str) -> str:
+    """Name of the cluster's NetworkPolicy: ``<cluster>-isolation``."""
+    return f"{cluster}-isolation"
 
 
-def task_address(cluster: str, role: str, index: int, namespace: str, port: int) -> str:
-    """Stable DNS address of one task through its role's headless Service."""
-    service = role_resource_name(cluster, role)
-    return f"{task_hostname(cluster, role, index)}.{service}.{namespace}.svc:{port}"
+def task_hostname(cluster: str, role: str, index: int, jobset: bool = False) -> str:
+    """A task's pod hostname: ``<cluster>-<role>-<i>`` (Jobs layout), or JobSet's
+    ``<jobset>-<replicated job>-<job index>-<pod index>`` with one Job per role."""
+    return f"{cluster}-{role}-0-{index}" if jobset else f"{cluster}-{role}-{index}"
+
+
+def task_address(cluster: str, role: str, index: int, namespace: str, port: int, jobset: bool = False) -> str:
+    """Stable DNS address of one task through a headless Service: the role's
+    (``<cluster>-<role>``), or the JobSet's one (named like the JobSet)."""
+    service = cluster if jobset else role_resource_name(cluster, role)
+    return f"{task_hostname(cluster, role, index, jobset)}.{service}.{namespace}.svc:{port}"
 
 
 @dataclass(frozen=True, slots=True, repr=False)

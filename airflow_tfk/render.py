@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk import naming
+from airflow_tfk.admission import KUEUE_QUEUE_LABEL, Layout
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.spec import ROLES, TFClusterSpec
+from airflow_tfk.spec import ROLES, Mode, TFClusterSpec
 
 __all__ = ["RenderError", "render", "template_dirs", "to_yaml_stream", "k8s_escape"]
 
@@ -38,12 +39,14 @@ CONTAINER_NAME = "tensorflow"
 PORT_NAME = "grpc"
 TEMPLATES = {
     "Namespace": "namespace.yaml.j2",
+    "NetworkPolicy": "networkpolicy.yaml.j2",
     "PersistentVolumeClaim": "pvc.yaml.j2",
     "Service": "service.yaml.j2",
     "StatefulSet": "statefulset.yaml.j2",
     "Job": "job.yaml.j2",
+    "JobSet": "jobset.yaml.j2",
 }
-_NAMESPACED = {"PersistentVolumeClaim", "Service", "StatefulSet", "Job"}
+_NAMESPACED = {"NetworkPolicy", "PersistentVolumeClaim", "Service", "StatefulSet", "Job", "JobSet"}
 # Up to this size every pod carries the full address map, and Kubernetes builds TF_CONFIG
 # from it, so any TensorFlow image works (about 250 tasks). Above it, TFK_CLUSTER holds a
 # name pattern and a count per role - the same few hundred bytes at 10,000 tasks instead
@@ -51,6 +54,9 @@ _NAMESPACED = {"PersistentVolumeClaim", "Service", "StatefulSet", "Job"}
 FULL_CLUSTER_MAX_BYTES = 16 * 1024
 # etcd's default request limit is 1.5 MiB; leave room for status and managedFields.
 MAX_OBJECT_BYTES = 1_000_000
+#: how long a finished JobSet stays when the provider did not delete it (e.g. Airflow was
+#: down): long enough to read its status and logs, short enough not to pile up
+JOBSET_TTL_SECONDS = 3600
 _VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MODEL_DIR"}
 
 # JSON escapes nothing of these, YAML reads them as line breaks or rejects them, and
@@ -173,8 +179,9 @@ def _labels(
 
 def _addresses(spec: TFClusterSpec) -> dict[str, list[str]]:
     ns = spec.namespace_name
+    jobset = spec.layout is Layout.JOBSET
     return {
-        role: [naming.task_address(spec.name, role, i, ns, spec.port) for i in range(rs.replicas)]
+        role: [naming.task_address(spec.name, role, i, ns, spec.port, jobset) for i in range(rs.replicas)]
         for role, rs in spec.cluster_roles().items()
     }
 
@@ -197,8 +204,12 @@ def cluster_env(spec: TFClusterSpec, addresses: Mapping[str, list[str]] | None) 
         if len(full) <= FULL_CLUSTER_MAX_BYTES:
             return full, True
     ns = spec.namespace_name
+    jobset = spec.layout is Layout.JOBSET  # JobSet's pod names differ: <N>-<role>-0-<i>.<N>
     compact = {
-        role: {"pattern": naming.task_address(spec.name, role, "{i}", ns, spec.port), "count": rs.replicas}  # type: ignore[arg-type]
+        role: {
+            "pattern": naming.task_address(spec.name, role, "{i}", ns, spec.port, jobset),  # type: ignore[arg-type]
+            "count": rs.replicas,
+        }
         for role, rs in spec.cluster_roles().items()
     }
     return json.dumps(compact, separators=(",", ":")), False
@@ -228,6 +239,8 @@ def _role_context(
     labels = _labels(spec, role, role, identity)
     return {
         "name": role,
+        # the objects Kueue admits carry its queue label; their pods do not need it
+        "workload_labels": {**labels, **_queue_labels(spec)},
         "resource_name": naming.role_resource_name(spec.name, role),
         "replicas": rs.replicas,
         "labels": labels,
@@ -238,6 +251,51 @@ def _role_context(
         "resources": resources,
         "node_selector": dict(rs.node_selector),
         "tolerations": [t.to_k8s() for t in rs.tolerations],
+    }
+
+
+def cluster_pod_selector(spec: TFClusterSpec) -> dict[str, str]:
+    """Labels every pod of the cluster carries, and only its pods: what the cluster's
+    NetworkPolicy selects and admits."""
+    return {naming.LABEL_CLUSTER: spec.name, "app.kubernetes.io/managed-by": naming.MANAGED_BY}
+
+
+def _queue_labels(spec: TFClusterSpec) -> dict[str, str]:
+    return {KUEUE_QUEUE_LABEL: spec.queue_name} if spec.queue_name is not None else {}
+
+
+def decisive_role(spec: TFClusterSpec) -> str:
+    """The role whose success is the cluster's: the chief coordinates in
+    ``parameter_server`` mode; otherwise every worker must finish."""
+    return "chief" if spec.mode is Mode.PARAMETER_SERVER else "worker"
+
+
+def _jobset_context(
+    spec: TFClusterSpec, identity: RunIdentity | None, roles: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "labels": {**_labels(spec, "jobset", None, identity), **_queue_labels(spec)},
+        "decisive_role": decisive_role(spec),
+        "ttl_seconds": JOBSET_TTL_SECONDS,
+        "roles": [roles[r] for r in ROLES if r in roles],
+    }
+
+
+def _network_policy_context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any]:
+    from airflow_tfk.network import Egress
+
+    policy = spec.network_policy
+    restricted = policy.egress is Egress.RESTRICTED
+    return {
+        "name": naming.network_policy_name(spec.name),
+        "labels": _labels(spec, "network-policy", None, identity),
+        "pod_selector": cluster_pod_selector(spec),
+        "policy_types": ["Ingress", "Egress"] if restricted else ["Ingress"],
+        "restricted": restricted,
+        "egress_to": [
+            {"to": p.to_k8s(), "ports": [{"protocol": "TCP", "port": n} for n in p.ports]}
+            for p in policy.egress_to
+        ],
     }
 
 
@@ -269,7 +327,7 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
                 "env": _VOLUME_ENV[name],
             }
         )
-    return {
+    ctx: dict[str, Any] = {
         "name": spec.name,
         "namespace": spec.namespace_name,
         "namespace_per_training": spec.namespace_per_training,
@@ -306,7 +364,12 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "storage_labels": _labels(spec, "storage", None, identity),
         "volumes": volumes,
         "roles": {role: _role_context(spec, role, identity, addresses) for role in spec.roles()},
+        "network_policy": _network_policy_context(spec, identity),
+        "queue_name": spec.queue_name,
     }
+    if spec.layout is Layout.JOBSET:
+        ctx["jobset"] = _jobset_context(spec, identity, ctx["roles"])
+    return ctx
 
 
 def _plan(spec: TFClusterSpec, ctx: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -314,10 +377,17 @@ def _plan(spec: TFClusterSpec, ctx: Mapping[str, Any]) -> list[tuple[str, str, d
     plan: list[tuple[str, str, dict[str, Any]]] = []
     if spec.namespace_per_training:
         plan.append(("Namespace", spec.namespace_name, {}))
+    if spec.network_policy.enabled:
+        # Before anything that makes pods: no task is ever reachable unprotected.
+        plan.append(("NetworkPolicy", ctx["network_policy"]["name"], {"np": ctx["network_policy"]}))
     for vol in ctx["volumes"]:
         if vol["new"]:
             plan.append(("PersistentVolumeClaim", vol["claim_name"], {"v": vol}))
     roles = ctx["roles"]
+    if spec.layout is Layout.JOBSET:
+        # JobSet makes its own headless Service, Jobs and pods
+        plan.append(("JobSet", spec.name, {}))
+        return plan
     for role in ROLES:
         if role in roles:
             plan.append(("Service", roles[role]["resource_name"], {"r": roles[role]}))
@@ -333,8 +403,8 @@ def _plan(spec: TFClusterSpec, ctx: Mapping[str, Any]) -> list[tuple[str, str, d
 def render(
     spec: TFClusterSpec, identity: RunIdentity | None = None, template_dir: str | Path | None = None
 ) -> list[dict[str, Any]]:
-    """Manifests of the whole cluster, in apply order (Namespace, PVCs, Services,
-    StatefulSet, Jobs).
+    """Manifests of the whole cluster, in apply order (Namespace, NetworkPolicy, PVCs,
+    Services, StatefulSet, Jobs).
 
     :param spec: the validated cluster spec.
     :param identity: the Airflow task instance that owns the cluster (labels and

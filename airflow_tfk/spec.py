@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tfk import naming
+from airflow_tfk import admission, naming
 from airflow_tfk._spec_checks import (
     _fields,
     _int,
@@ -25,7 +25,9 @@ from airflow_tfk._spec_checks import (
     _str_map,
     _text,
 )
+from airflow_tfk.admission import CapacityCheck, Layout
 from airflow_tfk.errors import SpecError
+from airflow_tfk.network import TrainingNetworkPolicy
 from airflow_tfk.quantity import parse_quantity, quantity_value
 from airflow_tfk.spec_resources import Resources, Toleration
 from airflow_tfk.spec_yaml import load_yaml_mapping
@@ -47,6 +49,7 @@ __all__ = [
 ]
 
 MAX_REPLICAS = 10_000
+MAX_ENV_BYTES = 256 * 1024
 ROLES = ("chief", "ps", "worker", "evaluator")
 
 
@@ -272,6 +275,14 @@ class TFClusterSpec:
     :param permanent_exit_codes: exit codes that fail the task at once, without retry.
     :param ps_grace_seconds: wait after success before the PS are deleted.
     :param legacy_tf1_flags: pass ``--ps_hosts --worker_hosts --job_name --task_index``.
+    :param layout: ``jobs`` (Services, Indexed Jobs, the PS StatefulSet) or ``jobset`` (one
+        JobSet, admitted by Kueue as one workload); see :mod:`airflow_tfk.admission`.
+    :param queue_name: Kueue LocalQueue: the workloads are created suspended, with Kueue's
+        queue label, and start when Kueue admits them.
+    :param capacity_check: before creating anything, compare the cluster's requests with
+        the nodes' free allocatable resources: ``off``, ``warn`` or ``fail``.
+    :param network_policy: the cluster's NetworkPolicy (on by default; ``false`` switches
+        it off): see :class:`~airflow_tfk.network.TrainingNetworkPolicy`.
     """
 
     name: str
@@ -300,6 +311,10 @@ class TFClusterSpec:
     ttl_seconds_after_finished: int | None = 7 * 24 * 3600
     metrics_port: int | None = None
     metrics_path: str = "/metrics"
+    layout: Layout = Layout.JOBS
+    queue_name: str | None = None
+    capacity_check: CapacityCheck = CapacityCheck.OFF
+    network_policy: TrainingNetworkPolicy = field(default_factory=TrainingNetworkPolicy)
 
     def __post_init__(self) -> None:
         self._validate()
@@ -314,6 +329,7 @@ class TFClusterSpec:
         self._validate_env_and_labels()
         self._validate_pod_settings()
         self._validate_policies()
+        self._validate_admission()
         self._validate_generated_names()
 
     def _validate_identity(self) -> None:
@@ -354,6 +370,11 @@ class TFClusterSpec:
 
     def _validate_env_and_labels(self) -> None:
         object.__setattr__(self, "env", _str_map(self.env, "env", keys="env"))
+        # Every pod carries the env: far below the API server's object size limit, checked
+        # here so an oversized env fails in microseconds, not after rendering it.
+        total = sum(len(k) + len(v) for k, v in self.env.items())
+        if total > MAX_ENV_BYTES:
+            raise SpecError("env", f"totals {total} characters, over the {MAX_ENV_BYTES} a pod may carry")
         for where, env in (("env", self.env), *((f"{r}.env", rs.env) for r, rs in self.roles().items())):
             reserved = sorted(k for k in env if k.startswith("TFK_") or k == "TF_CONFIG")
             if reserved:
@@ -403,6 +424,13 @@ class TFClusterSpec:
         _int(self.ps_grace_seconds, "ps_grace_seconds", 0, 24 * 3600)
         if not isinstance(self.legacy_tf1_flags, bool):
             raise SpecError("legacy_tf1_flags", "must be true or false", self.legacy_tf1_flags)
+
+    def _validate_admission(self) -> None:
+        """Network isolation, layout and admission options (airflow_tfk.network, .admission)."""
+        object.__setattr__(self, "network_policy", TrainingNetworkPolicy.from_value(self.network_policy))
+        object.__setattr__(self, "layout", admission.layout(self.layout))
+        object.__setattr__(self, "queue_name", admission.queue_name(self.queue_name))
+        object.__setattr__(self, "capacity_check", admission.capacity_check(self.capacity_check))
 
     def _validate_metrics_port(self) -> None:
         if self.metrics_port is not None:
@@ -470,7 +498,7 @@ class TFClusterSpec:
     def _validate_generated_names(self) -> None:
         """Check the longest name that will be generated, not just the one given."""
         for role, spec in self.roles().items():
-            longest = naming.task_hostname(self.name, role, spec.replicas - 1)
+            longest = naming.task_hostname(self.name, role, spec.replicas - 1, self.layout is Layout.JOBSET)
             if len(longest) > naming.DNS1123_LABEL_MAX:
                 raise SpecError(
                     "name",

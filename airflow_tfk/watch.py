@@ -24,7 +24,7 @@ from airflow_tfk.policies import Outcome, Verdict, evaluate
 from airflow_tfk.protocol.progress import Progress, last_progress
 from airflow_tfk.spec import Mode
 from airflow_tfk.stall import DEFAULT_STALL_SECONDS, StallDetector
-from airflow_tfk.status import ClusterStatus, TaskStatus
+from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,34 @@ class ProgressReporter:
         return p
 
 
+@dataclass
+class QueueReporter:
+    """While nothing of a cluster has started, say why: Kueue's pending reason (a queued
+    cluster has no pod at all). Asked at most every ``interval`` seconds; logged when it
+    changes."""
+
+    backend: Backend
+    ref: ClusterRef
+    interval: float = 30.0
+    emit: Callable[[str], None] = log.info
+    _last_read: float = float("-inf")
+    _last: str | None = None
+
+    def wants(self, status: ClusterStatus) -> bool:
+        """Whether :meth:`report` should run for ``status`` now: nothing has started yet
+        (every task pending, e.g. its Job suspended by Kueue), and it is due."""
+        waiting = status.exists and all(t.phase is Phase.PENDING for t in status.tasks)
+        return waiting and time.monotonic() - self._last_read >= self.interval
+
+    def report(self) -> str | None:
+        self._last_read = time.monotonic()
+        message = self.backend.queue_message(self.ref)
+        if message and message != self._last:
+            self.emit(f"queued: {message}")
+        self._last = message
+        return message
+
+
 # -- the one wait loop ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Watch:
@@ -107,6 +135,7 @@ class Watch:
 
 NEXT_STATUS = "next-status"  # answered with the next status, or None when the watch ended
 READ_PROGRESS = "read-progress"  # read the progress task's log (blocking I/O: a thread when async)
+READ_QUEUE = "read-queue"  # ask why the cluster is still queued (blocking I/O: a thread when async)
 WaitOp = Watch | str
 WaitPlan = Generator[WaitOp, "ClusterStatus | None", Verdict]
 
@@ -130,6 +159,7 @@ class WaitLoop:
     timeout_message: str = "the training exceeded the task's execution_timeout"
     stall_seconds: float = DEFAULT_STALL_SECONDS
     reporter: ProgressReporter = field(init=False)
+    queue: QueueReporter = field(init=False)
     stalls: StallDetector = field(init=False)
     _summary: str = field(default="", init=False)
 
@@ -139,6 +169,7 @@ class WaitLoop:
         self.reporter = ProgressReporter(
             self.backend, self.ref, role, index, self.progress_interval, self.emit
         )
+        self.queue = QueueReporter(self.backend, self.ref, min(self.progress_interval, 60.0), self.emit)
 
     def window(self) -> float:
         if self.deadline is None:
@@ -167,6 +198,8 @@ class WaitLoop:
                 if verdict.outcome is not Outcome.RUNNING:
                     yield READ_PROGRESS
                     return verdict
+                if self.queue.wants(status):
+                    yield READ_QUEUE
                 if self.reporter.due():
                     yield READ_PROGRESS
                 if self.timed_out():
@@ -213,6 +246,8 @@ def wait_for_cluster(
                 answer = next(statuses, None) if statuses is not None else None
             elif op == READ_PROGRESS:
                 loop.reporter.report()
+            elif op == READ_QUEUE:
+                loop.queue.report()
             op = plan.send(answer)
     except StopIteration as stop:
         return stop.value
@@ -236,6 +271,8 @@ async def await_cluster(loop: WaitLoop) -> Verdict:
                 answer = await anext(statuses, None)
             elif op == READ_PROGRESS:
                 await asyncio.to_thread(loop.reporter.report)
+            elif op == READ_QUEUE:
+                await asyncio.to_thread(loop.queue.report)
             op = plan.send(answer)
     except StopIteration as stop:
         return stop.value

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import sys
 import tempfile
 import time
@@ -111,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         ns = f"bench-{uuid.uuid4().hex[:6]}"
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
         k8s = KubernetesBackend(config_file=str(node.kubeconfig))
-        local = LocalBackend(tempfile.mkdtemp(prefix="tfk-bench-node-"))
+        local_root = tempfile.mkdtemp(prefix="tfk-bench-node-")
+        local = LocalBackend(local_root)
 
         def k8s_pods(ref, role: str | None = None):
             sel = f"{naming.LABEL_CLUSTER}={ref.name}"
@@ -167,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(row)
         print(json.dumps(results))
     finally:
+        if "local_root" in locals():
+            shutil.rmtree(local_root, ignore_errors=True)
         node.stop()
         left = node.leftovers(removed=False)
         node.remove()

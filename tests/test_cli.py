@@ -44,6 +44,7 @@ def test_render_minimal_spec_prints_a_valid_stream(spec_file: Path):
     assert out.stderr == ""
     docs = list(yaml.safe_load_all(out.stdout))
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("NetworkPolicy", "imagenet-isolation"),
         ("PersistentVolumeClaim", "imagenet-data"),
         ("PersistentVolumeClaim", "imagenet-logs"),
         ("Service", "imagenet-ps"),
@@ -121,4 +122,4 @@ def test_installed_console_script_works(spec_file: Path):
         pytest.skip("console script not installed (run scripts/bootstrap.sh)")
     out = subprocess.run([str(script), "render", str(spec_file)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert len(list(yaml.safe_load_all(out.stdout))) == 6
+    assert len(list(yaml.safe_load_all(out.stdout))) == 7  # with the NetworkPolicy

@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+import sys
 import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
 
+from airflow_tfk import network
 from airflow_tfk import spec as spec_module
 from airflow_tfk.schema_check import MIN_KUBERNETES_VERSION
 
@@ -28,6 +30,8 @@ PREFIX: dict[type, str] = {
     spec_module.Toleration: "<role>.tolerations[].",
     spec_module.StorageSpec: "storage.",
     spec_module.VolumeSpec: "storage.<volume>.",
+    network.TrainingNetworkPolicy: "network_policy.",
+    network.Peer: "network_policy.egress_to[].",
 }
 
 
@@ -62,7 +66,7 @@ def _default(field: dataclasses.Field) -> str:
 def expected_rows() -> dict[str, str]:
     rows: dict[str, str] = {}
     for cls, prefix in PREFIX.items():
-        hints = typing.get_type_hints(cls, vars(spec_module))
+        hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
         for field in dataclasses.fields(cls):
             nested = _nested_dataclasses(hints[field.name])
             unknown = [n for n in nested if n not in PREFIX]

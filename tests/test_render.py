@@ -191,6 +191,7 @@ def test_the_yaml_stream_round_trips():
 # -- (c) layout facts --------------------------------------------------------------------
 def test_minimal_spec_layout_and_order():
     assert kinds_names(render(make())) == [
+        ("NetworkPolicy", "imagenet-isolation"),
         ("PersistentVolumeClaim", "imagenet-data"),
         ("PersistentVolumeClaim", "imagenet-logs"),
         ("Service", "imagenet-ps"),
@@ -209,6 +210,7 @@ def test_kitchen_sink_order_dependencies_first():
     kinds = [k for k, _ in kinds_names(render(spec))]
     assert kinds == [
         "Namespace",
+        "NetworkPolicy",
         "PersistentVolumeClaim",
         "PersistentVolumeClaim",
         "Service",
@@ -225,7 +227,7 @@ def test_kitchen_sink_order_dependencies_first():
 @pytest.mark.parametrize("workers, ps", [(1, 1), (50, 3), (600, 8)])
 def test_object_count_is_o_roles_not_o_tasks(workers, ps):
     manifests = render(make(ps={"replicas": ps}, worker={"replicas": workers}, storage=None))
-    assert len(manifests) == 4  # 2 Services, 1 StatefulSet, 1 Job
+    assert len(manifests) == 5  # NetworkPolicy, 2 Services, 1 StatefulSet, 1 Job
 
 
 def test_services_are_headless_and_publish_not_ready_addresses():

@@ -153,6 +153,15 @@ class Backend(abc.ABC):
     async def adelete(self, ref: ClusterRef, reason: str = "") -> None:
         await asyncio.to_thread(self.delete, ref, reason)
 
+    def queue_message(self, ref: ClusterRef) -> str | None:
+        """Why the cluster is still queued (Kueue's pending reason), or None."""
+        return None
+
+    def capacity_snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+        """Nodes and their non-terminal pods, for the capacity pre-check
+        (:mod:`airflow_tfk.capacity`); None where the backend has no nodes to compare."""
+        return None
+
     def clusters(self, namespace: str | None) -> list[ClusterRef]:
         """Every cluster this project made that is not deleted (the sweeper's input)."""
         return self.find(namespace, {})

@@ -83,8 +83,12 @@ log = logging.getLogger(__name__)
 # storage last. Only the kinds render() can produce (plus their pods): every kind here is
 # a permission the identity Airflow runs as must hold (deploy/rbac/). The per-training
 # namespace is deleted after everything in it (see ``_namespace_plan``).
-DELETE_ORDER = ("Job", "StatefulSet", "Pod", "Service", "PersistentVolumeClaim")
-EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "Service", "PersistentVolumeClaim")
+# The NetworkPolicy goes last, so pods still terminating stay isolated; it is not an
+# EXISTS kind: a policy alone is no cluster to reattach to (create re-applies it).
+# A JobSet (layout: jobset) goes first, so its controller stops making Jobs; where the
+# JobSet API is not installed its requests answer 404, which is "none".
+DELETE_ORDER = ("JobSet", "Job", "StatefulSet", "Pod", "Service", "PersistentVolumeClaim", "NetworkPolicy")
+EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "JobSet", "Service", "PersistentVolumeClaim")
 # Where the owner annotations are read from: the objects every layout has, pods last.
 OWNER_KINDS = ("Job", "StatefulSet", "Service", "PersistentVolumeClaim", "Pod")
 BACKGROUND = {"propagationPolicy": "Background"}
@@ -401,6 +405,35 @@ class KubernetesBackend(Backend):
             deleted.append(f"namespace {ref.namespace}")
         return ", ".join(deleted)
 
+    # -- Kueue ----------------------------------------------------------------------------
+    def queue_message(self, ref: ClusterRef) -> str | None:
+        """Kueue's pending reason for the cluster's Workloads; None when nothing waits or
+        Kueue is not installed (its API answers 404)."""
+        from airflow_tfk.backends._kueue import WORKLOAD_API_VERSIONS, queue_message
+
+        for version in WORKLOAD_API_VERSIONS:
+            kind = Kind("Workload", version, "workloads")
+            result = self._run(single(Request("GET", kind.collection(ref.namespace), optional=True)))
+            if result is not None:
+                return queue_message((result[1] or {}).get("items") or [], ref.name)
+        return None
+
+    # -- capacity -------------------------------------------------------------------------
+    def capacity_snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Every node, and every pod that still holds its requests (two cluster-wide lists;
+        deploy/rbac/capacity-check.yaml grants them)."""
+        nodes = self._run(single(Request("GET", BY_KIND["Node"].collection(None))))
+        pods = self._run(
+            single(
+                Request(
+                    "GET",
+                    BY_KIND["Pod"].everywhere(),
+                    {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"},
+                )
+            )
+        )
+        return _items(nodes), _items(pods)
+
     # -- find -----------------------------------------------------------------------------
     def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:
         """Clusters (running or finished, not deleted) whose Jobs carry all of ``labels``."""
@@ -475,3 +508,9 @@ def _deleted_event(ref: ClusterRef, reason: str) -> dict[str, Any]:
         "lastTimestamp": now,
         "count": 1,
     }
+
+
+def _items(result: tuple[int, Any] | None) -> list[dict[str, Any]]:
+    """The ``items`` of a list answer (None: the list was absent)."""
+    body = result[1] if result else None
+    return list((body or {}).get("items") or [])

@@ -52,6 +52,7 @@ class Kind:
 
 _KINDS = [
     Kind("Namespace", "v1", "namespaces", namespaced=False, collection_delete=False),
+    Kind("Node", "v1", "nodes", namespaced=False, collection_delete=False),
     Kind("ServiceAccount", "v1", "serviceaccounts"),
     Kind("ConfigMap", "v1", "configmaps"),
     Kind("Secret", "v1", "secrets"),
@@ -63,6 +64,9 @@ _KINDS = [
     Kind("Deployment", "apps/v1", "deployments"),
     Kind("Job", "batch/v1", "jobs"),
     Kind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets"),
+    Kind("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies"),
+    Kind("EndpointSlice", "discovery.k8s.io/v1", "endpointslices"),
+    Kind("JobSet", "jobset.x-k8s.io/v1alpha2", "jobsets"),
     Kind("Event", "v1", "events"),
 ]
 KINDS: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in _KINDS}

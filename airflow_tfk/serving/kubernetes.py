@@ -134,14 +134,17 @@ class KubernetesServing(ServingTarget):
         return body
 
     def ensure(self, emit: Emit) -> None:
+        from airflow_tfk.serving._proxy_source import api_server_cidrs
         from airflow_tfk.serving.render import render_serving
 
+        # Before anything is applied: a policy whose proxy source cannot be known fails here.
+        proxy_cidrs = api_server_cidrs(self.api, self.spec.network_policy)
         current = self.read_config()
         text = (current or ModelServerConfig()).to_text()
         created = []
         # The ConfigMap is applied with the model config it holds now (the policy is the
         # publish step's), so the monitoring and batching files follow the spec.
-        for manifest in render_serving(self.spec, self.identity, text):
+        for manifest in render_serving(self.spec, self.identity, text, api_server_cidrs=proxy_cidrs):
             if self._apply(manifest) == 201:
                 created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
         emit(
@@ -170,6 +173,8 @@ class KubernetesServing(ServingTarget):
             ("Service", self.spec.resource),
             ("ConfigMap", self.spec.config_map_name),
             ("ConfigMap", self.spec.metrics_config_map_name),
+            # last: the pods stay isolated until they are gone
+            ("NetworkPolicy", self.spec.name),
         ):
             try:
                 self.api.request("DELETE", BY_KIND[kind].item(self.spec.namespace, name), BACKGROUND)

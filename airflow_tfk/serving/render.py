@@ -6,6 +6,7 @@ through ``tojson``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,35 @@ def _base(
     }
 
 
+def _network_policy(
+    spec: ServingSpec | TensorBoardSpec,
+    c: dict[str, Any],
+    ports: list[int],
+    proxy_port: int,
+    api_server_cidrs: Sequence[str] | None,
+    template_dir: str | Path | None,
+) -> list[dict[str, Any]]:
+    """The service's NetworkPolicy (first, so the pods are never reachable unprotected),
+    or nothing when it is switched off. ``api_server_cidrs`` are the discovered sources
+    of the API server's service proxy, used when the spec does not name them."""
+    policy = spec.network_policy
+    if not policy.enabled:
+        return []
+    blocks = policy.api_server_cidrs
+    if blocks is None:
+        blocks = tuple(api_server_cidrs or ())
+    c = {
+        **c,
+        "policy_labels": {**c["labels"], "app.kubernetes.io/component": "network-policy"},
+        "api_server_peers": [{"ipBlock": {"cidr": b}} for b in blocks],
+        "allow_from": [p.to_k8s() for p in policy.allow_from],
+        "policy_ports": [{"protocol": "TCP", "port": p} for p in ports],
+        "proxy_port": proxy_port,
+    }
+    name = str(spec.name)
+    return [_render("serving/networkpolicy.yaml.j2", "NetworkPolicy", name, spec.namespace, c, template_dir)]
+
+
 def serving_context(
     spec: ServingSpec, identity: RunIdentity | None = None, model_config: str = ""
 ) -> dict[str, Any]:
@@ -160,10 +190,14 @@ def render_serving(
     identity: RunIdentity | None = None,
     model_config: str = "",
     template_dir: str | Path | None = None,
+    api_server_cidrs: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """ConfigMap, Service and Deployment of one model's TF Serving, in apply order."""
+    """NetworkPolicy (unless switched off), ConfigMap, Service and Deployment of one
+    model's TF Serving, in apply order."""
     c = serving_context(spec, identity, model_config)
+    ports = [spec.rest_port, spec.grpc_port]
     return [
+        *_network_policy(spec, c, ports, spec.rest_port, api_server_cidrs, template_dir),
         _render(
             "serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name, spec.namespace, c, template_dir
         ),
@@ -234,9 +268,13 @@ def render_sample_reader(
 
 
 def render_tensorboard(
-    spec: TensorBoardSpec, identity: RunIdentity | None = None, template_dir: str | Path | None = None
+    spec: TensorBoardSpec,
+    identity: RunIdentity | None = None,
+    template_dir: str | Path | None = None,
+    api_server_cidrs: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Service and Deployment of a TensorBoard over the logs claim."""
+    """NetworkPolicy (unless switched off), Service and Deployment of a TensorBoard over
+    the logs claim."""
     if spec.claim is None:
         from airflow_tfk.errors import SpecError
 
@@ -263,6 +301,7 @@ def render_tensorboard(
         }
     )
     return [
+        *_network_policy(spec, c, [spec.port], spec.port, api_server_cidrs, template_dir),
         _render("tensorboard/service.yaml.j2", "Service", spec.name, spec.namespace, c, template_dir),
         _render("tensorboard/deployment.yaml.j2", "Deployment", spec.name, spec.namespace, c, template_dir),
     ]

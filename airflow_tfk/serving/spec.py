@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.errors import SpecError
+from airflow_tfk.network import ServiceNetworkPolicy
 from airflow_tfk.spec import (
     Resources,
     _int,  # one integer rule for every spec
@@ -92,6 +93,7 @@ def _common(spec: Any, kind: str) -> None:
     _resources(spec)
     for attr in ("labels", "node_selector"):
         object.__setattr__(spec, attr, _label_map(getattr(spec, attr), attr))
+    object.__setattr__(spec, "network_policy", ServiceNetworkPolicy.from_value(spec.network_policy))
     if kind and spec.claim is None and spec.base_path is None:
         raise SpecError("claim", f"or 'base_path' is required: where the {kind} are")
     if spec.claim is not None and spec.base_path is not None:
@@ -233,6 +235,8 @@ class ServingSpec:
     :param batching: server-side batching: TF Serving's batching parameters
         (``max_batch_size``, ``batch_timeout_micros``, ``max_enqueued_batches``,
         ``num_batch_threads``, ``pad_variable_length_inputs``...); None: off.
+    :param network_policy: who may connect (Kubernetes): nobody but the API server's
+        service proxy by default; see :class:`~airflow_tfk.network.ServiceNetworkPolicy`.
     """
 
     model_name: str
@@ -258,6 +262,7 @@ class ServingSpec:
     monitoring: bool = True
     monitoring_path: str = "/monitoring/prometheus/metrics"
     batching: Mapping[str, Any] | None = None
+    network_policy: ServiceNetworkPolicy = field(default_factory=ServiceNetworkPolicy)
 
     def __post_init__(self) -> None:
         if (
@@ -341,6 +346,8 @@ class TensorBoardSpec:
     :param sub_path: directory inside the claim to show.
     :param base_path: local backend only, instead of ``claim``: the log directory.
     :param port: TensorBoard's port (container and Service; local: 0 picks a free one).
+    :param network_policy: who may connect (Kubernetes): nobody but the API server's
+        service proxy by default; see :class:`~airflow_tfk.network.ServiceNetworkPolicy`.
     """
 
     name: str
@@ -356,6 +363,7 @@ class TensorBoardSpec:
     resources: Resources | Mapping[str, Any] | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    network_policy: ServiceNetworkPolicy = field(default_factory=ServiceNetworkPolicy)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", _resource_name(self.name, "name"))

@@ -53,9 +53,12 @@ class KubernetesTensorBoard:
         return host + service_proxy_path(self.spec.namespace, self.spec.name, self.spec.port, "/")
 
     def start(self, emit: Emit) -> str:
+        from airflow_tfk.serving._proxy_source import api_server_cidrs
         from airflow_tfk.serving.render import render_tensorboard
 
-        for manifest in render_tensorboard(self.spec, self.identity):
+        # Before anything is applied: a policy whose proxy source cannot be known fails here.
+        proxy_cidrs = api_server_cidrs(self.api, self.spec.network_policy)
+        for manifest in render_tensorboard(self.spec, self.identity, api_server_cidrs=proxy_cidrs):
             path = kind_of(manifest).item(self.spec.namespace, manifest["metadata"]["name"])
             self.api.apply(path, manifest, self.field_manager)
         emit(
@@ -65,7 +68,8 @@ class KubernetesTensorBoard:
         return self.url
 
     def stop(self, emit: Emit) -> None:
-        for kind in ("Deployment", "Service"):
+        # the NetworkPolicy last: the pods stay isolated until they are gone
+        for kind in ("Deployment", "Service", "NetworkPolicy"):
             try:
                 self.api.request(
                     "DELETE",

@@ -13,6 +13,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 NAMESPACED = HERE / "namespaced.yaml"
 NAMESPACE_PER_TRAINING = HERE / "namespace-per-training.yaml"
+APISERVER_ADDRESS = HERE / "apiserver-address.yaml"
+CAPACITY_CHECK = HERE / "capacity-check.yaml"
 SERVICE_ACCOUNT = "airflow-tfk"
 
 
@@ -36,6 +38,31 @@ def manifests(
                 d["roleRef"]["name"] += name_suffix
         else:
             meta["namespace"] = namespace
+        for s in d.get("subjects", []):
+            s["namespace"] = namespace
+    return docs
+
+
+def apiserver_address_manifests(namespace: str, *, name_suffix: str = "") -> list[dict[str, Any]]:
+    """``apiserver-address.yaml`` (a Role and RoleBinding in ``default``) bound to the
+    ServiceAccount of ``namespace``; ``name_suffix`` lets several copies coexist."""
+    return _bound(APISERVER_ADDRESS, namespace, name_suffix)
+
+
+def capacity_check_manifests(namespace: str, *, name_suffix: str = "") -> list[dict[str, Any]]:
+    """``capacity-check.yaml`` (a ClusterRole and its binding) for the ServiceAccount of
+    ``namespace``."""
+    return _bound(CAPACITY_CHECK, namespace, name_suffix)
+
+
+def _bound(path: Path, namespace: str, name_suffix: str) -> list[dict[str, Any]]:
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for d in docs:
+        d["metadata"]["name"] += name_suffix
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            d["roleRef"]["name"] += name_suffix
         for s in d.get("subjects", []):
             s["namespace"] = namespace
     return docs

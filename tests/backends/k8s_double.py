@@ -58,6 +58,8 @@ KINDS = {  # plural -> (apiVersion, kind, namespaced)
     "jobs": ("batch/v1", "Job", True),
     "poddisruptionbudgets": ("policy/v1", "PodDisruptionBudget", True),
     "events": ("v1", "Event", True),
+    "networkpolicies": ("networking.k8s.io/v1", "NetworkPolicy", True),
+    "endpointslices": ("discovery.k8s.io/v1", "EndpointSlice", True),
 }
 NO_COLLECTION_DELETE = {"services", "namespaces"}
 SERVER_META = (

@@ -238,7 +238,7 @@ def test_create_with_the_real_renderer_and_per_training_namespace(double):
 
     for m in render(spec, identity):
         kind = m["kind"].lower() + ("es" if m["kind"].endswith("s") else "s")
-        plural = {"persistentvolumeclaims": "persistentvolumeclaims"}.get(kind, kind)
+        plural = {"networkpolicys": "networkpolicies"}.get(kind, kind)
         assert double.get(plural, m["metadata"]["name"], ref.namespace), m["metadata"]["name"]
     rv = double.rv
     backend.create(spec, identity)

@@ -385,13 +385,13 @@ def _objects_too_big() -> list[Case]:
     big = with_("worker.replicas", 10_000)
     big["name"] = "a" * 40
     big["ps"] = {"replicas": 1000}
-    huge_env = with_("env", {f"V{i}": "x" * 1000 for i in range(1200)})
+    huge_env = with_("env", {f"V{i}": "x" * 1000 for i in range(600)})
     legacy = {**big, "legacy_tf1_flags": True}  # --ps_hosts/--worker_hosts list every task
     return [
         # The address map no longer grows with the task count: this is an ordinary object now.
         Case("object-10000-workers-1000-ps-long-name", _yaml(big), None, big),
         Case("object-10000-workers-legacy-flags", _yaml(legacy), "spec", legacy),
-        Case("object-env-1-2mb", _yaml(huge_env), "spec", huge_env),
+        Case("object-env-600kb", _yaml(huge_env), "env", huge_env),
     ]
 
 

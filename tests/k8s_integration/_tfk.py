@@ -40,6 +40,7 @@ LABELLED_KINDS = [
     ("v1", "pods"),
     ("apps/v1", "controllerrevisions"),
     ("discovery.k8s.io/v1", "endpointslices"),
+    ("networking.k8s.io/v1", "networkpolicies"),
 ]
 
 

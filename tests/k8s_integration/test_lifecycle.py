@@ -37,6 +37,7 @@ RENDERED = [
     ("apps/v1", "statefulsets"),
     ("v1", "services"),
     ("v1", "persistentvolumeclaims"),
+    ("networking.k8s.io/v1", "networkpolicies"),
 ]
 PLURAL = {
     "Job": "jobs",
@@ -44,6 +45,7 @@ PLURAL = {
     "Service": "services",
     "PersistentVolumeClaim": "persistentvolumeclaims",
     "Namespace": "namespaces",
+    "NetworkPolicy": "networkpolicies",
 }
 
 

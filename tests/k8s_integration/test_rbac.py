@@ -150,7 +150,7 @@ def test_namespace_per_training_cluster_role_is_enough(
             with _tfk.PodDriver(k8s_api, own_ns, name):
                 assert op.execute(ctx)["outcome"] == "succeeded"
             out = capfd.readouterr().out + caplog.text
-            assert f"services, namespace {own_ns})" in out, out[-2000:]  # deleted with it
+            assert f"networkpolicies, namespace {own_ns})" in out, out[-2000:]  # deleted with it
             _no_forbidden(out)
             _tfk.wait_no_leftovers(k8s_api, own_ns, name, timeout=90)
     finally:

@@ -8,6 +8,7 @@ the same task of the same spec.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -118,9 +119,10 @@ def naming_ps() -> str:
     return "ps"
 
 
-@pytest.mark.skip(
+@pytest.mark.skipif(
+    not os.environ.get("AIRFLOW_TFK_NODE_KNOWN_HANGS"),
     reason="hangs on the real node: all three tasks sleep before TensorFlow is imported "
-    "(single thread, nanosleep, no sockets); not yet diagnosed, see tests/k8s_node/README.md"
+    "(single thread, nanosleep, no sockets); not yet diagnosed, see tests/k8s_node/README.md",
 )
 def test_parameter_server_trainingapp_with_shared_models_volume(
     k8s_node, node_api, node_ns, node_conn, local_volumes, capfd

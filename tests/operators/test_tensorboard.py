@@ -16,6 +16,7 @@ from airflow_tfk.operators.tensorboard import (
 )
 from airflow_tfk.serving.spec import TensorBoardSpec
 from airflow_tfk.tensorboard.local import LocalTensorBoard
+from tests.listeners import listening, not_loopback
 
 
 class TI(SimpleNamespace):
@@ -54,6 +55,8 @@ def test_local_tensorboard_serves_the_logs_and_stops(tmp_path):
         assert value["url"].startswith("http://127.0.0.1:") and value["backend"] == "local"
         with urllib.request.urlopen(value["url"], timeout=30) as resp:
             assert resp.status == 200 and b"TensorBoard" in resp.read()
+        # the local equivalent of its NetworkPolicy: reachable from this machine only
+        assert listening(pid) and not not_loopback(pid), listening(pid)
         assert server._record()["logdir"] == str(logdir)
         # a second start (retry) finds the running one instead of starting another
         assert start.execute(context("tensorboard"))["url"] == value["url"]

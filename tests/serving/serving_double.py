@@ -39,6 +39,20 @@ class ServingApiDouble(KubeApiDouble):
 
     def start(self) -> ServingApiDouble:
         double = self
+        # Where the API server lives, as a real one publishes it: the serving
+        # NetworkPolicy admits its service proxy from these addresses.
+        self._put(
+            "endpointslices",
+            "default",
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["127.0.0.1"]}],
+            },
+            emit=False,
+        )
 
         class Handler(_ProxyHandler):
             api = double

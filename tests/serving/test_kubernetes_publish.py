@@ -56,7 +56,14 @@ def test_publish_rollback_through_the_service_proxy(double, target, model_store)
         "ConfigMap/tfs-linear-config",
         "Deployment/tfs-linear",
         "Service/tfs-linear",
+        "NetworkPolicy/tfs-linear",
     }
+    # isolated: only the API server (its EndpointSlice's address) may reach the pods,
+    # and only on the REST port its service proxy uses
+    policy = api.get("networkpolicies", "tfs-linear")
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"ipBlock": {"cidr": "127.0.0.1/32"}}], "ports": [{"protocol": "TCP", "port": 8501}]}
+    ]
     assert api.count("apply", "deployments") >= 1
     assert any(
         p.startswith(

@@ -14,6 +14,7 @@ from airflow_tfk.serving.base import ServingError
 from airflow_tfk.serving.local import LocalServing
 from airflow_tfk.serving.publish import publish
 from airflow_tfk.serving.spec import ServingSpec
+from tests.listeners import listening, not_loopback
 from tests.serving.conftest import started_server
 
 pytestmark = pytest.mark.e2e
@@ -38,6 +39,12 @@ def store(model_store):
 
 def predict(target: LocalServing, **where) -> list:
     return target.predict(ROWS, **where)["predictions"]
+
+
+def test_the_model_server_listens_on_loopback_only(serving):
+    # the local equivalent of the serving NetworkPolicy: nothing off this machine reaches it
+    pid = serving._record()["pid"]
+    assert listening(pid) and not not_loopback(pid), listening(pid)
 
 
 # The tests below share one server and run in file order: a story of one model's life.

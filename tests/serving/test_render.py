@@ -94,8 +94,8 @@ def test_pods_are_hardened_and_mount_read_only():
 
 
 def test_serving_objects():
-    cm, svc, dep = render_serving(SPEC, IDENTITY, CONFIG)
-    assert [m["kind"] for m in (cm, svc, dep)] == ["ConfigMap", "Service", "Deployment"]
+    np, cm, svc, dep = render_serving(SPEC, IDENTITY, CONFIG)
+    assert [m["kind"] for m in (np, cm, svc, dep)] == ["NetworkPolicy", "ConfigMap", "Service", "Deployment"]
     assert parse(cm["data"]["models.config"]).get("digits").versions == (3, 4)
     labels = dep["metadata"]["labels"]
     assert labels["app.kubernetes.io/name"] == "tensorflow-serving"
@@ -135,13 +135,14 @@ def test_hostile_values_stay_values():
         == '/tfk/models/x"; rm -rf /; $$(id)/digits'
     )
     text = 'model_config_list {\n}\n# "}: {{ evil }}\n'
-    assert render_serving(spec, None, text)[0]["data"]["models.config"] == text
+    assert render_serving(spec, None, text)[1]["data"]["models.config"] == text
 
 
 def test_tensorboard_objects():
-    svc, dep = render_tensorboard(
+    np, svc, dep = render_tensorboard(
         TensorBoardSpec(name="tb-digits", claim="logs", sub_path="r1", namespace="ml")
     )
+    assert np["kind"] == "NetworkPolicy"
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert "--logdir=/tfk/logs/r1" in c["args"]
     assert "--path_prefix=/api/v1/namespaces/ml/services/tb-digits:6006/proxy" in c["args"]
@@ -150,7 +151,7 @@ def test_tensorboard_objects():
 
 
 def test_monitoring_on_by_default_with_scrape_annotations():
-    cm, svc, dep = render_serving(SPEC, None, "model_config_list {\n}\n")
+    _np, cm, svc, dep = render_serving(SPEC, None, "model_config_list {\n}\n")
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert "--monitoring_config_file=/etc/tfk/monitoring.config" in c["args"]
     assert cm["data"]["monitoring.config"] == (
@@ -172,7 +173,7 @@ def test_monitoring_off_and_batching_on():
         monitoring=False,
         batching={"max_batch_size": 32, "batch_timeout_micros": 2000, "allowed_batch_sizes": [8, 32]},
     )
-    cm, _, dep = render_serving(spec, None, "")
+    _np, cm, _, dep = render_serving(spec, None, "")
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert "annotations" not in dep["spec"]["template"]["metadata"]
     assert "monitoring.config" not in cm["data"]

@@ -1,0 +1,84 @@
+"""How a training cluster is laid out and admitted: the ``layout``, ``queue_name`` and
+``capacity_check`` options of the spec, validated here so spec.py stays one concern.
+
+- ``layout: jobs`` (default): headless Services, Indexed Jobs and the PS StatefulSet.
+- ``layout: jobset``: one JobSet (``jobset.x-k8s.io/v1alpha2``) with a replicated Job per
+  role, so Kueue admits the whole cluster as one workload.
+- ``queue_name``: the Kueue LocalQueue. The workloads are created suspended and carry
+  Kueue's queue label; Kueue un-suspends them when it admits them.
+- ``capacity_check``: before anything is created, compare the cluster's requests with what
+  the nodes have left (``off``, ``warn`` or ``fail``).
+
+Pure: no Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+from airflow_tfk import naming
+from airflow_tfk.errors import SpecError
+
+__all__ = [
+    "KUEUE_QUEUE_LABEL",
+    "JOBSET_API_VERSION",
+    "CapacityCheck",
+    "Layout",
+    "capacity_check",
+    "layout",
+    "queue_name",
+]
+
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+_QUEUE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+class Layout(str, enum.Enum):
+    JOBS = "jobs"
+    JOBSET = "jobset"
+
+
+class CapacityCheck(str, enum.Enum):
+    """What a shortfall of node capacity does before a cluster is created."""
+
+    OFF = "off"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+def layout(value: object) -> Layout:
+    try:
+        return Layout(value)
+    except ValueError:
+        raise SpecError("layout", f"must be one of {', '.join(x.value for x in Layout)}", value) from None
+
+
+def capacity_check(value: object) -> CapacityCheck:
+    try:
+        return CapacityCheck(value)
+    except ValueError:
+        raise SpecError(
+            "capacity_check", f"must be one of {', '.join(x.value for x in CapacityCheck)}", value
+        ) from None
+
+
+def queue_name(value: object) -> str | None:
+    """A LocalQueue name: a DNS-1123 subdomain that is also a label value (it travels
+    as the value of Kueue's queue label)."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, str)
+        or not _QUEUE.match(value)
+        or not naming.is_dns1123_subdomain(value)
+        or not naming.is_label_value(value)
+    ):
+        raise SpecError(
+            "queue_name",
+            "must be a LocalQueue name: at most 63 lowercase letters, digits, '-' or '.', "
+            "starting and ending with a letter or digit",
+            value,
+        )
+    return value

@@ -1,0 +1,283 @@
+"""Network isolation options: who may reach a training cluster, a TF Serving or a TensorBoard.
+
+TensorFlow's gRPC servers are unauthenticated: any peer that reaches a task's port can run
+graphs with the pod's identity and data. On Kubernetes each training cluster therefore
+gets a NetworkPolicy (on by default) that admits its TF port only from the pods of the
+same cluster; serving and TensorBoard get one admitting only the sources the user names,
+plus the API server's service proxy the provider itself uses.
+
+This module holds the typed, validated options only (pure data, no Kubernetes client);
+the manifests come from ``templates/networkpolicy.yaml.j2`` and
+``templates/serving/networkpolicy.yaml.j2``. Enforcement is the network plugin's job: see
+``docs/network-isolation.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_tfk import naming
+from airflow_tfk.errors import SpecError
+
+__all__ = ["Egress", "Peer", "ServiceNetworkPolicy", "TrainingNetworkPolicy", "cidr", "host_cidr"]
+
+
+class Egress(str, enum.Enum):
+    """What a training's pods may connect to.
+
+    - ``open``: anything (the policy restricts ingress only).
+    - ``restricted``: the cluster's own tasks on the TF port, DNS (port 53 anywhere, so
+      node-local DNS caches keep working), and the ``egress_to`` peers.
+    """
+
+    OPEN = "open"
+    RESTRICTED = "restricted"
+
+
+def _labels(value: object, where: str) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SpecError(where, "must be a mapping of label keys to values", value)
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not naming.is_label_key(k):
+            raise SpecError(f"{where}.{k}", "is not a valid label key")
+        if isinstance(v, bool) or not isinstance(v, (str, int)) or not naming.is_label_value(str(v)):
+            raise SpecError(f"{where}.{k}", "is not a valid label value", v)
+        out[k] = str(v)
+    return out
+
+
+def cidr(value: object, where: str) -> str:
+    """A CIDR block in canonical form (``10.0.0.0/8``, ``fd00::/8``); host bits must be 0."""
+    if not isinstance(value, str):
+        raise SpecError(where, "must be a CIDR string such as '10.0.0.0/8'", value)
+    try:
+        return str(ipaddress.ip_network(value.strip(), strict=True))
+    except ValueError as exc:
+        raise SpecError(where, f"is not a valid CIDR block ({exc})", value) from None
+
+
+def host_cidr(address: str) -> str:
+    """The single-address block of an IP (``/32`` or ``/128``)."""
+    ip = ipaddress.ip_address(address)
+    return f"{ip}/{ip.max_prefixlen}"
+
+
+def _ports(value: object, where: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise SpecError(where, "must be a list of port numbers", value)
+    out = []
+    for i, p in enumerate(value):
+        if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 65535:
+            raise SpecError(f"{where}[{i}]", "must be a port number between 1 and 65535", p)
+        out.append(p)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One source (or, for egress, destination) a policy admits.
+
+    Either labels or a CIDR:
+
+    :param namespace_labels: namespaces whose labels match (``{}`` = every namespace);
+        alone, it admits every pod of those namespaces.
+    :param pod_labels: pods whose labels match; alone, only in the policy's own namespace,
+        with ``namespace_labels`` in the matching namespaces.
+    :param cidr: an IP block (for sources outside the pod network, e.g. a load balancer).
+    :param except_cidrs: blocks inside ``cidr`` that are not admitted.
+    :param ports: egress peers only: the destination TCP ports (all when empty).
+    """
+
+    namespace_labels: Mapping[str, str] | None = None
+    pod_labels: Mapping[str, str] | None = None
+    cidr: str | None = None
+    except_cidrs: tuple[str, ...] = ()
+    ports: tuple[int, ...] = ()
+
+    def validate(self, where: str, *, egress: bool) -> None:
+        object.__setattr__(
+            self, "namespace_labels", _labels(self.namespace_labels, f"{where}.namespace_labels")
+        )
+        object.__setattr__(self, "pod_labels", _labels(self.pod_labels, f"{where}.pod_labels"))
+        has_labels = self.namespace_labels is not None or self.pod_labels is not None
+        if self.cidr is not None:
+            if has_labels:
+                raise SpecError(
+                    f"{where}.cidr",
+                    "and namespace_labels/pod_labels are exclusive: one peer is one or the other",
+                )
+            object.__setattr__(self, "cidr", cidr(self.cidr, f"{where}.cidr"))
+        elif not has_labels:
+            raise SpecError(where, "needs namespace_labels, pod_labels or cidr")
+        excepts = self.except_cidrs
+        if isinstance(excepts, (str, bytes)) or not isinstance(excepts, Sequence):
+            raise SpecError(f"{where}.except_cidrs", "must be a list of CIDR blocks", excepts)
+        if excepts and self.cidr is None:
+            raise SpecError(f"{where}.except_cidrs", "needs cidr")
+        blocks = tuple(cidr(e, f"{where}.except_cidrs[{i}]") for i, e in enumerate(excepts))
+        for i, block in enumerate(blocks):
+            outer = ipaddress.ip_network(self.cidr)  # type: ignore[arg-type]
+            inner = ipaddress.ip_network(block)
+            if inner.version != outer.version or not inner.subnet_of(outer):  # type: ignore[arg-type]
+                raise SpecError(f"{where}.except_cidrs[{i}]", f"must lie inside cidr {self.cidr}", block)
+        object.__setattr__(self, "except_cidrs", blocks)
+        object.__setattr__(self, "ports", _ports(self.ports, f"{where}.ports"))
+        if self.ports and not egress:
+            raise SpecError(
+                f"{where}.ports", "applies to egress_to peers only (ingress ports are the service's)"
+            )
+
+    def to_k8s(self) -> dict[str, Any]:
+        """The NetworkPolicyPeer."""
+        if self.cidr is not None:
+            block: dict[str, Any] = {"cidr": self.cidr}
+            if self.except_cidrs:
+                block["except"] = list(self.except_cidrs)
+            return {"ipBlock": block}
+        out: dict[str, Any] = {}
+        if self.namespace_labels is not None:
+            out["namespaceSelector"] = {"matchLabels": dict(self.namespace_labels)}
+        if self.pod_labels is not None:
+            out["podSelector"] = {"matchLabels": dict(self.pod_labels)}
+        return out
+
+    @classmethod
+    def from_value(cls, data: object, where: str, *, egress: bool) -> Peer:
+        if isinstance(data, Peer):
+            peer = data
+        elif isinstance(data, Mapping):
+            unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+            if unknown:
+                raise SpecError(
+                    f"{where}.{unknown[0]}", "unknown key (allowed: " + ", ".join(_PEER_KEYS) + ")"
+                )
+            kwargs = dict(data)
+            for key in ("except_cidrs", "ports"):
+                if isinstance(kwargs.get(key), list):
+                    kwargs[key] = tuple(kwargs[key])
+            peer = cls(**kwargs)
+        else:
+            raise SpecError(where, "must be a mapping such as {namespace_labels: {team: ml}}", data)
+        peer.validate(where, egress=egress)
+        return peer
+
+
+_PEER_KEYS = sorted(f.name for f in dataclasses.fields(Peer))
+
+
+def _peers(value: object, where: str, *, egress: bool) -> tuple[Peer, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        raise SpecError(where, "must be a list of peers", value)
+    return tuple(Peer.from_value(p, f"{where}[{i}]", egress=egress) for i, p in enumerate(value))
+
+
+def _bool(value: object, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(where, "must be true or false", value)
+    return value
+
+
+def _from_mapping(cls: type, data: object, where: str) -> Any:
+    if data is None:
+        return cls()
+    if isinstance(data, bool):  # `network_policy: false` is the short form of switching it off
+        return cls(enabled=data)
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise SpecError(where, "must be a mapping (or true/false)", data)
+    allowed = sorted(f.name for f in dataclasses.fields(cls))
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise SpecError(f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(allowed)})")
+    return cls(**data)
+
+
+@dataclass(frozen=True)
+class TrainingNetworkPolicy:
+    """The NetworkPolicy of a training cluster (``network_policy`` in the spec).
+
+    :param enabled: create it (default). Switch it off only where another policy covers
+        the cluster, or the network plugin does not enforce NetworkPolicy anyway.
+    :param egress: ``open`` (default) or ``restricted`` (see :class:`Egress`).
+    :param egress_to: restricted egress: further destinations, e.g. the data store
+        ``{cidr: 10.20.0.0/16, ports: [443]}``.
+    """
+
+    enabled: bool = True
+    egress: Egress = Egress.OPEN
+    egress_to: tuple[Peer, ...] = ()
+
+    def validate(self, where: str = "network_policy") -> None:
+        _bool(self.enabled, f"{where}.enabled")
+        try:
+            object.__setattr__(self, "egress", Egress(self.egress))
+        except ValueError:
+            raise SpecError(
+                f"{where}.egress", f"must be one of {', '.join(e.value for e in Egress)}", self.egress
+            ) from None
+        object.__setattr__(self, "egress_to", _peers(self.egress_to, f"{where}.egress_to", egress=True))
+        if self.egress_to and self.egress is not Egress.RESTRICTED:
+            raise SpecError(f"{where}.egress_to", "needs egress: restricted (open egress admits everything)")
+
+    @classmethod
+    def from_value(cls, data: object, where: str = "network_policy") -> TrainingNetworkPolicy:
+        policy: TrainingNetworkPolicy = _from_mapping(cls, data, where)
+        policy.validate(where)
+        return policy
+
+
+@dataclass(frozen=True)
+class ServiceNetworkPolicy:
+    """The NetworkPolicy of a TF Serving or TensorBoard (``network_policy`` in their specs).
+
+    :param enabled: create it (default).
+    :param allow_from: who may connect to the service's ports. Nobody by default.
+    :param api_server_cidrs: where the API server's service proxy connects from (the
+        provider's AVAILABLE check, smoke predict and TensorBoard link go through it).
+        Default: discovered from the ``kubernetes`` EndpointSlice in ``default`` when the
+        objects are applied. Give them where the proxy's source is not the API server's
+        advertised address (konnectivity, some managed control planes); ``[]`` admits none.
+    """
+
+    enabled: bool = True
+    allow_from: tuple[Peer, ...] = ()
+    api_server_cidrs: tuple[str, ...] | None = None
+
+    def validate(self, where: str = "network_policy") -> None:
+        _bool(self.enabled, f"{where}.enabled")
+        object.__setattr__(self, "allow_from", _peers(self.allow_from, f"{where}.allow_from", egress=False))
+        blocks = self.api_server_cidrs
+        if blocks is not None:
+            if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence):
+                raise SpecError(f"{where}.api_server_cidrs", "must be a list of CIDR blocks", blocks)
+            object.__setattr__(
+                self,
+                "api_server_cidrs",
+                tuple(cidr(b, f"{where}.api_server_cidrs[{i}]") for i, b in enumerate(blocks)),
+            )
+
+    @classmethod
+    def from_value(cls, data: object, where: str = "network_policy") -> ServiceNetworkPolicy:
+        policy: ServiceNetworkPolicy = _from_mapping(cls, data, where)
+        policy.validate(where)
+        return policy
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "allow_from": [dataclasses.asdict(p) for p in self.allow_from],
+            "api_server_cidrs": None if self.api_server_cidrs is None else list(self.api_server_cidrs),
+        }

@@ -1,0 +1,85 @@
+"""Kueue's pending reason, as the task log shows it while a cluster is queued: only the
+cluster's own Workloads (owned by its JobSet, or its Jobs/StatefulSet), admitted or
+finished ones say nothing; and the wait loop asks only while there is no task yet."""
+
+from __future__ import annotations
+
+from airflow_tfk.backends._kueue import queue_message
+from airflow_tfk.backends.base import ClusterRef
+from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
+from airflow_tfk.watch import QueueReporter
+
+PENDING = (
+    "couldn't assign flavors to pod set worker: insufficient quota for cpu in flavor default-flavor, "
+    "4 more needed"
+)
+
+
+def workload(owner_kind, owner_name, conditions, queue="team-a"):
+    return {
+        "metadata": {
+            "name": f"x-{owner_name}",
+            "ownerReferences": [{"kind": owner_kind, "name": owner_name}],
+        },
+        "spec": {"queueName": queue},
+        "status": {"conditions": conditions},
+    }
+
+
+def pending(message=PENDING):
+    return [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message}]
+
+
+def test_pending_jobset_is_reported_with_kueues_reason():
+    wls = [workload("JobSet", "train-1", pending()), workload("JobSet", "train-10", pending("other"))]
+    assert queue_message(wls, "train-1") == f"JobSet train-1 queued in LocalQueue team-a: {PENDING}"
+
+
+def test_jobs_layout_workloads_and_admitted_ones():
+    wls = [
+        workload("Job", "t-worker", pending()),
+        workload("StatefulSet", "t-ps", [{"type": "Admitted", "status": "True"}]),
+        workload("Job", "t-chief", [{"type": "QuotaReserved", "status": "False", "reason": "Pending"}]),
+        workload("Job", "t-workers", pending()),  # not a role object of cluster t
+    ]
+    assert queue_message(wls, "t") == (
+        "Job t-chief queued in LocalQueue team-a: Pending; "
+        f"Job t-worker queued in LocalQueue team-a: {PENDING}"
+    )
+    admitted = [workload("JobSet", "t", [{"type": "Admitted", "status": "True"}])]
+    finished = [workload("JobSet", "t", [{"type": "Finished", "status": "True"}])]
+    assert queue_message(admitted, "t") is None and queue_message(finished, "t") is None
+    assert queue_message([], "t") is None
+    fresh = [workload("JobSet", "t", [])]
+    assert (
+        queue_message(fresh, "t") == "JobSet t queued in LocalQueue team-a: waiting for Kueue to look at it"
+    )
+
+
+class _Backend:
+    def __init__(self, answers):
+        self.answers, self.asked = list(answers), 0
+
+    def queue_message(self, ref):
+        self.asked += 1
+        return self.answers.pop(0)
+
+
+def test_reporter_asks_only_while_no_task_exists_and_logs_changes():
+    lines: list[str] = []
+    backend = _Backend(["JobSet t queued: A", "JobSet t queued: A", "JobSet t queued: B"])
+    rep = QueueReporter(backend, ClusterRef("t", "ns"), interval=0.0, emit=lines.append)  # type: ignore[arg-type]
+    empty = ClusterStatus(tasks=(TaskStatus("worker", 0, Phase.PENDING),))  # a suspended Job's task
+    running = ClusterStatus(
+        tasks=(TaskStatus("worker", 0, Phase.RUNNING), TaskStatus("worker", 1, Phase.PENDING))
+    )
+    assert not rep.wants(running) and not rep.wants(ClusterStatus(exists=False))
+    assert rep.wants(ClusterStatus())
+    for _ in range(3):
+        assert rep.wants(empty)
+        rep.report()
+    assert lines == ["queued: JobSet t queued: A", "queued: JobSet t queued: B"]
+    slow = QueueReporter(_Backend([None]), ClusterRef("t", "ns"), interval=3600.0)  # type: ignore[arg-type]
+    assert slow.wants(empty)
+    slow.report()
+    assert not slow.wants(empty)  # rate-limited

@@ -1,0 +1,100 @@
+"""``layout: jobset`` with the real JobSet controller (sigs.k8s.io/jobset v0.11.0, built
+from its Go module by tests/k8s/jobset/build.sh, webhooks included) on the KWOK control
+plane:
+
+- success: the workers finish, the provider's wait succeeds, and JobSet's own success
+  policy (all workers) ends the parameter servers without the provider deleting them;
+- failure: a worker exits with a permanent code, its index fails at once, the JobSet fails
+  (no restarts), and the wait reports the task and its exit code;
+- clean-up: delete() leaves nothing, JobSet included.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from k8s import addons
+
+from airflow_tfk.backends.kubernetes import KubernetesBackend
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.policies import Outcome
+from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.watch import wait_for_cluster
+from k8s_integration import _tfk
+
+pytestmark = pytest.mark.k8s
+tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
+IDENTITY = RunIdentity("k8s_it", "train", "scheduled__2026-01-01T00:00:00+00:00", -1)
+JOBSETS = ("jobset.x-k8s.io/v1alpha2", "jobsets")
+
+
+@pytest.fixture(scope="module")
+def jobset_controller(k8s_cluster, k8s_api):
+    workdir = Path(tempfile.mkdtemp(prefix="tfk-jobset-"))
+    controller = addons.JobSetController(k8s_cluster, workdir, addons.jobset_binary()).start(k8s_api)
+    try:
+        yield controller
+    finally:
+        controller.stop(k8s_api)
+
+
+def _jobset(api, ns: str, name: str) -> dict | None:
+    found = _tfk.objects(api, ns, name, kinds=[JOBSETS])
+    return found.get(f"jobsets/{name}")
+
+
+def _condition(js: dict | None, kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in ((js or {}).get("status") or {}).get("conditions") or []
+    )
+
+
+def test_success_policy_ends_the_ps_and_delete_cleans_up(k8s_api, jobset_controller, tfk_ns, tfk_conn):
+    backend = KubernetesBackend(conn_id=tfk_conn)
+    spec = TFClusterSpec.from_dict(
+        _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1, name="jsok", layout="jobset")
+    )
+    ref = backend.create(spec, IDENTITY)
+    _tfk.wait_for("3 pods", lambda: len(_tfk.pods(k8s_api, tfk_ns, "jsok")) == 3, timeout=60)
+    # JobSet named them as TF_CONFIG says: <jobset>-<role>-0-<index>
+    hostnames = sorted(p.spec.hostname for p in _tfk.pods(k8s_api, tfk_ns, "jsok"))
+    assert hostnames == ["jsok-ps-0-0", "jsok-worker-0-0", "jsok-worker-0-1"]
+    assert {p.spec.subdomain for p in _tfk.pods(k8s_api, tfk_ns, "jsok")} == {"jsok"}
+    _tfk.finish(k8s_api, tfk_ns, "jsok", "worker", 0, count=2)
+    lines: list[str] = []
+    verdict = wait_for_cluster(
+        backend, ref, spec.mode, {"ps": 1, "worker": 2}, timeout=60, progress_interval=3600, emit=lines.append
+    )
+    assert verdict.outcome is Outcome.SUCCEEDED, (verdict, lines)
+    _tfk.wait_for(
+        "the JobSet to complete",
+        lambda: _condition(_jobset(k8s_api, tfk_ns, "jsok"), "Completed"),
+        timeout=60,
+    )
+    # JobSet itself ended the parameter server: the provider deleted nothing yet
+    _tfk.wait_for("the PS pod gone", lambda: not _tfk.pods(k8s_api, tfk_ns, "jsok", "ps"), timeout=60)
+    backend.delete(ref)
+    _tfk.wait_for("no JobSet left", lambda: _jobset(k8s_api, tfk_ns, "jsok") is None, timeout=60)
+    _tfk.wait_no_leftovers(k8s_api, tfk_ns, "jsok", timeout=90)
+
+
+def test_a_permanent_failure_fails_the_jobset_and_the_wait(k8s_api, jobset_controller, tfk_ns, tfk_conn):
+    backend = KubernetesBackend(conn_id=tfk_conn)
+    spec = TFClusterSpec.from_dict(
+        _tfk.spec(tfk_ns, "all_reduce", workers=2, ps=0, name="jsfail", layout="jobset")
+    )
+    ref = backend.create(spec, IDENTITY)
+    _tfk.finish(k8s_api, tfk_ns, "jsfail", "worker", 1, indexes=[1])
+    verdict = wait_for_cluster(backend, ref, spec.mode, {"worker": 2}, timeout=60, progress_interval=3600)
+    assert verdict.outcome is Outcome.FAILED, verdict
+    assert verdict.failed_task is not None and verdict.failed_task.name == "worker-1", verdict
+    assert verdict.failed_task.exit_code == 1
+    _tfk.wait_for(
+        "the JobSet to fail", lambda: _condition(_jobset(k8s_api, tfk_ns, "jsfail"), "Failed"), timeout=60
+    )
+    backend.delete(ref)
+    _tfk.wait_for("no JobSet left", lambda: _jobset(k8s_api, tfk_ns, "jsfail") is None, timeout=60)
+    _tfk.wait_no_leftovers(k8s_api, tfk_ns, "jsfail", timeout=90)

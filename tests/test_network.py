@@ -1,0 +1,309 @@
+"""Network isolation of a training cluster: the options, and the NetworkPolicy render()
+makes of them - valid against the official schemas, selecting exactly the cluster's pods
+(and no pod of another cluster in the same namespace), admitting the TF port only from
+them."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from unittest import mock
+
+import kubernetes_validate
+import pytest
+
+from airflow_tfk import naming
+from airflow_tfk.errors import SpecError
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.network import Peer, ServiceNetworkPolicy, TrainingNetworkPolicy
+from airflow_tfk.render import render
+from airflow_tfk.spec import TFClusterSpec
+
+K8S_VERSIONS = ("1.29", "1.37")
+IDENTITY = RunIdentity("nightly", "train", "scheduled__2026-01-01T00:00:00+00:00")
+BASE = {
+    "name": "alpha",
+    "image": "tensorflow/tensorflow:2.21.0",
+    "command": ["python", "/opt/train.py"],
+    "namespace": "ml",
+    "port": 2222,
+}
+MODES = {
+    "between_graph": {"mode": "between_graph", "ps": {"replicas": 2}, "worker": {"replicas": 3}},
+    "parameter_server": {
+        "mode": "parameter_server",
+        "ps": {"replicas": 2},
+        "worker": {"replicas": 3},
+        "chief": {"replicas": 1},
+        "evaluator": {"replicas": 1},
+    },
+    "all_reduce": {"mode": "all_reduce", "worker": {"replicas": 4}},
+    "namespace_per_training": {
+        "mode": "between_graph",
+        "ps": {"replicas": 1},
+        "worker": {"replicas": 2},
+        "namespace_per_training": True,
+    },
+}
+RESTRICTED = {
+    "egress": "restricted",
+    "egress_to": [
+        {"cidr": "10.20.0.0/16", "except_cidrs": ["10.20.1.0/24"], "ports": [443]},
+        {"namespace_labels": {"kubernetes.io/metadata.name": "datasets"}, "pod_labels": {"app": "minio"}},
+    ],
+}
+
+_cached_schema = functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents)
+
+
+def validate(manifest, version: str) -> None:
+    with mock.patch.object(kubernetes_validate.utils, "schema_contents", _cached_schema):
+        kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def make(case: str = "between_graph", **changes) -> TFClusterSpec:
+    data = copy.deepcopy({**BASE, **MODES[case]})
+    data.update(changes)
+    return TFClusterSpec.from_dict(data)
+
+
+def policies(manifests):
+    return [m for m in manifests if m["kind"] == "NetworkPolicy"]
+
+
+def pod_templates(manifests):
+    """(namespace, labels) of every pod the rendered controllers will make."""
+    out = []
+    for m in manifests:
+        if m["kind"] in ("Job", "StatefulSet"):
+            out.append((m["metadata"]["namespace"], m["spec"]["template"]["metadata"]["labels"]))
+        elif m["kind"] == "JobSet":
+            for rj in m["spec"]["replicatedJobs"]:
+                labels = rj["template"]["spec"]["template"]["metadata"]["labels"]
+                out.append((m["metadata"]["namespace"], labels))
+    return out
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    """A LabelSelector as the API server evaluates it (matchLabels and matchExpressions)."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expr in selector.get("matchExpressions", []):
+        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and labels.get(key) in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def admitted_on(policy: dict, ns: str, labels: dict, port: int) -> bool:
+    """Would ``policy`` admit a connection from a pod (ns, labels) to ``port``? Pod peers
+    only (no namespaceSelector means the policy's own namespace)."""
+    for rule in policy["spec"].get("ingress", []):
+        ports = [p["port"] for p in rule.get("ports", [])]
+        if ports and port not in ports:
+            continue
+        for peer in rule.get("from", []):
+            if "ipBlock" in peer or "namespaceSelector" in peer:
+                continue
+            if ns == policy["metadata"]["namespace"] and selects(peer["podSelector"], labels):
+                return True
+    return False
+
+
+# -- options ---------------------------------------------------------------------------
+def test_on_by_default_with_open_egress():
+    spec = make()
+    assert spec.network_policy == TrainingNetworkPolicy()
+    assert spec.network_policy.enabled and spec.network_policy.egress.value == "open"
+
+
+def test_false_switches_it_off_and_the_spec_round_trips():
+    assert make(network_policy=False).network_policy.enabled is False
+    spec = make(network_policy=RESTRICTED)
+    again = TFClusterSpec.from_dict(spec.to_dict())
+    assert again == spec
+    assert again.network_policy.egress_to[0] == Peer(
+        cidr="10.20.0.0/16", except_cidrs=("10.20.1.0/24",), ports=(443,)
+    )
+
+
+@pytest.mark.parametrize(
+    "value, field, words",
+    [
+        ("yes", "network_policy", "mapping"),
+        ({"enabled": "no"}, "network_policy.enabled", "true or false"),
+        ({"egress": "closed"}, "network_policy.egress", "open, restricted"),
+        ({"ingress_from": []}, "network_policy.ingress_from", "unknown key"),
+        ({"egress_to": [{"cidr": "10.0.0.0/8"}]}, "network_policy.egress_to", "needs egress: restricted"),
+        ({"egress": "restricted", "egress_to": {"cidr": "10.0.0.0/8"}}, "network_policy.egress_to", "list"),
+        (
+            {"egress": "restricted", "egress_to": [{}]},
+            "network_policy.egress_to[0]",
+            "needs namespace_labels",
+        ),
+        (
+            {"egress": "restricted", "egress_to": [{"cidr": "10.0.0.1/8"}]},
+            "network_policy.egress_to[0].cidr",
+            "host bits",
+        ),
+        (
+            {"egress": "restricted", "egress_to": [{"cidr": "10.0.0.0/8", "pod_labels": {"a": "b"}}]},
+            "network_policy.egress_to[0].cidr",
+            "exclusive",
+        ),
+        (
+            {"egress": "restricted", "egress_to": [{"cidr": "10.0.0.0/8", "except_cidrs": ["11.0.0.0/16"]}]},
+            "network_policy.egress_to[0].except_cidrs[0]",
+            "inside cidr",
+        ),
+        (
+            {
+                "egress": "restricted",
+                "egress_to": [{"pod_labels": {"a": "b"}, "except_cidrs": ["1.0.0.0/8"]}],
+            },
+            "network_policy.egress_to[0].except_cidrs",
+            "needs cidr",
+        ),
+        (
+            {"egress": "restricted", "egress_to": [{"pod_labels": {"bad key!": "x"}}]},
+            "network_policy.egress_to[0].pod_labels.bad key!",
+            "label key",
+        ),
+        (
+            {"egress": "restricted", "egress_to": [{"cidr": "10.0.0.0/8", "ports": [0]}]},
+            "network_policy.egress_to[0].ports[0]",
+            "between 1 and 65535",
+        ),
+        (
+            {"egress": "restricted", "egress_to": [{"cidr": "10.0.0.0/8", "colour": 1}]},
+            "network_policy.egress_to[0].colour",
+            "unknown key",
+        ),
+    ],
+)
+def test_bad_options_name_the_field(value, field, words):
+    with pytest.raises(SpecError) as err:
+        make(network_policy=value)
+    assert err.value.field == field, err.value
+    assert words in str(err.value)
+
+
+def test_service_policy_options():
+    policy = ServiceNetworkPolicy.from_value(
+        {"allow_from": [{"namespace_labels": {"team": "web"}}], "api_server_cidrs": ["192.168.0.10/32"]}
+    )
+    assert policy.api_server_cidrs == ("192.168.0.10/32",)
+    assert ServiceNetworkPolicy.from_value(None).api_server_cidrs is None  # discovered
+    with pytest.raises(SpecError) as err:
+        ServiceNetworkPolicy.from_value({"allow_from": [{"cidr": "10.0.0.0/8", "ports": [80]}]})
+    assert err.value.field == "network_policy.allow_from[0].ports"
+    with pytest.raises(SpecError) as err:
+        ServiceNetworkPolicy.from_value({"api_server_cidrs": "10.0.0.1/32"})
+    assert err.value.field == "network_policy.api_server_cidrs"
+    with pytest.raises(SpecError) as err:
+        ServiceNetworkPolicy.from_value({"api_server_cidrs": ["nonsense"]})
+    assert err.value.field == "network_policy.api_server_cidrs[0]"
+
+
+# -- the rendered policy ---------------------------------------------------------------
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("case", sorted(MODES))
+@pytest.mark.parametrize("egress", ["open", "restricted"])
+@pytest.mark.parametrize("layout", ["jobs", "jobset"])
+def test_policy_renders_valid_for_every_mode_and_layout(case, version, egress, layout):
+    spec = make(case, network_policy=RESTRICTED if egress == "restricted" else None, layout=layout)
+    manifests = render(spec, IDENTITY)
+    (policy,) = policies(manifests)
+    validate(policy, version)
+    assert policy["metadata"]["name"] == "alpha-isolation"
+    assert policy["metadata"]["namespace"] == spec.namespace_name
+    # it carries the cluster's labels, so delete() (by label) removes it with the cluster
+    assert policy["metadata"]["labels"][naming.LABEL_CLUSTER] == "alpha"
+    assert policy["metadata"]["labels"].items() >= IDENTITY.labels().items()
+    # applied before anything that makes pods
+    kinds = [m["kind"] for m in manifests]
+    assert kinds.index("NetworkPolicy") < min(
+        kinds.index(k) for k in ("Job", "StatefulSet", "JobSet") if k in kinds
+    )
+
+
+@pytest.mark.parametrize("case", sorted(MODES))
+@pytest.mark.parametrize("layout", ["jobs", "jobset"])
+def test_selector_matches_exactly_the_clusters_pods(case, layout):
+    spec = make(case, layout=layout)
+    mine = render(spec, IDENTITY)
+    (policy,) = policies(mine)
+    selector = policy["spec"]["podSelector"]
+    ns = spec.namespace_name
+    pods = pod_templates(mine)
+    assert len(pods) == len(spec.roles())
+    for pod_ns, labels in pods:
+        assert pod_ns == ns and selects(selector, labels), labels
+        assert admitted_on(policy, ns, labels, spec.port)  # every task reaches every task
+        assert not admitted_on(policy, ns, labels, spec.port + 1)  # only the TF port
+
+    # Another cluster in the same namespace (another run of the same DAG, even): its pods
+    # are neither selected nor admitted, and its policy does not admit ours.
+    other_spec = make(case, name="beta", namespace_per_training=False, namespace=ns, layout=layout)
+    other = render(other_spec, RunIdentity("nightly", "train", "scheduled__2026-01-02T00:00:00+00:00"))
+    (other_policy,) = policies(other)
+    for pod_ns, labels in pod_templates(other):
+        assert not selects(selector, labels), labels
+        assert not admitted_on(policy, pod_ns, labels, spec.port)
+    for pod_ns, labels in pods:
+        assert not selects(other_policy["spec"]["podSelector"], labels)
+        assert not admitted_on(other_policy, pod_ns, labels, spec.port)
+
+    # A pod of another namespace with the very same labels is not admitted either.
+    assert not admitted_on(policy, "elsewhere", pods[0][1], spec.port)
+
+
+def test_ingress_only_by_default():
+    (policy,) = policies(render(make()))
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert "egress" not in policy["spec"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 2222}]
+    assert rule["from"] == [
+        {
+            "podSelector": {
+                "matchLabels": {naming.LABEL_CLUSTER: "alpha", "app.kubernetes.io/managed-by": "airflow-tfk"}
+            }
+        }
+    ]
+
+
+def test_restricted_egress_allows_the_cluster_dns_and_the_named_destinations():
+    spec = make(network_policy=RESTRICTED, port=5000)
+    (policy,) = policies(render(spec))
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    own, dns, store, minio = policy["spec"]["egress"]
+    assert own["to"] == [{"podSelector": policy["spec"]["podSelector"]}]
+    assert own["ports"] == [{"protocol": "TCP", "port": 5000}]
+    assert "to" not in dns and dns["ports"] == [
+        {"protocol": "UDP", "port": 53},
+        {"protocol": "TCP", "port": 53},
+    ]
+    assert store == {
+        "to": [{"ipBlock": {"cidr": "10.20.0.0/16", "except": ["10.20.1.0/24"]}}],
+        "ports": [{"protocol": "TCP", "port": 443}],
+    }
+    assert minio == {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "datasets"}},
+                "podSelector": {"matchLabels": {"app": "minio"}},
+            }
+        ]
+    }
+
+
+def test_switched_off_renders_no_policy():
+    assert policies(render(make(network_policy={"enabled": False}))) == []
+    assert policies(render(make(network_policy=False))) == []
