@@ -174,7 +174,7 @@ class KubernetesServing(ServingTarget):
             ("ConfigMap", self.spec.config_map_name),
             ("ConfigMap", self.spec.metrics_config_map_name),
             # last: the pods stay isolated until they are gone
-            ("NetworkPolicy", self.spec.name),
+            ("NetworkPolicy", self.spec.resource),
         ):
             try:
                 self.api.request("DELETE", BY_KIND[kind].item(self.spec.namespace, name), BACKGROUND)
