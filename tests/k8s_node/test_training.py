@@ -71,11 +71,21 @@ def test_between_graph_tf1_script_with_legacy_flags_and_a_late_ps(
         "between_graph",
         workers=2,
         ps=1,
+        # Through the launcher, as the README tells TF1 users: it appends the legacy flags
+        # and gives the script's sessions device filters. A bare `python script.py` with
+        # legacy_tf1_flags hung here (one worker waited forever for a peer that had exited).
         command=_tfk.recording(
-            ["python", f"{nodemod.REPO}/airflow_tfk/runtime/examples/tf1_between_graph.py"]
+            [
+                "python",
+                "-m",
+                "airflow_tfk.runtime.launch",
+                "--tf1-flags",
+                "--",
+                "python",
+                f"{nodemod.REPO}/airflow_tfk/runtime/examples/tf1_between_graph.py",
+            ]
         ),
         args=["--train_steps", "120", "--progress_every", "20"],
-        legacy_tf1_flags=True,
     )
     spec_data["ps"] = {"replicas": 1, "node_selector": {gate: "true"}}
     core = client.CoreV1Api(node_api)
