@@ -106,12 +106,19 @@ def _bound_claim(api: Any, namespace: str, claim: str) -> None:
 
 def _lifecycle(namespace: str) -> dict[str, int | str | None]:
     """Every API call publishing and TensorBoard make, by name -> failure status (None: ok)."""
-    spec = ServingSpec(model_name="digits", claim="models", namespace=namespace, poll_seconds=5)
+    # The namespaced Role cannot read default/kubernetes's EndpointSlice (that is the optional
+    # deploy/rbac/apiserver-address.yaml), so the proxy's source is given, as the docs tell
+    # least-privilege deployments to do.
+    policy = {"api_server_cidrs": ["127.0.0.1/32"]}
+    spec = ServingSpec(
+        model_name="digits", claim="models", namespace=namespace, poll_seconds=5, network_policy=policy
+    )
     target = KubernetesServing(spec, conn_id=CONN, reader_timeout_seconds=60)
     config = ModelServerConfig((ModelConfig("digits", spec.pod_base_path, versions=(1,)),))
     lines: list[str] = []
     tb = KubernetesTensorBoard(
-        TensorBoardSpec(name="tb-digits", claim="logs", namespace=namespace), conn_id=CONN
+        TensorBoardSpec(name="tb-digits", claim="logs", namespace=namespace, network_policy=policy),
+        conn_id=CONN,
     )
     proxy = target._proxy  # status of a proxied request, as the publish step sees it
     return {
