@@ -30,6 +30,8 @@ PLURAL = {
     "Service": "services",
     "PersistentVolumeClaim": "persistentvolumeclaims",
     "Namespace": "namespaces",
+    "NetworkPolicy": "networkpolicies",
+    "JobSet": "jobsets",
 }
 ACCEPTED = [c for c in cases() if c.field is None]
 
