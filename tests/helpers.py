@@ -15,6 +15,20 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 TRAINER = str(Path(__file__).parent / "operators" / "tasks" / "trainer.py")
 
+# One cluster shape per training mode, with every role that mode takes: the render,
+# network-policy and admission tests run each layout over these.
+MODE_SHAPES: dict[str, dict] = {
+    "between_graph": {"mode": "between_graph", "ps": {"replicas": 2}, "worker": {"replicas": 3}},
+    "parameter_server": {
+        "mode": "parameter_server",
+        "ps": {"replicas": 2},
+        "worker": {"replicas": 3},
+        "chief": {"replicas": 1},
+        "evaluator": {"replicas": 1},
+    },
+    "all_reduce": {"mode": "all_reduce", "worker": {"replicas": 4}},
+}
+
 
 def task_context(
     run_id: str = "manual__1", dag_id: str = "dag", task_id: str = "train", map_index: int = -1

@@ -17,6 +17,7 @@ from airflow_tfk.errors import SpecError
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.render import JOBSET_TTL_SECONDS, render
 from airflow_tfk.spec import TFClusterSpec
+from tests.helpers import MODE_SHAPES
 
 IDENTITY = RunIdentity("nightly", "train", "scheduled__2026-01-01T00:00:00+00:00")
 BASE = {
@@ -27,17 +28,7 @@ BASE = {
     "max_duration_seconds": 7200,
     "retries_per_index": 2,
 }
-MODES = {
-    "between_graph": {"mode": "between_graph", "ps": {"replicas": 2}, "worker": {"replicas": 3}},
-    "parameter_server": {
-        "mode": "parameter_server",
-        "ps": {"replicas": 2},
-        "worker": {"replicas": 3},
-        "chief": {"replicas": 1},
-        "evaluator": {"replicas": 1},
-    },
-    "all_reduce": {"mode": "all_reduce", "worker": {"replicas": 4}},
-}
+MODES = MODE_SHAPES
 
 
 def make(mode: str = "between_graph", **changes) -> TFClusterSpec:

@@ -18,6 +18,7 @@ from airflow_tfk.naming import RunIdentity
 from airflow_tfk.network import Peer, ServiceNetworkPolicy, TrainingNetworkPolicy
 from airflow_tfk.render import render
 from airflow_tfk.spec import TFClusterSpec
+from tests.helpers import MODE_SHAPES
 
 K8S_VERSIONS = ("1.29", "1.37")
 IDENTITY = RunIdentity("nightly", "train", "scheduled__2026-01-01T00:00:00+00:00")
@@ -29,15 +30,7 @@ BASE = {
     "port": 2222,
 }
 MODES = {
-    "between_graph": {"mode": "between_graph", "ps": {"replicas": 2}, "worker": {"replicas": 3}},
-    "parameter_server": {
-        "mode": "parameter_server",
-        "ps": {"replicas": 2},
-        "worker": {"replicas": 3},
-        "chief": {"replicas": 1},
-        "evaluator": {"replicas": 1},
-    },
-    "all_reduce": {"mode": "all_reduce", "worker": {"replicas": 4}},
+    **MODE_SHAPES,
     "namespace_per_training": {
         "mode": "between_graph",
         "ps": {"replicas": 1},
