@@ -19,13 +19,20 @@ def progress_of(text):
     return [p for p in map(parse_line, text.splitlines()) if p is not None]
 
 
-def check_progress(text, total, every):
+def max_gap(steps):
+    return max(b - a for a, b in zip(steps, steps[1:], strict=False))
+
+
+def check_progress(text, total, every, gaps=True):
+    """The progress lines of one task: ordered, ending at ``total`` with status done, and
+    (``gaps``) a line at least every ``every`` steps, give or take the parameter_server
+    loop's 10-step read interval."""
     lines = progress_of(text)
     assert lines, "no progress lines"
     steps = [p.step for p in lines]
     assert steps == sorted(steps) and steps[-1] == total
-    # a line at least every `every` steps (plus the parameter_server loop's 10-step marker)
-    assert max(b - a for a, b in zip(steps, steps[1:], strict=False)) <= every + 10, steps
+    if gaps:
+        assert max_gap(steps) <= every + 10, steps
     assert all(p.total_steps == total for p in lines)
     assert [p.status for p in lines[:-1]] == ["running"] * (len(lines) - 1)
     assert lines[-1].status == "done"
@@ -113,9 +120,17 @@ def test_other_modes(local_cluster, tmp_path, mode, roles):
         env={"TFK_MODEL_DIR": str(models)},
     )
     c.start_all()
+    # In between_graph (asynchronous) the step is global: while one worker waits for the
+    # CPU the other advances it, so one worker's own lines can be far apart. What holds is
+    # that the workers together print a line at least every 100 global steps.
+    shared = mode == "between_graph"
+    seen = []
     for i in range(2):  # every worker trains and exits
         assert c.wait("worker", i, timeout=150) == 0, c.describe()
-        check_progress(c.stdout("worker", i), steps, 100)
+        lines = check_progress(c.stdout("worker", i), steps, 100, gaps=not shared)
+        seen += [p.step for p in lines]
+    if shared:
+        assert max_gap(sorted(seen)) <= 100 + 10, sorted(seen)
     out = c.stdout("worker", 0)  # worker 0 is the chief: evaluates and exports
     assert last_event(out, "metrics")["accuracy"] >= ACCURACY_THRESHOLD
     assert last_event(c.stdout("worker", 1), "export") is None
