@@ -4,9 +4,11 @@ The CRDs come from the projects' own Go modules at pinned versions, fetched thro
 Go module proxy into the Go module cache (``go mod download``: a few MB, once). Installing
 them into the test control plane makes the real API server validate the provider's JobSets
 against JobSet's published schema (strict server-side dry run), and store and serve
-Kueue's Workloads. The controllers themselves are not run here (see docs/kueue.md): what
-needs them (un-suspending, admission, JobSet's success policy) is not claimed by these
-tests.
+Kueue's Workloads.
+
+The controllers themselves (:class:`JobSetController`, :class:`KueueController`) are built
+from the same pinned modules by ``tests/k8s/jobset/build.sh`` and ``tests/k8s/kueue/build.sh``
+(cached outside the repository) and run as local processes beside the test control plane.
 """
 
 from __future__ import annotations
@@ -21,12 +23,25 @@ from typing import Any
 
 #: module, version, CRD files inside the module
 JOBSET = ("sigs.k8s.io/jobset", "v0.11.0", ("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",))
+#: every Kueue CRD: its controller watches them all (cohorts, topologies, admission checks...)
 KUEUE = (
     "sigs.k8s.io/kueue",
     "v0.14.0",
     tuple(
         f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml"
-        for plural in ("workloads", "localqueues", "clusterqueues", "resourceflavors")
+        for plural in (
+            "workloads",
+            "localqueues",
+            "clusterqueues",
+            "resourceflavors",
+            "admissionchecks",
+            "cohorts",
+            "multikueueclusters",
+            "multikueueconfigs",
+            "provisioningrequestconfigs",
+            "topologies",
+            "workloadpriorityclasses",
+        )
     ),
 )
 
@@ -95,16 +110,26 @@ def install(api: Any, addon: tuple[str, str, tuple[str, ...]], timeout: float = 
     return names
 
 
-# -- the JobSet controller (tests/k8s/jobset/build.sh) ------------------------------------
-JOBSET_BUILD = Path(__file__).resolve().parent / "jobset" / "build.sh"
+# -- controllers built from their Go modules (tests/k8s/<addon>/build.sh) ------------------
+HERE = Path(__file__).resolve().parent
+JOBSET_BUILD = HERE / "jobset" / "build.sh"
+KUEUE_BUILD = HERE / "kueue" / "build.sh"
+
+
+def _build(script: Path) -> Path:
+    """Build (once, cached) a controller; its path (the script's last line)."""
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise AddonError(f"{script.relative_to(HERE.parent)} failed: {proc.stderr[-3000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
 
 
 def jobset_binary() -> Path:
-    """Build (once, cached) the JobSet controller; its path."""
-    proc = subprocess.run(["bash", str(JOBSET_BUILD)], capture_output=True, text=True, timeout=3600)
-    if proc.returncode != 0:
-        raise AddonError(f"tests/k8s/jobset/build.sh failed: {proc.stderr[-3000:]}")
-    return Path(proc.stdout.strip().splitlines()[-1])
+    return _build(JOBSET_BUILD)
+
+
+def kueue_binary() -> Path:
+    return _build(KUEUE_BUILD)
 
 
 def _free_port() -> int:
@@ -115,99 +140,100 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class JobSetController:
-    """The real JobSet controller (and its webhooks) as a local process beside the test
+class _Controller:
+    """A controller-runtime manager (and its webhooks) as a local process beside the test
     control plane. Its webhook server listens on 127.0.0.1 with the API server's own
-    serving certificate (valid for 127.0.0.1, signed by the cluster CA), and the webhook
-    configurations of the JobSet module call it by URL instead of through a Service.
-    The pod webhooks only select pods that carry JobSet's label, so other tests' pods are
-    untouched; everything is removed again by :meth:`stop`."""
+    serving certificate (valid for 127.0.0.1, signed by the cluster CA), and the module's
+    webhook configurations call it by URL instead of through a Service. Subclasses pick
+    which webhooks to register and narrow them (object selectors) so other tests' objects
+    are untouched; everything is removed again by :meth:`stop`."""
+
+    name = "controller"
+    addon: tuple[str, str, tuple[str, ...]]
 
     def __init__(self, cp: Any, workdir: Path, binary: Path) -> None:
         self.cp, self.workdir, self.binary = cp, workdir, binary
         self.proc: subprocess.Popen[bytes] | None = None
         self.suffix = f"-tfk-{os.getpid()}"
         self.webhooks: list[tuple[str, str]] = []  # (kind, name)
+        self.port, self.health = _free_port(), _free_port()
+        self.certs = workdir / "certs"
 
-    def start(self, api: Any, timeout: float = 120) -> JobSetController:
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    # subclasses: the command line, and each webhook to register (None: leave it out)
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def webhook(self, hook: dict[str, Any]) -> dict[str, Any] | None:
+        return hook
+
+    def start(self, api: Any, timeout: float = 120) -> Any:
+        install(api, self.addon)
+        self.certs.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.cp.pki / "apiserver.crt", self.certs / "tls.crt")
+        shutil.copy(self.cp.pki / "apiserver.key", self.certs / "tls.key")
+        log = open(self.log_path, "wb")  # noqa: SIM115 - lives with the process
+        self.proc = subprocess.Popen(
+            self.argv(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "KUBECONFIG": str(self.cp.kubeconfig)},
+        )
+        try:
+            self._wait_ready(timeout)
+            self._register_webhooks(api)
+        except BaseException:
+            self.stop(api)
+            raise
+        return self
+
+    def _register_webhooks(self, api: Any) -> None:
         import base64
 
         import yaml
         from kubernetes import client
 
-        install(api, JOBSET)
-        certs = self.workdir / "certs"
-        certs.mkdir(parents=True, exist_ok=True)
-        shutil.copy(self.cp.pki / "apiserver.crt", certs / "tls.crt")
-        shutil.copy(self.cp.pki / "apiserver.key", certs / "tls.key")
-        port, health = _free_port(), _free_port()
-        config = {
-            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
-            "kind": "Configuration",
-            "internalCertManagement": {"enable": False},
-            "leaderElection": {"leaderElect": False},
-            "webhook": {"port": port, "host": "127.0.0.1", "certDir": str(certs)},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
-        }
-        cfg = self.workdir / "jobset-config.yaml"
-        cfg.write_text(yaml.safe_dump(config))
-        log = open(self.workdir / "jobset.log", "wb")  # noqa: SIM115 - lives with the process
-        self.proc = subprocess.Popen(
-            [
-                str(self.binary),
-                f"--config={cfg}",
-                f"--kubeconfig={self.cp.kubeconfig}",
-                f"--health-probe-bind-address=127.0.0.1:{health}",
-                "--metrics-bind-address=0",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self._wait_ready(health, timeout)
-
-        root = module_dir(*JOBSET[:2])
-        docs = [
-            d
-            for d in yaml.safe_load_all((root / "config/components/webhook/manifests.yaml").read_text())
-            if d
-        ]
+        root = module_dir(*self.addon[:2])
+        manifests = (root / "config/components/webhook/manifests.yaml").read_text()
         ca = base64.b64encode((self.cp.pki / "ca.crt").read_bytes()).decode()
         reg = client.AdmissionregistrationV1Api(api)
-        for doc in docs:
-            doc["metadata"]["name"] = "jobset-" + doc["metadata"]["name"] + self.suffix
+        for doc in (d for d in yaml.safe_load_all(manifests) if d):
+            hooks = []
             for hook in doc["webhooks"]:
                 path = hook["clientConfig"]["service"]["path"]
-                hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
-                if "pod" in hook["name"]:  # as the module's kustomize patches do
-                    hook["objectSelector"] = {
-                        "matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]
-                    }
+                hook["clientConfig"] = {"url": f"https://127.0.0.1:{self.port}{path}", "caBundle": ca}
+                kept = self.webhook(hook)
+                if kept is not None:
+                    hooks.append(kept)
+            if not hooks:
+                continue
+            doc["webhooks"] = hooks
+            doc["metadata"]["name"] = f"{self.name}-{doc['metadata']['name']}{self.suffix}"
             if doc["kind"] == "MutatingWebhookConfiguration":
                 reg.create_mutating_webhook_configuration(doc)
             else:
                 reg.create_validating_webhook_configuration(doc)
             self.webhooks.append((doc["kind"], doc["metadata"]["name"]))
-        return self
 
-    def _wait_ready(self, health: int, timeout: float) -> None:
+    def _wait_ready(self, timeout: float) -> None:
         import urllib.request
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise AddonError(
-                    f"the JobSet controller exited: {(self.workdir / 'jobset.log').read_text()[-3000:]}"
-                )
+                raise AddonError(f"the {self.name} controller exited: {self.log_path.read_text()[-3000:]}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/readyz", timeout=2) as r:
                     if r.status == 200:
                         return
             except OSError:
                 pass
             time.sleep(0.5)
-        raise AddonError(f"the JobSet controller is not ready after {timeout}s")
+        raise AddonError(f"the {self.name} controller is not ready after {timeout}s")
 
     def stop(self, api: Any) -> None:
         import signal
@@ -224,6 +250,7 @@ class JobSetController:
             except client.ApiException as exc:
                 if exc.status != 404:
                     raise
+        self.webhooks = []
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -231,3 +258,95 @@ class JobSetController:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+
+
+class JobSetController(_Controller):
+    """The real JobSet controller (sigs.k8s.io/jobset). Its pod webhooks only select pods
+    that carry JobSet's label, as the module's kustomize patches do."""
+
+    name = "jobset"
+    addon = JOBSET
+
+    def argv(self) -> list[str]:
+        import yaml
+
+        config = {
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "internalCertManagement": {"enable": False},
+            "leaderElection": {"leaderElect": False},
+            "webhook": {"port": self.port, "host": "127.0.0.1", "certDir": str(self.certs)},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health}"},
+        }
+        cfg = self.workdir / "jobset-config.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        return [
+            str(self.binary),
+            f"--config={cfg}",
+            f"--kubeconfig={self.cp.kubeconfig}",
+            f"--health-probe-bind-address=127.0.0.1:{self.health}",
+            "--metrics-bind-address=0",
+        ]
+
+    def webhook(self, hook: dict[str, Any]) -> dict[str, Any] | None:
+        if "pod" in hook["name"]:
+            hook["objectSelector"] = {
+                "matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]
+            }
+        return hook
+
+
+#: Kueue's queue label; only objects carrying it reach Kueue's Job/JobSet webhooks here
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+class KueueController(_Controller):
+    """The real Kueue controller (sigs.k8s.io/kueue, ``cmd/kueue``) with the ``batch/job``
+    and ``jobset.x-k8s.io/jobset`` integrations. Needs JobSet's CRD installed first
+    (Kueue sets up an integration only if its API is served).
+
+    Registered webhooks: Kueue's own objects (ClusterQueue, ResourceFlavor, Cohort,
+    Workload) and the Job and JobSet ones, narrowed to objects that carry the queue label;
+    the other frameworks' webhooks are left out. ``manageJobsWithoutQueueName`` stays off,
+    so Jobs of other tests are ignored. The visibility API server (an aggregated API server
+    on a fixed port) is switched off; nothing here uses it."""
+
+    name = "kueue"
+    addon = KUEUE
+    _OWN = ("clusterqueue", "resourceflavor", "cohort", "workload")
+    _FRAMEWORK_HOOKS = ("job", "jobset")
+
+    def argv(self) -> list[str]:
+        import yaml
+
+        config = {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+            "kind": "Configuration",
+            "namespace": "kueue-system",
+            "internalCertManagement": {"enable": False},
+            "leaderElection": {"leaderElect": False},
+            "webhook": {"port": self.port, "host": "127.0.0.1", "certDir": str(self.certs)},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health}"},
+            "manageJobsWithoutQueueName": False,
+            "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
+            "featureGates": {"VisibilityOnDemand": False},
+        }
+        cfg = self.workdir / "kueue-config.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        return [
+            str(self.binary),
+            f"--config={cfg}",
+            f"--kubeconfig={self.cp.kubeconfig}",
+            "--zap-log-level=2",
+        ]
+
+    def webhook(self, hook: dict[str, Any]) -> dict[str, Any] | None:
+        kind = hook["name"].split(".", 1)[0][1:]  # "mjob.kb.io" -> "job"
+        if kind in self._OWN:
+            return hook
+        if kind in self._FRAMEWORK_HOOKS:
+            hook["objectSelector"] = {"matchExpressions": [{"key": KUEUE_QUEUE_LABEL, "operator": "Exists"}]}
+            return hook
+        return None
