@@ -30,6 +30,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "k8s: needs the real Kubernetes control plane (tests/k8s; built on first use)"
     )
+    config.addinivalue_line(
+        "markers",
+        "addons(*names): needs these controllers built from their Go modules "
+        "(tests/k8s/<name>/build.sh: jobset, kueue), built before the first test",
+    )
 
 
 def _wants_k8s(session: pytest.Session) -> bool:
@@ -53,6 +58,28 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     if reporter is not None and time.monotonic() - t0 > 5:
         reporter.write_line(f"k8s control plane built in {time.monotonic() - t0:.0f}s: {bin_dir}")
+    _build_addons(session, reporter)
+
+
+def _build_addons(session: pytest.Session, reporter) -> None:
+    """The add-on controllers the selected tests need (a cold Go build takes many minutes:
+    outside every test's timeout too). A failure here is left for the test's own fixture
+    to report, where the same build runs again and fails with its message."""
+    from k8s import addons
+
+    wanted: dict[str, None] = {}
+    for item in session.items:
+        for mark in item.iter_markers("addons"):
+            wanted.update(dict.fromkeys(mark.args))
+    builders = {"jobset": addons.jobset_binary, "kueue": addons.kueue_binary}
+    for name in wanted:
+        t0 = time.monotonic()
+        try:
+            path = builders[name]()
+        except addons.AddonError:
+            continue
+        if reporter is not None and time.monotonic() - t0 > 5:
+            reporter.write_line(f"{name} controller built in {time.monotonic() - t0:.0f}s: {path}")
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.watch import wait_for_cluster
 from k8s_integration import _tfk
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.addons("jobset")]
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 IDENTITY = RunIdentity("k8s_it", "train", "scheduled__2026-01-01T00:00:00+00:00", -1)
 JOBSETS = ("jobset.x-k8s.io/v1alpha2", "jobsets")

@@ -37,7 +37,7 @@ from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.watch import wait_for_cluster
 from k8s_integration import _tfk
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.addons("jobset", "kueue")]
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 IDENTITY = RunIdentity("k8s_it", "train", "scheduled__2026-01-01T00:00:00+00:00", -1)
 KUEUE = ("kueue.x-k8s.io", "v1beta1")
@@ -224,7 +224,9 @@ class _Op:
         assert not self.thread.is_alive(), "the operator did not return"
 
 
-def test_a_second_cluster_queues_until_the_first_finishes(k8s_api, quota, tfk_ns, tfk_conn, capfd):
+def test_a_second_cluster_queues_until_the_first_finishes(
+    k8s_api, controllers, quota, tfk_ns, tfk_conn, capfd
+):
     """Quota for one cluster (2 CPU); two all_reduce clusters of 2 x 1 CPU, Jobs layout."""
     lq = quota("2")
     backend = KubernetesBackend(conn_id=tfk_conn)
@@ -245,7 +247,7 @@ def test_a_second_cluster_queues_until_the_first_finishes(k8s_api, quota, tfk_ns
             lambda: _pending_reason(k8s_api, tfk_ns, "Job", f"{second}-worker"),
             timeout=60,
         )
-        assert "insufficient quota for cpu" in reason, reason
+        assert f"insufficient unused quota for cpu in flavor {controllers}, 2 more needed" in reason, reason
         log: list[str] = []
         line = f"queued: Job {second}-worker queued in LocalQueue {lq}: {reason}"
         _tfk.wait_for(
@@ -271,7 +273,7 @@ def test_a_second_cluster_queues_until_the_first_finishes(k8s_api, quota, tfk_ns
     _gone(k8s_api, tfk_ns, second)
 
 
-def test_a_cluster_bigger_than_the_quota_never_starts_a_pod(k8s_api, quota, tfk_ns, tfk_conn):
+def test_a_cluster_bigger_than_the_quota_never_starts_a_pod(k8s_api, controllers, quota, tfk_ns, tfk_conn):
     """4 CPU asked, 3 in the quota: 3 of the 4 tasks would fit, none may start."""
     lq = quota("3")
     backend = KubernetesBackend(conn_id=tfk_conn)
@@ -290,7 +292,9 @@ def test_a_cluster_bigger_than_the_quota_never_starts_a_pod(k8s_api, quota, tfk_
     reason = _tfk.wait_for(
         "Kueue's pending reason", lambda: _pending_reason(k8s_api, tfk_ns, "JobSet", "big"), timeout=60
     )
-    assert "insufficient quota for cpu" in reason, reason
+    assert (
+        f"insufficient quota for cpu in flavor {controllers}, request > maximum capacity (4 > 3)" in reason
+    ), reason
     lines: list[str] = []
     verdict = wait_for_cluster(
         backend, ref, spec.mode, {"ps": 1, "worker": 3}, timeout=4, progress_interval=1, emit=lines.append
