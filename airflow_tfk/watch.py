@@ -30,6 +30,12 @@ log = logging.getLogger(__name__)
 
 #: The longest a single watch request of the loop stays open; the loop then starts another.
 WATCH_WINDOW_SECONDS = 60.0
+#: A queued cluster has no pod, so its pod watch sees no change: while it waits, the watch
+#: window ends when Kueue's reason is due again (never shorter than this).
+MIN_WATCH_WINDOW_SECONDS = 1.0
+#: Kueue's first answer: read again this soon, this many times, until there is one.
+QUEUE_QUICK_READ_SECONDS = 5.0
+QUEUE_QUICK_READS = 3
 
 
 def format_duration(seconds: float | None) -> str:
@@ -109,18 +115,34 @@ class QueueReporter:
     emit: Callable[[str], None] = log.info
     _last_read: float = float("-inf")
     _last: str | None = None
+    _unanswered: int = 0
+
+    @staticmethod
+    def waiting(status: ClusterStatus) -> bool:
+        """Nothing has started yet: every task pending (e.g. its Job suspended by Kueue)."""
+        return status.exists and all(t.phase is Phase.PENDING for t in status.tasks)
+
+    def every(self) -> float:
+        """Seconds between reads. Right after the create, Kueue has usually not looked at
+        the Workload yet (no answer): the first few reads come sooner."""
+        if self._last is None and self._unanswered < QUEUE_QUICK_READS:
+            return min(self.interval, QUEUE_QUICK_READ_SECONDS)
+        return self.interval
+
+    def due_in(self) -> float:
+        return max(0.0, self._last_read + self.every() - time.monotonic())
 
     def wants(self, status: ClusterStatus) -> bool:
-        """Whether :meth:`report` should run for ``status`` now: nothing has started yet
-        (every task pending, e.g. its Job suspended by Kueue), and it is due."""
-        waiting = status.exists and all(t.phase is Phase.PENDING for t in status.tasks)
-        return waiting and time.monotonic() - self._last_read >= self.interval
+        """Whether :meth:`report` should run for ``status`` now: nothing has started yet,
+        and a read is due."""
+        return self.waiting(status) and self.due_in() <= 0
 
     def report(self) -> str | None:
         self._last_read = time.monotonic()
         message = self.backend.queue_message(self.ref)
         if message and message != self._last:
             self.emit(f"queued: {message}")
+        self._unanswered = 0 if message else self._unanswered + 1
         self._last = message
         return message
 
@@ -162,6 +184,8 @@ class WaitLoop:
     queue: QueueReporter = field(init=False)
     stalls: StallDetector = field(init=False)
     _summary: str = field(default="", init=False)
+    _waiting: bool = field(default=False, init=False)  # the last status: nothing started yet
+    _window_end: float = field(default=0.0, init=False)  # monotonic end of the current watch
 
     def __post_init__(self) -> None:
         self.stalls = StallDetector(self.mode, self.replicas, self.stall_seconds)
@@ -172,9 +196,18 @@ class WaitLoop:
         self.queue = QueueReporter(self.backend, self.ref, min(self.progress_interval, 60.0), self.emit)
 
     def window(self) -> float:
+        window = WATCH_WINDOW_SECONDS
+        if self._waiting:  # no pod event will come: end the window when the queue is due
+            window = min(window, max(MIN_WATCH_WINDOW_SECONDS, self.queue.due_in()))
         if self.deadline is None:
-            return WATCH_WINDOW_SECONDS
-        return max(0.0, min(WATCH_WINDOW_SECONDS, self.deadline - time.time()))
+            return window
+        return max(0.0, min(window, self.deadline - time.time()))
+
+    def _rewatch_for_queue(self) -> bool:
+        """A cluster found queued during a long watch window: end the window now, so the
+        next one ends when Kueue's reason is due (no pod event would end it sooner)."""
+        left = self._window_end - time.monotonic()
+        return self._waiting and left > self.queue.due_in() + MIN_WATCH_WINDOW_SECONDS
 
     def timed_out(self) -> bool:
         return self.deadline is not None and time.time() >= self.deadline
@@ -192,9 +225,12 @@ class WaitLoop:
     def plan(self) -> WaitPlan:
         """The loop itself, for a driver to run (see :func:`wait_for_cluster`)."""
         while True:
-            yield Watch(self.window())
+            window = self.window()
+            self._window_end = time.monotonic() + window
+            yield Watch(window)
             while (status := (yield NEXT_STATUS)) is not None:
                 verdict = self.step(status)
+                self._waiting = self.queue.waiting(status)
                 if verdict.outcome is not Outcome.RUNNING:
                     yield READ_PROGRESS
                     return verdict
@@ -202,7 +238,7 @@ class WaitLoop:
                     yield READ_QUEUE
                 if self.reporter.due():
                     yield READ_PROGRESS
-                if self.timed_out():
+                if self.timed_out() or self._rewatch_for_queue():
                     break
             if self.timed_out():
                 return Verdict(Outcome.RUNNING, self.timeout_message)

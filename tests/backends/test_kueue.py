@@ -83,3 +83,41 @@ def test_reporter_asks_only_while_no_task_exists_and_logs_changes():
     assert slow.wants(empty)
     slow.report()
     assert not slow.wants(empty)  # rate-limited
+
+
+def test_kueues_first_answer_is_asked_for_sooner_and_a_queued_watch_ends_when_it_is_due(monkeypatch):
+    """Right after the create Kueue has not looked yet: three quick reads (5 s apart), then
+    the interval. A queued cluster has no pod, so no watch event: while it waits, the
+    loop's watch window ends when the next read is due instead of after 60 s."""
+    from airflow_tfk import watch
+    from airflow_tfk.spec import Mode
+
+    now = [1000.0]
+    monkeypatch.setattr(watch.time, "monotonic", lambda: now[0])
+    empty = ClusterStatus(tasks=(TaskStatus("worker", 0, Phase.PENDING),))
+    rep = QueueReporter(_Backend([None] * 4 + ["A"]), ClusterRef("t", "ns"), interval=60.0)  # type: ignore[arg-type]
+    for read in range(watch.QUEUE_QUICK_READS):
+        assert rep.wants(empty)
+        rep.report()
+        quick = read < watch.QUEUE_QUICK_READS - 1
+        assert rep.due_in() == (watch.QUEUE_QUICK_READ_SECONDS if quick else 60.0)
+        now[0] += watch.QUEUE_QUICK_READ_SECONDS
+    assert not rep.wants(empty)  # Kueue (or no Kueue) never answered: back to the interval
+
+    backend = _Backend([None])
+    loop = watch.WaitLoop(
+        backend, ClusterRef("t", "ns"), Mode.ALL_REDUCE, {"worker": 1}, progress_interval=60.0
+    )  # type: ignore[arg-type]
+    monkeypatch.setattr(loop.reporter, "due", lambda: False)  # no progress reads here
+    plan = loop.plan()
+    assert next(plan) == watch.Watch(watch.WATCH_WINDOW_SECONDS)  # nothing known yet
+    assert plan.send(None) == watch.NEXT_STATUS
+    assert plan.send(empty) == watch.READ_QUEUE
+    loop.queue.report()
+    assert plan.send(None) == watch.Watch(watch.QUEUE_QUICK_READ_SECONDS)  # the 60 s window is cut short
+    assert plan.send(None) == watch.NEXT_STATUS
+    assert plan.send(empty) == watch.NEXT_STATUS  # the new watch's first status: nothing due yet
+    now[0] += watch.QUEUE_QUICK_READ_SECONDS
+    assert plan.send(None) == watch.Watch(watch.MIN_WATCH_WINDOW_SECONDS)  # window over: due now
+    assert plan.send(None) == watch.NEXT_STATUS
+    assert plan.send(empty) == watch.READ_QUEUE

@@ -297,6 +297,18 @@ class JobSetController(_Controller):
         return hook
 
 
+#: sh -c script: argv workdir certdir command...; runs command with /etc/kueue/metrics/certs
+#: holding certdir's tls.crt/tls.key (see KueueController.argv)
+_ETC_OVERLAY = """set -e
+w="$1/etc-overlay"; certs="$2"; shift 2
+mkdir -p "$w"
+mount -t tmpfs tfk-kueue-etc "$w"
+mkdir -p "$w/upper/kueue/metrics/certs" "$w/work"
+cp "$certs/tls.crt" "$certs/tls.key" "$w/upper/kueue/metrics/certs/"
+mount -t overlay tfk-kueue-etc -o "lowerdir=/etc,upperdir=$w/upper,workdir=$w/work" /etc
+exec "$@"
+"""
+
 #: Kueue's queue label; only objects carrying it reach Kueue's Job/JobSet webhooks here
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
@@ -335,12 +347,19 @@ class KueueController(_Controller):
         }
         cfg = self.workdir / "kueue-config.yaml"
         cfg.write_text(yaml.safe_dump(config))
-        return [
+        kueue = [
             str(self.binary),
             f"--config={cfg}",
             f"--kubeconfig={self.cp.kubeconfig}",
             "--zap-log-level=2",
         ]
+        # Without internal cert management Kueue reads its metrics server's certificate
+        # from the fixed path /etc/kueue/metrics/certs (main.go), even with metrics off.
+        # It gets one there in a private mount namespace of its own: /etc overlaid by a
+        # tmpfs holding that directory. The host's /etc is untouched, and the mounts go
+        # away with the process.
+        wrapper = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _ETC_OVERLAY, "sh"]
+        return [*wrapper, str(self.workdir), str(self.certs), *kueue]
 
     def webhook(self, hook: dict[str, Any]) -> dict[str, Any] | None:
         kind = hook["name"].split(".", 1)[0][1:]  # "mjob.kb.io" -> "job"

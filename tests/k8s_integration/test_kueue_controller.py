@@ -29,6 +29,7 @@ from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferred
 from k8s import addons
 from kubernetes import client
 
+from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.kubernetes import KubernetesBackend
 from airflow_tfk.errors import TrainingFailed
 from airflow_tfk.naming import RunIdentity
@@ -155,6 +156,17 @@ def quota(k8s_api, controllers: str, tfk_ns: str) -> Iterator[Callable[[str], st
         return "lq"
 
     yield make
+    # A failed test may leave clusters behind: their Workloads would keep the ClusterQueue
+    # (Kueue's finalizer) after Kueue stops.
+    for version, plural in (JOBSETS, ("batch/v1", "jobs")):
+        group, ver = version.split("/")
+        if plural == "jobs":
+            client.BatchV1Api(k8s_api).delete_collection_namespaced_job(
+                tfk_ns, propagation_policy="Background"
+            )
+        else:
+            custom.delete_collection_namespaced_custom_object(group, ver, tfk_ns, plural)
+    _no_workloads(k8s_api, tfk_ns)
     for plural, name in reversed(made):
         if plural == "localqueues":
             custom.delete_namespaced_custom_object(*KUEUE, tfk_ns, plural, name)
@@ -198,9 +210,34 @@ def _pending_reason(api, ns: str, kind: str, name: str) -> str | None:
 
 
 def _gone(api, ns: str, cluster: str) -> None:
+    """Nothing of the cluster left: its labelled objects, its JobSet, and Kueue's Workloads
+    for it (the garbage collector removes them with their owners)."""
     _tfk.wait_no_leftovers(api, ns, cluster, timeout=90)
     _tfk.wait_for("no JobSet left", lambda: not _tfk.objects(api, ns, cluster, kinds=[JOBSETS]), timeout=60)
-    _tfk.wait_for("no Workload left", lambda: not _workloads(api, ns), timeout=60)
+    _no_workloads(api, ns, cluster)
+
+
+def _of_cluster(workload: dict, cluster: str | None) -> bool:
+    owners = workload["metadata"].get("ownerReferences") or []
+    return cluster is None or any(o["name"] == cluster or o["name"].startswith(f"{cluster}-") for o in owners)
+
+
+def _no_workloads(api, ns: str, cluster: str | None = None, timeout: float = 60) -> None:
+    def left() -> list[dict]:
+        return [w for w in _workloads(api, ns) if _of_cluster(w, cluster)]
+
+    try:
+        _tfk.wait_for("no Workload left", lambda: not left(), timeout=timeout)
+    except AssertionError:
+        summary = [
+            (
+                w["metadata"]["name"],
+                w["metadata"].get("ownerReferences"),
+                (w.get("status") or {}).get("conditions"),
+            )
+            for w in left()
+        ]
+        raise AssertionError(f"Workloads of {cluster or 'any cluster'} left in {ns}: {summary}") from None
 
 
 class _Op:
@@ -250,11 +287,14 @@ def test_a_second_cluster_queues_until_the_first_finishes(
         assert f"insufficient unused quota for cpu in flavor {controllers}, 2 more needed" in reason, reason
         log: list[str] = []
         line = f"queued: Job {second}-worker queued in LocalQueue {lq}: {reason}"
-        _tfk.wait_for(
-            "the reason in the task log",
-            lambda: log.append(capfd.readouterr().out) or line in "".join(log),
-            timeout=30,
-        )
+        try:
+            _tfk.wait_for(
+                "the reason in the task log",
+                lambda: log.append(capfd.readouterr().out) or line in "".join(log),
+                timeout=30,
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nwanted: {line}\nlog:\n{''.join(log)[-4000:]}") from None
         job = client.BatchV1Api(k8s_api).read_namespaced_job(f"{second}-worker", tfk_ns)
         assert job.spec.suspend is True and not _tfk.pods(k8s_api, tfk_ns, second)
 
@@ -269,6 +309,7 @@ def test_a_second_cluster_queues_until_the_first_finishes(
     started = min(p.metadata.creation_timestamp for p in _tfk.pods(k8s_api, tfk_ns, second))
     assert started >= done, (started, done)  # admitted only once the first released its quota
     backend.delete(first_ref)
+    backend.delete(ClusterRef(second, tfk_ns))  # the operator's default clean-up keeps finished Jobs
     _gone(k8s_api, tfk_ns, "first")
     _gone(k8s_api, tfk_ns, second)
 

@@ -15,7 +15,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_root="${AIRFLOW_TFK_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-tfk/k8s}/addons"
 go_bin="${AIRFLOW_TFK_K8S_GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 go_version="$("$go_bin" env GOVERSION)"
-version="$(awk '$1 == "sigs.k8s.io/kueue" {print $2; exit}' "$here/go.mod")"
+version="$(awk '$1 == "require" && $2 == "sigs.k8s.io/kueue" {print $3; exit}
+                $1 == "sigs.k8s.io/kueue" {print $2; exit}' "$here/go.mod")"
 key="$( { echo "$go_version recipe=1 -trimpath -s -w"; cat "$here/go.mod" "$here/go.sum"; } | sha256sum | cut -c1-16)"
 out="$cache_root/kueue-$version-$key"
 if [[ -x "$out/kueue" ]]; then echo "$out/kueue"; exit 0; fi
