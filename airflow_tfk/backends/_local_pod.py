@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -98,6 +99,17 @@ def local_setup(
         for a in [*container["command"], *(container.get("args") or [])]
     ]
     return argv, env
+
+
+def local_argv(pod_argv: list[str], executable: str, launched: bool) -> list[str]:
+    """The pod's argv with its executables as this machine resolved them: ``executable``
+    for the spec's command; when the command runs behind the runtime's launcher
+    (``<python> -m airflow_tfk.runtime.launch -- CMD ...``), this interpreter runs the
+    launcher (it has airflow_tfk) and ``executable`` is CMD's."""
+    if not launched:
+        return [executable, *pod_argv[1:]]
+    cut = pod_argv.index("--") + 1  # the launcher's own words end at the first "--"
+    return [sys.executable, *pod_argv[1:cut], executable, *pod_argv[cut + 1 :]]
 
 
 def _localise(arg: str, addresses: Mapping[str, str]) -> str:

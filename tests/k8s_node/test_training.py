@@ -22,6 +22,7 @@ from . import _tfk
 from . import node as nodemod
 
 pytestmark = pytest.mark.k8s_node
+TF1_SCRIPT = f"{nodemod.REPO}/airflow_tfk/runtime/examples/tf1_between_graph.py"
 
 
 def _ctx() -> dict:
@@ -71,20 +72,12 @@ def test_between_graph_tf1_script_with_legacy_flags_and_a_late_ps(
         "between_graph",
         workers=2,
         ps=1,
-        # Through the launcher, as the README tells TF1 users: it appends the legacy flags
-        # and gives the script's sessions device filters. A bare `python script.py` with
-        # legacy_tf1_flags hung here (one worker waited forever for a peer that had exited).
-        command=_tfk.recording(
-            [
-                "python",
-                "-m",
-                "airflow_tfk.runtime.launch",
-                "--tf1-flags",
-                "--",
-                "python",
-                f"{nodemod.REPO}/airflow_tfk/runtime/examples/tf1_between_graph.py",
-            ]
-        ),
+        # The bare command a TF1 user has (behind the test's TF_CONFIG recorder): the
+        # provider appends the legacy flags and puts it behind the launcher, whose shim
+        # gives the sessions device filters. Before, this hung: one worker waited forever
+        # for a peer that had exited.
+        command=_tfk.recording(["python", TF1_SCRIPT]),
+        legacy_tf1_flags=True,
         args=["--train_steps", "120", "--progress_every", "20"],
     )
     spec_data["ps"] = {"replicas": 1, "node_selector": {gate: "true"}}
@@ -121,6 +114,7 @@ def test_between_graph_tf1_script_with_legacy_flags_and_a_late_ps(
     _tfk.wait_for("PS pods deleted", lambda: not _tfk.pods(node_api, node_ns, name, naming_ps()), 60)
     _assert_tf_configs(node_api, node_ns, spec_data, ctx, {"worker-0", "worker-1"})
     for w in _tfk.pods(node_api, node_ns, name, "worker"):
+        assert w.spec.containers[0].command[:4] == ["python", "-m", "airflow_tfk.runtime.launch", "--"]
         log = _tfk.pod_log(node_api, node_ns, w.metadata.name)
         assert '"tfk": "metrics"' in log or "accuracy" in log, log[-2000:]
 
