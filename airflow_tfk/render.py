@@ -33,7 +33,15 @@ from airflow_tfk.admission import KUEUE_QUEUE_LABEL, Layout
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import ROLES, Mode, TFClusterSpec
 
-__all__ = ["RenderError", "render", "task_command", "template_dirs", "to_yaml_stream", "k8s_escape"]
+__all__ = [
+    "RenderError",
+    "render",
+    "runs_through_launcher",
+    "task_command",
+    "template_dirs",
+    "to_yaml_stream",
+    "k8s_escape",
+]
 
 CONTAINER_NAME = "tensorflow"
 PORT_NAME = "grpc"
