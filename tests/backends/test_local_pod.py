@@ -170,3 +170,23 @@ def test_a_bare_tf1_command_runs_behind_the_launcher_with_the_shim(tmp_path: Pat
         assert f"\nARGV={want} --task_index=0" in log, log
     finally:
         backend.delete(ref)
+
+
+LAUNCH = ["-m", "airflow_tfk.runtime.launch", "--"]
+
+
+@pytest.mark.parametrize(
+    ("pod_argv", "launched", "want"),
+    [
+        (["python", "t.py", "--x"], False, ["/r/sh", "t.py", "--x"]),
+        # put behind the launcher by the provider: the spec's command is after "--"
+        (["python", *LAUNCH, "sh", "-c", "x"], True, [sys.executable, *LAUNCH, "/r/sh", "-c", "x"]),
+        # a launcher command the author wrote: its inner bare python is this interpreter
+        (["python", *LAUNCH, "python", "t.py"], False, ["/r/sh", *LAUNCH, sys.executable, "t.py"]),
+        (["python", *LAUNCH, "/opt/py", "t.py"], False, ["/r/sh", *LAUNCH, "/opt/py", "t.py"]),
+    ],
+)
+def test_local_argv_resolves_the_executables(pod_argv, launched, want):
+    from airflow_tfk.backends._local_pod import local_argv
+
+    assert local_argv(pod_argv, "/r/sh", launched) == want
