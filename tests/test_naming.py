@@ -7,7 +7,6 @@ import pytest
 from airflow_tfk import naming
 from airflow_tfk.naming import RunIdentity
 
-
 # Each rule with the values it accepts and refuses: one table, one test.
 RULES = {
     naming.is_dns1035_label: {
