@@ -357,7 +357,7 @@ def test_a_queued_cluster_killed_or_timed_out_leaves_nothing(k8s_api, quota, tfk
 
     ctx = _tfk.task_context("manual__killqueued")
     name = _tfk.cluster_name(ctx)
-    run = _Op(_tfk.make_op(tfk_ns, spec), ctx)
+    run = _Op(_tfk.make_op(tfk_ns, spec, progress_interval=2), ctx)  # a queued wait re-looks every 2 s
     _tfk.wait_for(
         "the cluster queued", lambda: _pending_reason(k8s_api, tfk_ns, "Job", f"{name}-worker"), timeout=60
     )
