@@ -70,6 +70,21 @@ def deleted_reason_plan(ref: ClusterRef) -> Plan:
     return str(newest.get("message") or "")
 
 
+def jobset_exists_plan(ref: ClusterRef) -> Plan:
+    """Whether the cluster has a JobSet (``layout: jobset``). Its Jobs can be missing while
+    it exists: the JobSet controller makes them after the JobSet, and makes them again
+    when the pod templates change while it is suspended, which Kueue does when it suspends
+    or admits it. Without the JobSet API (404) there is none."""
+    result = yield Request(
+        "GET",
+        BY_KIND["JobSet"].collection(ref.namespace),
+        {"labelSelector": ref.label_selector},
+        optional=True,
+    )
+    body = (result[1] if result else None) or {}
+    return bool(body.get("items"))
+
+
 class WatchSession:
     """State of one watch: the tracked pods, the Jobs, the resourceVersion. No I/O."""
 
@@ -92,6 +107,10 @@ class WatchSession:
     # jobs
     def needs_jobs(self) -> bool:
         return self._jobs_due and time.monotonic() - self._jobs_listed_at >= JOB_REFRESH_INTERVAL
+
+    def jobs_missing(self) -> None:
+        """No pod and no Job, but the cluster is there (its JobSet): list the Jobs again."""
+        self._jobs_due = True
 
     def set_jobs(self, jobs: dict[str, JobInfo]) -> None:
         self.tracker.set_jobs(jobs, time.time())
@@ -225,6 +244,9 @@ def watch_plan(
 
 def _emit(ref: ClusterRef, session: WatchSession) -> WatchPlan:
     if not session.tracker.exists and session.deleted_reason is None:
+        if (yield from jobset_exists_plan(ref)):
+            session.jobs_missing()  # not gone: its Jobs are being made; nothing to say yet
+            return
         session.deleted_reason = yield from deleted_reason_plan(ref)
     status = session.changed_status()
     if status is not None:

@@ -50,6 +50,7 @@ from airflow_tfk.backends._k8s_watch import (
     WatchSession,
     deleted_reason_plan,
     jobs_of,
+    jobset_exists_plan,
     watch_plan,
 )
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
@@ -287,6 +288,9 @@ class KubernetesBackend(Backend):
             items, _ = self._run(list_plan(ref, "Job"))
             jobs = self._jobs[ref] = jobs_of(items)
         status, _ = interp.status(pods, jobs, time.time())
+        if not status.exists and self._run(jobset_exists_plan(ref)):
+            self._jobs.pop(ref, None)  # its JobSet is (re)making the Jobs: list them next time
+            return dataclasses.replace(status, exists=True)
         if not status.exists:
             reason = self._run(deleted_reason_plan(ref))
             status = dataclasses.replace(status, deleted_reason=reason)

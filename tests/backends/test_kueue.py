@@ -121,3 +121,39 @@ def test_kueues_first_answer_is_asked_for_sooner_and_a_queued_watch_ends_when_it
     assert plan.send(None) == watch.Watch(watch.MIN_WATCH_WINDOW_SECONDS)  # window over: due now
     assert plan.send(None) == watch.NEXT_STATUS
     assert plan.send(empty) == watch.READ_QUEUE
+
+
+def test_a_jobset_whose_jobs_are_being_made_is_not_a_deleted_cluster():
+    """Seen with the real controllers: Kueue changes a suspended JobSet's pod templates and
+    the JobSet controller makes its Jobs again, so for a moment the cluster has no Job and
+    no pod. While its JobSet exists that is not "deleted from outside"; without one it is."""
+    from airflow_tfk.backends._k8s_cluster import Interpreter
+    from airflow_tfk.backends._k8s_watch import WatchSession, _emit
+
+    ref = ClusterRef("t", "ns")
+
+    def run(jobsets: list[dict]) -> tuple[list[str], list[ClusterStatus], WatchSession]:
+        session = WatchSession(Interpreter(unschedulable_timeout=300, image_pull_timeout=120))
+        session.set_jobs({})
+        session.reset([], "1")
+        asked, out = [], []
+        plan = _emit(ref, session)
+        answer = None
+        try:
+            while True:
+                step = plan.send(answer)
+                if isinstance(step, ClusterStatus):
+                    out.append(step)
+                    answer = None
+                    continue
+                asked.append(step.path.rsplit("/", 1)[-1])
+                answer = (200, {"items": jobsets if step.path.endswith("/jobsets") else []})
+        except StopIteration:
+            pass
+        return asked, out, session
+
+    asked, out, session = run([{"metadata": {"name": "t"}}])
+    assert asked == ["jobsets"] and out == [] and session.deleted_reason is None
+    assert session._jobs_due  # the Jobs are listed again soon
+    asked, out, session = run([])
+    assert asked == ["jobsets", "events"] and [s.exists for s in out] == [False]

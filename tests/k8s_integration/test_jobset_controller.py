@@ -11,6 +11,7 @@ plane:
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -31,13 +32,18 @@ JOBSETS = ("jobset.x-k8s.io/v1alpha2", "jobsets")
 
 
 @pytest.fixture(scope="module")
-def jobset_controller(k8s_cluster, k8s_api):
+def jobset_controller(request, k8s_cluster, k8s_api):
     workdir = Path(tempfile.mkdtemp(prefix="tfk-jobset-"))
+    failed_before = request.session.testsfailed
     controller = addons.JobSetController(k8s_cluster, workdir, addons.jobset_binary()).start(k8s_api)
     try:
         yield controller
     finally:
         controller.stop(k8s_api)
+        if request.session.testsfailed > failed_before:
+            print(f"JobSet controller log kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _jobset(api, ns: str, name: str) -> dict | None:

@@ -17,6 +17,7 @@ KWOK pods run no containers: the tests finish them through the stage annotations
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -55,10 +56,22 @@ def _spec(ns: str, mode: str, workers: int, ps: int = 0, **extra: Any) -> dict[s
 
 
 @pytest.fixture(scope="module")
-def controllers(k8s_cluster, k8s_api) -> Iterator[str]:
+def controllers(request, k8s_cluster, k8s_api) -> Iterator[str]:
     """JobSet, then Kueue (it sets up its JobSet integration only if JobSet's API is
-    served), and one ResourceFlavor; yields the flavor's name."""
+    served), and one ResourceFlavor; yields the flavor's name. Their logs are kept (and
+    named) when a test failed."""
     workdir = Path(tempfile.mkdtemp(prefix="tfk-kueue-"))
+    failed_before = request.session.testsfailed
+    try:
+        yield from _controllers(k8s_cluster, k8s_api, workdir)
+    finally:
+        if request.session.testsfailed > failed_before:
+            print(f"JobSet and Kueue controller logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _controllers(k8s_cluster, k8s_api, workdir: Path) -> Iterator[str]:
     jobset = addons.JobSetController(k8s_cluster, workdir / "jobset", addons.jobset_binary())
     kueue = addons.KueueController(k8s_cluster, workdir / "kueue", addons.kueue_binary())
     custom = client.CustomObjectsApi(k8s_api)
