@@ -72,9 +72,10 @@ def deleted_reason_plan(ref: ClusterRef) -> Plan:
 
 def jobset_exists_plan(ref: ClusterRef) -> Plan:
     """Whether the cluster has a JobSet (``layout: jobset``). Its Jobs can be missing while
-    it exists: the JobSet controller makes them after the JobSet, and makes them again
-    when the pod templates change while it is suspended, which Kueue does when it suspends
-    or admits it. Without the JobSet API (404) there is none."""
+    it exists: the JobSet controller makes them after the JobSet, and with the real Kueue
+    and JobSet controllers a queued JobSet was seen without Jobs for a moment well after
+    its create. That is no reason to call the cluster deleted. Without the JobSet API
+    (404) there is none."""
     result = yield Request(
         "GET",
         BY_KIND["JobSet"].collection(ref.namespace),

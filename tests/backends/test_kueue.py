@@ -124,9 +124,9 @@ def test_kueues_first_answer_is_asked_for_sooner_and_a_queued_watch_ends_when_it
 
 
 def test_a_jobset_whose_jobs_are_being_made_is_not_a_deleted_cluster():
-    """Seen with the real controllers: Kueue changes a suspended JobSet's pod templates and
-    the JobSet controller makes its Jobs again, so for a moment the cluster has no Job and
-    no pod. While its JobSet exists that is not "deleted from outside"; without one it is."""
+    """Seen with the real Kueue and JobSet controllers: a queued JobSet, for a moment, with
+    no Job and no pod. While its JobSet exists that is not "deleted from outside"; without
+    one it is."""
     from airflow_tfk.backends._k8s_cluster import Interpreter
     from airflow_tfk.backends._k8s_watch import WatchSession, _emit
 
