@@ -8,7 +8,6 @@ names something this machine lacks (an executable, a script), as before.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import socket
@@ -17,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk.backends._local_files import LOCALHOST, _port_free, _tail
-from airflow_tfk.backends.base import ClusterRef
+from airflow_tfk.backends.base import ClusterRef, RunExport
 from airflow_tfk.errors import SpecError
+from airflow_tfk.protocol.progress import parse_event
 from airflow_tfk.spec import TFClusterSpec
 
 _PYTHONS = ("python", "python3")
@@ -109,33 +109,36 @@ class LocalHostChecks:
             for sock in socks:
                 sock.close()
 
-    def discard_exports(self, ref: ClusterRef) -> list[str]:
-        """Rename each ``<model>/<version>`` directory the run's tasks reported exporting
-        (their ``{"tfk": "export"}`` log lines) to ``<model>/.failed-<version>-<uid>``:
-        TF Serving and :func:`publish` only see integer names. Only directories inside the
-        cluster's own volumes or claims are touched, whatever a log line says."""
+    def run_exports(self, ref: ClusterRef) -> list[RunExport]:
+        """Each ``<model>/<version>`` directory the run's tasks reported exporting (their
+        ``{"tfk": "export"}`` log lines, every attempt's). Only directories inside the
+        cluster's own volumes or claims count, whatever a log line says."""
         state = self._state(ref) or {}
         roots = [Path(p).resolve() for p in (state.get("volumes") or {}).values()]
         logs = self.cluster_dir(ref) / "logs"
         if not roots or not logs.is_dir():
             return []
-        uid = str(state.get("uid", "x"))[:8]
-        moved = []
+        found: dict[str, RunExport] = {}
         for log_file in sorted(logs.glob("*.log")):
             for line in _tail(log_file, None).splitlines():
-                if '"tfk"' not in line or '"export"' not in line:
+                event = parse_event(line, "export") if '"export"' in line else None
+                if event is None or not isinstance(event.get("path"), str):
                     continue
-                try:
-                    event = json.loads(line[line.index("{") :])
-                    path = Path(str(event["path"])).resolve()
-                except (ValueError, KeyError, TypeError):
-                    continue
-                if event.get("tfk") != "export" or not path.name.isdigit() or not path.is_dir():
-                    continue
-                if not any(path.is_relative_to(r) for r in roots):
-                    continue
-                target = path.with_name(f".failed-{path.name}-{uid}")
-                with contextlib.suppress(OSError):
-                    os.replace(path, target)
-                    moved.append(str(path))
+                path = Path(event["path"]).resolve()
+                if path.name.isascii() and path.name.isdigit() and any(path.is_relative_to(r) for r in roots):
+                    found.setdefault(str(path), RunExport(str(path)))
+        return list(found.values())
+
+    def discard_exports(self, ref: ClusterRef, exports: list[RunExport]) -> list[str]:
+        """Rename each exported ``<model>/<version>`` to ``<model>/.failed-<version>-<uid>``:
+        TF Serving and :func:`publish` only see integer names."""
+        uid = str((self._state(ref) or {}).get("uid", "x"))[:8]
+        moved = []
+        for export in exports:
+            path = Path(export.path)
+            if not path.is_dir():
+                continue
+            with contextlib.suppress(OSError):
+                os.replace(path, path.with_name(f".failed-{path.name}-{uid}"))
+                moved.append(str(path))
         return moved
