@@ -189,6 +189,11 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         return _read_json(self.cluster_dir(ref) / "state.json")
 
     # -- create -------------------------------------------------------------------------
+    def preflight(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> None:
+        self._resolve_commands(spec, self.workdir or os.getcwd())
+        if self.fixed_ports:
+            self._allocate_ports(spec)
+
     def create(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> ClusterRef:
         """Start every task; a live cluster of the same name is reattached, not restarted.
 

@@ -76,6 +76,22 @@ def test_bad_spec_fails_before_anything_is_created(local_root) -> None:
     assert not local_root.exists() or not list(local_root.glob("*/*/state.json"))
 
 
+@pytest.mark.parametrize(
+    "command", [["no-such-exe-tfk"], ["python", "no_such_script.py"]], ids=["executable", "script"]
+)
+def test_a_failed_pre_flight_check_logs_no_create_or_delete(local_root, capfd, command) -> None:
+    """Nothing was created, so the task log tells no create/delete story (issue 10, 11)."""
+    spec = spec_dict("all_reduce", workers=1)
+    spec["command"] = command
+    with pytest.raises(Exception, match=command[-1]):
+        make_op(spec).execute(task_context())
+    out = capfd.readouterr().out
+    for told in ("creating cluster", "deleting cluster", "----- log of", "deleted cluster"):
+        assert told not in out, out[-2000:]
+    assert "was not created; nothing to delete" in out
+    assert not list(local_root.glob("*/*/state.json"))
+
+
 def test_on_kill_while_waiting_deletes_everything(local_root) -> None:
     ctx = task_context()
     op = make_op(spec_dict("between_graph", workers=2, STEPS="1000", STEP_SECONDS="0.1"))
