@@ -1,8 +1,10 @@
 """What only this machine can check before a local cluster starts: the commands exist
 and can run here, the ports are free; and where a failed run's exports are set aside.
 
-Problems here are :class:`~airflow_tfk.errors.SpecError` on the spec field when the spec
-names something this machine lacks (an executable, a script), as before.
+A command, script or working directory this machine lacks, or a fixed port taken here, is
+a :class:`~airflow_tfk.errors.LocalMachineError` naming the spec field (or backend option)
+and the executable, script or port: not a :class:`SpecError`, since the same spec may run
+on Kubernetes, where the image brings the command.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 from airflow_tfk.backends._local_files import LOCALHOST, _port_free, _tail
 from airflow_tfk.backends.base import ClusterRef, RunExport
-from airflow_tfk.errors import SpecError
+from airflow_tfk.errors import LocalMachineError, SpecError
 from airflow_tfk.protocol.progress import parse_event
 from airflow_tfk.spec import TFClusterSpec
 
@@ -36,7 +38,9 @@ class LocalHostChecks:
     def _resolve_commands(self, spec: TFClusterSpec, workdir: str) -> dict[str, list[str]]:
         """argv (without the legacy flags) of each role; checks what only this machine can."""
         if not os.path.isdir(workdir):
-            raise SpecError("workdir", "the local backend's working directory does not exist", workdir)
+            raise LocalMachineError(
+                "workdir", "the local backend's working directory does not exist", workdir
+            )
         out: dict[str, list[str]] = {}
         for role, rspec in spec.roles().items():
             cmd_field = f"{role}.command" if rspec.command is not None else "command"
@@ -51,16 +55,18 @@ class LocalHostChecks:
             elif "/" in exe:
                 resolved = exe if os.path.isabs(exe) else os.path.join(workdir, exe)
                 if not os.path.isfile(resolved):
-                    raise SpecError(
+                    raise LocalMachineError(
                         cmd_field, f"executable {exe!r} does not exist (resolved against {workdir})", exe
                     )
                 if not os.access(resolved, os.X_OK):
-                    raise SpecError(cmd_field, f"{exe!r} is not executable", exe)
+                    raise LocalMachineError(cmd_field, f"{exe!r} is not executable on this machine", exe)
                 is_python = os.path.basename(resolved).startswith("python")
             else:
                 found = shutil.which(exe, path=path_env)
                 if found is None:
-                    raise SpecError(cmd_field, f"executable {exe!r} is not on PATH on this machine", exe)
+                    raise LocalMachineError(
+                        cmd_field, f"executable {exe!r} is not on PATH on this machine", exe
+                    )
                 resolved = found
                 is_python = exe.startswith("python")
             argv = [resolved, *command[1:], *args]
@@ -70,7 +76,7 @@ class LocalHostChecks:
                     where = f"{cmd_field}[1]" if len(command) > 1 else f"{args_field}[0]"
                     full = script if os.path.isabs(script) else os.path.join(workdir, script)
                     if not os.path.isfile(full):
-                        raise SpecError(
+                        raise LocalMachineError(
                             where, f"script {script!r} does not exist (resolved against {workdir})", script
                         )
             out[role] = argv
@@ -89,13 +95,13 @@ class LocalHostChecks:
                 )
             for k, name in enumerate(names):
                 if not _port_free(spec.port + k):
-                    raise SpecError(
+                    raise LocalMachineError(
                         "port",
                         f"{LOCALHOST}:{spec.port + k} (for task {name}) is "
                         "already in use on this machine: stop what listens there, "
                         "choose another port, or let the local backend pick free "
                         "ports (fixed_ports=False)",
-                        spec.port,
+                        spec.port + k,
                     )
             return {name: spec.port + k for k, name in enumerate(names)}
         socks: list[socket.socket] = []

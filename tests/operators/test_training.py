@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowSkipException, AirflowTaskTimeout, Tas
 
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.errors import SpecError, TrainingFailed
+from airflow_tfk.errors import LocalMachineError, SpecError, TrainingFailed
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.operators.training import TFTrainingOperator
 from airflow_tfk.status import Phase
@@ -83,7 +83,7 @@ def test_a_failed_pre_flight_check_logs_no_create_or_delete(local_root, capfd, c
     """Nothing was created, so the task log tells no create/delete story (issue 10, 11)."""
     spec = spec_dict("all_reduce", workers=1)
     spec["command"] = command
-    with pytest.raises(Exception, match=command[-1]):
+    with pytest.raises(LocalMachineError, match=command[-1]):
         make_op(spec).execute(task_context())
     out = capfd.readouterr().out
     for told in ("creating cluster", "deleting cluster", "----- log of", "deleted cluster"):
