@@ -168,3 +168,26 @@ def test_retry_after_the_deadline_of_a_finished_training_does_not_retrain(
     assert "reattaching to existing cluster" in out and "creating cluster" not in out, out[-3000:]
     assert _job(k8s_api, tfk_ns, name).metadata.uid == uid  # no second training
     assert {p.metadata.uid for p in _tfk.pods(k8s_api, tfk_ns, name, "worker")} == workers
+
+
+def test_the_ps_statefulset_cannot_carry_a_pod_deadline_so_its_deadline_is_an_annotation(
+    k8s_api, tfk_ns
+) -> None:
+    """Why the PS of the ``jobs`` layout has no cluster-side deadline (the sweeper enforces
+    its ``max-duration-seconds`` annotation instead; ``layout: jobset`` runs the PS as an
+    Indexed Job, which has one): the API server refuses ``activeDeadlineSeconds`` in a
+    StatefulSet's pods. Should a Kubernetes release accept it, this fails: use it then."""
+    from airflow_tfk import naming
+    from airflow_tfk.render import render
+    from airflow_tfk.spec import TFClusterSpec
+
+    spec = TFClusterSpec.from_dict(
+        _tfk.spec(tfk_ns, "between_graph", name="sts-deadline", max_duration_seconds=600)
+    )
+    (sts,) = [m for m in render(spec, None) if m["kind"] == "StatefulSet"]
+    assert sts["metadata"]["annotations"][naming.ANNOTATION_MAX_DURATION] == "600"
+    sts["spec"]["template"]["spec"]["activeDeadlineSeconds"] = 600
+    with pytest.raises(client.ApiException) as refused:
+        client.AppsV1Api(k8s_api).create_namespaced_stateful_set(tfk_ns, sts, dry_run="All")
+    assert refused.value.status == 422
+    assert "activeDeadlineSeconds in StatefulSet is not Supported" in refused.value.body
