@@ -166,7 +166,9 @@ def test_stopping_does_not_depend_on_the_state_file(backend, tmp_path, damage) -
     pids = wait_for(lambda: len(marked(backend, ref)) >= 6 and marked(backend, ref), what="procs")
     cdir = backend.cluster_dir(ref)
     if damage.startswith("remove"):
-        shutil.rmtree(cdir)
+        # The supervisors write into it meanwhile (a task that stops writes exit.json), so
+        # one rmtree can race them: remove until it is gone.
+        wait_for(lambda: shutil.rmtree(cdir, ignore_errors=True) or not cdir.exists(), what="removed")
         # The supervisors notice on their own (no waiter, no delete needed).
         wait_for(lambda: not marked(backend, ref), timeout=40, what="tasks stopped by themselves")
     else:
