@@ -93,6 +93,7 @@ EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "JobSet", "Service", "PersistentVol
 OWNER_KINDS = ("Job", "StatefulSet", "Service", "PersistentVolumeClaim", "Pod")
 BACKGROUND = {"propagationPolicy": "Background"}
 EVENT_REASON_DELETED = "TFClusterDeleted"
+EXPORT_LOG_LINES = 5000
 
 
 class KubernetesBackend(Backend):
@@ -420,7 +421,10 @@ class KubernetesBackend(Backend):
         if not mounts:
             return []
         roles = {((j.get("metadata") or {}).get("labels") or {}).get(naming.LABEL_ROLE) for j in jobs}
-        return exports_in(self.logs(ref, "chief" if "chief" in roles else "worker", 0), mounts)
+        # The export line comes near the end (a traceback may follow it); the tail bounds
+        # what a long training's log costs to read.
+        text = self.logs(ref, "chief" if "chief" in roles else "worker", 0, tail_lines=EXPORT_LOG_LINES)
+        return exports_in(text, mounts)
 
     def discard_exports(self, ref: ClusterRef, exports: list[RunExport]) -> list[str]:
         """Rename the versions on their claims, by a one-shot Job (see ``_k8s_exports``)."""
