@@ -19,6 +19,7 @@ import ipaddress
 import json
 import subprocess
 import sys
+import time
 import uuid
 
 import numpy as np
@@ -117,6 +118,8 @@ def test_train_publish_rollback_and_tensorboard(
     _claim(node_api, node_ns, local_volumes, "tfk-logs")
     models_dir = local_volumes.node.workdir / "pv"
     ctx = _tfk.task_context(f"manual__{uuid.uuid4().hex[:8]}")
+    took: dict[str, float] = {}
+    t0 = time.monotonic()
     spec_data = _tfk.spec(
         node_ns,
         "all_reduce",
@@ -128,6 +131,7 @@ def test_train_publish_rollback_and_tensorboard(
     exported = sorted(models_dir.glob(f"*/{MODEL}/*/saved_model.pb"))
     assert exported, "the training exported no SavedModel into the models claim"
     version = int(exported[-1].parent.name)
+    took["train+export"], t0 = time.monotonic() - t0, time.monotonic()
 
     serving = {
         "image": nodemod.TRAIN_IMAGE,
@@ -145,6 +149,7 @@ def test_train_publish_rollback_and_tensorboard(
         serving=serving,
     )
     result = publish.execute(ctx)
+    took["publish (first: deploy, load, smoke, promote)"], t0 = time.monotonic() - t0, time.monotonic()
     assert result["version"] == version, result
     status = json.loads(_proxy_get(node_api, node_ns, f"tfs-{MODEL}", 8501, f"v1/models/{MODEL}"))
     states = {int(s["version"]): s["state"] for s in status["model_version_status"]}
@@ -166,6 +171,7 @@ def test_train_publish_rollback_and_tensorboard(
     with pytest.raises(Exception) as err:  # noqa: B017 - the serving failure type is the publisher's
         bad_publish.execute(ctx)
     assert str(version + 1) in str(err.value), err.value
+    took["corrupt candidate rolled back"], t0 = time.monotonic() - t0, time.monotonic()
     status = json.loads(_proxy_get(node_api, node_ns, f"tfs-{MODEL}", 8501, f"v1/models/{MODEL}"))
     states = {int(s["version"]): s["state"] for s in status["model_version_status"]}
     assert states.get(version) == "AVAILABLE", status
@@ -198,6 +204,10 @@ def test_train_publish_rollback_and_tensorboard(
     assert got["predict"]["model_version"] == version, got
     assert _same_predictions(got["predict"]["predictions"], rest["predictions"]), (got, rest)
     assert got["status"] == [[version, "AVAILABLE"]], got
+    took["gRPC Predict+GetModelStatus (client process, imports TF)"], t0 = (
+        time.monotonic() - t0,
+        time.monotonic(),
+    )
 
     tb = TensorBoardOperator(
         task_id="tensorboard",
@@ -221,6 +231,7 @@ def test_train_publish_rollback_and_tensorboard(
         180,
         every=1,
     )
+    took["TensorBoard start to answering"], t0 = time.monotonic() - t0, time.monotonic()
     assert json.loads(page)["data_location"] == tb.spec(ctx["ti"].dag_id).pod_logdir, page[:500]
     # It reads the claim: the training's event files show up as a run.
     runs = _tfk.wait_for(
@@ -246,6 +257,10 @@ def test_train_publish_rollback_and_tensorboard(
         },
         action="stop",
     ).execute(ctx)
+    with pytest.raises(client.ApiException) as gone:
+        client.AppsV1Api(node_api).read_namespaced_deployment(name, node_ns)
+    assert gone.value.status == 404
+    print("serving on the node, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in took.items()))
 
 
 def _same_predictions(a: list, b: list) -> bool:
