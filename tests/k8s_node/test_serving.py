@@ -155,6 +155,13 @@ def test_train_publish_rollback_and_tensorboard(
     states = {int(s["version"]): s["state"] for s in status["model_version_status"]}
     assert states.get(version) == "AVAILABLE", status
 
+    # The policy (not enforced here: no network-policy plugin) admits the proxy's real
+    # source on REST only; gRPC is for `allow_from`, which is empty.
+    policy = client.NetworkingV1Api(node_api).read_namespaced_network_policy(f"tfs-{MODEL}", node_ns)
+    (rule,) = policy.spec.ingress
+    assert [p.ip_block.cidr for p in rule._from] == PROXY_SOURCE["api_server_cidrs"], rule
+    assert [p.port for p in rule.ports] == [8501], rule
+
     # A corrupt next version: publishing it fails, and the previous one keeps serving.
     store = exported[-1].parents[1]
     bad = store / str(version + 1)
