@@ -1,7 +1,10 @@
 """The TensorBoard pod's launcher runs the real TensorBoard: the page still answers, the
 data endpoints still answer, and the page no longer says ``Content-Encoding: identity``
 (which makes the API server's service proxy abort it; tests/k8s_node/test_serving.py
-shows that end on a real API server)."""
+shows that end on a real API server).
+
+(Not in tests/tensorboard/: a test package of that name shadows the real ``tensorboard``
+package for every later test, since pytest puts ``tests/`` on sys.path.)"""
 
 from __future__ import annotations
 
