@@ -8,7 +8,6 @@ the same task of the same spec.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -129,16 +128,14 @@ def naming_ps() -> str:
     return "ps"
 
 
-@pytest.mark.skipif(
-    not os.environ.get("AIRFLOW_TFK_NODE_KNOWN_HANGS"),
-    reason="hangs on the real node: all three tasks sleep before TensorFlow is imported "
-    "(single thread, nanosleep, no sockets); not yet diagnosed, see tests/k8s_node/README.md",
-)
 def test_parameter_server_trainingapp_with_shared_models_volume(
     k8s_node, node_api, node_ns, node_conn, local_volumes, capfd
 ) -> None:
     """TF2 ParameterServerStrategy: the chief's checkpoints are written by the PS, into the
-    models claim both mount (a local PersistentVolume); the SavedModel lands there too."""
+    models claim both mount (a local PersistentVolume); the SavedModel lands there too.
+
+    The pods set TF_NUM_INTEROP_THREADS=1 (:func:`_tfk.spec`): this hung after step 0
+    until the runtime gave parameter_server servers two inter-op threads."""
     ctx = _ctx()
     name = _tfk.cluster_name(ctx)
     models = local_volumes.provide(node_ns, f"{name}-models")
@@ -154,6 +151,10 @@ def test_parameter_server_trainingapp_with_shared_models_volume(
     assert result["outcome"] == "succeeded", result
     out = capfd.readouterr().out
     assert _tfk.progress_lines(out), out[-3000:]
+    # The PS log, copied into the task log before the delete, shows the raised pool.
+    assert "----- log of ps-0" in out, out[-3000:]
+    ps_part = out.split("----- log of ps-0", 1)[1].split("----- end of ps-0", 1)[0]
+    assert "2 inter-op threads for the server" in ps_part, ps_part[-2000:]
     ckpts = list(models.rglob("checkpoint"))
     assert ckpts, f"no checkpoint under the models volume: {sorted(p.name for p in models.rglob('*'))[:40]}"
     assert list(models.rglob("saved_model.pb")), "no SavedModel exported"
