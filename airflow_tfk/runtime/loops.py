@@ -100,8 +100,13 @@ def server_inter_op_threads(
     raw = env.get("TF_NUM_INTEROP_THREADS", "").strip()
     wanted = int(raw) if raw.lstrip("-").isdigit() else 0
     if wanted <= 0:  # TensorFlow's default: one per CPU this process may run on
-        wanted = len(os.sched_getaffinity(0)) if cpus is None else cpus
+        wanted = _usable_cpus() if cpus is None else cpus
     return MIN_PS_INTER_OP_THREADS if wanted < MIN_PS_INTER_OP_THREADS else None
+
+
+def _usable_cpus() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux only (not macOS)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def train_parameter_server(app: TrainingApp) -> None:

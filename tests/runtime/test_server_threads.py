@@ -45,3 +45,13 @@ def test_the_default_counts_the_cpus_this_process_may_use(monkeypatch) -> None:
     assert server_inter_op_threads("parameter_server", "worker", {}) == MIN_PS_INTER_OP_THREADS
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
     assert server_inter_op_threads("parameter_server", "worker", {}) is None
+
+
+def test_without_sched_getaffinity_the_cpu_count_is_used(monkeypatch) -> None:
+    monkeypatch.delattr("os.sched_getaffinity")  # macOS
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert server_inter_op_threads("parameter_server", "ps", {}) == MIN_PS_INTER_OP_THREADS
+    monkeypatch.setattr("os.cpu_count", lambda: None)
+    assert server_inter_op_threads("parameter_server", "ps", {}) == MIN_PS_INTER_OP_THREADS
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert server_inter_op_threads("parameter_server", "ps", {}) is None
