@@ -8,11 +8,14 @@ the same task of the same spec.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import time
 import uuid
 
 import pytest
+from airflow.sdk.exceptions import TaskDeferred
 from kubernetes import client
 
 from airflow_tfk import naming
@@ -124,12 +127,31 @@ def test_between_graph_tf1_script_with_legacy_flags_and_a_late_ps(
         assert '"tfk": "metrics"' in log or "accuracy" in log, log[-2000:]
 
 
+def _execute(op, ctx: dict) -> dict:
+    """``op.execute``; when it defers, the trigger runs to its event (rebuilt from its
+    serialized form, as the triggerer does) and ``execute_complete`` finishes."""
+    try:
+        return op.execute(ctx)
+    except TaskDeferred as deferred:
+        _path, kwargs = deferred.trigger.serialize()
+        trigger = type(deferred.trigger)(**kwargs)
+
+        async def first_event() -> dict:
+            async for event in trigger.run():
+                return event.payload
+            raise AssertionError("the trigger ended without an event")
+
+        event = asyncio.run(first_event())
+        return getattr(op, deferred.method_name)(ctx, event, **(deferred.kwargs or {}))
+
+
 def naming_ps() -> str:
     return "ps"
 
 
+@pytest.mark.parametrize("deferrable", [False, True], ids=["blocking", "deferred"])
 def test_parameter_server_trainingapp_with_shared_models_volume(
-    k8s_node, node_api, node_ns, node_conn, local_volumes, capfd
+    k8s_node, node_api, node_ns, node_conn, local_volumes, capfd, caplog, deferrable
 ) -> None:
     """TF2 ParameterServerStrategy: the chief's checkpoints are written by the PS, into the
     models claim both mount (a local PersistentVolume); the SavedModel lands there too.
@@ -147,9 +169,10 @@ def test_parameter_server_trainingapp_with_shared_models_volume(
         args=["--tfk_steps", "30", "--tfk_checkpoint_every", "10"],
         storage={"models": {"size": "1Gi", "storage_class": "tfk-local"}},
     )
-    result = _tfk.make_op(spec_data, cleanup="all").execute(ctx)
+    caplog.set_level(logging.INFO)  # the trigger reports progress through its logger
+    result = _execute(_tfk.make_op(spec_data, cleanup="all", deferrable=deferrable), ctx)
     assert result["outcome"] == "succeeded", result
-    out = capfd.readouterr().out
+    out = capfd.readouterr().out + caplog.text
     assert _tfk.progress_lines(out), out[-3000:]
     # The PS log, copied into the task log before the delete, shows the raised pool.
     assert "----- log of ps-0" in out, out[-3000:]
