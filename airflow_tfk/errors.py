@@ -1,4 +1,4 @@
-"""The two error types users see: a bad spec, and a training that failed."""
+"""The error types users see: a bad spec, a machine that cannot run it, a training that failed."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def short_repr(value: object) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-class SpecError(ValueError):
-    """Invalid cluster spec. Raised before anything is created.
+class _FieldError(Exception):
+    """An error about one named setting: ``"<field>: <rule> (got <value>)"``.
 
     :param field: dotted path of the offending field, e.g. ``worker.replicas``.
     :param rule: the rule that was broken, in words.
@@ -38,6 +38,22 @@ class SpecError(ValueError):
         shown = "" if value is ... else f" (got {short_repr(value)})"
         super().__init__(f"{field}: {rule}{shown}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # The default rebuilds from ``self.args`` (the message alone), which does not fit
+        # ``__init__``: unpickling, e.g. in another process, would raise a TypeError.
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[_FieldError], args: tuple[object, ...], state: dict[str, object]) -> _FieldError:
+    exc = Exception.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
+class SpecError(_FieldError, ValueError):
+    """Invalid cluster spec. Raised before anything is created."""
+
 
 class ClusterOwnershipError(SpecError):
     """A cluster of this name exists and belongs to another task instance (or to no
@@ -48,20 +64,13 @@ class ClusterOwnershipError(SpecError):
         super().__init__("name", rule, name)
 
 
-class LocalMachineError(RuntimeError):
+class LocalMachineError(_FieldError, RuntimeError):
     """This machine cannot run the local cluster as asked (a fixed port is taken, the
     working directory or an executable is missing, no compiler for the loopback library).
 
     Not a :class:`SpecError`: the same spec may run elsewhere. Raised before anything is
     started. ``field`` names the setting (spec field or backend option) involved.
     """
-
-    def __init__(self, field: str, rule: str, value: object = ...) -> None:
-        self.field = field
-        self.rule = rule
-        self.value = value
-        shown = "" if value is ... else f" (got {short_repr(value)})"
-        super().__init__(f"{field}: {rule}{shown}")
 
 
 class TrainingFailed(RuntimeError):

@@ -33,7 +33,15 @@ from airflow_tfk.admission import KUEUE_QUEUE_LABEL, Layout
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import ROLES, Mode, TFClusterSpec
 
-__all__ = ["RenderError", "render", "template_dirs", "to_yaml_stream", "k8s_escape"]
+__all__ = [
+    "RenderError",
+    "render",
+    "runs_through_launcher",
+    "task_command",
+    "template_dirs",
+    "to_yaml_stream",
+    "k8s_escape",
+]
 
 CONTAINER_NAME = "tensorflow"
 PORT_NAME = "grpc"
@@ -215,6 +223,42 @@ def cluster_env(spec: TFClusterSpec, addresses: Mapping[str, list[str]] | None) 
     return json.dumps(compact, separators=(",", ":")), False
 
 
+#: what a task's Python runs before a TF1 between-graph script: the runtime's launcher
+LAUNCH_PREFIX = ("-m", "airflow_tfk.runtime.launch", "--")
+_PYTHON = re.compile(r"python[0-9.]*")
+
+
+def runs_through_launcher(spec: TFClusterSpec, role: str) -> bool:
+    """Whether the role's command is put behind the runtime's launcher: in a
+    ``between_graph`` cluster with ``legacy_tf1_flags``, unless it already runs it.
+
+    Such scripts build their sessions without ``device_filters``, and then a worker that
+    starts after its peers exited waits for them forever; the launcher's start-up shim
+    (``runtime/tf1_shim``) gives those sessions the filters, so the script needs no edit.
+    """
+    if not spec.legacy_tf1_flags or spec.mode is not Mode.BETWEEN_GRAPH:
+        return False
+    return LAUNCH_PREFIX[1] not in _spec_command(spec, role)
+
+
+def _spec_command(spec: TFClusterSpec, role: str) -> list[str]:
+    rs = spec.roles()[role]
+    return list(rs.command if rs.command is not None else spec.command)
+
+
+def task_command(spec: TFClusterSpec, role: str) -> list[str]:
+    """The container command of ``role``, as written by the DAG author (unescaped): the
+    spec's, or the same behind ``<python> -m airflow_tfk.runtime.launch --`` (see
+    :func:`runs_through_launcher`). The single place both backends take it from."""
+    command = _spec_command(spec, role)
+    if not runs_through_launcher(spec, role):
+        return command
+    # The script's own interpreter runs the launcher when the command names one, so the
+    # image's Python with airflow_tfk is used; a shell or binary entry point gets `python`.
+    python = command[0] if _PYTHON.fullmatch(command[0].rsplit("/", 1)[-1]) else "python"
+    return [python, *LAUNCH_PREFIX, *command]
+
+
 def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
     return [{"name": k, "value": k8s_escape(v)} for k, v in env.items()]
 
@@ -223,7 +267,7 @@ def _role_context(
     spec: TFClusterSpec, role: str, identity: RunIdentity | None, addresses: Mapping[str, list[str]] | None
 ) -> dict[str, Any]:
     rs = spec.roles()[role]
-    command = rs.command if rs.command is not None else spec.command
+    command = task_command(spec, role)
     args = [k8s_escape(a) for a in (rs.args if rs.args is not None else spec.args)]
     if spec.legacy_tf1_flags:
         # These rely on expansion on purpose, and hold only validated DNS names.

@@ -4,11 +4,12 @@
 
 Each run is 3 workers + 2 ps of ``airflow_tfk/runtime/examples/tf1_between_graph.py``
 (it reads only ``--ps_hosts --worker_hosts --job_name --task_index`` and sets no
-``device_filters``) through ``python -m airflow_tfk.runtime.launch --tf1-flags`` on the
-real local backend, in a fresh cluster. A run passes when every worker exits 0 within
-``--timeout`` seconds and reaches the held-out accuracy threshold. ``--no-shim`` runs the
-same without the launcher's device filters (the baseline, measured in the same run with
-``--baseline-runs``): there a worker waits for peers that have already exited.
+``device_filters``), given as the bare ``python tf1_between_graph.py`` with
+``legacy_tf1_flags: true``, on the real local backend, in a fresh cluster. A run passes
+when every worker exits 0 within ``--timeout`` seconds and reaches the held-out accuracy
+threshold. ``--baseline-runs`` first runs the same script with the launcher's
+``--no-device-filters`` (no shim), measured in the same run: there a worker can wait for
+peers that have already exited. The real node's 5 runs: ``bench/bench_tf1_node.py``.
 Prints one JSON line per run and a summary; exit 0 only if every shimmed run passed.
 """
 
@@ -42,13 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     summary = {}
     with tempfile.TemporaryDirectory(prefix="tfk-bench-tf1-") as tmp:
         backend = LocalBackend(os.path.join(tmp, "root"), workdir=tmp)
-        for label, runs, shim in (("baseline_no_shim", args.baseline_runs, "0"), ("shim", args.runs, "1")):
+        for label, runs, shim in (("baseline_no_shim", args.baseline_runs, False), ("shim", args.runs, True)):
             if not runs:
                 continue
-            os.environ["TFK_TF1_SHIM"] = shim  # the local backend passes the env on
             results = []
             for i in range(runs):
-                r = run_once(backend, f"tf1-{label.replace('_', '-')}-{i}", args.steps, args.timeout)
+                name = f"tf1-{label.replace('_', '-')}-{i}"
+                r = run_once(backend, name, args.steps, args.timeout, shim)
                 ok = r.outcome == "succeeded" and len(r.accuracies) == 3
                 ok = ok and min(r.accuracies) >= ACCURACY_THRESHOLD
                 results.append((ok, r))

@@ -7,110 +7,36 @@ import pytest
 from airflow_tfk import naming
 from airflow_tfk.naming import RunIdentity
 
-
-@pytest.mark.parametrize(
-    "value, ok",
-    [
-        ("a", True),
-        ("imagenet", True),
-        ("a-1", True),
-        ("a" * 63, True),
-        ("a" * 64, False),
-        ("1abc", False),
-        ("-a", False),
-        ("a-", False),
-        ("A", False),
-        ("a_b", False),
-        ("a.b", False),
-        ("", False),
-    ],
-)
-def test_dns1035_label(value, ok):
-    assert naming.is_dns1035_label(value) is ok
-
-
-@pytest.mark.parametrize(
-    "value, ok",
-    [
-        ("1abc", True),
-        ("abc", True),
-        ("a.b", False),
-        ("a" * 64, False),
-        ("", False),
-    ],
-)
-def test_dns1123_label(value, ok):
-    assert naming.is_dns1123_label(value) is ok
+# Each rule with the values it accepts and refuses: one table, one test.
+RULES = {
+    naming.is_dns1035_label: {
+        True: ["a", "imagenet", "a-1", "a" * 63],
+        False: ["a" * 64, "1abc", "-a", "a-", "A", "a_b", "a.b", ""],
+    },
+    naming.is_dns1123_label: {True: ["1abc", "abc"], False: ["a.b", "a" * 64, ""]},
+    naming.is_dns1123_subdomain: {
+        True: ["a.b.c", "my-secret", "a" * 253],
+        False: ["a..b", "A", ".a", "a" * 254],
+    },
+    naming.is_label_value: {
+        True: ["", "abc", "A.b_c-1", "a" * 63],
+        False: ["a" * 64, "-a", "a-", "a b", "a/b", "a:b"],
+    },
+    naming.is_label_key: {
+        True: ["team", "example.com/team", "nvidia.com/gpu", "a" * 63],
+        False: ["a/b/c", "Example.com/x", "/x", "x/", "", "a" * 64],
+    },
+    naming.is_env_name: {True: ["HOME", "_x", "a.b-c"], False: ["1X", "A B", "A=B", ""]},
+}
 
 
 @pytest.mark.parametrize(
-    "value, ok",
-    [
-        ("a.b.c", True),
-        ("my-secret", True),
-        ("a..b", False),
-        ("A", False),
-        (".a", False),
-        ("a" * 253, True),
-        ("a" * 254, False),
-    ],
+    "rule, value, ok",
+    [(rule, v, ok) for rule, by in RULES.items() for ok, values in by.items() for v in values],
+    ids=lambda x: x.__name__ if callable(x) else None,
 )
-def test_dns1123_subdomain(value, ok):
-    assert naming.is_dns1123_subdomain(value) is ok
-
-
-@pytest.mark.parametrize(
-    "value, ok",
-    [
-        ("", True),
-        ("abc", True),
-        ("A.b_c-1", True),
-        ("a" * 63, True),
-        ("a" * 64, False),
-        ("-a", False),
-        ("a-", False),
-        ("a b", False),
-        ("a/b", False),
-        ("a:b", False),
-    ],
-)
-def test_label_value(value, ok):
-    assert naming.is_label_value(value) is ok
-
-
-@pytest.mark.parametrize(
-    "key, ok",
-    [
-        ("team", True),
-        ("example.com/team", True),
-        ("nvidia.com/gpu", True),
-        ("a/b/c", False),
-        ("Example.com/x", False),
-        ("/x", False),
-        ("x/", False),
-        ("", False),
-        ("a" * 63, True),
-        ("a" * 64, False),
-    ],
-)
-def test_label_key(key, ok):
-    assert naming.is_label_key(key) is ok
-
-
-@pytest.mark.parametrize(
-    "name, ok",
-    [
-        ("HOME", True),
-        ("_x", True),
-        ("a.b-c", True),
-        ("1X", False),
-        ("A B", False),
-        ("A=B", False),
-        ("", False),
-    ],
-)
-def test_env_name(name, ok):
-    assert naming.is_env_name(name) is ok
+def test_rule(rule, value, ok):
+    assert rule(value) is ok
 
 
 @pytest.mark.parametrize(

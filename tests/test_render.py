@@ -505,6 +505,7 @@ def test_legacy_tf1_flags():
     ):
         _, argv = process_view(by(manifests, kind, name), index)
         assert argv == [
+            *LAUNCHED,
             "python",
             "/opt/imagenet.py",
             "--train_steps=1000",
@@ -522,6 +523,44 @@ def test_legacy_tf1_flags():
         by(render(make(SPECS["all_reduce"], legacy_tf1_flags=True)), "Job", "imagenet-worker"), 0
     )
     assert not any(a.startswith("--ps_hosts") for a in argv)
+
+
+LAUNCHED = ["python", "-m", "airflow_tfk.runtime.launch", "--"]
+
+
+@pytest.mark.parametrize(
+    ("command", "want"),
+    [
+        # the script's own interpreter runs the launcher ...
+        (["python3.11", "/opt/t.py"], ["python3.11", *LAUNCHED[1:], "python3.11", "/opt/t.py"]),
+        (["/usr/bin/python3", "t.py"], ["/usr/bin/python3", *LAUNCHED[1:], "/usr/bin/python3", "t.py"]),
+        # ... a shell or binary entry point gets the image's `python`
+        (["sh", "-c", "exec python t.py"], [*LAUNCHED, "sh", "-c", "exec python t.py"]),
+        (["/app/train"], [*LAUNCHED, "/app/train"]),
+        # a command that already runs the launcher is left as written
+        (["python", "-m", "airflow_tfk.runtime.launch", "--", "python", "t.py"], None),
+    ],
+)
+def test_legacy_tf1_flags_run_the_command_behind_the_launcher(command, want):
+    """Unmodified TF1 scripts: the rendered command itself goes through the launcher (its
+    start-up shim gives the sessions device filters), so a bare `python train.py` works."""
+    manifests = render(make(SPECS["legacy_flags"], command=command))
+    for kind, name in (("Job", "imagenet-worker"), ("StatefulSet", "imagenet-ps")):
+        c = container(by(manifests, kind, name))
+        assert c["command"] == (want or command)
+        assert c["args"][0] == "--train_steps=1000"  # the script's args follow, then the flags
+        assert c["args"][-1] == "--task_index=$(TFK_INDEX)"
+
+
+@pytest.mark.parametrize("case", ["between_graph", "all_reduce", "kitchen_sink"])
+def test_only_between_graph_legacy_scripts_run_behind_the_launcher(case):
+    """No legacy flags, or not between_graph (no PS sessions to filter): as written."""
+    spec = make(SPECS[case])
+    for m in render(spec):
+        if m["kind"] in ("Job", "StatefulSet"):
+            role = m["metadata"]["labels"][naming.LABEL_ROLE]
+            rs = spec.roles()[role]
+            assert container(m)["command"] == list(rs.command or spec.command), role
 
 
 def test_no_legacy_flags_by_default():

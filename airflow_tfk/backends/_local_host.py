@@ -130,7 +130,11 @@ class LocalHostChecks:
                     path = Path(str(event["path"])).resolve()
                 except (ValueError, KeyError, TypeError):
                     continue
-                if event.get("tfk") != "export" or not path.name.isdigit() or not path.is_dir():
+                if (
+                    event.get("tfk") != "export"
+                    or not (path.name.isascii() and path.name.isdigit())
+                    or not path.is_dir()
+                ):
                     continue
                 if not any(path.is_relative_to(r) for r in roots):
                     continue

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from airflow_tfk import naming
+from airflow_tfk.backends._local_host import _PYTHONS
 from airflow_tfk.spec import TFClusterSpec
 
 _REF = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
@@ -98,6 +100,27 @@ def local_setup(
         for a in [*container["command"], *(container.get("args") or [])]
     ]
     return argv, env
+
+
+_LAUNCH = ["-m", "airflow_tfk.runtime.launch"]
+
+
+def local_argv(pod_argv: list[str], executable: str, launched: bool) -> list[str]:
+    """The pod's argv with its executables as this machine resolved them: ``executable``
+    for the spec's command; when the provider put the command behind the runtime's
+    launcher (``launched``: ``<python> -m airflow_tfk.runtime.launch -- CMD ...``), this
+    interpreter runs the launcher (it has airflow_tfk) and ``executable`` is CMD's. In a
+    launcher command the author wrote, a bare ``python`` after ``--`` is this interpreter
+    too, as it is before it."""
+    if launched:
+        cut = pod_argv.index("--") + 1  # the launcher's own words end at the first "--"
+        return [sys.executable, *pod_argv[1:cut], executable, *pod_argv[cut + 1 :]]
+    argv = [executable, *pod_argv[1:]]
+    if argv[1:3] == _LAUNCH and "--" in argv:
+        inner = argv.index("--") + 1
+        if inner < len(argv) and argv[inner] in _PYTHONS:
+            argv[inner] = sys.executable
+    return argv
 
 
 def _localise(arg: str, addresses: Mapping[str, str]) -> str:

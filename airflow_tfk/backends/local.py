@@ -310,7 +310,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
             for role, rs in spec.cluster_roles().items()
         }
         # One source of truth: the pods the Kubernetes backend would create.
-        from airflow_tfk.render import render
+        from airflow_tfk.render import render, runs_through_launcher
 
         containers = _local_pod.role_containers(render(spec, identity))
         created_at = time.time()
@@ -322,8 +322,8 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
                 tdir = cdir / "tasks" / name
                 _private_dir(tdir)
                 pod_argv, pod_env = _local_pod.local_setup(spec, containers[role], index, cluster, volumes)
-                # The executable as this machine resolved it (python -> this interpreter).
-                argv = [commands[role][0], *pod_argv[1:]]
+                # The executables as this machine resolved them (python -> this interpreter).
+                argv = _local_pod.local_argv(pod_argv, commands[role][0], runs_through_launcher(spec, role))
                 _write_json(
                     tdir / "task.json",
                     {

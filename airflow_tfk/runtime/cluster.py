@@ -137,7 +137,7 @@ def _parse_cluster(value: object, where: str) -> dict[str, list[str]]:
 
 def _split_address(addr: str) -> tuple[str, int] | None:
     host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         return None
     if host.startswith("[") and host.endswith("]"):  # [::1]:2222
         host = host[1:-1]

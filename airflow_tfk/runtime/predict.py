@@ -19,6 +19,8 @@ import os
 import sys
 from typing import Any
 
+from airflow_tfk.runtime.export import version_of
+
 SAMPLE_REQUEST = os.path.join("assets.extra", "tfk_sample_request.json")
 
 
@@ -27,10 +29,9 @@ def versions(base: str, model: str) -> list[int]:
     root = os.path.join(base, model)
     if not os.path.isdir(root):
         return []
+    found = ((version_of(d), d) for d in os.listdir(root))
     return sorted(
-        int(d)
-        for d in os.listdir(root)
-        if d.isdigit() and os.path.exists(os.path.join(root, d, "saved_model.pb"))
+        v for v, d in found if v is not None and os.path.exists(os.path.join(root, d, "saved_model.pb"))
     )
 
 

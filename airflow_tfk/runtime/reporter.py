@@ -25,6 +25,17 @@ class Reporter:
             return
         import tensorflow as tf
 
+        if not tf.executing_eagerly():
+            # between_graph: the default graph is the training's, finalized by its
+            # session, so no summary op can be added; TF1's FileWriter writes the event
+            # from Python instead.
+            v1 = tf.compat.v1
+            if self._writer is None:
+                self._writer = v1.summary.FileWriter(self._log_dir)
+            self._writer.add_summary(
+                v1.Summary(value=[v1.Summary.Value(tag="loss", simple_value=loss)]), step
+            )
+            return
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self._log_dir)
         with self._writer.as_default():

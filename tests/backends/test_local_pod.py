@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,7 +131,62 @@ def test_local_task_setup_is_the_kubelet_expansion_of_the_rendered_pod(tmp_path:
             ]
             # The author's text reaches the process exactly (render escapes it for the kubelet).
             assert "--lr=$(LR)" in argv and "$$HOME" in argv
+            # ... behind the launcher (this interpreter runs it), then the spec's command.
+            assert argv[:5] == [sys.executable, "-m", "airflow_tfk.runtime.launch", "--", SLEEP[0]]
             assert "--job_name=worker" in argv and "--task_index=1" in argv
     finally:
         backend.delete(ref)
         assert backend._marked(ClusterRef(ref.name, ref.namespace)) == []
+
+
+def test_a_bare_tf1_command_runs_behind_the_launcher_with_the_shim(tmp_path: Path) -> None:
+    """`python train.py` + legacy_tf1_flags in between_graph: the process is the user's
+    script (the launcher exec'd it) with the flags and the device-filter shim loaded."""
+    code = (
+        "import sys; m = sys.modules.get('sitecustomize'); "
+        "print('SHIM=' + str(getattr(m, '__file__', None))); print('ARGV=' + ' '.join(sys.argv[1:]))"
+    )
+    spec = TFClusterSpec(
+        name="bare",
+        image="tf:1",
+        command=("python", "-c", code),
+        mode="between_graph",
+        ps=RoleSpec(),
+        worker=RoleSpec(),
+        legacy_tf1_flags=True,
+        retries_per_index=0,
+    )
+    backend = LocalBackend(str(tmp_path / "root"), workdir=str(tmp_path), kill_grace_seconds=0.3)
+    ref = backend.create(spec)
+    try:
+        deadline = time.monotonic() + 40
+        while not re.search("^ARGV=", backend.logs(ref, "worker", 0), re.M) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        log = backend.logs(ref, "worker", 0)
+        shim = re.search(r"^SHIM=(.*)$", log, re.M)
+        assert shim and shim.group(1).endswith("airflow_tfk/runtime/tf1_shim/sitecustomize.py"), log
+        cluster = backend._state(ref)["cluster"]
+        want = f"--ps_hosts={cluster['ps'][0]} --worker_hosts={cluster['worker'][0]} --job_name=worker"
+        assert f"\nARGV={want} --task_index=0" in log, log
+    finally:
+        backend.delete(ref)
+
+
+LAUNCH = ["-m", "airflow_tfk.runtime.launch", "--"]
+
+
+@pytest.mark.parametrize(
+    ("pod_argv", "launched", "want"),
+    [
+        (["python", "t.py", "--x"], False, ["/r/sh", "t.py", "--x"]),
+        # put behind the launcher by the provider: the spec's command is after "--"
+        (["python", *LAUNCH, "sh", "-c", "x"], True, [sys.executable, *LAUNCH, "/r/sh", "-c", "x"]),
+        # a launcher command the author wrote: its inner bare python is this interpreter
+        (["python", *LAUNCH, "python", "t.py"], False, ["/r/sh", *LAUNCH, sys.executable, "t.py"]),
+        (["python", *LAUNCH, "/opt/py", "t.py"], False, ["/r/sh", *LAUNCH, "/opt/py", "t.py"]),
+    ],
+)
+def test_local_argv_resolves_the_executables(pod_argv, launched, want):
+    from airflow_tfk.backends._local_pod import local_argv
+
+    assert local_argv(pod_argv, "/r/sh", launched) == want

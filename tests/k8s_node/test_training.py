@@ -24,6 +24,7 @@ from . import _tfk
 from . import node as nodemod
 
 pytestmark = pytest.mark.k8s_node
+TF1_SCRIPT = f"{nodemod.REPO}/airflow_tfk/runtime/examples/tf1_between_graph.py"
 
 
 def _ctx() -> dict:
@@ -63,44 +64,37 @@ def test_between_graph_tf1_script_with_legacy_flags_and_a_late_ps(
     k8s_node, node_api, node_ns, node_conn, capfd
 ) -> None:
     """An unmodified TF1 script that reads only --ps_hosts --worker_hosts --job_name
-    --task_index; the PS pod is scheduled only after both worker pods run (a node label it
-    waits for), so the workers must find it by name once it appears."""
+    --task_index, at the issue's shape (3 workers + 2 PS; bench/bench_tf1_node.py makes 5
+    runs); the PS pods are scheduled only after every worker pod runs (a node label they
+    wait for), so the workers must find them by name once they appear."""
     ctx = _ctx()
     name = _tfk.cluster_name(ctx)
     gate = f"tfk.test/ps-{uuid.uuid4().hex[:6]}"
     spec_data = _tfk.spec(
         node_ns,
         "between_graph",
-        workers=2,
-        ps=1,
-        # Through the launcher, as the README tells TF1 users: it appends the legacy flags
-        # and gives the script's sessions device filters. A bare `python script.py` with
-        # legacy_tf1_flags hung here (one worker waited forever for a peer that had exited).
-        command=_tfk.recording(
-            [
-                "python",
-                "-m",
-                "airflow_tfk.runtime.launch",
-                "--tf1-flags",
-                "--",
-                "python",
-                f"{nodemod.REPO}/airflow_tfk/runtime/examples/tf1_between_graph.py",
-            ]
-        ),
+        workers=3,
+        ps=2,
+        # The bare command a TF1 user has (behind the test's TF_CONFIG recorder): the
+        # provider appends the legacy flags and puts it behind the launcher, whose shim
+        # gives the sessions device filters. Before, this hung: one worker waited forever
+        # for a peer that had exited.
+        command=_tfk.recording(["python", TF1_SCRIPT]),
+        legacy_tf1_flags=True,
         args=["--train_steps", "120", "--progress_every", "20"],
     )
-    spec_data["ps"] = {"replicas": 1, "node_selector": {gate: "true"}}
+    spec_data["ps"] = {"replicas": 2, "node_selector": {gate: "true"}}
     core = client.CoreV1Api(node_api)
     released: dict[str, float] = {}
 
     def release_ps_when_workers_run() -> None:
         def workers_running() -> bool:
             ws = _tfk.pods(node_api, node_ns, name, "worker")
-            return len(ws) == 2 and all(p.status.phase == "Running" for p in ws)
+            return len(ws) == 3 and all(p.status.phase == "Running" for p in ws)
 
-        _tfk.wait_for("both worker pods Running", workers_running, 240, every=0.5)
+        _tfk.wait_for("every worker pod Running", workers_running, 240, every=0.5)
         ps = _tfk.pods(node_api, node_ns, name, "ps")
-        assert ps and ps[0].status.phase == "Pending", "the PS pod must wait for the label"
+        assert len(ps) == 2 and all(p.status.phase == "Pending" for p in ps), "the PS pods wait for the label"
         core.patch_node(nodemod.NODE_NAME, {"metadata": {"labels": {gate: "true"}}})
         released["at"] = time.monotonic()
 
@@ -121,8 +115,9 @@ def test_between_graph_tf1_script_with_legacy_flags_and_a_late_ps(
     assert _tfk.TF_CONFIG_MARK in ps_part
     # ... and the PS is gone (the StatefulSet deleted), the workers' Job stays.
     _tfk.wait_for("PS pods deleted", lambda: not _tfk.pods(node_api, node_ns, name, naming_ps()), 60)
-    _assert_tf_configs(node_api, node_ns, spec_data, ctx, {"worker-0", "worker-1"})
+    _assert_tf_configs(node_api, node_ns, spec_data, ctx, {"worker-0", "worker-1", "worker-2"})
     for w in _tfk.pods(node_api, node_ns, name, "worker"):
+        assert w.spec.containers[0].command[:4] == ["python", "-m", "airflow_tfk.runtime.launch", "--"]
         log = _tfk.pod_log(node_api, node_ns, w.metadata.name)
         assert '"tfk": "metrics"' in log or "accuracy" in log, log[-2000:]
 

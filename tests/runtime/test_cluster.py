@@ -112,6 +112,17 @@ def test_split_address():
         split_address("host:99999")
 
 
+@pytest.mark.parametrize("port", ["²", "٣", "2222²", " 2222", "+2222", "2_222"])
+def test_a_port_is_plain_ascii_digits(port):
+    """``'²'.isdigit()`` is true and ``int('²')`` raises; ``int('٣')`` is 3: both are
+    refused as a bad address, not a crash or a port of 3."""
+    with pytest.raises(ClusterConfigError, match="invalid address"):
+        split_address(f"host:{port}")
+    env = {"TFK_CLUSTER": json.dumps({"worker": [f"w0:{port}"]}), "TFK_ROLE": "worker", "TFK_INDEX": "0"}
+    with pytest.raises(ClusterConfigError, match="invalid address"):
+        task_info(env)
+
+
 @pytest.fixture
 def listener():
     s = socket.socket()

@@ -1,7 +1,9 @@
-"""Runs of the unmodified TF1 example (3 workers + 2 ps) on the real local backend.
+"""Runs of the unmodified TF1 example (3 workers + 2 ps) through a real backend, as a
+TF1 user writes it: ``python train.py`` with ``legacy_tf1_flags``.
 
-Shared by ``bench/bench_tf1_reliability.py`` (20 consecutive runs) and the CI test (2).
-Each run creates its own cluster through :class:`LocalBackend`, waits for the success
+Shared by ``bench/bench_tf1_reliability.py`` (20 consecutive local runs), the CI test (2)
+and ``bench/bench_tf1_node.py`` (5 runs on the real node, Kubernetes backend).
+Each run creates its own cluster through the backend, waits for the success
 policy (every worker exited 0) with the provider's own wait loop, checks every worker's
 held-out accuracy and deletes the cluster (the ps serve forever by design).
 """
@@ -12,8 +14,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.backends.base import Backend
 from airflow_tfk.policies import Outcome
 from airflow_tfk.runtime.examples import tf1_between_graph
 from airflow_tfk.runtime.progress import last_event
@@ -34,32 +37,54 @@ class RunResult:
 
 
 def tf1_command(steps: int, *extra: str) -> list[str]:
-    """The unmodified TF1 example run through the launcher, which appends
+    """The unmodified TF1 example run through the launcher by hand, which appends
     ``--ps_hosts --worker_hosts --job_name --task_index`` and gives its sessions their
-    device filters."""
+    device filters (the runtime-level tests, without a backend)."""
     launch = [sys.executable, "-m", "airflow_tfk.runtime.launch", "--tf1-flags", "--"]
     return [*launch, sys.executable, SCRIPT, "--train_steps", str(steps), *extra]
 
 
-def spec_for(name: str, steps: int, timeout: float) -> TFClusterSpec:
+def bare_command(steps: int, *extra: str) -> list[str]:
+    """The command a TF1 user has: ``python train.py``, nothing of this project's."""
+    return ["python", SCRIPT, "--train_steps", str(steps), *extra]
+
+
+def spec_for(name: str, steps: int, timeout: float, shim: bool = True, **extra: Any) -> TFClusterSpec:
+    """3 workers + 2 ps of the bare command with ``legacy_tf1_flags``: the provider puts
+    it behind the launcher. ``shim=False`` is the baseline: the same script behind the
+    launcher with ``--no-device-filters`` (flags and TF_CONFIG alike, no shim). ``extra``:
+    more spec fields (the real node's image, namespace, env)."""
+    command = bare_command(steps, "--progress_every", "100")
+    if not shim:
+        command = ["python", "-m", "airflow_tfk.runtime.launch", "--no-device-filters", "--", *command]
     return TFClusterSpec.from_dict(
         {
             "name": name,
             "image": "local",
             "mode": "between_graph",
-            "command": tf1_command(steps, "--progress_every", "100"),
+            "command": command,
+            "legacy_tf1_flags": True,
             "ps": {"replicas": PS},
             "worker": {"replicas": WORKERS},
             "max_duration_seconds": int(timeout) + 60,
             "retries_per_index": 0,
             "ps_grace_seconds": 0,
+            **extra,
         }
     )
 
 
-def run_once(backend: LocalBackend, name: str, steps: int = 300, timeout: float = 180.0) -> RunResult:
-    """One training; never raises for a failed or hung run (the result says so)."""
-    spec = spec_for(name, steps, timeout)
+def run_once(
+    backend: Backend,
+    name: str,
+    steps: int = 300,
+    timeout: float = 180.0,
+    shim: bool = True,
+    **extra: Any,
+) -> RunResult:
+    """One training on ``backend`` (local, or Kubernetes on the real node); never raises
+    for a failed or hung run (the result says so)."""
+    spec = spec_for(name, steps, timeout, shim, **extra)
     ref = backend.create(spec)
     t0 = time.monotonic()
     try:

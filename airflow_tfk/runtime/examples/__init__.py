@@ -5,6 +5,6 @@
   >= 0.90 after the default 600 steps.
 - ``tf1_between_graph``: a plain TF1-style between-graph script (``--ps_hosts
   --worker_hosts --job_name --task_index``, ``tf.compat.v1``, ``MonitoredTrainingSession``)
-  run through ``python -m airflow_tfk.runtime.launch --tf1-flags``; held-out accuracy
+  given as a bare ``python tf1_between_graph.py`` with ``legacy_tf1_flags``; held-out accuracy
   >= 0.90 on breast_cancer.
 """

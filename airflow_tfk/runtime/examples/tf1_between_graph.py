@@ -1,6 +1,12 @@
 """A plain TF1-style between-graph training script (no airflow_tfk import).
 
-Run each task through the launcher, which sets TF_CONFIG and appends the legacy flags::
+In a cluster spec it is the bare command with ``legacy_tf1_flags: true`` (``mode:
+between_graph``); the provider appends the flags and runs it behind the launcher::
+
+    command: [python, airflow_tfk/runtime/examples/tf1_between_graph.py, --train_steps, "400"]
+    legacy_tf1_flags: true
+
+By hand, outside the provider::
 
     python -m airflow_tfk.runtime.launch --tf1-flags -- \
         python airflow_tfk/runtime/examples/tf1_between_graph.py --train_steps 400
