@@ -9,6 +9,7 @@ the same task of the same spec.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -173,6 +174,13 @@ def test_parameter_server_trainingapp_with_shared_models_volume(
     assert "----- log of ps-0" in out, out[-3000:]
     ps_part = out.split("----- log of ps-0", 1)[1].split("----- end of ps-0", 1)[0]
     assert "2 inter-op threads for the server" in ps_part, ps_part[-2000:]
+    # ... and the TF_CONFIG the PS saw, as the kubelet expanded it, is the local backend's.
+    seen = [ln.split(_tfk.TF_CONFIG_MARK, 1)[1] for ln in ps_part.splitlines() if _tfk.TF_CONFIG_MARK in ln]
+    assert seen, ps_part[-2000:]
+    ps_cfg = json.loads(seen[0])
+    local = _tfk.local_tf_configs(spec_data, ctx)["ps-0"]
+    assert _tfk.by_position(ps_cfg) == _tfk.by_position(local), (ps_cfg, local)
+    assert _tfk.dns_addresses_ok(ps_cfg, name, node_ns), ps_cfg
     ckpts = list(models.rglob("checkpoint"))
     assert ckpts, f"no checkpoint under the models volume: {sorted(p.name for p in models.rglob('*'))[:40]}"
     assert list(models.rglob("saved_model.pb")), "no SavedModel exported"
