@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_tfk import naming
-from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
+from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef, RunExport
 from airflow_tfk.errors import ClusterOwnershipError, SpecError
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.naming import RunIdentity
@@ -90,7 +90,10 @@ def create_or_reattach(
             emit(f"reattaching to existing cluster {ref.name} in {ref.namespace} ({status.summary()})")
             return ref
         emit(f"replacing failed cluster {ref.name}: {verdict.message}")
+        exports = run_exports(backend, ref, emit)
         backend.delete(ref, "replaced by a retry of its task")
+        set_aside_exports(backend, ref, exports, emit)
+    backend.preflight(spec, identity)  # a failed check creates nothing and says only that
     check_capacity(backend, spec, emit)
     emit(
         f"creating cluster {ref.name} in {ref.namespace} on the {backend.kind} backend: "
@@ -181,12 +184,36 @@ def teardown_after_failure(
         log_task_logs(backend, handle.ref, failed[:5] or [("worker", 0)], emit)
     except Exception as exc:
         emit(f"could not collect logs before deleting: {exc}")
+    exports = run_exports(backend, handle.ref, emit)
     deleted = delete_cluster(handle, emit, reason)
-    # After the delete, so no task of the run can export anything more.
-    discarded = backend.discard_exports(handle.ref)
+    set_aside_exports(backend, handle.ref, exports, emit)
+    return deleted
+
+
+def run_exports(backend: Backend, ref: ClusterRef, emit: Emit) -> list[RunExport]:
+    """What the run's tasks exported, read while they are still there (best effort)."""
+    try:
+        return backend.run_exports(ref)
+    except Exception as exc:
+        emit(f"WARNING could not find what the failed run exported: {exc}")
+        return []
+
+
+def set_aside_exports(backend: Backend, ref: ClusterRef, exports: list[RunExport], emit: Emit) -> None:
+    """Make a failed run's exports unpublishable. After the delete (or after stopping
+    the run's tasks), so no task of the run can export anything more."""
+    if not exports:
+        return
+    try:
+        discarded = backend.discard_exports(ref, exports)
+    except Exception as exc:
+        discarded = []
+        emit(f"WARNING could not set aside the failed run's exports: {exc}")
     if discarded:
         emit(f"the failed run exported {', '.join(discarded)}; set aside, so it is never published")
-    return deleted
+    left = [e.path for e in exports if e.path not in discarded]
+    if left:
+        emit(f"WARNING the failed run's exports {', '.join(left)} were not set aside; do not publish them")
 
 
 def keep_after_failure(handle: ClusterHandle, emit: Emit = log.info) -> list[str]:
@@ -200,11 +227,10 @@ def keep_after_failure(handle: ClusterHandle, emit: Emit = log.info) -> list[str
     failed = [(t.role, t.index) for t in status.tasks if t.phase is Phase.FAILED]
     log_task_logs(backend, handle.ref, failed[:5] or [("worker", 0)], emit)
     roles: list[str] = [r for r in ("ps", "evaluator") if r in handle.replicas]
+    exports = run_exports(backend, handle.ref, emit)
     if roles:
         backend.delete_roles(handle.ref, roles)
-    discarded = backend.discard_exports(handle.ref)
-    if discarded:
-        emit(f"the failed run exported {', '.join(discarded)}; set aside, so it is never published")
+    set_aside_exports(backend, handle.ref, exports, emit)
     emit(
         f"kept failed cluster {handle.ref.name} for debugging (on_failure=keep); "
         f"stopped {', '.join(roles) or 'nothing'}; finished Jobs go after their TTL"

@@ -7,6 +7,12 @@ A cluster is an orphan when it still runs something (a task Running or Pending) 
 - its cluster-side deadline (creation + ``max_duration_seconds``) has passed. This is how
   the PS StatefulSet, which Kubernetes cannot time out, gets a deadline too.
 
+A training whose decisive role (the chief, else every worker) succeeded loses only what
+still runs (the PS, and the workers in ``parameter_server`` mode): its finished tasks
+stay until their TTL, so a retry of its task finds it succeeded and does not retrain.
+Any other orphan is deleted whole, and what it exported is set aside unless its task
+instance succeeded.
+
 Finished clusters (every task exited) are left alone: finished Jobs carry
 ``ttlSecondsAfterFinished``, and a run kept for debugging (``on_failure='keep'``) stays
 until then. Clusters created outside Airflow are only swept past their deadline.
@@ -24,8 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
+from airflow_tfk.lifecycle import run_exports, set_aside_exports
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.status import Phase
+from airflow_tfk.status import ClusterStatus, Phase
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +49,22 @@ class SweepResult:
     deleted: bool
 
 
-def _still_running(backend: Backend, ref: ClusterRef) -> bool:
-    status = backend.status(ref)
-    return any(
-        t.phase is Phase.RUNNING or (t.phase is Phase.PENDING and t.reason != "Deleted") for t in status.tasks
-    )
+def _running_roles(status: ClusterStatus) -> list[str]:
+    """Roles with a task still running or waiting to (a deleted one is neither)."""
+    roles = {
+        t.role
+        for t in status.tasks
+        if t.phase is Phase.RUNNING or (t.phase is Phase.PENDING and t.reason != "Deleted")
+    }
+    return sorted(roles)
+
+
+def _decisive_succeeded(status: ClusterStatus) -> bool:
+    """Did the role that decides the training (the chief if there is one, else every
+    worker) succeed? Then what still runs is only what never exits by itself."""
+    chief = [t for t in status.tasks if t.role == "chief"]
+    decisive = chief or [t for t in status.tasks if t.role == "worker"]
+    return bool(decisive) and all(t.phase is Phase.SUCCEEDED for t in decisive)
 
 
 def orphan_reason(
@@ -62,6 +80,11 @@ def orphan_reason(
     if state is not None and str(state).lower() in ACTIVE_STATES:
         return None
     return f"its task instance ({owner.describe()}) is {state or 'gone'}"
+
+
+def _owner_succeeded(owner: ClusterOwner, ti_state: Callable[[RunIdentity], str | None]) -> bool:
+    """Only a run whose task instance succeeded keeps what it exported."""
+    return owner.identity is not None and str(ti_state(owner.identity) or "").lower() == "success"
 
 
 def sweep(
@@ -82,13 +105,25 @@ def sweep(
         if owner is None:
             continue
         reason = orphan_reason(owner, ti_state, now)
-        if reason is None or not _still_running(backend, ref):
+        status = backend.status(ref) if reason is not None else None
+        running = _running_roles(status) if status is not None else []
+        if reason is None or status is None or not running:
             continue
+        # A finished training keeps its finished tasks (until their TTL): a retry of its
+        # task must find it succeeded, not retrain and export a second version.
+        finished = _decisive_succeeded(status)
+        what = f"{', '.join(running)} of finished" if finished else "orphaned"
         if dry_run:
-            emit(f"orphaned cluster {ref.name} in {ref.namespace}: {reason} (dry run, kept)")
+            emit(f"would delete {what} cluster {ref.name} in {ref.namespace}: {reason} (dry run, kept)")
+        elif finished:
+            backend.delete_roles(ref, running)
+            emit(f"deleted {what} cluster {ref.name} in {ref.namespace}: {reason}")
         else:
+            exports = run_exports(backend, ref, emit)
             backend.delete(ref, f"deleted by the orphan sweeper: {reason}")
-            emit(f"deleted orphaned cluster {ref.name} in {ref.namespace}: {reason}")
+            emit(f"deleted {what} cluster {ref.name} in {ref.namespace}: {reason}")
+            if not _owner_succeeded(owner, ti_state):
+                set_aside_exports(backend, ref, exports, emit)
         results.append(SweepResult(ref, reason, not dry_run))
     if not results:
         emit("no orphaned clusters")

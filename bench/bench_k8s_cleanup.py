@@ -219,10 +219,12 @@ def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace,
     assert len(done) == a.workers, f"the observer saw {len(done)} of {a.workers} completions"
     last_done = max(done.values())
     deletes = [t for t, m, u in counter.log if m == "DELETE" and "/statefulsets/" in u]
+    # Only the PS logs: right after the verdict the operator also reads worker 0's log
+    # for the training's results, before the grace period, which is not the PS clean-up.
     logs = [
         t
         for t, m, u in counter.log
-        if m == "GET" and u.split("?")[0].endswith("/log") and t >= returned["verdict"]
+        if m == "GET" and u.split("?")[0].endswith("/log") and "-ps-" in u and t >= returned["verdict"]
     ]
     detect = returned["verdict"] - last_done
     after_grace = deletes[0] - last_done - a.grace

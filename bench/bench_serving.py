@@ -114,6 +114,7 @@ def main() -> int:
             "airflow_tfk.runtime.model_server",
             f"--port={grpc_port}",
             f"--rest_api_port={rest}",
+            "--rest_api_host=127.0.0.1",
             f"--model_config_file={config}",
             f"--rest_api_num_threads={max(4, args.clients)}",
         ],

@@ -20,6 +20,7 @@ from airflow_tfk.defaults import (
     IMAGE,
     KUBERNETES_CONN_ID,
     NAMESPACE,
+    PROXY_POLICY,
     STORAGE,
 )
 from airflow_tfk.operators.serving import PublishModelOperator
@@ -40,7 +41,7 @@ with DAG(
 ):
     common = {"backend": BACKEND, "kubernetes_conn_id": KUBERNETES_CONN_ID}
     tensorboard = TensorBoardOperator(
-        claim=STORAGE["logs"]["claim"], tensorboard={"namespace": NAMESPACE}, **common
+        claim=STORAGE["logs"]["claim"], tensorboard={"namespace": NAMESPACE, **PROXY_POLICY}, **common
     )
     train = TFTrainingOperator(
         task_id="train",
@@ -64,7 +65,7 @@ with DAG(
         task_id="publish",
         model_name=MODEL,
         claim=STORAGE["models"]["claim"],
-        serving={"namespace": NAMESPACE},
+        serving={"namespace": NAMESPACE, **PROXY_POLICY},
         **common,
     )
     train >> publish

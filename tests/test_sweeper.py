@@ -163,3 +163,29 @@ def test_operator_asks_airflow_for_the_owner_state(backend) -> None:
     out = op.execute({"ti": ti})
     assert out == [{"name": "c-op", "namespace": "default", "reason": out[0]["reason"], "deleted": True}]
     assert "is failed" in out[0]["reason"]
+
+
+def test_a_finished_training_loses_only_what_never_exits(backend) -> None:
+    """Its workers succeeded, its PS runs past the deadline: the sweeper stops the PS and
+    keeps the finished workers, so a retry of the task finds the training succeeded."""
+    from airflow_tfk.lifecycle import create_or_reattach
+
+    s = TFClusterSpec(
+        name="c-finished",
+        image="x:1",
+        command=(sys.executable, "-c", "import os, time; os.environ['TFK_ROLE'] == 'ps' and time.sleep(300)"),
+        ps=RoleSpec(),
+        worker=RoleSpec(replicas=2),
+        max_duration_seconds=3600,
+    )
+    ref = backend.create(s, OWNER)
+    deadline = time.monotonic() + 30
+    while {t.phase.value for t in backend.status(ref).tasks if t.role == "worker"} != {"Succeeded"}:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    swept = sweep(backend, "default", states({"scheduled__1": "up_for_retry"}), now=time.time() + 3601)
+    assert [r.ref for r in swept] == [ref] and "deadline" in swept[0].reason
+    assert backend._marked(ref) == []  # the PS is stopped
+    said: list[str] = []
+    assert create_or_reattach(backend, s, OWNER, said.append) == ref
+    assert any("reattaching" in m for m in said) and not any("creating" in m for m in said), said

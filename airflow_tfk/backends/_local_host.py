@@ -1,14 +1,15 @@
 """What only this machine can check before a local cluster starts: the commands exist
 and can run here, the ports are free; and where a failed run's exports are set aside.
 
-Problems here are :class:`~airflow_tfk.errors.SpecError` on the spec field when the spec
-names something this machine lacks (an executable, a script), as before.
+A command, script or working directory this machine lacks, or a fixed port taken here, is
+a :class:`~airflow_tfk.errors.LocalMachineError` naming the spec field (or backend option)
+and the executable, script or port: not a :class:`SpecError`, since the same spec may run
+on Kubernetes, where the image brings the command.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import socket
@@ -17,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk.backends._local_files import LOCALHOST, _port_free, _tail
-from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.errors import SpecError
+from airflow_tfk.backends.base import ClusterRef, RunExport
+from airflow_tfk.errors import LocalMachineError, SpecError
+from airflow_tfk.protocol.progress import parse_event
 from airflow_tfk.spec import TFClusterSpec
 
 _PYTHONS = ("python", "python3")
@@ -36,7 +38,9 @@ class LocalHostChecks:
     def _resolve_commands(self, spec: TFClusterSpec, workdir: str) -> dict[str, list[str]]:
         """argv (without the legacy flags) of each role; checks what only this machine can."""
         if not os.path.isdir(workdir):
-            raise SpecError("workdir", "the local backend's working directory does not exist", workdir)
+            raise LocalMachineError(
+                "workdir", "the local backend's working directory does not exist", workdir
+            )
         out: dict[str, list[str]] = {}
         for role, rspec in spec.roles().items():
             cmd_field = f"{role}.command" if rspec.command is not None else "command"
@@ -51,16 +55,18 @@ class LocalHostChecks:
             elif "/" in exe:
                 resolved = exe if os.path.isabs(exe) else os.path.join(workdir, exe)
                 if not os.path.isfile(resolved):
-                    raise SpecError(
+                    raise LocalMachineError(
                         cmd_field, f"executable {exe!r} does not exist (resolved against {workdir})", exe
                     )
                 if not os.access(resolved, os.X_OK):
-                    raise SpecError(cmd_field, f"{exe!r} is not executable", exe)
+                    raise LocalMachineError(cmd_field, f"{exe!r} is not executable on this machine", exe)
                 is_python = os.path.basename(resolved).startswith("python")
             else:
                 found = shutil.which(exe, path=path_env)
                 if found is None:
-                    raise SpecError(cmd_field, f"executable {exe!r} is not on PATH on this machine", exe)
+                    raise LocalMachineError(
+                        cmd_field, f"executable {exe!r} is not on PATH on this machine", exe
+                    )
                 resolved = found
                 is_python = exe.startswith("python")
             argv = [resolved, *command[1:], *args]
@@ -70,7 +76,7 @@ class LocalHostChecks:
                     where = f"{cmd_field}[1]" if len(command) > 1 else f"{args_field}[0]"
                     full = script if os.path.isabs(script) else os.path.join(workdir, script)
                     if not os.path.isfile(full):
-                        raise SpecError(
+                        raise LocalMachineError(
                             where, f"script {script!r} does not exist (resolved against {workdir})", script
                         )
             out[role] = argv
@@ -89,13 +95,13 @@ class LocalHostChecks:
                 )
             for k, name in enumerate(names):
                 if not _port_free(spec.port + k):
-                    raise SpecError(
+                    raise LocalMachineError(
                         "port",
                         f"{LOCALHOST}:{spec.port + k} (for task {name}) is "
                         "already in use on this machine: stop what listens there, "
                         "choose another port, or let the local backend pick free "
                         "ports (fixed_ports=False)",
-                        spec.port,
+                        spec.port + k,
                     )
             return {name: spec.port + k for k, name in enumerate(names)}
         socks: list[socket.socket] = []
@@ -109,37 +115,36 @@ class LocalHostChecks:
             for sock in socks:
                 sock.close()
 
-    def discard_exports(self, ref: ClusterRef) -> list[str]:
-        """Rename each ``<model>/<version>`` directory the run's tasks reported exporting
-        (their ``{"tfk": "export"}`` log lines) to ``<model>/.failed-<version>-<uid>``:
-        TF Serving and :func:`publish` only see integer names. Only directories inside the
-        cluster's own volumes or claims are touched, whatever a log line says."""
+    def run_exports(self, ref: ClusterRef) -> list[RunExport]:
+        """Each ``<model>/<version>`` directory the run's tasks reported exporting (their
+        ``{"tfk": "export"}`` log lines, every attempt's). Only directories inside the
+        cluster's own volumes or claims count, whatever a log line says."""
         state = self._state(ref) or {}
         roots = [Path(p).resolve() for p in (state.get("volumes") or {}).values()]
         logs = self.cluster_dir(ref) / "logs"
         if not roots or not logs.is_dir():
             return []
-        uid = str(state.get("uid", "x"))[:8]
-        moved = []
+        found: dict[str, RunExport] = {}
         for log_file in sorted(logs.glob("*.log")):
             for line in _tail(log_file, None).splitlines():
-                if '"tfk"' not in line or '"export"' not in line:
+                event = parse_event(line, "export") if '"export"' in line else None
+                if event is None or not isinstance(event.get("path"), str):
                     continue
-                try:
-                    event = json.loads(line[line.index("{") :])
-                    path = Path(str(event["path"])).resolve()
-                except (ValueError, KeyError, TypeError):
-                    continue
-                if (
-                    event.get("tfk") != "export"
-                    or not (path.name.isascii() and path.name.isdigit())
-                    or not path.is_dir()
-                ):
-                    continue
-                if not any(path.is_relative_to(r) for r in roots):
-                    continue
-                target = path.with_name(f".failed-{path.name}-{uid}")
-                with contextlib.suppress(OSError):
-                    os.replace(path, target)
-                    moved.append(str(path))
+                path = Path(event["path"]).resolve()
+                if path.name.isascii() and path.name.isdigit() and any(path.is_relative_to(r) for r in roots):
+                    found.setdefault(str(path), RunExport(str(path)))
+        return list(found.values())
+
+    def discard_exports(self, ref: ClusterRef, exports: list[RunExport]) -> list[str]:
+        """Rename each exported ``<model>/<version>`` to ``<model>/.failed-<version>-<uid>``:
+        TF Serving and :func:`publish` only see integer names."""
+        uid = str((self._state(ref) or {}).get("uid", "x"))[:8]
+        moved = []
+        for export in exports:
+            path = Path(export.path)
+            if not path.is_dir():
+                continue
+            with contextlib.suppress(OSError):
+                os.replace(path, path.with_name(f".failed-{path.name}-{uid}"))
+                moved.append(str(path))
         return moved

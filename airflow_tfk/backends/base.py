@@ -67,6 +67,23 @@ class ClusterOwner:
         return f"dag {i.dag_id!r}, task {i.task_id!r}, run {i.run_id!r}{mapped}"
 
 
+@dataclass(frozen=True)
+class RunExport:
+    """A model version a task of one run reported exporting (its ``{"tfk": "export"}``
+    log line), found before the run's tasks go away so a failed run's versions can be set
+    aside afterwards.
+
+    ``path`` is the directory as the task saw it. On Kubernetes ``claim`` is the
+    PersistentVolumeClaim that holds it, mounted at ``mount_path`` in the task's pod, and
+    ``image`` the image that mounted it (what the set-aside Job runs).
+    """
+
+    path: str
+    claim: str | None = None
+    mount_path: str | None = None
+    image: str | None = None
+
+
 class Backend(abc.ABC):
     """Runs clusters. Every method is idempotent: calling it twice is harmless.
 
@@ -82,6 +99,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def create(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> ClusterRef:
         """Create every object of the cluster; re-creating an existing cluster changes nothing."""
+
+    def preflight(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> None:
+        """What only this backend can check before :meth:`create` (the commands and ports
+        of this machine; the rendered objects), raising with nothing created. ``create``
+        checks again; this lets the lifecycle say "creating" only once it will."""
+        return None
 
     @abc.abstractmethod
     def owner(self, ref: ClusterRef) -> ClusterOwner | None:
@@ -143,11 +166,15 @@ class Backend(abc.ABC):
         (``ClusterStatus.deleted_reason``), so a run killed by a newer one says so.
         """
 
-    def discard_exports(self, ref: ClusterRef) -> list[str]:
-        """Make the model versions a failed run exported unpublishable; returns them.
+    def run_exports(self, ref: ClusterRef) -> list[RunExport]:
+        """The model versions the run's tasks reported exporting. Read while the tasks
+        (and their logs) are still there: before :meth:`delete`."""
+        return []
 
-        Backends that cannot reach the model store (Kubernetes: a PVC) return ``[]``.
-        """
+    def discard_exports(self, ref: ClusterRef, exports: list[RunExport]) -> list[str]:
+        """Make ``exports`` (a failed run's versions, from :meth:`run_exports`)
+        unpublishable; returns the paths set aside. Called after :meth:`delete`, so no
+        task of the run can export anything more."""
         return []
 
     async def adelete(self, ref: ClusterRef, reason: str = "") -> None:

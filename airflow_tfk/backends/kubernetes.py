@@ -53,7 +53,7 @@ from airflow_tfk.backends._k8s_watch import (
     jobset_exists_plan,
     watch_plan,
 )
-from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
+from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef, RunExport
 from airflow_tfk.constants import (
     FIELD_MANAGER,
     IMAGE_PULL_TIMEOUT_SECONDS,
@@ -94,6 +94,7 @@ EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "JobSet", "Service", "PersistentVol
 OWNER_KINDS = ("Job", "StatefulSet", "Service", "PersistentVolumeClaim", "Pod")
 BACKGROUND = {"propagationPolicy": "Background"}
 EVENT_REASON_DELETED = "TFClusterDeleted"
+EXPORT_LOG_LINES = 5000
 
 
 class KubernetesBackend(Backend):
@@ -165,6 +166,10 @@ class KubernetesBackend(Backend):
         from airflow_tfk.render import render
 
         return render(spec, identity)
+
+    def preflight(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> None:
+        """Render: template errors and object-size bounds surface before the first apply."""
+        self._render(spec, identity)
 
     def create(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> ClusterRef:
         """Server-side apply every rendered object; re-applying changes nothing.
@@ -408,6 +413,30 @@ class KubernetesBackend(Backend):
             yield Request("DELETE", BY_KIND["Namespace"].item(None, ref.namespace), BACKGROUND)
             deleted.append(f"namespace {ref.namespace}")
         return ", ".join(deleted)
+
+    # -- a failed run's exports ---------------------------------------------------------------
+    def run_exports(self, ref: ClusterRef) -> list[RunExport]:
+        """The versions the exporting task (chief, else worker 0) logged exporting onto a
+        claim its pod mounts; read before the delete takes the pods and their logs."""
+        from airflow_tfk.backends._k8s_exports import claim_mounts, exports_in
+
+        jobs, _ = self._run(list_plan(ref, "Job"))
+        mounts = claim_mounts(jobs)
+        if not mounts:
+            return []
+        roles = {((j.get("metadata") or {}).get("labels") or {}).get(naming.LABEL_ROLE) for j in jobs}
+        # The export line comes near the end (a traceback may follow it); the tail bounds
+        # what a long training's log costs to read.
+        text = self.logs(ref, "chief" if "chief" in roles else "worker", 0, tail_lines=EXPORT_LOG_LINES)
+        return exports_in(text, mounts)
+
+    def discard_exports(self, ref: ClusterRef, exports: list[RunExport]) -> list[str]:
+        """Rename the versions on their claims, by a one-shot Job (see ``_k8s_exports``)."""
+        import uuid
+
+        from airflow_tfk.backends._k8s_exports import set_aside
+
+        return set_aside(self._api, ref, exports, uuid.uuid4().hex[:8])
 
     # -- Kueue ----------------------------------------------------------------------------
     def queue_message(self, ref: ClusterRef) -> str | None:

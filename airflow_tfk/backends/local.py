@@ -85,7 +85,8 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         ``~/.tfk-local``).
     :param fixed_ports: when True, task *k* of the cluster map (chief, ps, workers in
         order) listens on ``spec.port + k`` and :meth:`create` fails with a
-        :class:`SpecError` on ``port`` if one is taken; by default free ports are picked.
+        :class:`LocalMachineError` on ``port``, naming it, if one is taken; by default
+        free ports are picked.
     :param workdir: working directory of the tasks (default: the directory
         :meth:`create` is called from); relative script paths resolve against it.
     :param kill_grace_seconds: SIGTERM-to-SIGKILL grace when deleting or timing out tasks.
@@ -189,12 +190,18 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         return _read_json(self.cluster_dir(ref) / "state.json")
 
     # -- create -------------------------------------------------------------------------
+    def preflight(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> None:
+        self._resolve_commands(spec, self.workdir or os.getcwd())
+        if self.fixed_ports:
+            self._allocate_ports(spec)
+
     def create(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> ClusterRef:
         """Start every task; a live cluster of the same name is reattached, not restarted.
 
         A cluster that was deleted or whose processes all ended is replaced (its directory
-        moves to ``.history``). Raises :class:`SpecError` - with nothing created - when the
-        command cannot run here or a fixed port is taken.
+        moves to ``.history``). Raises :class:`LocalMachineError` - with nothing created -
+        when the command, a script or the working directory is missing here or a fixed
+        port is taken.
         """
         ref = ClusterRef(name=spec.name, namespace=spec.namespace_name)
         cdir = self.cluster_dir(ref)

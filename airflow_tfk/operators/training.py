@@ -273,8 +273,13 @@ class TFTrainingOperator(BaseOperator):
                 self.log.exception("could not stop the PS of cluster %s", handle.ref.name)
             self._handle = None
             return
-        self.log.warning("deleting cluster %s: %s", handle.ref.name, why)
         try:
+            if not handle.backend().exists(handle.ref):
+                # A pre-flight check failed, or a rolled-back create: nothing to clean up.
+                self.log.info("cluster %s was not created; nothing to delete", handle.ref.name)
+                self._handle = None
+                return
+            self.log.warning("deleting cluster %s: %s", handle.ref.name, why)
             teardown_after_failure(handle, None, self.log.info, f"deleted by its own task: {why}")
         except Exception:
             self.log.exception(

@@ -74,7 +74,13 @@ from airflow_tfk.runtime.exits import (
 )
 from airflow_tfk.runtime.export import METRICS_FILE, SAMPLE_REQUEST, export_model, next_version
 from airflow_tfk.runtime.flags import PlatformFlags, add_platform_flags
-from airflow_tfk.runtime.loops import ALL_REDUCE, BETWEEN_GRAPH, LOCAL, PARAMETER_SERVER
+from airflow_tfk.runtime.loops import (
+    ALL_REDUCE,
+    BETWEEN_GRAPH,
+    LOCAL,
+    PARAMETER_SERVER,
+    server_inter_op_threads,
+)
 from airflow_tfk.runtime.reporter import Reporter
 
 __all__ = [
@@ -383,11 +389,20 @@ class TrainingApp:
 
         info = self.task
         assert info is not None
+        config = None
+        threads = server_inter_op_threads(self.mode, info.role)
+        if threads is not None:
+            log(
+                f"{info.role}:{info.index}: {threads} inter-op threads for the server "
+                "(a parameter_server task with one never runs the coordinator's steps)"
+            )
+            config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads)
         return tf.distribute.Server(
             tf.train.ClusterSpec(info.cluster),
             job_name=info.role,
             task_index=info.index,
             protocol="grpc",
+            config=config,
             start=True,
         )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,38 @@ def setup_state(app: TrainingApp, write_dir: str | None = None) -> TrainState:
 
 
 # ---- parameter_server -------------------------------------------------------------------
+#: The smallest inter-op thread pool a parameter_server worker's ``tf.distribute.Server``
+#: may have. With one thread the worker never finishes the first closure the coordinator
+#: sends it: the chief waits forever in ``EagerContext::MaybeRegisterFunctionRemotely``
+#: after step 0 (seen on the real node, where the pod set ``TF_NUM_INTEROP_THREADS=1``,
+#: and reproduced on the local backend; a pod pinned to one CPU gets one by default).
+MIN_PS_INTER_OP_THREADS = 2
+
+
+def server_inter_op_threads(
+    mode: str | None, role: str, env: Mapping[str, str] | None = None, cpus: int | None = None
+) -> int | None:
+    """The inter-op pool size to give this task's server, or None to leave TensorFlow's
+    own choice (``TF_NUM_INTEROP_THREADS``, else one thread per usable CPU) alone.
+
+    Only parameter_server workers and ps are raised, and only when TensorFlow would give
+    them fewer than :data:`MIN_PS_INTER_OP_THREADS`.
+    """
+    if mode != PARAMETER_SERVER or role not in ("worker", "ps"):
+        return None
+    env = os.environ if env is None else env
+    raw = env.get("TF_NUM_INTEROP_THREADS", "").strip()
+    wanted = int(raw) if raw.lstrip("-").isdigit() else 0
+    if wanted <= 0:  # TensorFlow's default: one per CPU this process may run on
+        wanted = _usable_cpus() if cpus is None else cpus
+    return MIN_PS_INTER_OP_THREADS if wanted < MIN_PS_INTER_OP_THREADS else None
+
+
+def _usable_cpus() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux only (not macOS)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 def train_parameter_server(app: TrainingApp) -> None:
     import tensorflow as tf
 

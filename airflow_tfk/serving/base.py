@@ -117,6 +117,11 @@ class ServingTarget(abc.ABC):
         """What the server reports for ``version`` of ``model`` (default: the spec's);
         None when unknown or unreachable."""
 
+    def unreachable(self) -> str | None:
+        """Why the last :meth:`version_state` got no answer from the server (None when it
+        got one, or when the backend cannot tell): named in a load timeout."""
+        return None
+
     @abc.abstractmethod
     def label_version(self, label: str) -> int | None:
         """The version ``label`` resolves to on the server, None if it does not (yet)."""

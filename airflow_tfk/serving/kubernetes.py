@@ -112,6 +112,7 @@ class KubernetesServing(ServingTarget):
         self.field_manager = field_manager
         self._store: dict[int | None, tuple[list[int], int | None, dict[str, Any] | None]] = {}
         self._metrics: dict[int, dict[str, Any] | None] = {}
+        self._unreachable: str | None = None
 
     @property
     def api(self) -> SyncApi:
@@ -296,9 +297,23 @@ class KubernetesServing(ServingTarget):
     def version_state(self, version: int, *, model: str | None = None) -> VersionState | None:
         try:
             status, body = self._proxy("GET", self._model_path(version, model=model))
-        except OSError:
+        except OSError as exc:
+            self._unreachable = str(exc)[:300]
             return None
-        return parse_status(body, version) if status == 200 else None
+        if status == 200:
+            self._unreachable = None
+            return parse_status(body, version)
+        if isinstance(body, dict) and "error" in body:
+            # TF Serving's own answer (e.g. 404: not loaded yet): the server is reachable.
+            self._unreachable = None
+        else:
+            # The proxy's (no ready pod, the pod refusing the connection, RBAC): name it.
+            detail = body.get("message") if isinstance(body, dict) else body
+            self._unreachable = f"HTTP {status} from the service proxy: {str(detail)[:300]}"
+        return None
+
+    def unreachable(self) -> str | None:
+        return self._unreachable
 
     def label_version(self, label: str) -> int | None:
         try:

@@ -166,6 +166,9 @@ class LocalServing(ServingTarget):
             flags += ["--enable_batching=true", f"--batching_parameters_file={path}"]
         if binary:
             return [binary, *flags], TF_SERVING_BINARY
+        # The stand-in listens on every interface by default, as TF Serving does (a pod
+        # needs that); a local server stays on loopback.
+        flags.append("--rest_api_host=127.0.0.1")
         return [sys.executable, "-m", "airflow_tfk.runtime.model_server", *flags], "stand-in"
 
     @staticmethod

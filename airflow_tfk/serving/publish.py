@@ -118,6 +118,9 @@ def wait_available(
             )
         if clock() >= deadline:
             seen = f"last state {last.state}" if last else "the server never reported it"
+            why = target.unreachable()
+            if why:  # e.g. the service proxy's 503 while no pod is ready
+                seen += f"; last answer: {why}"
             raise ServingError(
                 f"version {version} of {model} did not become AVAILABLE within {timeout:.0f} s ({seen})"
             )

@@ -286,9 +286,11 @@ def render_tensorboard(
             "port", "must be between 1 and 65535 on Kubernetes (0 picks a free port locally only)", 0
         )
     c = _base(spec, "tensorboard", "tensorboard", LABEL_TENSORBOARD, identity)
-    prefix = f"/api/v1/namespaces/{spec.namespace}/services/{spec.name}:{spec.port}/proxy"
+    from airflow_tfk.tensorboard.launcher import command
+
     c.update(
         {
+            "command": command(),
             "port": spec.port,
             "logs_mount": LOGS_MOUNT,
             "args": [
@@ -296,7 +298,9 @@ def render_tensorboard(
                 "--bind_all",
                 f"--port={spec.port}",
                 f"--reload_interval={spec.reload_seconds}",
-                f"--path_prefix={prefix}",
+                # No --path_prefix: the API server's service proxy strips its own prefix, so
+                # TensorBoard sees "/data/..." (with the prefix it answers only under it and
+                # 404s here), and its pages use relative links, which resolve under the proxy.
             ],
         }
     )

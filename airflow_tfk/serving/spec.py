@@ -199,6 +199,14 @@ def _from_dict(cls: type, data: Mapping[str, Any]) -> Any:
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise SpecError(str(unknown[0]), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [name for name in required if name not in data]
+    if missing:  # not the dataclass's TypeError: the user's error names the field
+        raise SpecError(missing[0], "is required")
     return cls(**data)
 
 

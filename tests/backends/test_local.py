@@ -24,7 +24,7 @@ from airflow_tfk import naming
 from airflow_tfk.backends import get_backend
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend, default_root
-from airflow_tfk.errors import SpecError
+from airflow_tfk.errors import LocalMachineError, SpecError
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.policies import Outcome, evaluate, replicas_of, roles_after_success
 from airflow_tfk.spec import RoleSpec, StorageSpec, TFClusterSpec, VolumeSpec
@@ -348,37 +348,52 @@ def test_task_failing_at_once_fails_the_training_with_its_last_log_lines(backend
     recorder.assert_all_gone()
 
 
-def test_missing_command_is_a_spec_error_and_nothing_is_created(backend, make_spec, root, tmp_path):
+def test_missing_command_is_a_machine_error_and_nothing_is_created(backend, make_spec, root, tmp_path):
+    """Not a SpecError: the same spec may run on Kubernetes, where the image has it."""
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     cases = [
-        (dataclasses.replace(make_spec("nocmd", ps={}), command=("tfk-no-such-program",)), "command"),
-        (make_spec("nocmd", ps={}, worker={"command": ("./missing-binary",)}), "worker.command"),
+        (
+            dataclasses.replace(make_spec("nocmd", ps={}), command=("tfk-no-such-program",)),
+            "command",
+            "tfk-no-such-program",
+        ),
+        (
+            make_spec("nocmd", ps={}, worker={"command": ("./missing-binary",)}),
+            "worker.command",
+            "./missing-binary",
+        ),
         (
             make_spec("nocmd", ps={}, worker={"args": ("missing_script.py",), "command": ("python",)}),
             "worker.args[0]",
+            "missing_script.py",
         ),
-        (dataclasses.replace(make_spec("nocmd", ps={}), command=("python", "nope.py")), "command[1]"),
+        (
+            dataclasses.replace(make_spec("nocmd", ps={}), command=("python", "nope.py")),
+            "command[1]",
+            "nope.py",
+        ),
     ]
-    for spec, field in cases:
-        with pytest.raises(SpecError) as err:
+    for spec, field, named in cases:
+        with pytest.raises(LocalMachineError) as err:
             backend.create(spec, IDENTITY)
-        assert err.value.field == field, err.value
+        assert err.value.field == field and f"{named!r}" in err.value.rule, err.value
+        assert not isinstance(err.value, SpecError)
     assert not (root / "default" / "nocmd").exists()
     assert not backend.exists(ClusterRef("nocmd", "default"))
     assert {p.pid for p in psutil.Process().children(recursive=True)} == before
     assert not processes_under(root)
 
 
-def test_taken_fixed_port_is_a_clear_spec_error(root, tmp_path, make_spec):
+def test_taken_fixed_port_is_a_clear_machine_error(root, tmp_path, make_spec):
     backend = LocalBackend(str(root), workdir=str(tmp_path), fixed_ports=True)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
         spec = make_spec("ports", ps={"behavior": "sleep"}, port=port - 1, worker={"replicas": 2})
-        with pytest.raises(SpecError) as err:
+        with pytest.raises(LocalMachineError) as err:
             backend.create(spec)
-    assert err.value.field == "port"
+    assert err.value.field == "port" and err.value.value == port
     assert f"127.0.0.1:{port} (for task worker-0) is already in use" in str(err.value)
     assert not (root / "default" / "ports").exists()
     assert not processes_under(root)
@@ -548,3 +563,12 @@ def test_find_earlier_runs_and_delete_with_a_reason(backend, make_spec, recorder
     assert "killed by the newer run r2" in verdict(backend, spec_a, a).message
     backend.delete(b)
     recorder.assert_all_gone()
+
+
+def test_missing_workdir_is_a_machine_error_naming_it(root, tmp_path, make_spec):
+    gone = tmp_path / "no-such-dir"
+    backend = LocalBackend(str(root), workdir=str(gone))
+    with pytest.raises(LocalMachineError, match="^workdir: ") as err:
+        backend.create(make_spec("nowd", ps={}))
+    assert err.value.value == str(gone)
+    assert not (root / "default" / "nowd").exists()

@@ -1,4 +1,4 @@
-"""_local_host.discard_exports: only plain ASCII integer version directories are set aside."""
+"""_local_host.run_exports and discard_exports: only plain ASCII integer version directories are set aside."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_only_integer_version_directories_are_set_aside(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, backend.logs(ref, "worker", 0)
             time.sleep(0.1)
         models = Path(backend._state(ref)["volumes"]["models"]) / "m"
-        moved = backend.discard_exports(ref)
+        moved = backend.discard_exports(ref, backend.run_exports(ref))
         assert moved == [str((models / "1").resolve())]
         names = sorted(p.name for p in models.iterdir())
         assert "\u00b2" in names and "\u0663" in names and "1" not in names, names

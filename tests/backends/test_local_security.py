@@ -166,7 +166,9 @@ def test_stopping_does_not_depend_on_the_state_file(backend, tmp_path, damage) -
     pids = wait_for(lambda: len(marked(backend, ref)) >= 6 and marked(backend, ref), what="procs")
     cdir = backend.cluster_dir(ref)
     if damage.startswith("remove"):
-        shutil.rmtree(cdir)
+        # The supervisors write into it meanwhile (a task that stops writes exit.json), so
+        # one rmtree can race them: remove until it is gone.
+        wait_for(lambda: shutil.rmtree(cdir, ignore_errors=True) or not cdir.exists(), what="removed")
         # The supervisors notice on their own (no waiter, no delete needed).
         wait_for(lambda: not marked(backend, ref), timeout=40, what="tasks stopped by themselves")
     else:
@@ -245,3 +247,49 @@ def test_a_failed_run_leaves_no_publishable_model_version(backend, tmp_path) -> 
     assert any(p.name.startswith(".failed-1-") for p in models.iterdir())
     assert outside.is_dir()  # a path outside the run's volumes is never touched
     assert any("set aside" in m for m in said), said
+
+
+EXPORT_ONCE_THEN_FAIL = """
+import json, os, sys, time
+flag = os.path.join(os.environ["RECORD"], "exported")
+if os.path.exists(flag):  # the retry: trains on, exports nothing yet
+    time.sleep(120)
+open(flag, "w").close()
+base = os.path.join(os.environ["TFK_MODEL_DIR"], "m", "1")
+os.makedirs(base); open(os.path.join(base, "saved_model.pb"), "w").write("x")
+print(json.dumps({"tfk": "export", "path": base, "model_name": "m", "version": 1}), flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_retry_sets_the_failed_runs_export_aside_and_does_not_build_on_it(backend, tmp_path) -> None:
+    """The retry replaces the failed cluster: the version it exported on the shared claim
+    is set aside first, so the retry's export is version 1 again, not 2."""
+    from airflow_tfk.lifecycle import create_or_reattach
+    from airflow_tfk.naming import RunIdentity
+    from airflow_tfk.runtime.export import next_version
+    from airflow_tfk.spec import StorageSpec, VolumeSpec
+
+    record = tmp_path / "record"
+    record.mkdir()
+    s = TFClusterSpec(
+        name="exportretry",
+        image="local/unused:1",
+        command=(sys.executable, "-c", EXPORT_ONCE_THEN_FAIL),
+        mode="all_reduce",
+        worker=RoleSpec(replicas=1),
+        env={"RECORD": str(record)},
+        storage=StorageSpec(models=VolumeSpec(claim="models")),
+    )
+    me = RunIdentity("dag", "train", "manual__1", -1)
+    ref = create_or_reattach(backend, s, me)
+    wait_for(lambda: backend.status(ref).tasks[0].phase.value == "Failed", what="the failure")
+    models = backend.claim_path(ref.namespace, "models") / "m"
+    assert [p.name for p in models.iterdir()] == ["1"]
+    said: list[str] = []
+    assert create_or_reattach(backend, s, me, said.append) == ref
+    assert any("replacing failed cluster" in m for m in said), said
+    assert any("set aside, so it is never published" in m for m in said), said
+    assert [p.name for p in models.iterdir() if p.name.isdigit()] == []
+    assert next_version(str(models)) == 1  # the retry does not build on the failed version
+    wait_for(lambda: backend.status(ref).tasks[0].phase.value == "Running", what="the retry")

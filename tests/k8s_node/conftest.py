@@ -218,14 +218,3 @@ def node_conn(k8s_node, node_api, node_ns, tmp_path) -> Iterator[str]:
     )
     with use_connection(kubeconfig, "tfk_k8s") as conn_id:
         yield conn_id
-
-
-@pytest.fixture
-def node_admin_conn(k8s_node) -> Iterator[str]:
-    """The admin kubeconfig as the operators' connection: for serving and TensorBoard,
-    which deploy/rbac's Role does not cover yet (its first 403 on the real node:
-    ``get configmaps tfs-<model>-config``)."""
-    from k8s_integration._tfk import use_connection
-
-    with use_connection(k8s_node.kubeconfig, "tfk_k8s") as conn_id:
-        yield conn_id

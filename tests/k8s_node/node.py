@@ -563,6 +563,17 @@ class Node:
     def _connect_in_ns_to(self, target: int):
         return lambda _port: self._connect_in_ns(target)
 
+    @contextlib.contextmanager
+    def forward(self, host: str, port: int):
+        """A port on the host's 127.0.0.1 reaching ``host:port`` inside the node's network
+        namespace (a pod IP), the way the apiserver is reached: for what the API server's
+        service proxy cannot carry, such as gRPC (HTTP/2). Yields the local port."""
+        fwd = _Forward(0, lambda _port: self._in_ns(socket.create_connection, (host, port), 10))
+        try:
+            yield fwd._listener.getsockname()[1]
+        finally:
+            fwd.close()
+
     def _ctr(self, *args: str) -> str:
         return self._run_in_ns(["ctr", "--address", "/run/containerd/containerd.sock", "-n", "k8s.io", *args])
 

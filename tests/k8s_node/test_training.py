@@ -8,12 +8,15 @@ the same task of the same spec.
 
 from __future__ import annotations
 
-import os
+import asyncio
+import json
+import logging
 import threading
 import time
 import uuid
 
 import pytest
+from airflow.sdk.exceptions import TaskDeferred
 from kubernetes import client
 
 from airflow_tfk import naming
@@ -120,20 +123,37 @@ def test_between_graph_tf1_script_with_legacy_flags_and_a_late_ps(
         assert '"tfk": "metrics"' in log or "accuracy" in log, log[-2000:]
 
 
+def _execute(op, ctx: dict) -> dict:
+    """``op.execute``; when it defers, the trigger runs to its event (rebuilt from its
+    serialized form, as the triggerer does) and ``execute_complete`` finishes."""
+    try:
+        return op.execute(ctx)
+    except TaskDeferred as deferred:
+        _path, kwargs = deferred.trigger.serialize()
+        trigger = type(deferred.trigger)(**kwargs)
+
+        async def first_event() -> dict:
+            async for event in trigger.run():
+                return event.payload
+            raise AssertionError("the trigger ended without an event")
+
+        event = asyncio.run(first_event())
+        return getattr(op, deferred.method_name)(ctx, event, **(deferred.kwargs or {}))
+
+
 def naming_ps() -> str:
     return "ps"
 
 
-@pytest.mark.skipif(
-    not os.environ.get("AIRFLOW_TFK_NODE_KNOWN_HANGS"),
-    reason="hangs on the real node: all three tasks sleep before TensorFlow is imported "
-    "(single thread, nanosleep, no sockets); not yet diagnosed, see tests/k8s_node/README.md",
-)
+@pytest.mark.parametrize("deferrable", [False, True], ids=["blocking", "deferred"])
 def test_parameter_server_trainingapp_with_shared_models_volume(
-    k8s_node, node_api, node_ns, node_conn, local_volumes, capfd
+    k8s_node, node_api, node_ns, node_conn, local_volumes, capfd, caplog, deferrable
 ) -> None:
     """TF2 ParameterServerStrategy: the chief's checkpoints are written by the PS, into the
-    models claim both mount (a local PersistentVolume); the SavedModel lands there too."""
+    models claim both mount (a local PersistentVolume); the SavedModel lands there too.
+
+    The pods set TF_NUM_INTEROP_THREADS=1 (:func:`_tfk.spec`): this hung after step 0
+    until the runtime gave parameter_server servers two inter-op threads."""
     ctx = _ctx()
     name = _tfk.cluster_name(ctx)
     models = local_volumes.provide(node_ns, f"{name}-models")
@@ -145,10 +165,22 @@ def test_parameter_server_trainingapp_with_shared_models_volume(
         args=["--tfk_steps", "30", "--tfk_checkpoint_every", "10"],
         storage={"models": {"size": "1Gi", "storage_class": "tfk-local"}},
     )
-    result = _tfk.make_op(spec_data, cleanup="all").execute(ctx)
+    caplog.set_level(logging.INFO)  # the trigger reports progress through its logger
+    result = _execute(_tfk.make_op(spec_data, cleanup="all", deferrable=deferrable), ctx)
     assert result["outcome"] == "succeeded", result
-    out = capfd.readouterr().out
+    out = capfd.readouterr().out + caplog.text
     assert _tfk.progress_lines(out), out[-3000:]
+    # The PS log, copied into the task log before the delete, shows the raised pool.
+    assert "----- log of ps-0" in out, out[-3000:]
+    ps_part = out.split("----- log of ps-0", 1)[1].split("----- end of ps-0", 1)[0]
+    assert "2 inter-op threads for the server" in ps_part, ps_part[-2000:]
+    # ... and the TF_CONFIG the PS saw, as the kubelet expanded it, is the local backend's.
+    seen = [ln.split(_tfk.TF_CONFIG_MARK, 1)[1] for ln in ps_part.splitlines() if _tfk.TF_CONFIG_MARK in ln]
+    assert seen, ps_part[-2000:]
+    ps_cfg = json.loads(seen[0])
+    local = _tfk.local_tf_configs(spec_data, ctx)["ps-0"]
+    assert _tfk.by_position(ps_cfg) == _tfk.by_position(local), (ps_cfg, local)
+    assert _tfk.dns_addresses_ok(ps_cfg, name, node_ns), ps_cfg
     ckpts = list(models.rglob("checkpoint"))
     assert ckpts, f"no checkpoint under the models volume: {sorted(p.name for p in models.rglob('*'))[:40]}"
     assert list(models.rglob("saved_model.pb")), "no SavedModel exported"

@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowSkipException, AirflowTaskTimeout, Tas
 
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.errors import SpecError, TrainingFailed
+from airflow_tfk.errors import LocalMachineError, SpecError, TrainingFailed
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.operators.training import TFTrainingOperator
 from airflow_tfk.status import Phase
@@ -74,6 +74,22 @@ def test_bad_spec_fails_before_anything_is_created(local_root) -> None:
     with pytest.raises(SpecError, match=r"worker\.replicas"):
         make_op(spec).execute(task_context())
     assert not local_root.exists() or not list(local_root.glob("*/*/state.json"))
+
+
+@pytest.mark.parametrize(
+    "command", [["no-such-exe-tfk"], ["python", "no_such_script.py"]], ids=["executable", "script"]
+)
+def test_a_failed_pre_flight_check_logs_no_create_or_delete(local_root, capfd, command) -> None:
+    """Nothing was created, so the task log tells no create/delete story (issue 10, 11)."""
+    spec = spec_dict("all_reduce", workers=1)
+    spec["command"] = command
+    with pytest.raises(LocalMachineError, match=command[-1]):
+        make_op(spec).execute(task_context())
+    out = capfd.readouterr().out
+    for told in ("creating cluster", "deleting cluster", "----- log of", "deleted cluster"):
+        assert told not in out, out[-2000:]
+    assert "was not created; nothing to delete" in out
+    assert not list(local_root.glob("*/*/state.json"))
 
 
 def test_on_kill_while_waiting_deletes_everything(local_root) -> None:

@@ -50,3 +50,29 @@ def test_parameter_server_progress_is_the_true_step(local_cluster):
         true_step = bisect.bisect_right(finished, p.time)
         assert abs(p.step - true_step) <= 0.01 * steps, (p.step, true_step)
     assert lines[-1].status == "done" and lines[-1].step == steps
+
+
+def test_parameter_server_trains_when_tensorflow_is_given_one_inter_op_thread(local_cluster):
+    """TF_NUM_INTEROP_THREADS=1 (or a task pinned to one CPU) used to leave the chief
+    waiting forever after step 0: a worker server with one inter-op thread never runs the
+    coordinator's first closure. The runtime gives the servers two."""
+    c = local_cluster(
+        {"chief": 1, "ps": 1, "worker": 1},
+        lambda role, i: [
+            sys.executable,
+            "-m",
+            "airflow_tfk.runtime.examples.digits_app",
+            "--tfk_steps",
+            "20",
+            "--tfk_checkpoint_every",
+            "0",
+        ],
+        mode="parameter_server",
+        env={"TF_NUM_INTEROP_THREADS": "1"},
+    )
+    c.start_all()
+    assert c.wait("chief", 0, timeout=150) == 0, c.describe()
+    assert [p.step for p in map(parse_line, c.stdout("chief", 0).splitlines()) if p][-1] == 20
+    for role in ("worker", "ps"):
+        assert "2 inter-op threads for the server" in c.stderr(role, 0), c.describe()
+    assert "inter-op" not in c.stderr("chief", 0)

@@ -104,8 +104,12 @@ def test_unreachable_service_times_out_cleanly(double, target, monkeypatch):
         ServingSpec(model_name="linear", claim="models", name="tfs-nopod", load_timeout_seconds=1),
         conn_id="tfk_serving_test",
     )
-    with pytest.raises(ServingError, match="did not become AVAILABLE within 1 s"):
+    with pytest.raises(ServingError, match="did not become AVAILABLE within 1 s") as err:
         publish(other, version=1, sample_request={"instances": [[1.0, 2.0]]}, poll=0.2)
+    # the proxy's own answer is named: what points at an unready pod
+    assert 'HTTP 503 from the service proxy: no endpoints available for service "tfs-nopod"' in str(
+        err.value
+    ), err.value
     assert "tfs-nopod" not in api.get("configmaps", "tfs-nopod-config")["data"]["models.config"]
     other.delete(print)
     assert api.labelled("tfk.airflow.apache.org/serving=tfs-nopod") == []

@@ -85,6 +85,7 @@ def server(model_store, tmp_path_factory):
                 "airflow_tfk.runtime.model_server",
                 f"--port={grpc}",
                 f"--rest_api_port={rest}",
+                "--rest_api_host=127.0.0.1",
                 f"--model_config_file={config}",
                 "--model_config_file_poll_wait_seconds=0.2",
                 "--file_system_poll_wait_seconds=0.2",

@@ -96,3 +96,11 @@ def test_invalid_tensorboard_spec_names_the_field(changes, field):
 def test_tensorboard_logdir():
     assert TensorBoardSpec(name="tb", claim="logs").pod_logdir == "/tfk/logs"
     assert TensorBoardSpec(name="tb", claim="logs", sub_path="run-1").pod_logdir == "/tfk/logs/run-1"
+
+
+@pytest.mark.parametrize("cls, field", [(ServingSpec, "model_name"), (TensorBoardSpec, "name")])
+def test_a_missing_required_field_is_a_spec_error_naming_it(cls, field):
+    # (it was the dataclass's TypeError, which names no field a user wrote)
+    with pytest.raises(SpecError) as err:
+        cls.from_dict({})
+    assert err.value.field == field

@@ -142,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=BANNER)
     p.add_argument("--port", type=int, default=8500, help="gRPC port (0: any free port; -1: no gRPC)")
     p.add_argument("--rest_api_port", type=int, default=8501)
-    p.add_argument("--rest_api_host", default="127.0.0.1")
+    # TF Serving listens on every interface, and a pod must: the kubelet's probes and the
+    # API server's service proxy connect to the pod IP. The local backend asks for loopback.
+    p.add_argument("--rest_api_host", default="0.0.0.0", help="address of REST and gRPC (default: all)")
     p.add_argument("--rest_api_num_threads", type=int, default=16, help="size of the worker pool")
     p.add_argument("--rest_api_timeout_in_ms", type=int, default=10_000, help="read timeout of a request")
     p.add_argument("--rest_api_max_body_bytes", type=int, default=64 << 20)
