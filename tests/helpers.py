@@ -7,6 +7,7 @@ and checks that no process of a cluster is left. Import them:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -39,6 +40,16 @@ def task_context(
             dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index, try_number=1
         )
     }
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> object:
+    """Poll ``predicate`` until it returns something true (returned), or fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(0.02)
+    return value
 
 
 def spec_dict(mode: str = "between_graph", workers: int = 2, **env: str) -> dict:

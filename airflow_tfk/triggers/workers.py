@@ -120,9 +120,17 @@ class WorkersDoneTrigger(BaseTrigger):
         """Airflow >= 3.3 calls this when the user kills the deferred task."""
         if self._fired or not self.delete_on_kill:
             return
+        from airflow_tfk.lifecycle import run_exports, set_aside_exports
+
         ref = ClusterRef.from_dict(self.cluster)
+        backend = self._backend()
         self.log.info("task killed while deferred: deleting cluster %s", ref.name)
-        await self._backend().adelete(ref)
+        # As the operator's own teardown does: what the run exported is read while its
+        # tasks are still there, and set aside once none is left to export more, so a
+        # killed run's model is never published.
+        exports = await asyncio.to_thread(run_exports, backend, ref, self.log.info)
+        await backend.adelete(ref)
+        await asyncio.to_thread(set_aside_exports, backend, ref, exports, self.log.info)
 
     async def cleanup(self) -> None:
         """Before Airflow 3.3 there is no trigger ``on_kill``: delete only if the task left

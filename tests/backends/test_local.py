@@ -29,23 +29,13 @@ from airflow_tfk.naming import RunIdentity
 from airflow_tfk.policies import Outcome, evaluate, replicas_of, roles_after_success
 from airflow_tfk.spec import RoleSpec, StorageSpec, TFClusterSpec, VolumeSpec
 from airflow_tfk.status import Phase
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
 TASK = str(Path(__file__).with_name("tasks") / "task.py")
 
 FAST = {"kill_grace_seconds": 1.0, "restart_backoff_seconds": 0.05, "poll_interval": 0.05}
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(0.02)
 
 
 def alive(pid: int) -> bool:

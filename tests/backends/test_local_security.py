@@ -11,7 +11,6 @@ import os
 import shutil
 import stat
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -20,6 +19,7 @@ import pytest
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import MARKER_ENV, LocalBackend
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,15 +40,6 @@ time.sleep(120)
 
 def marked(backend: LocalBackend, ref: ClusterRef) -> list[int]:
     return [p.pid for p in backend._marked(ref)]
-
-
-def wait_for(pred, timeout: float = 20.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while not (value := pred()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.triggers.workers import WorkersDoneTrigger
-from tests.helpers import assert_no_processes, spec_dict
+from tests.helpers import assert_no_processes, spec_dict, wait_for
 
 
 def start(root: Path, name: str, **env: str) -> tuple[LocalBackend, ClusterRef, WorkersDoneTrigger]:
@@ -90,4 +90,46 @@ def test_killed_while_deferred_deletes_the_cluster(local_root: Path) -> None:
     assert backend.exists(ref)
     asyncio.run(trigger.on_kill())
     assert not backend.exists(ref)
+    assert_no_processes(local_root)
+
+
+EXPORT_THEN_TRAIN_ON = """
+import json, os, time
+base = os.path.join(os.environ["TFK_MODEL_DIR"], "m", "1")
+os.makedirs(base); open(os.path.join(base, "saved_model.pb"), "w").write("x")
+print(json.dumps({"tfk": "export", "path": base, "model_name": "m", "version": 1}), flush=True)
+time.sleep(120)
+"""
+
+
+def test_killed_while_deferred_sets_the_runs_export_aside(local_root: Path) -> None:
+    """A run killed while deferred is a failed run: what it exported is never published
+    (as when the operator's own on_kill tears it down)."""
+    import sys
+
+    from airflow_tfk.spec import RoleSpec, StorageSpec, VolumeSpec
+
+    backend = LocalBackend(str(local_root))
+    spec = TFClusterSpec(
+        name="trig-kill-export",
+        image="local/unused:1",
+        command=(sys.executable, "-c", EXPORT_THEN_TRAIN_ON),
+        mode="all_reduce",
+        worker=RoleSpec(replicas=1),
+        storage=StorageSpec(models=VolumeSpec(claim="models")),
+    )
+    ref = backend.create(spec)
+    models = backend.claim_path(ref.namespace, "models") / "m"
+    wait_for(lambda: (models / "1" / "saved_model.pb").exists(), what="the export")
+    trigger = WorkersDoneTrigger(
+        cluster=ref.to_dict(),
+        backend_kind="local",
+        backend_config=backend.config(),
+        mode="all_reduce",
+        replicas={"worker": 1},
+    )
+    asyncio.run(trigger.on_kill())
+    assert not backend.exists(ref)
+    assert [p.name for p in models.iterdir() if p.name.isdigit()] == []
+    assert [p.name for p in models.iterdir() if p.name.startswith(".failed-1-")], list(models.iterdir())
     assert_no_processes(local_root)
