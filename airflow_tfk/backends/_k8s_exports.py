@@ -24,6 +24,7 @@ from typing import Any
 from airflow_tfk import naming
 from airflow_tfk.backends.base import ClusterRef, RunExport
 from airflow_tfk.kube.api import BY_KIND, SyncApi
+from airflow_tfk.protocol.digits import is_plain_int
 from airflow_tfk.protocol.progress import parse_event
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ def exports_in(text: str, mounts: dict[str, tuple[str, str]]) -> list[RunExport]
             continue
         path = posixpath.normpath(path)
         name = posixpath.basename(path)
-        if not (name.isascii() and name.isdigit()):
+        if not is_plain_int(name):
             continue
         for mount, (claim, image) in mounts.items():
             if path.startswith(mount.rstrip("/") + "/"):

@@ -20,6 +20,7 @@ from typing import Any
 from airflow_tfk.backends._local_files import LOCALHOST, _port_free, _tail
 from airflow_tfk.backends.base import ClusterRef, RunExport
 from airflow_tfk.errors import LocalMachineError, SpecError
+from airflow_tfk.protocol.digits import is_plain_int
 from airflow_tfk.protocol.progress import parse_event
 from airflow_tfk.spec import TFClusterSpec
 
@@ -131,7 +132,7 @@ class LocalHostChecks:
                 if event is None or not isinstance(event.get("path"), str):
                     continue
                 path = Path(event["path"]).resolve()
-                if path.name.isascii() and path.name.isdigit() and any(path.is_relative_to(r) for r in roots):
+                if is_plain_int(path.name) and any(path.is_relative_to(r) for r in roots):
                     found.setdefault(str(path), RunExport(str(path)))
         return list(found.values())
 

@@ -73,6 +73,7 @@ from airflow_tfk.kube.api import (
 from airflow_tfk.kube.connection import KubeConnection
 from airflow_tfk.kube.retry import api_status
 from airflow_tfk.naming import RunIdentity
+from airflow_tfk.protocol.digits import plain_int
 from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.status import ClusterStatus
 
@@ -257,7 +258,7 @@ class KubernetesBackend(Backend):
                     RunIdentity.from_annotations(annotations),
                     annotations.get(naming.ANNOTATION_SPEC_HASH),
                     _epoch(meta.get("creationTimestamp")),
-                    int(max_duration) if max_duration.isascii() and max_duration.isdigit() else None,
+                    plain_int(max_duration),
                 )
         return None
 

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 
+from airflow_tfk.protocol.digits import plain_int
+
 CLUSTER_ROLES = ("chief", "ps", "worker")
 ROLES = (*CLUSTER_ROLES, "evaluator")
 
@@ -137,7 +139,7 @@ def _parse_cluster(value: object, where: str) -> dict[str, list[str]]:
 
 def _split_address(addr: str) -> tuple[str, int] | None:
     host, sep, port = addr.rpartition(":")
-    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+    if not sep or not host or not 0 < (plain_int(port) or 0) < 65536:
         return None
     if host.startswith("[") and host.endswith("]"):  # [::1]:2222
         host = host[1:-1]
@@ -186,10 +188,10 @@ def task_info(env: Mapping[str, str] | None = None) -> TaskInfo:
         source = "TFK_ROLE/TFK_INDEX"
     if role not in ROLES:
         raise ClusterConfigError(f"{source}: the task type must be one of {', '.join(ROLES)}, got {role!r}")
-    try:
-        index = int(index)
-    except (TypeError, ValueError):
-        raise ClusterConfigError(f"{source}: the task index must be an integer, got {index!r}") from None
+    number = index if type(index) is int else plain_int(index)
+    if number is None:
+        raise ClusterConfigError(f"{source}: the task index must be an integer >= 0, got {index!r}")
+    index = number
     if index < 0:
         raise ClusterConfigError(f"{source}: the task index must be >= 0, got {index}")
     if role != "evaluator":

@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from airflow_tfk.protocol.digits import plain_int
 from airflow_tfk.runtime import progress as _progress
 from airflow_tfk.runtime.exits import UsageError, log
 
@@ -23,12 +24,9 @@ METRICS_FILE = "tfk_metrics.json"
 def version_of(name: str) -> int | None:
     """The version a directory name stands for, or None.
 
-    Only plain ASCII digits count, as for TF Serving: ``str.isdigit`` also accepts
-    characters such as ``²`` that ``int()`` refuses.
+    Only plain ASCII digits count, as for TF Serving (:mod:`airflow_tfk.protocol.digits`).
     """
-    if not (name.isascii() and name.isdigit()):
-        return None
-    return int(name)
+    return plain_int(name)
 
 
 def next_version(model_dir: str) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk.protocol.digits import plain_int
 from airflow_tfk.runtime.exits import log
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def server_inter_op_threads(
         return None
     env = os.environ if env is None else env
     raw = env.get("TF_NUM_INTEROP_THREADS", "").strip()
-    wanted = int(raw) if raw.lstrip("-").isdigit() else 0
+    wanted = plain_int(raw) or 0  # unset, negative or not a number: TensorFlow decides
     if wanted <= 0:  # TensorFlow's default: one per CPU this process may run on
         wanted = _usable_cpus() if cpus is None else cpus
     return MIN_PS_INTER_OP_THREADS if wanted < MIN_PS_INTER_OP_THREADS else None

@@ -21,6 +21,7 @@ from airflow_tfk.kube.api import BY_KIND, SyncApi, error_message, is_not_found, 
 from airflow_tfk.kube.connection import KubeConnection
 from airflow_tfk.kube.retry import api_status
 from airflow_tfk.naming import RunIdentity
+from airflow_tfk.protocol.digits import is_plain_int, plain_int
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving.base import (
     Emit,
@@ -60,7 +61,7 @@ def parse_reader_log(text: str) -> tuple[list[int], int | None, dict[str, Any] |
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("tfk-versions:"):
-            versions = sorted(int(v) for v in line.split(":", 1)[1].split() if v.isascii() and v.isdigit())
+            versions = sorted(n for n in map(plain_int, line.split(":", 1)[1].split()) if n is not None)
         elif line.startswith("tfk-version:"):
             version = int(line.split(":", 1)[1])
         elif line.strip() == "tfk-sample:":
@@ -251,7 +252,7 @@ class KubernetesServing(ServingTarget):
             return {}
         if not isinstance(found, dict):
             return {}
-        return {int(k): v for k, v in found.items() if k.isascii() and k.isdigit() and isinstance(v, dict)}
+        return {int(k): v for k, v in found.items() if is_plain_int(k) and isinstance(v, dict)}
 
     def record_metrics(self, version: int, metrics: dict[str, Any]) -> None:
         from airflow_tfk.serving.render import render_metrics_config_map

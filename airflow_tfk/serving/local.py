@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk import _process
+from airflow_tfk.protocol.digits import is_plain_int
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import request_json
 from airflow_tfk.serving.base import Emit, PredictError, ServingTarget, VersionState, parse_status
@@ -110,7 +111,7 @@ class LocalServing(ServingTarget):
         return sorted(
             int(d)
             for d in names
-            if d.isascii() and d.isdigit() and os.path.isfile(os.path.join(base, d, "saved_model.pb"))
+            if is_plain_int(d) and os.path.isfile(os.path.join(base, d, "saved_model.pb"))
         )
 
     def _json(self, path: str | Path) -> Any:
@@ -132,7 +133,7 @@ class LocalServing(ServingTarget):
         found = self._json(self.dir / PUBLISHED_METRICS)
         if not isinstance(found, dict):
             return {}
-        return {int(k): v for k, v in found.items() if k.isascii() and k.isdigit() and isinstance(v, dict)}
+        return {int(k): v for k, v in found.items() if is_plain_int(k) and isinstance(v, dict)}
 
     def record_metrics(self, version: int, metrics: dict[str, Any]) -> None:
         with _process.locked(self.dir):

@@ -96,7 +96,7 @@ def test_tf1_flags():
             {"TFK_CLUSTER": '{"worker": ["a:1"]}', "TFK_ROLE": "worker", "TFK_INDEX": "1"},
             "task worker:1 is not in the cluster",
         ),
-        ({"TFK_CLUSTER": '{"worker": ["a:1"]}', "TFK_ROLE": "worker", "TFK_INDEX": "-1"}, ">= 0"),
+        ({"TFK_CLUSTER": '{"worker": ["a:1"]}', "TFK_ROLE": "worker", "TFK_INDEX": "-1"}, "an integer >= 0"),
         ({"TF_CONFIG": "nope"}, "TF_CONFIG is not valid JSON"),
     ],
 )
@@ -121,6 +121,14 @@ def test_a_port_is_plain_ascii_digits(port):
     env = {"TFK_CLUSTER": json.dumps({"worker": [f"w0:{port}"]}), "TFK_ROLE": "worker", "TFK_INDEX": "0"}
     with pytest.raises(ClusterConfigError, match="invalid address"):
         task_info(env)
+
+
+@pytest.mark.parametrize("index", ["²", "٣", "1_0", " 1", "+1"])
+def test_a_task_index_is_plain_ascii_digits(index):
+    env = {"TFK_CLUSTER": json.dumps({"worker": ["w0:2222", "w1:2222"]}), "TFK_ROLE": "worker"}
+    with pytest.raises(ClusterConfigError, match="the task index must be an integer"):
+        task_info({**env, "TFK_INDEX": index})
+    assert task_info({**env, "TFK_INDEX": "1"}).index == 1
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ from airflow_tfk.runtime.loops import MIN_PS_INTER_OP_THREADS, server_inter_op_t
         ({"TF_NUM_INTEROP_THREADS": "0"}, 1, MIN_PS_INTER_OP_THREADS),  # 0 = TF's default
         ({"TF_NUM_INTEROP_THREADS": "-3"}, 1, MIN_PS_INTER_OP_THREADS),
         ({"TF_NUM_INTEROP_THREADS": "junk"}, 1, MIN_PS_INTER_OP_THREADS),
+        ({"TF_NUM_INTEROP_THREADS": "²"}, 1, MIN_PS_INTER_OP_THREADS),  # isdigit(), not int()
+        ({"TF_NUM_INTEROP_THREADS": "٣"}, 1, MIN_PS_INTER_OP_THREADS),  # int() is 3; TF says no
         ({"TF_NUM_INTEROP_THREADS": "2"}, 1, None),  # the user's own choice stands
         ({"TF_NUM_INTEROP_THREADS": "16"}, 1, None),
         ({}, 4, None),

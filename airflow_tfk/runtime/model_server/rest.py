@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
+from airflow_tfk.protocol.digits import is_plain_int
 from airflow_tfk.runtime.model_server.manager import ModelManager, RequestError
 from airflow_tfk.runtime.model_server.metrics import Metrics
 from airflow_tfk.runtime.model_server.signature import loads, run_signature
@@ -110,7 +111,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise RequestError(411, "a POST needs a Content-Length header")
             return b""
         text = {v.strip() for v in values}
-        if len(text) != 1 or not all(t.isascii() and t.isdigit() for t in text):
+        if len(text) != 1 or not all(is_plain_int(t) for t in text):
             raise RequestError(400, f"invalid Content-Length: {', '.join(values)!r}")
         length = int(text.pop())
         if length > self.max_body_bytes:
