@@ -272,7 +272,7 @@ def default_rule(pod: client.V1Pod) -> dict[str, str] | None:
 import pytest  # noqa: E402
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tfk_conn(k8s_cluster) -> Iterator[str]:
     """The admin kubeconfig as the ``kubernetes`` connection ``CONN_ID``."""
     with use_connection(k8s_cluster.kubeconfig) as conn_id:

@@ -82,7 +82,7 @@ def _build_addons(session: pytest.Session, reporter) -> None:
             reporter.write_line(f"{name} controller built in {time.monotonic() - t0:.0f}s: {path}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[harness.ControlPlane]:
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
 
@@ -111,7 +111,7 @@ def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[harness.ControlPlane
             cp.remove()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def k8s_api(k8s_cluster: harness.ControlPlane):
     api = k8s_cluster.api_client()
     yield api

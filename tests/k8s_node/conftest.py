@@ -56,7 +56,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         reporter.write_line(f"k8s node built in {time.monotonic() - t0:.0f}s: {node_dir}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
 
@@ -101,7 +101,7 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
         assert not left, f"the real node left behind: {left}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node_api(k8s_node: nodemod.Node):
     api = k8s_node.api_client()
     yield api
