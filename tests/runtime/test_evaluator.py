@@ -5,6 +5,7 @@ by itself once the last step is evaluated."""
 import json
 import re
 import sys
+import time
 
 import pytest
 
@@ -88,7 +89,7 @@ def test_the_evaluator_reads_between_graph_tf1_checkpoints(local_cluster, tmp_pa
     (to the ps's files); the evaluator restores each into its local model by name,
     evaluates it and stops after the last step's. The chief's loss summaries are written
     too (the TF1 graph is finalized, so they cannot be summary ops)."""
-    steps, every = 200, 50
+    steps, every = 1200, 300  # long enough to outlast a few of the evaluator's 2 s polls
     logs, models = tmp_path / "logs", tmp_path / "models"
     c = local_cluster(
         {"ps": 1, "worker": 2, "evaluator": 1},
@@ -96,7 +97,14 @@ def test_the_evaluator_reads_between_graph_tf1_checkpoints(local_cluster, tmp_pa
         mode="between_graph",
         env={"TFK_MODEL_DIR": str(models), "TFK_LOG_DIR": str(logs)},
     )
-    c.start_all()
+    # The evaluator watches before the workers start: 200 steps take a few seconds, less
+    # than TensorFlow's import, so a late evaluator would only ever see the last checkpoint.
+    c.start_all(("ps", "evaluator"))
+    deadline = time.monotonic() + 120
+    while "evaluator: watching" not in c.stdout("evaluator", 0) + c.stderr("evaluator", 0):
+        assert time.monotonic() < deadline and c.procs[("evaluator", 0)].poll() is None, c.describe()
+        time.sleep(0.2)
+    c.start_all(("worker",))
     for i in range(2):
         assert c.wait("worker", i, timeout=240) == 0, c.describe()
     assert c.wait("evaluator", 0, timeout=60) == 0, c.describe()  # stopped by itself
