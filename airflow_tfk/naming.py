@@ -21,10 +21,6 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_KEY_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
-# StatefulSet pods carry `controller-revision-hash: <sts-name>-<hash>`; the hash is at
-# most 10 characters, and the label value must stay within 63.
-STATEFULSET_REVISION_SUFFIX = 11
-
 MANAGED_BY = "airflow-tfk"
 LABEL_PREFIX = "tfk.airflow.apache.org"
 LABEL_CLUSTER = f"{LABEL_PREFIX}/cluster"
@@ -40,8 +36,9 @@ ANNOTATION_TASK = f"{LABEL_PREFIX}/task-id"
 ANNOTATION_RUN = f"{LABEL_PREFIX}/run-id"
 ANNOTATION_MAP_INDEX = f"{LABEL_PREFIX}/map-index"
 ANNOTATION_SPEC_HASH = f"{LABEL_PREFIX}/spec-hash"
-# max_duration_seconds on every object: the deadline of objects Kubernetes cannot time
-# out itself (the PS StatefulSet) is creationTimestamp + this, enforced by the sweeper.
+# max_duration_seconds on every object: what the sweeper enforces on objects Kubernetes
+# does not time out itself (a PS StatefulSet made by an earlier version, the local
+# backend's processes); every Job also carries it as activeDeadlineSeconds.
 ANNOTATION_MAX_DURATION = f"{LABEL_PREFIX}/max-duration-seconds"
 # Airflow stores the map index in a 32-bit integer column.
 MAP_INDEX_MAX = 2**31 - 1
@@ -111,7 +108,7 @@ def cluster_name_for(
 
 
 def role_resource_name(cluster: str, role: str) -> str:
-    """Name of the per-role Service, StatefulSet or Job: ``<cluster>-<role>``."""
+    """Name of the per-role Service and Job: ``<cluster>-<role>``."""
     return f"{cluster}-{role}"
 
 

@@ -6,6 +6,7 @@ same thing everywhere.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -81,12 +82,25 @@ def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Ver
                 t.index,
             ),
         )[0]
+        first = _deadline_blame(first, decisive, status)
         code = f", exit code {first.exit_code}" if first.exit_code is not None else ""
         detail = f": {failure_excerpt(first.message)}" if first.message else ""
         return Verdict(
             Outcome.FAILED, f"task {first.name} failed ({first.reason or 'Error'}{code}){detail}", first
         )
     return Verdict(Outcome.RUNNING)
+
+
+def _deadline_blame(first: TaskStatus, decisive: dict[str, int], status: ClusterStatus) -> TaskStatus:
+    """Every task of a cluster shares its deadline, but on Kubernetes each role's Job
+    meets it on its own: the PS Job may be failed a moment before the workers' is. What
+    never finished is then the unfinished decisive task, not the PS."""
+    if first.reason != "DeadlineExceeded" or first.role in decisive:
+        return first
+    for task in status.tasks:
+        if task.role in decisive and task.phase is not Phase.SUCCEEDED:
+            return dataclasses.replace(task, phase=Phase.FAILED, reason=first.reason, message=first.message)
+    return first
 
 
 def _all_succeeded(decisive: dict[str, int], status: ClusterStatus) -> bool:

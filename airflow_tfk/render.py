@@ -50,11 +50,10 @@ TEMPLATES = {
     "NetworkPolicy": "networkpolicy.yaml.j2",
     "PersistentVolumeClaim": "pvc.yaml.j2",
     "Service": "service.yaml.j2",
-    "StatefulSet": "statefulset.yaml.j2",
     "Job": "job.yaml.j2",
     "JobSet": "jobset.yaml.j2",
 }
-_NAMESPACED = {"NetworkPolicy", "PersistentVolumeClaim", "Service", "StatefulSet", "Job", "JobSet"}
+_NAMESPACED = {"NetworkPolicy", "PersistentVolumeClaim", "Service", "Job", "JobSet"}
 # Up to this size every pod carries the full address map, and Kubernetes builds TF_CONFIG
 # from it, so any TensorFlow image works (about 250 tasks). Above it, TFK_CLUSTER holds a
 # name pattern and a count per role - the same few hundred bytes at 10,000 tasks instead
@@ -435,11 +434,11 @@ def _plan(spec: TFClusterSpec, ctx: Mapping[str, Any]) -> list[tuple[str, str, d
     for role in ROLES:
         if role in roles:
             plan.append(("Service", roles[role]["resource_name"], {"r": roles[role]}))
-    if "ps" in roles:
-        plan.append(("StatefulSet", roles["ps"]["resource_name"], {"r": roles["ps"]}))
-    for role in ROLES:
-        if role in roles and role != "ps":
-            plan.append(("Job", roles[role]["resource_name"], {"r": roles[role]}))
+    # Every role is an Indexed Job, the PS included, so every pod has the cluster-side
+    # deadline (activeDeadlineSeconds), which a StatefulSet cannot carry; the PS Job
+    # comes first so the servers start before the tasks that connect to them.
+    for role in sorted(roles, key=lambda r: (r != "ps", ROLES.index(r))):
+        plan.append(("Job", roles[role]["resource_name"], {"r": roles[role]}))
     return plan
 
 
@@ -448,7 +447,7 @@ def render(
     spec: TFClusterSpec, identity: RunIdentity | None = None, template_dir: str | Path | None = None
 ) -> list[dict[str, Any]]:
     """Manifests of the whole cluster, in apply order (Namespace, NetworkPolicy, PVCs,
-    Services, StatefulSet, Jobs).
+    Services, the PS Job, the other Jobs).
 
     :param spec: the validated cluster spec.
     :param identity: the Airflow task instance that owns the cluster (labels and

@@ -266,16 +266,15 @@ class TFClusterSpec:
     :param image_pull_policy: ``IfNotPresent`` | ``Always`` | ``Never``.
     :param image_pull_secrets: names of Secrets to pull the image.
     :param service_account: service account of the tasks (no token is mounted).
-    :param max_duration_seconds: cluster-side deadline (``activeDeadlineSeconds``) of every Job;
-        the PS StatefulSet (which has no such field) carries it as an annotation that the
-        orphan sweeper enforces.
+    :param max_duration_seconds: cluster-side deadline (``activeDeadlineSeconds``) of every
+        Job, the parameter servers' included: Kubernetes stops them even if Airflow is gone.
     :param ttl_seconds_after_finished: finished Jobs are deleted by Kubernetes after this
         many seconds (``ttlSecondsAfterFinished``); None keeps them until deleted.
-    :param retries_per_index: retries of each worker/chief index (``backoffLimitPerIndex``).
+    :param retries_per_index: retries of each task index, PS included (``backoffLimitPerIndex``).
     :param permanent_exit_codes: exit codes that fail the task at once, without retry.
     :param ps_grace_seconds: wait after success before the PS are deleted.
     :param legacy_tf1_flags: pass ``--ps_hosts --worker_hosts --job_name --task_index``.
-    :param layout: ``jobs`` (Services, Indexed Jobs, the PS StatefulSet) or ``jobset`` (one
+    :param layout: ``jobs`` (a headless Service and an Indexed Job per role) or ``jobset`` (one
         JobSet, admitted by Kueue as one workload); see :mod:`airflow_tfk.admission`.
     :param queue_name: Kueue LocalQueue: the workloads are created suspended, with Kueue's
         queue label, and start when Kueue admits them.
@@ -506,10 +505,6 @@ class TFClusterSpec:
                     f"{naming.DNS1123_LABEL_MAX} characters",
                     self.name,
                 )
-        if self.ps is not None:
-            sts = naming.role_resource_name(self.name, "ps")
-            if len(sts) + naming.STATEFULSET_REVISION_SUFFIX > naming.LABEL_VALUE_MAX:
-                raise SpecError("name", "is too long for the PS StatefulSet's revision label", self.name)
         for vol in self.storage.volumes():
             pvc = f"{self.name}-{vol}"
             if not naming.is_dns1123_subdomain(pvc):

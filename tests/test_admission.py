@@ -153,15 +153,20 @@ def test_queue_name_suspends_the_jobset_and_labels_it():
 
 def test_queue_name_in_the_jobs_layout_suspends_each_job_and_labels_each_workload():
     manifests = render(make("parameter_server", queue_name="team-a"))
-    workloads = [m for m in manifests if m["kind"] in ("Job", "StatefulSet")]
-    assert {m["kind"] for m in workloads} == {"Job", "StatefulSet"}
+    workloads = [m for m in manifests if m["kind"] == "Job"]
+    # the PS too: Kueue's batch/job integration queues every pod of the cluster
+    assert sorted(m["metadata"]["name"] for m in workloads) == [
+        "imagenet-chief",
+        "imagenet-evaluator",
+        "imagenet-ps",
+        "imagenet-worker",
+    ]
     for m in workloads:
         assert m["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "team-a"
         assert KUEUE_QUEUE_LABEL not in m["spec"]["template"]["metadata"]["labels"]
-        if m["kind"] == "Job":
-            assert m["spec"]["suspend"] is True
+        assert m["spec"]["suspend"] is True
     for m in manifests:
-        if m["kind"] not in ("Job", "StatefulSet"):
+        if m["kind"] != "Job":
             assert KUEUE_QUEUE_LABEL not in m["metadata"]["labels"]
 
 

@@ -49,7 +49,7 @@ def test_render_minimal_spec_prints_a_valid_stream(spec_file: Path):
         ("PersistentVolumeClaim", "imagenet-logs"),
         ("Service", "imagenet-ps"),
         ("Service", "imagenet-worker"),
-        ("StatefulSet", "imagenet-ps"),
+        ("Job", "imagenet-ps"),
         ("Job", "imagenet-worker"),
     ]
     for doc in docs:

@@ -74,3 +74,21 @@ def test_decisive_success_is_a_success_whatever_the_ps_say() -> None:
     )
     v = evaluate(Mode.PARAMETER_SERVER, {"chief": 1, "ps": 1, "worker": 1}, ClusterStatus(tasks=chief_done))
     assert v.outcome is Outcome.SUCCEEDED
+
+
+def test_a_ps_job_past_the_deadline_first_still_blames_the_unfinished_worker() -> None:
+    """Kubernetes: each role's Job meets the shared deadline on its own, so the PS Job can
+    be failed while the workers' Job is not yet: the worker never finished, not the PS."""
+    tasks = (
+        TaskStatus(
+            "ps", 0, Phase.FAILED, "DeadlineExceeded", "Job was active longer than specified deadline"
+        ),
+        TaskStatus("worker", 0, Phase.SUCCEEDED, "Completed", "", 0, 0),
+        TaskStatus("worker", 1, Phase.RUNNING),
+    )
+    v = evaluate(Mode.BETWEEN_GRAPH, {"ps": 1, "worker": 2}, ClusterStatus(tasks=tasks))
+    assert v.outcome is Outcome.FAILED and v.failed_task.name == "worker-1", v
+    assert v.message.startswith("task worker-1 failed (DeadlineExceeded)"), v.message
+    failed_ps = (tasks[0], TaskStatus("ps", 1, Phase.FAILED, "ExitCode", "boom", 1), tasks[2])
+    v = evaluate(Mode.BETWEEN_GRAPH, {"ps": 2, "worker": 1}, ClusterStatus(tasks=failed_ps))
+    assert v.failed_task.name == "ps-1", v  # a PS that failed by itself is still blamed

@@ -68,7 +68,7 @@ def pod_templates(manifests):
     """(namespace, labels) of every pod the rendered controllers will make."""
     out = []
     for m in manifests:
-        if m["kind"] in ("Job", "StatefulSet"):
+        if m["kind"] == "Job":
             out.append((m["metadata"]["namespace"], m["spec"]["template"]["metadata"]["labels"]))
         elif m["kind"] == "JobSet":
             for rj in m["spec"]["replicatedJobs"]:
@@ -221,9 +221,7 @@ def test_policy_renders_valid_for_every_mode_and_layout(case, version, egress, l
     assert policy["metadata"]["labels"].items() >= IDENTITY.labels().items()
     # applied before anything that makes pods
     kinds = [m["kind"] for m in manifests]
-    assert kinds.index("NetworkPolicy") < min(
-        kinds.index(k) for k in ("Job", "StatefulSet", "JobSet") if k in kinds
-    )
+    assert kinds.index("NetworkPolicy") < min(kinds.index(k) for k in ("Job", "JobSet") if k in kinds)
 
 
 @pytest.mark.parametrize("case", sorted(MODES))

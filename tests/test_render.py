@@ -24,7 +24,6 @@ from airflow_tfk.spec import TFClusterSpec
 K8S_VERSIONS = ("1.29", "1.37")
 TF_CONFIG = '{"cluster":$(TFK_CLUSTER),"task":{"type":"$(TFK_ROLE)","index":$(TFK_INDEX)}}'
 JOB_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-STS_INDEX = "metadata.labels['apps.kubernetes.io/pod-index']"
 
 MINIMAL = {
     "name": "imagenet",
@@ -159,11 +158,11 @@ def k8s_expand(text: str, env: dict[str, str]) -> str:
 
 
 def process_view(manifest, index: int) -> tuple[dict[str, str], list[str]]:
-    """The environment and argv a task of this Job/StatefulSet sees at ``index``."""
+    """The environment and argv a task of this Job sees at ``index``."""
     env: dict[str, str] = {}
     for var in container(manifest)["env"]:
         if "valueFrom" in var:
-            assert var["valueFrom"]["fieldRef"]["fieldPath"] in (JOB_INDEX, STS_INDEX)
+            assert var["valueFrom"]["fieldRef"]["fieldPath"] == JOB_INDEX
             env[var["name"]] = str(index)
         else:
             env[var["name"]] = k8s_expand(var["value"], env)
@@ -196,7 +195,7 @@ def test_minimal_spec_layout_and_order():
         ("PersistentVolumeClaim", "imagenet-logs"),
         ("Service", "imagenet-ps"),
         ("Service", "imagenet-worker"),
-        ("StatefulSet", "imagenet-ps"),
+        ("Job", "imagenet-ps"),
         ("Job", "imagenet-worker"),
     ]
 
@@ -217,7 +216,7 @@ def test_kitchen_sink_order_dependencies_first():
         "Service",
         "Service",
         "Service",
-        "StatefulSet",
+        "Job",
         "Job",
         "Job",
         "Job",
@@ -227,7 +226,7 @@ def test_kitchen_sink_order_dependencies_first():
 @pytest.mark.parametrize("workers, ps", [(1, 1), (50, 3), (600, 8)])
 def test_object_count_is_o_roles_not_o_tasks(workers, ps):
     manifests = render(make(ps={"replicas": ps}, worker={"replicas": workers}, storage=None))
-    assert len(manifests) == 5  # NetworkPolicy, 2 Services, 1 StatefulSet, 1 Job
+    assert len(manifests) == 5  # NetworkPolicy, 2 Services, 2 Jobs
 
 
 def test_services_are_headless_and_publish_not_ready_addresses():
@@ -253,24 +252,31 @@ def test_service_selectors_match_their_pods_only():
         selected = [
             m["metadata"]["name"]
             for m in manifests
-            if m["kind"] in ("Job", "StatefulSet")
+            if m["kind"] == "Job"
             and svc["spec"]["selector"].items() <= m["spec"]["template"]["metadata"]["labels"].items()
         ]
         assert selected == [svc["metadata"]["name"]]
 
 
-def test_ps_is_a_parallel_statefulset_behind_its_service():
-    sts = by(render(make()), "StatefulSet", "imagenet-ps")
-    assert sts["spec"]["serviceName"] == "imagenet-ps"
-    assert sts["spec"]["podManagementPolicy"] == "Parallel"
-    assert sts["spec"]["replicas"] == 2
-    assert (
-        sts["spec"]["selector"]["matchLabels"].items()
-        <= sts["spec"]["template"]["metadata"]["labels"].items()
-    )
-    assert pod_spec(sts)["restartPolicy"] == "Always"
-    index = next(e for e in container(sts)["env"] if e["name"] == "TFK_INDEX")
-    assert index["valueFrom"]["fieldRef"]["fieldPath"] == STS_INDEX
+def test_ps_is_an_indexed_job_with_the_deadline_behind_its_service():
+    """The PS Job has the cluster-side deadline (a StatefulSet cannot), all its tasks start
+    at once, and its pods keep the StatefulSet's DNS names: hostname <N>-ps-<i> (an
+    Indexed Job's) in the subdomain of the PS Service."""
+    manifests = render(make(SPECS["parameter_server"]))
+    ps, worker = by(manifests, "Job", "imagenet-ps"), by(manifests, "Job", "imagenet-worker")
+    assert ps["spec"]["completionMode"] == "Indexed"
+    assert ps["spec"]["completions"] == ps["spec"]["parallelism"] == 2
+    assert ps["spec"]["activeDeadlineSeconds"] == worker["spec"]["activeDeadlineSeconds"] == 3600
+    # the same retries and failure rules as every role (replacement pods keep the name)
+    for key in ("backoffLimitPerIndex", "podFailurePolicy", "ttlSecondsAfterFinished"):
+        assert ps["spec"][key] == worker["spec"][key], key
+    assert pod_spec(ps)["subdomain"] == "imagenet-ps"
+    assert pod_spec(ps)["restartPolicy"] == "Never"
+    service = by(manifests, "Service", "imagenet-ps")
+    assert service["spec"]["selector"].items() <= ps["spec"]["template"]["metadata"]["labels"].items()
+    index = next(e for e in container(ps)["env"] if e["name"] == "TFK_INDEX")
+    assert index["valueFrom"]["fieldRef"]["fieldPath"] == JOB_INDEX
+    assert not [m for m in manifests if m["kind"] == "StatefulSet"]
 
 
 def test_workers_are_one_indexed_job_with_per_index_retries():
@@ -321,7 +327,7 @@ def test_tf_config_expands_to_the_right_cluster_and_task(case):
         if role != "evaluator"
     }
     for m in render(spec):
-        if m["kind"] not in ("Job", "StatefulSet"):
+        if m["kind"] != "Job":
             continue
         role = m["metadata"]["labels"][naming.LABEL_ROLE]
         replicas = m["spec"].get("completions", m["spec"].get("replicas"))
@@ -349,7 +355,7 @@ def test_every_object_and_pod_template_carries_the_labels():
     spec = make(SPECS["kitchen_sink"], namespace_per_training=True)
     for m in render(spec, IDENTITY):
         holders = [m["metadata"]]
-        if m["kind"] in ("Job", "StatefulSet"):
+        if m["kind"] == "Job":
             holders.append(m["spec"]["template"]["metadata"])
         for meta in holders:
             labels = meta["labels"]
@@ -363,7 +369,7 @@ def test_every_object_and_pod_template_carries_the_labels():
             if spec.max_duration_seconds is not None:
                 expected[naming.ANNOTATION_MAX_DURATION] = str(spec.max_duration_seconds)
             assert meta["annotations"] == expected
-            if m["kind"] in ("Service", "Job", "StatefulSet"):
+            if m["kind"] in ("Service", "Job"):
                 role = m["metadata"]["name"].rsplit("-", 1)[1]
                 assert labels["app.kubernetes.io/component"] == role
                 assert labels[naming.LABEL_ROLE] == role
@@ -391,7 +397,7 @@ def test_namespace_everywhere_and_namespace_object_first():
 
 def test_pods_are_hardened():
     for m in render(make(SPECS["kitchen_sink"])):
-        if m["kind"] not in ("Job", "StatefulSet"):
+        if m["kind"] != "Job":
             continue
         pod = pod_spec(m)
         assert pod["automountServiceAccountToken"] is False
@@ -453,7 +459,7 @@ def test_pods_stop_promptly_and_have_a_writable_scratch_dir():
     ignores SIGTERM, so PS/worker deletion waited 30 s for SIGKILL; and uid 1000 may not
     write anywhere in an image. A shared PID namespace makes the sandbox PID 1."""
     for m in render(make(SPECS["all_reduce"])):
-        if m["kind"] not in ("Job", "StatefulSet"):
+        if m["kind"] != "Job":
             continue
         pod = pod_spec(m)
         assert pod["shareProcessNamespace"] is True
@@ -475,7 +481,7 @@ def test_resources_gpus_node_selector_tolerations_and_role_env():
         {"operator": "Equal", "key": "spot", "value": "true", "effect": "NoExecute", "tolerationSeconds": 60},
     ]
     assert process_view(job, 0)[0]["NCCL_DEBUG"] == "INFO"
-    ps = by(manifests, "StatefulSet", "imagenet-ps")
+    ps = by(manifests, "Job", "imagenet-ps")
     assert "resources" not in container(ps) and "tolerations" not in pod_spec(ps)
     assert "NCCL_DEBUG" not in process_view(ps, 0)[0]
 
@@ -501,7 +507,7 @@ def test_legacy_tf1_flags():
     manifests = render(spec)
     for kind, name, role, index in (
         ("Job", "imagenet-worker", "worker", 2),
-        ("StatefulSet", "imagenet-ps", "ps", 1),
+        ("Job", "imagenet-ps", "ps", 1),
     ):
         _, argv = process_view(by(manifests, kind, name), index)
         assert argv == [
@@ -545,7 +551,7 @@ def test_legacy_tf1_flags_run_the_command_behind_the_launcher(command, want):
     """Unmodified TF1 scripts: the rendered command itself goes through the launcher (its
     start-up shim gives the sessions device filters), so a bare `python train.py` works."""
     manifests = render(make(SPECS["legacy_flags"], command=command))
-    for kind, name in (("Job", "imagenet-worker"), ("StatefulSet", "imagenet-ps")):
+    for kind, name in (("Job", "imagenet-worker"), ("Job", "imagenet-ps")):
         c = container(by(manifests, kind, name))
         assert c["command"] == (want or command)
         assert c["args"][0] == "--train_steps=1000"  # the script's args follow, then the flags
@@ -557,7 +563,7 @@ def test_only_between_graph_legacy_scripts_run_behind_the_launcher(case):
     """No legacy flags, or not between_graph (no PS sessions to filter): as written."""
     spec = make(SPECS[case])
     for m in render(spec):
-        if m["kind"] in ("Job", "StatefulSet"):
+        if m["kind"] == "Job":
             role = m["metadata"]["labels"][naming.LABEL_ROLE]
             rs = spec.roles()[role]
             assert container(m)["command"] == list(rs.command or spec.command), role
@@ -686,7 +692,7 @@ def test_image_is_rejected_or_exact(value):
     manifests = render(spec)
     assert_layout_unchanged(manifests)
     for m in manifests:
-        if m["kind"] in ("Job", "StatefulSet"):
+        if m["kind"] == "Job":
             assert container(m)["image"] == f"registry.local/tf:{value}"
 
 
@@ -786,7 +792,7 @@ def test_override_macros_apply_to_every_pod(tmp_path: Path):
         )
     )
     for m in render(make(), template_dir=str(tmp_path)):
-        if m["kind"] in ("Job", "StatefulSet"):
+        if m["kind"] == "Job":
             assert pod_spec(m)["priorityClassName"] == "training"
 
 

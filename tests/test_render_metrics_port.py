@@ -19,14 +19,14 @@ BASE = {
 
 
 def pod_templates(manifests: list[dict]) -> list[dict]:
-    return [m["spec"]["template"] for m in manifests if m["kind"] in ("Job", "StatefulSet")]
+    return [m["spec"]["template"] for m in manifests if m["kind"] == "Job"]
 
 
 def test_metrics_port_and_scrape_annotations_on_every_pod() -> None:
     spec = TFClusterSpec.from_dict({**BASE, "metrics_port": 9090, "metrics_path": "/prom"})
     identity = RunIdentity("dag", "train", "manual__1", -1)
     templates = pod_templates(render(spec, identity))
-    assert len(templates) == 2  # ps StatefulSet, worker Job
+    assert len(templates) == 2  # the ps and worker Jobs
     for t in templates:
         ann = t["metadata"]["annotations"]
         assert ann["prometheus.io/scrape"] == "true"

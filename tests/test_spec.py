@@ -67,7 +67,7 @@ def test_to_dict_round_trips():
         ({"name": "a\nb"}, "name"),
         ({"name": "a" * 64}, "name"),
         ({"name": 123}, "name"),
-        ({"name": "x" * 50}, "name"),  # fits alone, but x...-worker-2 exceeds 63
+        ({"name": "x" * 55}, "name"),  # fits alone, but x...-worker-2 exceeds 63
         ({"namespace": "Bad NS"}, "namespace"),
         ({"namespace": "a" * 60, "namespace_per_training": True}, "namespace"),
         ({"namespace_per_training": "yes"}, "namespace_per_training"),
@@ -210,10 +210,13 @@ def test_name_length_limit_counts_replicas():
     assert err.field == "name"
 
 
-def test_ps_statefulset_revision_label_limits_the_name():
-    # <name>-ps plus the controller-revision-hash suffix must stay within 63.
-    err = error_of(spec_with(name="n" * 50, worker={"replicas": 1}))
-    assert err.field == "name" and "StatefulSet" in err.rule
+def test_the_ps_name_is_bounded_by_its_hostname_only():
+    # The PS is an Indexed Job: its pods' hostname <name>-ps-<i> is the longest name it
+    # makes (the 11 characters a StatefulSet's revision label needed are gone).
+    spec = TFClusterSpec.from_dict(spec_with(name="n" * 54, worker={"replicas": 1}, ps={"replicas": 1}))
+    assert len(f"{spec.name}-worker-0") == 63
+    err = error_of(spec_with(name="n" * 55, worker={"replicas": 1}))
+    assert err.field == "name" and "task hostname" in err.rule
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,6 @@ from airflow_tfk.backends._k8s_plan import (
 )
 from airflow_tfk.backends._k8s_status import (
     LABEL_COMPLETION_INDEX,
-    LABEL_POD_INDEX,
     JobInfo,
     is_job_pod,
     newest_pod,
@@ -88,7 +87,9 @@ log = logging.getLogger(__name__)
 # The NetworkPolicy goes last, so pods still terminating stay isolated; it is not an
 # EXISTS kind: a policy alone is no cluster to reattach to (create re-applies it).
 # A JobSet (layout: jobset) goes first, so its controller stops making Jobs; where the
-# JobSet API is not installed its requests answer 404, which is "none".
+# JobSet API is not installed its requests answer 404, which is "none". Every role is a
+# Job now; StatefulSets stay in these lists for clusters an earlier version made (its PS
+# was a StatefulSet), so they are still found, reattached to and deleted.
 DELETE_ORDER = ("JobSet", "Job", "StatefulSet", "Pod", "Service", "PersistentVolumeClaim", "NetworkPolicy")
 EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "JobSet", "Service", "PersistentVolumeClaim")
 # Where the owner annotations are read from: the objects every layout has, pods last.
@@ -323,11 +324,10 @@ class KubernetesBackend(Backend):
             pod = newest_pod(session.tracker.pods_of((role, index)))
         if pod is None:
             # List the task's pods only, not the role's (600 workers: a few MB per read);
-            # the index label is set by the Job / StatefulSet controller (>= 1.28).
-            index_label = LABEL_POD_INDEX if role == "ps" else LABEL_COMPLETION_INDEX
-            pods, _ = self._run(list_plan(ref, "Pod", f"{selector},{index_label}={index}"))
+            # the index label is set by the Job controller (>= 1.28).
+            pods, _ = self._run(list_plan(ref, "Pod", f"{selector},{LABEL_COMPLETION_INDEX}={index}"))
             pod = newest_pod(p for p in pods if task_key(p) == (role, index))
-        if pod is None:  # an older controller without the index label
+        if pod is None:  # an older controller without the label, or an earlier PS StatefulSet
             pods, _ = self._run(list_plan(ref, "Pod", selector))
             pod = newest_pod(p for p in pods if task_key(p) == (role, index))
         if pod is None:
@@ -346,15 +346,16 @@ class KubernetesBackend(Backend):
 
     # -- delete ---------------------------------------------------------------------------
     def delete_roles(self, ref: ClusterRef, roles: list[str]) -> None:
-        """Delete the roles' StatefulSet/Job (the garbage collector removes the pods) and Service."""
+        """Delete the roles' Jobs (the garbage collector removes the pods) and Services."""
         self._run(self._delete_roles_plan(ref, roles))
         self._interpreter(ref).ignored_roles.update(roles)
 
     def _delete_roles_plan(self, ref: ClusterRef, roles: list[str]) -> Plan:
         for role in roles:
             name = naming.role_resource_name(ref.name, role)
-            workload = "StatefulSet" if role == "ps" else "Job"
-            yield Request("DELETE", BY_KIND[workload].item(ref.namespace, name), BACKGROUND)
+            gone = yield Request("DELETE", BY_KIND["Job"].item(ref.namespace, name), BACKGROUND)
+            if gone is None and role == "ps":  # 404: a PS StatefulSet of an earlier version?
+                yield Request("DELETE", BY_KIND["StatefulSet"].item(ref.namespace, name), BACKGROUND)
             yield Request("DELETE", BY_KIND["Service"].item(ref.namespace, name), BACKGROUND)
 
     def delete(self, ref: ClusterRef, reason: str = "") -> None:
@@ -482,7 +483,7 @@ class KubernetesBackend(Backend):
         return list(found)
 
     def clusters(self, namespace: str | None) -> list[ClusterRef]:
-        """Clusters with a Job or a StatefulSet left (a PS whose Jobs are gone included)."""
+        """Clusters with a Job left, or the PS StatefulSet of an earlier version's cluster."""
         found: dict[ClusterRef, None] = {}
         for kind_name in ("Job", "StatefulSet"):
             kind = BY_KIND[kind_name]

@@ -1,6 +1,7 @@
 """Pod and Job JSON as the API server returns them, built by hand for the pure status code
 (no server needed): only the fields the interpretation reads, with the labels and
-annotations the Job and StatefulSet controllers set."""
+annotations the Job controller sets (and the StatefulSet controller, for the PS of
+clusters an earlier version made: ``owner="StatefulSet"``)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ def pod(
     message: str = "",
     owner: str | None = None,
 ) -> dict[str, Any]:
-    """One pod of task ``role``-``index`` (a Job pod unless ``role`` is ``ps``)."""
-    owner = owner or ("StatefulSet" if role == "ps" else "Job")
+    """One pod of task ``role``-``index`` (a Job pod unless ``owner`` says otherwise)."""
+    owner = owner or "Job"
     labels = {naming.LABEL_CLUSTER: cluster, naming.LABEL_ROLE: role}
     annotations = {}
     if owner == "Job":

@@ -117,7 +117,8 @@ def test_a_failed_pod_with_retries_left_is_retrying_then_failed() -> None:
 def test_deleted_tasks_and_roles_deleted_on_purpose() -> None:
     i = interp()
     tracker = ClusterTracker(i)
-    ps, worker = pod("ps", 0, "Running"), pod("worker", 0, "Running")
+    # a PS StatefulSet (an earlier version's cluster) recreates a deleted pod
+    ps, worker = pod("ps", 0, "Running", owner="StatefulSet"), pod("worker", 0, "Running")
     tracker.reset([ps, worker], jobs(job("worker", 1)), NOW)
     tracker.remove(ps, NOW)
     task = tracker.status(NOW).task("ps", 0)
@@ -129,6 +130,21 @@ def test_deleted_tasks_and_roles_deleted_on_purpose() -> None:
     assert task is not None and (task.phase, task.reason) == (Phase.FAILED, "Deleted")
     i.ignored_roles.update({"ps", "worker"})
     assert [t.role for t in tracker.status(NOW).tasks] == ["chief"]
+
+
+def test_a_ps_job_pod_deleted_is_pending_its_replacement_and_its_deadline_fails_it() -> None:
+    """The PS is an Indexed Job: a deleted pod is replaced by the Job (pending), and the
+    cluster-side deadline fails it like any Job task."""
+    tracker = ClusterTracker(interp())
+    ps = pod("ps", 0, "Running")
+    tracker.reset([ps, pod("worker", 0, "Running")], jobs(job("ps", 1), job("worker", 1)), NOW)
+    tracker.remove(ps, NOW)
+    assert tracker.status(NOW).task("ps", 0).phase is Phase.PENDING
+    deadline = {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "too long"}
+    past = job("ps", 1, conditions=[deadline])
+    tracker.set_jobs(jobs(past, job("worker", 1)), NOW)
+    task = tracker.status(NOW).task("ps", 0)
+    assert (task.phase, task.reason) == (Phase.FAILED, "DeadlineExceeded")
 
 
 def test_a_timeout_turns_a_task_failed_without_an_event() -> None:

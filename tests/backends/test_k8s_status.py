@@ -167,7 +167,8 @@ def test_job_info_reads_retries_and_outcome() -> None:
 def test_task_key_from_the_controllers_index() -> None:
     assert task_key(pod("worker", 7)) == ("worker", 7)
     assert task_key(pod("ps", 2)) == ("ps", 2)
-    legacy = pod("ps", 1)
-    del legacy["metadata"]["labels"]["apps.kubernetes.io/pod-index"]
-    assert task_key(legacy) == ("ps", 1)  # older StatefulSets: the name's ordinal
+    sts = pod("ps", 1, owner="StatefulSet")  # the PS of a cluster an earlier version made
+    assert task_key(sts) == ("ps", 1)
+    del sts["metadata"]["labels"]["apps.kubernetes.io/pod-index"]
+    assert task_key(sts) == ("ps", 1)  # older StatefulSets: the name's ordinal
     assert task_key({"metadata": {"labels": {}}}) is None

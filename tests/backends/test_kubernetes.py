@@ -2,7 +2,8 @@
 clients and the cncf provider's ``KubernetesHook`` / ``AsyncKubernetesHook``, over HTTP.
 
 The server is ``k8s_double.KubeApiDouble``: a TEST DOUBLE of the Kubernetes API server
-(only the endpoints the backend uses, crude Job/StatefulSet controllers, test controls
+(only the endpoints the backend uses, crude Job/StatefulSet controllers (the latter for
+clusters of earlier versions, whose PS was a StatefulSet), test controls
 for pod states). A later issue replaces it with a real kube-apiserver; these tests assert
 HTTP-visible behaviour (objects, labels, request counts) so they can move over as they are.
 
@@ -91,8 +92,11 @@ def make_spec(workers: int = 3, ps: int | None = 2, retries: int = 0, **kwargs: 
     )
 
 
-def hand_rendered(spec: TFClusterSpec, identity: RunIdentity | None = None) -> list[dict]:
-    """Manifests of the shape airflow_tfk.render produces (kept independent of it)."""
+def hand_rendered(
+    spec: TFClusterSpec, identity: RunIdentity | None = None, ps_statefulset: bool = False
+) -> list[dict]:
+    """Manifests of the shape airflow_tfk.render produces (kept independent of it);
+    ``ps_statefulset``: as earlier versions made them, the PS a StatefulSet."""
     ns = spec.namespace_name
 
     def meta(name: str, role: str | None = None, namespaced: bool = True) -> dict:
@@ -112,7 +116,7 @@ def hand_rendered(spec: TFClusterSpec, identity: RunIdentity | None = None) -> l
         return {
             "metadata": {"labels": {SEL: spec.name, naming.LABEL_ROLE: role}},
             "spec": {
-                "restartPolicy": "Never" if role != "ps" else "Always",
+                "restartPolicy": "Always" if role == "ps" and ps_statefulset else "Never",
                 "subdomain": f"{spec.name}-{role}",
                 "containers": [{"name": "tensorflow", "image": spec.image}],
             },
@@ -142,7 +146,7 @@ def hand_rendered(spec: TFClusterSpec, identity: RunIdentity | None = None) -> l
                 },
             }
         )
-    if spec.ps:
+    if spec.ps and ps_statefulset:
         out.append(
             {
                 "apiVersion": "apps/v1",
@@ -157,7 +161,7 @@ def hand_rendered(spec: TFClusterSpec, identity: RunIdentity | None = None) -> l
             }
         )
     for role, r in spec.roles().items():
-        if role == "ps":
+        if role == "ps" and ps_statefulset:
             continue
         out.append(
             {
@@ -217,7 +221,7 @@ def test_create_applies_every_object_and_second_create_changes_nothing(double, b
     )
     assert sorted(labelled(double, ref)) == sorted(
         [f"{m['kind']}/{m['metadata']['name']}" for m in manifests]
-        + [f"Pod/{spec.name}-ps-0", f"Pod/{spec.name}-ps-1"]
+        + [f"Pod/{double.pod_name(spec.name, 'ps', i)}" for i in range(2)]
         + [f"Pod/{double.pod_name(spec.name, 'worker', i)}" for i in range(3)]
     )
 
@@ -433,7 +437,7 @@ def test_no_retries_means_the_first_failure_is_final(double, backend):
 def test_succeeded_and_running(double, backend):
     spec = make_spec(workers=2, ps=1)
     ref = backend.create(spec)
-    double.set_running(f"{spec.name}-ps-0")
+    double.set_running(double.pod_name(spec.name, "ps", 0))
     double.set_running(double.pod_name(spec.name, "worker", 0))
     double.set_succeeded(double.pod_name(spec.name, "worker", 1))
     status = backend.status(ref)
@@ -477,10 +481,14 @@ def test_delete_leaves_nothing_with_the_cluster_label_and_is_idempotent(double, 
     assert labelled(double, other), "another cluster's objects must survive"
 
 
-def test_delete_roles_ps_removes_its_statefulset_service_and_pods_only(double, backend):
+@pytest.mark.parametrize("ps_statefulset", [False, True], ids=["ps-job", "earlier-ps-statefulset"])
+def test_delete_roles_ps_removes_its_workload_service_and_pods_only(double, backend, ps_statefulset):
+    """The PS Job; and the PS StatefulSet of a cluster an earlier version made."""
+    backend._render = lambda s, i=None: hand_rendered(s, i, ps_statefulset)  # type: ignore[method-assign]
     spec = make_spec(workers=2, ps=2)
     ref = backend.create(spec)
-    double.set_running(f"{spec.name}-ps-0")
+    assert (f"StatefulSet/{spec.name}-ps" in labelled(double, ref)) is ps_statefulset
+    double.set_running(double.pod_name(spec.name, "ps", 0))
     for i in range(2):
         double.set_succeeded(double.pod_name(spec.name, "worker", i))
     backend.delete_roles(ref, ["ps"])

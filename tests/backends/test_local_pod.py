@@ -88,7 +88,7 @@ def test_local_task_setup_is_the_kubelet_expansion_of_the_rendered_pod(tmp_path:
         }
         seen = set()
         for m in render(spec, identity):
-            if m["kind"] not in ("Job", "StatefulSet"):
+            if m["kind"] != "Job":
                 continue
             role = m["metadata"]["labels"][naming.LABEL_ROLE]
             container = m["spec"]["template"]["spec"]["containers"][0]
