@@ -1,7 +1,7 @@
 """How a training cluster is laid out and admitted: the ``layout``, ``queue_name`` and
 ``capacity_check`` options of the spec, validated here so spec.py stays one concern.
 
-- ``layout: jobs`` (default): headless Services, Indexed Jobs and the PS StatefulSet.
+- ``layout: jobs`` (default): a headless Service and an Indexed Job per role, PS included.
 - ``layout: jobset``: one JobSet (``jobset.x-k8s.io/v1alpha2``) with a replicated Job per
   role, so Kueue admits the whole cluster as one workload.
 - ``queue_name``: the Kueue LocalQueue. The workloads are created suspended and carry

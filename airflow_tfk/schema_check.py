@@ -16,8 +16,8 @@ from typing import Any
 # The oldest Kubernetes whose defaults carry every feature the templates rely on:
 # - backoffLimitPerIndex (``retries_per_index``): alpha in 1.28 (off by default, so the API
 #   server drops the field), beta and on by default since 1.29, GA in 1.33;
-# - the StatefulSet pod-index label (``apps.kubernetes.io/pod-index``, read by the PS
-#   through the downward API): beta and on by default since 1.28, GA in 1.32;
+# - the Job completion-index label on pods (``batch.kubernetes.io/job-completion-index``,
+#   which selects one task's pods for its log): beta and on by default since 1.28;
 # - podFailurePolicy (permanent exit codes fail at once): beta since 1.26, GA in 1.31.
 MIN_KUBERNETES_VERSION = "1.29"
 

@@ -4,8 +4,10 @@ A cluster is an orphan when it still runs something (a task Running or Pending) 
 
 - its owning task instance is no longer active (finished, removed, or gone: the process
   that would have cleaned up was SIGKILLed, the worker lost, the DAG deleted), or
-- its cluster-side deadline (creation + ``max_duration_seconds``) has passed. This is how
-  the PS StatefulSet, which Kubernetes cannot time out, gets a deadline too.
+- its cluster-side deadline (creation + ``max_duration_seconds``) has passed. Every Job
+  already stops there by itself (``activeDeadlineSeconds``); this is the deadline of what
+  Kubernetes cannot time out: a PS StatefulSet made by an earlier version, and the local
+  backend's processes.
 
 A training whose decisive role (the chief, else every worker) succeeded loses only what
 still runs (the PS, and the workers in ``parameter_server`` mode): its finished tasks

@@ -285,8 +285,8 @@ class ClusterTracker:
         if not self._exists or is_job is None:
             return None, None
         if not is_job:
-            # A StatefulSet pod vanished: the controller recreates it unless the
-            # StatefulSet itself went away; not fatal on its own.
+            # A StatefulSet pod vanished (the PS of an earlier version's cluster):
+            # the controller recreates it unless the StatefulSet itself went away.
             message = "pod deleted; waiting for it to be recreated"
             return TaskStatus(role, index, Phase.PENDING, "Deleted", message), None
         if self.jobs is not None and role not in self.jobs:

@@ -147,7 +147,8 @@ def failure_action(job: JobInfo | None, pod: dict[str, Any]) -> str:
 
 # -- pods -----------------------------------------------------------------------------
 def task_key(pod: dict[str, Any]) -> tuple[str, int] | None:
-    """(role, index) of a pod, from its role label and Job/StatefulSet index."""
+    """(role, index) of a pod, from its role label and Job index (or the StatefulSet's,
+    for the PS of a cluster an earlier version made)."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     role = labels.get(naming.LABEL_ROLE)

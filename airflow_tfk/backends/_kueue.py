@@ -2,7 +2,8 @@
 for the task log. Pure: the backend lists the Workloads.
 
 Kueue makes one Workload per object it manages (the JobSet; or, in the Jobs layout, each
-Job and the PS StatefulSet), owned by that object. While the cluster waits, the Workload's
+Job, the PS Job included; an earlier version's PS StatefulSet with Kueue's ``statefulset``
+integration), owned by that object. While the cluster waits, the Workload's
 ``QuotaReserved`` condition is False with Kueue's reason and message, e.g. "couldn't
 assign flavors to pod set worker: insufficient quota for cpu in flavor default, 4 more
 needed".
