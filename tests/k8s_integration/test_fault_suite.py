@@ -10,6 +10,8 @@ deadline has passed.
 - A retry after the deadline of a finished training (the workers succeeded, the waiter
   died in the grace period, the sweeper stopped the PS): the retry reattaches to the
   succeeded training and does not train again (the same Job, no new pods).
+- No Airflow at all: a cluster nobody waits on or sweeps; the control plane ends its
+  parameter servers at the deadline (the PS Job's activeDeadlineSeconds).
 
 The only stand-in is Airflow's answer to "what state is this task instance in"
 (``ti.get_task_states``, a call to Airflow's execution API), given by the test.
@@ -172,24 +174,35 @@ def test_retry_after_the_deadline_of_a_finished_training_does_not_retrain(
     assert {p.metadata.uid for p in _tfk.pods(k8s_api, tfk_ns, name, "worker")} == workers
 
 
-def test_the_ps_statefulset_cannot_carry_a_pod_deadline_so_its_deadline_is_an_annotation(
-    k8s_api, tfk_ns
-) -> None:
-    """Why the PS of the ``jobs`` layout has no cluster-side deadline (the sweeper enforces
-    its ``max-duration-seconds`` annotation instead; ``layout: jobset`` runs the PS as an
-    Indexed Job, which has one): the API server refuses ``activeDeadlineSeconds`` in a
-    StatefulSet's pods. Should a Kubernetes release accept it, this fails: use it then."""
-    from airflow_tfk import naming
-    from airflow_tfk.render import render
+def test_the_ps_job_is_stopped_at_its_deadline_by_the_cluster_itself(k8s_api, tfk_ns, tfk_conn) -> None:
+    """Nothing of Airflow: the cluster is created and nobody ever waits on it or sweeps
+    it. The control plane alone ends the parameter servers at max_duration_seconds (the
+    PS Job's activeDeadlineSeconds; as a StatefulSet they ran until the sweeper came)."""
+    from airflow_tfk.backends.base import ClusterRef
+    from airflow_tfk.backends.kubernetes import KubernetesBackend
     from airflow_tfk.spec import TFClusterSpec
 
     spec = TFClusterSpec.from_dict(
-        _tfk.spec(tfk_ns, "between_graph", name="sts-deadline", max_duration_seconds=600)
+        _tfk.spec(tfk_ns, "between_graph", workers=1, ps=2, name="ps-deadline", max_duration_seconds=5)
     )
-    (sts,) = [m for m in render(spec, None) if m["kind"] == "StatefulSet"]
-    assert sts["metadata"]["annotations"][naming.ANNOTATION_MAX_DURATION] == "600"
-    sts["spec"]["template"]["spec"]["activeDeadlineSeconds"] = 600
-    with pytest.raises(client.ApiException) as refused:
-        client.AppsV1Api(k8s_api).create_namespaced_stateful_set(tfk_ns, sts, dry_run="All")
-    assert refused.value.status == 422
-    assert "activeDeadlineSeconds in StatefulSet is not Supported" in refused.value.body
+    KubernetesBackend(_tfk.CONN_ID).create(spec)
+    batch = client.BatchV1Api(k8s_api)
+    ps_job = batch.read_namespaced_job("ps-deadline-ps", tfk_ns)
+    assert ps_job.spec.active_deadline_seconds == 5 and ps_job.spec.completions == 2
+    _running(k8s_api, tfk_ns, spec.name, 3)
+    hostnames = sorted(p.spec.hostname for p in _tfk.pods(k8s_api, tfk_ns, spec.name, "ps"))
+    assert hostnames == ["ps-deadline-ps-0", "ps-deadline-ps-1"]  # the StatefulSet's names
+    assert {p.spec.subdomain for p in _tfk.pods(k8s_api, tfk_ns, spec.name, "ps")} == {"ps-deadline-ps"}
+    t0 = time.monotonic()
+
+    def failed_at_deadline():
+        job = batch.read_namespaced_job("ps-deadline-ps", tfk_ns)
+        return [c for c in job.status.conditions or [] if c.type == "Failed" and c.status == "True"]
+
+    (cond,) = _tfk.wait_for("the PS Job failed at its deadline", failed_at_deadline, timeout=60)
+    assert cond.reason == "DeadlineExceeded", cond
+    _tfk.wait_for("the PS pods gone", lambda: not _tfk.pods(k8s_api, tfk_ns, spec.name, "ps"), timeout=60)
+    _tfk.wait_for("no pod left", lambda: not _tfk.pods(k8s_api, tfk_ns, spec.name), timeout=60)
+    print(f"PS Job: DeadlineExceeded and its pods gone {time.monotonic() - t0:.1f}s after all ran")
+    KubernetesBackend(_tfk.CONN_ID).delete(ClusterRef(spec.name, tfk_ns))
+    _tfk.wait_no_leftovers(k8s_api, tfk_ns, spec.name)

@@ -1,4 +1,4 @@
-"""The cluster lifecycle against the real API server, Job/StatefulSet controllers and
+"""The cluster lifecycle against the real API server, Job controller and
 garbage collector (KWOK plays the nodes and the training processes).
 
 - create: every rendered object exists, in every mode; a second server-side apply writes
@@ -260,11 +260,11 @@ def test_between_graph_success_deletes_ps_after_grace_and_gc_removes_pods(
     assert returned - last_done >= 2.0
 
     left = _tfk.objects(k8s_api, tfk_ns, name)
-    assert f"statefulsets/{name}-ps" not in left and f"services/{name}-ps" not in left
+    assert f"jobs/{name}-ps" not in left and f"services/{name}-ps" not in left
     job = left[f"jobs/{name}-worker"]  # cleanup="ps": the finished workers stay, for logs
     assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"])
     assert job["status"]["succeeded"] == 3
-    # The garbage collector removes the PS pods (and revisions, slices) of the deleted owners.
+    # The garbage collector removes the PS pods (and slices) of the deleted owners.
     t_gc = time.monotonic()
     _tfk.wait_for(
         "the PS pods to be garbage-collected",
@@ -328,7 +328,7 @@ def test_parameter_server_deferrable_chief_done_deletes_workers_and_ps(
     for gone in (
         f"jobs/{name}-worker",
         f"services/{name}-worker",
-        f"statefulsets/{name}-ps",
+        f"jobs/{name}-ps",
         f"services/{name}-ps",
     ):
         assert gone not in left

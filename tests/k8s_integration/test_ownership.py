@@ -4,7 +4,7 @@
   its handle (on_kill, a teardown task) cannot delete the owner's cluster;
 - the same task instance with another spec replaces the cluster (new Job uid);
 - the sweeper deletes the cluster once its task instance is no longer running, and a
-  PS StatefulSet past its max_duration annotation: zero labelled objects left.
+  cluster past its deadline (its max-duration annotation): zero labelled objects left.
 """
 
 from __future__ import annotations
