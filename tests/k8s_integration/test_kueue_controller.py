@@ -8,7 +8,9 @@ the test's namespace, with a LocalQueue ``lq`` there.
 - a cluster bigger than the quota never starts a single pod, although part of it would fit;
 - kill-safety of a queued cluster: ``on_kill`` and a deferred ``execution_timeout`` while
   Kueue holds it leave nothing, Workload included;
-- ``layout: jobset`` is admitted as ONE Workload with a pod set per role.
+- ``layout: jobset`` is admitted as ONE Workload with a pod set per role;
+- the ``jobs`` layout with a PS: the PS Job is a Workload like the workers' Job (Kueue's
+  batch/job integration only), admitted, and the training succeeds.
 
 KWOK pods run no containers: the tests finish them through the stage annotations
 (``_tfk.finish`` / ``_tfk.PodDriver``).
@@ -442,3 +444,33 @@ def test_the_jobset_layout_is_admitted_as_one_workload(k8s_api, quota, tfk_ns, t
     )
     backend.delete(ref)
     _gone(k8s_api, tfk_ns, "whole")
+
+
+def test_the_jobs_layout_with_a_ps_needs_only_the_job_integration(k8s_api, quota, tfk_ns, tfk_conn, capfd):
+    """between_graph in the ``jobs`` layout, 2 workers + 1 PS of 1 CPU, 3 CPU of quota:
+    the PS is a Job, so Kueue's batch/job integration queues it like the workers (it was
+    a StatefulSet, which needed the pod and statefulset integrations). Each Job is one
+    Workload; both are admitted, the training succeeds, and the PS Job is cleaned up."""
+    lq = quota("3")
+    ctx = _tfk.task_context("manual__jobsps")
+    name = _tfk.cluster_name(ctx)
+    spec = _spec(tfk_ns, "between_graph", workers=2, ps=1, queue_name=lq)
+    with _tfk.PodDriver(k8s_api, tfk_ns, name):
+        run = _Op(_tfk.make_op(tfk_ns, spec), ctx)
+        _tfk.wait_for("3 pods", lambda: len(_tfk.pods(k8s_api, tfk_ns, name)) == 3, timeout=60)
+        usage = {}
+        for role in ("ps", "worker"):
+            (wl,) = _owned(k8s_api, tfk_ns, "Job", f"{name}-{role}")
+            assert _true(wl, "Admitted"), wl["status"]
+            (assignment,) = wl["status"]["admission"]["podSetAssignments"]
+            usage[role] = assignment["resourceUsage"]["cpu"]
+        assert usage == {"ps": "1", "worker": "2"}, usage
+        run.join()
+    assert run.error is None and run.result["outcome"] == "succeeded", (run.error, run.result)
+    assert f"deleted ps of cluster {name}" in capfd.readouterr().out
+    _tfk.wait_for("the PS pod gone", lambda: not _tfk.pods(k8s_api, tfk_ns, name, "ps"), timeout=60)
+    _tfk.wait_for(
+        "the PS Job's Workload gone", lambda: not _owned(k8s_api, tfk_ns, "Job", f"{name}-ps"), timeout=60
+    )
+    KubernetesBackend(conn_id=tfk_conn).delete(ClusterRef(name, tfk_ns))
+    _gone(k8s_api, tfk_ns, name)
