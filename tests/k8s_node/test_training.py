@@ -114,7 +114,7 @@ def test_between_graph_tf1_script_with_legacy_flags_and_a_late_ps(
     assert "----- log of ps-0" in out
     ps_part = out.split("----- log of ps-0", 1)[1].split("----- end of ps-0", 1)[0]
     assert _tfk.TF_CONFIG_MARK in ps_part
-    # ... and the PS is gone (the StatefulSet deleted), the workers' Job stays.
+    # ... and the PS is gone (its Job deleted), the workers' Job stays.
     _tfk.wait_for("PS pods deleted", lambda: not _tfk.pods(node_api, node_ns, name, naming_ps()), 60)
     _assert_tf_configs(node_api, node_ns, spec_data, ctx, {"worker-0", "worker-1", "worker-2"})
     for w in _tfk.pods(node_api, node_ns, name, "worker"):
