@@ -2,7 +2,7 @@
 a real API server: TFTrainingOperator (blocking) waits on a between_graph cluster of 600
 workers + 8 PS; the bench completes every worker pod (KWOK annotation) and records when
 the last one turned Succeeded (its own pod watch) and when the operator's client sent
-the DELETE of the PS StatefulSet (request hook).
+the DELETE of the PS Job (request hook).
 
 Measured twice in one control plane: on an otherwise idle machine, and while another
 process (started and stopped by the bench, by its PID) keeps one core busy. The cluster's
@@ -218,7 +218,7 @@ def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace,
     assert result.get("outcome") == "succeeded", result
     assert len(done) == a.workers, f"the observer saw {len(done)} of {a.workers} completions"
     last_done = max(done.values())
-    deletes = [t for t, m, u in counter.log if m == "DELETE" and "/statefulsets/" in u]
+    deletes = [t for t, m, u in counter.log if m == "DELETE" and u.split("?")[0].endswith(f"/jobs/{name}-ps")]
     # Only the PS logs: right after the verdict the operator also reads worker 0's log
     # for the training's results, before the grace period, which is not the PS clean-up.
     logs = [
@@ -239,7 +239,7 @@ def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace,
         f"success verdict: {detect * 1000:.0f} ms"
     )
     print(
-        f"  last completion -> PS StatefulSet DELETE request, minus the grace period: "
+        f"  last completion -> PS Job DELETE request, minus the grace period: "
         f"{after_grace * 1000:.0f} ms (target < 1000 ms)"
     )
     print(

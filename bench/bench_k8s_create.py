@@ -1,5 +1,5 @@
 """Create a TF cluster of 600 workers and 8 PS on a real API server: airflow-tfk's layout
-(server-side apply of 2 headless Services, 1 StatefulSet, 1 Indexed Job) vs the seeds'
+(server-side apply of 2 headless Services and 2 Indexed Jobs, PS and workers) vs the seeds'
 one-Service-per-task layout (a Service + a Job per worker, a Service + a Deployment per
 PS: 1,216 objects) created with ``kubernetes.utils.create_from_yaml``, the way the cncf
 provider's KubernetesCreateResourceOperator does. Same control plane, same run.

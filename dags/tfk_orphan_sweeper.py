@@ -1,6 +1,7 @@
 """Orphan sweeper: every 10 minutes, delete TF clusters whose task instance is no longer
 running (its Airflow worker was SIGKILLed, the task was cleared, the DAG deleted) or that
-are past their ``max_duration_seconds`` - the PS StatefulSet's only deadline.
+are past their ``max_duration_seconds`` (every Job stops there by itself; this catches the
+local backend's processes and an earlier version's PS StatefulSet).
 
 Params: ``backend`` (kubernetes | local), ``namespace`` (empty: every namespace the
 connection can list), ``dry_run``.

@@ -125,7 +125,7 @@ def test_the_example_spec_does_not_pass_non_defaults_off_as_defaults():
 
 def test_minimum_kubernetes_version_is_stated():
     assert f"Kubernetes **{MIN_KUBERNETES_VERSION} or newer**" in README
-    for feature in ("backoffLimitPerIndex", "apps.kubernetes.io/pod-index", "podFailurePolicy"):
+    for feature in ("backoffLimitPerIndex", "batch.kubernetes.io/job-completion-index", "podFailurePolicy"):
         assert feature in README
 
 
