@@ -42,6 +42,7 @@ from airflow_tfk.backends._k8s_status import (
     JobInfo,
     is_job_pod,
     newest_pod,
+    parse_time,
     task_key,
 )
 from airflow_tfk.backends._k8s_watch import (
@@ -244,34 +245,22 @@ class KubernetesBackend(Backend):
         return owner
 
     def _owner_plan(self, ref: ClusterRef) -> Plan:
-        for kind in OWNER_KINDS:
-            result = yield Request(
-                "GET",
-                BY_KIND[kind].collection(ref.namespace),
-                {"labelSelector": ref.label_selector, "limit": 1},
-            )
-            items = (result[1] or {}).get("items") or [] if result else []
-            if items:
-                meta = items[0].get("metadata") or {}
-                annotations = meta.get("annotations") or {}
-                max_duration = annotations.get(naming.ANNOTATION_MAX_DURATION, "")
-                return ClusterOwner(
-                    RunIdentity.from_annotations(annotations),
-                    annotations.get(naming.ANNOTATION_SPEC_HASH),
-                    _epoch(meta.get("creationTimestamp")),
-                    plain_int(max_duration),
-                )
-        return None
+        item = yield from _first_labelled(ref, OWNER_KINDS)
+        if item is None:
+            return None
+        meta = item.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        max_duration = annotations.get(naming.ANNOTATION_MAX_DURATION, "")
+        return ClusterOwner(
+            RunIdentity.from_annotations(annotations),
+            annotations.get(naming.ANNOTATION_SPEC_HASH),
+            parse_time(meta.get("creationTimestamp")),
+            plain_int(max_duration),
+        )
 
     def _exists_plan(self, ref: ClusterRef) -> Plan:
-        for kind in EXISTS_KINDS:
-            result = yield Request(
-                "GET",
-                BY_KIND[kind].collection(ref.namespace),
-                {"labelSelector": ref.label_selector, "limit": 1},
-            )
-            if result and result[1].get("items"):
-                return True
+        if (yield from _first_labelled(ref, EXISTS_KINDS)) is not None:
+            return True
         return bool((yield from self._own_namespace_plan(ref)))
 
     def _own_namespace_plan(self, ref: ClusterRef) -> Plan:
@@ -495,15 +484,17 @@ class KubernetesBackend(Backend):
         return list(found)
 
 
-def _epoch(timestamp: str | None) -> float | None:
-    if not timestamp:
-        return None
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+def _first_labelled(ref: ClusterRef, kinds: tuple[str, ...]) -> Plan:
+    """The first object with the cluster's label, trying ``kinds`` in order (one GET of
+    at most one item each), or None."""
+    for kind in kinds:
+        result = yield Request(
+            "GET", BY_KIND[kind].collection(ref.namespace), {"labelSelector": ref.label_selector, "limit": 1}
+        )
+        items = (result[1] or {}).get("items") or [] if result else []
+        if items:
+            return items[0]
+    return None
 
 
 def _jobs_stale(interp: Interpreter, pods: list[dict[str, Any]], jobs: dict[str, JobInfo]) -> bool:
