@@ -31,7 +31,8 @@ IMAGE = "registry.invalid/tfk/train:1"  # KWOK never pulls anything
 CONN_ID = "tfk_k8s"
 
 # (api group/version, plural, namespaced) of everything that may carry a cluster's label:
-# what render() produces, and what the Job/StatefulSet/EndpointSlice controllers derive.
+# what render() produces, and what the Job/EndpointSlice controllers derive (StatefulSets
+# and their ControllerRevisions: the PS of clusters an earlier version made).
 LABELLED_KINDS = [
     ("batch/v1", "jobs"),
     ("apps/v1", "statefulsets"),
@@ -282,8 +283,8 @@ def tfk_conn(k8s_cluster) -> Iterator[str]:
 @pytest.fixture
 def tfk_ns(k8s_api, k8s_namespace: str) -> str:
     """A fresh namespace enforcing the ``restricted`` Pod Security Standard, so the API
-    server's PodSecurity admission checks the hardened pods the Job and StatefulSet
-    controllers create from the provider's templates."""
+    server's PodSecurity admission checks the hardened pods the Job controller
+    creates from the provider's templates."""
     client.CoreV1Api(k8s_api).patch_namespace(
         k8s_namespace,
         {

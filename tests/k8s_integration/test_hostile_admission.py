@@ -26,7 +26,6 @@ tfk_ns = _tfk.tfk_ns  # fixture
 
 PLURAL = {
     "Job": "jobs",
-    "StatefulSet": "statefulsets",
     "Service": "services",
     "PersistentVolumeClaim": "persistentvolumeclaims",
     "Namespace": "namespaces",

@@ -41,7 +41,6 @@ RENDERED = [
 ]
 PLURAL = {
     "Job": "jobs",
-    "StatefulSet": "statefulsets",
     "Service": "services",
     "PersistentVolumeClaim": "persistentvolumeclaims",
     "Namespace": "namespaces",
