@@ -12,6 +12,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +141,54 @@ def tail(path: Path, lines: int = 15) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+@dataclass(frozen=True)
+class ServerDir:
+    """A server process that outlives the task that started it (a local model server, a
+    local TensorBoard), found again through its directory: ``server.json`` records it
+    (pid, create time, its ports...), ``server.log`` holds its output. Callers hold
+    :func:`locked` on ``dir`` around a check-then-start or a stop."""
+
+    dir: Path
+
+    @property
+    def record_path(self) -> Path:
+        return self.dir / "server.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "server.log"
+
+    def record(self) -> dict[str, Any] | None:
+        return read_record(self.record_path)
+
+    def running(self) -> dict[str, Any] | None:
+        """The record, if its process still runs."""
+        record = self.record()
+        return record if alive(record) is not None else None
+
+    def start(
+        self, argv: list[str], env: dict[str, str], **fields: Any
+    ) -> tuple[psutil.Process, dict[str, Any]]:
+        """Start ``argv`` here and record it with ``fields``; the process and its record."""
+        proc = start(argv, self.log_path, env, cwd=str(self.dir))
+        record = {"pid": proc.pid, "create_time": proc.create_time(), **fields, "argv": argv}
+        write_atomic(self.record_path, json.dumps(record, indent=1))
+        return proc, record
+
+    def wait_listening(self, proc: psutil.Process, record: dict[str, Any], port: int, timeout: float) -> None:
+        """Until ``proc`` listens on ``port``; if it never does, it is stopped and forgotten."""
+        try:
+            wait_listening(proc, port, timeout, self.log_path)
+        except BaseException:
+            stop(record)
+            self.record_path.unlink(missing_ok=True)
+            raise
+
+    def stop(self) -> dict[str, Any] | None:
+        """Stop the recorded process and forget it; its record if it was running."""
+        record = self.record()
+        stopped = stop(record)
+        self.record_path.unlink(missing_ok=True)
+        return record if stopped else None

@@ -6,7 +6,6 @@ It keeps running after the task that started it and is stopped explicitly
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -35,8 +34,7 @@ class LocalTensorBoard:
         self.root = os.path.abspath(os.path.expanduser(root or default_root()))
         self.start_timeout_seconds = float(start_timeout_seconds)
         self.dir = Path(self.root, spec.namespace, ".tensorboard", spec.name)
-        self.record_path = self.dir / "server.json"
-        self.log_path = self.dir / "server.log"
+        self.process = _process.ServerDir(self.dir)
 
     def config(self) -> dict[str, Any]:
         return {"root": self.root, "start_timeout_seconds": self.start_timeout_seconds}
@@ -46,23 +44,20 @@ class LocalTensorBoard:
             self.root, self.spec.namespace, self.spec.claim, self.spec.sub_path, self.spec.base_path
         )
 
-    def _record(self) -> dict[str, Any] | None:
-        return _process.read_record(self.record_path)
-
     def running(self) -> bool:
-        return _process.alive(self._record()) is not None
+        return self.process.running() is not None
 
     @property
     def url(self) -> str:
-        record = self._record()
+        record = self.process.record()
         if not record:
             raise RuntimeError(f"no local TensorBoard {self.spec.name}")
         return f"http://127.0.0.1:{record['port']}/"
 
     def start(self, emit: Emit) -> str:
         with _process.locked(self.dir):
-            record = self._record()
-            if record is not None and _process.alive(record) is not None:
+            record = self.process.running()
+            if record is not None:
                 emit(
                     f"TensorBoard {self.spec.name} already runs (pid {record['pid']}) at "
                     f"{self.url} over {record['logdir']}"
@@ -81,30 +76,16 @@ class LocalTensorBoard:
                 f"--reload_interval={self.spec.reload_seconds}",
             ]
             env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-            proc = _process.start(argv, self.log_path, env, cwd=str(self.dir))
-            record = {
-                "pid": proc.pid,
-                "create_time": proc.create_time(),
-                "port": port,
-                "logdir": logdir,
-                "argv": argv,
-            }
-            _process.write_atomic(self.record_path, json.dumps(record, indent=1))
-            try:
-                _process.wait_listening(proc, port, self.start_timeout_seconds, self.log_path)
-            except BaseException:
-                _process.stop(record)
-                self.record_path.unlink(missing_ok=True)
-                raise
+            proc, record = self.process.start(argv, env, port=port, logdir=logdir)
+            self.process.wait_listening(proc, record, port, self.start_timeout_seconds)
         emit(f"TensorBoard {self.spec.name} (pid {proc.pid}) at {self.url} over {logdir}")
         return self.url
 
     def stop(self, emit: Emit) -> None:
         with _process.locked(self.dir):
-            record = self._record()
-            if record is not None and _process.stop(record):
-                emit(f"stopped TensorBoard {self.spec.name} (pid {record['pid']})")
-            self.record_path.unlink(missing_ok=True)
+            record = self.process.stop()
+        if record is not None:
+            emit(f"stopped TensorBoard {self.spec.name} (pid {record['pid']})")
 
 
 def _free(port: int) -> bool:
