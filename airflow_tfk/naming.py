@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -198,12 +198,7 @@ class RunIdentity:
         return cluster_name_for(self.dag_id, self.task_id, self.run_id, self.map_index, prefix)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "dag_id": self.dag_id,
-            "task_id": self.task_id,
-            "run_id": self.run_id,
-            "map_index": self.map_index,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> RunIdentity:

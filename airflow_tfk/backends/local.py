@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk import naming
+from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.backends import _local_loopback, _local_pod
 from airflow_tfk.backends._local_files import (
     DEFAULT_ENV_ALLOWLIST,
@@ -138,19 +139,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         return f"LocalBackend(root={self.root!r})"
 
     def config(self) -> dict[str, Any]:
-        return {
-            "root": self.root,
-            "fixed_ports": self.fixed_ports,
-            "workdir": self.workdir,
-            "kill_grace_seconds": self.kill_grace_seconds,
-            "restart_backoff_seconds": self.restart_backoff_seconds,
-            "poll_interval": self.poll_interval,
-            "inherit_env": self.inherit_env,
-            "env_allowlist": list(self.env_allowlist),
-            "loopback_only": self.loopback_only,
-            "keep_history": self.keep_history,
-            "start_timeout_seconds": self.start_timeout_seconds,
-        }
+        return {**init_kwargs(self), "env_allowlist": list(self.env_allowlist)}
 
     # -- paths --------------------------------------------------------------------------
     def cluster_dir(self, ref: ClusterRef) -> Path:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_tfk.constants import FIELD_MANAGER, KUBERNETES_CONN_ID
+from airflow_tfk.constants import FIELD_MANAGER
 from airflow_tfk.kube.api import BY_KIND, SyncApi, is_not_found, kind_of
 from airflow_tfk.kube.connection import KubeConnection
 from airflow_tfk.naming import RunIdentity
@@ -16,27 +16,17 @@ BACKGROUND = {"propagationPolicy": "Background"}
 
 
 class KubeTarget:
-    """:param conn_id: Airflow connection of type ``kubernetes``.
-    :param cluster_context: kubeconfig context (overrides the connection's).
-    :param config_file: kubeconfig path (overrides the connection's).
-    :param in_cluster: use the pod's service account (overrides the connection's).
-    :param identity: the Airflow task instance, as labels and annotations.
+    """:param identity: the Airflow task instance, as labels and annotations.
     :param field_manager: server-side apply field manager.
-
-    Other keyword arguments (a training's ``backend_config``) are ignored.
+    :param config: the connection's (:class:`~.connection.KubeConnection`: ``conn_id``,
+        ``cluster_context``, ``config_file``, ``in_cluster``); other keys, such as the rest
+        of a training's ``backend_config``, are ignored.
     """
 
     def __init__(
-        self,
-        conn_id: str = KUBERNETES_CONN_ID,
-        cluster_context: str | None = None,
-        config_file: str | None = None,
-        in_cluster: bool | None = None,
-        identity: RunIdentity | None = None,
-        field_manager: str = FIELD_MANAGER,
-        **_ignored: Any,
+        self, identity: RunIdentity | None = None, field_manager: str = FIELD_MANAGER, **config: Any
     ) -> None:
-        self.connection = KubeConnection(conn_id, cluster_context, config_file, in_cluster)
+        self.connection = KubeConnection.from_config(config)
         self.identity = identity
         self.field_manager = field_manager
 

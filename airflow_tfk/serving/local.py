@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk import _process
+from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.protocol.digits import is_plain_int
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import request_json
@@ -85,12 +86,7 @@ class LocalServing(ServingTarget):
         self.process = _process.ServerDir(self.dir)
 
     def config(self) -> dict[str, Any]:
-        return {
-            "root": self.root,
-            "poll_seconds": self.poll_seconds,
-            "server": self.server,
-            "start_timeout_seconds": self.start_timeout_seconds,
-        }
+        return init_kwargs(self, skip=("spec",))
 
     # -- the store ------------------------------------------------------------------------
     def store(self) -> str:
@@ -206,7 +202,7 @@ class LocalServing(ServingTarget):
 
     @property
     def url(self) -> str:
-        record = self.process.record()
+        record = self._record()
         if not record:
             raise RuntimeError(
                 f"no local model server for {self.spec.model_name} (nothing recorded in {self.dir})"
@@ -235,7 +231,7 @@ class LocalServing(ServingTarget):
     ) -> dict[str, Any]:
         # The gRPC protos import TensorFlow, which the provider never does: the runtime's
         # client runs in a child process and takes the input names from the SavedModel.
-        record = self.process.record() or {}
+        record = self._record() or {}
         # the input names come from the version that will answer
         which = version if version is not None else self.label_version(label) if label else None
         if which is None:
@@ -285,6 +281,9 @@ class LocalServing(ServingTarget):
 
     def endpoint(self, label: str | None = None) -> str:
         return self.url + self._model_path(label=label)
+
+    def _record(self) -> dict[str, Any] | None:
+        return self.process.record()
 
     def running(self) -> bool:
         return self.process.running() is not None

@@ -44,12 +44,15 @@ class LocalTensorBoard:
             self.root, self.spec.namespace, self.spec.claim, self.spec.sub_path, self.spec.base_path
         )
 
+    def _record(self) -> dict[str, Any] | None:
+        return self.process.record()
+
     def running(self) -> bool:
         return self.process.running() is not None
 
     @property
     def url(self) -> str:
-        record = self.process.record()
+        record = self._record()
         if not record:
             raise RuntimeError(f"no local TensorBoard {self.spec.name}")
         return f"http://127.0.0.1:{record['port']}/"
