@@ -12,7 +12,6 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,22 +142,16 @@ def tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-@dataclass(frozen=True)
 class ServerDir:
     """A server process that outlives the task that started it (a local model server, a
     local TensorBoard), found again through its directory: ``server.json`` records it
     (pid, create time, its ports...), ``server.log`` holds its output. Callers hold
     :func:`locked` on ``dir`` around a check-then-start or a stop."""
 
-    dir: Path
-
-    @property
-    def record_path(self) -> Path:
-        return self.dir / "server.json"
-
-    @property
-    def log_path(self) -> Path:
-        return self.dir / "server.log"
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.record_path = directory / "server.json"
+        self.log_path = directory / "server.log"
 
     def record(self) -> dict[str, Any] | None:
         return read_record(self.record_path)
