@@ -33,12 +33,12 @@ LABEL_DAG = f"{LABEL_PREFIX}/dag-id"
 LABEL_TASK = f"{LABEL_PREFIX}/task-id"
 LABEL_RUN = f"{LABEL_PREFIX}/run-id"
 LABEL_MAP_INDEX = f"{LABEL_PREFIX}/map-index"
-# The exact owner (annotations keep the values labels must sanitise) and the spec the
-# cluster was made from: what a retry compares before it reattaches.
-ANNOTATION_DAG = f"{LABEL_PREFIX}/dag-id"
-ANNOTATION_TASK = f"{LABEL_PREFIX}/task-id"
-ANNOTATION_RUN = f"{LABEL_PREFIX}/run-id"
-ANNOTATION_MAP_INDEX = f"{LABEL_PREFIX}/map-index"
+# The exact owner (annotations keep the values labels must sanitise; the keys are the
+# labels') and the spec the cluster was made from: what a retry compares before it reattaches.
+ANNOTATION_DAG = LABEL_DAG
+ANNOTATION_TASK = LABEL_TASK
+ANNOTATION_RUN = LABEL_RUN
+ANNOTATION_MAP_INDEX = LABEL_MAP_INDEX
 ANNOTATION_SPEC_HASH = f"{LABEL_PREFIX}/spec-hash"
 # max_duration_seconds on every object: the deadline of objects Kubernetes cannot time
 # out itself (the PS StatefulSet) is creationTimestamp + this, enforced by the sweeper.
