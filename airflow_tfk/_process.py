@@ -85,10 +85,15 @@ def alive(record: dict[str, Any] | None) -> psutil.Process | None:
 
 
 def start(
-    argv: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: str | None = None
+    argv: list[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    log_mode: int = 0o666,
 ) -> psutil.Process:
-    """Start ``argv`` in its own session (it outlives the caller), output to ``log_path``."""
-    with open(log_path, "ab") as out:
+    """Start ``argv`` in its own session (it outlives the caller), output appended to
+    ``log_path`` (created with ``log_mode``, less the umask)."""
+    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, log_mode), "ab") as out:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
