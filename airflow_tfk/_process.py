@@ -84,6 +84,41 @@ def alive(record: dict[str, Any] | None) -> psutil.Process | None:
     return verified(record.get("pid"), float(record.get("create_time", 0)))
 
 
+def running(proc: psutil.Process) -> bool:
+    """``proc`` still runs (a zombie has ended: it runs nothing)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until the processes ended; the ones still running after ``timeout``.
+
+    A zombie counts as ended: it runs nothing, and its parent (init, for daemonized
+    processes) reaps it when it gets to it - psutil.wait_procs would wait for that too.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        procs = [p for p in procs if running(p)]
+        if not procs or time.monotonic() >= deadline:
+            return procs
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+def signal_all(sig: int, groups: set[int], procs: dict[int, psutil.Process]) -> None:
+    """Send ``sig`` to each process group and to each process (psutil checks the pid was
+    not reused); the ones already gone are skipped."""
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+    for proc in procs.values():
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(sig)
+
+
 def start(
     argv: list[str],
     log_path: Path,
@@ -132,7 +167,7 @@ def stop(record: dict[str, Any] | None, grace: float = 5.0) -> bool:
 def wait_listening(proc: psutil.Process, port: int, timeout: float, log_path: Path) -> None:
     deadline = time.monotonic() + timeout
     while not port_open(port):
-        if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+        if not running(proc):
             raise RuntimeError(f"the process exited before it listened on {port}: {tail(log_path)}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"nothing listens on port {port} after {timeout:.0f} s: {tail(log_path)}")

@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import socket
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -146,26 +145,3 @@ def _port_free(port: int) -> bool:
 
 def _verified(pid: int | None, create_time: float | None) -> psutil.Process | None:
     return _process.verified(pid, create_time, _CTIME_TOLERANCE)
-
-
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Wait until the processes ended; the ones still running after ``timeout``.
-
-    A zombie counts as ended: it runs nothing, and its parent (init, for the daemonized
-    supervisors) reaps it when it gets to it - psutil.wait_procs would wait for that too.
-    """
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while True:
-        procs = [p for p in procs if _running(p)]
-        if not procs or time.monotonic() >= deadline:
-            return procs
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)

@@ -25,10 +25,8 @@ from airflow_tfk.backends._local_files import (
     PRIVATE_FILE,
     TASK_ENV,
     _excerpt,
-    _running,
     _tail,
     _verified,
-    _wait_gone,
     _write_json,
 )
 from airflow_tfk.backends._local_records import (
@@ -163,7 +161,7 @@ class LocalProcesses:
                 continue
             try:
                 env = proc.environ()
-                if env.get(MARKER_ENV) != mark or not _running(proc):
+                if env.get(MARKER_ENV) != mark or not _process.running(proc):
                     continue
                 if roles is not None and env.get(TASK_ENV, "").rsplit("-", 1)[0] not in roles:
                     continue
@@ -237,15 +235,15 @@ class LocalProcesses:
             return
         # The supervisors stop their tasks themselves on SIGTERM (recording "Deleted"), with
         # their own grace; give them that long, plus a little, before SIGKILL.
-        _send(signal.SIGTERM, groups, procs)
-        alive = _wait_gone(list(procs.values()), grace + 2.0)
+        _process.signal_all(signal.SIGTERM, groups, procs)
+        alive = _process.wait_gone(list(procs.values()), grace + 2.0)
         for _ in range(3):
             more_groups, more = self._targets(ref, tasks, roles)  # e.g. a restart that raced
             procs = {p.pid: p for p in alive} | more
             if not procs:
                 return
-            _send(signal.SIGKILL, groups | more_groups, procs)
-            alive = _wait_gone(list(procs.values()), 5.0)
+            _process.signal_all(signal.SIGKILL, groups | more_groups, procs)
+            alive = _process.wait_gone(list(procs.values()), 5.0)
             if not alive:
                 groups = set()
         leftover = sorted(p.pid for p in alive)
@@ -253,12 +251,3 @@ class LocalProcesses:
             raise RuntimeError(
                 f"local backend: processes {leftover} of {ref.namespace}/{ref.name} did not die after SIGKILL"
             )
-
-
-def _send(sig: int, groups: set[int], procs: dict[int, psutil.Process]) -> None:
-    for pgid in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
-    for proc in procs.values():
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(sig)
