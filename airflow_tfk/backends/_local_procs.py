@@ -22,14 +22,13 @@ from airflow_tfk import _process, naming
 from airflow_tfk.backends import _local_records as records
 from airflow_tfk.backends._local_files import (
     MARKER_ENV,
-    PRIVATE_FILE,
     TASK_ENV,
     _excerpt,
     _tail,
     _verified,
-    _write_json,
 )
 from airflow_tfk.backends._local_records import (
+    PRIVATE_FILE,
     AttemptStatus,
     ClusterState,
     ProcessRef,
@@ -37,6 +36,7 @@ from airflow_tfk.backends._local_records import (
     TaskConfig,
     TaskEntry,
     TaskExit,
+    _write_json,
 )
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.status import Phase, TaskStatus

@@ -7,6 +7,11 @@
                                written by the supervisor (standard library only, so it
                                writes the same keys by hand)
 
+The supervisor (``_local_supervisor.py``, run by path with the standard library only)
+reads ``task.json`` and writes its three files by hand, with these keys: loading this
+module there (dataclasses and all) made it start measurably later, and a task's deadline
+counts from the cluster's creation. ``tests/backends/test_local_records.py`` pins the keys.
+
 The files stay plain JSON objects with the keys they always had, so state written by an
 earlier version reads back: a key a record does not know is ignored, a missing one takes
 the field's default.
@@ -14,14 +19,19 @@ the field's default.
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from airflow_tfk.backends._local_files import _read_json, _write_json
+log = logging.getLogger("airflow_tfk.backends.local")
 
 STATE_VERSION = 1
+PRIVATE_FILE = 0o600
 
 R = TypeVar("R")
 
@@ -156,3 +166,27 @@ def read(path: Path, record: type[R]) -> R | None:
 def write(path: Path, record: Any) -> None:
     """``record`` as a JSON object, atomically and private (see ``_write_json``)."""
     _write_json(path, asdict(record))
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` so readers in other processes see the old or the new file, never half.
+
+    The file is 0600: task records hold the task's environment."""
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:6]}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+    with open(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return None
+    except ValueError:  # only a crash mid-write of a non-atomic writer could do this
+        log.warning("local backend: ignoring unreadable %s", path)
+        return None

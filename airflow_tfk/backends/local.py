@@ -59,7 +59,6 @@ from airflow_tfk.backends._local_files import (
     LOCALHOST,
     MARKER_ENV,
     MINIMAL_ENV,
-    PRIVATE_FILE,
     TASK_ENV,
     _private_dir,
     _tail,
@@ -67,7 +66,7 @@ from airflow_tfk.backends._local_files import (
 )
 from airflow_tfk.backends._local_host import LocalHostChecks
 from airflow_tfk.backends._local_procs import LocalProcesses
-from airflow_tfk.backends._local_records import ClusterState, TaskConfig, TaskEntry
+from airflow_tfk.backends._local_records import PRIVATE_FILE, ClusterState, TaskConfig, TaskEntry
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
 from airflow_tfk.errors import ClusterOwnershipError, LocalMachineError
 from airflow_tfk.naming import RunIdentity
