@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk import _process
+from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.serving.base import Emit
 from airflow_tfk.serving.local import default_root, store_path
 from airflow_tfk.serving.spec import TensorBoardSpec
@@ -37,7 +38,7 @@ class LocalTensorBoard:
         self.process = _process.ServerDir(self.dir)
 
     def config(self) -> dict[str, Any]:
-        return {"root": self.root, "start_timeout_seconds": self.start_timeout_seconds}
+        return init_kwargs(self, skip=("spec",))
 
     def logdir(self) -> str:
         return store_path(
