@@ -21,6 +21,7 @@ from airflow_tfk.kube.retry import api_status
 from airflow_tfk.kube.target import KubeTarget
 from airflow_tfk.protocol.digits import is_plain_int, plain_int
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
+from airflow_tfk.serving._http import answer
 from airflow_tfk.serving.base import (
     Emit,
     PredictError,
@@ -244,11 +245,7 @@ class KubernetesServing(KubeTarget, ServingTarget):
             if status is None:
                 raise OSError(f"{method} {full}: {exc}") from exc
             raw = getattr(exc, "body", b"") or b""
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-        try:
-            return status, json.loads(text) if text else None
-        except ValueError:
-            return status, text
+        return answer(status, raw)
 
     def version_state(self, version: int, *, model: str | None = None) -> VersionState | None:
         try:
