@@ -42,6 +42,7 @@ import json
 import logging
 import multiprocessing
 import queue
+import shutil
 import sys
 import tempfile
 import threading
@@ -449,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for c in reversed(controllers):
                 c.stop(admin)
+    shutil.rmtree(workdir, ignore_errors=True)  # the controllers' logs: kept if the bench failed
     base = next((r for r in results if r.system == "jobs"), results[0])
     print(table(results, base, a))
     if a.json:

@@ -463,7 +463,8 @@ class TrainingOperatorController(_Controller):
     def _certificates(self) -> tuple[bytes, bytes, bytes]:
         """A CA the rotator accepts as its own (it verifies the CA against the name
         ``training-operator-ca``) and a serving certificate for the rotator's DNS name and
-        127.0.0.1. RSA: the rotator reads the CA key as PKCS#1."""
+        127.0.0.1. RSA: the rotator reads the CA key as PKCS#1. Ten years: the rotator
+        replaces certificates that expire within its look-ahead (90 days)."""
         import datetime as dt
         import ipaddress
 
@@ -489,7 +490,7 @@ class TrainingOperatorController(_Controller):
             .public_key(ca_key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=30))
+            .not_valid_after(now + dt.timedelta(days=3650))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.SubjectAlternativeName([x509.DNSName("training-operator-ca")]), critical=False
@@ -508,7 +509,7 @@ class TrainingOperatorController(_Controller):
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=30))
+            .not_valid_after(now + dt.timedelta(days=3650))
             .add_extension(x509.SubjectAlternativeName(sans), critical=False)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA256())
