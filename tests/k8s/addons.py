@@ -473,55 +473,45 @@ class TrainingOperatorController(_Controller):
         from cryptography.hazmat.primitives.asymmetric import rsa
         from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-        def key_pem(key: Any) -> bytes:
-            return key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.TraditionalOpenSSL,
-                serialization.NoEncryption(),
-            )
-
         now = dt.datetime.now(dt.UTC)
-        ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "training-operator-ca")])
-        ca = (
-            x509.CertificateBuilder()
-            .subject_name(ca_name)
-            .issuer_name(ca_name)
-            .public_key(ca_key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=3650))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.SubjectAlternativeName([x509.DNSName("training-operator-ca")]), critical=False
-            )
-            .sign(ca_key, hashes.SHA256())
+        ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+        def issue(subject: x509.Name, key: Any, sans: list[x509.GeneralName], *extensions: Any) -> Any:
+            builder = x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name)
+            builder = builder.public_key(key.public_key()).serial_number(x509.random_serial_number())
+            builder = builder.not_valid_before(now - dt.timedelta(minutes=5))
+            builder = builder.not_valid_after(now + dt.timedelta(days=3650))
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            for ext, critical in extensions:
+                builder = builder.add_extension(ext, critical=critical)
+            return builder.sign(ca_key, hashes.SHA256())
+
+        ca = issue(
+            ca_name,
+            ca_key,
+            [x509.DNSName("training-operator-ca")],
+            (x509.BasicConstraints(ca=True, path_length=None), True),
         )
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        sans: list[x509.GeneralName] = [
-            x509.DNSName(f"{self._SERVICE}.{self.namespace}.svc"),
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        ]
-        crt = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self._SERVICE)]))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=3650))
-            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256())
+        crt = issue(
+            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self._SERVICE)]),
+            key,
+            [
+                x509.DNSName(f"{self._SERVICE}.{self.namespace}.svc"),
+                x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            ],
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
         )
-        self.certs.mkdir(parents=True, exist_ok=True)
         pem = serialization.Encoding.PEM
+        private = (pem, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())
         files = {
             "ca.crt": ca.public_bytes(pem),
-            "ca.key": key_pem(ca_key),
+            "ca.key": ca_key.private_bytes(*private),
             "tls.crt": crt.public_bytes(pem),
-            "tls.key": key_pem(key),
+            "tls.key": key.private_bytes(*private),
         }
+        self.certs.mkdir(parents=True, exist_ok=True)
         for name, content in files.items():
             (self.certs / name).write_bytes(content)
         return files["ca.crt"], files["tls.crt"], files["tls.key"]
