@@ -13,9 +13,10 @@ other, on the same kube-apiserver v1.36 with KWOK nodes:
 
 Measured for each:
 - objects: what the client created, and every object in the namespace once all pods run
-  (pods, Services, EndpointSlices, Endpoints, Jobs, StatefulSets, ControllerRevisions,
-  JobSets, TFJobs...; events not counted; the namespace's own ConfigMap/ServiceAccount
-  subtracted);
+  and the count has stood still for 3 s (pods, Services, EndpointSlices, Endpoints, Jobs,
+  StatefulSets, ControllerRevisions, JobSets, TFJobs...; events not counted; the
+  namespace's own ConfigMap/ServiceAccount subtracted), and how long after the create the
+  last of them appeared;
 - API requests: those of the client (the operator's whole run: create, wait, clean-up;
   for TFJob: the create and a watch of its status until it succeeds, the least any
   client can do), and those the API server served in all (``apiserver_request_total``,
@@ -95,6 +96,7 @@ class Result:
     client_requests: int = 0
     server_requests: int = 0
     to_running: float = 0.0
+    to_settled: float = 0.0
     ps_gone: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -122,6 +124,22 @@ def count_objects(api: Any, ns: str) -> dict[str, int]:
         if n:
             out[plural] = n
     return out
+
+
+def settled_objects(
+    api: Any, ns: str, quiet: float = 3.0, timeout: float = 300
+) -> tuple[dict[str, int], float]:
+    """The namespace's objects once their count has not changed for ``quiet`` seconds (a
+    controller may still be making Services after the last pod runs), and when it last
+    changed (seconds from now)."""
+    t0 = time.monotonic()
+    last, changed = count_objects(api, ns), t0
+    while time.monotonic() - changed < quiet and time.monotonic() - t0 < timeout:
+        time.sleep(0.5)
+        now = count_objects(api, ns)
+        if now != last:
+            last, changed = now, time.monotonic()
+    return last, changed - t0
 
 
 def server_requests(api: Any) -> float:
@@ -331,7 +349,9 @@ def measure(
     system.start()
     res.to_running = time.monotonic() - t0 + wait_pods_running(admin, system.ns, tasks, timeout=900)
     created_until = time.monotonic()
-    res.objects = {k: n - baseline.get(k, 0) for k, n in count_objects(admin, system.ns).items()}
+    counts, res.to_settled = settled_objects(admin, system.ns)
+    res.to_settled += created_until - t0
+    res.objects = {k: n - baseline.get(k, 0) for k, n in counts.items()}
     res.objects = {k: n for k, n in res.objects.items() if n}
     workers_sel, ps_sel = system.selectors()
     results: Any = MP.Queue()
@@ -356,10 +376,11 @@ def measure(
 def table(results: list[Result], base: Result, a: argparse.Namespace) -> str:
     rows = [
         ("objects created by the client", lambda r: r.client_objects, "{:.0f}"),
-        ("objects in the namespace, all pods running", lambda r: r.all_objects, "{:.0f}"),
+        ("objects in the namespace, all made", lambda r: r.all_objects, "{:.0f}"),
         ("API requests from the client", lambda r: r.client_requests, "{:.0f}"),
         ("API requests served, all clients", lambda r: r.server_requests, "{:.0f}"),
         ("create -> every pod Running (s)", lambda r: r.to_running, "{:.1f}"),
+        ("create -> every object made (s)", lambda r: r.to_settled, "{:.1f}"),
         ("last worker done -> PS gone (s)", lambda r: r.ps_gone, "{:.2f}"),
     ]
     width = max(len(r[0]) for r in rows) + 2
