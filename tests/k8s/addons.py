@@ -455,10 +455,35 @@ class TrainingOperatorController(_Controller):
         )
         try:
             self._wait_ready(timeout)
+            self._check_webhook(api)
         except BaseException:
             self.stop(api)
             raise
         return self
+
+    def _check_webhook(self, api: Any) -> None:
+        """The API server reaches the webhook: a TFJob without a ``tensorflow`` container
+        (server-side dry run) is refused with the validator's own message."""
+        from kubernetes import client
+
+        container = {"name": "not-tensorflow", "image": "registry.invalid/x:1"}
+        body = {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "TFJob",
+            "metadata": {"name": "webhook-check"},
+            "spec": {"tfReplicaSpecs": {"Worker": {"template": {"spec": {"containers": [container]}}}}},
+        }
+        try:
+            client.CustomObjectsApi(api).create_namespaced_custom_object(
+                "kubeflow.org", "v1", self.namespace, "tfjobs", body, dry_run="All"
+            )
+        except client.ApiException as exc:
+            if "must have at least one container with name tensorflow" in str(exc.body):
+                return
+            raise AddonError(
+                f"the TFJob webhook did not answer as expected: {exc.status} {exc.body}"
+            ) from exc
+        raise AddonError("a TFJob without a tensorflow container was accepted: the webhook is not called")
 
     def _certificates(self) -> tuple[bytes, bytes, bytes]:
         """A CA the rotator accepts as its own (it verifies the CA against the name
