@@ -137,7 +137,7 @@ def test_retry_after_the_deadline_of_an_unfinished_training_starts_afresh(
     assert "replacing failed cluster" in out and "reattaching" not in out, out[-3000:]
     assert _job(k8s_api, tfk_ns, name).metadata.uid != old.metadata.uid  # a new cluster
     # and its PS deleted after success (the garbage collector removes the pods a moment
-    # after the StatefulSet: wait for it, as CI once saw the pod still listed)
+    # after the PS Job: wait for it, as CI once saw the pod still listed)
     _tfk.wait_for("the PS pods gone", lambda: not _tfk.pods(k8s_api, tfk_ns, name, "ps"), timeout=30)
 
 
