@@ -32,7 +32,6 @@ as a node image with TensorFlow preinstalled would provide it.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import hashlib
@@ -97,21 +96,7 @@ def missing_prerequisites() -> list[str]:
 
 def ensure_built() -> Path:
     """The node directory of tests/k8s/node/build.sh (built on first use, cached)."""
-    override = os.environ.get("AIRFLOW_TFK_K8S_NODE_DIR")
-    if override:
-        return Path(override)
-    proc = subprocess.Popen(
-        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    errors: collections.deque[str] = collections.deque(maxlen=60)
-    assert proc.stderr is not None and proc.stdout is not None
-    for line in proc.stderr:
-        errors.append(line.rstrip("\n"))
-        sys.stderr.write(line)
-    out = proc.stdout.read().strip().splitlines()
-    if proc.wait() != 0 or not out:
-        raise NodeError("tests/k8s/node/build.sh failed; last lines:\n" + "\n".join(errors))
-    return Path(out[-1])
+    return harness.run_build(BUILD_SCRIPT, "AIRFLOW_TFK_K8S_NODE_DIR", NodeError)
 
 
 # --------------------------------------------------------------------------- images
