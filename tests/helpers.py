@@ -6,12 +6,16 @@ and checks that no process of a cluster is left. Import them:
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
 import psutil
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINER = str(Path(__file__).parent / "operators" / "tasks" / "trainer.py")
@@ -40,6 +44,37 @@ def task_context(
             dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index, try_number=1
         )
     }
+
+
+def migrated_airflow_home(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of an ``airflow`` command with its own ``home`` (a migrated SQLite
+    database) and the repository's example DAGs; ``extra`` is added to it."""
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        **extra,
+    }
+    subprocess.run(
+        [str(bin_dir / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
+    )
+    return env
+
+
+def terminal_log(config: pytest.Config) -> Callable[[str], None]:
+    """Write a line on pytest's terminal (dropped when there is none, e.g. under xdist):
+    the slow session fixtures say what they built and where they kept their logs."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def log(msg: str) -> None:
+        if reporter is not None:
+            reporter.write_line(msg)
+
+    return log
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> object:

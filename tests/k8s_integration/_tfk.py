@@ -93,6 +93,22 @@ def spec(
     return out
 
 
+def create_claim(api, namespace: str, name: str, storage_class: str = "", volume: str | None = None) -> None:
+    """A 1Gi ReadWriteMany claim: of ``storage_class``, or ("") bound to the static PV ``volume``."""
+    client.CoreV1Api(api).create_namespaced_persistent_volume_claim(
+        namespace,
+        client.V1PersistentVolumeClaim(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PersistentVolumeClaimSpec(
+                access_modes=["ReadWriteMany"],
+                storage_class_name=storage_class,
+                volume_name=volume,
+                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+            ),
+        ),
+    )
+
+
 def task_context(
     run_id: str, dag_id: str = "k8s_it", task_id: str = "train", try_number: int = 1
 ) -> dict[str, Any]:

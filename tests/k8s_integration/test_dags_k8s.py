@@ -11,7 +11,6 @@ claims the DAG mounts (tfk-logs, tfk-models) are created first, bound to static 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -21,6 +20,7 @@ import pytest
 from kubernetes import client
 
 from k8s_integration import _tfk
+from tests.helpers import migrated_airflow_home
 
 pytestmark = pytest.mark.k8s
 
@@ -30,19 +30,7 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture(scope="module")
 def airflow_home(tmp_path_factory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("airflow-k8s")
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    subprocess.run(
-        [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
-    )
-    return env
+    return migrated_airflow_home(tmp_path_factory.mktemp("airflow-k8s"))
 
 
 def _claims(api, ns: str) -> list[str]:
@@ -63,18 +51,7 @@ def _claims(api, ns: str) -> list[str]:
                 ),
             )
         )
-        core.create_namespaced_persistent_volume_claim(
-            ns,
-            client.V1PersistentVolumeClaim(
-                metadata=client.V1ObjectMeta(name=claim),
-                spec=client.V1PersistentVolumeClaimSpec(
-                    access_modes=["ReadWriteMany"],
-                    storage_class_name="",
-                    volume_name=pv,
-                    resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-                ),
-            ),
-        )
+        _tfk.create_claim(api, ns, claim, volume=pv)
         pvs.append(pv)
     _tfk.wait_for(
         "claims Bound",

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from k8s_node import node as nodemod
+from tests.helpers import terminal_log
 
 STORAGE_CLASS = "tfk-local"
 
@@ -44,7 +45,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     session.config.stash[_MISSING] = missing
     if missing:
         return
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    log = terminal_log(session.config)
     t0 = time.monotonic()
     try:
         nodemod.harness.ensure_built()
@@ -52,18 +53,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     except (nodemod.NodeError, nodemod.harness.ControlPlaneError) as e:
         session.config.stash[_BUILD_ERROR] = str(e)
         return
-    if reporter is not None and time.monotonic() - t0 > 5:
-        reporter.write_line(f"k8s node built in {time.monotonic() - t0:.0f}s: {node_dir}")
+    if time.monotonic() - t0 > 5:
+        log(f"k8s node built in {time.monotonic() - t0:.0f}s: {node_dir}")
 
 
 @pytest.fixture(scope="package")
 def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-
-    def log(msg: str) -> None:
-        if reporter is not None:
-            reporter.write_line(msg)
-
+    log = terminal_log(request.config)
     missing = request.config.stash.get(_MISSING, None)
     if missing is None:
         missing = nodemod.missing_prerequisites()

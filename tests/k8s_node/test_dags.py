@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 from kubernetes import client
 
 from airflow_tfk import naming
+from tests.helpers import migrated_airflow_home
 
 from . import _tfk
 from . import node as nodemod
@@ -32,18 +32,7 @@ BIN = Path(sys.executable).parent
 def test_dags_test_train_publish_on_the_real_node(
     k8s_node, node_api, node_ns, node_conn, local_volumes, tmp_path
 ) -> None:
-    home = tmp_path / "airflow"
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    subprocess.run(
-        [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
-    )
+    env = migrated_airflow_home(tmp_path / "airflow")
     _claim(node_api, node_ns, local_volumes, "tfk-models")
     _claim(node_api, node_ns, local_volumes, "tfk-logs")
     env.update(

@@ -42,17 +42,7 @@ PROXY_SOURCE = {"api_server_cidrs": [f"{ipaddress.ip_network(nodemod.POD_SUBNET)
 
 def _claim(api, ns: str, volumes, name: str) -> None:
     volumes.provide(ns, name)
-    client.CoreV1Api(api).create_namespaced_persistent_volume_claim(
-        ns,
-        client.V1PersistentVolumeClaim(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1PersistentVolumeClaimSpec(
-                access_modes=["ReadWriteMany"],
-                storage_class_name="tfk-local",
-                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-            ),
-        ),
-    )
+    _tfk.create_claim(api, ns, name, storage_class="tfk-local")
 
 
 GRPC_CLIENT = r"""
