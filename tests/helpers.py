@@ -13,9 +13,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import psutil
 import pytest
+
+from airflow_tfk.spec import RoleSpec, TFClusterSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINER = str(Path(__file__).parent / "operators" / "tasks" / "trainer.py")
@@ -85,6 +88,21 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str =
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(0.02)
     return value
+
+
+def python_cluster(
+    name: str, script: str, *, workers: int = 1, mode: str = "all_reduce", **fields: Any
+) -> TFClusterSpec:
+    """A cluster whose every task runs ``python -c script`` (on the local backend, which
+    ignores the image); ``fields`` are the spec's other fields (a ``ps`` for the modes with one)."""
+    return TFClusterSpec(
+        name=name,
+        image="local/unused:1",
+        command=(sys.executable, "-c", script),
+        mode=mode,
+        worker=RoleSpec(replicas=workers),
+        **fields,
+    )
 
 
 def spec_dict(mode: str = "between_graph", workers: int = 2, **env: str) -> dict:

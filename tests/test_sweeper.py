@@ -23,6 +23,7 @@ from airflow_tfk.naming import RunIdentity
 from airflow_tfk.operators.sweeper import TFOrphanSweeperOperator, task_state
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
 from airflow_tfk.sweeper import sweep
+from tests.helpers import python_cluster
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -95,12 +96,9 @@ def test_deadline_is_enforced_on_every_role_whatever_the_owner(backend) -> None:
 
 
 def test_finished_clusters_are_left_to_their_ttl(backend) -> None:
-    s = TFClusterSpec(
-        name="c-done",
-        image="x:1",
-        command=(sys.executable, "-c", "pass"),
-        mode="all_reduce",
-        worker=RoleSpec(),
+    s = python_cluster(
+        "c-done",
+        "pass",
     )
     ref = backend.create(s, OWNER)
     deadline = time.monotonic() + 20
@@ -170,13 +168,13 @@ def test_a_finished_training_loses_only_what_never_exits(backend) -> None:
     keeps the finished workers, so a retry of the task finds the training succeeded."""
     from airflow_tfk.lifecycle import create_or_reattach
 
-    s = TFClusterSpec(
-        name="c-finished",
-        image="x:1",
-        command=(sys.executable, "-c", "import os, time; os.environ['TFK_ROLE'] == 'ps' and time.sleep(300)"),
+    s = python_cluster(
+        "c-finished",
+        "import os, time; os.environ['TFK_ROLE'] == 'ps' and time.sleep(300)",
         ps=RoleSpec(),
-        worker=RoleSpec(replicas=2),
+        workers=2,
         max_duration_seconds=3600,
+        mode="between_graph",
     )
     ref = backend.create(s, OWNER)
     deadline = time.monotonic() + 30
