@@ -93,6 +93,42 @@ def spec(
     return out
 
 
+#: The resource (URL path) of each kind the provider creates.
+PLURAL = {
+    "Job": "jobs",
+    "StatefulSet": "statefulsets",
+    "Service": "services",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
+    "Namespace": "namespaces",
+    "NetworkPolicy": "networkpolicies",
+    "JobSet": "jobsets",
+}
+
+# RBAC kind -> (delete method, namespaced)
+_RBAC_DELETE = {
+    "ClusterRole": ("delete_cluster_role", False),
+    "ClusterRoleBinding": ("delete_cluster_role_binding", False),
+    "Role": ("delete_namespaced_role", True),
+    "RoleBinding": ("delete_namespaced_role_binding", True),
+}
+
+
+def delete_rbac(api: client.ApiClient, docs: list[dict], namespace: str) -> None:
+    """Delete the RBAC objects of ``docs`` (namespaced ones in ``namespace`` unless they
+    name theirs); one that is gone already is fine."""
+    rbac_api = client.RbacAuthorizationV1Api(api)
+    for d in docs:
+        method, namespaced = _RBAC_DELETE[d["kind"]]
+        args = [d["metadata"]["name"]]
+        if namespaced:
+            args.append(d["metadata"].get("namespace", namespace))
+        try:
+            getattr(rbac_api, method)(*args)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
 def create_claim(api, namespace: str, name: str, storage_class: str = "", volume: str | None = None) -> None:
     """A 1Gi ReadWriteMany claim: of ``storage_class``, or ("") bound to the static PV ``volume``."""
     client.CoreV1Api(api).create_namespaced_persistent_volume_claim(

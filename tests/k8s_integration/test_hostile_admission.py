@@ -24,15 +24,6 @@ from hostile.corpus import cases  # noqa: E402
 pytestmark = pytest.mark.k8s
 tfk_ns = _tfk.tfk_ns  # fixture
 
-PLURAL = {
-    "Job": "jobs",
-    "StatefulSet": "statefulsets",
-    "Service": "services",
-    "PersistentVolumeClaim": "persistentvolumeclaims",
-    "Namespace": "namespaces",
-    "NetworkPolicy": "networkpolicies",
-    "JobSet": "jobsets",
-}
 ACCEPTED = [c for c in cases() if c.field is None]
 
 
@@ -41,7 +32,7 @@ def _dry_run(k8s_api, manifest: dict, namespace: str) -> tuple[int, str | None]:
     group = "/api/v1" if manifest["apiVersion"] == "v1" else f"/apis/{manifest['apiVersion']}"
     scope = "" if kind == "Namespace" else f"/namespaces/{namespace}"
     resp = k8s_api.call_api(
-        f"{group}{scope}/{PLURAL[kind]}/{manifest['metadata']['name']}",
+        f"{group}{scope}/{_tfk.PLURAL[kind]}/{manifest['metadata']['name']}",
         "PATCH",
         query_params=[("fieldManager", "airflow-tfk"), ("fieldValidation", "Strict"), ("dryRun", "All")],
         header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},

@@ -39,14 +39,6 @@ RENDERED = [
     ("v1", "persistentvolumeclaims"),
     ("networking.k8s.io/v1", "networkpolicies"),
 ]
-PLURAL = {
-    "Job": "jobs",
-    "StatefulSet": "statefulsets",
-    "Service": "services",
-    "PersistentVolumeClaim": "persistentvolumeclaims",
-    "Namespace": "namespaces",
-    "NetworkPolicy": "networkpolicies",
-}
 
 
 def _specs(ns: str) -> dict[str, dict]:
@@ -138,10 +130,10 @@ def test_create_every_mode_exists_is_idempotent_and_admitted(k8s_api, tfk_ns, tf
             )
         manifests = render(spec, identity)
         found = _tfk.objects(k8s_api, ns, spec.name)
-        expected = {f"{PLURAL[m['kind']]}/{m['metadata']['name']}" for m in manifests}
+        expected = {f"{_tfk.PLURAL[m['kind']]}/{m['metadata']['name']}" for m in manifests}
         assert expected <= set(found), (mode, sorted(expected - set(found)))
         for m in manifests:  # what the server stored is what was rendered
-            obj = found[f"{PLURAL[m['kind']]}/{m['metadata']['name']}"]
+            obj = found[f"{_tfk.PLURAL[m['kind']]}/{m['metadata']['name']}"]
             assert obj["metadata"]["labels"].items() >= m["metadata"]["labels"].items(), mode
             for ann, value in (m["metadata"].get("annotations") or {}).items():
                 assert obj["metadata"]["annotations"][ann] == value
@@ -201,7 +193,7 @@ def test_create_every_mode_exists_is_idempotent_and_admitted(k8s_api, tfk_ns, tf
     for m in render(spec, identity):
         kind = m["kind"]
         group = "/api/v1" if m["apiVersion"] == "v1" else f"/apis/{m['apiVersion']}"
-        path = f"{group}/namespaces/{tfk_ns}/{PLURAL[kind]}/{m['metadata']['name']}"
+        path = f"{group}/namespaces/{tfk_ns}/{_tfk.PLURAL[kind]}/{m['metadata']['name']}"
         resp = k8s_api.call_api(
             path,
             "PATCH",
