@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -78,6 +79,22 @@ def terminal_log(config: pytest.Config) -> Callable[[str], None]:
             reporter.write_line(msg)
 
     return log
+
+
+def execute_in_thread(op: Any, ctx: dict) -> tuple[threading.Thread, list[BaseException]]:
+    """Start ``op.execute(ctx)`` on a thread, for a test that kills or races it; what it
+    raised ends up in the returned list."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            op.execute(ctx)
+        except BaseException as exc:  # noqa: BLE001 - the test asserts on it
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> object:

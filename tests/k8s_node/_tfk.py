@@ -8,6 +8,8 @@ import re
 import shlex
 import tempfile
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 from k8s_integration._tfk import cluster_name, create_claim, pods, task_context, wait_for  # noqa: F401
@@ -38,6 +40,19 @@ def spec(namespace: str, mode: str, workers: int, ps: int = 0, **extra: Any) -> 
         "env": {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"},
     }
     return kwok_spec(namespace, mode, workers, ps, **{**on_node, **extra})
+
+
+def fresh_context() -> dict[str, Any]:
+    """The task context of a run of its own (a new run id, so a new cluster name)."""
+    return task_context(f"manual__{uuid.uuid4().hex[:8]}")
+
+
+def run_with_models_volume(local_volumes: Any, namespace: str) -> tuple[dict[str, Any], str, Path]:
+    """A fresh run's context, its cluster name, and the host directory behind the local
+    PersistentVolume its models claim (``<name>-models``) will bind to."""
+    ctx = fresh_context()
+    name = cluster_name(ctx)
+    return ctx, name, local_volumes.provide(namespace, f"{name}-models")
 
 
 def make_op(spec_data: dict[str, Any], **kwargs: Any):
