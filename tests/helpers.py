@@ -6,6 +6,7 @@ and checks that no process of a cluster is left. Import them:
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -19,10 +20,32 @@ from typing import Any
 import psutil
 import pytest
 
+from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINER = str(Path(__file__).parent / "operators" / "tasks" / "trainer.py")
+
+# The spec the spec, render and CLI tests start from (between_graph, 2 PS, 3 workers), its
+# storage, and the objects it renders to, in the order they are created.
+IMAGENET: dict = {
+    "name": "imagenet",
+    "image": "tensorflow/tensorflow:2.21.0",
+    "mode": "between_graph",
+    "command": ["python", "/opt/imagenet.py"],
+    "ps": {"replicas": 2},
+    "worker": {"replicas": 3},
+}
+IMAGENET_STORAGE = {"data": {"size": "10Gi"}, "logs": {"size": "10Gi"}, "storage_class": "glusterfs"}
+IMAGENET_OBJECTS = [
+    ("NetworkPolicy", "imagenet-isolation"),
+    ("PersistentVolumeClaim", "imagenet-data"),
+    ("PersistentVolumeClaim", "imagenet-logs"),
+    ("Service", "imagenet-ps"),
+    ("Service", "imagenet-worker"),
+    ("StatefulSet", "imagenet-ps"),
+    ("Job", "imagenet-worker"),
+]
 
 # One cluster shape per training mode, with every role that mode takes: the render,
 # network-policy and admission tests run each layout over these.
@@ -37,6 +60,23 @@ MODE_SHAPES: dict[str, dict] = {
     },
     "all_reduce": {"mode": "all_reduce", "worker": {"replicas": 4}},
 }
+
+#: The run identity of the render tests (a scheduled run of DAG ``nightly``).
+NIGHTLY = RunIdentity("nightly", "train", "scheduled__2026-01-01T00:00:00+00:00")
+
+
+def shaped_spec(shape: dict, **fields: Any) -> TFClusterSpec:
+    """A spec in namespace ``ml`` with the roles of ``shape`` (one of MODE_SHAPES, say);
+    ``fields`` add to or replace the rest."""
+    data = {
+        "name": "imagenet",
+        "image": "tensorflow/tensorflow:2.21.0",
+        "command": ["python", "/opt/train.py"],
+        "namespace": "ml",
+        **shape,
+        **fields,
+    }
+    return TFClusterSpec.from_dict(copy.deepcopy(data))
 
 
 def task_context(
