@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +20,8 @@ from typing import Any
 import psutil
 import pytest
 
+from airflow_tfk.backends.base import ClusterRef
+from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
 
@@ -145,6 +147,14 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str =
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(0.02)
     return value
+
+
+def local_backend(root: Path, workdir: Path, **options: Any) -> Iterator[LocalBackend]:
+    """A fixture's local backend on ``root``; at the end it deletes every cluster still there."""
+    backend = LocalBackend(str(root), workdir=str(workdir), **options)
+    yield backend
+    for state in root.glob("*/*/state.json"):
+        backend.delete(ClusterRef(name=state.parent.name, namespace=state.parent.parent.name))
 
 
 def python_cluster(

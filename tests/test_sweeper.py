@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,7 +24,7 @@ from airflow_tfk.naming import RunIdentity
 from airflow_tfk.operators.sweeper import TFOrphanSweeperOperator, task_state
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
 from airflow_tfk.sweeper import sweep
-from tests.helpers import python_cluster
+from tests.helpers import local_backend, python_cluster
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,11 +33,8 @@ OWNER = RunIdentity("dag", "train", "scheduled__1", -1)
 
 
 @pytest.fixture
-def backend(tmp_path: Path):
-    b = LocalBackend(str(tmp_path / "root"), workdir=str(tmp_path), kill_grace_seconds=0.5)
-    yield b
-    for state in (tmp_path / "root").glob("*/*/state.json"):
-        b.delete(ClusterRef(state.parent.name, state.parent.parent.name))
+def backend(tmp_path: Path) -> Iterator[LocalBackend]:
+    yield from local_backend(tmp_path / "root", tmp_path, kill_grace_seconds=0.5)
 
 
 def spec(name: str, **kw) -> TFClusterSpec:
