@@ -7,6 +7,7 @@ and checks that no process of a cluster is left. Import them:
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -111,6 +112,16 @@ def migrated_airflow_home(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def dags_test(
+    env: dict[str, str], dag_id: str, *args: str, conf: dict | str | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """``airflow dags test <dag_id> *args [--conf <conf as JSON>]`` from the repository root."""
+    cmd = [str(Path(sys.executable).parent / "airflow"), "dags", "test", dag_id, *args]
+    if conf is not None:
+        cmd += ["--conf", conf if isinstance(conf, str) else json.dumps(conf)]
+    return subprocess.run(cmd, env=env, cwd=ROOT, text=True, capture_output=True, timeout=timeout)
+
+
 def terminal_log(config: pytest.Config) -> Callable[[str], None]:
     """Write a line on pytest's terminal (dropped when there is none, e.g. under xdist):
     the slow session fixtures say what they built and where they kept their logs."""
@@ -137,6 +148,17 @@ def execute_in_thread(op: Any, ctx: dict) -> tuple[threading.Thread, list[BaseEx
     thread = threading.Thread(target=run)
     thread.start()
     return thread, errors
+
+
+def build_before_tests(config: pytest.Config, what: str, build: Callable[[], object]) -> object:
+    """Run a cached build from ``pytest_collection_finish`` (a cold one takes minutes, which
+    must not count against a test's timeout); say on the terminal what it built when that
+    took a while. Returns what ``build`` returns; its errors propagate."""
+    t0 = time.monotonic()
+    built = build()
+    if time.monotonic() - t0 > 5:
+        terminal_log(config)(f"{what} built in {time.monotonic() - t0:.0f}s: {built}")
+    return built
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> object:

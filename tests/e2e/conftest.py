@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import migrated_airflow_home
+from tests.helpers import dags_test, migrated_airflow_home
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -33,17 +33,7 @@ class AirflowEnv:
         timeout: float = 600,
         extra_env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        cmd = [str(BIN / "airflow"), "dags", "test", dag_id]
-        if conf is not None:
-            cmd += ["--conf", conf]
-        return subprocess.run(
-            cmd,
-            env={**self.env, **(extra_env or {})},
-            cwd=ROOT,
-            text=True,
-            capture_output=True,
-            timeout=timeout,
-        )
+        return dags_test({**self.env, **(extra_env or {})}, dag_id, conf=conf, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

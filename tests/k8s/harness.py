@@ -40,6 +40,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,34 @@ def run_build(script: Path, override_var: str, error: type[Exception]) -> Path:
         name = script.relative_to(HERE.parents[1])
         raise error(f"{name} failed (exit {rc}); last lines:\n" + "\n".join(errors))
     return Path(out[-1])
+
+
+def wait_until(
+    what: str,
+    ok: Callable[[], object],
+    limit: float,
+    *,
+    alive: Callable[[], None],
+    tails: Callable[[], str],
+    logs: Path,
+    error: type[Exception],
+) -> None:
+    """Poll ``ok`` (its exceptions are retried) until it returns true, for ``limit`` s.
+
+    ``alive`` runs before each try and raises when a process being waited for died. On
+    time-out, ``error`` names what was awaited, the last exception, the log directory and
+    ``tails()`` (the processes' last log lines)."""
+    deadline = time.monotonic() + limit
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        alive()
+        try:
+            if ok():
+                return
+        except Exception as e:  # noqa: BLE001 - retried until the deadline
+            last = e
+        time.sleep(0.2)
+    raise error(f"timed out waiting for {what} ({last!r}); logs in {logs}\n{tails()}")
 
 
 # --------------------------------------------------------------------------- PKI
@@ -491,19 +520,19 @@ class ControlPlane:
         env.pop("KUBECONFIG", None)
 
         def wait(what: str, ok, procs: list[_Proc], limit: float) -> None:
-            deadline = time.monotonic() + limit
-            last: Exception | None = None
-            while time.monotonic() < deadline:
+            def alive() -> None:
                 for p in procs:
                     p.check_alive()
-                try:
-                    if ok():
-                        return
-                except Exception as e:  # noqa: BLE001 - retried until the deadline
-                    last = e
-                time.sleep(0.2)
-            logs = "\n".join(f"--- {p.name}:\n{tail(p.log)}" for p in procs)
-            raise ControlPlaneError(f"timed out waiting for {what} ({last!r}); logs in {self.logs}\n{logs}")
+
+            wait_until(
+                what,
+                ok,
+                limit,
+                alive=alive,
+                tails=lambda: "\n".join(f"--- {p.name}:\n{tail(p.log)}" for p in procs),
+                logs=self.logs,
+                error=ControlPlaneError,
+            )
 
         by = {p.name: p for p in self.procs}
         by["etcd"].start(env)

@@ -104,6 +104,25 @@ PLURAL = {
     "JobSet": "jobsets",
 }
 
+
+def apply_dry_run(api: client.ApiClient, manifest: dict, namespace: str) -> tuple[int, str | None]:
+    """Server-side apply of ``manifest`` as a dry run with strict field validation: the
+    status and the Warning header (an unknown, duplicate or dropped field)."""
+    kind = manifest["kind"]
+    group = "/api/v1" if manifest["apiVersion"] == "v1" else f"/apis/{manifest['apiVersion']}"
+    scope = "" if kind == "Namespace" else f"/namespaces/{namespace}"
+    resp = api.call_api(
+        f"{group}{scope}/{PLURAL[kind]}/{manifest['metadata']['name']}",
+        "PATCH",
+        query_params=[("fieldManager", "airflow-tfk"), ("fieldValidation", "Strict"), ("dryRun", "All")],
+        header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+        body=manifest,
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+    )
+    return resp.status, resp.getheader("Warning")
+
+
 # RBAC kind -> (delete method, namespaced)
 _RBAC_DELETE = {
     "ClusterRole": ("delete_cluster_role", False),

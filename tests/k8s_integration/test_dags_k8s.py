@@ -10,8 +10,6 @@ claims the DAG mounts (tfk-logs, tfk-models) are created first, bound to static 
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -20,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from k8s_integration import _tfk
-from tests.helpers import migrated_airflow_home
+from tests.helpers import dags_test, migrated_airflow_home
 
 pytestmark = pytest.mark.k8s
 
@@ -82,14 +80,7 @@ def test_dags_test_ui_training_on_kubernetes(
     conf = {"mode": "all_reduce", "ps": 0, "workers": 3, "steps": 50}
     try:
         with _tfk.PodDriver(k8s_api, ns) as driver:  # every training pod in the namespace
-            run = subprocess.run(
-                [str(BIN / "airflow"), "dags", "test", "tfk_ui_training", "--conf", json.dumps(conf)],
-                env=env,
-                cwd=ROOT,
-                text=True,
-                capture_output=True,
-                timeout=240,
-            )
+            run = dags_test(env, "tfk_ui_training", conf=conf, timeout=240)
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-6000:]
         assert "state=success" in out or "DagRunState.SUCCESS" in out, out[-4000:]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from k8s_node import node as nodemod
-from tests.helpers import terminal_log
+from tests.helpers import build_before_tests, terminal_log
 
 STORAGE_CLASS = "tfk-local"
 
@@ -45,16 +45,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     session.config.stash[_MISSING] = missing
     if missing:
         return
-    log = terminal_log(session.config)
-    t0 = time.monotonic()
     try:
-        nodemod.harness.ensure_built()
-        node_dir = nodemod.ensure_built()
+        build_before_tests(session.config, "k8s control plane", nodemod.harness.ensure_built)
+        build_before_tests(session.config, "k8s node", nodemod.ensure_built)
     except (nodemod.NodeError, nodemod.harness.ControlPlaneError) as e:
         session.config.stash[_BUILD_ERROR] = str(e)
-        return
-    if time.monotonic() - t0 > 5:
-        log(f"k8s node built in {time.monotonic() - t0:.0f}s: {node_dir}")
 
 
 @pytest.fixture(scope="package")

@@ -376,22 +376,22 @@ class Node:
         return env
 
     def _wait(self, what: str, ok, limit: float, procs: list[str] = ()) -> None:  # type: ignore[assignment]
-        deadline = time.monotonic() + limit
-        last: object = None
-        while time.monotonic() < deadline:
+        def alive() -> None:
             for name in procs:
                 p = self.procs[name]
                 if p.poll() is not None:
                     tail = harness.tail(self.logs / f"{name}.log")
                     raise NodeError(f"{name} exited with {p.returncode}; last log lines:\n{tail}")
-            try:
-                if ok():
-                    return
-            except Exception as e:  # noqa: BLE001 - retried until the deadline
-                last = e
-            time.sleep(0.2)
-        tails = "\n".join(f"--- {n}:\n{harness.tail(self.logs / f'{n}.log')}" for n in procs)
-        raise NodeError(f"timed out waiting for {what} ({last!r}); logs in {self.logs}\n{tails}")
+
+        harness.wait_until(
+            what,
+            ok,
+            limit,
+            alive=alive,
+            tails=lambda: "\n".join(f"--- {n}:\n{harness.tail(self.logs / f'{n}.log')}" for n in procs),
+            logs=self.logs,
+            error=NodeError,
+        )
 
     def _start(self, log, timeout: float) -> None:
         t0 = time.monotonic()

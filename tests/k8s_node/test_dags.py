@@ -7,9 +7,7 @@ a smoke predict through the API server's service proxy."""
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from airflow_tfk import naming
-from tests.helpers import migrated_airflow_home
+from tests.helpers import dags_test, migrated_airflow_home
 
 from . import _tfk
 from . import node as nodemod
@@ -47,14 +45,7 @@ def test_dags_test_train_publish_on_the_real_node(
             "TFK_API_SERVER_CIDRS": f"{ipaddress.ip_network(nodemod.POD_SUBNET)[1]}/32",
         }
     )
-    run = subprocess.run(
-        [str(BIN / "airflow"), "dags", "test", "tfk_train_publish", "--conf", json.dumps({"steps": 60})],
-        env=env,
-        cwd=ROOT,
-        text=True,
-        capture_output=True,
-        timeout=600,
-    )
+    run = dags_test(env, "tfk_train_publish", conf={"steps": 60}, timeout=600)
     out = run.stdout + run.stderr
     (tmp_path / "dags-test.log").write_text(out)  # the whole run, for a failure's reader
     assert run.returncode == 0, f"{tmp_path / 'dags-test.log'}\n{out[-6000:]}"
