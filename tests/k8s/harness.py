@@ -106,17 +106,16 @@ def wait_until(
     what: str,
     ok: Callable[[], object],
     limit: float,
-    *,
     alive: Callable[[], None],
-    tails: Callable[[], str],
-    logs: Path,
+    logs: dict[str, Path],
+    log_dir: Path,
     error: type[Exception],
 ) -> None:
     """Poll ``ok`` (its exceptions are retried) until it returns true, for ``limit`` s.
 
     ``alive`` runs before each try and raises when a process being waited for died. On
     time-out, ``error`` names what was awaited, the last exception, the log directory and
-    ``tails()`` (the processes' last log lines)."""
+    the last lines of each of ``logs`` (process name -> log file)."""
     deadline = time.monotonic() + limit
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -127,7 +126,8 @@ def wait_until(
         except Exception as e:  # noqa: BLE001 - retried until the deadline
             last = e
         time.sleep(0.2)
-    raise error(f"timed out waiting for {what} ({last!r}); logs in {logs}\n{tails()}")
+    tails = "\n".join(f"--- {name}:\n{tail(path)}" for name, path in logs.items())
+    raise error(f"timed out waiting for {what} ({last!r}); logs in {log_dir}\n{tails}")
 
 
 # --------------------------------------------------------------------------- PKI
@@ -524,15 +524,7 @@ class ControlPlane:
                 for p in procs:
                     p.check_alive()
 
-            wait_until(
-                what,
-                ok,
-                limit,
-                alive=alive,
-                tails=lambda: "\n".join(f"--- {p.name}:\n{tail(p.log)}" for p in procs),
-                logs=self.logs,
-                error=ControlPlaneError,
-            )
+            wait_until(what, ok, limit, alive, {p.name: p.log for p in procs}, self.logs, ControlPlaneError)
 
         by = {p.name: p for p in self.procs}
         by["etcd"].start(env)

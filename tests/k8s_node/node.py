@@ -383,15 +383,8 @@ class Node:
                     tail = harness.tail(self.logs / f"{name}.log")
                     raise NodeError(f"{name} exited with {p.returncode}; last log lines:\n{tail}")
 
-        harness.wait_until(
-            what,
-            ok,
-            limit,
-            alive=alive,
-            tails=lambda: "\n".join(f"--- {n}:\n{harness.tail(self.logs / f'{n}.log')}" for n in procs),
-            logs=self.logs,
-            error=NodeError,
-        )
+        logs = {name: self.logs / f"{name}.log" for name in procs}
+        harness.wait_until(what, ok, limit, alive, logs, self.logs, NodeError)
 
     def _start(self, log, timeout: float) -> None:
         t0 = time.monotonic()
