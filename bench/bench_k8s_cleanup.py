@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
 
+from _common import parser as bench_parser
 from _k8s_bench import (
     CONN_ID,
     IMAGE,
@@ -263,10 +264,7 @@ def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workers", type=int, default=600)
-    p.add_argument("--ps", type=int, default=8)
-    p.add_argument("--grace", type=int, default=2)
+    p = bench_parser(__doc__, workers=600, ps=8, grace=2)
     p.add_argument("--load", choices=("both", "idle", "busy"), default="both")
     a = p.parse_args(argv)
     logging.disable(logging.INFO)

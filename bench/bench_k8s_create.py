@@ -13,11 +13,11 @@ until every task's pod runs. Target: ours >= 20x faster.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
+from _common import parser as bench_parser
 from _k8s_bench import (
     CONN_ID,
     IMAGE,
@@ -32,9 +32,7 @@ from _k8s_bench import (
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workers", type=int, default=600)
-    p.add_argument("--ps", type=int, default=8)
+    p = bench_parser(__doc__, workers=600, ps=8)
     p.add_argument("--repeat", type=int, default=3, help="creates of our layout (median)")
     a = p.parse_args(argv)
 

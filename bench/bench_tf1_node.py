@@ -17,7 +17,6 @@ exit 0 only if every node run passed. The local backend's 20 runs:
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -27,6 +26,8 @@ import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
+
+from _common import parser as bench_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -67,11 +68,8 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=5)
+    p = bench_parser(__doc__, runs=5, steps=300, timeout=420.0)
     p.add_argument("--local-runs", type=int, default=1, help="baseline runs on the local backend")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--timeout", type=float, default=420.0)
     a = p.parse_args(argv)
     logging.disable(logging.INFO)
 

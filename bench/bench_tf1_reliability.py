@@ -15,7 +15,6 @@ Prints one JSON line per run and a summary; exit 0 only if every shimmed run pas
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -23,16 +22,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import parser as bench_parser
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=20)
+    p = bench_parser(__doc__, runs=20, steps=300, timeout=180.0)
     p.add_argument("--baseline-runs", type=int, default=0, help="runs without the device-filter shim")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--timeout", type=float, default=180.0)
     args = p.parse_args(argv)
 
     from airflow_tfk.backends.local import LocalBackend
