@@ -38,17 +38,7 @@ ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_NUM_INTEROP_THRE
 
 
 def _row(label: str, i: int, result: Any, threshold: float, baseline: float | None) -> dict[str, Any]:
-    ok = result.outcome == "succeeded" and len(result.accuracies) == 3
-    ok = ok and min(result.accuracies) >= threshold
-    row = {
-        "bench": label,
-        "run": i + 1,
-        "ok": ok,
-        "outcome": result.outcome,
-        "seconds": round(result.seconds, 1),
-        "accuracies": [round(a, 3) for a in result.accuracies],
-        "message": result.message[:200],
-    }
+    row = result.row(label, i + 1, threshold)
     if baseline:
         row["ratio_to_local"] = round(result.seconds / baseline, 2)
     print(json.dumps(row), flush=True)

@@ -48,23 +48,9 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(runs):
                 name = f"tf1-{label.replace('_', '-')}-{i}"
                 r = run_once(backend, name, args.steps, args.timeout, shim)
-                ok = r.outcome == "succeeded" and len(r.accuracies) == 3
-                ok = ok and min(r.accuracies) >= ACCURACY_THRESHOLD
-                results.append((ok, r))
-                print(
-                    json.dumps(
-                        {
-                            "bench": label,
-                            "run": i + 1,
-                            "ok": ok,
-                            "outcome": r.outcome,
-                            "seconds": round(r.seconds, 1),
-                            "accuracies": [round(a, 3) for a in r.accuracies],
-                            "message": r.message[:200],
-                        }
-                    ),
-                    flush=True,
-                )
+                row = r.row(label, i + 1, ACCURACY_THRESHOLD)
+                results.append((row["ok"], r))
+                print(json.dumps(row), flush=True)
             times = [r.seconds for ok, r in results if ok]
             summary[label] = {
                 "runs": runs,

@@ -46,22 +46,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-KINDS = {  # plural -> (apiVersion, kind, namespaced)
-    "namespaces": ("v1", "Namespace", False),
-    "pods": ("v1", "Pod", True),
-    "services": ("v1", "Service", True),
-    "persistentvolumeclaims": ("v1", "PersistentVolumeClaim", True),
-    "configmaps": ("v1", "ConfigMap", True),
-    "secrets": ("v1", "Secret", True),
-    "serviceaccounts": ("v1", "ServiceAccount", True),
-    "deployments": ("apps/v1", "Deployment", True),
-    "jobs": ("batch/v1", "Job", True),
-    "poddisruptionbudgets": ("policy/v1", "PodDisruptionBudget", True),
-    "events": ("v1", "Event", True),
-    "networkpolicies": ("networking.k8s.io/v1", "NetworkPolicy", True),
-    "endpointslices": ("discovery.k8s.io/v1", "EndpointSlice", True),
-}
-NO_COLLECTION_DELETE = {"services", "namespaces"}
+from airflow_tfk.kube.api import BY_KIND
+
+# plural -> (apiVersion, kind, namespaced): the kinds the provider's API layer knows
+KINDS = {k.plural: (k.api_version, k.kind, k.namespaced) for k in BY_KIND.values()}
+NO_COLLECTION_DELETE = {k.plural for k in BY_KIND.values() if not k.collection_delete}
 SERVER_META = (
     "uid",
     "creationTimestamp",
