@@ -284,6 +284,7 @@ class KubeApiDouble:
             return copy.deepcopy(obj) if obj else None
 
     def list(self, plural: str, selector: str | None = None, namespace: str | None = "default") -> list[dict]:
+        """Copies of the objects of a kind matching ``selector`` (``namespace`` None: all)."""
         with self.lock:
             return [
                 copy.deepcopy(o)
@@ -736,13 +737,7 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET":
             selector = query.get("labelSelector")
             with api.lock:
-                items = [
-                    copy.deepcopy(o)
-                    for (p, n, _), o in sorted(api.objects.items())
-                    if p == plural
-                    and (not ns or n == ns)
-                    and match_selector(o["metadata"].get("labels") or {}, selector)
-                ]
+                items = api.list(plural, selector, ns or None)
                 rv = str(api.rv)
             limit = int(query.get("limit") or 0)
             if limit:
@@ -814,13 +809,7 @@ class _Handler(BaseHTTPRequestHandler):
             with api.lock:
                 if raw in (None, "", "0"):
                     since = api.rv
-                    initial = [
-                        copy.deepcopy(o)
-                        for (p, n, _), o in sorted(api.objects.items())
-                        if p == plural
-                        and (not ns or n == ns)
-                        and match_selector(o["metadata"].get("labels") or {}, selector)
-                    ]
+                    initial = api.list(plural, selector, ns or None)
                 else:
                     since = int(raw)
                     initial = []
