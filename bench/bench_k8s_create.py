@@ -20,8 +20,8 @@ import time
 from _common import parser as bench_parser
 from _k8s_bench import (
     CONN_ID,
-    IMAGE,
     RequestCounter,
+    cluster_spec,
     control_plane,
     install,
     namespace,
@@ -57,16 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
         for i in range(a.repeat):  # each from an idle control plane; the last one is kept
             spec = TFClusterSpec.from_dict(
-                {
-                    "name": f"imagenet-{i}",
-                    "namespace": ns,
-                    "image": IMAGE,
-                    "mode": "between_graph",
-                    "command": ["python", "/opt/train.py"],
-                    "legacy_tf1_flags": True,
-                    "worker": {"replicas": a.workers},
-                    "ps": {"replicas": a.ps},
-                }
+                cluster_spec(ns, a.workers, a.ps, name=f"imagenet-{i}", legacy_tf1_flags=True)
             )
             counter.reset()
             t0 = time.perf_counter()
