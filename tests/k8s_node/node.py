@@ -66,6 +66,8 @@ POD_SUBNET = "10.88.0.0/16"
 #: The image every training/serving/TensorBoard pod of the tier uses (see build_images).
 TRAIN_IMAGE = "tfk.local/train:1"
 PAUSE_IMAGE = "tfk.local/pause:1"
+#: containerd runtime handler without the base spec's host mounts (self-contained images).
+IMAGE_RUNTIME_HANDLER = "image"
 CGROUP_BASE = Path("/sys/fs/cgroup")
 
 
@@ -663,6 +665,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "{self.bin / "runc"}"
         SystemdCgroup = false
+    # A self-contained image alone, without the host mounts above (a RuntimeClass with
+    # this handler: test_image.py runs images/training's real image with it).
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{IMAGE_RUNTIME_HANDLER}]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{IMAGE_RUNTIME_HANDLER}.options]
+        BinaryName = "{self.bin / "runc"}"
+        SystemdCgroup = false
 """
         )
 
@@ -804,6 +813,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     def import_image(self, path: Path) -> None:
         self._ctr("images", "import", str(path))
+
+    def remove_image(self, ref: str) -> None:
+        self._ctr("images", "rm", "--sync", _normalized(ref))
 
     # ---- inspection
     def container_processes(self) -> list[int]:
