@@ -5,7 +5,8 @@ Layout (everything private to one session; several sessions can run side by side
 - a *holder*: ``unshare --net --mount --pid --fork --mount-proc --kill-child=SIGKILL``. Its
   PID 1 sets up the namespaces (loopback up; a veth pair carrying the node IP 10.200.0.2,
   since this kernel has no ``dummy`` device; private tmpfs on ``/run`` and ``/var/log``,
-  where containerd's state and the kubelet's ``/var/log/containers`` symlinks go) and sleeps.
+  where containerd's state and the kubelet's ``/var/log/containers`` symlinks go, and on
+  containerd's root: images and container layers live in memory) and sleeps.
 - containerd (+ runc, CNI bridge on ``cni0`` 10.88.0.0/16), the kubelet and CoreDNS run
   inside all three namespaces (``nsenter``); pod cgroups under a cgroup root of their own.
 - the control plane (tests/k8s/harness.py, unchanged) runs in the namespace's network only:
@@ -433,6 +434,11 @@ class Node:
             [
                 "mount -t tmpfs -o mode=0755 tmpfs /run",
                 "mount -t tmpfs -o mode=0755 tmpfs /var/log",
+                # containerd's content store and snapshots in memory too: importing the
+                # real training image (~2 GB, test_image.py) and deleting it at the end
+                # each took ~50 s on this disk (ext4 with online discard).
+                f"mkdir -p {self.workdir / 'containerd'}",
+                f"mount -t tmpfs -o mode=0711 tmpfs {self.workdir / 'containerd'}",
                 "ip link set lo up",
                 "ip link add tfk0 type veth peer name tfk1",
                 f"ip addr add {NODE_IP}/24 dev tfk0",

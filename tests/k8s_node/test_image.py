@@ -170,13 +170,9 @@ def test_the_real_training_image_trains_all_reduce(
         assert p.status.phase == "Succeeded", (p.metadata.name, p.status.phase)
         assert p.spec.runtime_class_name == RUNTIME_CLASS
         (status,) = p.status.container_statuses
-        assert (
-            status.image_id.endswith(node_image.config_digest) or node_image.config_digest in status.image_id
-        ), (
-            status.image,
-            status.image_id,
-            node_image.config_digest,
-        )
+        # The container ran the image this build made: its ID (the config's digest).
+        assert p.spec.containers[0].image == node_image.ref
+        assert status.image_id.rsplit("@", 1)[-1] == node_image.config_digest, status.image_id
         seen = [ln.split() for ln in _tfk.pod_log(node_api, node_ns, p.metadata.name).splitlines()]
         origins = [ln[1:] for ln in seen if ln and ln[0] == ORIGIN_MARK]
         assert origins and all(o.startswith(SITE) for o in origins[0]), origins
