@@ -87,6 +87,8 @@ inside() {
     # buildah's run root (locks, mount state) lives and dies with this namespace.
     mkdir -p "$cache_root/run" "$cache_root/storage"
     mount -t tmpfs -o mode=0700 tfk-buildah-run "$cache_root/run"
+    # Working containers of a killed build, if any, then ours whatever happens.
+    buildah_ rm --all >/dev/null 2>&1 || true
     trap 'buildah_ rm --all >/dev/null 2>&1 || true' EXIT
     if [[ -z "$(buildah_ images -q "localhost/tfk-base:$base_key" 2>/dev/null || true)" ]]; then
         build_base
@@ -179,9 +181,12 @@ if [[ -f "$out" ]]; then
 fi
 
 start=$(date +%s)
+# Under the lock, a build directory left behind is from a build that was killed.
+find "$cache_root" -maxdepth 1 -name '.build.*' -exec rm -rf {} +
 tmp="$(mktemp -d "$cache_root/.build.XXXXXX")"
 # After the namespace is gone (no mount can be left under $tmp by then).
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 143' TERM INT
 
 tools="$cache_root/tools-$tools_key"
 if [[ ! -f "$tools/.complete" ]]; then
