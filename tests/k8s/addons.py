@@ -23,6 +23,12 @@ from typing import Any
 
 #: module, version, CRD files inside the module
 JOBSET = ("sigs.k8s.io/jobset", "v0.11.0", ("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",))
+#: Kubeflow training-operator v1.9 (TFJob), for bench/bench_vs_tfjob.py only
+TRAINING_OPERATOR = (
+    "github.com/kubeflow/training-operator",
+    "v1.9.3",
+    ("manifests/base/crds/kubeflow.org_tfjobs.yaml",),
+)
 #: every Kueue CRD: its controller watches them all (cohorts, topologies, admission checks...)
 KUEUE = (
     "sigs.k8s.io/kueue",
@@ -114,6 +120,7 @@ def install(api: Any, addon: tuple[str, str, tuple[str, ...]], timeout: float = 
 HERE = Path(__file__).resolve().parent
 JOBSET_BUILD = HERE / "jobset" / "build.sh"
 KUEUE_BUILD = HERE / "kueue" / "build.sh"
+TFJOB_BUILD = HERE / "tfjob" / "build.sh"
 
 
 def _build(script: Path) -> Path:
@@ -130,6 +137,10 @@ def jobset_binary() -> Path:
 
 def kueue_binary() -> Path:
     return _build(KUEUE_BUILD)
+
+
+def training_operator_binary() -> Path:
+    return _build(TFJOB_BUILD)
 
 
 def _free_port() -> int:
@@ -297,17 +308,27 @@ class JobSetController(_Controller):
         return hook
 
 
-#: sh -c script: argv workdir certdir command...; runs command with /etc/kueue/metrics/certs
-#: holding certdir's tls.crt/tls.key (see KueueController.argv)
-_ETC_OVERLAY = """set -e
-w="$1/etc-overlay"; certs="$2"; shift 2
+#: sh -c script: argv workdir certdir target subdir command...; runs command in a private
+#: mount namespace where ``target/subdir`` holds certdir's tls.crt/tls.key: ``target`` is
+#: overlaid by a tmpfs (reads fall through to the host's directory, writes stay in the
+#: tmpfs), so a controller that insists on a fixed certificate path gets one without
+#: touching the host's files, and the mounts go away with the process.
+_OVERLAY = """set -e
+w="$1/overlay"; certs="$2"; target="$3"; sub="$4"; shift 4
 mkdir -p "$w"
-mount -t tmpfs tfk-kueue-etc "$w"
-mkdir -p "$w/upper/kueue/metrics/certs" "$w/work"
-cp "$certs/tls.crt" "$certs/tls.key" "$w/upper/kueue/metrics/certs/"
-mount -t overlay tfk-kueue-etc -o "lowerdir=/etc,upperdir=$w/upper,workdir=$w/work" /etc
+mount -t tmpfs tfk-overlay "$w"
+mkdir -p "$w/upper/$sub" "$w/work"
+cp "$certs/tls.crt" "$certs/tls.key" "$w/upper/$sub/"
+mount -t overlay tfk-overlay -o "lowerdir=$target,upperdir=$w/upper,workdir=$w/work" "$target"
 exec "$@"
 """
+
+
+def _with_certs_at(workdir: Path, certs: Path, target: str, sub: str, argv: list[str]) -> list[str]:
+    """``argv`` run with ``target/sub/tls.{crt,key}`` from ``certs`` (see _OVERLAY)."""
+    wrapper = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _OVERLAY, "sh"]
+    return [*wrapper, str(workdir), str(certs), target, sub, *argv]
+
 
 #: Kueue's queue label; only objects carrying it reach Kueue's Job/JobSet webhooks here
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -355,11 +376,8 @@ class KueueController(_Controller):
         ]
         # Without internal cert management Kueue reads its metrics server's certificate
         # from the fixed path /etc/kueue/metrics/certs (main.go), even with metrics off.
-        # It gets one there in a private mount namespace of its own: /etc overlaid by a
-        # tmpfs holding that directory. The host's /etc is untouched, and the mounts go
-        # away with the process.
-        wrapper = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _ETC_OVERLAY, "sh"]
-        return [*wrapper, str(self.workdir), str(self.certs), *kueue]
+        # It gets one there in a private mount namespace of its own (see _OVERLAY).
+        return _with_certs_at(self.workdir, self.certs, "/etc", "kueue/metrics/certs", kueue)
 
     def webhook(self, hook: dict[str, Any]) -> dict[str, Any] | None:
         kind = hook["name"].split(".", 1)[0][1:]  # "mjob.kb.io" -> "job"
@@ -369,3 +387,186 @@ class KueueController(_Controller):
             hook["objectSelector"] = {"matchExpressions": [{"key": KUEUE_QUEUE_LABEL, "operator": "Exists"}]}
             return hook
         return None
+
+
+class TrainingOperatorController(_Controller):
+    """Kubeflow training-operator v1.9 (``cmd/training-operator.v1``) with only the TFJob
+    scheme and no gang scheduler, for the side-by-side benchmark (no test needs it).
+
+    v1.9 cannot run without its webhook: ``main.go`` always starts the certificate
+    rotator (open-policy-agent/cert-controller) and starts the controllers only once the
+    rotator has found a valid certificate in its Secret, the files in the fixed directory
+    ``/tmp/k8s-webhook-server/serving-certs`` (where a Deployment mounts the Secret) and
+    its CA injected into the ``validator.training-operator.kubeflow.org`` webhook
+    configuration. So it gets all three: a CA and a serving certificate of our own (valid
+    for the rotator's DNS name *and* 127.0.0.1, so the rotator keeps them and the API
+    server can call the webhook by URL), the Secret, the files in a private mount
+    namespace (see _OVERLAY), and the module's TFJob validating webhook pointed at
+    127.0.0.1. Its webhook server binds every interface (v1.9 has no host flag) on a free
+    port. ``namespace`` holds the Secret (the operator's "own" namespace)."""
+
+    name = "training-operator"
+    addon = TRAINING_OPERATOR
+    _CONFIG = "validator.training-operator.kubeflow.org"  # fixed in main.go
+    _SECRET = "training-operator-webhook-cert"
+    _SERVICE = "training-operator"
+
+    def __init__(self, cp: Any, workdir: Path, binary: Path, namespace: str, qps: int = 20) -> None:
+        super().__init__(cp, workdir, binary)
+        self.namespace, self.qps = namespace, qps
+
+    def argv(self) -> list[str]:
+        operator = [
+            str(self.binary),
+            f"--kubeconfig={self.cp.kubeconfig}",
+            "--enable-scheme=tfjob",
+            f"--webhook-server-port={self.port}",
+            f"--webhook-service-name={self._SERVICE}",
+            f"--webhook-secret-name={self._SECRET}",
+            "--metrics-bind-address=0",
+            f"--health-probe-bind-address=127.0.0.1:{self.health}",
+            f"--kube-api-qps={self.qps}",
+            f"--kube-api-burst={int(self.qps * 1.5)}",
+        ]
+        return _with_certs_at(self.workdir, self.certs, "/tmp", "k8s-webhook-server/serving-certs", operator)
+
+    def start(self, api: Any, timeout: float = 120) -> Any:
+        import base64
+
+        from kubernetes import client
+
+        install(api, self.addon)
+        ca_crt, tls_crt, tls_key = self._certificates()
+        data = {"ca.crt": ca_crt, "tls.crt": tls_crt, "tls.key": tls_key}
+        data["ca.key"] = (self.certs / "ca.key").read_bytes()
+        client.CoreV1Api(api).create_namespaced_secret(
+            self.namespace,
+            {
+                "metadata": {"name": self._SECRET},
+                "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+            },
+        )
+        self._register_webhooks(api)
+        log = open(self.log_path, "wb")  # noqa: SIM115 - lives with the process
+        env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}  # the fixed cert dir is /tmp
+        env["MY_POD_NAMESPACE"] = self.namespace
+        self.proc = subprocess.Popen(
+            self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+        try:
+            self._wait_ready(timeout)
+            self._check_webhook(api)
+        except BaseException:
+            self.stop(api)
+            raise
+        return self
+
+    def _check_webhook(self, api: Any) -> None:
+        """The API server reaches the webhook: a TFJob without a ``tensorflow`` container
+        (server-side dry run) is refused with the validator's own message."""
+        from kubernetes import client
+
+        container = {"name": "not-tensorflow", "image": "registry.invalid/x:1"}
+        body = {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "TFJob",
+            "metadata": {"name": "webhook-check"},
+            "spec": {"tfReplicaSpecs": {"Worker": {"template": {"spec": {"containers": [container]}}}}},
+        }
+        try:
+            client.CustomObjectsApi(api).create_namespaced_custom_object(
+                "kubeflow.org", "v1", self.namespace, "tfjobs", body, dry_run="All"
+            )
+        except client.ApiException as exc:
+            if "must have at least one container with name tensorflow" in str(exc.body):
+                return
+            raise AddonError(
+                f"the TFJob webhook did not answer as expected: {exc.status} {exc.body}"
+            ) from exc
+        raise AddonError("a TFJob without a tensorflow container was accepted: the webhook is not called")
+
+    def _certificates(self) -> tuple[bytes, bytes, bytes]:
+        """A CA the rotator accepts as its own (it verifies the CA against the name
+        ``training-operator-ca``) and a serving certificate for the rotator's DNS name and
+        127.0.0.1. RSA: the rotator reads the CA key as PKCS#1. Ten years: the rotator
+        replaces certificates that expire within its look-ahead (90 days)."""
+        import datetime as dt
+        import ipaddress
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        now = dt.datetime.now(dt.UTC)
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "training-operator-ca")])
+        ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+        def issue(subject: x509.Name, key: Any, sans: list[x509.GeneralName], *extensions: Any) -> Any:
+            builder = x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name)
+            builder = builder.public_key(key.public_key()).serial_number(x509.random_serial_number())
+            builder = builder.not_valid_before(now - dt.timedelta(minutes=5))
+            builder = builder.not_valid_after(now + dt.timedelta(days=3650))
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            for ext, critical in extensions:
+                builder = builder.add_extension(ext, critical=critical)
+            return builder.sign(ca_key, hashes.SHA256())
+
+        ca = issue(
+            ca_name,
+            ca_key,
+            [x509.DNSName("training-operator-ca")],
+            (x509.BasicConstraints(ca=True, path_length=None), True),
+        )
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        crt = issue(
+            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self._SERVICE)]),
+            key,
+            [
+                x509.DNSName(f"{self._SERVICE}.{self.namespace}.svc"),
+                x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            ],
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+        )
+        pem = serialization.Encoding.PEM
+        private = (pem, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())
+        files = {
+            "ca.crt": ca.public_bytes(pem),
+            "ca.key": ca_key.private_bytes(*private),
+            "tls.crt": crt.public_bytes(pem),
+            "tls.key": key.private_bytes(*private),
+        }
+        self.certs.mkdir(parents=True, exist_ok=True)
+        for name, content in files.items():
+            (self.certs / name).write_bytes(content)
+        return files["ca.crt"], files["tls.crt"], files["tls.key"]
+
+    def _register_webhooks(self, api: Any) -> None:
+        """The module's TFJob validating webhook, by URL, in the configuration the rotator
+        injects its CA into (main.go's fixed name; the module's kustomize patch renames
+        the generated one to it)."""
+        import base64
+
+        import yaml
+        from kubernetes import client
+
+        root = module_dir(*self.addon[:2])
+        docs = yaml.safe_load_all((root / "manifests/base/webhook/manifests.yaml").read_text())
+        ca = base64.b64encode((self.certs / "ca.crt").read_bytes()).decode()
+        hooks = []
+        for doc in (d for d in docs if d):
+            for hook in doc["webhooks"]:
+                if hook["name"].startswith("validator.tfjob."):
+                    path = hook["clientConfig"]["service"]["path"]
+                    hook["clientConfig"] = {"url": f"https://127.0.0.1:{self.port}{path}", "caBundle": ca}
+                    hooks.append(hook)
+        if not hooks:
+            raise AddonError("no TFJob webhook in the training-operator module's manifests")
+        body = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": self._CONFIG},
+            "webhooks": hooks,
+        }
+        client.AdmissionregistrationV1Api(api).create_validating_webhook_configuration(body)
+        self.webhooks.append(("ValidatingWebhookConfiguration", self._CONFIG))

@@ -13,23 +13,10 @@
 #   AIRFLOW_TFK_K8S_GO     go binary (default: `go` on PATH, else /usr/local/go/bin/go)
 #   AIRFLOW_TFK_K8S_BUILD_P  go build -p (default: number of CPUs)
 #   AIRFLOW_TFK_K8S_NICE   niceness for the compile (default 10)
-set -euo pipefail
-trap 'echo "build.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
-
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+tfk_init build.sh
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cache_root="${AIRFLOW_TFK_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-tfk/k8s}"
-
-go_bin="${AIRFLOW_TFK_K8S_GO:-}"
-if [[ -z "$go_bin" ]]; then
-    if command -v go >/dev/null 2>&1; then go_bin="$(command -v go)";
-    elif [[ -x /usr/local/go/bin/go ]]; then go_bin=/usr/local/go/bin/go;
-    else echo "build.sh: no Go toolchain found (set AIRFLOW_TFK_K8S_GO)" >&2; exit 3; fi
-fi
-go_version="$("$go_bin" env GOVERSION 2>/dev/null || true)"
-if [[ "$go_version" != go1.* ]]; then
-    echo "build.sh: '$go_bin' is not a working Go toolchain (k8s.io/kubernetes needs Go >= 1.26)" >&2
-    exit 3
-fi
+tfk_go
 
 k8s_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit} $2 == "k8s.io/kubernetes" {print $3; exit}' "$here/controlplane/go.mod")"
 kwok_version="$(awk '$1 == "sigs.k8s.io/kwok" {print $2; exit}' "$here/kwok/go.mod")"
@@ -49,10 +36,8 @@ key="$(
         echo "$go_version"
         echo "$recipe"
         cd "$here"
-        for f in controlplane/go.mod controlplane/go.sum controlplane/*.go kwok/go.mod kwok/go.sum; do
-            echo "== $f"; cat "$f"
-        done
-    } | sha256sum | cut -c1-16
+        tfk_files . controlplane/go.mod controlplane/go.sum controlplane/*.go kwok/go.mod kwok/go.sum
+    } | tfk_key
 )"
 out="$cache_root/${k8s_version}-kwok${kwok_version}-$key"
 bin="$out/bin"
@@ -62,10 +47,8 @@ if [[ -x "$bin/controlplane" && -x "$bin/kwok" && -f "$out/.complete" ]]; then
     exit 0
 fi
 
-mkdir -p "$cache_root"
 # One builder at a time (pytest-xdist workers, parallel sessions).
-exec 9>"$cache_root/.build.lock"
-flock 9
+tfk_lock "$cache_root"
 if [[ -x "$bin/controlplane" && -x "$bin/kwok" && -f "$out/.complete" ]]; then
     echo "$bin"
     exit 0
@@ -73,14 +56,8 @@ fi
 
 p="${AIRFLOW_TFK_K8S_BUILD_P:-$(nproc)}"
 nice_n="${AIRFLOW_TFK_K8S_NICE:-10}"
-tmp="$(mktemp -d "$cache_root/.build.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
+tfk_tmpdir "$cache_root" .build
 mkdir -p "$tmp/bin"
-
-# -mod=readonly: the committed go.sum is the pin; a mismatch fails instead of re-resolving.
-export GOFLAGS="-mod=readonly -buildvcs=false"
-export CGO_ENABLED=0
-export GOTOOLCHAIN=local
 
 start=$(date +%s)
 echo "build.sh: building control plane ${k8s_version} + kwok ${kwok_version} into $out (go $go_version, -p $p)" >&2
@@ -108,10 +85,6 @@ done
     echo "kwok_build_seconds $((t2 - t1))"
 } > "$tmp/BUILDINFO"
 touch "$tmp/.complete"
-rm -rf "$out"
-mv "$tmp" "$out"
-trap - EXIT
-# Keep this build and the previous one (a test session may still be using it).
-ls -1dt "$cache_root"/v*-kwok*-*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf || true
+tfk_publish "$out" 'v*-kwok*-*'
 echo "build.sh: done in $((t2 - start)) s (control plane $((t1 - start)) s, kwok $((t2 - t1)) s)" >&2
 echo "$bin"

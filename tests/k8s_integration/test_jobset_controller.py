@@ -6,7 +6,10 @@ plane:
   policy (all workers) ends the parameter servers without the provider deleting them;
 - failure: a worker exits with a permanent code, its index fails at once, the JobSet fails
   (no restarts), and the wait reports the task and its exit code;
-- clean-up: delete() leaves nothing, JobSet included.
+- clean-up: delete() leaves nothing, JobSet included;
+- under Airflow (TFTrainingOperator): a retry whose first try died while deferred
+  reattaches to the same JobSet, the task log follows its pods (progress lines), and the
+  task succeeds.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from k8s import addons
+from airflow.sdk.exceptions import TaskDeferred
+from k8s import addons, harness
 
 from airflow_tfk.backends.kubernetes import KubernetesBackend
 from airflow_tfk.naming import RunIdentity
@@ -104,3 +108,47 @@ def test_a_permanent_failure_fails_the_jobset_and_the_wait(k8s_api, jobset_contr
     backend.delete(ref)
     _tfk.wait_for("no JobSet left", lambda: _jobset(k8s_api, tfk_ns, "jsfail") is None, timeout=60)
     _tfk.wait_no_leftovers(k8s_api, tfk_ns, "jsfail", timeout=90)
+
+
+def test_under_airflow_a_retry_reattaches_and_shows_progress(
+    k8s_api, jobset_controller, tfk_ns, tfk_conn, capfd
+):
+    ctx = _tfk.task_context("manual__jobset_retry")
+    name = _tfk.cluster_name(ctx)
+    spec = _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1, layout="jobset")
+    with pytest.raises(TaskDeferred):
+        _tfk.make_op(tfk_ns, spec, deferrable=True).execute(ctx)  # try 1 dies while deferred
+    _tfk.wait_for(
+        "3 running pods",
+        lambda: (
+            len(p := _tfk.pods(k8s_api, tfk_ns, name)) == 3 and all(x.status.phase == "Running" for x in p)
+        ),
+        timeout=60,
+    )
+    uid = (_jobset(k8s_api, tfk_ns, name) or {})["metadata"]["uid"]
+    before = {p.metadata.name for p in _tfk.pods(k8s_api, tfk_ns, name)}
+    capfd.readouterr()
+
+    def staggered(pod):  # worker i ends (i+1)*3 s after the retry started: one line each
+        rule = _tfk.default_rule(pod)
+        return rule and {**rule, harness.EXIT_DELAY: f"{(_tfk.index_of(pod) + 1) * 3}s"}
+
+    retry = _tfk.task_context("manual__jobset_retry", try_number=2)
+    with _tfk.PodDriver(k8s_api, tfk_ns, name, rule=staggered) as driver:
+        result = _tfk.make_op(tfk_ns, spec).execute(retry)
+    out = "".join(capfd.readouterr())
+    assert result["outcome"] == "succeeded", out[-3000:]
+    assert "reattaching to existing cluster" in out, out[-3000:]
+    # The task log followed the JobSet's pods to the end, as for the Jobs layout.
+    progress = [line.split("cluster: ", 1)[1] for line in out.splitlines() if "cluster: ps " in line]
+    for step in ("worker 2 running", "worker 1 running, 1 succeeded", "worker 2 succeeded"):
+        assert any(line.startswith(f"ps 1 running; {step}") for line in progress), (step, progress)
+    # Try 1's pods did the work (none were made again), in the same JobSet if it is still
+    # there (the clean-up after success may have removed it already), and no other.
+    assert driver.done and set(driver.done) <= before, (driver.done, before)
+    jobsets = _tfk.objects(k8s_api, tfk_ns, name, kinds=[JOBSETS])
+    assert list(jobsets) == [f"jobsets/{name}"] or not jobsets, jobsets
+    if jobsets:
+        assert jobsets[f"jobsets/{name}"]["metadata"]["uid"] == uid
+    # the clean-up after success ended the PS (the finished workers stay until the TTL)
+    _tfk.wait_for("the PS gone", lambda: not _tfk.pods(k8s_api, tfk_ns, name, "ps"), timeout=60)

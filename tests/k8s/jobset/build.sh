@@ -1,32 +1,10 @@
 #!/usr/bin/env bash
 # Build the JobSet controller (sigs.k8s.io/jobset, the `tool` in go.mod here) ONCE into a
-# cache outside the repository, keyed like tests/k8s/build.sh by the Go version and
-# go.mod/go.sum. One builder at a time (flock). Prints the binary's path on the last line.
+# cache outside the repository, keyed by the Go version and go.mod/go.sum (../lib.sh).
+# One builder at a time (flock). Prints the binary's path on the last line.
 #
 # Environment: AIRFLOW_TFK_K8S_CACHE (cache root), AIRFLOW_TFK_K8S_GO (go binary),
 # AIRFLOW_TFK_K8S_BUILD_P (go build -p, default 1), AIRFLOW_TFK_K8S_NICE (default 19).
-set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cache_root="${AIRFLOW_TFK_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-tfk/k8s}/addons"
-go_bin="${AIRFLOW_TFK_K8S_GO:-$(command -v go || echo /usr/local/go/bin/go)}"
-go_version="$("$go_bin" env GOVERSION)"
-version="$(awk '$1 == "sigs.k8s.io/jobset" {print $2; exit}' "$here/go.mod")"
-key="$( { echo "$go_version recipe=1 -trimpath -s -w"; cat "$here/go.mod" "$here/go.sum"; } | sha256sum | cut -c1-16)"
-out="$cache_root/jobset-$version-$key"
-if [[ -x "$out/jobset" ]]; then echo "$out/jobset"; exit 0; fi
-mkdir -p "$cache_root"
-exec 9>"$cache_root/.build.lock"
-flock 9
-if [[ -x "$out/jobset" ]]; then echo "$out/jobset"; exit 0; fi
-export GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN=local
-tmp="$(mktemp -d "$cache_root/.build.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
-start=$(date +%s)
-cd "$here"
-nice -n "${AIRFLOW_TFK_K8S_NICE:-19}" "$go_bin" mod download >&2
-nice -n "${AIRFLOW_TFK_K8S_NICE:-19}" "$go_bin" build -p "${AIRFLOW_TFK_K8S_BUILD_P:-1}" -trimpath \
-    -ldflags "-s -w" -o "$tmp/jobset" sigs.k8s.io/jobset >&2
-echo "jobset_build_seconds $(( $(date +%s) - start ))" > "$tmp/BUILDINFO"
-rm -rf "$out"; mv "$tmp" "$out"; trap - EXIT
-echo "build.sh: jobset $version built in $(( $(date +%s) - start )) s" >&2
-echo "$out/jobset"
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tfk_init jobset/build.sh
+tfk_addon_build jobset sigs.k8s.io/jobset sigs.k8s.io/jobset

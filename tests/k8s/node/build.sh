@@ -13,23 +13,10 @@
 #
 # Environment: AIRFLOW_TFK_K8S_CACHE, AIRFLOW_TFK_K8S_GO, AIRFLOW_TFK_K8S_BUILD_P,
 # AIRFLOW_TFK_K8S_NICE as for ../build.sh.
-set -euo pipefail
-trap 'echo "node/build.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
-
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tfk_init node/build.sh
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cache_root="${AIRFLOW_TFK_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airflow-tfk/k8s}"
-
-go_bin="${AIRFLOW_TFK_K8S_GO:-}"
-if [[ -z "$go_bin" ]]; then
-    if command -v go >/dev/null 2>&1; then go_bin="$(command -v go)";
-    elif [[ -x /usr/local/go/bin/go ]]; then go_bin=/usr/local/go/bin/go;
-    else echo "node/build.sh: no Go toolchain found (set AIRFLOW_TFK_K8S_GO)" >&2; exit 3; fi
-fi
-go_version="$("$go_bin" env GOVERSION 2>/dev/null || true)"
-if [[ "$go_version" != go1.* ]]; then
-    echo "node/build.sh: '$go_bin' is not a working Go toolchain" >&2
-    exit 3
-fi
+tfk_go
 for tool in apt-get dpkg; do
     command -v "$tool" >/dev/null 2>&1 || { echo "node/build.sh: needs $tool (Debian packages)" >&2; exit 3; }
 done
@@ -51,27 +38,23 @@ key="$(
         echo "$go_version"
         echo "$recipe"
         cd "$here"
-        for f in kubelet/go.mod kubelet/go.sum kubelet/*.go coredns/go.mod coredns/go.sum coredns/*.go pause/go.mod pause/*.go debs.txt; do
-            echo "== $f"; cat "$f"
-        done
-    } | sha256sum | cut -c1-16
+        tfk_files . kubelet/go.mod kubelet/go.sum kubelet/*.go coredns/go.mod coredns/go.sum coredns/*.go \
+            pause/go.mod pause/*.go debs.txt
+    } | tfk_key
 )"
 out="$cache_root/node-${k8s_version}-coredns${coredns_version}-$key"
 
 complete() { [[ -f "$out/.complete" && -x "$out/bin/kubelet" && -x "$out/bin/coredns" && -x "$out/bin/pause" && -x "$out/bin/containerd" ]]; }
 if complete; then echo "$out"; exit 0; fi
 
-mkdir -p "$cache_root"
 # One builder at a time, shared with ../build.sh: the Go builds then run one after the
 # other and the second finds the first's packages in the build cache.
-exec 9>"$cache_root/.build.lock"
-flock 9
+tfk_lock "$cache_root"
 if complete; then echo "$out"; exit 0; fi
 
 p="${AIRFLOW_TFK_K8S_BUILD_P:-$(nproc)}"
 nice_n="${AIRFLOW_TFK_K8S_NICE:-10}"
-tmp="$(mktemp -d "$cache_root/.node-build.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
+tfk_tmpdir "$cache_root" .node-build
 mkdir -p "$tmp/bin" "$tmp/cni" "$tmp/debs"
 
 start=$(date +%s)
@@ -89,10 +72,7 @@ cp "$root/usr/lib/cni/bridge" "$root/usr/lib/cni/host-local" "$root/usr/lib/cni/
 rm -rf "$tmp/debs"
 t1=$(date +%s)
 
-# 2. Go binaries. -mod=readonly: the committed go.sum is the pin.
-export GOFLAGS="-mod=readonly -buildvcs=false"
-export CGO_ENABLED=0
-export GOTOOLCHAIN=local
+# 2. Go binaries (tfk_tmpdir exported the Go settings).
 (
     cd "$here/kubelet"
     nice -n "$nice_n" "$go_bin" mod download >&2
@@ -119,9 +99,6 @@ t3=$(date +%s)
     echo "coredns_build_seconds $((t3 - t2))"
 } > "$tmp/BUILDINFO"
 touch "$tmp/.complete"
-rm -rf "$out"
-mv "$tmp" "$out"
-trap - EXIT
-ls -1dt "$cache_root"/node-*/ 2>/dev/null | tail -n +3 | xargs -r rm -rf || true
+tfk_publish "$out" 'node-*'
 echo "node/build.sh: done in $((t3 - start)) s (debs $((t1 - start)) s, kubelet $((t2 - t1)) s, coredns $((t3 - t2)) s)" >&2
 echo "$out"
