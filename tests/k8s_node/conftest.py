@@ -43,6 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
 _BUILD_ERROR = pytest.StashKey[str]()
 _MISSING = pytest.StashKey[list[str]]()
 _IMAGE_BUILD = pytest.StashKey[imagemod.Build]()
+_NODE_IMPORT = pytest.StashKey[imagemod.NodeImport]()
 
 
 @pytest.hookimpl(tryfirst=True)  # the image build then overlaps the other builds too
@@ -135,11 +136,18 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
 
     old_term = signal.signal(signal.SIGTERM, _interrupt)
     node = nodemod.Node.start(log=log)
+    importing = None
     try:
         _storage_class(node)
+        if _IMAGE_BUILD in request.config.stash:  # a training_image test is selected
+            importing = request.config.stash[_NODE_IMPORT] = imagemod.NodeImport(
+                node, request.config.stash[_IMAGE_BUILD]
+            )
         yield node
     finally:
         t0 = time.monotonic()
+        if importing is not None:
+            importing.close()
         node.stop()
         failed = request.session.testsfailed > failed_before
         keep = failed or bool(os.environ.get("AIRFLOW_TFK_K8S_KEEP"))
@@ -153,6 +161,23 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
         signal.signal(signal.SIGTERM, old_term)
         left = node.leftovers(removed=not keep)
         assert not left, f"the real node left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def node_training_image(
+    request: pytest.FixtureRequest, k8s_node: nodemod.Node, training_image: imagemod.TrainingImage
+) -> Iterator[imagemod.TrainingImage]:
+    """The training image in the node's containerd: imported in the background since the
+    node came up (if the build was done by then), removed after the module (~4 GB of RAM)."""
+    importing = request.config.stash.get(_NODE_IMPORT, None) or imagemod.NodeImport(k8s_node, None)
+    took, waited = importing.wait(training_image)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"training image imported into the node in {took:.1f}s (waited {waited:.1f}s)")
+    yield training_image
+    importing.close()
+    request.config.stash[_NODE_IMPORT] = imagemod.NodeImport(k8s_node, None)  # a next module imports again
+    k8s_node.remove_image(training_image.ref)
 
 
 @pytest.fixture(scope="package")

@@ -33,11 +33,8 @@ _SET_CLASS = f'Object{{spec: Object.spec{{runtimeClassName: "{RUNTIME_CLASS}"}}}
 
 
 @pytest.fixture(scope="module")
-def node_image(k8s_node: nodemod.Node, node_api, training_image: TrainingImage) -> Iterator[TrainingImage]:
-    """The archive imported into the node's containerd (timed), and the RuntimeClass."""
-    t0 = time.monotonic()
-    k8s_node.import_image(training_image.archive)
-    print(f"training image imported into the node's containerd in {time.monotonic() - t0:.1f}s")
+def node_image(node_api, node_training_image: TrainingImage) -> Iterator[TrainingImage]:
+    """The imported image (conftest) and the RuntimeClass whose handler runs it alone."""
     node = client.NodeV1Api(node_api)
     node.create_runtime_class(
         client.V1RuntimeClass(
@@ -45,10 +42,9 @@ def node_image(k8s_node: nodemod.Node, node_api, training_image: TrainingImage) 
         )
     )
     try:
-        yield training_image
+        yield node_training_image
     finally:
         node.delete_runtime_class(RUNTIME_CLASS)
-        k8s_node.remove_image(training_image.ref)
 
 
 @pytest.fixture

@@ -99,3 +99,42 @@ class Build:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self.log.unlink(missing_ok=True)
+
+
+class NodeImport:
+    """``ctr images import`` of the built archive into a node's containerd, in a thread
+    started as soon as the node is up (and the build is done), so the ~30 s of hashing
+    and unpacking ~2 GB overlap the tier's earlier tests; :meth:`wait` joins it."""
+
+    def __init__(self, node, build: Build | None) -> None:
+        import concurrent.futures
+
+        self.node, self.build = node, build
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tfk-image-import")
+        self._future: concurrent.futures.Future[float] | None = None
+        if build is not None and build.proc.poll() is not None:
+            try:
+                self._start(build.wait())
+            except ImageBuildError:
+                pass  # reported by the test's fixture
+
+    def _start(self, image: TrainingImage) -> None:
+        def run() -> float:
+            t0 = time.monotonic()
+            self.node.import_image(image.archive)
+            return time.monotonic() - t0
+
+        self._future = self._pool.submit(run)
+
+    def wait(self, image: TrainingImage) -> tuple[float, float]:
+        """(seconds the import took, seconds waited for it here)."""
+        t0 = time.monotonic()
+        if self._future is None:
+            self._start(image)
+        assert self._future is not None
+        took = self._future.result()
+        return took, time.monotonic() - t0
+
+    def close(self) -> None:
+        """Before the node stops (an import still running then fails with containerd)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
