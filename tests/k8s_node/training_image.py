@@ -56,7 +56,9 @@ class Build:
     """One run of build.sh in its own process group (so it can be stopped as a whole)."""
 
     def __init__(self) -> None:
-        self.log = Path(tempfile.mkstemp(prefix="tfk-training-image-", suffix=".log")[1])
+        fd, log = tempfile.mkstemp(prefix="tfk-training-image-", suffix=".log")
+        os.close(fd)
+        self.log = Path(log)
         self.t0 = time.monotonic()
         with open(self.log, "wb") as fh:
             self.proc = subprocess.Popen(
