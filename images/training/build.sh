@@ -182,7 +182,7 @@ fi
 
 start=$(date +%s)
 # Under the lock, a build directory left behind is from a build that was killed.
-find "$cache_root" -maxdepth 1 -name '.build.*' -exec rm -rf {} +
+find "$cache_root" -maxdepth 1 -type d -name '.build.*' -exec rm -rf {} +
 tmp="$(mktemp -d "$cache_root/.build.XXXXXX")"
 # After the namespace is gone (no mount can be left under $tmp by then).
 trap 'rm -rf "$tmp"' EXIT
@@ -222,7 +222,8 @@ mv "$tmp/training.tar" "$out.tmp"
 mv "$out.tmp" "$out"
 cp "$tmp/BUILDINFO" "${out%.tar}.info"
 echo "total_seconds $(($(date +%s) - start))" >>"${out%.tar}.info"
-# Only the newest archive is kept (each is ~2 GB).
-find "$cache_root" -maxdepth 1 -name 'training-*' ! -name "training-$key.*" -delete
+# The two newest archives are kept (each ~2 GB): another checkout (a branch, a second
+# session on this machine) may be about to import the one before.
+ls -1t "$cache_root"/training-*.tar | tail -n +3 | while read -r old; do rm -f "$old" "${old%.tar}.info"; done
 log "done in $(($(date +%s) - start)) s: $(tr '\n' ' ' <"${out%.tar}.info")"
 echo "$out"
