@@ -84,11 +84,51 @@ def alive(record: dict[str, Any] | None) -> psutil.Process | None:
     return verified(record.get("pid"), float(record.get("create_time", 0)))
 
 
+def running(proc: psutil.Process) -> bool:
+    """``proc`` still runs (a zombie has ended: it runs nothing)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until the processes ended; the ones still running after ``timeout``.
+
+    A zombie counts as ended: it runs nothing, and its parent (init, for daemonized
+    processes) reaps it when it gets to it - psutil.wait_procs would wait for that too.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        procs = [p for p in procs if running(p)]
+        if not procs or time.monotonic() >= deadline:
+            return procs
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+def signal_all(sig: int, groups: set[int], procs: dict[int, psutil.Process]) -> None:
+    """Send ``sig`` to each process group and to each process (psutil checks the pid was
+    not reused); the ones already gone are skipped."""
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+    for proc in procs.values():
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(sig)
+
+
 def start(
-    argv: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: str | None = None
+    argv: list[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    log_mode: int = 0o666,
 ) -> psutil.Process:
-    """Start ``argv`` in its own session (it outlives the caller), output to ``log_path``."""
-    with open(log_path, "ab") as out:
+    """Start ``argv`` in its own session (it outlives the caller), output appended to
+    ``log_path`` (created with ``log_mode``, less the umask)."""
+    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, log_mode), "ab") as out:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -127,7 +167,7 @@ def stop(record: dict[str, Any] | None, grace: float = 5.0) -> bool:
 def wait_listening(proc: psutil.Process, port: int, timeout: float, log_path: Path) -> None:
     deadline = time.monotonic() + timeout
     while not port_open(port):
-        if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+        if not running(proc):
             raise RuntimeError(f"the process exited before it listened on {port}: {tail(log_path)}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"nothing listens on port {port} after {timeout:.0f} s: {tail(log_path)}")
@@ -140,3 +180,48 @@ def tail(path: Path, lines: int = 15) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+class ServerDir:
+    """A server process that outlives the task that started it (a local model server, a
+    local TensorBoard), found again through its directory: ``server.json`` records it
+    (pid, create time, its ports...), ``server.log`` holds its output. Callers hold
+    :func:`locked` on ``dir`` around a check-then-start or a stop."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.record_path = directory / "server.json"
+        self.log_path = directory / "server.log"
+
+    def record(self) -> dict[str, Any] | None:
+        return read_record(self.record_path)
+
+    def running(self) -> dict[str, Any] | None:
+        """The record, if its process still runs."""
+        record = self.record()
+        return record if alive(record) is not None else None
+
+    def start(
+        self, argv: list[str], env: dict[str, str], **fields: Any
+    ) -> tuple[psutil.Process, dict[str, Any]]:
+        """Start ``argv`` here and record it with ``fields``; the process and its record."""
+        proc = start(argv, self.log_path, env, cwd=str(self.dir))
+        record = {"pid": proc.pid, "create_time": proc.create_time(), **fields, "argv": argv}
+        write_atomic(self.record_path, json.dumps(record, indent=1))
+        return proc, record
+
+    def wait_listening(self, proc: psutil.Process, record: dict[str, Any], port: int, timeout: float) -> None:
+        """Until ``proc`` listens on ``port``; if it never does, it is stopped and forgotten."""
+        try:
+            wait_listening(proc, port, timeout, self.log_path)
+        except BaseException:
+            stop(record)
+            self.record_path.unlink(missing_ok=True)
+            raise
+
+    def stop(self) -> dict[str, Any] | None:
+        """Stop the recorded process and forget it; its record if it was running."""
+        record = self.record()
+        stopped = stop(record)
+        self.record_path.unlink(missing_ok=True)
+        return record if stopped else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -33,12 +33,12 @@ LABEL_DAG = f"{LABEL_PREFIX}/dag-id"
 LABEL_TASK = f"{LABEL_PREFIX}/task-id"
 LABEL_RUN = f"{LABEL_PREFIX}/run-id"
 LABEL_MAP_INDEX = f"{LABEL_PREFIX}/map-index"
-# The exact owner (annotations keep the values labels must sanitise) and the spec the
-# cluster was made from: what a retry compares before it reattaches.
-ANNOTATION_DAG = f"{LABEL_PREFIX}/dag-id"
-ANNOTATION_TASK = f"{LABEL_PREFIX}/task-id"
-ANNOTATION_RUN = f"{LABEL_PREFIX}/run-id"
-ANNOTATION_MAP_INDEX = f"{LABEL_PREFIX}/map-index"
+# The exact owner (annotations keep the values labels must sanitise; the keys are the
+# labels') and the spec the cluster was made from: what a retry compares before it reattaches.
+ANNOTATION_DAG = LABEL_DAG
+ANNOTATION_TASK = LABEL_TASK
+ANNOTATION_RUN = LABEL_RUN
+ANNOTATION_MAP_INDEX = LABEL_MAP_INDEX
 ANNOTATION_SPEC_HASH = f"{LABEL_PREFIX}/spec-hash"
 # max_duration_seconds on every object: the deadline of objects Kubernetes cannot time
 # out itself (the PS StatefulSet) is creationTimestamp + this, enforced by the sweeper.
@@ -198,12 +198,7 @@ class RunIdentity:
         return cluster_name_for(self.dag_id, self.task_id, self.run_id, self.map_index, prefix)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "dag_id": self.dag_id,
-            "task_id": self.task_id,
-            "run_id": self.run_id,
-            "map_index": self.map_index,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> RunIdentity:

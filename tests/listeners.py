@@ -22,6 +22,15 @@ def listening(pid: int) -> set[tuple[str, int]]:
     return out
 
 
+def _is_loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip)
+    # A dual-stack socket bound to 127.0.0.1 shows as ::ffff:127.0.0.1, which Python 3.11's
+    # ipaddress does not call loopback; it is reachable only through loopback all the same.
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return addr.is_loopback
+
+
 def not_loopback(pid: int) -> set[tuple[str, int]]:
     """The listeners of ``pid``'s tree reachable from other machines (should be none)."""
-    return {(ip, port) for ip, port in listening(pid) if not ipaddress.ip_address(ip).is_loopback}
+    return {(ip, port) for ip, port in listening(pid) if not _is_loopback(ip)}

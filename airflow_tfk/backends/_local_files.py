@@ -5,14 +5,10 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import socket
-import time
-import uuid
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -60,7 +56,6 @@ MINIMAL_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
 MARKER_ENV = "TFK_LOCAL_CLUSTER"
 TASK_ENV = "TFK_LOCAL_TASK"  # role-index, on the supervisor and its task
 PRIVATE_DIR = 0o700
-PRIVATE_FILE = 0o600
 
 
 def _private_dir(path: Path) -> None:
@@ -74,30 +69,6 @@ def _private_dir(path: Path) -> None:
         with contextlib.suppress(FileExistsError):
             d.mkdir(mode=PRIVATE_DIR)
         os.chmod(d, PRIVATE_DIR)  # mkdir's mode is filtered by the umask
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` so readers in other processes see the old or the new file, never half.
-
-    The file is 0600: task records hold the task's environment."""
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:6]}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
-    with open(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        return None
-    except ValueError:  # only a crash mid-write of a non-atomic writer could do this
-        log.warning("local backend: ignoring unreadable %s", path)
-        return None
 
 
 def _tail(path: Path, lines: int | None) -> str:
@@ -146,26 +117,3 @@ def _port_free(port: int) -> bool:
 
 def _verified(pid: int | None, create_time: float | None) -> psutil.Process | None:
     return _process.verified(pid, create_time, _CTIME_TOLERANCE)
-
-
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Wait until the processes ended; the ones still running after ``timeout``.
-
-    A zombie counts as ended: it runs nothing, and its parent (init, for the daemonized
-    supervisors) reaps it when it gets to it - psutil.wait_procs would wait for that too.
-    """
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while True:
-        procs = [p for p in procs if _running(p)]
-        if not procs or time.monotonic() >= deadline:
-            return procs
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)

@@ -15,7 +15,7 @@ import shutil
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from airflow_tfk.backends._local_files import LOCALHOST, _port_free, _tail
 from airflow_tfk.backends.base import ClusterRef, RunExport
@@ -24,13 +24,16 @@ from airflow_tfk.protocol.digits import is_plain_int
 from airflow_tfk.protocol.progress import parse_event
 from airflow_tfk.spec import TFClusterSpec
 
+if TYPE_CHECKING:
+    from airflow_tfk.backends._local_records import ClusterState
+
 _PYTHONS = ("python", "python3")
 
 
 class LocalHostChecks:
     fixed_ports: bool
 
-    def _state(self, ref: ClusterRef) -> dict[str, Any] | None:
+    def _cluster(self, ref: ClusterRef) -> ClusterState | None:
         raise NotImplementedError
 
     def cluster_dir(self, ref: ClusterRef) -> Path:
@@ -120,8 +123,8 @@ class LocalHostChecks:
         """Each ``<model>/<version>`` directory the run's tasks reported exporting (their
         ``{"tfk": "export"}`` log lines, every attempt's). Only directories inside the
         cluster's own volumes or claims count, whatever a log line says."""
-        state = self._state(ref) or {}
-        roots = [Path(p).resolve() for p in (state.get("volumes") or {}).values()]
+        state = self._cluster(ref)
+        roots = [Path(p).resolve() for p in (state.volumes if state else {}).values()]
         logs = self.cluster_dir(ref) / "logs"
         if not roots or not logs.is_dir():
             return []
@@ -139,7 +142,8 @@ class LocalHostChecks:
     def discard_exports(self, ref: ClusterRef, exports: list[RunExport]) -> list[str]:
         """Rename each exported ``<model>/<version>`` to ``<model>/.failed-<version>-<uid>``:
         TF Serving and :func:`publish` only see integer names."""
-        uid = str((self._state(ref) or {}).get("uid", "x"))[:8]
+        state = self._cluster(ref)
+        uid = (state.uid if state else "x")[:8]
         moved = []
         for export in exports:
             path = Path(export.path)

@@ -10,25 +10,32 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import psutil
 
-from airflow_tfk import naming
+from airflow_tfk import _process, naming
+from airflow_tfk.backends import _local_records as records
 from airflow_tfk.backends._local_files import (
     MARKER_ENV,
-    PRIVATE_FILE,
     TASK_ENV,
     _excerpt,
-    _read_json,
-    _running,
     _tail,
     _verified,
-    _wait_gone,
+)
+from airflow_tfk.backends._local_records import (
+    PRIVATE_FILE,
+    AttemptStatus,
+    ClusterState,
+    ProcessRef,
+    SupervisorInfo,
+    TaskConfig,
+    TaskEntry,
+    TaskExit,
     _write_json,
 )
 from airflow_tfk.backends.base import ClusterRef
@@ -48,74 +55,61 @@ class LocalProcesses:
     def log_path(self, ref: ClusterRef, role: str, index: int) -> Path:
         raise NotImplementedError
 
-    def _launch(self, ref: ClusterRef, cdir: Path, tasks: list[dict[str, Any]]) -> None:
-        """Start one daemonized supervisor per task; record each one's pid and create time."""
+    def _launch(self, ref: ClusterRef, cdir: Path, tasks: Sequence[TaskEntry]) -> tuple[TaskEntry, ...]:
+        """Start one daemonized supervisor per task; the tasks with each one's pid and create time."""
         launchers = []
         for t in tasks:
-            tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
-            sup_log = os.open(tdir / "supervisor.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, PRIVATE_FILE)
-            with open(sup_log, "ab") as out:
-                launchers.append(
-                    subprocess.Popen(
-                        [sys.executable, "-I", SUPERVISOR, "--daemonize", str(tdir)],
-                        # Only what the supervisor needs, plus the tag that finds it again.
-                        env={
-                            "PATH": os.environ.get("PATH", os.defpath),
-                            MARKER_ENV: self._marker(ref),
-                            TASK_ENV: f"{t['role']}-{t['index']}",
-                        },
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=out,
-                        close_fds=True,
-                        start_new_session=True,
-                        cwd=str(tdir),
-                    )
-                )
+            tdir = cdir / "tasks" / t.name
+            # Only what the supervisor needs, plus the tag that finds it again.
+            env = {
+                "PATH": os.environ.get("PATH", os.defpath),
+                MARKER_ENV: self._marker(ref),
+                TASK_ENV: t.name,
+            }
+            argv = [sys.executable, "-I", SUPERVISOR, "--daemonize", str(tdir)]
+            launchers.append(
+                _process.start(argv, tdir / "supervisor.log", env, cwd=str(tdir), log_mode=PRIVATE_FILE)
+            )
         for t, p in zip(tasks, launchers, strict=True):  # each returns once its supervisor forked
-            if p.wait(timeout=self.start_timeout_seconds) != 0:
-                tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
+            code = p.wait(timeout=self.start_timeout_seconds)
+            if code != 0:
                 raise RuntimeError(
-                    f"local backend: the supervisor of {t['role']}-{t['index']} failed to start "
-                    f"(exit code {p.returncode}): "
-                    f"{_tail(tdir / 'supervisor.log', 20).strip() or 'no output'}"
+                    f"local backend: the supervisor of {t.name} failed to start (exit code {code}): "
+                    f"{_tail(cdir / 'tasks' / t.name / 'supervisor.log', 20).strip() or 'no output'}"
                 )
         give_up = time.monotonic() + self.start_timeout_seconds
+        launched = []
         for t in tasks:
-            tdir = cdir / "tasks" / f"{t['role']}-{t['index']}"
-            while True:
-                info = _read_json(tdir / "supervisor.json")
-                if info is not None:
-                    break
+            tdir = cdir / "tasks" / t.name
+            while (info := records.read(tdir / "supervisor.json", SupervisorInfo)) is None:
                 if time.monotonic() > give_up:
                     raise RuntimeError(
-                        f"local backend: the supervisor of {t['role']}-{t['index']} did not "
+                        f"local backend: the supervisor of {t.name} did not "
                         f"start within {self.start_timeout_seconds:.0f}s: "
                         f"{_tail(tdir / 'supervisor.log', 20).strip() or 'no output'}"
                     )
                 time.sleep(0.01)
             try:
-                ctime = psutil.Process(info["pid"]).create_time()
+                ctime: float | None = psutil.Process(info.pid).create_time()
             except psutil.Error:
                 ctime = None  # already gone (e.g. the task failed at once): nothing to kill
-            t["supervisor"] = {"pid": info["pid"], "create_time": ctime}
+            launched.append(replace(t, supervisor=ProcessRef(info.pid, ctime)))
+        return tuple(launched)
 
-    def _task_status(self, ref: ClusterRef, task: dict[str, Any]) -> TaskStatus:
-        role, index = task["role"], task["index"]
+    def _task_status(self, ref: ClusterRef, task: TaskEntry) -> TaskStatus:
+        role, index = task.role, task.index
         tdir = self._task_dir(ref, role, index)
         log_path = self.log_path(ref, role, index)
-        final = _read_json(tdir / "exit.json")
-        current = _read_json(tdir / "status.json") or {}
-        restarts = int((final or current).get("restarts", 0))
+        final = records.read(tdir / "exit.json", TaskExit)
+        current = records.read(tdir / "status.json", AttemptStatus) or AttemptStatus()
+        restarts = int((final or current).restarts)
         deleted = (tdir / "deleted").exists()
-        if final is not None and final.get("phase") != "Deleted":
-            phase = Phase(final["phase"])
+        if final is not None and final.phase != "Deleted":
+            phase = Phase(final.phase)
             message = ""
             if phase is Phase.FAILED:
-                message = _excerpt(log_path) or final.get("message", "")
-            return TaskStatus(
-                role, index, phase, final.get("reason", ""), message, final.get("exit_code"), restarts
-            )
+                message = _excerpt(log_path) or final.message
+            return TaskStatus(role, index, phase, final.reason, message, final.exit_code, restarts)
         if final is not None or deleted:
             return TaskStatus(
                 role,
@@ -123,11 +117,11 @@ class LocalProcesses:
                 Phase.PENDING,
                 "Deleted",
                 "deleted before it finished",
-                (final or {}).get("exit_code"),
+                final.exit_code if final else None,
                 restarts,
             )
         supervisor = self._supervisor(ref, task)
-        if supervisor is None and task.get("supervisor"):
+        if supervisor is None and task.supervisor:
             if (tdir / "exit.json").exists() or (tdir / "deleted").exists():
                 return self._task_status(ref, task)  # it just finished: read again
             # Killed from outside (or the machine rebooted) without a word: if the task
@@ -142,11 +136,11 @@ class LocalProcesses:
             return TaskStatus(
                 role, index, Phase.FAILED, "Lost", f"{note}\n{tail}" if tail else note, None, restarts
             )
-        state = current.get("state")
+        state = current.state
         if state == "running":
             return TaskStatus(role, index, Phase.RUNNING, "", "", None, restarts)
         if state == "backoff":
-            code = current.get("last_exit_code")
+            code = current.last_exit_code
             return TaskStatus(
                 role, index, Phase.PENDING, "BackOff", f"exited with code {code}; restarting", code, restarts
             )
@@ -167,7 +161,7 @@ class LocalProcesses:
                 continue
             try:
                 env = proc.environ()
-                if env.get(MARKER_ENV) != mark or not _running(proc):
+                if env.get(MARKER_ENV) != mark or not _process.running(proc):
                     continue
                 if roles is not None and env.get(TASK_ENV, "").rsplit("-", 1)[0] not in roles:
                     continue
@@ -176,45 +170,45 @@ class LocalProcesses:
             found.append(proc)
         return found
 
-    def _supervisor(self, ref: ClusterRef, task: dict[str, Any]) -> psutil.Process | None:
-        sup = task.get("supervisor")
+    def _supervisor(self, ref: ClusterRef, task: TaskEntry) -> psutil.Process | None:
+        sup = task.supervisor
         if sup:
-            if sup.get("create_time") is None:
+            if sup.create_time is None:
                 return None
-            return _verified(sup["pid"], sup["create_time"])
-        info = _read_json(self._task_dir(ref, task["role"], task["index"]) / "supervisor.json")
+            return _verified(sup.pid, sup.create_time)
+        info = records.read(self._task_dir(ref, task.role, task.index) / "supervisor.json", SupervisorInfo)
         if info is None:  # still launching (create holds the lock)
             return None
-        proc = _verified(info["pid"], None)
-        if proc is not None and abs(proc.create_time() - info["started_at"]) > 5:
+        proc = _verified(info.pid, None)
+        if proc is not None and abs(proc.create_time() - info.started_at) > 5:
             return None
         return proc
 
-    def _child(self, ref: ClusterRef, task: dict[str, Any]) -> psutil.Process | None:
-        st = _read_json(self._task_dir(ref, task["role"], task["index"]) / "status.json")
-        if not st or st.get("state") != "running":
+    def _child(self, ref: ClusterRef, task: TaskEntry) -> psutil.Process | None:
+        st = records.read(self._task_dir(ref, task.role, task.index) / "status.json", AttemptStatus)
+        if st is None or st.state != "running":
             return None
-        return _verified(st.get("pid"), st.get("pid_create_time"))
+        return _verified(st.pid, st.pid_create_time)
 
-    def _live(self, ref: ClusterRef, state: dict[str, Any]) -> bool:
+    def _live(self, ref: ClusterRef, state: ClusterState) -> bool:
         return any(
-            self._supervisor(ref, t) is not None or self._child(ref, t) is not None for t in state["tasks"]
+            self._supervisor(ref, t) is not None or self._child(ref, t) is not None for t in state.tasks
         )
 
-    def _mark_deleted(self, ref: ClusterRef, tasks: list[dict[str, Any]]) -> float:
+    def _mark_deleted(self, ref: ClusterRef, tasks: Sequence[TaskEntry]) -> float:
         """Leave each task's ``deleted`` marker (its supervisor stops on it); the longest
         kill grace among them."""
         grace = self.kill_grace_seconds
         for t in tasks:
-            tdir = self._task_dir(ref, t["role"], t["index"])
+            tdir = self._task_dir(ref, t.role, t.index)
             if tdir.is_dir() and not (tdir / "deleted").exists():
                 _write_json(tdir / "deleted", {"deleted_at": time.time()})
-            task_cfg = _read_json(tdir / "task.json") or {}
-            grace = max(grace, float(task_cfg.get("kill_grace_seconds", 0)))
+            config = records.read(tdir / "task.json", TaskConfig)
+            grace = max(grace, float(config.kill_grace_seconds) if config else 0.0)
         return grace
 
     def _targets(
-        self, ref: ClusterRef, tasks: list[dict[str, Any]], roles: list[str] | None
+        self, ref: ClusterRef, tasks: Sequence[TaskEntry], roles: list[str] | None
     ) -> tuple[set[int], dict[int, psutil.Process]]:
         """Process groups and processes to signal: the recorded ones and their children,
         and - even when the state or task files are gone or corrupt - every tagged one."""
@@ -231,25 +225,25 @@ class LocalProcesses:
                         procs[c.pid] = c
         return groups, procs
 
-    def _kill(self, ref: ClusterRef, state: dict[str, Any], roles: list[str] | None) -> None:
+    def _kill(self, ref: ClusterRef, all_tasks: Sequence[TaskEntry], roles: list[str] | None) -> None:
         """Stop the tasks of ``roles`` (all for None) and wait until none of their processes
         is left: SIGTERM to each process group, SIGKILL after the grace."""
-        tasks = [t for t in state.get("tasks") or [] if roles is None or t["role"] in roles]
+        tasks = [t for t in all_tasks if roles is None or t.role in roles]
         grace = self._mark_deleted(ref, tasks)
         groups, procs = self._targets(ref, tasks, roles)
         if not procs:
             return
         # The supervisors stop their tasks themselves on SIGTERM (recording "Deleted"), with
         # their own grace; give them that long, plus a little, before SIGKILL.
-        _send(signal.SIGTERM, groups, procs)
-        alive = _wait_gone(list(procs.values()), grace + 2.0)
+        _process.signal_all(signal.SIGTERM, groups, procs)
+        alive = _process.wait_gone(list(procs.values()), grace + 2.0)
         for _ in range(3):
             more_groups, more = self._targets(ref, tasks, roles)  # e.g. a restart that raced
             procs = {p.pid: p for p in alive} | more
             if not procs:
                 return
-            _send(signal.SIGKILL, groups | more_groups, procs)
-            alive = _wait_gone(list(procs.values()), 5.0)
+            _process.signal_all(signal.SIGKILL, groups | more_groups, procs)
+            alive = _process.wait_gone(list(procs.values()), 5.0)
             if not alive:
                 groups = set()
         leftover = sorted(p.pid for p in alive)
@@ -257,12 +251,3 @@ class LocalProcesses:
             raise RuntimeError(
                 f"local backend: processes {leftover} of {ref.namespace}/{ref.name} did not die after SIGKILL"
             )
-
-
-def _send(sig: int, groups: set[int], procs: dict[int, psutil.Process]) -> None:
-    for pgid in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
-    for proc in procs.values():
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(sig)

@@ -46,26 +46,27 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from airflow_tfk import naming
+from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.backends import _local_loopback, _local_pod
+from airflow_tfk.backends import _local_records as records
 from airflow_tfk.backends._local_files import (
     DEFAULT_ENV_ALLOWLIST,
     LOCALHOST,
     MARKER_ENV,
     MINIMAL_ENV,
-    PRIVATE_FILE,
     TASK_ENV,
     _private_dir,
-    _read_json,
     _tail,
-    _write_json,
     default_root,
 )
 from airflow_tfk.backends._local_host import LocalHostChecks
 from airflow_tfk.backends._local_procs import LocalProcesses
+from airflow_tfk.backends._local_records import PRIVATE_FILE, ClusterState, TaskConfig, TaskEntry
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
 from airflow_tfk.errors import ClusterOwnershipError, LocalMachineError
 from airflow_tfk.naming import RunIdentity
@@ -74,7 +75,6 @@ from airflow_tfk.status import ClusterStatus
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 1
 _VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MODEL_DIR"}
 
 
@@ -138,19 +138,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         return f"LocalBackend(root={self.root!r})"
 
     def config(self) -> dict[str, Any]:
-        return {
-            "root": self.root,
-            "fixed_ports": self.fixed_ports,
-            "workdir": self.workdir,
-            "kill_grace_seconds": self.kill_grace_seconds,
-            "restart_backoff_seconds": self.restart_backoff_seconds,
-            "poll_interval": self.poll_interval,
-            "inherit_env": self.inherit_env,
-            "env_allowlist": list(self.env_allowlist),
-            "loopback_only": self.loopback_only,
-            "keep_history": self.keep_history,
-            "start_timeout_seconds": self.start_timeout_seconds,
-        }
+        return {**init_kwargs(self), "env_allowlist": list(self.env_allowlist)}
 
     # -- paths --------------------------------------------------------------------------
     def cluster_dir(self, ref: ClusterRef) -> Path:
@@ -186,8 +174,17 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    def _cluster(self, ref: ClusterRef) -> ClusterState | None:
+        return records.read(self.cluster_dir(ref) / "state.json", ClusterState)
+
     def _state(self, ref: ClusterRef) -> dict[str, Any] | None:
-        return _read_json(self.cluster_dir(ref) / "state.json")
+        """``state.json`` as the JSON object it is on disk (what tests and a person read)."""
+        state = self._cluster(ref)
+        return asdict(state) if state is not None else None
+
+    def _tasks(self, ref: ClusterRef) -> tuple[TaskEntry, ...]:
+        state = self._cluster(ref)
+        return state.tasks if state is not None else ()
 
     # -- create -------------------------------------------------------------------------
     def preflight(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> None:
@@ -209,8 +206,8 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         commands = self._resolve_commands(spec, workdir)  # errors before any side effect
         preload = _local_loopback.preload_library() if self.loopback_only else None
         with self._locked(ref):
-            state = self._state(ref)
-            if state is not None and not state.get("deleted_at") and self._live(ref, state):
+            state = self._cluster(ref)
+            if state is not None and not state.deleted_at and self._live(ref, state):
                 self._check_reattach(ref, state, spec, identity)
                 log.info("local backend: cluster %s/%s is running; reattached", ref.namespace, ref.name)
                 return ref
@@ -235,17 +232,17 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
             try:
                 self._start(ref, spec, identity, commands, ports, workdir, preload)
             except BaseException:
-                self._kill(ref, self._state(ref) or {"tasks": []}, None)
+                self._kill(ref, self._tasks(ref), None)
                 shutil.rmtree(cdir, ignore_errors=True)
                 raise
         return ref
 
     def _check_reattach(
-        self, ref: ClusterRef, state: dict[str, Any], spec: TFClusterSpec, identity: RunIdentity | None
+        self, ref: ClusterRef, state: ClusterState, spec: TFClusterSpec, identity: RunIdentity | None
     ) -> None:
         """The backend's own guard (the lifecycle checks first): a running cluster is
         reattached only by its owner, and only with the spec it was made from."""
-        owner = state.get("identity")
+        owner = state.identity
         mine = identity.to_dict() if identity is not None else None
         if owner != mine:
             who = ClusterOwner(RunIdentity.from_dict(owner) if owner else None, None).describe()
@@ -254,20 +251,20 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
                 f"a running local cluster {ref.namespace}/{ref.name} belongs to {who}; "
                 "delete it first or choose another name",
             )
-        if state.get("spec") != spec.to_dict():
+        if state.spec != spec.to_dict():
             raise ClusterOwnershipError(
                 spec.name,
                 f"the running local cluster {ref.namespace}/{ref.name} was made from another "
                 "spec; delete it first to apply this one",
             )
 
-    def _archive(self, ref: ClusterRef, state: dict[str, Any] | None) -> None:
+    def _archive(self, ref: ClusterRef, state: ClusterState | None) -> None:
         """Move a finished or deleted cluster aside (logs stay readable) before a re-create."""
         cdir = self.cluster_dir(ref)
         history = Path(self.root, ref.namespace, ".history")
         _private_dir(history)
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime((state or {}).get("created_at", 0)))
-        uid = (state or {}).get("uid", uuid.uuid4().hex)[:8]
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(state.created_at if state else 0))
+        uid = (state.uid if state and state.uid else uuid.uuid4().hex)[:8]
         os.replace(cdir, history / f"{ref.name}-{stamp}-{uid}")
         old = sorted(
             (p for p in history.iterdir() if p.name.startswith(f"{ref.name}-")),
@@ -322,7 +319,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         containers = _local_pod.role_containers(render(spec, identity))
         created_at = time.time()
         deadline = created_at + spec.max_duration_seconds if spec.max_duration_seconds is not None else None
-        tasks = []
+        tasks: list[TaskEntry] = []
         for role, rspec in spec.roles().items():
             for index in range(rspec.replicas):
                 name = f"{role}-{index}"
@@ -331,47 +328,41 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
                 pod_argv, pod_env = _local_pod.local_setup(spec, containers[role], index, cluster, volumes)
                 # The executables as this machine resolved them (python -> this interpreter).
                 argv = _local_pod.local_argv(pod_argv, commands[role][0], runs_through_launcher(spec, role))
-                _write_json(
-                    tdir / "task.json",
-                    {
-                        "role": role,
-                        "index": index,
-                        "argv": argv,
-                        "cwd": workdir,
-                        "env": self._task_env(spec, role, index, pod_env, preload),
-                        "log": str(cdir / "logs" / f"{name}.log"),
-                        "retries": spec.retries_per_index,
-                        "permanent_exit_codes": list(spec.permanent_exit_codes),
-                        "max_duration_seconds": spec.max_duration_seconds,
-                        "deadline": deadline,
-                        "kill_grace_seconds": self.kill_grace_seconds,
-                        "restart_backoff_seconds": self.restart_backoff_seconds,
-                    },
+                task = TaskConfig(
+                    role=role,
+                    index=index,
+                    argv=argv,
+                    cwd=workdir,
+                    env=self._task_env(spec, role, index, pod_env, preload),
+                    log=str(cdir / "logs" / f"{name}.log"),
+                    retries=spec.retries_per_index,
+                    permanent_exit_codes=list(spec.permanent_exit_codes),
+                    max_duration_seconds=spec.max_duration_seconds,
+                    deadline=deadline,
+                    kill_grace_seconds=self.kill_grace_seconds,
+                    restart_backoff_seconds=self.restart_backoff_seconds,
                 )
+                records.write(tdir / "task.json", task)
                 os.close(os.open(cdir / "logs" / f"{name}.log", os.O_CREAT | os.O_WRONLY, PRIVATE_FILE))
-                tasks.append({"role": role, "index": index, "port": ports.get(name), "supervisor": None})
-        state = {
-            "version": STATE_VERSION,
-            "kind": self.kind,
-            "uid": uuid.uuid4().hex,
-            "name": ref.name,
-            "namespace": ref.namespace,
-            "created_at": created_at,
-            "deleted_at": None,
-            "deleted_reason": "",
-            "spec": spec.to_dict(),
-            "spec_hash": spec.fingerprint(),
-            "labels": self._labels(spec, identity),
-            "identity": identity.to_dict() if identity is not None else None,
-            "cluster": cluster,
-            "volumes": volumes,
-            "workdir": workdir,
-            "tasks": tasks,
-        }
-        _write_json(cdir / "state.json", state)
-
-        self._launch(ref, cdir, tasks)
-        _write_json(cdir / "state.json", state)
+                tasks.append(TaskEntry(role, index, ports.get(name)))
+        state = ClusterState(
+            kind=self.kind,
+            uid=uuid.uuid4().hex,
+            name=ref.name,
+            namespace=ref.namespace,
+            created_at=created_at,
+            spec=spec.to_dict(),
+            spec_hash=spec.fingerprint(),
+            labels=self._labels(spec, identity),
+            identity=identity.to_dict() if identity is not None else None,
+            cluster=cluster,
+            volumes=volumes,
+            workdir=workdir,
+            tasks=tuple(tasks),
+        )
+        # Written before the supervisors start, so a failed start finds what to stop.
+        records.write(cdir / "state.json", state)
+        records.write(cdir / "state.json", replace(state, tasks=self._launch(ref, cdir, state.tasks)))
         log.info(
             "local backend: started %s/%s (%d tasks) under %s", ref.namespace, ref.name, len(tasks), cdir
         )
@@ -392,28 +383,25 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
 
     # -- the Backend interface ----------------------------------------------------------
     def owner(self, ref: ClusterRef) -> ClusterOwner | None:
-        state = self._state(ref)
-        if state is None or state.get("deleted_at"):
+        state = self._cluster(ref)
+        if state is None or state.deleted_at:
             return None
-        ident = state.get("identity")
         return ClusterOwner(
-            RunIdentity.from_dict(ident) if ident else None,
-            state.get("spec_hash"),
-            state.get("created_at"),
-            (state.get("spec") or {}).get("max_duration_seconds"),
+            RunIdentity.from_dict(state.identity) if state.identity else None,
+            state.spec_hash,
+            state.created_at,
+            state.spec.get("max_duration_seconds"),
         )
 
     def exists(self, ref: ClusterRef) -> bool:
-        state = self._state(ref)
-        return state is not None and not state.get("deleted_at")
+        state = self._cluster(ref)
+        return state is not None and not state.deleted_at
 
     def status(self, ref: ClusterRef) -> ClusterStatus:
-        state = self._state(ref)
-        if state is None or state.get("deleted_at"):
-            return ClusterStatus(
-                tasks=(), exists=False, deleted_reason=(state or {}).get("deleted_reason") or ""
-            )
-        return ClusterStatus(tasks=tuple(self._task_status(ref, t) for t in state["tasks"]))
+        state = self._cluster(ref)
+        if state is None or state.deleted_at:
+            return ClusterStatus(tasks=(), exists=False, deleted_reason=state.deleted_reason if state else "")
+        return ClusterStatus(tasks=tuple(self._task_status(ref, t) for t in state.tasks))
 
     def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
         return _tail(self.log_path(ref, role, index), tail_lines)
@@ -425,7 +413,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         if not roles:
             return
         with self._locked(ref):
-            self._kill(ref, self._state(ref) or {"tasks": []}, list(roles))
+            self._kill(ref, self._tasks(ref), list(roles))
 
     def delete(self, ref: ClusterRef, reason: str = "") -> None:
         """Stop every process of the cluster; its logs stay on disk, ``exists()`` turns False.
@@ -433,22 +421,21 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         ``reason`` is kept and reported as ``ClusterStatus.deleted_reason``.
         """
         with self._locked(ref):
-            state = self._state(ref)
+            state = self._cluster(ref)
             # Without a readable state the tag still finds every process of the cluster.
-            self._kill(ref, state or {"tasks": []}, None)
+            self._kill(ref, state.tasks if state is not None else (), None)
             if state is None:
                 if not self.cluster_dir(ref).exists():
                     return
-                state = {"deleted_at": None}
+                state = ClusterState()
                 log.warning(
                     "local backend: %s/%s had no readable state; stopped its tagged processes",
                     ref.namespace,
                     ref.name,
                 )
-            if not state.get("deleted_at"):
-                state["deleted_at"] = time.time()
-                state["deleted_reason"] = reason
-                _write_json(self.cluster_dir(ref) / "state.json", state)
+            if not state.deleted_at:
+                deleted = replace(state, deleted_at=time.time(), deleted_reason=reason)
+                records.write(self.cluster_dir(ref) / "state.json", deleted)
         log.info(
             "local backend: deleted %s/%s%s (logs kept in %s)",
             ref.namespace,
@@ -469,10 +456,9 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
             if not naming.is_dns1123_label(ns):
                 continue
             for state_file in sorted(Path(self.root, ns).glob("*/state.json")):
-                state = _read_json(state_file)
-                if not state or state.get("deleted_at"):
+                state = records.read(state_file, ClusterState)
+                if state is None or state.deleted_at:
                     continue
-                have = state.get("labels") or {}
-                if all(have.get(k) == v for k, v in labels.items()):
-                    found.append(ClusterRef(name=state["name"], namespace=state["namespace"]))
+                if all(state.labels.get(k) == v for k, v in labels.items()):
+                    found.append(ClusterRef(name=state.name, namespace=state.namespace))
         return found

@@ -12,15 +12,18 @@ go through the client's ``call_api``, so authentication, TLS and proxies are the
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Iterable, Iterator
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast
 
 from airflow_tfk.kube.retry import TRANSIENT_STATUS, api_status, retry_transient
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 # Generous client-side cap on a plain request; watches get their own.
 REQUEST_TIMEOUT = (10.0, 60.0)
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -120,24 +123,125 @@ def _query(params: dict[str, Any] | None) -> list[tuple[str, str]]:
     return out
 
 
-def _headers(content_type: str | None, accept: str = "application/json") -> dict[str, str]:
-    headers = {"Accept": accept}
-    headers["Content-Type"] = content_type or "application/json"
-    return headers
+# -- the operations, written once for both clients ------------------------------------------
+# An operation is a pure plan - its arguments -> the HTTP call and how to read the answer -
+# and its retry policy. The clients only send calls and read bodies (``_send``), and
+# :func:`_sync_method` / :func:`_async_method` make each operation a method of both, so the
+# two cannot drift apart (they did: only one of them checked statuses).
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request to the API server."""
+
+    method: str
+    path: str
+    query: dict[str, Any] | None = None
+    body: Any = None
+    content_type: str | None = None
+    accept: str = "application/json"
+    timeout: Any = REQUEST_TIMEOUT
+
+    def call_api_args(self) -> dict[str, Any]:
+        """``call_api`` arguments of both clients: the hook's auth, no model deserialisation."""
+        return {
+            "query_params": _query(self.query),
+            "header_params": {"Accept": self.accept, "Content-Type": self.content_type or "application/json"},
+            "body": self.body,
+            "auth_settings": ["BearerToken"],
+            "_preload_content": False,
+            "_request_timeout": self.timeout,
+        }
 
 
-def _call_args(
-    query: dict[str, Any] | None, body: Any, content_type: str | None, accept: str, timeout: Any
-) -> dict[str, Any]:
-    """``call_api`` arguments of both clients: the hook's auth, no model deserialisation."""
-    return {
-        "query_params": _query(query),
-        "header_params": _headers(content_type, accept),
-        "body": body,
-        "auth_settings": ["BearerToken"],
-        "_preload_content": False,
-        "_request_timeout": timeout,
-    }
+@dataclass(frozen=True)
+class Exchange(Generic[T]):
+    """A call and how its answer (status, body) becomes the operation's result."""
+
+    call: Call
+    reply: Callable[[int, bytes], T]
+
+
+@dataclass(frozen=True)
+class Operation(Generic[P, T]):
+    name: str
+    plan: Callable[P, Exchange[T]]
+    retry: Callable[[Callable[..., Any]], Any]
+
+    def method(self, driver: Callable[..., Any], owner: str) -> Any:
+        """``driver`` named and documented as this operation, behind its retry policy."""
+        driver.__name__ = self.name
+        driver.__qualname__ = f"{owner}.{self.name}"  # what a retry's log line names
+        driver.__doc__ = self.plan.__doc__
+        return self.retry(driver)
+
+
+def operation(name: str, **retry: Any) -> Callable[[Callable[P, Exchange[T]]], Operation[P, T]]:
+    """Make a plan the operation (method) ``name``; ``retry``: :func:`retry_transient`'s options."""
+
+    def make(plan: Callable[P, Exchange[T]]) -> Operation[P, T]:
+        return Operation(name, plan, retry_transient(**retry))
+
+    return make
+
+
+def _status_and_json(status: int, data: bytes) -> tuple[int, Any]:
+    return status, (json.loads(data) if data else None)
+
+
+def _text(status: int, data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+@operation("request")
+def _request(
+    method: str,
+    path: str,
+    query: dict[str, Any] | None = None,
+    body: Any = None,
+    content_type: str | None = None,
+) -> Exchange[tuple[int, Any]]:
+    """Any call answered with JSON: (status, the decoded body or None)."""
+    return Exchange(Call(method, path, query, body, content_type), _status_and_json)
+
+
+@operation("apply", conflict=True)
+def _apply(path: str, manifest: dict[str, Any], field_manager: str) -> Exchange[tuple[int, Any]]:
+    """Server-side apply; 201 when the object was created, 200 when it existed."""
+    query = {"fieldManager": field_manager, "force": True}
+    return Exchange(Call("PATCH", path, query, manifest, APPLY_CONTENT_TYPE), _status_and_json)
+
+
+# Logs are best effort (progress lines, logs copied before a delete) and on the path to
+# deleting the PS: one retry, not four, and none for a 500 - the API server's answer when
+# it cannot reach the pod's kubelet, which a retry 0.3 s later does not change.
+@operation("text", attempts=2, statuses=TRANSIENT_STATUS - {500})
+def _text_of(path: str, query: dict[str, Any] | None = None) -> Exchange[str]:
+    """The body as text (a pod's log)."""
+    return Exchange(Call("GET", path, query, accept="*/*"), _text)
+
+
+def watch_call(path: str, query: dict[str, Any], timeout_seconds: int, timeout: Any) -> Call:
+    """One watch request; the server ends it after ``timeout_seconds``, the client after ``timeout``."""
+    return Call("GET", path, {**query, "watch": True, "timeoutSeconds": timeout_seconds}, timeout=timeout)
+
+
+def _sync_method(op: Operation[P, T]) -> Callable[Concatenate[SyncApi, P], T]:
+    def driver(self: SyncApi, *args: P.args, **kwargs: P.kwargs) -> T:
+        exchange = op.plan(*args, **kwargs)
+        resp = self._send(exchange.call)
+        return exchange.reply(resp.status, resp.data)
+
+    return cast("Callable[Concatenate[SyncApi, P], T]", op.method(driver, "SyncApi"))
+
+
+def _async_method(op: Operation[P, T]) -> Callable[Concatenate[AsyncApi, P], Coroutine[Any, Any, T]]:
+    async def driver(self: AsyncApi, *args: P.args, **kwargs: P.kwargs) -> T:
+        exchange = op.plan(*args, **kwargs)
+        resp = await self._send(exchange.call)
+        data = await resp.read()
+        resp.release()
+        return exchange.reply(resp.status, data)
+
+    return cast("Callable[Concatenate[AsyncApi, P], Coroutine[Any, Any, T]]", op.method(driver, "AsyncApi"))
 
 
 class SyncApi:
@@ -146,51 +250,16 @@ class SyncApi:
     def __init__(self, api_client: Any) -> None:
         self.client = api_client
 
-    def _call(
-        self,
-        method: str,
-        path: str,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        content_type: str | None = None,
-        accept: str = "application/json",
-        timeout: Any = REQUEST_TIMEOUT,
-    ) -> Any:
-        return self.client.call_api(path, method, **_call_args(query, body, content_type, accept, timeout))
+    def _send(self, call: Call) -> Any:
+        return self.client.call_api(call.path, call.method, **call.call_api_args())
 
-    @retry_transient
-    def request(
-        self,
-        method: str,
-        path: str,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        content_type: str | None = None,
-    ) -> tuple[int, Any]:
-        resp = self._call(method, path, query, body, content_type)
-        data = resp.data
-        return resp.status, (json.loads(data) if data else None)
-
-    @retry_transient(conflict=True)
-    def apply(self, path: str, manifest: dict[str, Any], field_manager: str) -> tuple[int, Any]:
-        """Server-side apply; 201 when the object was created, 200 when it existed."""
-        resp = self._call(
-            "PATCH", path, {"fieldManager": field_manager, "force": True}, manifest, APPLY_CONTENT_TYPE
-        )
-        return resp.status, json.loads(resp.data)
-
-    # Logs are best effort (progress lines, logs copied before a delete) and on the path
-    # to deleting the PS: one retry, not four, and none for a 500 - the API server's answer
-    # when it cannot reach the pod's kubelet, which a retry 0.3 s later does not change.
-    @retry_transient(attempts=2, statuses=TRANSIENT_STATUS - {500})
-    def text(self, path: str, query: dict[str, Any] | None = None) -> str:
-        resp = self._call("GET", path, query, accept="*/*")
-        return resp.data.decode("utf-8", "replace")
+    request = _sync_method(_request)
+    apply = _sync_method(_apply)
+    text = _sync_method(_text_of)
 
     @retry_transient
     def _open_watch(self, path: str, query: dict[str, Any], timeout_seconds: int) -> Any:
-        q = {**query, "watch": True, "timeoutSeconds": timeout_seconds}
-        return self._call("GET", path, q, timeout=(10.0, timeout_seconds + 15.0))
+        return self._send(watch_call(path, query, timeout_seconds, (10.0, timeout_seconds + 15.0)))
 
     def watch(self, path: str, query: dict[str, Any], timeout_seconds: int) -> Iterator[dict[str, Any]]:
         """Events of one watch request until the server ends it; closed when abandoned.
@@ -237,19 +306,8 @@ class AsyncApi:
     def __init__(self, api_client: Any) -> None:
         self.client = api_client
 
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        content_type: str | None = None,
-        accept: str = "application/json",
-        timeout: Any = REQUEST_TIMEOUT,
-    ) -> Any:
-        resp = await self.client.call_api(
-            path, method, **_call_args(query, body, content_type, accept, timeout)
-        )
+    async def _send(self, call: Call) -> Any:
+        resp = await self.client.call_api(call.path, call.method, **call.call_api_args())
         # Without preloading, kubernetes_asyncio does not check the status itself.
         if not 200 <= resp.status <= 299:
             data = await resp.read()
@@ -257,24 +315,13 @@ class AsyncApi:
             raise _async_api_exception(resp.status, resp.reason or "", data, resp.headers)
         return resp
 
-    @retry_transient
-    async def request(
-        self,
-        method: str,
-        path: str,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        content_type: str | None = None,
-    ) -> tuple[int, Any]:
-        resp = await self._call(method, path, query, body, content_type)
-        data = await resp.read()
-        resp.release()
-        return resp.status, (json.loads(data) if data else None)
+    request = _async_method(_request)
+    apply = _async_method(_apply)
+    text = _async_method(_text_of)
 
     @retry_transient
     async def _open_watch(self, path: str, query: dict[str, Any], timeout_seconds: int) -> Any:
-        q = {**query, "watch": True, "timeoutSeconds": timeout_seconds}
-        return await self._call("GET", path, q, timeout=timeout_seconds + 15)
+        return await self._send(watch_call(path, query, timeout_seconds, timeout_seconds + 15))
 
     async def watch(
         self, path: str, query: dict[str, Any], timeout_seconds: int

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.constants import KUBERNETES_CONN_ID
 from airflow_tfk.kube.api import AsyncApi, SyncApi
 
@@ -33,14 +34,15 @@ class KubeConnection:
     _hook: Any = field(default=None, init=False, repr=False, compare=False)
     _api: SyncApi | None = field(default=None, init=False, repr=False, compare=False)
 
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> KubeConnection:
+        """The connection that ``config`` (keyword arguments of a target) names; other keys
+        are ignored."""
+        return cls(**{f.name: config[f.name] for f in fields(cls) if f.init and f.name in config})
+
     def config(self) -> dict[str, Any]:
         """The keyword arguments that rebuild this connection (serializable)."""
-        return {
-            "conn_id": self.conn_id,
-            "cluster_context": self.cluster_context,
-            "config_file": self.config_file,
-            "in_cluster": self.in_cluster,
-        }
+        return init_kwargs(self)
 
     @property
     def hook(self) -> Any:

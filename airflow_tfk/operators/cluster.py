@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_tfk.constants import BACKEND, KUBERNETES_CONN_ID
-from airflow_tfk.operators._context import backend_config, identity_from_context
+from airflow_tfk.operators._context import identity_from_context
+from airflow_tfk.operators._on_backend import OnBackendOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from airflow_tfk.spec import TFClusterSpec
 
 
-class CreateTFClusterOperator(BaseOperator):
+class CreateTFClusterOperator(OnBackendOperator):
     """Create a distributed TensorFlow cluster, or reattach to this task's existing one.
 
     :param cluster_spec: the cluster: a ``TFClusterSpec``, a mapping of its fields, or YAML
@@ -39,17 +39,11 @@ class CreateTFClusterOperator(BaseOperator):
         self,
         *,
         cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
-        backend: str = BACKEND,
-        backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         name_prefix: str = "tfk",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.cluster_spec = cluster_spec
-        self.backend = backend
-        self.backend_config = backend_config
-        self.kubernetes_conn_id = kubernetes_conn_id
         self.name_prefix = name_prefix
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -59,9 +53,7 @@ class CreateTFClusterOperator(BaseOperator):
 
         identity = identity_from_context(context)
         spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
-        backend = get_backend(
-            self.backend, **backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
-        )
+        backend = get_backend(self.backend, **self.backend_options())
         create_or_reattach(backend, spec, identity, self.log.info)
         return ClusterHandle.for_spec(spec, backend, identity).to_dict()
 

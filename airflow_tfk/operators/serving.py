@@ -12,16 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_tfk.constants import BACKEND, KUBERNETES_CONN_ID
-from airflow_tfk.operators._context import backend_config, identity_from_context
+from airflow_tfk.operators._context import identity_from_context
+from airflow_tfk.operators._on_backend import OnBackendOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class PublishModelOperator(BaseOperator):
+class PublishModelOperator(OnBackendOperator):
     """Publish one version of a model to TensorFlow Serving.
 
     :param model_name: the model (``/v1/models/NAME``; directory under the model store). (templated)
@@ -77,9 +75,6 @@ class PublishModelOperator(BaseOperator):
         sub_path: str = "",
         base_path: str | None = None,
         version: int | str | None = None,
-        backend: str = BACKEND,
-        backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         serving: Mapping[str, Any] | None = None,
         sample_request: dict[str, Any] | None = None,
         quality_gate: Mapping[str, Any] | None = None,
@@ -87,16 +82,13 @@ class PublishModelOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if backend not in ("kubernetes", "local"):
-            raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {backend!r})")
+        if self.backend not in ("kubernetes", "local"):
+            raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {self.backend!r})")
         self.model_name = model_name
         self.claim = claim
         self.sub_path = sub_path
         self.base_path = base_path
         self.version = version
-        self.backend = backend
-        self.backend_config = backend_config
-        self.kubernetes_conn_id = kubernetes_conn_id
         self.serving = serving
         self.sample_request = sample_request
         self.quality_gate = quality_gate
@@ -204,7 +196,7 @@ class PublishModelOperator(BaseOperator):
             if metrics is None and self._upstream_metrics:
                 metrics = self._upstream_metrics
                 self.log.info("candidate metrics from the training task's XCom: %s", metrics)
-        config = backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
+        config = self.backend_options()
         if self.backend == "kubernetes":
             config["identity"] = identity_from_context(context)
         target = get_serving_target(self.backend, spec, **config)
@@ -219,7 +211,7 @@ class PublishModelOperator(BaseOperator):
         return result.to_dict()
 
 
-class StopModelServerOperator(BaseOperator):
+class StopModelServerOperator(OnBackendOperator):
     """Stop a model's TF Serving: the local model server process (the local backend), or
     its Deployment, Service and ConfigMaps (Kubernetes). The model store is left alone.
     Use it as a teardown of a DAG that published to a server it should not leave running.
@@ -239,20 +231,14 @@ class StopModelServerOperator(BaseOperator):
         self,
         *,
         model_name: str,
-        backend: str = "kubernetes",
-        backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
         serving: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("task_id", "stop_model_server")
         super().__init__(**kwargs)
-        if backend not in ("kubernetes", "local"):
-            raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {backend!r})")
+        if self.backend not in ("kubernetes", "local"):
+            raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {self.backend!r})")
         self.model_name = model_name
-        self.backend = backend
-        self.backend_config = backend_config
-        self.kubernetes_conn_id = kubernetes_conn_id
         self.serving = serving
 
     def execute(self, context: Context) -> None:
@@ -266,6 +252,6 @@ class StopModelServerOperator(BaseOperator):
             raise SpecError(f"serving.{unknown[0]}", "only name and namespace name the server to stop")
         # the claim only satisfies the spec's rules: stopping never touches the store
         spec = ServingSpec(model_name=self.model_name, claim="unused", **extra)
-        config = backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
+        config = self.backend_options()
         target = get_serving_target(self.backend, spec, **config)
         target.delete(self.log.info)

@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_tfk.operators._context import backend_config
+from airflow_tfk.operators._on_backend import OnBackendOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -20,7 +18,7 @@ if TYPE_CHECKING:
     from airflow_tfk.naming import RunIdentity
 
 
-class TFOrphanSweeperOperator(BaseOperator):
+class TFOrphanSweeperOperator(OnBackendOperator):
     """Delete orphaned TF clusters.
 
     :param backend: ``kubernetes`` (default) or ``local``.
@@ -36,17 +34,11 @@ class TFOrphanSweeperOperator(BaseOperator):
     def __init__(
         self,
         *,
-        backend: str = "kubernetes",
-        backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = "kubernetes_default",
         namespace: str | None = None,
         report_only: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.backend = backend
-        self.backend_config = backend_config
-        self.kubernetes_conn_id = kubernetes_conn_id
         self.namespace = namespace
         # Not "dry_run": BaseOperator has a dry_run() method.
         self.report_only = report_only
@@ -55,9 +47,7 @@ class TFOrphanSweeperOperator(BaseOperator):
         from airflow_tfk.backends import get_backend
         from airflow_tfk.sweeper import sweep
 
-        backend = get_backend(
-            self.backend, **backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
-        )
+        backend = get_backend(self.backend, **self.backend_options())
         ti = context["ti"]
 
         def ti_state(identity: RunIdentity) -> str | None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, BaseOperatorLink
+from airflow.sdk import BaseOperatorLink
 
-from airflow_tfk.constants import BACKEND, KUBERNETES_CONN_ID, TensorBoardAction, backend_kind, choice
-from airflow_tfk.operators._context import backend_config, identity_from_context
+from airflow_tfk.constants import TensorBoardAction, backend_kind, choice
+from airflow_tfk.operators._context import identity_from_context
+from airflow_tfk.operators._on_backend import OnBackendOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -52,7 +53,7 @@ class TensorBoardLink(BaseOperatorLink):
         return str(value or "")
 
 
-class TensorBoardOperator(BaseOperator):
+class TensorBoardOperator(OnBackendOperator):
     """Start (or stop) a TensorBoard over a training's log directory.
 
     :param name: name of the Deployment/Service or local process; default derived from
@@ -89,24 +90,19 @@ class TensorBoardOperator(BaseOperator):
         claim: str | None = None,
         sub_path: str = "",
         base_path: str | None = None,
-        backend: str = BACKEND,
-        backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         tensorboard: Mapping[str, Any] | None = None,
         action: TensorBoardAction | str = TensorBoardAction.START,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("task_id", DEFAULT_TASK_ID)
         super().__init__(**kwargs)
-        kind = backend_kind(backend)
+        kind = backend_kind(self.backend)
         act = TensorBoardAction(choice(TensorBoardAction, action, "action"))
         self.name = name
         self.claim = claim
         self.sub_path = sub_path
         self.base_path = base_path
         self.backend = kind
-        self.backend_config = backend_config
-        self.kubernetes_conn_id = kubernetes_conn_id
         self.tensorboard = tensorboard
         self.action = act
 
@@ -127,7 +123,7 @@ class TensorBoardOperator(BaseOperator):
         from airflow_tfk.tensorboard import get_tensorboard
 
         identity = identity_from_context(context)
-        config = backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
+        config = self.backend_options()
         if self.backend == "kubernetes":
             config["identity"] = identity
         return get_tensorboard(self.backend, self.spec(identity.dag_id), **config)

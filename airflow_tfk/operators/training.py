@@ -13,12 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
 from airflow_tfk.constants import (
-    BACKEND,
     CLEANUP,
-    KUBERNETES_CONN_ID,
     NAME_PREFIX,
     PROGRESS_INTERVAL_SECONDS,
     TENSORBOARD_TASK_ID,
@@ -26,7 +22,8 @@ from airflow_tfk.constants import (
     backend_kind,
     choice,
 )
-from airflow_tfk.operators._context import backend_config, identity_from_context
+from airflow_tfk.operators._context import identity_from_context
+from airflow_tfk.operators._on_backend import OnBackendOperator
 from airflow_tfk.operators.tensorboard import TensorBoardLink
 
 if TYPE_CHECKING:
@@ -42,7 +39,7 @@ _DEFER_TIMEOUT_MARGIN = timedelta(minutes=5)
 _EVALUATOR_MIN_WAIT = 20.0
 
 
-class TFTrainingOperator(BaseOperator):
+class TFTrainingOperator(OnBackendOperator):
     """Run one distributed TensorFlow training from start to clean-up.
 
     :param cluster_spec: the cluster: a ``TFClusterSpec``, a mapping of its fields, or YAML
@@ -81,9 +78,6 @@ class TFTrainingOperator(BaseOperator):
         self,
         *,
         cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
-        backend: str = BACKEND,
-        backend_config: dict[str, Any] | None = None,
-        kubernetes_conn_id: str = KUBERNETES_CONN_ID,
         deferrable: bool = False,
         cleanup: Cleanup | str = CLEANUP,
         on_failure: str = "delete",
@@ -95,7 +89,7 @@ class TFTrainingOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.cleanup = Cleanup(choice(Cleanup, cleanup, "cleanup"))
-        self.backend = backend_kind(backend)
+        self.backend = backend_kind(self.backend)
         if on_failure not in ("delete", "keep"):
             raise ValueError(f"on_failure: must be 'delete' or 'keep' (got {on_failure!r})")
         self.on_failure = on_failure
@@ -109,8 +103,6 @@ class TFTrainingOperator(BaseOperator):
         if "{{" not in previous_run_policy:
             _previous_run_policy(previous_run_policy)
         self.cluster_spec = cluster_spec
-        self.backend_config = backend_config
-        self.kubernetes_conn_id = kubernetes_conn_id
         self.deferrable = deferrable
         self.progress_interval = progress_interval
         self.name_prefix = name_prefix
@@ -201,9 +193,7 @@ class TFTrainingOperator(BaseOperator):
 
         identity = identity_from_context(context)
         spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
-        backend = get_backend(
-            self.backend, **backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
-        )
+        backend = get_backend(self.backend, **self.backend_options())
         return identity, spec, backend
 
     def _handle_of(self, context: Context) -> ClusterHandle:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 PREFIX = "--tfk_"
 
@@ -85,6 +86,42 @@ def default_checkpoint_dir(env: Mapping[str, str], model_name: str | None) -> st
     return os.path.join(base, ".checkpoints", name)
 
 
+# The valued flags, ``--tfk_<field>`` of :class:`PlatformFlags`, in ``--help`` order:
+# (field, argparse type, the environment variable that gives the default, help). Without
+# a variable the default is the field's.
+_VALUED: tuple[tuple[str, Callable[[str], Any], str | None, str], ...] = (
+    ("steps", _positive_int, None, "total training steps (summed over workers)"),
+    ("batch_size", _positive_int, None, "batch size per replica"),
+    ("log_dir", str, "TFK_LOG_DIR", "TensorBoard summaries (default: $TFK_LOG_DIR)"),
+    ("checkpoint_dir", str, None, "checkpoints (default: $TFK_MODEL_DIR/.checkpoints/<cluster name>)"),
+    ("checkpoint_every", _non_negative_int, None, "steps between checkpoints (0: only at the end)"),
+    ("data_dir", str, "TFK_DATA_DIR", "input data (default: $TFK_DATA_DIR)"),
+    (
+        "export_dir",
+        str,
+        "TFK_MODEL_DIR",
+        "SavedModel export base; the model goes to <export_dir>/<model_name>/<version>/ "
+        "(default: $TFK_MODEL_DIR)",
+    ),
+    ("model_name", str, None, "model name under the export base (default: the app's model_name)"),
+    ("model_version", _non_negative_int, None, "export version (default or 0: newest existing version + 1)"),
+    ("progress_every", _positive_int, None, "steps between progress lines"),
+    ("steps_per_call", _positive_int, None, "steps per function call on a worker (parameter_server)"),
+    ("learning_rate", _positive_float, None, "learning rate (default: the app's learning_rate)"),
+    ("cluster_wait", _positive_float, None, "seconds to wait for the other tasks to be reachable"),
+    ("seed", int, None, "random seed"),
+)
+# The switches: (field, its True flag and help, its False flag and help); unset is None.
+_SWITCHES = (
+    (
+        "sync",
+        ("--tfk_sync", "synchronous updates (all_reduce; refused by the other modes)"),
+        ("--tfk_async", "asynchronous updates (between_graph, parameter_server)"),
+    ),
+    ("use_gpu", ("--tfk_use_gpu", "require a GPU"), ("--tfk_no_gpu", "hide GPUs and train on CPU")),
+)
+
+
 def add_platform_flags(
     parser: argparse.ArgumentParser, env: Mapping[str, str] | None = None
 ) -> argparse.ArgumentParser:
@@ -92,94 +129,13 @@ def add_platform_flags(
     env = os.environ if env is None else env
     g = parser.add_argument_group("platform (airflow-tfk)")
     d = PlatformFlags()
-    g.add_argument(
-        "--tfk_steps", type=_positive_int, default=d.steps, help="total training steps (summed over workers)"
-    )
-    g.add_argument(
-        "--tfk_batch_size", type=_positive_int, default=d.batch_size, help="batch size per replica"
-    )
-    sync = g.add_mutually_exclusive_group()
-    sync.add_argument(
-        "--tfk_sync",
-        dest="tfk_sync",
-        action="store_true",
-        default=None,
-        help="synchronous updates (all_reduce; refused by the other modes)",
-    )
-    sync.add_argument(
-        "--tfk_async",
-        dest="tfk_sync",
-        action="store_false",
-        help="asynchronous updates (between_graph, parameter_server)",
-    )
-    g.add_argument(
-        "--tfk_log_dir",
-        default=env.get("TFK_LOG_DIR") or None,
-        help="TensorBoard summaries (default: $TFK_LOG_DIR)",
-    )
-    g.add_argument(
-        "--tfk_checkpoint_dir",
-        default=None,
-        help="checkpoints (default: $TFK_MODEL_DIR/.checkpoints/<cluster name>)",
-    )
-    g.add_argument(
-        "--tfk_checkpoint_every",
-        type=_non_negative_int,
-        default=d.checkpoint_every,
-        help="steps between checkpoints (0: only at the end)",
-    )
-    g.add_argument(
-        "--tfk_data_dir", default=env.get("TFK_DATA_DIR") or None, help="input data (default: $TFK_DATA_DIR)"
-    )
-    g.add_argument(
-        "--tfk_export_dir",
-        default=env.get("TFK_MODEL_DIR") or None,
-        help="SavedModel export base; the model goes to "
-        "<export_dir>/<model_name>/<version>/ (default: $TFK_MODEL_DIR)",
-    )
-    g.add_argument(
-        "--tfk_model_name",
-        default=None,
-        help="model name under the export base (default: the app's model_name)",
-    )
-    g.add_argument(
-        "--tfk_model_version",
-        type=_non_negative_int,
-        default=None,
-        help="export version (default or 0: newest existing version + 1)",
-    )
-    gpu = g.add_mutually_exclusive_group()
-    gpu.add_argument(
-        "--tfk_use_gpu", dest="tfk_use_gpu", action="store_true", default=None, help="require a GPU"
-    )
-    gpu.add_argument(
-        "--tfk_no_gpu", dest="tfk_use_gpu", action="store_false", help="hide GPUs and train on CPU"
-    )
-    g.add_argument(
-        "--tfk_progress_every",
-        type=_positive_int,
-        default=d.progress_every,
-        help="steps between progress lines",
-    )
-    g.add_argument(
-        "--tfk_steps_per_call",
-        type=_positive_int,
-        default=d.steps_per_call,
-        help="steps per function call on a worker (parameter_server)",
-    )
-    g.add_argument(
-        "--tfk_learning_rate",
-        type=_positive_float,
-        default=None,
-        help="learning rate (default: the app's learning_rate)",
-    )
-    g.add_argument(
-        "--tfk_cluster_wait",
-        type=_positive_float,
-        default=d.cluster_wait,
-        help="seconds to wait for the other tasks to be reachable",
-    )
-    g.add_argument("--tfk_seed", type=int, default=None, help="random seed")
+    for name, kind, variable, help_text in _VALUED:
+        default = (env.get(variable) or None) if variable else getattr(d, name)
+        g.add_argument(PREFIX + name, type=kind, default=default, help=help_text)
+    for name, (on, on_help), (off, off_help) in _SWITCHES:
+        pair = g.add_mutually_exclusive_group()
+        pair.add_argument(on, dest=f"tfk_{name}", action="store_true", default=None, help=on_help)
+        pair.add_argument(off, dest=f"tfk_{name}", action="store_false", help=off_help)
     return parser
 
 
@@ -202,22 +158,11 @@ def parse_flags(
     if unknown:
         parser.error(f"unknown platform flag(s): {' '.join(unknown)}")
     name = ns.tfk_model_name or model_name
-    flags = PlatformFlags(
-        steps=ns.tfk_steps,
-        batch_size=ns.tfk_batch_size,
-        sync=ns.tfk_sync,
-        log_dir=ns.tfk_log_dir,
+    given = {f.name: getattr(ns, f"tfk_{f.name}") for f in fields(PlatformFlags)}
+    flags = replace(
+        PlatformFlags(**given),
         checkpoint_dir=ns.tfk_checkpoint_dir or default_checkpoint_dir(env, name),
-        checkpoint_every=ns.tfk_checkpoint_every,
-        data_dir=ns.tfk_data_dir,
-        export_dir=ns.tfk_export_dir,
         model_name=name,
         model_version=ns.tfk_model_version or None,  # 0: the next version
-        use_gpu=ns.tfk_use_gpu,
-        progress_every=ns.tfk_progress_every,
-        steps_per_call=ns.tfk_steps_per_call,
-        learning_rate=ns.tfk_learning_rate,
-        cluster_wait=ns.tfk_cluster_wait,
-        seed=ns.tfk_seed,
     )
     return flags, list(rest)

@@ -5,24 +5,5 @@ re-exports it so training scripts keep one import inside the runtime."""
 
 from __future__ import annotations
 
-from airflow_tfk.protocol.progress import (
-    MARKER,
-    Progress,
-    event_line,
-    last_event,
-    last_progress,
-    parse_event,
-    parse_line,
-    progress_line,
-)
-
-__all__ = [
-    "MARKER",
-    "Progress",
-    "event_line",
-    "last_event",
-    "last_progress",
-    "parse_event",
-    "parse_line",
-    "progress_line",
-]
+# All of it, so the two cannot drift apart: progress_line, event_line, Progress, the parsers.
+from airflow_tfk.protocol.progress import *  # noqa: F403

@@ -25,7 +25,12 @@ def request_json(method: str, url: str, body: Any = None, timeout: float = 10.0)
             status, raw = resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         status, raw = exc.code, exc.read()
-    text = raw.decode("utf-8", "replace")
+    return answer(status, raw)
+
+
+def answer(status: int, raw: bytes | str) -> tuple[int, Any]:
+    """(status, the body as JSON, or as text when it is not JSON; None when empty)."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
     try:
         return status, json.loads(text) if text else None
     except ValueError:

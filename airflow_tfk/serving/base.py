@@ -70,11 +70,23 @@ def parse_status(body: Any, version: int) -> VersionState | None:
     return None
 
 
+def model_path(model: str, version: int | None = None, label: str | None = None) -> str:
+    """TF Serving's REST path of ``model``, of one version or label of it."""
+    path = f"/v1/models/{model}"
+    if version is not None:
+        return f"{path}/versions/{version}"
+    return f"{path}/labels/{label}" if label else path
+
+
 class ServingTarget(abc.ABC):
-    """One model's TF Serving deployment on some backend. Methods are idempotent."""
+    """One model's TF Serving deployment on some backend. Methods are idempotent.
+
+    The REST conversation with TF Serving (status, labels, ``:predict``) is written here
+    once; a backend says only how a request reaches the server (:meth:`_rest`)."""
 
     kind: str
     spec: ServingSpec
+    status_timeout: float  # seconds for a status or label read
 
     @abc.abstractmethod
     def ensure(self, emit: Emit) -> None:
@@ -112,21 +124,31 @@ class ServingTarget(abc.ABC):
     def record_metrics(self, version: int, metrics: dict[str, Any]) -> None:
         """Record ``version``'s metrics as published, next to the model config."""
 
-    @abc.abstractmethod
     def version_state(self, version: int, *, model: str | None = None) -> VersionState | None:
         """What the server reports for ``version`` of ``model`` (default: the spec's);
         None when unknown or unreachable."""
+        try:
+            status, body = self._rest(
+                "GET", self._model_path(version, model=model), timeout=self.status_timeout
+            )
+        except OSError:
+            return None
+        return parse_status(body, version) if status == 200 else None
 
     def unreachable(self) -> str | None:
         """Why the last :meth:`version_state` got no answer from the server (None when it
         got one, or when the backend cannot tell): named in a load timeout."""
         return None
 
-    @abc.abstractmethod
     def label_version(self, label: str) -> int | None:
         """The version ``label`` resolves to on the server, None if it does not (yet)."""
+        try:
+            status, body = self._rest("GET", self._model_path(label=label), timeout=self.status_timeout)
+        except OSError:
+            return None
+        entries = body.get("model_version_status") if isinstance(body, dict) else None
+        return int(entries[0]["version"]) if status == 200 and entries else None
 
-    @abc.abstractmethod
     def predict(
         self,
         body: dict[str, Any],
@@ -139,6 +161,35 @@ class ServingTarget(abc.ABC):
     ) -> dict[str, Any]:
         """``:predict`` over REST, or ``Predict`` over gRPC (``protocol``), on ``model``
         (default: the spec's); raises :class:`PredictError` with the server's message."""
+        if protocol == "grpc":
+            return self._grpc_predict(body, version, label, timeout, model)
+        try:
+            status, answer = self._rest(
+                "POST", self._model_path(version, label, model) + ":predict", body, timeout
+            )
+        except OSError as exc:
+            raise PredictError(str(exc)) from exc
+        if status != 200:
+            detail = answer.get("error") or answer.get("message") if isinstance(answer, dict) else answer
+            raise PredictError(f"predict answered HTTP {status}: {detail}")
+        return answer
+
+    def _model_path(
+        self, version: int | None = None, label: str | None = None, model: str | None = None
+    ) -> str:
+        return model_path(model or self.spec.model_name, version, label)
+
+    def _rest(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
+        """(status, parsed JSON or text) of a request to TF Serving's REST ``path``; an HTTP
+        error is an answer. Raises :class:`OSError` naming the URL when nothing answers.
+        (A target that overrides the conversation itself - a test's fake - needs none.)"""
+        raise NotImplementedError(f"{type(self).__name__} cannot send REST requests")
+
+    def _grpc_predict(
+        self, body: dict[str, Any], version: int | None, label: str | None, timeout: float, model: str | None
+    ) -> dict[str, Any]:
+        """:meth:`predict` over gRPC."""
+        raise PredictError(f"gRPC predict is not available with the {self.kind} backend")
 
     @abc.abstractmethod
     def endpoint(self, label: str | None = None) -> str:

@@ -16,13 +16,12 @@ import secrets
 import time
 from typing import Any
 
-from airflow_tfk.constants import FIELD_MANAGER, KUBERNETES_CONN_ID
-from airflow_tfk.kube.api import BY_KIND, SyncApi, error_message, is_not_found, kind_of
-from airflow_tfk.kube.connection import KubeConnection
+from airflow_tfk.kube.api import BY_KIND, Call, error_message, is_not_found
 from airflow_tfk.kube.retry import api_status
-from airflow_tfk.naming import RunIdentity
+from airflow_tfk.kube.target import KubeTarget
 from airflow_tfk.protocol.digits import is_plain_int, plain_int
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
+from airflow_tfk.serving._http import answer
 from airflow_tfk.serving.base import (
     Emit,
     PredictError,
@@ -33,7 +32,6 @@ from airflow_tfk.serving.base import (
 )
 from airflow_tfk.serving.spec import CONFIG_FILE, PUBLISHED_METRICS, ServingSpec
 
-BACKGROUND = {"propagationPolicy": "Background"}
 log = logging.getLogger(__name__)
 
 
@@ -73,30 +71,17 @@ def parse_reader_log(text: str) -> tuple[list[int], int | None, dict[str, Any] |
     return versions, version, sample
 
 
-class KubernetesServing(ServingTarget):
-    """:param conn_id: Airflow connection of type ``kubernetes``.
-    :param cluster_context: kubeconfig context (overrides the connection's).
-    :param config_file: kubeconfig path (overrides the connection's).
-    :param in_cluster: use the pod's service account (overrides the connection's).
-    :param identity: the Airflow task instance, as labels and annotations.
-    :param reader_timeout_seconds: how long the store-reader Job may take.
-    :param field_manager: server-side apply field manager.
+class KubernetesServing(KubeTarget, ServingTarget):
+    """:param reader_timeout_seconds: how long the store-reader Job may take.
+
+    ``config`` are :class:`~airflow_tfk.kube.target.KubeTarget`'s: the connection, the
+    identity (the Airflow task instance, as labels and annotations), the field manager.
     """
 
     kind = "kubernetes"
+    status_timeout = 10.0
 
-    def __init__(
-        self,
-        spec: ServingSpec,
-        conn_id: str = KUBERNETES_CONN_ID,
-        cluster_context: str | None = None,
-        config_file: str | None = None,
-        in_cluster: bool | None = None,
-        identity: RunIdentity | None = None,
-        reader_timeout_seconds: float = 300.0,
-        field_manager: str = FIELD_MANAGER,
-        **_ignored: Any,
-    ) -> None:
+    def __init__(self, spec: ServingSpec, *, reader_timeout_seconds: float = 300.0, **config: Any) -> None:
         spec.require_claim()
         if spec.smoke_protocol == "grpc":
             from airflow_tfk.errors import SpecError
@@ -106,25 +91,16 @@ class KubernetesServing(ServingTarget):
                 "grpc is for the local backend: on Kubernetes the provider reaches TF Serving "
                 "through the API server's service proxy, which carries HTTP/1.1 only",
             )
+        super().__init__(**config)
         self.spec = spec
-        self.connection = KubeConnection(conn_id, cluster_context, config_file, in_cluster)
-        self.identity = identity
         self.reader_timeout_seconds = float(reader_timeout_seconds)
-        self.field_manager = field_manager
         self._store: dict[int | None, tuple[list[int], int | None, dict[str, Any] | None]] = {}
         self._metrics: dict[int, dict[str, Any] | None] = {}
         self._unreachable: str | None = None
 
-    @property
-    def api(self) -> SyncApi:
-        return self.connection.api
-
     # -- objects --------------------------------------------------------------------------
     def _apply(self, manifest: dict[str, Any]) -> int:
-        kind = kind_of(manifest)
-        path = kind.item(self.spec.namespace, manifest["metadata"]["name"])
-        code, _ = self.api.apply(path, manifest, self.field_manager)
-        return code
+        return self.apply_object(self.spec.namespace, manifest)
 
     def _get(self, kind: str, name: str) -> dict[str, Any] | None:
         try:
@@ -178,12 +154,8 @@ class KubernetesServing(ServingTarget):
             # last: the pods stay isolated until they are gone
             ("NetworkPolicy", self.spec.resource),
         ):
-            try:
-                self.api.request("DELETE", BY_KIND[kind].item(self.spec.namespace, name), BACKGROUND)
+            if self.delete_object(self.spec.namespace, kind, name):
                 emit(f"deleted {kind} {name}")
-            except Exception as exc:
-                if not is_not_found(exc):
-                    raise
 
     # -- the model store, through a reader Job ----------------------------------------------
     def _read_store(self, version: int | None) -> tuple[list[int], int | None, dict | None]:
@@ -199,10 +171,9 @@ class KubernetesServing(ServingTarget):
             text = self._job_log(job)
         finally:
             try:
-                self.api.request("DELETE", BY_KIND["Job"].item(self.spec.namespace, job), BACKGROUND)
+                self.delete_object(self.spec.namespace, "Job", job)
             except Exception as exc:  # ttlSecondsAfterFinished removes it anyway
-                if not is_not_found(exc):
-                    log.warning("could not delete the store reader Job %s: %s", job, error_message(exc))
+                log.warning("could not delete the store reader Job %s: %s", job, error_message(exc))
         result = parse_reader_log(text)
         self._store[version] = result
         if result[1] is not None:
@@ -263,41 +234,24 @@ class KubernetesServing(ServingTarget):
         self._apply(render_metrics_config_map(self.spec, text, self.identity))
 
     # -- TF Serving through the service proxy ---------------------------------------------
-    def _proxy(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
+    def _rest(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
         full = service_proxy_path(self.spec.namespace, self.spec.resource, self.spec.rest_port, path)
         try:
-            resp = self.api.client.call_api(
-                full,
-                method,
-                header_params={"Accept": "application/json", "Content-Type": "application/json"},
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=(10.0, timeout),
-            )
+            call = Call(method, full, body=body, timeout=(10.0, timeout))
+            resp = self.api.client.call_api(full, method, **call.call_api_args())
             status, raw = resp.status, resp.data
         except Exception as exc:
             status = api_status(exc)
             if status is None:
                 raise OSError(f"{method} {full}: {exc}") from exc
             raw = getattr(exc, "body", b"") or b""
-        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-        try:
-            return status, json.loads(text) if text else None
-        except ValueError:
-            return status, text
-
-    def _model_path(
-        self, version: int | None = None, label: str | None = None, model: str | None = None
-    ) -> str:
-        path = f"/v1/models/{model or self.spec.model_name}"
-        if version is not None:
-            return f"{path}/versions/{version}"
-        return f"{path}/labels/{label}" if label else path
+        return answer(status, raw)
 
     def version_state(self, version: int, *, model: str | None = None) -> VersionState | None:
         try:
-            status, body = self._proxy("GET", self._model_path(version, model=model))
+            status, body = self._rest(
+                "GET", self._model_path(version, model=model), timeout=self.status_timeout
+            )
         except OSError as exc:
             self._unreachable = str(exc)[:300]
             return None
@@ -316,35 +270,10 @@ class KubernetesServing(ServingTarget):
     def unreachable(self) -> str | None:
         return self._unreachable
 
-    def label_version(self, label: str) -> int | None:
-        try:
-            status, body = self._proxy("GET", self._model_path(label=label))
-        except OSError:
-            return None
-        entries = body.get("model_version_status") if isinstance(body, dict) else None
-        return int(entries[0]["version"]) if status == 200 and entries else None
-
-    def predict(
-        self,
-        body: dict[str, Any],
-        *,
-        version: int | None = None,
-        label: str | None = None,
-        timeout: float = 30.0,
-        model: str | None = None,
-        protocol: str = "rest",
+    def _grpc_predict(
+        self, body: dict[str, Any], version: int | None, label: str | None, timeout: float, model: str | None
     ) -> dict[str, Any]:
-        if protocol != "rest":
-            raise PredictError("gRPC cannot go through the API server's service proxy (HTTP/1.1 only)")
-        path = self._model_path(version, label, model) + ":predict"
-        try:
-            status, answer = self._proxy("POST", path, body, timeout)
-        except OSError as exc:
-            raise PredictError(str(exc)) from exc
-        if status != 200:
-            detail = answer.get("error") or answer.get("message") if isinstance(answer, dict) else answer
-            raise PredictError(f"predict answered HTTP {status}: {detail}")
-        return answer
+        raise PredictError("gRPC cannot go through the API server's service proxy (HTTP/1.1 only)")
 
     def endpoint(self, label: str | None = None) -> str:
         try:

@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk import _process
+from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.protocol.digits import is_plain_int
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import request_json
-from airflow_tfk.serving.base import Emit, PredictError, ServingTarget, VersionState, parse_status
+from airflow_tfk.serving.base import Emit, PredictError, ServingTarget
 from airflow_tfk.serving.spec import (
     CONFIG_FILE,
     PUBLISHED_METRICS,
@@ -62,6 +63,7 @@ class LocalServing(ServingTarget):
     """
 
     kind = "local"
+    status_timeout = 5.0
 
     def __init__(
         self,
@@ -81,16 +83,10 @@ class LocalServing(ServingTarget):
         self.start_timeout_seconds = float(start_timeout_seconds)
         self.dir = Path(self.root, spec.namespace, ".serving", spec.name or "")
         self.config_path = self.dir / CONFIG_FILE
-        self.record_path = self.dir / "server.json"
-        self.log_path = self.dir / "server.log"
+        self.process = _process.ServerDir(self.dir)
 
     def config(self) -> dict[str, Any]:
-        return {
-            "root": self.root,
-            "poll_seconds": self.poll_seconds,
-            "server": self.server,
-            "start_timeout_seconds": self.start_timeout_seconds,
-        }
+        return init_kwargs(self, skip=("spec",))
 
     # -- the store ------------------------------------------------------------------------
     def store(self) -> str:
@@ -143,9 +139,6 @@ class LocalServing(ServingTarget):
             _process.write_atomic(self.dir / PUBLISHED_METRICS, text)
 
     # -- the server -----------------------------------------------------------------------
-    def _record(self) -> dict[str, Any] | None:
-        return _process.read_record(self.record_path)
-
     def _argv(self, rest: int, grpc: int) -> tuple[list[str], str]:
         binary = shutil.which(TF_SERVING_BINARY) if self.server != "stand-in" else None
         if self.server == "tensorflow_model_server" and binary is None:
@@ -182,8 +175,8 @@ class LocalServing(ServingTarget):
 
     def ensure(self, emit: Emit) -> None:
         with _process.locked(self.dir):
-            record = self._record()
-            if record is not None and _process.alive(record) is not None:
+            record = self.process.running()
+            if record is not None:
                 emit(
                     f"reusing the local model server of {self.spec.model_name} "
                     f"({record['server']}, pid {record['pid']}) at {self.url}"
@@ -193,16 +186,7 @@ class LocalServing(ServingTarget):
                 _process.write_atomic(self.config_path, ModelServerConfig().to_text())
             rest, grpc = _process.free_port(), _process.free_port()
             argv, which = self._argv(rest, grpc)
-            proc = _process.start(argv, self.log_path, self._env(), cwd=str(self.dir))
-            record = {
-                "pid": proc.pid,
-                "create_time": proc.create_time(),
-                "rest_port": rest,
-                "grpc_port": grpc,
-                "server": which,
-                "argv": argv,
-            }
-            _process.write_atomic(self.record_path, json.dumps(record, indent=1))
+            proc, record = self.process.start(argv, self._env(), rest_port=rest, grpc_port=grpc, server=which)
             if which == TF_SERVING_BINARY:
                 emit(
                     f"serving {self.spec.model_name} with tensorflow_model_server "
@@ -214,12 +198,7 @@ class LocalServing(ServingTarget):
                     f"(tensorflow_model_server is not on PATH; SavedModels loaded with "
                     f"tf.saved_model.load in pid {proc.pid}) at http://127.0.0.1:{rest}"
                 )
-            try:
-                _process.wait_listening(proc, rest, self.start_timeout_seconds, self.log_path)
-            except BaseException:
-                _process.stop(record)
-                self.record_path.unlink(missing_ok=True)
-                raise
+            self.process.wait_listening(proc, record, rest, self.start_timeout_seconds)
 
     @property
     def url(self) -> str:
@@ -240,52 +219,12 @@ class LocalServing(ServingTarget):
         self.dir.mkdir(parents=True, exist_ok=True)
         _process.write_atomic(self.config_path, config.to_text())
 
-    def _model_url(
-        self, version: int | None = None, label: str | None = None, model: str | None = None
-    ) -> str:
-        url = f"{self.url}/v1/models/{model or self.spec.model_name}"
-        if version is not None:
-            return f"{url}/versions/{version}"
-        return f"{url}/labels/{label}" if label else url
-
-    def version_state(self, version: int, *, model: str | None = None) -> VersionState | None:
+    def _rest(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
+        url = self.url + path
         try:
-            status, body = request_json("GET", self._model_url(version, model=model), timeout=5)
-        except OSError:
-            return None
-        return parse_status(body, version) if status == 200 else None
-
-    def label_version(self, label: str) -> int | None:
-        try:
-            status, body = request_json("GET", self._model_url(label=label), timeout=5)
-        except OSError:
-            return None
-        if status != 200 or not isinstance(body, dict):
-            return None
-        entries = body.get("model_version_status") or []
-        return int(entries[0]["version"]) if entries else None
-
-    def predict(
-        self,
-        body: dict[str, Any],
-        *,
-        version: int | None = None,
-        label: str | None = None,
-        timeout: float = 30.0,
-        model: str | None = None,
-        protocol: str = "rest",
-    ) -> dict[str, Any]:
-        if protocol == "grpc":
-            return self._grpc_predict(body, version, label, timeout, model)
-        url = self._model_url(version, label, model) + ":predict"
-        try:
-            status, answer = request_json("POST", url, body, timeout=timeout)
+            return request_json(method, url, body, timeout=timeout)
         except OSError as exc:
-            raise PredictError(f"POST {url}: {exc}") from exc
-        if status != 200:
-            detail = answer.get("error") if isinstance(answer, dict) else answer
-            raise PredictError(f"predict answered HTTP {status}: {detail}")
-        return answer
+            raise OSError(f"{method} {url}: {exc}") from exc
 
     def _grpc_predict(
         self, body: dict[str, Any], version: int | None, label: str | None, timeout: float, model: str | None
@@ -297,7 +236,7 @@ class LocalServing(ServingTarget):
         which = version if version is not None else self.label_version(label) if label else None
         if which is None:
             try:
-                _, status = request_json("GET", self._model_url(model=model), timeout=5)
+                _, status = self._rest("GET", self._model_path(model=model), timeout=self.status_timeout)
                 entries = status.get("model_version_status") or [] if isinstance(status, dict) else []
                 which = max(int(e["version"]) for e in entries if e.get("state") == "AVAILABLE")
             except (OSError, ValueError, KeyError):
@@ -341,14 +280,16 @@ class LocalServing(ServingTarget):
         return answer if isinstance(answer, dict) else {"predictions": answer}
 
     def endpoint(self, label: str | None = None) -> str:
-        return self._model_url(label=label)
+        return self.url + self._model_path(label=label)
+
+    def _record(self) -> dict[str, Any] | None:
+        return self.process.record()
 
     def running(self) -> bool:
-        return _process.alive(self._record()) is not None
+        return self.process.running() is not None
 
     def delete(self, emit: Emit) -> None:
         with _process.locked(self.dir):
-            record = self._record()
-            if _process.stop(record):
-                emit(f"stopped the local model server of {self.spec.model_name} (pid {record['pid']})")  # type: ignore[index]
-            self.record_path.unlink(missing_ok=True)
+            record = self.process.stop()
+        if record is not None:
+            emit(f"stopped the local model server of {self.spec.model_name} (pid {record['pid']})")

@@ -70,7 +70,4 @@ def find(
 def stop(server: LocalServer) -> bool:
     """Stop ``server`` and remove its record; True if a process was stopped."""
     with _process.locked(server.dir):
-        record = _process.read_record(server.dir / "server.json")
-        stopped = _process.stop(record)
-        (server.dir / "server.json").unlink(missing_ok=True)
-    return stopped
+        return _process.ServerDir(server.dir).stop() is not None

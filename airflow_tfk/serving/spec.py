@@ -85,6 +85,13 @@ def _resource_name(value: object, where: str) -> str:
     return value
 
 
+def _store(spec: Any) -> None:
+    """Where the files are: a claim (and a directory in it), or a local base path."""
+    object.__setattr__(spec, "claim", _claim(spec.claim, "claim"))
+    object.__setattr__(spec, "sub_path", _sub_path(spec.sub_path, "sub_path"))
+    object.__setattr__(spec, "base_path", _optional_path(spec.base_path, "base_path", absolute=False))
+
+
 def _common(spec: Any, kind: str) -> None:
     """The rules a TF Serving and a TensorBoard spec share (image, resources, labels, store)."""
     if not isinstance(spec.namespace, str) or not naming.is_dns1123_label(spec.namespace):
@@ -283,9 +290,7 @@ class ServingSpec:
                 "must be 1-63 letters, digits, '_', '.' or '-', starting and ending with a letter or digit",
                 self.model_name,
             )
-        object.__setattr__(self, "claim", _claim(self.claim, "claim"))
-        object.__setattr__(self, "sub_path", _sub_path(self.sub_path, "sub_path"))
-        object.__setattr__(self, "base_path", _optional_path(self.base_path, "base_path", absolute=False))
+        _store(self)
         name = self.name if self.name is not None else default_name("tfs", self.model_name)
         object.__setattr__(self, "name", _resource_name(name, "name"))
         _common(self, "models")
@@ -375,9 +380,7 @@ class TensorBoardSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", _resource_name(self.name, "name"))
-        object.__setattr__(self, "claim", _claim(self.claim, "claim"))
-        object.__setattr__(self, "sub_path", _sub_path(self.sub_path, "sub_path"))
-        object.__setattr__(self, "base_path", _optional_path(self.base_path, "base_path", absolute=False))
+        _store(self)
         _common(self, "logs")
         _int(self.port, "port", 0, 65535)
         _int(self.reload_seconds, "reload_seconds", 1, 86400)

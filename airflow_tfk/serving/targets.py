@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from airflow_tfk.serving.spec import ServingSpec
-
-_LOCAL_SERVING_KEYS = ("root", "poll_seconds", "server", "start_timeout_seconds")
 
 
 def get_serving_target(kind: str, spec: ServingSpec, **config: Any) -> Any:
@@ -19,5 +18,6 @@ def get_serving_target(kind: str, spec: ServingSpec, **config: Any) -> Any:
     if kind == "local":
         from airflow_tfk.serving.local import LocalServing
 
-        return LocalServing(spec, **{k: v for k, v in config.items() if k in _LOCAL_SERVING_KEYS})
+        keys = inspect.signature(LocalServing).parameters.keys() - {"spec"}
+        return LocalServing(spec, **{k: v for k, v in config.items() if k in keys})
     raise ValueError(f"backend: unknown kind {kind!r} (expected 'kubernetes' or 'local')")

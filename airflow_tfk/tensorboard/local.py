@@ -6,13 +6,13 @@ It keeps running after the task that started it and is stopped explicitly
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from airflow_tfk import _process
+from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.serving.base import Emit
 from airflow_tfk.serving.local import default_root, store_path
 from airflow_tfk.serving.spec import TensorBoardSpec
@@ -35,11 +35,10 @@ class LocalTensorBoard:
         self.root = os.path.abspath(os.path.expanduser(root or default_root()))
         self.start_timeout_seconds = float(start_timeout_seconds)
         self.dir = Path(self.root, spec.namespace, ".tensorboard", spec.name)
-        self.record_path = self.dir / "server.json"
-        self.log_path = self.dir / "server.log"
+        self.process = _process.ServerDir(self.dir)
 
     def config(self) -> dict[str, Any]:
-        return {"root": self.root, "start_timeout_seconds": self.start_timeout_seconds}
+        return init_kwargs(self, skip=("spec",))
 
     def logdir(self) -> str:
         return store_path(
@@ -47,10 +46,10 @@ class LocalTensorBoard:
         )
 
     def _record(self) -> dict[str, Any] | None:
-        return _process.read_record(self.record_path)
+        return self.process.record()
 
     def running(self) -> bool:
-        return _process.alive(self._record()) is not None
+        return self.process.running() is not None
 
     @property
     def url(self) -> str:
@@ -61,8 +60,8 @@ class LocalTensorBoard:
 
     def start(self, emit: Emit) -> str:
         with _process.locked(self.dir):
-            record = self._record()
-            if record is not None and _process.alive(record) is not None:
+            record = self.process.running()
+            if record is not None:
                 emit(
                     f"TensorBoard {self.spec.name} already runs (pid {record['pid']}) at "
                     f"{self.url} over {record['logdir']}"
@@ -81,30 +80,16 @@ class LocalTensorBoard:
                 f"--reload_interval={self.spec.reload_seconds}",
             ]
             env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-            proc = _process.start(argv, self.log_path, env, cwd=str(self.dir))
-            record = {
-                "pid": proc.pid,
-                "create_time": proc.create_time(),
-                "port": port,
-                "logdir": logdir,
-                "argv": argv,
-            }
-            _process.write_atomic(self.record_path, json.dumps(record, indent=1))
-            try:
-                _process.wait_listening(proc, port, self.start_timeout_seconds, self.log_path)
-            except BaseException:
-                _process.stop(record)
-                self.record_path.unlink(missing_ok=True)
-                raise
+            proc, record = self.process.start(argv, env, port=port, logdir=logdir)
+            self.process.wait_listening(proc, record, port, self.start_timeout_seconds)
         emit(f"TensorBoard {self.spec.name} (pid {proc.pid}) at {self.url} over {logdir}")
         return self.url
 
     def stop(self, emit: Emit) -> None:
         with _process.locked(self.dir):
-            record = self._record()
-            if record is not None and _process.stop(record):
-                emit(f"stopped TensorBoard {self.spec.name} (pid {record['pid']})")
-            self.record_path.unlink(missing_ok=True)
+            record = self.process.stop()
+        if record is not None:
+            emit(f"stopped TensorBoard {self.spec.name} (pid {record['pid']})")
 
 
 def _free(port: int) -> bool:

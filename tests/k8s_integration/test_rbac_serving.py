@@ -120,7 +120,7 @@ def _lifecycle(namespace: str) -> dict[str, int | str | None]:
         TensorBoardSpec(name="tb-digits", claim="logs", namespace=namespace, network_policy=policy),
         conn_id=CONN,
     )
-    proxy = target._proxy  # status of a proxied request, as the publish step sees it
+    proxy = target._rest  # status of a proxied request, as the publish step sees it
     return {
         "ensure (apply Deployment, Service, ConfigMap)": _status_of(lambda: target.ensure(lines.append)),
         "read the model config": _status_of(target.read_config),

@@ -1,0 +1,67 @@
+"""``_process.ServerDir``: the record of a local server that outlives its task (the local
+model server and TensorBoard start, find and stop theirs through it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_tfk import _process
+
+LISTEN = (
+    "import socket, sys, time\n"
+    "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(1)\n"
+    "print('listening', flush=True); time.sleep(60)\n"
+)
+
+
+def test_a_started_server_is_recorded_found_and_stopped(tmp_path: Path) -> None:
+    server = _process.ServerDir(tmp_path)
+    port = _process.free_port()
+    proc, record = server.start([sys.executable, "-c", LISTEN, str(port)], dict(os.environ), port=port)
+    try:
+        server.wait_listening(proc, record, port, 20.0)
+        assert server.record() == record
+        assert record["pid"] == proc.pid and record["port"] == port
+        assert server.running() == record
+    finally:
+        stopped = server.stop()
+    assert stopped == record
+    assert not proc.is_running() or proc.status() == "zombie"
+    assert server.record() is None and server.running() is None
+    assert server.stop() is None  # nothing left to stop
+    assert "listening" in server.log_path.read_text()
+
+
+def test_a_server_that_never_listens_is_stopped_and_forgotten(tmp_path: Path) -> None:
+    server = _process.ServerDir(tmp_path)
+    port = _process.free_port()
+    argv = [sys.executable, "-c", "print('no port for me'); raise SystemExit(3)"]
+    proc, record = server.start(argv, dict(os.environ), port=port)
+    with pytest.raises(RuntimeError, match="no port for me"):
+        server.wait_listening(proc, record, port, 20.0)
+    assert not server.record_path.exists()
+
+
+def test_signal_all_reaches_the_group_and_wait_gone_sees_the_processes_end(tmp_path: Path) -> None:
+    # A parent and the child it starts, both in the session _process.start gives them.
+    code = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "time.sleep(60)\n"
+    )
+    parent = _process.start([sys.executable, "-c", code], tmp_path / "log", dict(os.environ))
+    deadline = time.monotonic() + 20
+    while not parent.children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    procs = {p.pid: p for p in [parent, *parent.children()]}
+    assert len(procs) == 2 and all(_process.running(p) for p in procs.values())
+    assert _process.wait_gone(list(procs.values()), 0.2) == list(procs.values())  # still there
+    _process.signal_all(signal.SIGTERM, {parent.pid}, {})  # the group alone: both get it
+    assert _process.wait_gone(list(procs.values()), 20.0) == []
+    assert not any(_process.running(p) for p in procs.values())
