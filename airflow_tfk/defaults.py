@@ -27,6 +27,10 @@ DIGITS_APP = ["python", "-m", "airflow_tfk.runtime.examples.digits_app"]
 # tier) discovery cannot find it. The serving and TensorBoard specs check the blocks.
 _CIDRS = [c.strip() for c in os.environ.get("TFK_API_SERVER_CIDRS", "").split(",") if c.strip()]
 PROXY_POLICY: dict = {"network_policy": {"api_server_cidrs": _CIDRS}} if _CIDRS else {}
+# The operators' arguments every example DAG shares, as its ``default_args`` (Airflow passes
+# each to the operators that take it): where they run, and whether trainings wait in the
+# triggerer.
+DEFAULT_ARGS = {"backend": BACKEND, "kubernetes_conn_id": KUBERNETES_CONN_ID, "deferrable": DEFERRABLE}
 # Existing claims (PVCs on Kubernetes; shared directories with the local backend), so
 # models and logs outlive the clusters that wrote them.
 STORAGE = {"logs": {"claim": "tfk-logs"}, "models": {"claim": "tfk-models"}}

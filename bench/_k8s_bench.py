@@ -40,6 +40,34 @@ IMAGE = "registry.invalid/tfk/train:1"
 CONN_ID = "tfk_bench"
 
 
+def cluster_spec(namespace: str, workers: int, ps: int, **fields: Any) -> dict[str, Any]:
+    """The benchmarks' cluster: between_graph, ``workers`` + ``ps`` tasks of a script that
+    KWOK never runs; ``fields`` add to it or replace."""
+    return {
+        "image": IMAGE,
+        "namespace": namespace,
+        "mode": "between_graph",
+        "command": ["python", "/opt/train.py"],
+        "worker": {"replicas": workers},
+        "ps": {"replicas": ps},
+        **fields,
+    }
+
+
+def training_operator(namespace: str, workers: int, ps: int, **fields: Any) -> Any:
+    """The provider's blocking operator on :func:`cluster_spec`, through the benchmarks'
+    connection; no progress lines (one an hour) to keep the measured loop quiet."""
+    from airflow_tfk.operators.training import TFTrainingOperator
+
+    return TFTrainingOperator(
+        task_id="train",
+        backend="kubernetes",
+        kubernetes_conn_id=CONN_ID,
+        progress_interval=3600,
+        cluster_spec=cluster_spec(namespace, workers, ps, **fields),
+    )
+
+
 @contextlib.contextmanager
 def control_plane(nodes: int = 4) -> Iterator[harness.ControlPlane]:
     workdir = tempfile.mkdtemp(prefix="tfk-bench-k8s-")

@@ -10,12 +10,12 @@ minima shows what airflow-tfk adds to a DAG's parse (target: under 2x a trivial 
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from _common import parser as bench_parser
+from _common import python_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,20 +39,11 @@ print(time.perf_counter() - t0)
 
 
 def sample(path: Path) -> float:
-    out = subprocess.run(
-        [sys.executable, "-c", TIMER.format(path=str(path))],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    return float(out.stdout.strip().splitlines()[-1])
+    return python_seconds(TIMER.format(path=str(path)))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=7)
+    parser = bench_parser(__doc__, samples=7)
     args = parser.parse_args()
     worst = 0.0
     with tempfile.TemporaryDirectory() as tmp:

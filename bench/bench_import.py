@@ -15,13 +15,13 @@ compared as a ratio (target: ours adds at most a tenth of what the cncf import a
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
+
+from _common import parser as bench_parser
+from _common import python_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,15 +53,7 @@ with DAG("bench_cncf", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
 
 
 def sample(body: str) -> float:
-    out = subprocess.run(
-        [sys.executable, "-c", TIMER.format(body=body)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=True,
-        timeout=300,
-    )
-    return float(out.stdout.strip().splitlines()[-1])
+    return python_seconds(TIMER.format(body=body))
 
 
 def compare(name: str, ours: str, theirs: str, samples: int) -> float:
@@ -80,8 +72,7 @@ def compare(name: str, ours: str, theirs: str, samples: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=9)
+    parser = bench_parser(__doc__, samples=9)
     args = parser.parse_args()
     sample("pass")  # warm the bytecode caches once, outside the measurement
     with tempfile.TemporaryDirectory() as tmp:

@@ -36,13 +36,13 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
 
+from _common import parser as bench_parser
 from _k8s_bench import (
-    CONN_ID,
-    IMAGE,
     RequestCounter,
     control_plane,
     install,
     namespace,
+    training_operator,
     wait_pods_running,
 )
 
@@ -156,7 +156,6 @@ def drive_cluster(kubeconfig: str, ns: str, sel: str, workers: int, results: Any
 def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace, load: str) -> dict:
     import airflow_tfk.watch as tfk_watch
     from airflow_tfk import naming
-    from airflow_tfk.operators.training import TFTrainingOperator
 
     run_id = f"manual__{load}"
     ctx = {"ti": SimpleNamespace(dag_id="bench", task_id="train", run_id=run_id, map_index=-1, try_number=1)}
@@ -172,21 +171,7 @@ def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace,
     tfk_watch.wait_for_cluster = timed_wait
     admin = cp.api_client()
     ns = namespace(admin, f"bench-tfk-{load}")
-    op = TFTrainingOperator(
-        task_id="train",
-        backend="kubernetes",
-        kubernetes_conn_id=CONN_ID,
-        progress_interval=3600,
-        cluster_spec={
-            "image": IMAGE,
-            "namespace": ns,
-            "mode": "between_graph",
-            "command": ["python", "/opt/train.py"],
-            "worker": {"replicas": a.workers},
-            "ps": {"replicas": a.ps},
-            "ps_grace_seconds": a.grace,
-        },
-    )
+    op = training_operator(ns, a.workers, a.ps, ps_grace_seconds=a.grace)
     result: dict = {}
     counter.reset()
     runner = threading.Thread(target=lambda: result.update(op.execute(ctx)))
@@ -263,10 +248,7 @@ def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workers", type=int, default=600)
-    p.add_argument("--ps", type=int, default=8)
-    p.add_argument("--grace", type=int, default=2)
+    p = bench_parser(__doc__, workers=600, ps=8, grace=2)
     p.add_argument("--load", choices=("both", "idle", "busy"), default="both")
     a = p.parse_args(argv)
     logging.disable(logging.INFO)

@@ -13,15 +13,15 @@ until every task's pod runs. Target: ours >= 20x faster.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
+from _common import parser as bench_parser
 from _k8s_bench import (
     CONN_ID,
-    IMAGE,
     RequestCounter,
+    cluster_spec,
     control_plane,
     install,
     namespace,
@@ -32,9 +32,7 @@ from _k8s_bench import (
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workers", type=int, default=600)
-    p.add_argument("--ps", type=int, default=8)
+    p = bench_parser(__doc__, workers=600, ps=8)
     p.add_argument("--repeat", type=int, default=3, help="creates of our layout (median)")
     a = p.parse_args(argv)
 
@@ -59,16 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
         for i in range(a.repeat):  # each from an idle control plane; the last one is kept
             spec = TFClusterSpec.from_dict(
-                {
-                    "name": f"imagenet-{i}",
-                    "namespace": ns,
-                    "image": IMAGE,
-                    "mode": "between_graph",
-                    "command": ["python", "/opt/train.py"],
-                    "legacy_tf1_flags": True,
-                    "worker": {"replicas": a.workers},
-                    "ps": {"replicas": a.ps},
-                }
+                cluster_spec(ns, a.workers, a.ps, name=f"imagenet-{i}", legacy_tf1_flags=True)
             )
             counter.reset()
             t0 = time.perf_counter()

@@ -23,7 +23,6 @@ Target: airflow-tfk <= 3 requests/minute whatever the task count.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import sys
@@ -31,6 +30,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from _common import parser as bench_parser
 from _k8s_bench import (
     CONN_ID,
     IMAGE,
@@ -45,11 +45,7 @@ from _k8s_bench import (
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workers", type=int, default=600)
-    p.add_argument("--small", type=int, default=60)
-    p.add_argument("--ps", type=int, default=8)
-    p.add_argument("--seconds", type=float, default=60)
+    p = bench_parser(__doc__, workers=600, small=60, ps=8, seconds=60.0)
     a = p.parse_args(argv)
     logging.disable(logging.INFO)  # 600 polling hooks log two lines per poll
 

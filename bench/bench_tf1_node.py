@@ -17,7 +17,6 @@ exit 0 only if every node run passed. The local backend's 20 runs:
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -28,6 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from _common import parser as bench_parser
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
@@ -37,17 +38,7 @@ ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_NUM_INTEROP_THRE
 
 
 def _row(label: str, i: int, result: Any, threshold: float, baseline: float | None) -> dict[str, Any]:
-    ok = result.outcome == "succeeded" and len(result.accuracies) == 3
-    ok = ok and min(result.accuracies) >= threshold
-    row = {
-        "bench": label,
-        "run": i + 1,
-        "ok": ok,
-        "outcome": result.outcome,
-        "seconds": round(result.seconds, 1),
-        "accuracies": [round(a, 3) for a in result.accuracies],
-        "message": result.message[:200],
-    }
+    row = result.row(label, i + 1, threshold)
     if baseline:
         row["ratio_to_local"] = round(result.seconds / baseline, 2)
     print(json.dumps(row), flush=True)
@@ -67,11 +58,8 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=5)
+    p = bench_parser(__doc__, runs=5, steps=300, timeout=420.0)
     p.add_argument("--local-runs", type=int, default=1, help="baseline runs on the local backend")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--timeout", type=float, default=420.0)
     a = p.parse_args(argv)
     logging.disable(logging.INFO)
 

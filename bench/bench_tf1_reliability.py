@@ -15,7 +15,6 @@ Prints one JSON line per run and a summary; exit 0 only if every shimmed run pas
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -23,16 +22,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _common import parser as bench_parser
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=20)
+    p = bench_parser(__doc__, runs=20, steps=300, timeout=180.0)
     p.add_argument("--baseline-runs", type=int, default=0, help="runs without the device-filter shim")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--timeout", type=float, default=180.0)
     args = p.parse_args(argv)
 
     from airflow_tfk.backends.local import LocalBackend
@@ -50,23 +48,9 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(runs):
                 name = f"tf1-{label.replace('_', '-')}-{i}"
                 r = run_once(backend, name, args.steps, args.timeout, shim)
-                ok = r.outcome == "succeeded" and len(r.accuracies) == 3
-                ok = ok and min(r.accuracies) >= ACCURACY_THRESHOLD
-                results.append((ok, r))
-                print(
-                    json.dumps(
-                        {
-                            "bench": label,
-                            "run": i + 1,
-                            "ok": ok,
-                            "outcome": r.outcome,
-                            "seconds": round(r.seconds, 1),
-                            "accuracies": [round(a, 3) for a in r.accuracies],
-                            "message": r.message[:200],
-                        }
-                    ),
-                    flush=True,
-                )
+                row = r.row(label, i + 1, ACCURACY_THRESHOLD)
+                results.append((row["ok"], r))
+                print(json.dumps(row), flush=True)
             times = [r.seconds for ok, r in results if ok]
             summary[label] = {
                 "runs": runs,

@@ -54,12 +54,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from _k8s_bench import (
-    CONN_ID,
     IMAGE,
     RequestCounter,
     control_plane,
     install,
     namespace,
+    training_operator,
     wait_no_pods,
     wait_pods_running,
 )
@@ -209,27 +209,11 @@ class Provider(System):
 
     def start(self) -> None:
         from airflow_tfk import naming
-        from airflow_tfk.operators.training import TFTrainingOperator
 
         run_id = f"manual__{self.layout}"
         ti = SimpleNamespace(dag_id="bench", task_id="train", run_id=run_id, map_index=-1, try_number=1)
         self.cluster = naming.RunIdentity("bench", "train", run_id, -1).cluster_name()
-        op = TFTrainingOperator(
-            task_id="train",
-            backend="kubernetes",
-            kubernetes_conn_id=CONN_ID,
-            progress_interval=3600,
-            cluster_spec={
-                "image": IMAGE,
-                "namespace": self.ns,
-                "mode": "between_graph",
-                "command": ["python", "/opt/train.py"],
-                "worker": {"replicas": self.a.workers},
-                "ps": {"replicas": self.a.ps},
-                "ps_grace_seconds": 0,
-                "layout": self.layout,
-            },
-        )
+        op = training_operator(self.ns, self.a.workers, self.a.ps, ps_grace_seconds=0, layout=self.layout)
 
         def run() -> None:
             try:

@@ -12,7 +12,6 @@ the ClusterTracker): the ratio is the speed-up per event.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "backends"))
 
+from _common import parser as bench_parser
 from pods import T0_EPOCH, job, pod, scheduled, with_status  # noqa: E402
 
 from airflow_tfk.backends._k8s_cluster import Interpreter  # noqa: E402
@@ -77,9 +77,7 @@ def from_scratch(pods: list[dict], events: list[bytes], jobs: dict, replicas: di
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workers", type=int, default=600)
-    p.add_argument("--ps", type=int, default=8)
+    p = bench_parser(__doc__, workers=600, ps=8)
     a = p.parse_args(argv)
     replicas = {"worker": a.workers, "ps": a.ps}
     pods, events, jobs = scenario(a.workers, a.ps)

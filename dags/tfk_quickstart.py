@@ -22,7 +22,6 @@ with DAG(
     dag_id="tfk_quickstart",
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
     tags=["airflow-tfk", "quickstart", "local"],
     params={
         "steps": Param(600, type="integer", minimum=1, maximum=100_000),

@@ -17,14 +17,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, Param
 
-from airflow_tfk.defaults import (
-    BACKEND,
-    DEFERRABLE,
-    IMAGE,
-    KUBERNETES_CONN_ID,
-    NAMESPACE,
-    STORAGE,
-)
+from airflow_tfk.defaults import DEFAULT_ARGS, IMAGE, NAMESPACE, STORAGE
 from airflow_tfk.operators.serving import PublishModelOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 
@@ -35,9 +28,9 @@ ROLES = {role: {"replicas": 1} for role in ("chief", "ps", "worker", "evaluator"
 
 with DAG(
     dag_id="tfk_regression",
+    default_args=DEFAULT_ARGS,  # backend, connection, deferrable: from the environment
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
     tags=["airflow-tfk", "serving", "evaluator"],
     params={
         "steps": Param(600, type="integer", minimum=1),
@@ -46,10 +39,8 @@ with DAG(
     render_template_as_native_obj=True,
     doc_md=__doc__,
 ):
-    common = {"backend": BACKEND, "kubernetes_conn_id": KUBERNETES_CONN_ID}
     train = TFTrainingOperator(
         task_id="train",
-        deferrable=DEFERRABLE,
         cluster_spec={
             "image": IMAGE,
             "namespace": NAMESPACE,
@@ -70,7 +61,6 @@ with DAG(
             "ps_grace_seconds": 5,
         },
         progress_interval=10,
-        **common,
     )
     # no version: the one `train` exported in this run (its XCom), never a newer one
     # of another run
@@ -79,5 +69,4 @@ with DAG(
         model_name=MODEL,
         claim=STORAGE["models"]["claim"],
         serving={"namespace": NAMESPACE},
-        **common,
     )

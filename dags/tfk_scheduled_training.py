@@ -16,21 +16,14 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import DAG, Param
 
-from airflow_tfk.defaults import (
-    BACKEND,
-    DEFERRABLE,
-    DIGITS_APP,
-    IMAGE,
-    KUBERNETES_CONN_ID,
-    NAMESPACE,
-    STORAGE,
-)
+from airflow_tfk.defaults import DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, STORAGE
 from airflow_tfk.operators.training import TFTrainingOperator
 
 MAX_DURATION_MINUTES = 60
 
 with DAG(
     dag_id="tfk_scheduled_training",
+    default_args=DEFAULT_ARGS,  # backend, connection, deferrable: from the environment
     schedule="0 */2 * * *",
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
@@ -46,9 +39,6 @@ with DAG(
 ):
     TFTrainingOperator(
         task_id="train",
-        backend=BACKEND,
-        kubernetes_conn_id=KUBERNETES_CONN_ID,
-        deferrable=DEFERRABLE,
         previous_run_policy="{{ params.previous_run_policy }}",
         execution_timeout=timedelta(minutes=MAX_DURATION_MINUTES),
         cluster_spec={

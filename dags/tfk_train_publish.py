@@ -13,16 +13,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, Param
 
-from airflow_tfk.defaults import (
-    BACKEND,
-    DEFERRABLE,
-    DIGITS_APP,
-    IMAGE,
-    KUBERNETES_CONN_ID,
-    NAMESPACE,
-    PROXY_POLICY,
-    STORAGE,
-)
+from airflow_tfk.defaults import DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, PROXY_POLICY, STORAGE
 from airflow_tfk.operators.serving import PublishModelOperator
 from airflow_tfk.operators.tensorboard import TensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
@@ -31,21 +22,19 @@ MODEL = "digits"
 
 with DAG(
     dag_id="tfk_train_publish",
+    default_args=DEFAULT_ARGS,  # backend, connection, deferrable: from the environment
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
     tags=["airflow-tfk", "serving", "tensorboard"],
     params={"steps": Param(600, type="integer", minimum=1)},
     render_template_as_native_obj=True,
     doc_md=__doc__,
 ):
-    common = {"backend": BACKEND, "kubernetes_conn_id": KUBERNETES_CONN_ID}
     tensorboard = TensorBoardOperator(
-        claim=STORAGE["logs"]["claim"], tensorboard={"namespace": NAMESPACE, **PROXY_POLICY}, **common
+        claim=STORAGE["logs"]["claim"], tensorboard={"namespace": NAMESPACE, **PROXY_POLICY}
     )
     train = TFTrainingOperator(
         task_id="train",
-        deferrable=DEFERRABLE,
         cluster_spec={
             "image": IMAGE,
             "namespace": NAMESPACE,
@@ -59,13 +48,11 @@ with DAG(
             "ps_grace_seconds": 5,
         },
         progress_interval=10,
-        **common,
     )
     publish = PublishModelOperator(
         task_id="publish",
         model_name=MODEL,
         claim=STORAGE["models"]["claim"],
         serving={"namespace": NAMESPACE, **PROXY_POLICY},
-        **common,
     )
     train >> publish

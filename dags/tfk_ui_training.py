@@ -15,23 +15,15 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, Param, task
 
-from airflow_tfk.defaults import (
-    BACKEND,
-    DEFERRABLE,
-    DIGITS_APP,
-    IMAGE,
-    KUBERNETES_CONN_ID,
-    NAMESPACE,
-    STORAGE,
-)
+from airflow_tfk.defaults import DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, STORAGE
 from airflow_tfk.operators.tensorboard import TensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 
 with DAG(
     dag_id="tfk_ui_training",
+    default_args=DEFAULT_ARGS,  # backend, connection, deferrable: from the environment
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
     tags=["airflow-tfk", "ui"],
     params={
         "workers": Param(
@@ -100,18 +92,10 @@ with DAG(
     (
         spec
         >> tensorboard_wanted()
-        >> TensorBoardOperator(
-            backend=BACKEND,
-            kubernetes_conn_id=KUBERNETES_CONN_ID,
-            claim=STORAGE["logs"]["claim"],
-            tensorboard={"namespace": NAMESPACE},
-        )
+        >> TensorBoardOperator(claim=STORAGE["logs"]["claim"], tensorboard={"namespace": NAMESPACE})
     )
     TFTrainingOperator(
         task_id="train",
-        backend=BACKEND,
-        kubernetes_conn_id=KUBERNETES_CONN_ID,
-        deferrable=DEFERRABLE,
         cluster_spec=spec,
         progress_interval=10,
     )

@@ -2,13 +2,43 @@
 # The whole test suite: sets up its own environment, checks the design gates
 # (scripts/gates.sh: ruff, formatter, mypy, import-linter), then runs pytest.
 # Arguments go to pytest. A failed gate still runs the tests, then fails the script.
+#
+# Without a test path among the arguments, the real-node tier (tests/k8s_node) runs in a
+# second pytest process beside the rest: it mostly waits on its kubelet and pods, so on
+# two cores the two overlap instead of adding up. Its output follows the main run's.
+# TFK_TEST_LANES=1 runs everything in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 gates=0
 bash scripts/gates.sh || gates=$?
+py="${TFK_VENV:-.venv}/bin/python"
+
+explicit=0
+for arg in "$@"; do
+  [ -e "${arg%%::*}" ] && explicit=1
+done
+
 status=0
-"${TFK_VENV:-.venv}/bin/python" -m pytest "$@" || status=$?
+if [ "$explicit" -eq 1 ] || [ "${TFK_TEST_LANES:-2}" = "1" ]; then
+  "$py" -m pytest "$@" || status=$?
+else
+  node_log=$(mktemp)
+  "$py" -m pytest "$@" tests/k8s_node >"$node_log" 2>&1 &
+  node_pid=$!
+  trap 'kill "$node_pid" 2>/dev/null || true' INT TERM
+  "$py" -m pytest "$@" --ignore=tests/k8s_node || status=$?
+  node_status=0
+  wait "$node_pid" || node_status=$?
+  trap - INT TERM
+  echo "==================== the real-node tier (tests/k8s_node, run beside the above) ===================="
+  cat "$node_log"
+  rm -f "$node_log"
+  # 5: nothing selected (e.g. the fast lane's -m "not k8s_node")
+  if [ "$node_status" -ne 0 ] && [ "$node_status" -ne 5 ] && [ "$status" -eq 0 ]; then
+    status=$node_status
+  fi
+fi
 if [ "$status" -eq 0 ] && [ "$gates" -ne 0 ]; then
   status=$gates
 fi

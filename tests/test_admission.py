@@ -6,7 +6,6 @@ the field."""
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
@@ -14,27 +13,16 @@ import pytest
 from airflow_tfk import naming
 from airflow_tfk.admission import JOBSET_API_VERSION, KUEUE_QUEUE_LABEL
 from airflow_tfk.errors import SpecError
-from airflow_tfk.naming import RunIdentity
 from airflow_tfk.render import JOBSET_TTL_SECONDS, render
 from airflow_tfk.spec import TFClusterSpec
-from tests.helpers import MODE_SHAPES
+from tests.helpers import MODE_SHAPES, NIGHTLY, shaped_spec
 
-IDENTITY = RunIdentity("nightly", "train", "scheduled__2026-01-01T00:00:00+00:00")
-BASE = {
-    "name": "imagenet",
-    "image": "tensorflow/tensorflow:2.21.0",
-    "command": ["python", "/opt/train.py"],
-    "namespace": "ml",
-    "max_duration_seconds": 7200,
-    "retries_per_index": 2,
-}
+IDENTITY = NIGHTLY
 MODES = MODE_SHAPES
 
 
 def make(mode: str = "between_graph", **changes) -> TFClusterSpec:
-    data = copy.deepcopy({**BASE, **MODES[mode]})
-    data.update(changes)
-    return TFClusterSpec.from_dict(data)
+    return shaped_spec(MODES[mode], **{"max_duration_seconds": 7200, "retries_per_index": 2, **changes})
 
 
 def jobset_of(manifests):

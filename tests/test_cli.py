@@ -10,6 +10,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.helpers import IMAGENET, IMAGENET_OBJECTS, IMAGENET_STORAGE
+
+# tests.helpers.IMAGENET as a user writes it (the bad-spec cases edit this text).
 MINIMAL = """\
 name: imagenet
 image: tensorflow/tensorflow:2.21.0
@@ -43,15 +46,7 @@ def test_render_minimal_spec_prints_a_valid_stream(spec_file: Path):
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
     docs = list(yaml.safe_load_all(out.stdout))
-    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
-        ("NetworkPolicy", "imagenet-isolation"),
-        ("PersistentVolumeClaim", "imagenet-data"),
-        ("PersistentVolumeClaim", "imagenet-logs"),
-        ("Service", "imagenet-ps"),
-        ("Service", "imagenet-worker"),
-        ("Job", "imagenet-ps"),
-        ("Job", "imagenet-worker"),
-    ]
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == IMAGENET_OBJECTS
     for doc in docs:
         for version in ("1.29", "1.37"):
             kubernetes_validate.validate(doc, version, strict=True)
@@ -123,3 +118,7 @@ def test_installed_console_script_works(spec_file: Path):
     out = subprocess.run([str(script), "render", str(spec_file)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert len(list(yaml.safe_load_all(out.stdout))) == 7  # with the NetworkPolicy
+
+
+def test_the_spec_file_is_the_shared_imagenet_spec():
+    assert yaml.safe_load(MINIMAL) == {**IMAGENET, "storage": IMAGENET_STORAGE}

@@ -48,30 +48,27 @@ def test_message_prefix_appears_once() -> None:
     assert str(err) == "task worker-1 failed (ExitCode, exit code 1): ValueError: boom"
 
 
+def done(role: str, index: int) -> TaskStatus:
+    return TaskStatus(role, index, Phase.SUCCEEDED, "Completed", "", 0, 0)
+
+
+def past_deadline(role: str, index: int) -> TaskStatus:
+    """Killed by the cluster's deadline (activeDeadlineSeconds: SIGTERM, exit 143)."""
+    return TaskStatus(role, index, Phase.FAILED, "DeadlineExceeded", "", 143, 0)
+
+
 def test_deadline_blames_the_decisive_task_that_never_finished() -> None:
-    tasks = (
-        TaskStatus("ps", 0, Phase.FAILED, "DeadlineExceeded", "", 143, 0),
-        TaskStatus("worker", 0, Phase.SUCCEEDED, "Completed", "", 0, 0),
-        TaskStatus("worker", 1, Phase.FAILED, "DeadlineExceeded", "", 143, 0),
-    )
+    tasks = (past_deadline("ps", 0), done("worker", 0), past_deadline("worker", 1))
     v = evaluate(Mode.BETWEEN_GRAPH, {"ps": 1, "worker": 2}, ClusterStatus(tasks=tasks))
     assert v.outcome is Outcome.FAILED and v.failed_task.name == "worker-1", v
 
 
 def test_decisive_success_is_a_success_whatever_the_ps_say() -> None:
     """A retry after the deadline: the PS were killed by it, the workers had finished."""
-    tasks = (
-        TaskStatus("ps", 0, Phase.FAILED, "DeadlineExceeded", "", 143, 0),
-        TaskStatus("worker", 0, Phase.SUCCEEDED, "Completed", "", 0, 0),
-        TaskStatus("worker", 1, Phase.SUCCEEDED, "Completed", "", 0, 0),
-    )
+    tasks = (past_deadline("ps", 0), done("worker", 0), done("worker", 1))
     v = evaluate(Mode.BETWEEN_GRAPH, {"ps": 1, "worker": 2}, ClusterStatus(tasks=tasks))
     assert v.outcome is Outcome.SUCCEEDED
-    chief_done = (
-        TaskStatus("chief", 0, Phase.SUCCEEDED, "Completed", "", 0, 0),
-        TaskStatus("ps", 0, Phase.FAILED, "DeadlineExceeded", "", 143, 0),
-        TaskStatus("worker", 0, Phase.FAILED, "DeadlineExceeded", "", 143, 0),
-    )
+    chief_done = (done("chief", 0), past_deadline("ps", 0), past_deadline("worker", 0))
     v = evaluate(Mode.PARAMETER_SERVER, {"chief": 1, "ps": 1, "worker": 1}, ClusterStatus(tasks=chief_done))
     assert v.outcome is Outcome.SUCCEEDED
 

@@ -8,17 +8,18 @@ instance with another spec replaces it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.errors import ClusterOwnershipError, SpecError
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.lifecycle import create_or_reattach, delete_cluster, teardown_after_failure
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
+from tests.helpers import local_backend
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,11 +28,8 @@ OWNER = RunIdentity("dag", "train", "scheduled__1", -1)
 
 
 @pytest.fixture
-def backend(tmp_path: Path):
-    b = LocalBackend(str(tmp_path / "root"), workdir=str(tmp_path), kill_grace_seconds=0.5)
-    yield b
-    for state in (tmp_path / "root").glob("*/*/state.json"):
-        b.delete(ClusterRef(state.parent.name, state.parent.parent.name))
+def backend(tmp_path: Path) -> Iterator[LocalBackend]:
+    yield from local_backend(tmp_path / "root", tmp_path, kill_grace_seconds=0.5)
 
 
 def spec(**kw) -> TFClusterSpec:

@@ -5,7 +5,6 @@ them."""
 
 from __future__ import annotations
 
-import copy
 import functools
 from unittest import mock
 
@@ -18,17 +17,10 @@ from airflow_tfk.naming import RunIdentity
 from airflow_tfk.network import Peer, ServiceNetworkPolicy, TrainingNetworkPolicy
 from airflow_tfk.render import render
 from airflow_tfk.spec import TFClusterSpec
-from tests.helpers import MODE_SHAPES
+from tests.helpers import MODE_SHAPES, NIGHTLY, shaped_spec
 
 K8S_VERSIONS = ("1.29", "1.37")
-IDENTITY = RunIdentity("nightly", "train", "scheduled__2026-01-01T00:00:00+00:00")
-BASE = {
-    "name": "alpha",
-    "image": "tensorflow/tensorflow:2.21.0",
-    "command": ["python", "/opt/train.py"],
-    "namespace": "ml",
-    "port": 2222,
-}
+IDENTITY = NIGHTLY
 MODES = {
     **MODE_SHAPES,
     "namespace_per_training": {
@@ -55,9 +47,7 @@ def validate(manifest, version: str) -> None:
 
 
 def make(case: str = "between_graph", **changes) -> TFClusterSpec:
-    data = copy.deepcopy({**BASE, **MODES[case]})
-    data.update(changes)
-    return TFClusterSpec.from_dict(data)
+    return shaped_spec(MODES[case], **{"name": "alpha", "port": 2222, **changes})
 
 
 def policies(manifests):

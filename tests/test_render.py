@@ -20,20 +20,13 @@ from airflow_tfk.errors import SpecError
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.render import RenderError, k8s_escape, render, template_dirs, to_yaml_stream
 from airflow_tfk.spec import TFClusterSpec
+from tests.helpers import IMAGENET, IMAGENET_OBJECTS, IMAGENET_STORAGE
 
 K8S_VERSIONS = ("1.29", "1.37")
 TF_CONFIG = '{"cluster":$(TFK_CLUSTER),"task":{"type":"$(TFK_ROLE)","index":$(TFK_INDEX)}}'
 JOB_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
-MINIMAL = {
-    "name": "imagenet",
-    "image": "tensorflow/tensorflow:2.21.0",
-    "mode": "between_graph",
-    "command": ["python", "/opt/imagenet.py"],
-    "ps": {"replicas": 2},
-    "worker": {"replicas": 3},
-    "storage": {"data": {"size": "10Gi"}, "logs": {"size": "10Gi"}, "storage_class": "glusterfs"},
-}
+MINIMAL = {**IMAGENET, "storage": IMAGENET_STORAGE}
 SPECS = {
     "between_graph": MINIMAL,
     "parameter_server": {
@@ -189,15 +182,7 @@ def test_the_yaml_stream_round_trips():
 
 # -- (c) layout facts --------------------------------------------------------------------
 def test_minimal_spec_layout_and_order():
-    assert kinds_names(render(make())) == [
-        ("NetworkPolicy", "imagenet-isolation"),
-        ("PersistentVolumeClaim", "imagenet-data"),
-        ("PersistentVolumeClaim", "imagenet-logs"),
-        ("Service", "imagenet-ps"),
-        ("Service", "imagenet-worker"),
-        ("Job", "imagenet-ps"),
-        ("Job", "imagenet-worker"),
-    ]
+    assert kinds_names(render(make())) == IMAGENET_OBJECTS
 
 
 def test_kitchen_sink_order_dependencies_first():

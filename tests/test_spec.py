@@ -9,15 +9,9 @@ import pytest
 
 from airflow_tfk.errors import SpecError
 from airflow_tfk.spec import Mode, RoleSpec, TFClusterSpec, quantity_value
+from tests.helpers import IMAGENET
 
-BASE = {
-    "name": "imagenet",
-    "image": "tensorflow/tensorflow:2.21.0",
-    "mode": "between_graph",
-    "command": ["python", "/opt/imagenet.py"],
-    "ps": {"replicas": 2},
-    "worker": {"replicas": 3},
-}
+BASE = IMAGENET
 
 
 def spec_with(**changes):

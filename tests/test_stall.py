@@ -3,7 +3,6 @@ cluster where one worker hangs after its peer finished."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,10 +10,11 @@ import pytest
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.policies import Outcome, Verdict
-from airflow_tfk.spec import Mode, RoleSpec, TFClusterSpec
+from airflow_tfk.spec import Mode
 from airflow_tfk.stall import StallDetector
 from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
 from airflow_tfk.watch import wait_for_cluster
+from tests.helpers import python_cluster
 
 
 def status(*phases: Phase) -> ClusterStatus:
@@ -42,12 +42,10 @@ def test_reports_each_stalled_task_once_after_the_bound_and_names_it_in_the_fail
 @pytest.mark.timeout(60)
 def test_wait_loop_reports_a_hung_worker_on_a_real_local_cluster(tmp_path: Path) -> None:
     hang = "import os, time; time.sleep(3600 if os.environ['TFK_INDEX'] == '1' else 0)"
-    spec = TFClusterSpec(
-        name="stall",
-        image="x:1",
-        command=(sys.executable, "-c", hang),
-        mode="all_reduce",
-        worker=RoleSpec(replicas=2),
+    spec = python_cluster(
+        "stall",
+        hang,
+        workers=2,
         max_duration_seconds=6,
     )
     backend = LocalBackend(

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,6 +24,7 @@ from airflow_tfk.naming import RunIdentity
 from airflow_tfk.operators.sweeper import TFOrphanSweeperOperator, task_state
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
 from airflow_tfk.sweeper import sweep
+from tests.helpers import local_backend, python_cluster
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,11 +33,8 @@ OWNER = RunIdentity("dag", "train", "scheduled__1", -1)
 
 
 @pytest.fixture
-def backend(tmp_path: Path):
-    b = LocalBackend(str(tmp_path / "root"), workdir=str(tmp_path), kill_grace_seconds=0.5)
-    yield b
-    for state in (tmp_path / "root").glob("*/*/state.json"):
-        b.delete(ClusterRef(state.parent.name, state.parent.parent.name))
+def backend(tmp_path: Path) -> Iterator[LocalBackend]:
+    yield from local_backend(tmp_path / "root", tmp_path, kill_grace_seconds=0.5)
 
 
 def spec(name: str, **kw) -> TFClusterSpec:
@@ -95,12 +94,9 @@ def test_deadline_is_enforced_on_every_role_whatever_the_owner(backend) -> None:
 
 
 def test_finished_clusters_are_left_to_their_ttl(backend) -> None:
-    s = TFClusterSpec(
-        name="c-done",
-        image="x:1",
-        command=(sys.executable, "-c", "pass"),
-        mode="all_reduce",
-        worker=RoleSpec(),
+    s = python_cluster(
+        "c-done",
+        "pass",
     )
     ref = backend.create(s, OWNER)
     deadline = time.monotonic() + 20
@@ -170,13 +166,13 @@ def test_a_finished_training_loses_only_what_never_exits(backend) -> None:
     keeps the finished workers, so a retry of the task finds the training succeeded."""
     from airflow_tfk.lifecycle import create_or_reattach
 
-    s = TFClusterSpec(
-        name="c-finished",
-        image="x:1",
-        command=(sys.executable, "-c", "import os, time; os.environ['TFK_ROLE'] == 'ps' and time.sleep(300)"),
+    s = python_cluster(
+        "c-finished",
+        "import os, time; os.environ['TFK_ROLE'] == 'ps' and time.sleep(300)",
         ps=RoleSpec(),
-        worker=RoleSpec(replicas=2),
+        workers=2,
         max_duration_seconds=3600,
+        mode="between_graph",
     )
     ref = backend.create(s, OWNER)
     deadline = time.monotonic() + 30

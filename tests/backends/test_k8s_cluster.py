@@ -170,3 +170,23 @@ def test_no_change_no_new_status() -> None:
     assert not tracker.changed
     tracker.reset([w], tracker.jobs, NOW)  # a relist that finds what we had
     assert not tracker.changed
+
+
+def test_a_job_past_its_deadline_fails_its_unfinished_tasks() -> None:
+    """The Job controller fails a Job at its activeDeadlineSeconds and removes its running
+    pods: the tasks left without a pod are failed DeadlineExceeded, the finished one stays
+    succeeded. (Moved from the HTTP double's Job conditions; the real API server's run of
+    a deadline: tests/k8s_integration/test_fault_suite.py.)"""
+    failed = {
+        "type": "Failed",
+        "status": "True",
+        "reason": "DeadlineExceeded",
+        "message": "Job was active longer than specified deadline",
+    }
+    job_map = jobs(job("worker", 3, conditions=[failed], completed="2"))
+    status, _ = interp().status([pod("worker", 2, "Succeeded")], job_map, NOW)
+    assert [(t.phase, t.reason) for t in status.of_role("worker")] == [
+        (Phase.FAILED, "DeadlineExceeded"),
+        (Phase.FAILED, "DeadlineExceeded"),
+        (Phase.SUCCEEDED, "Completed"),
+    ]

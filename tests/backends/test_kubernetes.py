@@ -1,11 +1,16 @@
 """The Kubernetes backend, driven through the REAL ``kubernetes`` / ``kubernetes_asyncio``
-clients and the cncf provider's ``KubernetesHook`` / ``AsyncKubernetesHook``, over HTTP.
+clients and the cncf provider's ``KubernetesHook`` / ``AsyncKubernetesHook``, over HTTP,
+for what the real control plane of tests/k8s_integration cannot show.
 
-The server is ``k8s_double.KubeApiDouble``: a TEST DOUBLE of the Kubernetes API server
-(only the endpoints the backend uses, crude Job/StatefulSet controllers (the latter for
-clusters of earlier versions, whose PS was a StatefulSet), test controls
-for pod states). A later issue replaces it with a real kube-apiserver; these tests assert
-HTTP-visible behaviour (objects, labels, request counts) so they can move over as they are.
+The server is ``k8s_double.KubeApiDouble``, a TEST DOUBLE of the Kubernetes API server.
+It is here for: injected HTTP faults (429 with Retry-After, 5xx, 409, 403, a failing
+apply), a watch that expires (410 Gone), counting every request the backend sends, pod
+logs (KWOK runs no containers), and pod states KWOK does not produce (every waiting
+reason, a preempted pod's DisruptionTarget, a Job deleted under a running watch). What a
+real API server does - create and re-apply every object, the Job, StatefulSet and garbage
+collector controllers, deadlines, retries of an index, deletion, ownership, per-training
+namespaces, the deferrable path - is tested there (test_lifecycle, test_failures,
+test_fault_suite, test_ownership, test_rbac, test_kill_safety).
 
 The connection is an ordinary Airflow ``kubernetes`` connection from an environment
 variable, pointing at a temporary kubeconfig.
@@ -79,24 +84,22 @@ def backend() -> KubernetesBackend:
 _names = iter(range(10_000))
 
 
-def make_spec(workers: int = 3, ps: int | None = 2, retries: int = 0, **kwargs: Any) -> TFClusterSpec:
+def make_spec(workers: int = 3, retries: int = 0, **kwargs: Any) -> TFClusterSpec:
+    """An all_reduce cluster: the roles' controllers are the real server's business
+    (tests/k8s_integration); here the workers' Job is enough."""
     return TFClusterSpec(
         name=f"tfk-t{next(_names)}",
         image="tf:2",
         command=("python", "t.py"),
         worker=RoleSpec(replicas=workers),
-        ps=RoleSpec(replicas=ps) if ps else None,
-        mode="between_graph" if ps else "all_reduce",
+        mode="all_reduce",
         retries_per_index=retries,
         **kwargs,
     )
 
 
-def hand_rendered(
-    spec: TFClusterSpec, identity: RunIdentity | None = None, ps_statefulset: bool = False
-) -> list[dict]:
-    """Manifests of the shape airflow_tfk.render produces (kept independent of it);
-    ``ps_statefulset``: as earlier versions made them, the PS a StatefulSet."""
+def hand_rendered(spec: TFClusterSpec, identity: RunIdentity | None = None) -> list[dict]:
+    """Manifests of the shape airflow_tfk.render produces (kept independent of it)."""
     ns = spec.namespace_name
 
     def meta(name: str, role: str | None = None, namespaced: bool = True) -> dict:
@@ -116,7 +119,7 @@ def hand_rendered(
         return {
             "metadata": {"labels": {SEL: spec.name, naming.LABEL_ROLE: role}},
             "spec": {
-                "restartPolicy": "Always" if role == "ps" and ps_statefulset else "Never",
+                "restartPolicy": "Never",
                 "subdomain": f"{spec.name}-{role}",
                 "containers": [{"name": "tensorflow", "image": spec.image}],
             },
@@ -146,23 +149,7 @@ def hand_rendered(
                 },
             }
         )
-    if spec.ps and ps_statefulset:
-        out.append(
-            {
-                "apiVersion": "apps/v1",
-                "kind": "StatefulSet",
-                "metadata": meta(f"{spec.name}-ps", "ps"),
-                "spec": {
-                    "serviceName": f"{spec.name}-ps",
-                    "replicas": spec.ps.replicas,
-                    "podManagementPolicy": "Parallel",
-                    "template": template("ps"),
-                },
-            }
-        )
     for role, r in spec.roles().items():
-        if role == "ps" and ps_statefulset:
-            continue
         out.append(
             {
                 "apiVersion": "batch/v1",
@@ -208,7 +195,7 @@ def task(status: ClusterStatus, role: str, index: int):
 
 # -- create -------------------------------------------------------------------------------
 def test_create_applies_every_object_and_second_create_changes_nothing(double, backend):
-    spec = make_spec(workers=3, ps=2)
+    spec = make_spec(workers=3)
     mark = double.mark()
     ref = backend.create(spec)
     assert ref == ClusterRef(spec.name, "default")
@@ -221,7 +208,6 @@ def test_create_applies_every_object_and_second_create_changes_nothing(double, b
     )
     assert sorted(labelled(double, ref)) == sorted(
         [f"{m['kind']}/{m['metadata']['name']}" for m in manifests]
-        + [f"Pod/{double.pod_name(spec.name, 'ps', i)}" for i in range(2)]
         + [f"Pod/{double.pod_name(spec.name, 'worker', i)}" for i in range(3)]
     )
 
@@ -232,28 +218,8 @@ def test_create_applies_every_object_and_second_create_changes_nothing(double, b
     assert {k: o["metadata"]["resourceVersion"] for k, o in double.objects.items()} == before
 
 
-def test_create_with_the_real_renderer_and_per_training_namespace(double):
-    backend = KubernetesBackend(conn_id=CONN_ID)  # airflow_tfk.render, not the hand-written one
-    spec = make_spec(workers=2, ps=1, namespace="team", namespace_per_training=True)
-    identity = RunIdentity("dag", "train", "manual__2024-01-01", -1)
-    ref = backend.create(spec, identity)
-    assert ref.namespace == f"team-{spec.name}"
-    from airflow_tfk.render import render
-
-    for m in render(spec, identity):
-        kind = m["kind"].lower() + ("es" if m["kind"].endswith("s") else "s")
-        plural = {"networkpolicys": "networkpolicies"}.get(kind, kind)
-        assert double.get(plural, m["metadata"]["name"], ref.namespace), m["metadata"]["name"]
-    rv = double.rv
-    backend.create(spec, identity)
-    assert double.rv == rv
-    backend.delete(ref)
-    assert labelled(double, ref) == []
-    assert double.get("namespaces", ref.namespace) is None
-
-
 def test_failed_apply_deletes_what_this_call_created_and_raises(double, backend):
-    spec = make_spec(workers=2, ps=1)
+    spec = make_spec(workers=2)
     double.inject("PATCH", rf"/jobs/{spec.name}-worker$", 422)
     with pytest.raises(KubernetesApiError) as err:
         backend.create(spec)
@@ -314,7 +280,7 @@ FAILURES = {
 @pytest.mark.parametrize("case", sorted(FAILURES))
 def test_status_and_watch_name_each_failure_reason(double, backend, case):
     how, reason, exit_code = FAILURES[case]
-    spec = make_spec(workers=2, ps=1)
+    spec = make_spec(workers=2)
     ref = backend.create(spec)
     _fail_worker0(double, spec.name, how)
     for status in (backend.status(ref), next(iter(make_backend().watch(ref, timeout=1)))):
@@ -326,7 +292,7 @@ def test_status_and_watch_name_each_failure_reason(double, backend, case):
 
 
 def test_timeouts_are_not_failures_before_they_expire(double, backend):
-    spec = make_spec(workers=2, ps=None)
+    spec = make_spec(workers=2)
     ref = backend.create(spec)
     double.set_waiting(double.pod_name(spec.name, "worker", 0), "ImagePullBackOff", ago=10)
     double.set_unschedulable(double.pod_name(spec.name, "worker", 1), ago=10)
@@ -339,7 +305,7 @@ def test_timeouts_are_not_failures_before_they_expire(double, backend):
 
 def test_watch_turns_an_unschedulable_task_failed_when_its_timeout_passes(double):
     backend = make_backend(unschedulable_timeout=1.5)
-    spec = make_spec(workers=1, ps=None)
+    spec = make_spec(workers=1)
     ref = backend.create(spec)
     double.set_unschedulable(double.pod_name(spec.name, "worker", 0))
     phases = []
@@ -350,42 +316,8 @@ def test_watch_turns_an_unschedulable_task_failed_when_its_timeout_passes(double
     assert phases == [Phase.PENDING, Phase.FAILED]
 
 
-def test_job_deadline_exceeded_fails_the_unfinished_tasks(double, backend):
-    spec = make_spec(workers=3, ps=1)
-    ref = backend.create(spec)
-    for i in range(3):
-        double.set_running(double.pod_name(spec.name, "worker", i))
-    double.set_succeeded(double.pod_name(spec.name, "worker", 2))
-    assert task(backend.status(ref), "worker", 0).phase is Phase.RUNNING
-    double.set_job_condition(
-        f"{spec.name}-worker", "Failed", "DeadlineExceeded", "Job was active longer than specified deadline"
-    )
-    status = backend.status(ref)
-    assert [(t.phase, t.reason) for t in status.of_role("worker")] == [
-        (Phase.FAILED, "DeadlineExceeded"),
-        (Phase.FAILED, "DeadlineExceeded"),
-        (Phase.SUCCEEDED, "Completed"),
-    ]
-
-
-def test_watch_sees_a_job_failing_mid_session(double, backend):
-    spec = make_spec(workers=2, ps=None)
-    ref = backend.create(spec)
-    for i in range(2):
-        double.set_running(double.pod_name(spec.name, "worker", i))
-    threading.Timer(
-        0.3, double.set_job_condition, (f"{spec.name}-worker", "Failed", "DeadlineExceeded")
-    ).start()
-    last = None
-    for status in backend.watch(ref, timeout=8):
-        last = status
-        if task(status, "worker", 0).phase is Phase.FAILED:
-            break
-    assert last is not None and task(last, "worker", 0).reason == "DeadlineExceeded"
-
-
 def test_task_missing_after_its_job_is_deleted_is_failed_deleted(double, backend):
-    spec = make_spec(workers=2, ps=1)
+    spec = make_spec(workers=2, evaluator=RoleSpec(replicas=1))  # the evaluator's Job stays
     ref = backend.create(spec)
     for i in range(2):
         double.set_running(double.pod_name(spec.name, "worker", i))
@@ -397,7 +329,7 @@ def test_task_missing_after_its_job_is_deleted_is_failed_deleted(double, backend
 
 
 def test_retries_per_index_are_respected(double, backend):
-    spec = make_spec(workers=3, ps=None, retries=2)
+    spec = make_spec(workers=3, retries=2)
     ref = backend.create(spec)
     # worker 0: a retryable exit code, three times; the third failure exhausts 2 retries.
     pod = double.pod_name(spec.name, "worker", 0)
@@ -428,30 +360,15 @@ def test_retries_per_index_are_respected(double, backend):
 
 
 def test_no_retries_means_the_first_failure_is_final(double, backend):
-    spec = make_spec(workers=1, ps=None, retries=0)
+    spec = make_spec(workers=1, retries=0)
     ref = backend.create(spec)
     double.set_failed(double.pod_name(spec.name, "worker", 0), 3)
     assert task(backend.status(ref), "worker", 0).phase is Phase.FAILED
 
 
-def test_succeeded_and_running(double, backend):
-    spec = make_spec(workers=2, ps=1)
-    ref = backend.create(spec)
-    double.set_running(double.pod_name(spec.name, "ps", 0))
-    double.set_running(double.pod_name(spec.name, "worker", 0))
-    double.set_succeeded(double.pod_name(spec.name, "worker", 1))
-    status = backend.status(ref)
-    assert [(t.role, t.index, t.phase) for t in status.tasks] == [
-        ("ps", 0, Phase.RUNNING),
-        ("worker", 0, Phase.RUNNING),
-        ("worker", 1, Phase.SUCCEEDED),
-    ]
-    assert status.summary() == "ps 1 running; worker 1 running, 1 succeeded"
-
-
 # -- logs ---------------------------------------------------------------------------------
 def test_logs_of_the_newest_pod_of_a_task(double, backend):
-    spec = make_spec(workers=2, ps=None, retries=1)
+    spec = make_spec(workers=2, retries=1)
     ref = backend.create(spec)
     assert backend.logs(ref, "worker", 0) == ""  # still ContainerCreating: 400 -> ''
     first = double.pod_name(spec.name, "worker", 0)
@@ -467,11 +384,11 @@ def test_logs_of_the_newest_pod_of_a_task(double, backend):
 
 # -- delete -------------------------------------------------------------------------------
 def test_delete_leaves_nothing_with_the_cluster_label_and_is_idempotent(double, backend):
-    spec = make_spec(workers=3, ps=2)
+    spec = make_spec(workers=3)
     ref = backend.create(spec)
     for i in range(3):
         double.set_running(double.pod_name(spec.name, "worker", i))
-    other = backend.create(make_spec(workers=1, ps=None))
+    other = backend.create(make_spec(workers=1))
     assert backend.exists(ref)
     backend.delete(ref)
     assert labelled(double, ref) == []
@@ -481,28 +398,8 @@ def test_delete_leaves_nothing_with_the_cluster_label_and_is_idempotent(double, 
     assert labelled(double, other), "another cluster's objects must survive"
 
 
-@pytest.mark.parametrize("ps_statefulset", [False, True], ids=["ps-job", "earlier-ps-statefulset"])
-def test_delete_roles_ps_removes_its_workload_service_and_pods_only(double, backend, ps_statefulset):
-    """The PS Job; and the PS StatefulSet of a cluster an earlier version made."""
-    backend._render = lambda s, i=None: hand_rendered(s, i, ps_statefulset)  # type: ignore[method-assign]
-    spec = make_spec(workers=2, ps=2)
-    ref = backend.create(spec)
-    assert (f"StatefulSet/{spec.name}-ps" in labelled(double, ref)) is ps_statefulset
-    double.set_running(double.pod_name(spec.name, "ps", 0))
-    for i in range(2):
-        double.set_succeeded(double.pod_name(spec.name, "worker", i))
-    backend.delete_roles(ref, ["ps"])
-    left = labelled(double, ref)
-    assert not [x for x in left if "-ps" in x], left
-    assert f"Job/{spec.name}-worker" in left and f"Service/{spec.name}-worker" in left
-    status = backend.status(ref)
-    assert not status.of_role("ps")
-    assert [t.phase for t in status.of_role("worker")] == [Phase.SUCCEEDED] * 2
-    backend.delete_roles(ref, ["ps"])  # idempotent
-
-
 def test_delete_reason_is_reported_once_the_cluster_is_gone(double, backend):
-    spec = make_spec(workers=2, ps=1)
+    spec = make_spec(workers=2)
     ref = backend.create(spec)
     watcher = make_backend()
     seen: list[ClusterStatus] = []
@@ -528,8 +425,8 @@ def test_delete_reason_is_reported_once_the_cluster_is_gone(double, backend):
 
 def test_find_returns_the_live_clusters_of_a_dag_task(double, backend):
     runs = [RunIdentity("find_dag", "train", f"run{i}") for i in range(3)]
-    refs = [backend.create(make_spec(workers=1, ps=None), run) for run in runs]
-    backend.create(make_spec(workers=1, ps=None), RunIdentity("find_dag", "other", "run0"))
+    refs = [backend.create(make_spec(workers=1), run) for run in runs]
+    backend.create(make_spec(workers=1), RunIdentity("find_dag", "other", "run0"))
     labels = {k: v for k, v in runs[0].labels().items() if k in (naming.LABEL_DAG, naming.LABEL_TASK)}
     assert sorted(backend.find("default", labels), key=str) == sorted(refs, key=str)
     assert sorted(backend.find(None, labels), key=str) == sorted(refs, key=str)
@@ -540,7 +437,7 @@ def test_find_returns_the_live_clusters_of_a_dag_task(double, backend):
 
 # -- request budget -----------------------------------------------------------------------
 def test_waiting_on_600_workers_costs_a_handful_of_requests(double, backend):
-    spec = make_spec(workers=600, ps=2)
+    spec = make_spec(workers=600)
     ref = backend.create(spec)
     pods = [double.pod_name(spec.name, "worker", i) for i in range(600)]
 
@@ -578,7 +475,7 @@ def test_waiting_on_600_workers_costs_a_handful_of_requests(double, backend):
 
 
 def test_watch_relists_after_410_gone(double, backend):
-    spec = make_spec(workers=2, ps=None)
+    spec = make_spec(workers=2)
     ref = backend.create(spec)
     mark = double.mark()
     statuses = []
@@ -595,7 +492,7 @@ def test_watch_relists_after_410_gone(double, backend):
 
 # -- retries of transient API errors --------------------------------------------------------
 def test_429_is_retried_after_retry_after(double, backend):
-    ref = backend.create(make_spec(workers=1, ps=None))
+    ref = backend.create(make_spec(workers=1))
     backend.status(ref)
     double.inject("GET", r"/pods$", 429, retry_after="1")
     mark = double.mark()
@@ -606,7 +503,7 @@ def test_429_is_retried_after_retry_after(double, backend):
 
 
 def test_500_is_retried_and_the_retries_are_bounded(double, backend):
-    ref = backend.create(make_spec(workers=1, ps=None))
+    ref = backend.create(make_spec(workers=1))
     backend.status(ref)
     double.inject("GET", r"/pods$", 500, times=2)
     mark = double.mark()
@@ -621,7 +518,7 @@ def test_500_is_retried_and_the_retries_are_bounded(double, backend):
 
 
 def test_apply_conflict_is_retried_but_client_errors_are_not(double, backend):
-    spec = make_spec(workers=1, ps=None)
+    spec = make_spec(workers=1)
     double.inject("PATCH", rf"/services/{spec.name}-worker$", 409)
     ref = backend.create(spec)
     assert double.get("services", f"{spec.name}-worker")
@@ -659,39 +556,12 @@ def test_retry_decorator_async_and_not_found():
 
 
 # -- async: the deferrable trigger's path -----------------------------------------------------
-def test_awatch_and_adelete_through_the_async_hook(double, backend):
-    spec = make_spec(workers=2, ps=1)
-    ref = backend.create(spec)
-    double.set_running(double.pod_name(spec.name, "worker", 0))
-    pods = [double.pod_name(spec.name, "worker", i) for i in range(2)]
-
-    async def run() -> list[ClusterStatus]:
-        seen = []
-        loop = asyncio.get_running_loop()
-        async for status in get_backend("kubernetes", **backend.config()).awatch(ref, 8):
-            seen.append(status)
-            if len(seen) == 1:  # listed: now the cluster moves on, seen through the watch
-                loop.call_later(0.1, double.set_succeeded, pods[0])
-                loop.call_later(0.2, double.set_oom_killed, pods[1])
-            if task(status, "worker", 1).phase is Phase.FAILED:
-                break
-        await backend.adelete(ref)
-        return seen
-
-    mark = double.mark()
-    seen = asyncio.run(run())
-    assert task(seen[0], "worker", 0).phase is Phase.RUNNING
-    last = seen[-1]
-    assert task(last, "worker", 0).phase is Phase.SUCCEEDED
-    assert (task(last, "worker", 1).reason, task(last, "worker", 1).exit_code) == ("OOMKilled", 137)
-    assert double.count("watch", "pods", since=mark) == 1
-    assert labelled(double, ref) == []
 
 
 def test_watch_and_awatch_both_keep_the_job_cache(double, backend):
     """One watch plan drives both: after either, a status reads the Jobs from the cache
     (one pod list, no Job list). The async watch used to skip the cache."""
-    spec = make_spec(workers=2, ps=1)
+    spec = make_spec(workers=2)
     ref = backend.create(spec)
 
     async def first_status() -> None:
@@ -735,24 +605,3 @@ def test_importing_the_backend_loads_no_kubernetes_client():
         [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60, check=True
     )
     assert out.stdout.strip() == "[]"
-
-
-def test_owner_is_read_from_the_annotations_the_renderer_writes(double):
-    """The owner check of the lifecycle: identity and spec hash come back from the cluster."""
-    from airflow_tfk.errors import ClusterOwnershipError
-    from airflow_tfk.lifecycle import create_or_reattach
-
-    backend = KubernetesBackend(conn_id=CONN_ID)  # the real renderer (annotations)
-    spec = make_spec(workers=1, ps=1)
-    identity = RunIdentity("dag", "train", "manual__owner", 3)
-    ref = ClusterRef(spec.name, "default")
-    assert backend.owner(ref) is None
-    create_or_reattach(backend, spec, identity, lambda m: None)
-    owner = backend.owner(ref)
-    assert owner is not None and owner.identity == identity
-    assert owner.spec_hash == spec.fingerprint()
-    with pytest.raises(ClusterOwnershipError, match="run 'manual__owner', map index 3"):
-        create_or_reattach(backend, spec, RunIdentity("dag", "train", "manual__other", 3), print)
-    assert backend.owner(ref) == owner
-    backend.delete(ref)
-    assert backend.owner(ref) is None

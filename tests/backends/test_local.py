@@ -29,7 +29,7 @@ from airflow_tfk.naming import RunIdentity
 from airflow_tfk.policies import Outcome, evaluate, replicas_of, roles_after_success
 from airflow_tfk.spec import RoleSpec, StorageSpec, TFClusterSpec, VolumeSpec
 from airflow_tfk.status import Phase
-from tests.helpers import wait_for
+from tests.helpers import local_backend, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -103,12 +103,8 @@ def recorder(tmp_path: Path, root: Path) -> Recorder:
 
 @pytest.fixture
 def backend(root: Path, tmp_path: Path) -> Iterator[LocalBackend]:
-    b = LocalBackend(str(root), workdir=str(tmp_path), **FAST)
-    yield b
     # Whatever a test left running dies here, and must leave no process behind.
-    for state in glob.glob(str(root / "*" / "*" / "state.json")):
-        ns, name = Path(state).parent.parent.name, Path(state).parent.name
-        b.delete(ClusterRef(name=name, namespace=ns))
+    yield from local_backend(root, tmp_path, **FAST)
 
 
 @pytest.fixture

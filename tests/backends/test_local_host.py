@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.spec import RoleSpec, StorageSpec, TFClusterSpec, VolumeSpec
+from airflow_tfk.spec import StorageSpec, VolumeSpec
+from tests.helpers import python_cluster
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,12 +27,9 @@ sys.exit(1)
 
 def test_only_integer_version_directories_are_set_aside(tmp_path: Path) -> None:
     backend = LocalBackend(str(tmp_path / "root"), workdir=str(tmp_path), kill_grace_seconds=0.3)
-    spec = TFClusterSpec(
-        name="exports",
-        image="local/unused:1",
-        command=(sys.executable, "-c", EXPORTS_THEN_FAIL),
-        mode="all_reduce",
-        worker=RoleSpec(replicas=1),
+    spec = python_cluster(
+        "exports",
+        EXPORTS_THEN_FAIL,
         retries_per_index=0,
         storage=StorageSpec(models=VolumeSpec(size="1Gi")),
     )

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import stat
-import sys
 from pathlib import Path
 
 import psutil
@@ -19,7 +18,7 @@ import pytest
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import MARKER_ENV, LocalBackend
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
-from tests.helpers import wait_for
+from tests.helpers import python_cluster, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,13 +55,12 @@ def spec(tmp_path: Path, name: str = "sec", workers: int = 2, **kw) -> TFCluster
 
     record = tmp_path / "record"
     record.mkdir(exist_ok=True)
-    return TFClusterSpec(
-        name=name,
-        image="local/unused:1",
-        command=(sys.executable, "-c", WILDCARD_TASK),
+    return python_cluster(
+        name,
+        WILDCARD_TASK,
+        workers=workers,
         mode="between_graph",
         ps=RoleSpec(replicas=1),
-        worker=RoleSpec(replicas=workers),
         env={"RECORD": str(record)},
         storage=StorageSpec(models=VolumeSpec(size="1Gi")),
         **kw,
@@ -124,13 +122,11 @@ def test_tensorflow_grpc_servers_listen_on_loopback_only(backend, tmp_path) -> N
         " task_index=c['task']['index'], start=True)\n"
         "print('SERVING', flush=True); time.sleep(120)\n"
     )
-    s = TFClusterSpec(
-        name="tfgrpc",
-        image="local/unused:1",
-        command=(sys.executable, "-c", script),
+    s = python_cluster(
+        "tfgrpc",
+        script,
         mode="between_graph",
         ps=RoleSpec(replicas=1),
-        worker=RoleSpec(replicas=1),
         env={"TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     ref = backend.create(s)
@@ -219,12 +215,9 @@ def test_a_failed_run_leaves_no_publishable_model_version(backend, tmp_path) -> 
 
     outside = tmp_path / "elsewhere" / "7"
     outside.mkdir(parents=True)
-    s = TFClusterSpec(
-        name="exportfail",
-        image="local/unused:1",
-        command=(sys.executable, "-c", EXPORT_THEN_FAIL),
-        mode="all_reduce",
-        worker=RoleSpec(replicas=1),
+    s = python_cluster(
+        "exportfail",
+        EXPORT_THEN_FAIL,
         env={"OUTSIDE": str(outside)},
         storage=StorageSpec(models=VolumeSpec(size="1Gi")),
     )
@@ -263,12 +256,9 @@ def test_a_retry_sets_the_failed_runs_export_aside_and_does_not_build_on_it(back
 
     record = tmp_path / "record"
     record.mkdir()
-    s = TFClusterSpec(
-        name="exportretry",
-        image="local/unused:1",
-        command=(sys.executable, "-c", EXPORT_ONCE_THEN_FAIL),
-        mode="all_reduce",
-        worker=RoleSpec(replicas=1),
+    s = python_cluster(
+        "exportretry",
+        EXPORT_ONCE_THEN_FAIL,
         env={"RECORD": str(record)},
         storage=StorageSpec(models=VolumeSpec(claim="models")),
     )

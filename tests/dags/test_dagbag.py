@@ -66,3 +66,43 @@ def test_ui_training_form_rejects_bad_values(dagbag) -> None:
     ]:
         with pytest.raises(ParamValidationError):
             params.get_param(key).resolve(bad)
+
+
+LIST_OPERATORS = """
+import json
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder="dags")
+assert not bag.import_errors, bag.import_errors
+print(json.dumps({
+    f"{dag.dag_id}.{t.task_id}": [t.backend, t.kubernetes_conn_id, getattr(t, "deferrable", None)]
+    for dag in bag.dags.values() if dag.dag_id not in ("tfk_quickstart", "tfk_orphan_sweeper")
+    for t in dag.tasks if type(t).__module__.startswith("airflow_tfk.operators")
+}))
+"""
+
+
+def test_the_environment_reaches_every_operator_through_default_args() -> None:
+    """TFK_BACKEND, TFK_KUBERNETES_CONN_ID and TFK_DEFERRABLE are read once
+    (airflow_tfk.defaults) and reach each operator as its DAG's default_args."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "TFK_BACKEND": "kubernetes",
+        "TFK_KUBERNETES_CONN_ID": "k8s_team",
+        "TFK_DEFERRABLE": "true",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", LIST_OPERATORS], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    ops = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"tfk_train_publish.train", "tfk_regression.publish", "tfk_ui_training.tensorboard"} <= set(ops)
+    for task, (backend, conn_id, deferrable) in ops.items():
+        assert (backend, conn_id) == ("kubernetes", "k8s_team"), task
+        if task.endswith(".train"):
+            assert deferrable is True, task

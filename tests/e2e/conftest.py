@@ -6,7 +6,6 @@ directory; the DAGs folder is the repository's ``dags/``.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import dags_test, migrated_airflow_home
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -32,17 +33,7 @@ class AirflowEnv:
         timeout: float = 600,
         extra_env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        cmd = [str(BIN / "airflow"), "dags", "test", dag_id]
-        if conf is not None:
-            cmd += ["--conf", conf]
-        return subprocess.run(
-            cmd,
-            env={**self.env, **(extra_env or {})},
-            cwd=ROOT,
-            text=True,
-            capture_output=True,
-            timeout=timeout,
-        )
+        return dags_test({**self.env, **(extra_env or {})}, dag_id, conf=conf, timeout=timeout)
 
 
 @pytest.fixture(scope="session")
@@ -50,17 +41,5 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowEnv
     base = tmp_path_factory.mktemp("airflow")
     home, local_root = base / "home", base / "tfk-local"
     home.mkdir()
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "TFK_LOCAL_ROOT": str(local_root),
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-    }
-    subprocess.run(
-        [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
-    )
+    env = migrated_airflow_home(home, TFK_LOCAL_ROOT=str(local_root), TF_CPP_MIN_LOG_LEVEL="2")
     yield AirflowEnv(home, local_root, env)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import dags_test
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 
@@ -55,20 +57,8 @@ def test_kill_previous_kills_the_running_first_run(airflow_env, tmp_path) -> Non
             time.sleep(1)
         first_cluster = next(local_root.glob("default/tfk-*/state.json")).parent.name
 
-        second = subprocess.run(
-            [
-                AIRFLOW,
-                "dags",
-                "test",
-                "tfk_scheduled_training",
-                "2026-01-01T02:00:00+00:00",
-                "--conf",
-                json.dumps({"steps": 50}),
-            ],
-            env=second_env,
-            capture_output=True,
-            text=True,
-            timeout=900,
+        second = dags_test(
+            second_env, "tfk_scheduled_training", "2026-01-01T02:00:00+00:00", conf={"steps": 50}, timeout=900
         )
         out2 = second.stdout + second.stderr
         assert second.returncode == 0, out2[-5000:]

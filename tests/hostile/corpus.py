@@ -58,6 +58,7 @@ def raw(id: str, text: str, field_: str, *cli: str) -> Case:
 
 
 HEAD = "name: hostile\nimage: tf:1\ncommand: [python, t.py]\nps: {replicas: 1}\n"
+ONE_WORKER = HEAD + "worker: {replicas: 1}\n"
 
 
 def _bombs() -> list[Case]:
@@ -89,24 +90,90 @@ def _depth_and_size() -> list[Case]:
         raw("deep-65", "a: " + "[" * 65 + "]" * 65 + "\n", "spec"),
         raw("deep-unclosed", "a: " + "[" * 5000 + "\n", "spec"),
         raw("size-2mib-comment", "#" + "x" * (2 << 20) + "\n" + HEAD, "spec"),
-        raw("size-2mib-value", HEAD + "worker: {replicas: 1}\nimage: '" + "a" * (2 << 20) + "'\n", "spec"),
+        raw("size-2mib-value", ONE_WORKER + "image: '" + "a" * (2 << 20) + "'\n", "spec"),
         raw("size-many-keys", HEAD + "env:\n" + "".join(f"  K{i}: v\n" for i in range(120_000)), "spec"),
     ]
 
 
-def _duplicates() -> list[Case]:
-    return [
-        raw("dup-top", HEAD + "worker: {replicas: 1}\nname: other\n", "name"),
-        raw("dup-worker-replicas", HEAD + "worker:\n  replicas: 1\n  replicas: 2\n", "worker.replicas"),
-        raw("dup-env", HEAD + "worker: {replicas: 1}\nenv:\n  A: '1'\n  A: '2'\n", "env.A"),
-        raw("dup-labels", HEAD + "worker: {replicas: 1}\nlabels: {team: a, team: b}\n", "labels.team"),
-        raw("dup-flow", HEAD + "worker: {replicas: 1, replicas: 3}\n", "worker.replicas"),
-        raw(
-            "dup-resources",
-            HEAD + "worker:\n  replicas: 1\n  resources: {cpu: '1', cpu: '2'}\n",
-            "worker.resources.cpu",
-        ),
-    ]
+# Spec texts refused, naming a field: (id, text, the field the error names). Most are the
+# valid head with one worker plus one hostile line.
+_REFUSED_TEXTS: list[tuple[str, str, str]] = [
+    # duplicate keys, at every level
+    ("dup-top", ONE_WORKER + "name: other\n", "name"),
+    ("dup-worker-replicas", HEAD + "worker:\n  replicas: 1\n  replicas: 2\n", "worker.replicas"),
+    ("dup-env", ONE_WORKER + "env:\n  A: '1'\n  A: '2'\n", "env.A"),
+    ("dup-labels", ONE_WORKER + "labels: {team: a, team: b}\n", "labels.team"),
+    ("dup-flow", HEAD + "worker: {replicas: 1, replicas: 3}\n", "worker.replicas"),
+    (
+        "dup-resources",
+        HEAD + "worker:\n  replicas: 1\n  resources: {cpu: '1', cpu: '2'}\n",
+        "worker.resources.cpu",
+    ),
+    # YAML 1.1 scalars in strings, dates, tags, merge keys
+    ("yaml11-bool-in-env", ONE_WORKER + "env: {DEBUG: yes}\n", "env.DEBUG"),
+    ("yaml11-octal-in-env", ONE_WORKER + "env: {MODE: 0644}\n", "env.MODE"),
+    ("yaml11-sexagesimal-label", ONE_WORKER + "labels: {t: 1:30}\n", "labels.t"),
+    ("yaml-date", ONE_WORKER + "env: {DAY: 2024-01-01}\n", "env.DAY"),
+    (
+        "yaml-timestamp-name",
+        HEAD.replace("name: hostile", "name: 2001-12-14t21:59:43.10-05:00") + "worker: {replicas: 1}\n",
+        "name",
+    ),
+    ("yaml-tag-python", ONE_WORKER + "image: !!python/object/apply:os.system [id]\n", "image"),
+    ("yaml-tag-binary", ONE_WORKER + "env: {B: !!binary aGVsbG8=}\n", "env.B"),
+    ("yaml-tag-set", ONE_WORKER + "args: !!set {a, b}\n", "args"),
+    ("yaml-tag-omap", ONE_WORKER + "env: !!omap [{A: b}]\n", "env"),
+    ("yaml-tag-custom", ONE_WORKER + "image: !vault secret/x\n", "image"),
+    ("yaml-merge-key", HEAD + "base: &b {replicas: 1}\nworker:\n  <<: *b\n", "worker"),
+    # keys that are not strings, documents that are not one mapping, wrong shapes
+    ("key-int", ONE_WORKER + "1: x\n", "spec"),
+    ("key-bool", ONE_WORKER + "true: x\n", "spec"),
+    ("key-null", ONE_WORKER + "~: x\n", "spec"),
+    ("key-list", ONE_WORKER + "? [a, b]\n: x\n", "spec"),
+    ("key-map", ONE_WORKER + "? {a: b}\n: x\n", "spec"),
+    ("key-int-in-env", ONE_WORKER + "env: {1: x}\n", "env"),
+    ("key-float-in-labels", ONE_WORKER + "labels: {1.5: x}\n", "labels"),
+    ("top-list", "- a\n- b\n", "spec"),
+    ("top-scalar", "hello\n", "spec"),
+    ("top-empty", "", "spec"),
+    ("top-null", "~\n", "spec"),
+    ("two-documents", ONE_WORKER + "---\nname: b\n", "spec"),
+    ("invalid-yaml", "name: [unclosed\n", "spec"),
+    ("tab-indent", "name: a\n\tworker: 1\n", "spec"),
+    ("nul-byte", ONE_WORKER + 'env: {A: "a\\0b"}\n', "env.A"),
+    ("lone-surrogate", ONE_WORKER + 'env: {A: "\\ud800"}\n', "spec"),
+    ("unknown-key", ONE_WORKER + "workers: 3\n", "workers"),
+    ("unknown-nested", HEAD + "worker: {replicas: 1, gpu: 1}\n", "worker.gpu"),
+    ("huge-int-port", ONE_WORKER + "port: " + "9" * 5000 + "\n", "port"),
+    ("huge-int-replicas", HEAD + "worker: {replicas: " + "1" * 4400 + "}\n", "worker.replicas"),
+    (
+        "huge-int-cpu",
+        HEAD + "worker: {replicas: 1, resources: {cpu: " + "9" * 5000 + "}}\n",
+        "worker.resources.cpu",
+    ),
+    ("nan-replicas", HEAD + "worker: {replicas: .nan}\n", "worker.replicas"),
+    ("inf-port", ONE_WORKER + "port: .inf\n", "port"),
+    ("float-replicas", HEAD + "worker: {replicas: 1.5}\n", "worker.replicas"),
+    ("string-replicas", HEAD + "worker: {replicas: '2'}\n", "worker.replicas"),
+    ("bool-replicas", HEAD + "worker: {replicas: true}\n", "worker.replicas"),
+    ("worker-list", HEAD + "worker: [1, 2]\n", "worker"),
+    ("worker-scalar", HEAD + "worker: 3\n", "worker"),
+    ("env-list", ONE_WORKER + "env: [A, B]\n", "env"),
+    ("env-nested", ONE_WORKER + "env: {A: {B: c}}\n", "env.A"),
+    (
+        "command-string",
+        "name: a\nimage: tf:1\ncommand: python t.py\nps: {replicas: 1}\nworker: {replicas: 1}\n",
+        "command",
+    ),
+    ("tolerations-map", HEAD + "worker: {replicas: 1, tolerations: {key: a}}\n", "worker.tolerations"),
+    (
+        "tolerations-bad-op",
+        HEAD + "worker: {replicas: 1, tolerations: [{key: a, operator: In}]}\n",
+        "worker.tolerations[0].operator",
+    ),
+    ("storage-list", ONE_WORKER + "storage: [a]\n", "storage"),
+    ("volume-scalar", ONE_WORKER + "storage: {data: 10Gi}\n", "storage.data"),
+]
 
 
 def _yaml11() -> list[Case]:
@@ -126,7 +193,7 @@ def _yaml11() -> list[Case]:
         ]
     ):
         parent, leaf = key.rsplit(".", 1) if "." in key else ("", key)
-        body = HEAD.replace("ps: {replicas: 1}\n", "ps: {replicas: 1}\n") + (
+        body = HEAD + (
             f"worker:\n  {leaf}: {text}\n"
             if parent == "worker"
             else f"worker: {{replicas: 1}}\n{leaf}: {text}\n"
@@ -140,85 +207,13 @@ def _yaml11() -> list[Case]:
                 "legacy_tf1_flags",
             )
         )
-    out.append(raw("yaml11-bool-in-env", HEAD + "worker: {replicas: 1}\nenv: {DEBUG: yes}\n", "env.DEBUG"))
-    out.append(raw("yaml11-octal-in-env", HEAD + "worker: {replicas: 1}\nenv: {MODE: 0644}\n", "env.MODE"))
-    out.append(
-        raw("yaml11-sexagesimal-label", HEAD + "worker: {replicas: 1}\nlabels: {t: 1:30}\n", "labels.t")
-    )
-    out.append(raw("yaml-date", HEAD + "worker: {replicas: 1}\nenv: {DAY: 2024-01-01}\n", "env.DAY"))
-    out.append(
-        raw(
-            "yaml-timestamp-name",
-            HEAD.replace("name: hostile", "name: 2001-12-14t21:59:43.10-05:00") + "worker: {replicas: 1}\n",
-            "name",
-        )
-    )
-    out.append(
-        raw(
-            "yaml-tag-python",
-            HEAD + "worker: {replicas: 1}\nimage: !!python/object/apply:os.system [id]\n",
-            "image",
-        )
-    )
-    out.append(raw("yaml-tag-binary", HEAD + "worker: {replicas: 1}\nenv: {B: !!binary aGVsbG8=}\n", "env.B"))
-    out.append(raw("yaml-tag-set", HEAD + "worker: {replicas: 1}\nargs: !!set {a, b}\n", "args"))
-    out.append(raw("yaml-tag-omap", HEAD + "worker: {replicas: 1}\nenv: !!omap [{A: b}]\n", "env"))
-    out.append(raw("yaml-tag-custom", HEAD + "worker: {replicas: 1}\nimage: !vault secret/x\n", "image"))
-    out.append(raw("yaml-merge-key", HEAD + "base: &b {replicas: 1}\nworker:\n  <<: *b\n", "worker"))
     return out
 
 
 def _keys_and_shapes() -> list[Case]:
     return [
-        raw("key-int", HEAD + "worker: {replicas: 1}\n1: x\n", "spec"),
-        raw("key-bool", HEAD + "worker: {replicas: 1}\ntrue: x\n", "spec"),
-        raw("key-null", HEAD + "worker: {replicas: 1}\n~: x\n", "spec"),
-        raw("key-list", HEAD + "worker: {replicas: 1}\n? [a, b]\n: x\n", "spec"),
-        raw("key-map", HEAD + "worker: {replicas: 1}\n? {a: b}\n: x\n", "spec"),
-        raw("key-int-in-env", HEAD + "worker: {replicas: 1}\nenv: {1: x}\n", "env"),
-        raw("key-float-in-labels", HEAD + "worker: {replicas: 1}\nlabels: {1.5: x}\n", "labels"),
-        raw("top-list", "- a\n- b\n", "spec"),
-        raw("top-scalar", "hello\n", "spec"),
-        raw("top-empty", "", "spec"),
-        raw("top-null", "~\n", "spec"),
-        raw("two-documents", HEAD + "worker: {replicas: 1}\n---\nname: b\n", "spec"),
-        raw("invalid-yaml", "name: [unclosed\n", "spec"),
-        raw("tab-indent", "name: a\n\tworker: 1\n", "spec"),
         bad("astral-char-env", "env", {"GREETING": "hi 🚀"}, "env.GREETING"),
         bad("astral-char-args", "args", ["--name=🚀"], "args[0]"),
-        raw("nul-byte", HEAD + 'worker: {replicas: 1}\nenv: {A: "a\\0b"}\n', "env.A"),
-        raw("lone-surrogate", HEAD + 'worker: {replicas: 1}\nenv: {A: "\\ud800"}\n', "spec"),
-        raw("unknown-key", HEAD + "worker: {replicas: 1}\nworkers: 3\n", "workers"),
-        raw("unknown-nested", HEAD + "worker: {replicas: 1, gpu: 1}\n", "worker.gpu"),
-        raw("huge-int-port", HEAD + "worker: {replicas: 1}\nport: " + "9" * 5000 + "\n", "port"),
-        raw("huge-int-replicas", HEAD + "worker: {replicas: " + "1" * 4400 + "}\n", "worker.replicas"),
-        raw(
-            "huge-int-cpu",
-            HEAD + "worker: {replicas: 1, resources: {cpu: " + "9" * 5000 + "}}\n",
-            "worker.resources.cpu",
-        ),
-        raw("nan-replicas", HEAD + "worker: {replicas: .nan}\n", "worker.replicas"),
-        raw("inf-port", HEAD + "worker: {replicas: 1}\nport: .inf\n", "port"),
-        raw("float-replicas", HEAD + "worker: {replicas: 1.5}\n", "worker.replicas"),
-        raw("string-replicas", HEAD + "worker: {replicas: '2'}\n", "worker.replicas"),
-        raw("bool-replicas", HEAD + "worker: {replicas: true}\n", "worker.replicas"),
-        raw("worker-list", HEAD + "worker: [1, 2]\n", "worker"),
-        raw("worker-scalar", HEAD + "worker: 3\n", "worker"),
-        raw("env-list", HEAD + "worker: {replicas: 1}\nenv: [A, B]\n", "env"),
-        raw("env-nested", HEAD + "worker: {replicas: 1}\nenv: {A: {B: c}}\n", "env.A"),
-        raw(
-            "command-string",
-            "name: a\nimage: tf:1\ncommand: python t.py\nps: {replicas: 1}\nworker: {replicas: 1}\n",
-            "command",
-        ),
-        raw("tolerations-map", HEAD + "worker: {replicas: 1, tolerations: {key: a}}\n", "worker.tolerations"),
-        raw(
-            "tolerations-bad-op",
-            HEAD + "worker: {replicas: 1, tolerations: [{key: a, operator: In}]}\n",
-            "worker.tolerations[0].operator",
-        ),
-        raw("storage-list", HEAD + "worker: {replicas: 1}\nstorage: [a]\n", "storage"),
-        raw("volume-scalar", HEAD + "worker: {replicas: 1}\nstorage: {data: 10Gi}\n", "storage.data"),
         Case("invalid-utf8", b"name: \xff\xfe\n", "spec"),
     ]
 
@@ -464,7 +459,7 @@ def cases() -> list[Case]:
     out = (
         _bombs()
         + _depth_and_size()
-        + _duplicates()
+        + [raw(*row) for row in _REFUSED_TEXTS]
         + _yaml11()
         + _keys_and_shapes()
         + _quantities()

@@ -26,6 +26,7 @@ import base64
 import collections
 import contextlib
 import datetime as dt
+import inspect
 import ipaddress
 import json
 import os
@@ -39,6 +40,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,12 +75,19 @@ def ensure_built() -> Path:
     machine downloads the Go modules and compiles: minutes, see build.sh. The build's
     progress goes to stderr; its last lines are in the error if it fails.
     """
-    override = os.environ.get("AIRFLOW_TFK_K8S_BIN")
+    return run_build(BUILD_SCRIPT, "AIRFLOW_TFK_K8S_BIN", ControlPlaneError)
+
+
+def run_build(script: Path, override_var: str, error: type[Exception]) -> Path:
+    """Run a cached build script and return the path it prints last (or ``$override_var``).
+
+    The script's progress streams to stderr as it comes; its last 60 lines go into the
+    ``error`` raised when it fails or prints nothing.
+    """
+    override = os.environ.get(override_var)
     if override:
         return Path(override)
-    proc = subprocess.Popen(
-        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     errors: collections.deque[str] = collections.deque(maxlen=60)
     assert proc.stderr is not None and proc.stdout is not None
     for line in proc.stderr:
@@ -88,8 +97,37 @@ def ensure_built() -> Path:
     out = proc.stdout.read().strip().splitlines()
     rc = proc.wait()
     if rc != 0 or not out:
-        raise ControlPlaneError(f"tests/k8s/build.sh failed (exit {rc}); last lines:\n" + "\n".join(errors))
+        name = script.relative_to(HERE.parents[1])
+        raise error(f"{name} failed (exit {rc}); last lines:\n" + "\n".join(errors))
     return Path(out[-1])
+
+
+def wait_until(
+    what: str,
+    ok: Callable[[], object],
+    limit: float,
+    alive: Callable[[], None],
+    logs: dict[str, Path],
+    log_dir: Path,
+    error: type[Exception],
+) -> None:
+    """Poll ``ok`` (its exceptions are retried) until it returns true, for ``limit`` s.
+
+    ``alive`` runs before each try and raises when a process being waited for died. On
+    time-out, ``error`` names what was awaited, the last exception, the log directory and
+    the last lines of each of ``logs`` (process name -> log file)."""
+    deadline = time.monotonic() + limit
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        alive()
+        try:
+            if ok():
+                return
+        except Exception as e:  # noqa: BLE001 - retried until the deadline
+            last = e
+        time.sleep(0.2)
+    tails = "\n".join(f"--- {name}:\n{tail(path)}" for name, path in logs.items())
+    raise error(f"timed out waiting for {what} ({last!r}); logs in {log_dir}\n{tails}")
 
 
 # --------------------------------------------------------------------------- PKI
@@ -109,6 +147,7 @@ def _write_pki(d: Path) -> None:
             serialization.NoEncryption(),
         )
 
+    usages = inspect.signature(x509.KeyUsage).parameters
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "airflow-tfk-test-ca")])
@@ -122,17 +161,8 @@ def _write_pki(d: Path) -> None:
         .not_valid_after(now + dt.timedelta(days=7))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
+            # KeyUsage has no defaults: every flag but the three a signing CA needs is off.
+            x509.KeyUsage(**{f: f in ("digital_signature", "key_cert_sign", "crl_sign") for f in usages}),
             critical=True,
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
@@ -284,23 +314,17 @@ class ControlPlane:
     procs: list[_Proc] = field(default_factory=list)
     startup_seconds: float = 0.0
 
-    # ---- paths
-    @property
-    def pki(self) -> Path:
-        return self.workdir / "pki"
+    # ---- paths, all under workdir
+    pki: Path = field(init=False)
+    logs: Path = field(init=False)
+    ca_file: Path = field(init=False)
+    kubeconfig: Path = field(init=False)  # admin (system:masters)
 
-    @property
-    def logs(self) -> Path:
-        return self.workdir / "logs"
-
-    @property
-    def ca_file(self) -> Path:
-        return self.pki / "ca.crt"
-
-    @property
-    def kubeconfig(self) -> Path:
-        """Admin (system:masters) kubeconfig."""
-        return self.workdir / "admin.kubeconfig"
+    def __post_init__(self) -> None:
+        self.pki = self.workdir / "pki"
+        self.logs = self.workdir / "logs"
+        self.ca_file = self.pki / "ca.crt"
+        self.kubeconfig = self.workdir / "admin.kubeconfig"
 
     # ---- lifecycle
     @classmethod
@@ -496,19 +520,11 @@ class ControlPlane:
         env.pop("KUBECONFIG", None)
 
         def wait(what: str, ok, procs: list[_Proc], limit: float) -> None:
-            deadline = time.monotonic() + limit
-            last: Exception | None = None
-            while time.monotonic() < deadline:
+            def alive() -> None:
                 for p in procs:
                     p.check_alive()
-                try:
-                    if ok():
-                        return
-                except Exception as e:  # noqa: BLE001 - retried until the deadline
-                    last = e
-                time.sleep(0.2)
-            logs = "\n".join(f"--- {p.name}:\n{tail(p.log)}" for p in procs)
-            raise ControlPlaneError(f"timed out waiting for {what} ({last!r}); logs in {self.logs}\n{logs}")
+
+            wait_until(what, ok, limit, alive, {p.name: p.log for p in procs}, self.logs, ControlPlaneError)
 
         by = {p.name: p for p in self.procs}
         by["etcd"].start(env)

@@ -94,6 +94,76 @@ def spec(
     return out
 
 
+#: The resource (URL path) of each kind the provider creates.
+PLURAL = {
+    "Job": "jobs",
+    "Service": "services",
+    "PersistentVolumeClaim": "persistentvolumeclaims",
+    "Namespace": "namespaces",
+    "NetworkPolicy": "networkpolicies",
+    "JobSet": "jobsets",
+}
+
+
+def apply_dry_run(api: client.ApiClient, manifest: dict, namespace: str) -> tuple[int, str | None]:
+    """Server-side apply of ``manifest`` as a dry run with strict field validation: the
+    status and the Warning header (an unknown, duplicate or dropped field)."""
+    kind = manifest["kind"]
+    group = "/api/v1" if manifest["apiVersion"] == "v1" else f"/apis/{manifest['apiVersion']}"
+    scope = "" if kind == "Namespace" else f"/namespaces/{namespace}"
+    resp = api.call_api(
+        f"{group}{scope}/{PLURAL[kind]}/{manifest['metadata']['name']}",
+        "PATCH",
+        query_params=[("fieldManager", "airflow-tfk"), ("fieldValidation", "Strict"), ("dryRun", "All")],
+        header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+        body=manifest,
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+    )
+    return resp.status, resp.getheader("Warning")
+
+
+# RBAC kind -> (delete method, namespaced)
+_RBAC_DELETE = {
+    "ClusterRole": ("delete_cluster_role", False),
+    "ClusterRoleBinding": ("delete_cluster_role_binding", False),
+    "Role": ("delete_namespaced_role", True),
+    "RoleBinding": ("delete_namespaced_role_binding", True),
+}
+
+
+def delete_rbac(api: client.ApiClient, docs: list[dict], namespace: str) -> None:
+    """Delete the RBAC objects of ``docs`` (namespaced ones in ``namespace`` unless they
+    name theirs); one that is gone already is fine."""
+    rbac_api = client.RbacAuthorizationV1Api(api)
+    for d in docs:
+        method, namespaced = _RBAC_DELETE[d["kind"]]
+        args = [d["metadata"]["name"]]
+        if namespaced:
+            args.append(d["metadata"].get("namespace", namespace))
+        try:
+            getattr(rbac_api, method)(*args)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def create_claim(api, namespace: str, name: str, storage_class: str = "", volume: str | None = None) -> None:
+    """A 1Gi ReadWriteMany claim: of ``storage_class``, or ("") bound to the static PV ``volume``."""
+    client.CoreV1Api(api).create_namespaced_persistent_volume_claim(
+        namespace,
+        client.V1PersistentVolumeClaim(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PersistentVolumeClaimSpec(
+                access_modes=["ReadWriteMany"],
+                storage_class_name=storage_class,
+                volume_name=volume,
+                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+            ),
+        ),
+    )
+
+
 def task_context(
     run_id: str, dag_id: str = "k8s_it", task_id: str = "train", try_number: int = 1
 ) -> dict[str, Any]:

@@ -15,15 +15,17 @@ any selected test is marked ``k8s``, outside every test's timeout. Environment:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from k8s import harness
+
+from tests.helpers import build_before_tests, terminal_log
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,20 +50,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Build before the first test starts, so a cold build is not charged to its timeout."""
     if session.config.option.collectonly or not _wants_k8s(session):
         return
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    t0 = time.monotonic()
     try:
-        bin_dir = harness.ensure_built()
+        build_before_tests(session.config, "k8s control plane", harness.ensure_built)
     except harness.ControlPlaneError as e:
         # Reported by the fixture, as the failure of every test that needs the cluster.
         session.config.stash[_BUILD_ERROR] = str(e)
         return
-    if reporter is not None and time.monotonic() - t0 > 5:
-        reporter.write_line(f"k8s control plane built in {time.monotonic() - t0:.0f}s: {bin_dir}")
-    _build_addons(session, reporter)
+    _build_addons(session)
 
 
-def _build_addons(session: pytest.Session, reporter) -> None:
+def _build_addons(session: pytest.Session) -> None:
     """The add-on controllers the selected tests need (a cold Go build takes many minutes:
     outside every test's timeout too). A failure here is left for the test's own fixture
     to report, where the same build runs again and fails with its message."""
@@ -73,23 +71,13 @@ def _build_addons(session: pytest.Session, reporter) -> None:
             wanted.update(dict.fromkeys(mark.args))
     builders = {"jobset": addons.jobset_binary, "kueue": addons.kueue_binary}
     for name in wanted:
-        t0 = time.monotonic()
-        try:
-            path = builders[name]()
-        except addons.AddonError:
-            continue
-        if reporter is not None and time.monotonic() - t0 > 5:
-            reporter.write_line(f"{name} controller built in {time.monotonic() - t0:.0f}s: {path}")
+        with contextlib.suppress(addons.AddonError):
+            build_before_tests(session.config, f"{name} controller", builders[name])
 
 
 @pytest.fixture(scope="package")
 def k8s_cluster(request: pytest.FixtureRequest) -> Iterator[harness.ControlPlane]:
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-
-    def log(msg: str) -> None:
-        if reporter is not None:
-            reporter.write_line(msg)
-
+    log = terminal_log(request.config)
     if _BUILD_ERROR in request.config.stash:
         pytest.fail(request.config.stash[_BUILD_ERROR], pytrace=False)
     workdir = Path(tempfile.mkdtemp(prefix="tfk-k8s-"))

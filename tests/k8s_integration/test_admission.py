@@ -277,18 +277,7 @@ def test_capacity_check_on_the_nodes_real_allocatable(k8s_cluster, k8s_api, tfk_
         _tfk.wait_no_leftovers(k8s_api, tfk_ns, "small")
         assert not [line for line in lines if "403" in line or "orbidden" in line]
     finally:
-        rbac_api = client.RbacAuthorizationV1Api(k8s_api)
-        for d in capacity_rbac:
-            delete = (
-                rbac_api.delete_cluster_role_binding
-                if d["kind"] == "ClusterRoleBinding"
-                else rbac_api.delete_cluster_role
-            )
-            try:
-                delete(d["metadata"]["name"])
-            except client.ApiException as exc:
-                if exc.status != 404:
-                    raise
+        _tfk.delete_rbac(k8s_api, capacity_rbac, tfk_ns)
 
 
 def _apply(api, docs: list[dict], namespace: str) -> None:

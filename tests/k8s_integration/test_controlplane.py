@@ -34,6 +34,13 @@ def container(**kw) -> client.V1Container:
     return client.V1Container(name="main", image=IMAGE, command=["python", "train.py"], **kw)
 
 
+def pod(name: str, annotations: dict[str, str] | None = None, **spec) -> client.V1Pod:
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, annotations=annotations),
+        spec=client.V1PodSpec(restart_policy="Never", containers=[container()], **spec),
+    )
+
+
 def indexed_job(name: str, completions: int, **spec) -> client.V1Job:
     return client.V1Job(
         metadata=client.V1ObjectMeta(name=name),
@@ -131,26 +138,8 @@ def test_oomkilled_pod_and_backoff_limit(k8s_api, k8s_namespace: str) -> None:
 
 def test_image_pull_backoff_and_unschedulable(k8s_api, k8s_namespace: str) -> None:
     core, ns = client.CoreV1Api(k8s_api), k8s_namespace
-    core.create_namespaced_pod(
-        ns,
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(
-                name="pull", annotations={harness.WAITING_REASON: "ImagePullBackOff"}
-            ),
-            spec=client.V1PodSpec(restart_policy="Never", containers=[container()]),
-        ),
-    )
-    core.create_namespaced_pod(
-        ns,
-        client.V1Pod(
-            metadata=client.V1ObjectMeta(name="nowhere"),
-            spec=client.V1PodSpec(
-                restart_policy="Never",
-                containers=[container()],
-                node_selector=harness.UNSCHEDULABLE_NODE_SELECTOR,
-            ),
-        ),
-    )
+    core.create_namespaced_pod(ns, pod("pull", annotations={harness.WAITING_REASON: "ImagePullBackOff"}))
+    core.create_namespaced_pod(ns, pod("nowhere", node_selector=harness.UNSCHEDULABLE_NODE_SELECTOR))
 
     def waiting_reason():
         st = core.read_namespaced_pod_status("pull", ns).status

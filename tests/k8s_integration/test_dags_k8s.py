@@ -10,9 +10,6 @@ claims the DAG mounts (tfk-logs, tfk-models) are created first, bound to static 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -21,6 +18,7 @@ import pytest
 from kubernetes import client
 
 from k8s_integration import _tfk
+from tests.helpers import dags_test, migrated_airflow_home
 
 pytestmark = pytest.mark.k8s
 
@@ -30,19 +28,7 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture(scope="module")
 def airflow_home(tmp_path_factory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("airflow-k8s")
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    subprocess.run(
-        [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
-    )
-    return env
+    return migrated_airflow_home(tmp_path_factory.mktemp("airflow-k8s"))
 
 
 def _claims(api, ns: str) -> list[str]:
@@ -63,18 +49,7 @@ def _claims(api, ns: str) -> list[str]:
                 ),
             )
         )
-        core.create_namespaced_persistent_volume_claim(
-            ns,
-            client.V1PersistentVolumeClaim(
-                metadata=client.V1ObjectMeta(name=claim),
-                spec=client.V1PersistentVolumeClaimSpec(
-                    access_modes=["ReadWriteMany"],
-                    storage_class_name="",
-                    volume_name=pv,
-                    resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-                ),
-            ),
-        )
+        _tfk.create_claim(api, ns, claim, volume=pv)
         pvs.append(pv)
     _tfk.wait_for(
         "claims Bound",
@@ -105,14 +80,7 @@ def test_dags_test_ui_training_on_kubernetes(
     conf = {"mode": "all_reduce", "ps": 0, "workers": 3, "steps": 50}
     try:
         with _tfk.PodDriver(k8s_api, ns) as driver:  # every training pod in the namespace
-            run = subprocess.run(
-                [str(BIN / "airflow"), "dags", "test", "tfk_ui_training", "--conf", json.dumps(conf)],
-                env=env,
-                cwd=ROOT,
-                text=True,
-                capture_output=True,
-                timeout=240,
-            )
+            run = dags_test(env, "tfk_ui_training", conf=conf, timeout=240)
         out = run.stdout + run.stderr
         assert run.returncode == 0, out[-6000:]
         assert "state=success" in out or "DagRunState.SUCCESS" in out, out[-4000:]

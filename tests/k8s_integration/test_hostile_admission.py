@@ -24,31 +24,7 @@ from hostile.corpus import cases  # noqa: E402
 pytestmark = pytest.mark.k8s
 tfk_ns = _tfk.tfk_ns  # fixture
 
-PLURAL = {
-    "Job": "jobs",
-    "Service": "services",
-    "PersistentVolumeClaim": "persistentvolumeclaims",
-    "Namespace": "namespaces",
-    "NetworkPolicy": "networkpolicies",
-    "JobSet": "jobsets",
-}
 ACCEPTED = [c for c in cases() if c.field is None]
-
-
-def _dry_run(k8s_api, manifest: dict, namespace: str) -> tuple[int, str | None]:
-    kind = manifest["kind"]
-    group = "/api/v1" if manifest["apiVersion"] == "v1" else f"/apis/{manifest['apiVersion']}"
-    scope = "" if kind == "Namespace" else f"/namespaces/{namespace}"
-    resp = k8s_api.call_api(
-        f"{group}{scope}/{PLURAL[kind]}/{manifest['metadata']['name']}",
-        "PATCH",
-        query_params=[("fieldManager", "airflow-tfk"), ("fieldValidation", "Strict"), ("dryRun", "All")],
-        header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
-        body=manifest,
-        auth_settings=["BearerToken"],
-        _preload_content=False,
-    )
-    return resp.status, resp.getheader("Warning")
 
 
 def test_every_accepted_case_is_admitted_by_the_api_server(k8s_api, tfk_ns) -> None:
@@ -75,7 +51,7 @@ def test_every_accepted_case_is_admitted_by_the_api_server(k8s_api, tfk_ns) -> N
             manifests = render(dataclasses.replace(spec, namespace_per_training=True), identity)[:1]
         for m in manifests:
             try:
-                status, warning = _dry_run(k8s_api, m, tfk_ns)
+                status, warning = _tfk.apply_dry_run(k8s_api, m, tfk_ns)
             except Exception as exc:  # noqa: BLE001 - collected, reported together
                 refused.append((case.id, m["kind"], str(getattr(exc, "body", exc))[:300]))
                 continue

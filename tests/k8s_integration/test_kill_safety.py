@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import threading
 import time
 from datetime import timedelta
 
@@ -34,6 +33,7 @@ from kubernetes import client
 
 from airflow_tfk.errors import TrainingFailed
 from k8s_integration import _tfk
+from tests.helpers import execute_in_thread
 
 pytestmark = pytest.mark.k8s
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
@@ -109,16 +109,7 @@ def test_sync_on_kill_leaves_nothing(k8s_api, tfk_ns, tfk_conn) -> None:
     op = _tfk.make_op(
         tfk_ns, _tfk.spec(tfk_ns, "parameter_server", workers=2, ps=1, evaluator={"replicas": 1})
     )
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            op.execute(ctx)
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread, errors = execute_in_thread(op, ctx)
     _running(k8s_api, tfk_ns, name, 5)
     op.on_kill()
     thread.join(60)

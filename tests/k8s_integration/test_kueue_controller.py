@@ -57,6 +57,16 @@ def _spec(ns: str, mode: str, workers: int, ps: int = 0, **extra: Any) -> dict[s
     return data
 
 
+def _queued_jobset(
+    conn_id: str, ns: str, name: str, workers: int, queue: str
+) -> tuple[KubernetesBackend, TFClusterSpec, ClusterRef]:
+    """Create a between_graph JobSet of ``workers`` + 1 PS, 1 CPU each, in LocalQueue ``queue``."""
+    backend = KubernetesBackend(conn_id=conn_id)
+    data = _spec(ns, "between_graph", workers=workers, ps=1, name=name, layout="jobset", queue_name=queue)
+    spec = TFClusterSpec.from_dict(data)
+    return backend, spec, backend.create(spec, IDENTITY)
+
+
 @pytest.fixture(scope="module")
 def controllers(request, k8s_cluster, k8s_api) -> Iterator[str]:
     """JobSet, then Kueue (it sets up its JobSet integration only if JobSet's API is
@@ -332,19 +342,7 @@ def test_a_second_cluster_queues_until_the_first_finishes(
 def test_a_cluster_bigger_than_the_quota_never_starts_a_pod(k8s_api, controllers, quota, tfk_ns, tfk_conn):
     """4 CPU asked, 3 in the quota: 3 of the 4 tasks would fit, none may start."""
     lq = quota("3")
-    backend = KubernetesBackend(conn_id=tfk_conn)
-    spec = TFClusterSpec.from_dict(
-        _spec(
-            tfk_ns,
-            "between_graph",
-            workers=3,
-            ps=1,
-            name="big",
-            layout="jobset",
-            queue_name=lq,
-        )
-    )
-    ref = backend.create(spec, IDENTITY)
+    backend, spec, ref = _queued_jobset(tfk_conn, tfk_ns, "big", 3, lq)
     reason = _tfk.wait_for(
         "Kueue's pending reason", lambda: _pending_reason(k8s_api, tfk_ns, "JobSet", "big"), timeout=60
     )
@@ -410,19 +408,7 @@ def test_the_jobset_layout_is_admitted_as_one_workload(k8s_api, quota, tfk_ns, t
     """between_graph, 2 workers + 1 PS of 1 CPU with 3 CPU of quota: one Workload, owned
     by the JobSet, a pod set per role; admitted whole, it runs and succeeds."""
     lq = quota("3")
-    backend = KubernetesBackend(conn_id=tfk_conn)
-    spec = TFClusterSpec.from_dict(
-        _spec(
-            tfk_ns,
-            "between_graph",
-            workers=2,
-            ps=1,
-            name="whole",
-            layout="jobset",
-            queue_name=lq,
-        )
-    )
-    ref = backend.create(spec, IDENTITY)
+    backend, spec, ref = _queued_jobset(tfk_conn, tfk_ns, "whole", 2, lq)
     _tfk.wait_for("3 pods", lambda: len(_tfk.pods(k8s_api, tfk_ns, "whole")) == 3, timeout=60)
     workloads = _workloads(k8s_api, tfk_ns)
     assert len(workloads) == 1, [w["metadata"]["name"] for w in workloads]

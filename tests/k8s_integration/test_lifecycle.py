@@ -39,13 +39,6 @@ RENDERED = [
     ("v1", "persistentvolumeclaims"),
     ("networking.k8s.io/v1", "networkpolicies"),
 ]
-PLURAL = {
-    "Job": "jobs",
-    "Service": "services",
-    "PersistentVolumeClaim": "persistentvolumeclaims",
-    "Namespace": "namespaces",
-    "NetworkPolicy": "networkpolicies",
-}
 
 
 def _specs(ns: str) -> dict[str, dict]:
@@ -137,10 +130,10 @@ def test_create_every_mode_exists_is_idempotent_and_admitted(k8s_api, tfk_ns, tf
             )
         manifests = render(spec, identity)
         found = _tfk.objects(k8s_api, ns, spec.name)
-        expected = {f"{PLURAL[m['kind']]}/{m['metadata']['name']}" for m in manifests}
+        expected = {f"{_tfk.PLURAL[m['kind']]}/{m['metadata']['name']}" for m in manifests}
         assert expected <= set(found), (mode, sorted(expected - set(found)))
         for m in manifests:  # what the server stored is what was rendered
-            obj = found[f"{PLURAL[m['kind']]}/{m['metadata']['name']}"]
+            obj = found[f"{_tfk.PLURAL[m['kind']]}/{m['metadata']['name']}"]
             assert obj["metadata"]["labels"].items() >= m["metadata"]["labels"].items(), mode
             for ann, value in (m["metadata"].get("annotations") or {}).items():
                 assert obj["metadata"]["annotations"][ann] == value
@@ -198,19 +191,8 @@ def test_create_every_mode_exists_is_idempotent_and_admitted(k8s_api, tfk_ns, tf
     # no unknown, duplicate or dropped field, no warning.
     spec = TFClusterSpec.from_dict(_specs(tfk_ns)["between_graph"])
     for m in render(spec, identity):
-        kind = m["kind"]
-        group = "/api/v1" if m["apiVersion"] == "v1" else f"/apis/{m['apiVersion']}"
-        path = f"{group}/namespaces/{tfk_ns}/{PLURAL[kind]}/{m['metadata']['name']}"
-        resp = k8s_api.call_api(
-            path,
-            "PATCH",
-            query_params=[("fieldManager", "airflow-tfk"), ("fieldValidation", "Strict"), ("dryRun", "All")],
-            header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
-            body=m,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-        )
-        assert resp.status == 200 and not resp.getheader("Warning"), (kind, resp.getheader("Warning"))
+        status, warning = _tfk.apply_dry_run(k8s_api, m, tfk_ns)
+        assert status == 200 and not warning, (m["kind"], warning)
     # ... and the server refuses an unknown field, so that check is not vacuous. (Server-side
     # apply cannot build a typed patch with it: a 500, whatever fieldValidation says.)
     bad = render(spec, identity)[-1]

@@ -249,18 +249,7 @@ def test_serving_and_tensorboard_policies_with_the_discovered_api_server(
         )
         assert sorted(discovered) == sorted(f"{a}/32" if ":" not in a else f"{a}/128" for a in published)
     finally:
-        rbac_api = client.RbacAuthorizationV1Api(k8s_api)
-        for d in address_rbac:
-            delete = (
-                rbac_api.delete_namespaced_role_binding
-                if d["kind"] == "RoleBinding"
-                else rbac_api.delete_namespaced_role
-            )
-            try:
-                delete(d["metadata"]["name"], "default")
-            except client.ApiException as exc:
-                if exc.status != 404:
-                    raise
+        _tfk.delete_rbac(k8s_api, address_rbac, "default")
         if created_slice:
             discovery_api.delete_namespaced_endpoint_slice("kubernetes", "default")
 

@@ -8,9 +8,12 @@ import re
 import shlex
 import tempfile
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
-from k8s_integration._tfk import cluster_name, pods, task_context, wait_for  # noqa: F401
+from k8s_integration._tfk import cluster_name, create_claim, pods, task_context, wait_for  # noqa: F401
+from k8s_integration._tfk import spec as kwok_spec
 from kubernetes import client
 
 from airflow_tfk import naming
@@ -28,22 +31,28 @@ def recording(argv: list[str]) -> list[str]:
 
 
 def spec(namespace: str, mode: str, workers: int, ps: int = 0, **extra: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
+    """The KWOK tier's spec of the digits app, as a real pod runs it: the node's image (no
+    registry), the TF_CONFIG recording, and TensorFlow held to one thread per pod."""
+    on_node = {
         "image": nodemod.TRAIN_IMAGE,
         "image_pull_policy": "Never",
-        "namespace": namespace,
-        "mode": mode,
         "command": recording(["python", "-m", "airflow_tfk.runtime.examples.digits_app"]),
-        "worker": {"replicas": workers},
-        "ps_grace_seconds": 1,
         "env": {"TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"},
     }
-    if ps:
-        out["ps"] = {"replicas": ps}
-    if mode == "parameter_server":
-        out["chief"] = {"replicas": 1}
-    out.update(extra)
-    return out
+    return kwok_spec(namespace, mode, workers, ps, **{**on_node, **extra})
+
+
+def fresh_context() -> dict[str, Any]:
+    """The task context of a run of its own (a new run id, so a new cluster name)."""
+    return task_context(f"manual__{uuid.uuid4().hex[:8]}")
+
+
+def run_with_models_volume(local_volumes: Any, namespace: str) -> tuple[dict[str, Any], str, Path]:
+    """A fresh run's context, its cluster name, and the host directory behind the local
+    PersistentVolume its models claim (``<name>-models``) will bind to."""
+    ctx = fresh_context()
+    name = cluster_name(ctx)
+    return ctx, name, local_volumes.provide(namespace, f"{name}-models")
 
 
 def make_op(spec_data: dict[str, Any], **kwargs: Any):

@@ -4,7 +4,10 @@ kubelet node (containerd, runc, CNI bridge, CoreDNS) in private namespaces (node
 Every test module sets ``pytestmark = pytest.mark.k8s_node``. The binaries are built (once,
 cached outside the repository) right after collection, outside every test's timeout. The
 tier skips, naming what is missing, only when the machine lacks root, unshare/nsenter/ip,
-Debian's apt-get/dpkg or cgroups. Environment:
+Debian's apt-get/dpkg or cgroups. Tests marked ``training_image`` also need the real image
+of images/training/Dockerfile: its build (training_image.py) starts in the background
+right after collection, only when such a test is selected, and is joined before that test
+starts, outside its timeout. Environment:
 
 - ``AIRFLOW_TFK_K8S_KEEP=1``: keep the work directory (logs of every component and pod).
   It is kept, and its path printed, when a test failed.
@@ -22,6 +25,8 @@ from pathlib import Path
 import pytest
 
 from k8s_node import node as nodemod
+from k8s_node import training_image as imagemod
+from tests.helpers import build_before_tests, terminal_log
 
 STORAGE_CLASS = "tfk-local"
 
@@ -30,12 +35,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "k8s_node: needs a real Kubernetes node (tests/k8s_node; built on first use)"
     )
+    config.addinivalue_line(
+        "markers",
+        "training_image: needs images/training/Dockerfile built for real (images/training/build.sh)",
+    )
 
 
 _BUILD_ERROR = pytest.StashKey[str]()
 _MISSING = pytest.StashKey[list[str]]()
+_IMAGE_BUILD = pytest.StashKey[imagemod.Build]()
+_NODE_IMPORT = pytest.StashKey[imagemod.NodeImport]()
 
 
+@pytest.hookimpl(tryfirst=True)  # the image build then overlaps the other builds too
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build before the first test starts, so a cold build is not charged to its timeout."""
     if session.config.option.collectonly or not any(i.get_closest_marker("k8s_node") for i in session.items):
@@ -44,26 +56,60 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     session.config.stash[_MISSING] = missing
     if missing:
         return
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    t0 = time.monotonic()
+    if any(i.get_closest_marker("training_image") for i in session.items):
+        session.config.stash[_IMAGE_BUILD] = imagemod.Build()
     try:
-        nodemod.harness.ensure_built()
-        node_dir = nodemod.ensure_built()
+        build_before_tests(session.config, "k8s control plane", nodemod.harness.ensure_built)
+        build_before_tests(session.config, "k8s node", nodemod.ensure_built)
     except (nodemod.NodeError, nodemod.harness.ControlPlaneError) as e:
         session.config.stash[_BUILD_ERROR] = str(e)
-        return
-    if reporter is not None and time.monotonic() - t0 > 5:
-        reporter.write_line(f"k8s node built in {time.monotonic() - t0:.0f}s: {node_dir}")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """Join the image build before a test that needs it starts: this wrapper is outside
+    pytest-timeout's, so the wait is not charged to the test's timeout."""
+    build = item.config.stash.get(_IMAGE_BUILD, None)
+    if build is not None and build.result is None and item.get_closest_marker("training_image"):
+        reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+        t0 = time.monotonic()
+        try:
+            image = build.wait()
+            msg = f"training image ready after {image.build_seconds:.0f}s: {image.archive}"
+        except imagemod.ImageBuildError as e:  # reported by the fixture, as the test's failure
+            msg = f"training image build failed ({str(e).splitlines()[0]})"
+        if reporter is not None:
+            reporter.write_line(f"{msg}; waited {time.monotonic() - t0:.0f}s before {item.name}")
+    yield
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    build = session.config.stash.get(_IMAGE_BUILD, None)
+    if build is not None:
+        build.stop()  # a no-op once it ended; else (no test waited for it) stopped as a whole
+
+
+@pytest.fixture(scope="session")
+def training_image(request: pytest.FixtureRequest) -> imagemod.TrainingImage:
+    """The built image (its ``docker save`` archive, reference and ID): skips, naming what
+    is missing, where the machine cannot build it; fails with the build's log otherwise."""
+    missing = request.config.stash.get(_MISSING, None)
+    if missing:
+        pytest.skip("real-node tier: this machine lacks " + "; ".join(missing))
+    build = request.config.stash.get(_IMAGE_BUILD, None)
+    if build is None:  # e.g. selected without the marker's hook having seen it
+        build = request.config.stash[_IMAGE_BUILD] = imagemod.Build()
+    try:
+        return build.wait()
+    except imagemod.ImageBuildError as e:
+        if e.missing:
+            pytest.skip(f"training image: {e}")
+        pytest.fail(str(e), pytrace=False)
 
 
 @pytest.fixture(scope="package")
 def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-
-    def log(msg: str) -> None:
-        if reporter is not None:
-            reporter.write_line(msg)
-
+    log = terminal_log(request.config)
     missing = request.config.stash.get(_MISSING, None)
     if missing is None:
         missing = nodemod.missing_prerequisites()
@@ -81,11 +127,18 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
 
     old_term = signal.signal(signal.SIGTERM, _interrupt)
     node = nodemod.Node.start(log=log)
+    importing = None
     try:
         _storage_class(node)
+        if _IMAGE_BUILD in request.config.stash:  # a training_image test is selected
+            importing = request.config.stash[_NODE_IMPORT] = imagemod.NodeImport(
+                node, request.config.stash[_IMAGE_BUILD]
+            )
         yield node
     finally:
         t0 = time.monotonic()
+        if importing is not None:
+            importing.close()
         node.stop()
         failed = request.session.testsfailed > failed_before
         keep = failed or bool(os.environ.get("AIRFLOW_TFK_K8S_KEEP"))
@@ -99,6 +152,23 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
         signal.signal(signal.SIGTERM, old_term)
         left = node.leftovers(removed=not keep)
         assert not left, f"the real node left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def node_training_image(
+    request: pytest.FixtureRequest, k8s_node: nodemod.Node, training_image: imagemod.TrainingImage
+) -> Iterator[imagemod.TrainingImage]:
+    """The training image in the node's containerd: imported in the background since the
+    node came up (if the build was done by then), removed after the module (~4 GB of RAM)."""
+    importing = request.config.stash.get(_NODE_IMPORT, None) or imagemod.NodeImport(k8s_node, None)
+    took, waited = importing.wait(training_image)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"training image imported into the node in {took:.1f}s (waited {waited:.1f}s)")
+    yield training_image
+    importing.close()
+    request.config.stash[_NODE_IMPORT] = imagemod.NodeImport(k8s_node, None)  # a next module imports again
+    k8s_node.remove_image(training_image.ref)
 
 
 @pytest.fixture(scope="package")

@@ -5,7 +5,8 @@ Layout (everything private to one session; several sessions can run side by side
 - a *holder*: ``unshare --net --mount --pid --fork --mount-proc --kill-child=SIGKILL``. Its
   PID 1 sets up the namespaces (loopback up; a veth pair carrying the node IP 10.200.0.2,
   since this kernel has no ``dummy`` device; private tmpfs on ``/run`` and ``/var/log``,
-  where containerd's state and the kubelet's ``/var/log/containers`` symlinks go) and sleeps.
+  where containerd's state and the kubelet's ``/var/log/containers`` symlinks go, and on
+  containerd's root: images and container layers live in memory) and sleeps.
 - containerd (+ runc, CNI bridge on ``cni0`` 10.88.0.0/16), the kubelet and CoreDNS run
   inside all three namespaces (``nsenter``); pod cgroups under a cgroup root of their own.
 - the control plane (tests/k8s/harness.py, unchanged) runs in the namespace's network only:
@@ -32,7 +33,6 @@ as a node image with TensorFlow preinstalled would provide it.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import hashlib
@@ -66,6 +66,8 @@ POD_SUBNET = "10.88.0.0/16"
 #: The image every training/serving/TensorBoard pod of the tier uses (see build_images).
 TRAIN_IMAGE = "tfk.local/train:1"
 PAUSE_IMAGE = "tfk.local/pause:1"
+#: containerd runtime handler without the base spec's host mounts (self-contained images).
+IMAGE_RUNTIME_HANDLER = "image"
 CGROUP_BASE = Path("/sys/fs/cgroup")
 
 
@@ -97,21 +99,7 @@ def missing_prerequisites() -> list[str]:
 
 def ensure_built() -> Path:
     """The node directory of tests/k8s/node/build.sh (built on first use, cached)."""
-    override = os.environ.get("AIRFLOW_TFK_K8S_NODE_DIR")
-    if override:
-        return Path(override)
-    proc = subprocess.Popen(
-        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    errors: collections.deque[str] = collections.deque(maxlen=60)
-    assert proc.stderr is not None and proc.stdout is not None
-    for line in proc.stderr:
-        errors.append(line.rstrip("\n"))
-        sys.stderr.write(line)
-    out = proc.stdout.read().strip().splitlines()
-    if proc.wait() != 0 or not out:
-        raise NodeError("tests/k8s/node/build.sh failed; last lines:\n" + "\n".join(errors))
-    return Path(out[-1])
+    return harness.run_build(BUILD_SCRIPT, "AIRFLOW_TFK_K8S_NODE_DIR", NodeError)
 
 
 # --------------------------------------------------------------------------- images
@@ -391,22 +379,15 @@ class Node:
         return env
 
     def _wait(self, what: str, ok, limit: float, procs: list[str] = ()) -> None:  # type: ignore[assignment]
-        deadline = time.monotonic() + limit
-        last: object = None
-        while time.monotonic() < deadline:
+        def alive() -> None:
             for name in procs:
                 p = self.procs[name]
                 if p.poll() is not None:
                     tail = harness.tail(self.logs / f"{name}.log")
                     raise NodeError(f"{name} exited with {p.returncode}; last log lines:\n{tail}")
-            try:
-                if ok():
-                    return
-            except Exception as e:  # noqa: BLE001 - retried until the deadline
-                last = e
-            time.sleep(0.2)
-        tails = "\n".join(f"--- {n}:\n{harness.tail(self.logs / f'{n}.log')}" for n in procs)
-        raise NodeError(f"timed out waiting for {what} ({last!r}); logs in {self.logs}\n{tails}")
+
+        logs = {name: self.logs / f"{name}.log" for name in procs}
+        harness.wait_until(what, ok, limit, alive, logs, self.logs, NodeError)
 
     def _start(self, log, timeout: float) -> None:
         t0 = time.monotonic()
@@ -431,6 +412,11 @@ class Node:
             [
                 "mount -t tmpfs -o mode=0755 tmpfs /run",
                 "mount -t tmpfs -o mode=0755 tmpfs /var/log",
+                # containerd's content store and snapshots in memory too: importing the
+                # real training image (~2 GB, test_image.py) and deleting it at the end
+                # each took ~50 s on this disk (ext4 with online discard).
+                f"mkdir -p {self.workdir / 'containerd'}",
+                f"mount -t tmpfs -o mode=0711 tmpfs {self.workdir / 'containerd'}",
                 "ip link set lo up",
                 "ip link add tfk0 type veth peer name tfk1",
                 f"ip addr add {NODE_IP}/24 dev tfk0",
@@ -663,6 +649,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "{self.bin / "runc"}"
         SystemdCgroup = false
+    # A self-contained image alone, without the host mounts above (a RuntimeClass with
+    # this handler: test_image.py runs images/training's real image with it).
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{IMAGE_RUNTIME_HANDLER}]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{IMAGE_RUNTIME_HANDLER}.options]
+        BinaryName = "{self.bin / "runc"}"
+        SystemdCgroup = false
 """
         )
 
@@ -804,6 +797,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     def import_image(self, path: Path) -> None:
         self._ctr("images", "import", str(path))
+
+    def remove_image(self, ref: str) -> None:
+        self._ctr("images", "rm", "--sync", _normalized(ref))
 
     # ---- inspection
     def container_processes(self) -> list[int]:

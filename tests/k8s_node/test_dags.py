@@ -7,10 +7,7 @@ a smoke predict through the API server's service proxy."""
 from __future__ import annotations
 
 import ipaddress
-import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from airflow_tfk import naming
+from tests.helpers import dags_test, migrated_airflow_home
 
 from . import _tfk
 from . import node as nodemod
@@ -32,18 +30,7 @@ BIN = Path(sys.executable).parent
 def test_dags_test_train_publish_on_the_real_node(
     k8s_node, node_api, node_ns, node_conn, local_volumes, tmp_path
 ) -> None:
-    home = tmp_path / "airflow"
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    subprocess.run(
-        [str(BIN / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
-    )
+    env = migrated_airflow_home(tmp_path / "airflow")
     _claim(node_api, node_ns, local_volumes, "tfk-models")
     _claim(node_api, node_ns, local_volumes, "tfk-logs")
     env.update(
@@ -58,14 +45,7 @@ def test_dags_test_train_publish_on_the_real_node(
             "TFK_API_SERVER_CIDRS": f"{ipaddress.ip_network(nodemod.POD_SUBNET)[1]}/32",
         }
     )
-    run = subprocess.run(
-        [str(BIN / "airflow"), "dags", "test", "tfk_train_publish", "--conf", json.dumps({"steps": 60})],
-        env=env,
-        cwd=ROOT,
-        text=True,
-        capture_output=True,
-        timeout=600,
-    )
+    run = dags_test(env, "tfk_train_publish", conf={"steps": 60}, timeout=600)
     out = run.stdout + run.stderr
     (tmp_path / "dags-test.log").write_text(out)  # the whole run, for a failure's reader
     assert run.returncode == 0, f"{tmp_path / 'dags-test.log'}\n{out[-6000:]}"

@@ -17,10 +17,6 @@ from . import _tfk
 pytestmark = pytest.mark.k8s_node
 
 
-def _ctx() -> dict:
-    return _tfk.task_context(f"manual__{uuid.uuid4().hex[:8]}")
-
-
 def _fails(spec_data: dict, ctx: dict) -> tuple[TrainingFailed, float]:
     t0 = time.monotonic()
     with pytest.raises(TrainingFailed) as err:
@@ -31,7 +27,7 @@ def _fails(spec_data: dict, ctx: dict) -> tuple[TrainingFailed, float]:
 def test_permanent_exit_code_fails_fast_with_the_real_log(
     k8s_node, node_api, node_ns, node_conn, capfd
 ) -> None:
-    ctx = _ctx()
+    ctx = _tfk.fresh_context()
     mark = f"boom-{uuid.uuid4().hex[:6]}"
     spec_data = _tfk.spec(
         node_ns,
@@ -51,7 +47,7 @@ def test_permanent_exit_code_fails_fast_with_the_real_log(
 
 
 def test_over_the_memory_limit_is_oomkilled(k8s_node, node_api, node_ns, node_conn) -> None:
-    ctx = _ctx()
+    ctx = _tfk.fresh_context()
     spec_data = _tfk.spec(
         node_ns,
         "all_reduce",
@@ -65,7 +61,7 @@ def test_over_the_memory_limit_is_oomkilled(k8s_node, node_api, node_ns, node_co
 
 
 def test_missing_image_fails_fast_naming_it(k8s_node, node_api, node_ns, node_conn) -> None:
-    ctx = _ctx()
+    ctx = _tfk.fresh_context()
     image = f"tfk.local/not-imported-{uuid.uuid4().hex[:6]}:1"
     err, took = _fails(_tfk.spec(node_ns, "all_reduce", workers=1, image=image), ctx)
     assert image in str(err) and "ErrImageNeverPull" in str(err), err
@@ -94,9 +90,7 @@ exec "$@"
 def test_transient_exit_is_retried_and_resumes_from_the_checkpoint(
     k8s_node, node_api, node_ns, node_conn, local_volumes, capfd
 ) -> None:
-    ctx = _ctx()
-    name = _tfk.cluster_name(ctx)
-    models = local_volumes.provide(node_ns, f"{name}-models")
+    ctx, name, models = _tfk.run_with_models_volume(local_volumes, node_ns)
     spec_data = _tfk.spec(
         node_ns,
         "all_reduce",

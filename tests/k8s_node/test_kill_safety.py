@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import threading
 import time
 import uuid
 from datetime import timedelta
@@ -16,6 +15,7 @@ from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferred
 from k8s_integration import _tfk as kwok_tfk
 
 from airflow_tfk.errors import TrainingFailed
+from tests.helpers import execute_in_thread
 
 from . import _tfk
 
@@ -45,16 +45,7 @@ def test_on_kill_leaves_no_pod_and_no_container(k8s_node, node_api, node_ns, nod
     ctx = _tfk.task_context(f"manual__{uuid.uuid4().hex[:8]}")
     name = _tfk.cluster_name(ctx)
     op = _tfk.make_op(_tfk.spec(node_ns, "between_graph", workers=2, ps=1, args=_LONG))
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            op.execute(ctx)
-        except BaseException as exc:  # noqa: BLE001 - asserted below
-            errors.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread, errors = execute_in_thread(op, ctx)
     _running(node_api, node_ns, name, 3)
     t0 = time.monotonic()
     op.on_kill()

@@ -42,17 +42,7 @@ PROXY_SOURCE = {"api_server_cidrs": [f"{ipaddress.ip_network(nodemod.POD_SUBNET)
 
 def _claim(api, ns: str, volumes, name: str) -> None:
     volumes.provide(ns, name)
-    client.CoreV1Api(api).create_namespaced_persistent_volume_claim(
-        ns,
-        client.V1PersistentVolumeClaim(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1PersistentVolumeClaimSpec(
-                access_modes=["ReadWriteMany"],
-                storage_class_name="tfk-local",
-                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-            ),
-        ),
-    )
+    _tfk.create_claim(api, ns, name, storage_class="tfk-local")
 
 
 GRPC_CLIENT = r"""
@@ -216,17 +206,22 @@ def test_train_publish_rollback_and_tensorboard(
         time.monotonic(),
     )
 
-    tb = TensorBoardOperator(
-        task_id="tensorboard",
-        claim="tfk-logs",
-        kubernetes_conn_id=_tfk.CONN_ID,
-        tensorboard={
-            "image": nodemod.TRAIN_IMAGE,
-            "image_pull_policy": "Never",
-            "namespace": node_ns,
-            "network_policy": PROXY_SOURCE,
-        },
-    )
+    def board(task_id: str, **kwargs) -> TensorBoardOperator:
+        """TensorBoard over the logs claim, on the node's image, reachable by the proxy."""
+        return TensorBoardOperator(
+            task_id=task_id,
+            claim="tfk-logs",
+            kubernetes_conn_id=_tfk.CONN_ID,
+            tensorboard={
+                "image": nodemod.TRAIN_IMAGE,
+                "image_pull_policy": "Never",
+                "namespace": node_ns,
+                "network_policy": PROXY_SOURCE,
+            },
+            **kwargs,
+        )
+
+    tb = board("tensorboard")
     pushed: dict = {}
     ctx["ti"].xcom_push = lambda key, value: pushed.update({key: value})
     info = tb.execute(ctx)
@@ -252,18 +247,7 @@ def test_train_publish_rollback_and_tensorboard(
     index = _proxy_get(node_api, node_ns, name, port, "")
     assert 'src="index.js' in index, index[:500]
     assert _proxy_get(node_api, node_ns, name, port, "index.js")
-    TensorBoardOperator(
-        task_id="tensorboard_stop",
-        claim="tfk-logs",
-        kubernetes_conn_id=_tfk.CONN_ID,
-        tensorboard={
-            "image": nodemod.TRAIN_IMAGE,
-            "image_pull_policy": "Never",
-            "namespace": node_ns,
-            "network_policy": PROXY_SOURCE,
-        },
-        action="stop",
-    ).execute(ctx)
+    board("tensorboard_stop", action="stop").execute(ctx)
     with pytest.raises(client.ApiException) as gone:
         client.AppsV1Api(node_api).read_namespaced_deployment(name, node_ns)
     assert gone.value.status == 404

@@ -28,10 +28,6 @@ pytestmark = pytest.mark.k8s_node
 TF1_SCRIPT = f"{nodemod.REPO}/airflow_tfk/runtime/examples/tf1_between_graph.py"
 
 
-def _ctx() -> dict:
-    return _tfk.task_context(f"manual__{uuid.uuid4().hex[:8]}")
-
-
 def _assert_tf_configs(node_api, ns: str, spec_data: dict, ctx: dict, want_tasks: set[str]) -> None:
     name = _tfk.cluster_name(ctx)
     k8s = _tfk.recorded_tf_configs(node_api, ns, name)
@@ -43,7 +39,7 @@ def _assert_tf_configs(node_api, ns: str, spec_data: dict, ctx: dict, want_tasks
 
 
 def test_all_reduce_trains_in_real_pods(k8s_node, node_api, node_ns, node_conn, capfd) -> None:
-    ctx = _ctx()
+    ctx = _tfk.fresh_context()
     spec_data = _tfk.spec(
         node_ns, "all_reduce", workers=2, args=["--tfk_steps", "40", "--tfk_checkpoint_every", "0"]
     )
@@ -68,7 +64,7 @@ def test_between_graph_tf1_script_with_legacy_flags_and_a_late_ps(
     --task_index, at the issue's shape (3 workers + 2 PS; bench/bench_tf1_node.py makes 5
     runs); the PS pods are scheduled only after every worker pod runs (a node label they
     wait for), so the workers must find them by name once they appear."""
-    ctx = _ctx()
+    ctx = _tfk.fresh_context()
     name = _tfk.cluster_name(ctx)
     gate = f"tfk.test/ps-{uuid.uuid4().hex[:6]}"
     spec_data = _tfk.spec(
@@ -154,9 +150,7 @@ def test_parameter_server_trainingapp_with_shared_models_volume(
 
     The pods set TF_NUM_INTEROP_THREADS=1 (:func:`_tfk.spec`): this hung after step 0
     until the runtime gave parameter_server servers two inter-op threads."""
-    ctx = _ctx()
-    name = _tfk.cluster_name(ctx)
-    models = local_volumes.provide(node_ns, f"{name}-models")
+    ctx, name, models = _tfk.run_with_models_volume(local_volumes, node_ns)
     spec_data = _tfk.spec(
         node_ns,
         "parameter_server",

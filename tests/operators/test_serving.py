@@ -22,6 +22,11 @@ def context(task_id: str = "publish") -> dict:
     }
 
 
+def publish(**kwargs) -> PublishModelOperator:
+    """The task that publishes model ``digits`` from claim ``models``."""
+    return PublishModelOperator(task_id="publish", model_name="digits", claim="models", **kwargs)
+
+
 @pytest.fixture
 def fake(monkeypatch):
     made: list[tuple[str, FakeServing, dict]] = []
@@ -37,10 +42,7 @@ def fake(monkeypatch):
 
 
 def test_publish_pushes_model_version_endpoint(fake):
-    op = PublishModelOperator(
-        task_id="publish",
-        model_name="digits",
-        claim="models",
+    op = publish(
         version="2",
         backend="kubernetes",
         kubernetes_conn_id="k8s",
@@ -57,10 +59,7 @@ def test_publish_pushes_model_version_endpoint(fake):
 
 
 def test_default_version_is_the_newest_good_one_and_failure_fails_the_task(fake):
-    op = PublishModelOperator(
-        task_id="publish",
-        model_name="digits",
-        claim="models",
+    op = publish(
         backend="local",
         serving={"load_timeout_seconds": 1},
     )
@@ -107,10 +106,7 @@ def test_templated_fields():
 
 @pytest.mark.parametrize(("on_failure", "outcome"), [("fail", NotBlessed), ("skip", AirflowSkipException)])
 def test_a_version_that_is_not_blessed_fails_or_skips_and_is_not_published(fake, on_failure, outcome):
-    op = PublishModelOperator(
-        task_id="publish",
-        model_name="digits",
-        claim="models",
+    op = publish(
         version=2,
         backend="local",
         quality_gate={"thresholds": {"accuracy": 0.9}, "on_failure": on_failure},
@@ -123,10 +119,7 @@ def test_a_version_that_is_not_blessed_fails_or_skips_and_is_not_published(fake,
 
 
 def test_a_blessed_version_is_published_with_its_metrics_recorded(fake):
-    op = PublishModelOperator(
-        task_id="publish",
-        model_name="digits",
-        claim="models",
+    op = publish(
         version=2,
         backend="local",
         quality_gate={"thresholds": {"accuracy": 0.9}},
@@ -140,10 +133,7 @@ def test_the_upstream_trainings_metrics_feed_the_gate(fake):
     xcom = {"export": {"model_name": "digits", "version": 2}, "metrics": {"accuracy": 0.5}}
     ctx = context()
     ctx["ti"].xcom_pull = lambda task_ids: xcom if task_ids == "train" else None
-    op = PublishModelOperator(
-        task_id="publish",
-        model_name="digits",
-        claim="models",
+    op = publish(
         backend="local",
         quality_gate={"thresholds": {"accuracy": 0.9}},
     )

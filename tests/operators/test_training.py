@@ -8,7 +8,6 @@ full `airflow dags test` runs are in tests/e2e.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import pytest
@@ -20,7 +19,7 @@ from airflow_tfk.errors import LocalMachineError, SpecError, TrainingFailed
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.operators.training import TFTrainingOperator
 from airflow_tfk.status import Phase
-from tests.helpers import assert_no_processes, cluster_processes, spec_dict, task_context
+from tests.helpers import assert_no_processes, cluster_processes, execute_in_thread, spec_dict, task_context
 
 
 def make_op(spec: dict, **kwargs) -> TFTrainingOperator:
@@ -95,16 +94,7 @@ def test_a_failed_pre_flight_check_logs_no_create_or_delete(local_root, capfd, c
 def test_on_kill_while_waiting_deletes_everything(local_root) -> None:
     ctx = task_context()
     op = make_op(spec_dict("between_graph", workers=2, STEPS="1000", STEP_SECONDS="0.1"))
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            op.execute(ctx)
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread, errors = execute_in_thread(op, ctx)
     backend = LocalBackend(str(local_root))
     deadline = time.monotonic() + 30
     while not (backend.exists(cluster_of(ctx)) and cluster_processes(local_root)):
@@ -217,16 +207,7 @@ def test_retry_reattaches_instead_of_creating_a_second_cluster(local_root, capfd
 def test_kill_previous_kills_the_earlier_run_which_fails_naming_the_newer(local_root) -> None:
     spec = spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1")
     first_ctx, second_ctx = task_context("scheduled__01"), task_context("scheduled__02")
-    errors: list[BaseException] = []
-
-    def first() -> None:
-        try:
-            make_op(spec).execute(first_ctx)
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=first)
-    thread.start()
+    thread, errors = execute_in_thread(make_op(spec), first_ctx)
     backend = LocalBackend(str(local_root))
     deadline = time.monotonic() + 30
     while not backend.exists(cluster_of(first_ctx)):
@@ -263,9 +244,7 @@ def test_fixed_name_cannot_be_taken_over_by_another_run(local_root) -> None:
 
     spec = {**spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"), "name": "fixed"}
     first = make_op(dict(spec))
-    errors: list[BaseException] = []
-    thread = threading.Thread(target=lambda: _run(first, task_context("run-1"), errors))
-    thread.start()
+    thread, errors = execute_in_thread(first, task_context("run-1"))
     backend = LocalBackend(str(local_root))
     ref = ClusterRef("fixed", "default")
     deadline = time.monotonic() + 30
@@ -285,13 +264,6 @@ def test_fixed_name_cannot_be_taken_over_by_another_run(local_root) -> None:
     thread.join(30)
     assert not thread.is_alive() and errors
     assert_no_processes(local_root)
-
-
-def _run(op: TFTrainingOperator, ctx: dict, errors: list[BaseException]) -> None:
-    try:
-        op.execute(ctx)
-    except BaseException as exc:
-        errors.append(exc)
 
 
 def test_on_failure_keep_keeps_the_failed_tasks_and_stops_the_ps(local_root) -> None:

@@ -13,22 +13,25 @@ from .counting_app import MARK
 pytestmark = pytest.mark.e2e
 
 
+def ps_cluster(local_cluster, module: str, workers: int, *flags: str, **options):
+    """A parameter_server cluster (a chief, one PS, ``workers``) whose every task runs
+    ``python -m module *flags`` without checkpoints."""
+    argv = [sys.executable, "-m", module, *flags, "--tfk_checkpoint_every", "0"]
+    return local_cluster(
+        {"chief": 1, "ps": 1, "worker": workers}, lambda role, i: argv, mode="parameter_server", **options
+    )
+
+
 def test_parameter_server_progress_is_the_true_step(local_cluster):
     steps, every = 600, 50
-    c = local_cluster(
-        {"chief": 1, "ps": 1, "worker": 2},
-        lambda role, i: [
-            sys.executable,
-            "-m",
-            "tests.runtime.counting_app",
-            "--tfk_steps",
-            str(steps),
-            "--tfk_progress_every",
-            str(every),
-            "--tfk_checkpoint_every",
-            "0",
-        ],
-        mode="parameter_server",
+    c = ps_cluster(
+        local_cluster,
+        "tests.runtime.counting_app",
+        2,
+        "--tfk_steps",
+        str(steps),
+        "--tfk_progress_every",
+        str(every),
     )
     c.start_all()
     assert c.wait("chief", 0, timeout=240) == 0, c.describe()
@@ -56,18 +59,12 @@ def test_parameter_server_trains_when_tensorflow_is_given_one_inter_op_thread(lo
     """TF_NUM_INTEROP_THREADS=1 (or a task pinned to one CPU) used to leave the chief
     waiting forever after step 0: a worker server with one inter-op thread never runs the
     coordinator's first closure. The runtime gives the servers two."""
-    c = local_cluster(
-        {"chief": 1, "ps": 1, "worker": 1},
-        lambda role, i: [
-            sys.executable,
-            "-m",
-            "airflow_tfk.runtime.examples.digits_app",
-            "--tfk_steps",
-            "20",
-            "--tfk_checkpoint_every",
-            "0",
-        ],
-        mode="parameter_server",
+    c = ps_cluster(
+        local_cluster,
+        "airflow_tfk.runtime.examples.digits_app",
+        1,
+        "--tfk_steps",
+        "20",
         env={"TF_NUM_INTEROP_THREADS": "1"},
     )
     c.start_all()

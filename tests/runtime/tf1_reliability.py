@@ -35,6 +35,20 @@ class RunResult:
     message: str = ""
     accuracies: list[float] = field(default_factory=list)
 
+    def row(self, bench: str, run: int, threshold: float) -> dict[str, Any]:
+        """The benchmarks' JSON line of this run; ``ok``: it succeeded and every worker
+        reached the held-out accuracy ``threshold``."""
+        ok = self.outcome == "succeeded" and len(self.accuracies) == WORKERS
+        return {
+            "bench": bench,
+            "run": run,
+            "ok": ok and min(self.accuracies) >= threshold,
+            "outcome": self.outcome,
+            "seconds": round(self.seconds, 1),
+            "accuracies": [round(a, 3) for a in self.accuracies],
+            "message": self.message[:200],
+        }
+
 
 def tf1_command(steps: int, *extra: str) -> list[str]:
     """The unmodified TF1 example run through the launcher by hand, which appends

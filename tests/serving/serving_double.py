@@ -18,7 +18,6 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from airflow_tfk import _process
@@ -38,7 +37,6 @@ class ServingApiDouble(KubeApiDouble):
         self.proxied: list[str] = []
 
     def start(self) -> ServingApiDouble:
-        double = self
         # Where the API server lives, as a real one publishes it: the serving
         # NetworkPolicy admits its service proxy from these addresses.
         self._put(
@@ -53,14 +51,11 @@ class ServingApiDouble(KubeApiDouble):
             },
             emit=False,
         )
-
-        class Handler(_ProxyHandler):
-            api = double
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="k8s-serving-double").start()
+        super().start()
         return self
+
+    def _handler(self) -> type[_Handler]:
+        return _ProxyHandler
 
     def local_path(self, pod_path: str) -> str:
         return re.sub(r"^/tfk/models(?=/|$)", self.store, pod_path)

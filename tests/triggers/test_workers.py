@@ -12,7 +12,7 @@ from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.triggers.workers import WorkersDoneTrigger
-from tests.helpers import assert_no_processes, spec_dict, wait_for
+from tests.helpers import assert_no_processes, python_cluster, spec_dict, wait_for
 
 
 def start(root: Path, name: str, **env: str) -> tuple[LocalBackend, ClusterRef, WorkersDoneTrigger]:
@@ -105,17 +105,13 @@ time.sleep(120)
 def test_killed_while_deferred_sets_the_runs_export_aside(local_root: Path) -> None:
     """A run killed while deferred is a failed run: what it exported is never published
     (as when the operator's own on_kill tears it down)."""
-    import sys
 
-    from airflow_tfk.spec import RoleSpec, StorageSpec, VolumeSpec
+    from airflow_tfk.spec import StorageSpec, VolumeSpec
 
     backend = LocalBackend(str(local_root))
-    spec = TFClusterSpec(
-        name="trig-kill-export",
-        image="local/unused:1",
-        command=(sys.executable, "-c", EXPORT_THEN_TRAIN_ON),
-        mode="all_reduce",
-        worker=RoleSpec(replicas=1),
+    spec = python_cluster(
+        "trig-kill-export",
+        EXPORT_THEN_TRAIN_ON,
         storage=StorageSpec(models=VolumeSpec(claim="models")),
     )
     ref = backend.create(spec)

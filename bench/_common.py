@@ -1,0 +1,29 @@
+"""What the benchmark scripts share: their command line, and timing a snippet in a fresh
+interpreter (so one sample's imports do not make the next one cheap)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parser(doc: str, **defaults: int | float | str) -> argparse.ArgumentParser:
+    """The script's argument parser, described by the first line of its docstring, with an
+    option ``--<name>`` for each of ``defaults`` (``_`` becomes ``-``), typed as its default."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    for name, default in defaults.items():
+        p.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
+    return p
+
+
+def python_seconds(code: str) -> float:
+    """Run ``code`` in a new interpreter from the repository root; it prints a number of
+    seconds as its last line, which is returned."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=300
+    )
+    return float(out.stdout.strip().splitlines()[-1])
