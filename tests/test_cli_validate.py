@@ -49,8 +49,10 @@ def test_a_version_older_than_the_supported_one_rejects_the_job():
     out = cli("render", "--validate", "--kubernetes-version", "1.27", EXAMPLE)
     assert out.returncode == 3
     assert out.stdout == ""  # nothing to pipe into kubectl
+    # both Jobs, the PS's too (the PS run as an Indexed Job with the same failure rules)
+    assert "error: Job imagenet-ps: spec.podFailurePolicy" in out.stderr
     assert "error: Job imagenet-worker: spec.podFailurePolicy" in out.stderr
-    assert out.stderr.rstrip().endswith(f"error: 1 of {N} objects are not valid for Kubernetes 1.27")
+    assert out.stderr.rstrip().endswith(f"error: 2 of {N} objects are not valid for Kubernetes 1.27")
 
 
 def test_a_broken_template_override_is_caught(tmp_path: Path):
