@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,17 +187,19 @@ class _Controller:
         self.certs.mkdir(parents=True, exist_ok=True)
         shutil.copy(self.cp.pki / "apiserver.crt", self.certs / "tls.crt")
         shutil.copy(self.cp.pki / "apiserver.key", self.certs / "tls.key")
+        env = {**os.environ, "KUBECONFIG": str(self.cp.kubeconfig)}
+        return self._launch(api, env, timeout, then=self._register_webhooks)
+
+    def _launch(self, api: Any, env: dict[str, str], timeout: float, then: Callable[[Any], None]) -> Any:
+        """Start the controller (output to its log), wait until it is ready, then
+        ``then(api)``; if any of that fails, stop it again."""
         log = open(self.log_path, "wb")  # noqa: SIM115 - lives with the process
         self.proc = subprocess.Popen(
-            self.argv(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "KUBECONFIG": str(self.cp.kubeconfig)},
+            self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
         try:
             self._wait_ready(timeout)
-            self._register_webhooks(api)
+            then(api)
         except BaseException:
             self.stop(api)
             raise
@@ -447,19 +450,9 @@ class TrainingOperatorController(_Controller):
             },
         )
         self._register_webhooks(api)
-        log = open(self.log_path, "wb")  # noqa: SIM115 - lives with the process
         env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}  # the fixed cert dir is /tmp
         env["MY_POD_NAMESPACE"] = self.namespace
-        self.proc = subprocess.Popen(
-            self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
-        )
-        try:
-            self._wait_ready(timeout)
-            self._check_webhook(api)
-        except BaseException:
-            self.stop(api)
-            raise
-        return self
+        return self._launch(api, env, timeout, then=self._check_webhook)
 
     def _check_webhook(self, api: Any) -> None:
         """The API server reaches the webhook: a TFJob without a ``tensorflow`` container
