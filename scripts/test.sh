@@ -34,8 +34,11 @@ else
   echo "==================== the real-node tier (tests/k8s_node, run beside the above) ===================="
   cat "$node_log"
   rm -f "$node_log"
-  # 5: nothing selected (e.g. the fast lane's -m "not k8s_node")
-  if [ "$node_status" -ne 0 ] && [ "$node_status" -ne 5 ] && [ "$status" -eq 0 ]; then
+  # 5: that lane selected nothing (e.g. the fast lane's -m "not k8s_node" leaves the node
+  # lane empty, -m k8s_node the main one); only both empty is pytest's "no tests ran"
+  if [ "$status" -eq 5 ] && [ "$node_status" -ne 5 ]; then
+    status=$node_status
+  elif [ "$node_status" -ne 0 ] && [ "$node_status" -ne 5 ] && [ "$status" -eq 0 ]; then
     status=$node_status
   fi
 fi
