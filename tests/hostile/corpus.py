@@ -59,6 +59,9 @@ def raw(id: str, text: str, field_: str, *cli: str) -> Case:
 
 HEAD = "name: hostile\nimage: tf:1\ncommand: [python, t.py]\nps: {replicas: 1}\n"
 ONE_WORKER = HEAD + "worker: {replicas: 1}\n"
+BLOCK_WORKER = HEAD + "worker:\n  replicas: 1\n"  # one more line of the worker block follows
+FLOW_WORKER = HEAD + "worker: {replicas: 1, "  # one more key of the worker mapping follows
+TOLERATIONS = FLOW_WORKER + "tolerations: "
 
 
 def _bombs() -> list[Case]:
@@ -100,25 +103,17 @@ def _depth_and_size() -> list[Case]:
 _REFUSED_TEXTS: list[tuple[str, str, str]] = [
     # duplicate keys, at every level
     ("dup-top", ONE_WORKER + "name: other\n", "name"),
-    ("dup-worker-replicas", HEAD + "worker:\n  replicas: 1\n  replicas: 2\n", "worker.replicas"),
+    ("dup-worker-replicas", BLOCK_WORKER + "  replicas: 2\n", "worker.replicas"),
     ("dup-env", ONE_WORKER + "env:\n  A: '1'\n  A: '2'\n", "env.A"),
     ("dup-labels", ONE_WORKER + "labels: {team: a, team: b}\n", "labels.team"),
     ("dup-flow", HEAD + "worker: {replicas: 1, replicas: 3}\n", "worker.replicas"),
-    (
-        "dup-resources",
-        HEAD + "worker:\n  replicas: 1\n  resources: {cpu: '1', cpu: '2'}\n",
-        "worker.resources.cpu",
-    ),
+    ("dup-resources", BLOCK_WORKER + "  resources: {cpu: '1', cpu: '2'}\n", "worker.resources.cpu"),
     # YAML 1.1 scalars in strings, dates, tags, merge keys
     ("yaml11-bool-in-env", ONE_WORKER + "env: {DEBUG: yes}\n", "env.DEBUG"),
     ("yaml11-octal-in-env", ONE_WORKER + "env: {MODE: 0644}\n", "env.MODE"),
     ("yaml11-sexagesimal-label", ONE_WORKER + "labels: {t: 1:30}\n", "labels.t"),
     ("yaml-date", ONE_WORKER + "env: {DAY: 2024-01-01}\n", "env.DAY"),
-    (
-        "yaml-timestamp-name",
-        HEAD.replace("name: hostile", "name: 2001-12-14t21:59:43.10-05:00") + "worker: {replicas: 1}\n",
-        "name",
-    ),
+    ("yaml-timestamp-name", ONE_WORKER.replace("hostile", "2001-12-14t21:59:43.10-05:00"), "name"),
     ("yaml-tag-python", ONE_WORKER + "image: !!python/object/apply:os.system [id]\n", "image"),
     ("yaml-tag-binary", ONE_WORKER + "env: {B: !!binary aGVsbG8=}\n", "env.B"),
     ("yaml-tag-set", ONE_WORKER + "args: !!set {a, b}\n", "args"),
@@ -143,14 +138,10 @@ _REFUSED_TEXTS: list[tuple[str, str, str]] = [
     ("nul-byte", ONE_WORKER + 'env: {A: "a\\0b"}\n', "env.A"),
     ("lone-surrogate", ONE_WORKER + 'env: {A: "\\ud800"}\n', "spec"),
     ("unknown-key", ONE_WORKER + "workers: 3\n", "workers"),
-    ("unknown-nested", HEAD + "worker: {replicas: 1, gpu: 1}\n", "worker.gpu"),
+    ("unknown-nested", FLOW_WORKER + "gpu: 1}\n", "worker.gpu"),
     ("huge-int-port", ONE_WORKER + "port: " + "9" * 5000 + "\n", "port"),
     ("huge-int-replicas", HEAD + "worker: {replicas: " + "1" * 4400 + "}\n", "worker.replicas"),
-    (
-        "huge-int-cpu",
-        HEAD + "worker: {replicas: 1, resources: {cpu: " + "9" * 5000 + "}}\n",
-        "worker.resources.cpu",
-    ),
+    ("huge-int-cpu", FLOW_WORKER + "resources: {cpu: " + "9" * 5000 + "}}\n", "worker.resources.cpu"),
     ("nan-replicas", HEAD + "worker: {replicas: .nan}\n", "worker.replicas"),
     ("inf-port", ONE_WORKER + "port: .inf\n", "port"),
     ("float-replicas", HEAD + "worker: {replicas: 1.5}\n", "worker.replicas"),
@@ -160,17 +151,9 @@ _REFUSED_TEXTS: list[tuple[str, str, str]] = [
     ("worker-scalar", HEAD + "worker: 3\n", "worker"),
     ("env-list", ONE_WORKER + "env: [A, B]\n", "env"),
     ("env-nested", ONE_WORKER + "env: {A: {B: c}}\n", "env.A"),
-    (
-        "command-string",
-        "name: a\nimage: tf:1\ncommand: python t.py\nps: {replicas: 1}\nworker: {replicas: 1}\n",
-        "command",
-    ),
-    ("tolerations-map", HEAD + "worker: {replicas: 1, tolerations: {key: a}}\n", "worker.tolerations"),
-    (
-        "tolerations-bad-op",
-        HEAD + "worker: {replicas: 1, tolerations: [{key: a, operator: In}]}\n",
-        "worker.tolerations[0].operator",
-    ),
+    ("command-string", ONE_WORKER.replace("[python, t.py]", "python t.py"), "command"),
+    ("tolerations-map", TOLERATIONS + "{key: a}}\n", "worker.tolerations"),
+    ("tolerations-bad-op", TOLERATIONS + "[{key: a, operator: In}]}\n", "worker.tolerations[0].operator"),
     ("storage-list", ONE_WORKER + "storage: [a]\n", "storage"),
     ("volume-scalar", ONE_WORKER + "storage: {data: 10Gi}\n", "storage.data"),
 ]

@@ -18,14 +18,11 @@ tfk_init build.sh
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tfk_go
 
-k8s_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit} $2 == "k8s.io/kubernetes" {print $3; exit}' "$here/controlplane/go.mod")"
-kwok_version="$(awk '$1 == "sigs.k8s.io/kwok" {print $2; exit}' "$here/kwok/go.mod")"
+k8s_version="$(tfk_mod_version "$here/controlplane/go.mod" k8s.io/kubernetes)"
+kwok_version="$(tfk_mod_version "$here/kwok/go.mod" sigs.k8s.io/kwok)"
 
 # How the binaries are built: part of the cache key, so changing a flag rebuilds.
-ver_pkg=k8s.io/component-base/version
-minor="${k8s_version#v1.}"; minor="${minor%%.*}"
-cp_ldflags="-s -w -X ${ver_pkg}.gitVersion=${k8s_version} -X ${ver_pkg}.gitMajor=1 -X ${ver_pkg}.gitMinor=${minor}"
-cp_ldflags+=" -X ${ver_pkg}.gitTreeState=clean -X ${ver_pkg}.buildDate=1970-01-01T00:00:00Z"
+cp_ldflags="$(tfk_k8s_ldflags "$k8s_version")"
 kwok_ldflags="-s -w"
 recipe="recipe=1 CGO_ENABLED=0 -trimpath cp_ldflags=[$cp_ldflags] kwok_ldflags=[$kwok_ldflags]"
 

@@ -79,6 +79,24 @@ tfk_publish() {
     fi
 }
 
+# tfk_mod_version GO_MOD MODULE: the version GO_MOD requires of MODULE (a `require` line
+# of its own or a line of a require block).
+tfk_mod_version() {
+    awk -v m="$2" '$1 == "require" && $2 == m {print $3; exit}
+                   $1 == m {print $2; exit}' "$1"
+}
+
+# tfk_k8s_ldflags VERSION: the ldflags that stamp a Kubernetes binary with VERSION (what
+# `kubectl version` and the API server's /version report). The control plane and the
+# kubelet use the same string, so identical compile actions share the Go build cache; it is
+# part of each build's cache key, so changing it rebuilds both.
+tfk_k8s_ldflags() {
+    local pkg=k8s.io/component-base/version minor="${1#v1.}"
+    minor="${minor%%.*}"
+    echo "-s -w -X ${pkg}.gitVersion=$1 -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}" \
+        "-X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
+}
+
 # tfk_addon_build NAME MODULE PACKAGE: build an add-on controller (the `tool` PACKAGE of
 # MODULE in the go.mod beside the calling script) once into
 # <cache>/addons/NAME-<version>-<key>/NAME, keyed by the Go version and go.mod/go.sum; at
@@ -89,8 +107,7 @@ tfk_addon_build() {
     here="$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)"
     cache_root="$cache_root/addons"
     tfk_go
-    version="$(awk -v m="$module" '$1 == "require" && $2 == m {print $3; exit}
-                                    $1 == m {print $2; exit}' "$here/go.mod")"
+    version="$(tfk_mod_version "$here/go.mod" "$module")"
     key="$( { echo "$go_version recipe=1 -trimpath -s -w"; cat "$here/go.mod" "$here/go.sum"; } | tfk_key)"
     out="$cache_root/$name-$version-$key"
     if [[ -x "$out/$name" ]]; then echo "$out/$name"; return 0; fi

@@ -21,15 +21,12 @@ for tool in apt-get dpkg; do
     command -v "$tool" >/dev/null 2>&1 || { echo "node/build.sh: needs $tool (Debian packages)" >&2; exit 3; }
 done
 
-k8s_version="$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$here/kubelet/go.mod")"
-coredns_version="$(awk '$1 == "github.com/coredns/coredns" {print $2; exit} $2 == "github.com/coredns/coredns" {print $3; exit}' "$here/coredns/go.mod")"
+k8s_version="$(tfk_mod_version "$here/kubelet/go.mod" k8s.io/kubernetes)"
+coredns_version="$(tfk_mod_version "$here/coredns/go.mod" github.com/coredns/coredns)"
 
 # The same flags as the control plane's build (../build.sh): identical compile actions hit
 # the same Go build cache entries.
-ver_pkg=k8s.io/component-base/version
-minor="${k8s_version#v1.}"; minor="${minor%%.*}"
-kubelet_ldflags="-s -w -X ${ver_pkg}.gitVersion=${k8s_version} -X ${ver_pkg}.gitMajor=1 -X ${ver_pkg}.gitMinor=${minor}"
-kubelet_ldflags+=" -X ${ver_pkg}.gitTreeState=clean -X ${ver_pkg}.buildDate=1970-01-01T00:00:00Z"
+kubelet_ldflags="$(tfk_k8s_ldflags "$k8s_version")"
 coredns_ldflags="-s -w"
 recipe="recipe=1 CGO_ENABLED=0 -trimpath kubelet_ldflags=[$kubelet_ldflags] coredns_ldflags=[$coredns_ldflags] dpkg-x"
 
