@@ -22,6 +22,24 @@ def validate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.fixture
+def validate_here(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """The console script's own ``main`` in this process, which has Airflow imported already:
+    a new interpreter pays ~2.5 s importing Airflow to build the DAGs. The real
+    ``python -m airflow_tfk.cli`` runs in test_invalid_files_exit_1_with_the_dag_files_messages
+    and test_usage_errors_exit_2."""
+    from airflow_tfk.cli import main
+
+    def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        code = main(["validate", *args])
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+    return run
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("repo")
@@ -38,8 +56,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_valid_folder_exits_0(repo: Path) -> None:
-    out = validate("trainings", cwd=repo)
+def test_valid_folder_exits_0(repo: Path, validate_here) -> None:
+    out = validate_here("trainings", cwd=repo)
     assert out.returncode == 0, out.stderr
     assert (
         "ok: trainings/digits_nightly.yaml: dag digits_nightly (0 3 * * *; tasks tensorboard, train, publish)"
@@ -66,8 +84,8 @@ def test_invalid_files_exit_1_with_the_dag_files_messages(repo: Path) -> None:
     assert [e.describe(str(e.path.relative_to(repo))) for e in in_process.errors] == [e[7:] for e in errors]
 
 
-def test_quiet_prints_only_errors(repo: Path) -> None:
-    out = validate("-q", "bad/replicas.yaml", cwd=repo)
+def test_quiet_prints_only_errors(repo: Path, validate_here) -> None:
+    out = validate_here("-q", "bad/replicas.yaml", cwd=repo)
     assert out.returncode == 1 and out.stdout == ""
     assert "cluster.worker.replicas" in out.stderr
 
