@@ -44,6 +44,9 @@ def clean_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+# slow: a real `airflow db migrate` and two `airflow dags list` runs (~14 CPU-seconds); the
+# fast lane runs the same command path without the migration in the next test.
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_runs_the_users_dag_folder_migrating_once_and_saying_where_things_go(tmp_path: Path, clean_env):
     dags = tmp_path / "my_dags"
@@ -73,6 +76,33 @@ def test_runs_the_users_dag_folder_migrating_once_and_saying_where_things_go(tmp
     assert again.returncode == 0, again.stderr[-3000:]
     assert "preparing" not in again.stderr and "DAGs folder" not in again.stderr
     assert [d["dag_id"] for d in json.loads(again.stdout.strip().splitlines()[-1])] == ["from_env"]
+
+
+def test_a_migrated_home_goes_straight_to_airflow_with_the_environments_dags_folder(
+    tmp_path: Path, clean_env
+):
+    """The command path of the test above in one real `airflow` run (~4 CPU-seconds): a home
+    whose marker names this Airflow version is not migrated again, and $DAGS_FOLDER reaches
+    the exec'd `airflow` as its configuration."""
+    from importlib.metadata import version
+
+    from airflow_tfk.cli import MIGRATED_MARKER
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / MIGRATED_MARKER).write_text(version("apache-airflow") + "\n")
+    (tmp_path / "other").mkdir()
+    out = run(
+        ["airflow", "config", "get-value", "core", "dags_folder"],
+        {**clean_env, "DAGS_FOLDER": str(tmp_path / "other")},
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "preparing" not in out.stderr
+    assert f"DAGs folder:   {tmp_path / 'other'}" in out.stderr
+    assert f"Airflow home:  {home}" in out.stderr
+    assert out.stdout.strip().splitlines()[-1] == str(tmp_path / "other")
+    assert not (home / "airflow.db").exists()  # trusted the marker: no migration
 
 
 def test_usage_errors_name_the_option(tmp_path: Path, clean_env):
