@@ -112,6 +112,9 @@ def test_every_listening_socket_is_on_loopback(backend, tmp_path) -> None:
     assert {ip for _, ip in listening} <= LOOPBACK, listening
 
 
+# slow: two real TensorFlow processes (~8 CPU-seconds of TF start-up); the fast lane keeps
+# test_every_listening_socket_is_on_loopback, whose tasks bind the same wildcard addresses.
+@pytest.mark.slow
 def test_tensorflow_grpc_servers_listen_on_loopback_only(backend, tmp_path) -> None:
     """The real thing: TensorFlow's gRPC server asks for the wildcard address."""
     pytest.importorskip("tensorflow")
