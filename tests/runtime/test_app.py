@@ -13,7 +13,12 @@ from airflow_tfk.runtime.cluster import TaskInfo
 from airflow_tfk.runtime.examples.digits_app import DigitsApp
 from airflow_tfk.runtime.progress import last_event, parse_line
 
-tf = pytest.importorskip("tensorflow")
+
+@pytest.fixture(autouse=True)
+def tensorflow():
+    """TensorFlow is imported by this module's first test, not when pytest collects it:
+    under ``-n 2`` only the process that runs these tests pays its start-up (~6 CPU-seconds)."""
+    return pytest.importorskip("tensorflow")
 
 
 @pytest.fixture(autouse=True)
@@ -80,6 +85,8 @@ def test_train_checkpoint_resume_and_export(tmp_path, capsys):
     # the sample request is a TF Serving REST predict body that the signature answers
     request = json.loads((version_dir / "assets.extra" / "tfk_sample_request.json").read_text())
     assert np.asarray(request["instances"]).shape == (3, 64)
+    import tensorflow as tf
+
     loaded = tf.saved_model.load(str(version_dir))
     fn = loaded.signatures["serving_default"]
     result = fn(tf.constant(request["instances"], tf.float32))
@@ -104,6 +111,8 @@ class Broken(TrainingApp):
         return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
 
     def dataset(self, input_context):
+        import tensorflow as tf
+
         return tf.data.Dataset.from_tensors((tf.zeros([4, 2]), tf.zeros([4, 1]))).repeat()
 
     def loss(self, labels, outputs):

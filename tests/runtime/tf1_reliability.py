@@ -18,12 +18,14 @@ from typing import Any
 
 from airflow_tfk.backends.base import Backend
 from airflow_tfk.policies import Outcome
-from airflow_tfk.runtime.examples import tf1_between_graph
+from airflow_tfk.runtime import examples
 from airflow_tfk.runtime.progress import last_event
 from airflow_tfk.spec import Mode, TFClusterSpec
 from airflow_tfk.watch import wait_for_cluster
 
-SCRIPT = str(Path(tf1_between_graph.__file__))
+# Its path, not the module: importing the example imports TensorFlow (~6 CPU-seconds),
+# which every pytest collection of the test modules that import this one would pay.
+SCRIPT = str(Path(examples.__file__).with_name("tf1_between_graph.py"))
 WORKERS, PS = 3, 2
 
 

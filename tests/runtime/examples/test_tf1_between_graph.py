@@ -2,7 +2,6 @@
 
 import pytest
 
-from airflow_tfk.runtime.examples import tf1_between_graph
 from airflow_tfk.runtime.progress import last_event, last_progress
 from tests.runtime.tf1_reliability import tf1_command
 
@@ -10,6 +9,9 @@ pytestmark = pytest.mark.e2e
 
 
 def test_tf1_script_through_launch(local_cluster, tmp_path):
+    # here, not at the top: the example imports TensorFlow, and every collection would pay it
+    from airflow_tfk.runtime.examples import tf1_between_graph
+
     steps = 400
     ckpt = tmp_path / "ckpt"
     c = local_cluster(
