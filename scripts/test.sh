@@ -6,7 +6,8 @@
 # Without a test path among the arguments, the real-node tier (tests/k8s_node) runs in a
 # second pytest process beside the rest: it mostly waits on its kubelet and pods, so on
 # two cores the two overlap instead of adding up. Its output follows the main run's.
-# TFK_TEST_LANES=1 runs everything in one process.
+# TFK_TEST_LANES=1 runs everything in one process. A -m expression that no node test can
+# match (the fast lane's "... and not k8s_node") starts no node lane (scripts/node_lane_selects.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -22,6 +23,8 @@ done
 status=0
 if [ "$explicit" -eq 1 ] || [ "${TFK_TEST_LANES:-2}" = "1" ]; then
   "$py" -m pytest "$@" || status=$?
+elif ! "$py" scripts/node_lane_selects.py "$@"; then
+  "$py" -m pytest "$@" --ignore=tests/k8s_node || status=$?
 else
   node_log=$(mktemp)
   "$py" -m pytest "$@" tests/k8s_node >"$node_log" 2>&1 &
