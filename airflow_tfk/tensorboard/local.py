@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from airflow_tfk import _process
-from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.serving.base import Emit
-from airflow_tfk.serving.local import default_root, store_path
+from airflow_tfk.serving.local import LocalServer
 from airflow_tfk.serving.spec import TensorBoardSpec
 
 
-class LocalTensorBoard:
+class LocalTensorBoard(LocalServer[TensorBoardSpec]):
     """``tensorboard --logdir`` on 127.0.0.1, recorded under
     ``<root>/<namespace>/.tensorboard/<name>/`` (``server.json``, ``server.log``)."""
 
@@ -31,19 +29,10 @@ class LocalTensorBoard:
         start_timeout_seconds: float = 120.0,
         **_ignored: Any,
     ) -> None:
-        self.spec = spec
-        self.root = os.path.abspath(os.path.expanduser(root or default_root()))
-        self.start_timeout_seconds = float(start_timeout_seconds)
-        self.dir = Path(self.root, spec.namespace, ".tensorboard", spec.name)
-        self.process = _process.ServerDir(self.dir)
-
-    def config(self) -> dict[str, Any]:
-        return init_kwargs(self, skip=("spec",))
+        super().__init__(spec, root, ".tensorboard", start_timeout_seconds)
 
     def logdir(self) -> str:
-        return store_path(
-            self.root, self.spec.namespace, self.spec.claim, self.spec.sub_path, self.spec.base_path
-        )
+        return self.store()
 
     def _record(self) -> dict[str, Any] | None:
         return self.process.record()
