@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -65,6 +66,18 @@ class LocalServer(Generic[S]):
 
     def config(self) -> dict[str, Any]:
         return init_kwargs(self, skip=("spec",))
+
+    def _start_once(
+        self, emit: Emit, already: Callable[[dict[str, Any]], str], launch: Callable[[], None]
+    ) -> None:
+        """Under the server directory's lock (two tasks may start the same server): say
+        ``already(record)`` if the recorded server still runs, else ``launch()`` it."""
+        with _process.locked(self.dir):
+            record = self.process.running()
+            if record is not None:
+                emit(already(record))
+            else:
+                launch()
 
     def store(self) -> str:
         """The local directory behind the spec's claim (or its explicit base path)."""
@@ -182,31 +195,33 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
         return env
 
     def ensure(self, emit: Emit) -> None:
-        with _process.locked(self.dir):
-            record = self.process.running()
-            if record is not None:
-                emit(
-                    f"reusing the local model server of {self.spec.model_name} "
-                    f"({record['server']}, pid {record['pid']}) at {self.url}"
-                )
-                return
-            if not self.config_path.exists():
-                _process.write_atomic(self.config_path, ModelServerConfig().to_text())
-            rest, grpc = _process.free_port(), _process.free_port()
-            argv, which = self._argv(rest, grpc)
-            proc, record = self.process.start(argv, self._env(), rest_port=rest, grpc_port=grpc, server=which)
-            if which == TF_SERVING_BINARY:
-                emit(
-                    f"serving {self.spec.model_name} with tensorflow_model_server "
-                    f"(pid {proc.pid}) at http://127.0.0.1:{rest}"
-                )
-            else:
-                emit(
-                    f"serving {self.spec.model_name} with the local stand-in model server "
-                    f"(tensorflow_model_server is not on PATH; SavedModels loaded with "
-                    f"tf.saved_model.load in pid {proc.pid}) at http://127.0.0.1:{rest}"
-                )
-            self.process.wait_listening(proc, record, rest, self.start_timeout_seconds)
+        self._start_once(
+            emit,
+            lambda record: (
+                f"reusing the local model server of {self.spec.model_name} "
+                f"({record['server']}, pid {record['pid']}) at {self.url}"
+            ),
+            lambda: self._launch(emit),
+        )
+
+    def _launch(self, emit: Emit) -> None:
+        if not self.config_path.exists():
+            _process.write_atomic(self.config_path, ModelServerConfig().to_text())
+        rest, grpc = _process.free_port(), _process.free_port()
+        argv, which = self._argv(rest, grpc)
+        proc, record = self.process.start(argv, self._env(), rest_port=rest, grpc_port=grpc, server=which)
+        if which == TF_SERVING_BINARY:
+            emit(
+                f"serving {self.spec.model_name} with tensorflow_model_server "
+                f"(pid {proc.pid}) at http://127.0.0.1:{rest}"
+            )
+        else:
+            emit(
+                f"serving {self.spec.model_name} with the local stand-in model server "
+                f"(tensorflow_model_server is not on PATH; SavedModels loaded with "
+                f"tf.saved_model.load in pid {proc.pid}) at http://127.0.0.1:{rest}"
+            )
+        self.process.wait_listening(proc, record, rest, self.start_timeout_seconds)
 
     @property
     def url(self) -> str:

@@ -48,31 +48,33 @@ class LocalTensorBoard(LocalServer[TensorBoardSpec]):
         return f"http://127.0.0.1:{record['port']}/"
 
     def start(self, emit: Emit) -> str:
-        with _process.locked(self.dir):
-            record = self.process.running()
-            if record is not None:
-                emit(
-                    f"TensorBoard {self.spec.name} already runs (pid {record['pid']}) at "
-                    f"{self.url} over {record['logdir']}"
-                )
-                return self.url
-            logdir = self.logdir()
-            os.makedirs(logdir, exist_ok=True)
-            port = self.spec.port if self.spec.port and _free(self.spec.port) else _process.free_port()
-            argv = [
-                sys.executable,
-                "-m",
-                "tensorboard.main",
-                f"--logdir={logdir}",
-                "--host=127.0.0.1",
-                f"--port={port}",
-                f"--reload_interval={self.spec.reload_seconds}",
-            ]
-            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-            proc, record = self.process.start(argv, env, port=port, logdir=logdir)
-            self.process.wait_listening(proc, record, port, self.start_timeout_seconds)
-        emit(f"TensorBoard {self.spec.name} (pid {proc.pid}) at {self.url} over {logdir}")
+        self._start_once(
+            emit,
+            lambda record: (
+                f"TensorBoard {self.spec.name} already runs (pid {record['pid']}) at "
+                f"{self.url} over {record['logdir']}"
+            ),
+            lambda: self._launch(emit),
+        )
         return self.url
+
+    def _launch(self, emit: Emit) -> None:
+        logdir = self.logdir()
+        os.makedirs(logdir, exist_ok=True)
+        port = self.spec.port if self.spec.port and _free(self.spec.port) else _process.free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            f"--logdir={logdir}",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            f"--reload_interval={self.spec.reload_seconds}",
+        ]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        proc, record = self.process.start(argv, env, port=port, logdir=logdir)
+        self.process.wait_listening(proc, record, port, self.start_timeout_seconds)
+        emit(f"TensorBoard {self.spec.name} (pid {proc.pid}) at {self.url} over {logdir}")
 
     def stop(self, emit: Emit) -> None:
         with _process.locked(self.dir):
