@@ -110,14 +110,23 @@ _BASES = {
 }
 
 
+def _data(name: str) -> Any:
+    """A data file of this corpus (beside this module)."""
+    import yaml
+
+    return yaml.safe_load(Path(__file__).with_name(name).read_text(encoding="utf-8"))
+
+
+_VALUES: dict[str, list[str]] = _data("values.yaml")
+
+
 def _refused_texts() -> list[Case]:
     """Spec texts refused, naming a field: the rows of refused.yaml (most are the valid head
     with one worker plus one hostile line), and the few that code builds."""
-    import yaml
-
-    path = Path(__file__).with_name("refused.yaml")
-    rows = yaml.safe_load(path.read_text(encoding="utf-8"))
-    assert len(rows) == path.read_text(encoding="utf-8").count('\n"'), "duplicate ids in refused.yaml"
+    rows = _data("refused.yaml")
+    # the YAML loader keeps the last of two equal keys: count the rows in the text too
+    rows_in_text = Path(__file__).with_name("refused.yaml").read_text(encoding="utf-8").count('\n"')
+    assert len(rows) == rows_in_text, "duplicate ids in refused.yaml"
     return [raw(id_, _BASES[base] + text, field_) for id_, (base, text, field_) in rows.items()] + [
         raw("yaml-timestamp-name", ONE_WORKER.replace("hostile", "2001-12-14t21:59:43.10-05:00"), "name"),
         raw("command-string", ONE_WORKER.replace("[python, t.py]", "python t.py"), "command"),
@@ -171,34 +180,7 @@ def _keys_and_shapes() -> list[Case]:
 
 def _quantities() -> list[Case]:
     out = []
-    for i, value in enumerate(
-        [
-            "１Gi",
-            "١٢",
-            "٣m",
-            "Ⅻ",
-            "2²",
-            "1e309",
-            "-1",
-            "0",
-            "0m",
-            "1e-400",
-            "99999999999999999999Ei",
-            "1.5.5",
-            "Gi",
-            "1 Gi",
-            "1gi",
-            "1KB",
-            "+-1",
-            "1e3e3",
-            "0x10",
-            "x" * 100,
-            "1" * 70,
-            "∞",
-            "NaN",
-            "inf",
-        ]
-    ):
+    for i, value in enumerate(_VALUES["quantities"]):
         out.append(bad(f"quantity-{i}", "worker.resources.memory", value))
     out.append(bad("quantity-float-inf", "worker.resources.cpu", 1e309))
     out.append(bad("quantity-bool", "worker.resources.cpu", True))
@@ -217,27 +199,7 @@ def _quantities() -> list[Case]:
 
 def _gpus_and_labels() -> list[Case]:
     out = []
-    for i, res in enumerate(
-        [
-            "cpu",
-            "memory",
-            "gpu",
-            "nvidia",
-            "kubernetes.io/gpu",
-            "node.kubernetes.io/gpu",
-            "requests.nvidia.com/gpu",
-            "example.com/memory",
-            "example.com/cpu",
-            "hugepages-2Mi",
-            "example.com/hugepages-1Gi",
-            "nvidia.com/gpu ",
-            "",
-            "/gpu",
-            "nvidia.com/",
-            "NVIDIA.COM/GPU/x",
-            "ephemeral-storage",
-        ]
-    ):
+    for i, res in enumerate(_VALUES["gpu_resources"]):
         out.append(
             bad(
                 f"gpu-resource-{i}",
@@ -246,22 +208,7 @@ def _gpus_and_labels() -> list[Case]:
                 "worker.resources.gpu_resource",
             )
         )
-    for i, key in enumerate(
-        [
-            "job-name",
-            "controller-uid",
-            "batch.kubernetes.io/job-name",
-            "batch.kubernetes.io/controller-uid",
-            "kubernetes.io/arch",
-            "node.k8s.io/x",
-            "controller-revision-hash",
-            "pod-template-hash",
-            "app.kubernetes.io/name",
-            "tfk.airflow.apache.org/cluster",
-            "statefulset.kubernetes.io/pod-name",
-            "apps.kubernetes.io/pod-index",
-        ]
-    ):
+    for i, key in enumerate(_VALUES["reserved_label_keys"]):
         out.append(bad(f"reserved-label-{i}", "labels", {key: "x"}, f"labels.{key}"))
     for i, (key, value) in enumerate(
         [
