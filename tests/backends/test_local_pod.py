@@ -1,7 +1,7 @@
 """One source of truth for task setup (issue 9): a local task's environment and argv are
 the kubelet-style expansion of the pod the Kubernetes backend renders, for every mode and
-role - only the addresses (127.0.0.1 ports) and volume directories differ, plus the
-machine's own allow-listed variables and the process tags.
+role - only the addresses (127.0.0.1 ports), volume directories and the scratch directory
+($TMPDIR) differ, plus the machine's own allow-listed variables and the process tags.
 
 The expansion here is written independently of ``_local_pod`` (a regex of the documented
 rules), so the test compares two implementations, not one with itself.
@@ -108,6 +108,10 @@ def test_local_task_setup_is_the_kubelet_expansion_of_the_rendered_pod(tmp_path:
                                 e["name"]
                             ]
                         ]
+                    elif e["name"] == "TMPDIR":  # the pod's scratch emptyDir: the task's own here
+                        mount = next(m for m in container["volumeMounts"] if m["name"] == "tfk-scratch")
+                        assert e["value"] == mount["mountPath"]
+                        expected[e["name"]] = str(backend.cluster_dir(ref) / "scratch" / f"{role}-{index}")
                     else:
                         expected[e["name"]] = kubelet(e["value"], expected)
                 env = task["env"]
