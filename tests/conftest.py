@@ -6,7 +6,9 @@ operator, sensor and trigger tests share (their helpers: tests/helpers.py).
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,32 @@ os.environ.setdefault(
 )
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TFK_LOCAL_ROOT", os.path.join(_HOME, "tfk-local"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A run started in the background of a non-interactive shell (`pytest ... &` in a
+    # script: scripts/test.sh's node lane) inherits SIGINT ignored, and Python then never
+    # installs the handler that turns Ctrl-C into KeyboardInterrupt. Put it back, so
+    # Ctrl-C (or the script's `kill -INT`) stops the run and its teardown still runs.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Ctrl-C must keep stopping the run: a test (or a fixture it uses, or code it runs in
+    this process) that replaces the SIGINT handler and does not put it back fails here,
+    by name, and the handler is restored for the tests after it."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        pytest.fail(
+            f"{request.node.nodeid} left the SIGINT handler replaced ({before!r} -> {after!r}); "
+            "Ctrl-C would no longer stop the test run",
+            pytrace=False,
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
