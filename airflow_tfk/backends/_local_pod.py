@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_tfk import naming
+from airflow_tfk.admission import Layout
 from airflow_tfk.backends._local_host import _PYTHONS
 from airflow_tfk.spec import TFClusterSpec
 
@@ -66,13 +67,15 @@ def pod_fields(index: int) -> dict[str, str]:
 
 
 def role_containers(manifests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """role -> the container of its pod template (Jobs and the PS StatefulSet)."""
-    out = {}
+    """role -> the container of its pod template (Jobs and the PS StatefulSet, or the
+    JobSet's replicated Jobs)."""
+    templates = []
     for m in manifests:
         if m["kind"] in ("Job", "StatefulSet"):
-            role = m["metadata"]["labels"][naming.LABEL_ROLE]
-            out[role] = m["spec"]["template"]["spec"]["containers"][0]
-    return out
+            templates.append(m["spec"]["template"])
+        elif m["kind"] == "JobSet":
+            templates += [rj["template"]["spec"]["template"] for rj in m["spec"]["replicatedJobs"]]
+    return {t["metadata"]["labels"][naming.LABEL_ROLE]: t["spec"]["containers"][0] for t in templates}
 
 
 def local_setup(
@@ -86,8 +89,11 @@ def local_setup(
     """(argv, env) of task ``index`` of the role whose rendered ``container`` is given,
     on this machine: the pod's, with local addresses and volume directories, and
     ``scratch`` (the task's own directory) wherever the pod names its scratch mount."""
+    jobset = spec.layout is Layout.JOBSET
     kube_addresses = {
-        naming.task_address(spec.name, role, i, spec.namespace_name, spec.port): local_cluster[role][i]
+        naming.task_address(spec.name, role, i, spec.namespace_name, spec.port, jobset): local_cluster[role][
+            i
+        ]
         for role in local_cluster
         for i in range(len(local_cluster[role]))
     }

@@ -62,7 +62,26 @@ SPECS = {
         evaluator=RoleSpec(),
     ),
     "all_reduce": dict(mode="all_reduce", worker=RoleSpec(replicas=3)),
+    "between_graph+legacy, layout jobset": dict(
+        mode="between_graph",
+        ps=RoleSpec(replicas=2),
+        worker=RoleSpec(replicas=2),
+        legacy_tf1_flags=True,
+        args=("--lr=$(LR)", "$$HOME", "--x"),
+        layout="jobset",
+    ),
 }
+
+
+def pod_templates(manifests: list[dict]) -> list[dict]:
+    """Every pod template the backend would create: a Job's, or each of a JobSet's Jobs'."""
+    out = []
+    for m in manifests:
+        if m["kind"] == "Job":
+            out.append(m["spec"]["template"])
+        elif m["kind"] == "JobSet":
+            out += [rj["template"]["spec"]["template"] for rj in m["spec"]["replicatedJobs"]]
+    return out
 
 
 @pytest.mark.parametrize("case", SPECS)
@@ -81,17 +100,16 @@ def test_local_task_setup_is_the_kubelet_expansion_of_the_rendered_pod(tmp_path:
     try:
         state = backend._state(ref)
         local_cluster, volumes = state["cluster"], state["volumes"]
+        jobset = spec.layout.value == "jobset"
         kube_to_local = {
-            naming.task_address(spec.name, r, i, spec.namespace_name, spec.port): local_cluster[r][i]
+            naming.task_address(spec.name, r, i, spec.namespace_name, spec.port, jobset): local_cluster[r][i]
             for r in local_cluster
             for i in range(len(local_cluster[r]))
         }
         seen = set()
-        for m in render(spec, identity):
-            if m["kind"] != "Job":
-                continue
-            role = m["metadata"]["labels"][naming.LABEL_ROLE]
-            container = m["spec"]["template"]["spec"]["containers"][0]
+        for template in pod_templates(render(spec, identity)):
+            role = template["metadata"]["labels"][naming.LABEL_ROLE]
+            container = template["spec"]["containers"][0]
             for index in range(spec.roles()[role].replicas):
                 task = json.loads(
                     (backend.cluster_dir(ref) / "tasks" / f"{role}-{index}" / "task.json").read_text()
@@ -125,6 +143,7 @@ def test_local_task_setup_is_the_kubelet_expansion_of_the_rendered_pod(tmp_path:
                     if w.startswith(("--ps_hosts=", "--worker_hosts=")):
                         flag, _, hosts = w.partition("=")
                         w = f"{flag}=" + ",".join(kube_to_local[h] for h in hosts.split(","))
+                        assert "127.0.0.1:" in w, w
                     want.append(kubelet(w, expected))
                 assert task["argv"][1:] == want, (role, index)
                 seen.add(role)
