@@ -26,6 +26,11 @@ else
   node_log=$(mktemp)
   "$py" -m pytest "$@" tests/k8s_node >"$node_log" 2>&1 &
   node_pid=$!
+  # Ctrl-C reaches both lanes from the terminal: the node lane, started in the
+  # background, begins with SIGINT ignored, and tests/conftest.py gives it back its
+  # KeyboardInterrupt. A signal sent to this script alone is passed on as TERM (which the
+  # node lane also turns into KeyboardInterrupt), once the main lane has ended: bash runs
+  # a trap only after the foreground command. The node lane's tear-down ignores a second one.
   trap 'kill "$node_pid" 2>/dev/null || true' INT TERM
   "$py" -m pytest "$@" --ignore=tests/k8s_node || status=$?
   node_status=0

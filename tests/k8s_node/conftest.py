@@ -136,20 +136,28 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
             )
         yield node
     finally:
+        # The tear-down runs to its end: a second interrupt (Ctrl-C reaches this lane from
+        # the terminal, then scripts/test.sh passes a TERM on) would leave the node's
+        # processes, mounts and cgroups behind.
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         t0 = time.monotonic()
-        if importing is not None:
-            importing.close()
-        node.stop()
-        failed = request.session.testsfailed > failed_before
-        keep = failed or bool(os.environ.get("AIRFLOW_TFK_K8S_KEEP"))
-        if keep:
-            log(f"k8s node work directory kept: {node.workdir}")
-        else:
-            node.remove()
+        try:
+            if importing is not None:
+                importing.close()
+            node.stop()
+            failed = request.session.testsfailed > failed_before
+            keep = failed or bool(os.environ.get("AIRFLOW_TFK_K8S_KEEP"))
+            if keep:
+                log(f"k8s node work directory kept: {node.workdir}")
+            else:
+                node.remove()
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
         log(f"k8s node torn down in {time.monotonic() - t0:.1f}s")
         # Nothing of the node may outlive the session: no process, mount, cgroup, veth,
         # directory (the directory only when it was not kept on purpose).
-        signal.signal(signal.SIGTERM, old_term)
         left = node.leftovers(removed=not keep)
         assert not left, f"the real node left behind: {left}"
 
