@@ -1,5 +1,6 @@
 """Test-session environment: a throw-away Airflow home (SQLite), no example DAGs, quiet TF
-(set at import, before any test module imports Airflow); and the local-backend root the
+(set at import, before any test module imports Airflow); Ctrl-C that always stops the run
+(a guard on the SIGINT handler around every test); and the local-backend root the
 operator, sensor and trigger tests share (their helpers: tests/helpers.py).
 """
 
