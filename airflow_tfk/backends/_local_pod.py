@@ -91,11 +91,9 @@ def local_setup(
     ``scratch`` (the task's own directory) wherever the pod names its scratch mount."""
     jobset = spec.layout is Layout.JOBSET
     kube_addresses = {
-        naming.task_address(spec.name, role, i, spec.namespace_name, spec.port, jobset): local_cluster[role][
-            i
-        ]
-        for role in local_cluster
-        for i in range(len(local_cluster[role]))
+        naming.task_address(spec.name, role, i, spec.namespace_name, spec.port, jobset): address
+        for role, addresses in local_cluster.items()
+        for i, address in enumerate(addresses)
     }
     scratch_mounts = [
         m["mountPath"] for m in container.get("volumeMounts") or [] if m.get("name") == SCRATCH_VOLUME
