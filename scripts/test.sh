@@ -28,9 +28,10 @@ else
   node_pid=$!
   # Ctrl-C reaches both lanes from the terminal: the node lane, started in the
   # background, begins with SIGINT ignored, and tests/conftest.py gives it back its
-  # KeyboardInterrupt. A signal sent to this script alone is passed on as TERM (which the
-  # node lane also turns into KeyboardInterrupt), once the main lane has ended: bash runs
-  # a trap only after the foreground command. The node lane's tear-down ignores a second one.
+  # KeyboardInterrupt. Once the main lane has ended (bash runs a trap only after the
+  # foreground command), INT or TERM to this script is passed on to the node lane as TERM,
+  # which it also turns into KeyboardInterrupt; it acts on the first INT or TERM only, so
+  # its tear-down is never cut short (tests/k8s_node/conftest.py).
   trap 'kill "$node_pid" 2>/dev/null || true' INT TERM
   "$py" -m pytest "$@" --ignore=tests/k8s_node || status=$?
   node_status=0

@@ -121,12 +121,24 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
 
     # A SIGTERM (CI's timeout, a killed job) interrupts the run like Ctrl-C, so the
     # tear-down below still runs; after a SIGKILL the processes still die (PR_SET_PDEATHSIG)
-    # but the cgroup directories and the work directory stay.
+    # but the cgroup directories and the work directory stay. Only the first INT or TERM
+    # interrupts: Ctrl-C reaches this lane from the terminal and scripts/test.sh then
+    # passes a TERM on, and a second KeyboardInterrupt in the middle of the fixtures'
+    # tear-down would skip the rest of it and leave the node's processes, mounts and
+    # cgroups behind.
     def _interrupt(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise KeyboardInterrupt(f"signal {signum}")
 
     old_term = signal.signal(signal.SIGTERM, _interrupt)
-    node = nodemod.Node.start(log=log)
+    old_int = signal.signal(signal.SIGINT, _interrupt)
+    try:
+        node = nodemod.Node.start(log=log)
+    except BaseException:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+        raise
     importing = None
     try:
         _storage_class(node)
@@ -136,10 +148,8 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
             )
         yield node
     finally:
-        # The tear-down runs to its end: a second interrupt (Ctrl-C reaches this lane from
-        # the terminal, then scripts/test.sh passes a TERM on) would leave the node's
-        # processes, mounts and cgroups behind.
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # The node's own tear-down runs to its end whatever arrives meanwhile.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         t0 = time.monotonic()
         try:
