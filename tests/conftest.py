@@ -60,11 +60,17 @@ def _sigint_handler_kept(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Remove the throw-away Airflow home (kept when a test failed, for its logs)."""
+    """Remove the throw-away Airflow home; a failed or interrupted session keeps it, for
+    its logs, and says where (nobody finds it in /tmp otherwise)."""
     import shutil
 
-    if exitstatus == 0 and os.environ.get("AIRFLOW_HOME") == _HOME:
+    clean = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+    if clean or os.environ.get("AIRFLOW_HOME") != _HOME:  # unused when AIRFLOW_HOME was set
         shutil.rmtree(_HOME, ignore_errors=True)
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"the session's Airflow home is kept for its logs: {_HOME} (remove it when done)")
 
 
 # -- the local-backend root of the operator, sensor and trigger tests ----------------------

@@ -1,7 +1,8 @@
 """Ctrl-C stops the test run (tests/conftest.py): a test that leaves the SIGINT handler
 replaced fails by name and the next test has it back, and a session that starts with
 SIGINT ignored (``pytest ... &`` in a script: scripts/test.sh's node lane) gets Python's
-KeyboardInterrupt handler back. Each case runs a small pytest session of its own."""
+KeyboardInterrupt handler back. A failed session says where it kept its Airflow home; a
+passing one leaves none. Each case runs a small pytest session of its own."""
 
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ def test_a_test_that_leaves_sigint_replaced_fails_by_name(tmp_path: Path) -> Non
     assert "ERROR at teardown of test_replaces" in out.stdout, out.stdout
     assert "test_probe.py::test_replaces left the SIGINT handler replaced" in out.stdout, out.stdout
     assert "2 passed, 1 error" in out.stdout, out.stdout  # test_after found it restored
+    # A failed session keeps its Airflow home for the logs, and says where.
+    kept = [line for line in out.stdout.splitlines() if "Airflow home is kept" in line]
+    assert len(kept) == 1 and Path(kept[0].split(": ", 1)[1].split()[0]).is_dir(), out.stdout
 
 
 def test_a_session_started_with_sigint_ignored_gets_keyboardinterrupt_back(tmp_path: Path) -> None:
@@ -57,3 +61,5 @@ def test_a_session_started_with_sigint_ignored_gets_keyboardinterrupt_back(tmp_p
         ignore_sigint=True,
     )
     assert out.returncode == 0, out.stdout
+    # ... and a passing one removes its Airflow home.
+    assert not list(tmp_path.glob("tfk-airflow-home-*")), out.stdout
