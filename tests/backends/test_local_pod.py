@@ -62,15 +62,9 @@ SPECS = {
         evaluator=RoleSpec(),
     ),
     "all_reduce": dict(mode="all_reduce", worker=RoleSpec(replicas=3)),
-    "between_graph+legacy, layout jobset": dict(
-        mode="between_graph",
-        ps=RoleSpec(replicas=2),
-        worker=RoleSpec(replicas=2),
-        legacy_tf1_flags=True,
-        args=("--lr=$(LR)", "$$HOME", "--x"),
-        layout="jobset",
-    ),
 }
+# the same spec, its pod templates inside a JobSet's
+SPECS["between_graph+legacy, layout jobset"] = {**SPECS["between_graph+legacy"], "layout": "jobset"}
 
 
 def pod_templates(manifests: list[dict]) -> list[dict]:
