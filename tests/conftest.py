@@ -15,7 +15,17 @@ from pathlib import Path
 import pytest
 
 _HOME = tempfile.mkdtemp(prefix="tfk-airflow-home-")
+_SESSION_HOME = "TFK_TEST_SESSION_HOME"  # the home this file chose, for xdist's workers
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("AIRFLOW_HOME") == os.environ.get(_SESSION_HOME):
+    # A pytest-xdist worker (the fast lane's -n 2) inherits the controller's environment,
+    # these defaults included: it takes a home of its own, so two processes never share
+    # one SQLite database, log folder or local-backend root.
+    if os.environ.get("TFK_LOCAL_ROOT") == os.path.join(os.environ["AIRFLOW_HOME"], "tfk-local"):
+        del os.environ["TFK_LOCAL_ROOT"]
+    del os.environ["AIRFLOW_HOME"]
 os.environ.setdefault("AIRFLOW_HOME", _HOME)
+if os.environ["AIRFLOW_HOME"] == _HOME:
+    os.environ[_SESSION_HOME] = _HOME
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault(
     "AIRFLOW__CORE__DAGS_FOLDER", os.path.join(os.path.dirname(os.path.dirname(__file__)), "dags")
