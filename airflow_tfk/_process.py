@@ -129,8 +129,11 @@ def start(
 ) -> psutil.Process:
     """Start ``argv`` in its own session (it outlives the caller), output appended to
     ``log_path`` (created with ``log_mode``, less the umask)."""
+    # psutil.Popen keeps its subprocess.Popen: with only the pid kept, the dropped Popen
+    # joins subprocess's list of unwaited children and the next Popen of this process
+    # reaps it once it exits, so a later wait() found no exit code (None).
     with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, log_mode), "ab") as out:
-        proc = subprocess.Popen(
+        proc = psutil.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -140,7 +143,7 @@ def start(
             start_new_session=True,
             close_fds=True,
         )
-    return psutil.Process(proc.pid)
+    return proc
 
 
 def stop(record: dict[str, Any] | None, grace: float = 5.0) -> bool:

@@ -97,3 +97,16 @@ def test_signal_all_reaches_the_group_and_wait_gone_sees_the_processes_end(tmp_p
     _process.signal_all(signal.SIGTERM, {parent.pid}, {})  # the group alone: both get it
     assert _process.wait_gone(list(procs.values()), 20.0) == []
     assert not any(_process.running(p) for p in procs.values())
+
+
+def test_a_started_process_that_exits_before_the_next_start_keeps_its_exit_code(tmp_path: Path) -> None:
+    """The local backend starts one supervisor per task in a row and then waits for each
+    (it exits 0 once it has daemonized): an early one's exit code must not be lost to the
+    next start (it read "exit code None" under load)."""
+    first = _process.start([sys.executable, "-c", "pass"], tmp_path / "first.log")
+    deadline = time.monotonic() + 30
+    while _process.running(first) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    second = _process.start([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "second.log")
+    assert first.wait(timeout=30) == 0
+    assert second.wait(timeout=30) == 3
