@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import dags_test
+from tests.helpers import dags_test, migrated_airflow_home
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -29,9 +29,8 @@ def test_kill_previous_kills_the_running_first_run(airflow_env, tmp_path) -> Non
     local_root = tmp_path / "tfk-local"  # only this test's clusters
     first_env = {**airflow_env.env, "TFK_LOCAL_ROOT": str(local_root)}
     second_home = tmp_path / "second-home"
-    second_home.mkdir()
+    migrated_airflow_home(second_home)  # its own SQLite database, migrated like the first's
     second_env = {**first_env, "AIRFLOW_HOME": str(second_home)}
-    subprocess.run([AIRFLOW, "db", "migrate"], env=second_env, check=True, capture_output=True, timeout=300)
 
     first = subprocess.Popen(
         [
@@ -58,7 +57,11 @@ def test_kill_previous_kills_the_running_first_run(airflow_env, tmp_path) -> Non
         first_cluster = next(local_root.glob("default/tfk-*/state.json")).parent.name
 
         second = dags_test(
-            second_env, "tfk_scheduled_training", "2026-01-01T02:00:00+00:00", conf={"steps": 50}, timeout=900
+            second_env,
+            "tfk_scheduled_training",
+            "2026-01-01T02:00:00+00:00",
+            conf={"steps": 50, "ps_grace_seconds": 0},
+            timeout=900,
         )
         out2 = second.stdout + second.stderr
         assert second.returncode == 0, out2[-5000:]
