@@ -16,7 +16,9 @@ STEPS = 100
 
 
 def test_quickstart_trains_cleans_up_and_serves(airflow_env) -> None:
-    run = airflow_env.dags_test("tfk_quickstart", conf=json.dumps({"steps": STEPS}), timeout=900)
+    run = airflow_env.dags_test(
+        "tfk_quickstart", conf=json.dumps({"steps": STEPS, "ps_grace_seconds": 0}), timeout=900
+    )
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-6000:]
     assert "state=success" in out
