@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airflow_tfk import naming
@@ -81,6 +81,12 @@ def _str_map(value: object, where: str, *, keys: str) -> dict[str, str]:
             _text(text, f"{where}.{k}", allow_empty=True)
         out[k] = text
     return out
+
+
+def _name(value: str, where: str, valid: Callable[[str], bool], rule: str) -> None:
+    """A Kubernetes name rule (``naming.is_dns1035_label``...): ``where`` must be ``rule``."""
+    if not valid(value):
+        raise SpecError(where, f"must be {rule}", value)
 
 
 def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> tuple[str, ...]:

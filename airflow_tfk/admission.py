@@ -36,6 +36,9 @@ _QUEUE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 class Layout(str, enum.Enum):
+    """Which objects hold the tasks: ``jobs``, one Indexed Job per role (the PS's with a
+    deadline); ``jobset``, one JobSet of them all (admitted by Kueue as one Workload)."""
+
     JOBS = "jobs"
     JOBSET = "jobset"
 

@@ -19,6 +19,7 @@ from airflow_tfk import admission, naming
 from airflow_tfk._spec_checks import (
     _fields,
     _int,
+    _name,
     _reject_unknown,
     _reserved_label,
     _str_list,
@@ -53,6 +54,11 @@ MAX_ENV_BYTES = 256 * 1024
 ROLES = ("chief", "ps", "worker", "evaluator")
 
 
+#: the name rules as the errors say them
+_DNS1035 = "a DNS-1035 label: lowercase letters, digits and '-', starting with a letter"
+_DNS1123_NAMESPACE = "a DNS-1123 label (the per-training namespace is '<namespace>-<name>')"
+
+
 class Mode(str, enum.Enum):
     """How the cluster trains, and therefore what success means.
 
@@ -68,6 +74,9 @@ class Mode(str, enum.Enum):
 
 
 class AccessMode(str, enum.Enum):
+    """A PVC's access mode, by its Kubernetes name; what the cluster's storage class
+    supports decides which one a training's claims can use."""
+
     RWX = "ReadWriteMany"
     RWO = "ReadWriteOnce"
     ROX = "ReadOnlyMany"
@@ -333,12 +342,7 @@ class TFClusterSpec:
 
     def _validate_identity(self) -> None:
         _text(self.name, "name", max_len=63)
-        if not naming.is_dns1035_label(self.name):
-            raise SpecError(
-                "name",
-                "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter",
-                self.name,
-            )
+        _name(self.name, "name", naming.is_dns1035_label, _DNS1035)
         _text(self.image, "image", max_len=1024)
         if any(c.isspace() for c in self.image) or "{" in self.image or "}" in self.image:
             raise SpecError("image", "must be an image reference without spaces or braces", self.image)
@@ -353,12 +357,8 @@ class TFClusterSpec:
         if not isinstance(self.namespace_per_training, bool):
             raise SpecError("namespace_per_training", "must be true or false", self.namespace_per_training)
         _text(self.namespace, "namespace", max_len=63)
-        if not naming.is_dns1123_label(self.namespace_name):
-            raise SpecError(
-                "namespace",
-                "must be a DNS-1123 label (the per-training namespace is '<namespace>-<name>')",
-                self.namespace_name,
-            )
+        # checked as created: with namespace_per_training that is '<namespace>-<name>'
+        _name(self.namespace_name, "namespace", naming.is_dns1123_label, _DNS1123_NAMESPACE)
 
     def _validate_storage(self) -> None:
         if self.storage is None or isinstance(self.storage, Mapping):

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.deadline import SYSTEM, Clock
 from airflow_tfk.protocol.progress import last_event
 from airflow_tfk.status import Phase
 
@@ -94,17 +94,16 @@ def _wait_evaluator(
     backend: Backend,
     ref: ClusterRef,
     wait_seconds: float,
-    sleep: Callable[[float], None],
-    clock: Callable[[], float],
+    clock: Clock,
 ) -> Any:
     """The evaluator's status once it has exited, or its last status after ``wait_seconds``
     (it evaluates the last checkpoint after the training's end)."""
-    deadline = clock() + wait_seconds
+    deadline = clock.deadline(wait_seconds)
     while True:
         task = backend.status(ref).task("evaluator", 0)
-        if task is None or task.phase in (Phase.SUCCEEDED, Phase.FAILED) or clock() >= deadline:
+        if task is None or task.phase in (Phase.SUCCEEDED, Phase.FAILED) or deadline.passed():
             return task
-        sleep(min(1.0, max(0.0, deadline - clock())))
+        deadline.pause(1.0)
 
 
 def collect_results(
@@ -113,15 +112,14 @@ def collect_results(
     replicas: Mapping[str, int],
     *,
     evaluator_wait: float = 30.0,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock = SYSTEM,
 ) -> TrainingResults:
     """Read the results of a succeeded training (never raises for missing events)."""
     role, index = exporting_task(replicas)
     text = _read(backend, ref, role, index)
     results = TrainingResults(metrics=last_event(text, "metrics"), export=last_event(text, "export"))
     if replicas.get("evaluator"):
-        task = _wait_evaluator(backend, ref, evaluator_wait, sleep, clock)
+        task = _wait_evaluator(backend, ref, evaluator_wait, clock)
         results.eval_metrics = last_event(_read(backend, ref, "evaluator", 0), "eval_metrics")
         if task is not None and task.phase is Phase.FAILED:
             code = f", exit code {task.exit_code}" if task.exit_code is not None else ""

@@ -23,6 +23,15 @@ if TYPE_CHECKING:
 # Operator parameters of PublishModelOperator / TensorBoardOperator that are fields of the
 # spec they build; any other spec field comes from the nested ``serving``/``tensorboard``.
 _DIRECT_SPEC_FIELDS = frozenset({"model_name", "claim", "sub_path", "base_path", "name"})
+# TrainingFile fields that go unchanged to the parameter of the same name: of the DAG, of
+# every operator, of the training operator.
+_DAG_FIELDS = ("dag_id", "description", "schedule", "start_date", "catchup", "max_active_runs")
+_OPERATOR_FIELDS = ("backend", "backend_config", "kubernetes_conn_id")
+_TRAIN_FIELDS = ("deferrable", "cleanup", "progress_interval", "previous_run_policy")
+
+
+def _passed_on(training: TrainingFile, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(training, name) for name in names}
 
 
 def build_params(training: TrainingFile) -> dict[str, Param]:
@@ -99,12 +108,7 @@ def _dag(t: TrainingFile, params: dict[str, Param], text: str, run_timeout: time
     from airflow.sdk import DAG
 
     return DAG(
-        dag_id=t.dag_id,
-        description=t.description,
-        schedule=t.schedule,
-        start_date=t.start_date,
-        catchup=t.catchup,
-        max_active_runs=t.max_active_runs,
+        **_passed_on(t, _DAG_FIELDS),
         dagrun_timeout=run_timeout,
         tags=["airflow-tfk", "dag-as-code", *t.tags],
         params=params,
@@ -142,11 +146,7 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
     except Exception:
         check_params(params)  # the Param at fault, by name, if that was the reason
         raise
-    common: dict[str, Any] = {
-        "backend": t.backend,
-        "backend_config": t.backend_config,
-        "kubernetes_conn_id": t.kubernetes_conn_id,
-    }
+    common = _passed_on(t, _OPERATOR_FIELDS)
     with dag:
         if t.tensorboard is not None:
             tensorboard = TensorBoardOperator(task_id=TENSORBOARD_TASK, **common, **t.tensorboard)
@@ -154,13 +154,10 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
         train = TFTrainingOperator(
             task_id=TRAIN_TASK,
             cluster_spec=t.cluster,
-            deferrable=t.deferrable,
-            cleanup=t.cleanup,
-            progress_interval=t.progress_interval,
-            previous_run_policy=t.previous_run_policy,
             execution_timeout=max_duration,
             tensorboard_task_id=TENSORBOARD_TASK,
             **common,
+            **_passed_on(t, _TRAIN_FIELDS),
         )
         if t.publish is not None:
             publish = PublishModelOperator(task_id=PUBLISH_TASK, **common, **t.publish)

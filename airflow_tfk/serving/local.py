@@ -21,8 +21,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from airflow_tfk import _process
 from airflow_tfk._kwargs import init_kwargs
@@ -34,6 +35,7 @@ from airflow_tfk.serving.spec import (
     CONFIG_FILE,
     PUBLISHED_METRICS,
     ServingSpec,
+    TensorBoardSpec,
     batching_text,
     monitoring_text,
 )
@@ -47,14 +49,45 @@ def default_root() -> str:
     return os.environ.get("TFK_LOCAL_ROOT") or os.path.join(os.path.expanduser("~"), ".tfk-local")
 
 
-def store_path(root: str, namespace: str, claim: str | None, sub_path: str, base_path: str | None) -> str:
-    """Local directory behind a claim (or an explicit base path)."""
-    if base_path is not None:
-        return os.path.abspath(os.path.expanduser(base_path))
-    return os.path.join(root, namespace, ".claims", claim or "", sub_path).rstrip("/")
+S = TypeVar("S", ServingSpec, TensorBoardSpec)
 
 
-class LocalServing(ServingTarget):
+class LocalServer(Generic[S]):
+    """What the local model server and the local TensorBoard share: the local root, the
+    server's directory ``<root>/<namespace>/<folder>/<name>/`` with its process record
+    (:class:`~airflow_tfk._process.ServerDir`), and the directory behind the spec's claim."""
+
+    def __init__(self, spec: S, root: str | None, folder: str, start_timeout_seconds: float) -> None:
+        self.spec: S = spec
+        self.root = os.path.abspath(os.path.expanduser(root or default_root()))
+        self.start_timeout_seconds = float(start_timeout_seconds)
+        self.dir = Path(self.root, spec.namespace, folder, spec.name or "")
+        self.process = _process.ServerDir(self.dir)
+
+    def config(self) -> dict[str, Any]:
+        return init_kwargs(self, skip=("spec",))
+
+    def _start_once(
+        self, emit: Emit, already: Callable[[dict[str, Any]], str], launch: Callable[[], None]
+    ) -> None:
+        """Under the server directory's lock (two tasks may start the same server): say
+        ``already(record)`` if the recorded server still runs, else ``launch()`` it."""
+        with _process.locked(self.dir):
+            record = self.process.running()
+            if record is not None:
+                emit(already(record))
+            else:
+                launch()
+
+    def store(self) -> str:
+        """The local directory behind the spec's claim (or its explicit base path)."""
+        spec = self.spec
+        if spec.base_path is not None:
+            return os.path.abspath(os.path.expanduser(spec.base_path))
+        return os.path.join(self.root, spec.namespace, ".claims", spec.claim or "", spec.sub_path).rstrip("/")
+
+
+class LocalServing(LocalServer[ServingSpec], ServingTarget):
     """:param root: the local backend's root (default ``$TFK_LOCAL_ROOT``, ``~/.tfk-local``).
     :param poll_seconds: config and file-system poll of the server (local default: 1 s).
     :param server: ``auto`` (``tensorflow_model_server`` if on PATH), ``tensorflow_model_server``
@@ -76,24 +109,12 @@ class LocalServing(ServingTarget):
     ) -> None:
         if server not in ("auto", "tensorflow_model_server", "stand-in"):
             raise ValueError(f"server: must be auto, tensorflow_model_server or stand-in (got {server!r})")
-        self.spec = spec
-        self.root = os.path.abspath(os.path.expanduser(root or default_root()))
+        super().__init__(spec, root, ".serving", start_timeout_seconds)
         self.poll_seconds = int(poll_seconds)
         self.server = server
-        self.start_timeout_seconds = float(start_timeout_seconds)
-        self.dir = Path(self.root, spec.namespace, ".serving", spec.name or "")
         self.config_path = self.dir / CONFIG_FILE
-        self.process = _process.ServerDir(self.dir)
-
-    def config(self) -> dict[str, Any]:
-        return init_kwargs(self, skip=("spec",))
 
     # -- the store ------------------------------------------------------------------------
-    def store(self) -> str:
-        return store_path(
-            self.root, self.spec.namespace, self.spec.claim, self.spec.sub_path, self.spec.base_path
-        )
-
     def model_base_path(self) -> str:
         return os.path.join(self.store(), self.spec.model_name)
 
@@ -174,31 +195,33 @@ class LocalServing(ServingTarget):
         return env
 
     def ensure(self, emit: Emit) -> None:
-        with _process.locked(self.dir):
-            record = self.process.running()
-            if record is not None:
-                emit(
-                    f"reusing the local model server of {self.spec.model_name} "
-                    f"({record['server']}, pid {record['pid']}) at {self.url}"
-                )
-                return
-            if not self.config_path.exists():
-                _process.write_atomic(self.config_path, ModelServerConfig().to_text())
-            rest, grpc = _process.free_port(), _process.free_port()
-            argv, which = self._argv(rest, grpc)
-            proc, record = self.process.start(argv, self._env(), rest_port=rest, grpc_port=grpc, server=which)
-            if which == TF_SERVING_BINARY:
-                emit(
-                    f"serving {self.spec.model_name} with tensorflow_model_server "
-                    f"(pid {proc.pid}) at http://127.0.0.1:{rest}"
-                )
-            else:
-                emit(
-                    f"serving {self.spec.model_name} with the local stand-in model server "
-                    f"(tensorflow_model_server is not on PATH; SavedModels loaded with "
-                    f"tf.saved_model.load in pid {proc.pid}) at http://127.0.0.1:{rest}"
-                )
-            self.process.wait_listening(proc, record, rest, self.start_timeout_seconds)
+        self._start_once(
+            emit,
+            lambda record: (
+                f"reusing the local model server of {self.spec.model_name} "
+                f"({record['server']}, pid {record['pid']}) at {self.url}"
+            ),
+            lambda: self._launch(emit),
+        )
+
+    def _launch(self, emit: Emit) -> None:
+        if not self.config_path.exists():
+            _process.write_atomic(self.config_path, ModelServerConfig().to_text())
+        rest, grpc = _process.free_port(), _process.free_port()
+        argv, which = self._argv(rest, grpc)
+        proc, record = self.process.start(argv, self._env(), rest_port=rest, grpc_port=grpc, server=which)
+        if which == TF_SERVING_BINARY:
+            emit(
+                f"serving {self.spec.model_name} with tensorflow_model_server "
+                f"(pid {proc.pid}) at http://127.0.0.1:{rest}"
+            )
+        else:
+            emit(
+                f"serving {self.spec.model_name} with the local stand-in model server "
+                f"(tensorflow_model_server is not on PATH; SavedModels loaded with "
+                f"tf.saved_model.load in pid {proc.pid}) at http://127.0.0.1:{rest}"
+            )
+        self.process.wait_listening(proc, record, rest, self.start_timeout_seconds)
 
     @property
     def url(self) -> str:

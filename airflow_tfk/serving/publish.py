@@ -21,11 +21,10 @@ changed, and no request to the model's name ever reached the candidate.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_tfk.deadline import SYSTEM, Clock
 from airflow_tfk.protocol.model_config import STABLE_LABEL, ModelConfig, ModelServerConfig
 from airflow_tfk.serving.base import Emit, NotBlessed, PredictError, ServingError, ServingTarget
 from airflow_tfk.serving.gate import QualityGate
@@ -94,13 +93,12 @@ def wait_available(
     timeout: float,
     emit: Emit,
     poll: float = 1.0,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock = SYSTEM,
     model: str | None = None,
 ) -> None:
     """Return when the server reports ``version`` of ``model`` AVAILABLE; raise on END or timeout."""
     model = model or target.spec.model_name
-    deadline = clock() + timeout
+    deadline = clock.deadline(timeout)
     last = None
     while True:
         state = target.version_state(version, model=model)
@@ -116,7 +114,7 @@ def wait_available(
             raise ServingError(
                 f"version {version} of {model} failed to load: {state.error_code}: {state.error_message}"
             )
-        if clock() >= deadline:
+        if deadline.passed():
             seen = f"last state {last.state}" if last else "the server never reported it"
             why = target.unreachable()
             if why:  # e.g. the service proxy's 503 while no pod is ready
@@ -124,7 +122,7 @@ def wait_available(
             raise ServingError(
                 f"version {version} of {model} did not become AVAILABLE within {timeout:.0f} s ({seen})"
             )
-        sleep(min(poll, max(0.0, deadline - clock())))
+        deadline.pause(poll)
 
 
 def candidate_name(model: str) -> str:
@@ -174,8 +172,7 @@ def publish(
     sample_request: dict[str, Any] | None = None,
     emit: Emit = log.info,
     poll: float = 1.0,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock = SYSTEM,
     *,
     gate: QualityGate | None = None,
     metrics: dict[str, Any] | None = None,
@@ -241,7 +238,7 @@ def publish(
     restore = clean if before is not None else _without(clean, name)
     try:
         target.write_config(clean.put(cand))
-        wait_available(target, version, spec.load_timeout_seconds, emit, poll, sleep, clock, model=cand.name)
+        wait_available(target, version, spec.load_timeout_seconds, emit, poll, clock, model=cand.name)
         answer = target.predict(
             body,
             version=version,
@@ -254,7 +251,7 @@ def publish(
         # promote: the model's own entry loads the validated version, then the label moves
         loading = current.with_versions((*current.versions, version))
         target.write_config(clean.put(cand).put(loading))
-        wait_available(target, version, spec.load_timeout_seconds, emit, poll, sleep, clock)
+        wait_available(target, version, spec.load_timeout_seconds, emit, poll, clock)
     except (ServingError, OSError) as exc:
         _rollback(target, restore, version, previous, emit)
         raise ServingError(
@@ -271,7 +268,7 @@ def publish(
     keep = kept_versions(loading, version, spec.keep_versions)
     final = loading.with_versions(keep, {**loading.labels, STABLE_LABEL: version})
     target.write_config(clean.put(final))
-    _wait_label(target, version, spec.load_timeout_seconds, emit, poll, sleep, clock)
+    _wait_label(target, version, spec.load_timeout_seconds, emit, poll, clock)
     if metrics:
         try:
             target.record_metrics(version, metrics)
@@ -310,15 +307,14 @@ def _wait_label(
     timeout: float,
     emit: Emit,
     poll: float,
-    sleep: Callable[[float], None],
-    clock: Callable[[], float],
+    clock: Clock,
 ) -> None:
-    deadline = clock() + timeout
+    deadline = clock.deadline(timeout)
     while target.label_version(STABLE_LABEL) != version:
-        if clock() >= deadline:
+        if deadline.passed():
             emit(
                 f"warning: the server has not applied the '{STABLE_LABEL}' label to version "
                 f"{version} within {timeout:.0f} s; it will on its next config poll"
             )
             return
-        sleep(poll)
+        clock.sleep(poll)

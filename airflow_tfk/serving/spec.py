@@ -217,8 +217,27 @@ def _from_dict(cls: type, data: Mapping[str, Any]) -> Any:
     return cls(**data)
 
 
+@dataclass(frozen=True, kw_only=True)
+class _ServerSpec:
+    """What a TF Serving and a TensorBoard spec share: where their files are (a claim and a
+    directory in it, or a local base path), the namespace, and their pods' image pulls,
+    resources, labels, node selector and network policy. Keyword-only, so each spec's own
+    required field stays its first positional one."""
+
+    claim: str | None = None
+    sub_path: str = ""
+    base_path: str | None = None
+    namespace: str = "default"
+    image_pull_policy: str = "IfNotPresent"
+    image_pull_secrets: tuple[str, ...] = ()
+    resources: Resources | Mapping[str, Any] | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    network_policy: ServiceNetworkPolicy = field(default_factory=ServiceNetworkPolicy)
+
+
 @dataclass(frozen=True)
-class ServingSpec:
+class ServingSpec(_ServerSpec):
     """A TF Serving deployment of one model, and how new versions are published to it.
 
     :param model_name: the model's name in TF Serving (``/v1/models/NAME``) and the
@@ -255,29 +274,19 @@ class ServingSpec:
     """
 
     model_name: str
-    claim: str | None = None
-    sub_path: str = ""
-    base_path: str | None = None
     name: str | None = None
-    namespace: str = "default"
     image: str = DEFAULT_SERVING_IMAGE
-    image_pull_policy: str = "IfNotPresent"
-    image_pull_secrets: tuple[str, ...] = ()
     replicas: int = 1
     rest_port: int = 8501
     grpc_port: int = 8500
-    resources: Resources | Mapping[str, Any] | None = None
     keep_versions: int = 2
     poll_seconds: int = 10
     load_timeout_seconds: float = 300.0
     predict_timeout_seconds: float = 30.0
-    labels: Mapping[str, str] = field(default_factory=dict)
-    node_selector: Mapping[str, str] = field(default_factory=dict)
     smoke_protocol: str = "rest"
     monitoring: bool = True
     monitoring_path: str = "/monitoring/prometheus/metrics"
     batching: Mapping[str, Any] | None = None
-    network_policy: ServiceNetworkPolicy = field(default_factory=ServiceNetworkPolicy)
 
     def __post_init__(self) -> None:
         if (
@@ -350,7 +359,7 @@ class ServingSpec:
 
 
 @dataclass(frozen=True)
-class TensorBoardSpec:
+class TensorBoardSpec(_ServerSpec):
     """A TensorBoard over a training's log directory.
 
     :param name: name of the Deployment and Service, or of the local process.
@@ -364,19 +373,9 @@ class TensorBoardSpec:
     """
 
     name: str
-    claim: str | None = None
-    sub_path: str = ""
-    base_path: str | None = None
-    namespace: str = "default"
     image: str = DEFAULT_TENSORBOARD_IMAGE
-    image_pull_policy: str = "IfNotPresent"
-    image_pull_secrets: tuple[str, ...] = ()
     port: int = 6006
     reload_seconds: int = 30
-    resources: Resources | Mapping[str, Any] | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    network_policy: ServiceNetworkPolicy = field(default_factory=ServiceNetworkPolicy)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", _resource_name(self.name, "name"))

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from airflow_tfk import _process
-from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.serving.base import Emit
-from airflow_tfk.serving.local import default_root, store_path
+from airflow_tfk.serving.local import LocalServer
 from airflow_tfk.serving.spec import TensorBoardSpec
 
 
-class LocalTensorBoard:
+class LocalTensorBoard(LocalServer[TensorBoardSpec]):
     """``tensorboard --logdir`` on 127.0.0.1, recorded under
     ``<root>/<namespace>/.tensorboard/<name>/`` (``server.json``, ``server.log``)."""
 
@@ -31,19 +29,10 @@ class LocalTensorBoard:
         start_timeout_seconds: float = 120.0,
         **_ignored: Any,
     ) -> None:
-        self.spec = spec
-        self.root = os.path.abspath(os.path.expanduser(root or default_root()))
-        self.start_timeout_seconds = float(start_timeout_seconds)
-        self.dir = Path(self.root, spec.namespace, ".tensorboard", spec.name)
-        self.process = _process.ServerDir(self.dir)
-
-    def config(self) -> dict[str, Any]:
-        return init_kwargs(self, skip=("spec",))
+        super().__init__(spec, root, ".tensorboard", start_timeout_seconds)
 
     def logdir(self) -> str:
-        return store_path(
-            self.root, self.spec.namespace, self.spec.claim, self.spec.sub_path, self.spec.base_path
-        )
+        return self.store()
 
     def _record(self) -> dict[str, Any] | None:
         return self.process.record()
@@ -59,31 +48,33 @@ class LocalTensorBoard:
         return f"http://127.0.0.1:{record['port']}/"
 
     def start(self, emit: Emit) -> str:
-        with _process.locked(self.dir):
-            record = self.process.running()
-            if record is not None:
-                emit(
-                    f"TensorBoard {self.spec.name} already runs (pid {record['pid']}) at "
-                    f"{self.url} over {record['logdir']}"
-                )
-                return self.url
-            logdir = self.logdir()
-            os.makedirs(logdir, exist_ok=True)
-            port = self.spec.port if self.spec.port and _free(self.spec.port) else _process.free_port()
-            argv = [
-                sys.executable,
-                "-m",
-                "tensorboard.main",
-                f"--logdir={logdir}",
-                "--host=127.0.0.1",
-                f"--port={port}",
-                f"--reload_interval={self.spec.reload_seconds}",
-            ]
-            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-            proc, record = self.process.start(argv, env, port=port, logdir=logdir)
-            self.process.wait_listening(proc, record, port, self.start_timeout_seconds)
-        emit(f"TensorBoard {self.spec.name} (pid {proc.pid}) at {self.url} over {logdir}")
+        self._start_once(
+            emit,
+            lambda record: (
+                f"TensorBoard {self.spec.name} already runs (pid {record['pid']}) at "
+                f"{self.url} over {record['logdir']}"
+            ),
+            lambda: self._launch(emit),
+        )
         return self.url
+
+    def _launch(self, emit: Emit) -> None:
+        logdir = self.logdir()
+        os.makedirs(logdir, exist_ok=True)
+        port = self.spec.port if self.spec.port and _free(self.spec.port) else _process.free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            f"--logdir={logdir}",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            f"--reload_interval={self.spec.reload_seconds}",
+        ]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        proc, record = self.process.start(argv, env, port=port, logdir=logdir)
+        self.process.wait_listening(proc, record, port, self.start_timeout_seconds)
+        emit(f"TensorBoard {self.spec.name} (pid {proc.pid}) at {self.url} over {logdir}")
 
     def stop(self, emit: Emit) -> None:
         with _process.locked(self.dir):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 BASE: dict[str, Any] = {
@@ -98,65 +99,41 @@ def _depth_and_size() -> list[Case]:
     ]
 
 
-# Spec texts refused, naming a field: (id, text, the field the error names). Most are the
-# valid head with one worker plus one hostile line.
-_REFUSED_TEXTS: list[tuple[str, str, str]] = [
-    # duplicate keys, at every level
-    ("dup-top", ONE_WORKER + "name: other\n", "name"),
-    ("dup-worker-replicas", BLOCK_WORKER + "  replicas: 2\n", "worker.replicas"),
-    ("dup-env", ONE_WORKER + "env:\n  A: '1'\n  A: '2'\n", "env.A"),
-    ("dup-labels", ONE_WORKER + "labels: {team: a, team: b}\n", "labels.team"),
-    ("dup-flow", HEAD + "worker: {replicas: 1, replicas: 3}\n", "worker.replicas"),
-    ("dup-resources", BLOCK_WORKER + "  resources: {cpu: '1', cpu: '2'}\n", "worker.resources.cpu"),
-    # YAML 1.1 scalars in strings, dates, tags, merge keys
-    ("yaml11-bool-in-env", ONE_WORKER + "env: {DEBUG: yes}\n", "env.DEBUG"),
-    ("yaml11-octal-in-env", ONE_WORKER + "env: {MODE: 0644}\n", "env.MODE"),
-    ("yaml11-sexagesimal-label", ONE_WORKER + "labels: {t: 1:30}\n", "labels.t"),
-    ("yaml-date", ONE_WORKER + "env: {DAY: 2024-01-01}\n", "env.DAY"),
-    ("yaml-timestamp-name", ONE_WORKER.replace("hostile", "2001-12-14t21:59:43.10-05:00"), "name"),
-    ("yaml-tag-python", ONE_WORKER + "image: !!python/object/apply:os.system [id]\n", "image"),
-    ("yaml-tag-binary", ONE_WORKER + "env: {B: !!binary aGVsbG8=}\n", "env.B"),
-    ("yaml-tag-set", ONE_WORKER + "args: !!set {a, b}\n", "args"),
-    ("yaml-tag-omap", ONE_WORKER + "env: !!omap [{A: b}]\n", "env"),
-    ("yaml-tag-custom", ONE_WORKER + "image: !vault secret/x\n", "image"),
-    ("yaml-merge-key", HEAD + "base: &b {replicas: 1}\nworker:\n  <<: *b\n", "worker"),
-    # keys that are not strings, documents that are not one mapping, wrong shapes
-    ("key-int", ONE_WORKER + "1: x\n", "spec"),
-    ("key-bool", ONE_WORKER + "true: x\n", "spec"),
-    ("key-null", ONE_WORKER + "~: x\n", "spec"),
-    ("key-list", ONE_WORKER + "? [a, b]\n: x\n", "spec"),
-    ("key-map", ONE_WORKER + "? {a: b}\n: x\n", "spec"),
-    ("key-int-in-env", ONE_WORKER + "env: {1: x}\n", "env"),
-    ("key-float-in-labels", ONE_WORKER + "labels: {1.5: x}\n", "labels"),
-    ("top-list", "- a\n- b\n", "spec"),
-    ("top-scalar", "hello\n", "spec"),
-    ("top-empty", "", "spec"),
-    ("top-null", "~\n", "spec"),
-    ("two-documents", ONE_WORKER + "---\nname: b\n", "spec"),
-    ("invalid-yaml", "name: [unclosed\n", "spec"),
-    ("tab-indent", "name: a\n\tworker: 1\n", "spec"),
-    ("nul-byte", ONE_WORKER + 'env: {A: "a\\0b"}\n', "env.A"),
-    ("lone-surrogate", ONE_WORKER + 'env: {A: "\\ud800"}\n', "spec"),
-    ("unknown-key", ONE_WORKER + "workers: 3\n", "workers"),
-    ("unknown-nested", FLOW_WORKER + "gpu: 1}\n", "worker.gpu"),
-    ("huge-int-port", ONE_WORKER + "port: " + "9" * 5000 + "\n", "port"),
-    ("huge-int-replicas", HEAD + "worker: {replicas: " + "1" * 4400 + "}\n", "worker.replicas"),
-    ("huge-int-cpu", FLOW_WORKER + "resources: {cpu: " + "9" * 5000 + "}}\n", "worker.resources.cpu"),
-    ("nan-replicas", HEAD + "worker: {replicas: .nan}\n", "worker.replicas"),
-    ("inf-port", ONE_WORKER + "port: .inf\n", "port"),
-    ("float-replicas", HEAD + "worker: {replicas: 1.5}\n", "worker.replicas"),
-    ("string-replicas", HEAD + "worker: {replicas: '2'}\n", "worker.replicas"),
-    ("bool-replicas", HEAD + "worker: {replicas: true}\n", "worker.replicas"),
-    ("worker-list", HEAD + "worker: [1, 2]\n", "worker"),
-    ("worker-scalar", HEAD + "worker: 3\n", "worker"),
-    ("env-list", ONE_WORKER + "env: [A, B]\n", "env"),
-    ("env-nested", ONE_WORKER + "env: {A: {B: c}}\n", "env.A"),
-    ("command-string", ONE_WORKER.replace("[python, t.py]", "python t.py"), "command"),
-    ("tolerations-map", TOLERATIONS + "{key: a}}\n", "worker.tolerations"),
-    ("tolerations-bad-op", TOLERATIONS + "[{key: a, operator: In}]}\n", "worker.tolerations[0].operator"),
-    ("storage-list", ONE_WORKER + "storage: [a]\n", "storage"),
-    ("volume-scalar", ONE_WORKER + "storage: {data: 10Gi}\n", "storage.data"),
-]
+# The bases the rows of refused.yaml build on.
+_BASES = {
+    "none": "",
+    "head": HEAD,
+    "one_worker": ONE_WORKER,
+    "block_worker": BLOCK_WORKER,
+    "flow_worker": FLOW_WORKER,
+    "tolerations": TOLERATIONS,
+}
+
+
+def _data(name: str) -> Any:
+    """A data file of this corpus (beside this module)."""
+    import yaml
+
+    return yaml.safe_load(Path(__file__).with_name(name).read_text(encoding="utf-8"))
+
+
+_VALUES: dict[str, list[str]] = _data("values.yaml")
+
+
+def _refused_texts() -> list[Case]:
+    """Spec texts refused, naming a field: the rows of refused.yaml (most are the valid head
+    with one worker plus one hostile line), and the few that code builds."""
+    rows = _data("refused.yaml")
+    # the YAML loader keeps the last of two equal keys: count the rows in the text too
+    rows_in_text = Path(__file__).with_name("refused.yaml").read_text(encoding="utf-8").count('\n"')
+    assert len(rows) == rows_in_text, "duplicate ids in refused.yaml"
+    return [raw(id_, _BASES[base] + text, field_) for id_, (base, text, field_) in rows.items()] + [
+        raw("yaml-timestamp-name", ONE_WORKER.replace("hostile", "2001-12-14t21:59:43.10-05:00"), "name"),
+        raw("command-string", ONE_WORKER.replace("[python, t.py]", "python t.py"), "command"),
+        raw("huge-int-port", ONE_WORKER + "port: " + "9" * 5000 + "\n", "port"),
+        raw("huge-int-replicas", HEAD + "worker: {replicas: " + "1" * 4400 + "}\n", "worker.replicas"),
+        raw("huge-int-cpu", FLOW_WORKER + "resources: {cpu: " + "9" * 5000 + "}}\n", "worker.resources.cpu"),
+    ]
 
 
 def _yaml11() -> list[Case]:
@@ -203,34 +180,7 @@ def _keys_and_shapes() -> list[Case]:
 
 def _quantities() -> list[Case]:
     out = []
-    for i, value in enumerate(
-        [
-            "１Gi",
-            "١٢",
-            "٣m",
-            "Ⅻ",
-            "2²",
-            "1e309",
-            "-1",
-            "0",
-            "0m",
-            "1e-400",
-            "99999999999999999999Ei",
-            "1.5.5",
-            "Gi",
-            "1 Gi",
-            "1gi",
-            "1KB",
-            "+-1",
-            "1e3e3",
-            "0x10",
-            "x" * 100,
-            "1" * 70,
-            "∞",
-            "NaN",
-            "inf",
-        ]
-    ):
+    for i, value in enumerate(_VALUES["quantities"]):
         out.append(bad(f"quantity-{i}", "worker.resources.memory", value))
     out.append(bad("quantity-float-inf", "worker.resources.cpu", 1e309))
     out.append(bad("quantity-bool", "worker.resources.cpu", True))
@@ -249,27 +199,7 @@ def _quantities() -> list[Case]:
 
 def _gpus_and_labels() -> list[Case]:
     out = []
-    for i, res in enumerate(
-        [
-            "cpu",
-            "memory",
-            "gpu",
-            "nvidia",
-            "kubernetes.io/gpu",
-            "node.kubernetes.io/gpu",
-            "requests.nvidia.com/gpu",
-            "example.com/memory",
-            "example.com/cpu",
-            "hugepages-2Mi",
-            "example.com/hugepages-1Gi",
-            "nvidia.com/gpu ",
-            "",
-            "/gpu",
-            "nvidia.com/",
-            "NVIDIA.COM/GPU/x",
-            "ephemeral-storage",
-        ]
-    ):
+    for i, res in enumerate(_VALUES["gpu_resources"]):
         out.append(
             bad(
                 f"gpu-resource-{i}",
@@ -278,22 +208,7 @@ def _gpus_and_labels() -> list[Case]:
                 "worker.resources.gpu_resource",
             )
         )
-    for i, key in enumerate(
-        [
-            "job-name",
-            "controller-uid",
-            "batch.kubernetes.io/job-name",
-            "batch.kubernetes.io/controller-uid",
-            "kubernetes.io/arch",
-            "node.k8s.io/x",
-            "controller-revision-hash",
-            "pod-template-hash",
-            "app.kubernetes.io/name",
-            "tfk.airflow.apache.org/cluster",
-            "statefulset.kubernetes.io/pod-name",
-            "apps.kubernetes.io/pod-index",
-        ]
-    ):
+    for i, key in enumerate(_VALUES["reserved_label_keys"]):
         out.append(bad(f"reserved-label-{i}", "labels", {key: "x"}, f"labels.{key}"))
     for i, (key, value) in enumerate(
         [
@@ -442,7 +357,7 @@ def cases() -> list[Case]:
     out = (
         _bombs()
         + _depth_and_size()
-        + [raw(*row) for row in _REFUSED_TEXTS]
+        + _refused_texts()
         + _yaml11()
         + _keys_and_shapes()
         + _quantities()

@@ -13,12 +13,13 @@ from the same pinned modules by ``tests/k8s/jobset/build.sh`` and ``tests/k8s/ku
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,18 @@ def crds(addon: tuple[str, str, tuple[str, ...]]) -> list[dict[str, Any]]:
     return [yaml.safe_load((root / f).read_text()) for f in files]
 
 
+@contextlib.contextmanager
+def _unless_status(status: int) -> Iterator[None]:
+    """An API error with this HTTP status is expected (e.g. 404 on a delete): ignore it."""
+    from kubernetes import client
+
+    try:
+        yield
+    except client.ApiException as exc:
+        if exc.status != status:
+            raise
+
+
 def install(api: Any, addon: tuple[str, str, tuple[str, ...]], timeout: float = 60) -> list[str]:
     """Create the add-on's CRDs (those not there yet) and wait until they are served.
     Returns their names. CRDs live as long as the (throw-away) control plane."""
@@ -100,11 +113,8 @@ def install(api: Any, addon: tuple[str, str, tuple[str, ...]], timeout: float = 
     for crd in crds(addon):
         name = crd["metadata"]["name"]
         names.append(name)
-        try:
+        with _unless_status(409):  # installed by an earlier session on this control plane
             ext.create_custom_resource_definition(crd)
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
     deadline = time.monotonic() + timeout
     for name in names:
         while True:
@@ -174,6 +184,27 @@ class _Controller:
     @property
     def log_path(self) -> Path:
         return self.workdir / f"{self.name}.log"
+
+    def _runtime_config(self, api_version: str, **extra: Any) -> list[str]:
+        """The controller's binary with a controller-runtime Configuration file (written
+        into the workdir) of what this harness sets for every add-on: certificates of our
+        own, no leader election, the webhook on 127.0.0.1, metrics off, health on the
+        chosen port; plus ``extra`` top-level keys."""
+        import yaml
+
+        config = {
+            "apiVersion": api_version,
+            "kind": "Configuration",
+            "internalCertManagement": {"enable": False},
+            "leaderElection": {"leaderElect": False},
+            "webhook": {"port": self.port, "host": "127.0.0.1", "certDir": str(self.certs)},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health}"},
+            **extra,
+        }
+        path = self.workdir / f"{self.name}-config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return [str(self.binary), f"--config={path}", f"--kubeconfig={self.cp.kubeconfig}"]
 
     # subclasses: the command line, and each webhook to register (None: leave it out)
     def argv(self) -> list[str]:
@@ -256,14 +287,11 @@ class _Controller:
 
         reg = client.AdmissionregistrationV1Api(api)
         for kind, name in self.webhooks:
-            try:
+            with _unless_status(404):
                 if kind == "MutatingWebhookConfiguration":
                     reg.delete_mutating_webhook_configuration(name)
                 else:
                     reg.delete_validating_webhook_configuration(name)
-            except client.ApiException as exc:
-                if exc.status != 404:
-                    raise
         self.webhooks = []
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -282,23 +310,8 @@ class JobSetController(_Controller):
     addon = JOBSET
 
     def argv(self) -> list[str]:
-        import yaml
-
-        config = {
-            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
-            "kind": "Configuration",
-            "internalCertManagement": {"enable": False},
-            "leaderElection": {"leaderElect": False},
-            "webhook": {"port": self.port, "host": "127.0.0.1", "certDir": str(self.certs)},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health}"},
-        }
-        cfg = self.workdir / "jobset-config.yaml"
-        cfg.write_text(yaml.safe_dump(config))
         return [
-            str(self.binary),
-            f"--config={cfg}",
-            f"--kubeconfig={self.cp.kubeconfig}",
+            *self._runtime_config("config.jobset.x-k8s.io/v1alpha1"),
             f"--health-probe-bind-address=127.0.0.1:{self.health}",
             "--metrics-bind-address=0",
         ]
@@ -354,29 +367,14 @@ class KueueController(_Controller):
     _FRAMEWORK_HOOKS = ("job", "jobset")
 
     def argv(self) -> list[str]:
-        import yaml
-
-        config = {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta1",
-            "kind": "Configuration",
-            "namespace": "kueue-system",
-            "internalCertManagement": {"enable": False},
-            "leaderElection": {"leaderElect": False},
-            "webhook": {"port": self.port, "host": "127.0.0.1", "certDir": str(self.certs)},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health}"},
-            "manageJobsWithoutQueueName": False,
-            "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
-            "featureGates": {"VisibilityOnDemand": False},
-        }
-        cfg = self.workdir / "kueue-config.yaml"
-        cfg.write_text(yaml.safe_dump(config))
-        kueue = [
-            str(self.binary),
-            f"--config={cfg}",
-            f"--kubeconfig={self.cp.kubeconfig}",
-            "--zap-log-level=2",
-        ]
+        kueue = self._runtime_config(
+            "config.kueue.x-k8s.io/v1beta1",
+            namespace="kueue-system",
+            manageJobsWithoutQueueName=False,
+            integrations={"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
+            featureGates={"VisibilityOnDemand": False},
+        )
+        kueue.append("--zap-log-level=2")
         # Without internal cert management Kueue reads its metrics server's certificate
         # from the fixed path /etc/kueue/metrics/certs (main.go), even with metrics off.
         # It gets one there in a private mount namespace of its own (see _OVERLAY).

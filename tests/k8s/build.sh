@@ -23,19 +23,12 @@ kwok_version="$(tfk_mod_version "$here/kwok/go.mod" sigs.k8s.io/kwok)"
 
 # How the binaries are built: part of the cache key, so changing a flag rebuilds.
 cp_ldflags="$(tfk_k8s_ldflags "$k8s_version")"
-kwok_ldflags="-s -w"
-recipe="recipe=1 CGO_ENABLED=0 -trimpath cp_ldflags=[$cp_ldflags] kwok_ldflags=[$kwok_ldflags]"
+recipe="recipe=1 CGO_ENABLED=0 -trimpath cp_ldflags=[$cp_ldflags] kwok_ldflags=[-s -w]"
 
 # The cache key: toolchain + recipe + every Go input (not this script's text, so editing a
 # comment here does not cost a rebuild). Any version bump -> a new directory.
-key="$(
-    {
-        echo "$go_version"
-        echo "$recipe"
-        cd "$here"
-        tfk_files . controlplane/go.mod controlplane/go.sum controlplane/*.go kwok/go.mod kwok/go.sum
-    } | tfk_key
-)"
+key="$(cd "$here" && tfk_go_key "$recipe" controlplane/go.mod controlplane/go.sum controlplane/*.go \
+    kwok/go.mod kwok/go.sum)"
 out="$cache_root/${k8s_version}-kwok${kwok_version}-$key"
 bin="$out/bin"
 
@@ -58,18 +51,9 @@ mkdir -p "$tmp/bin"
 
 start=$(date +%s)
 echo "build.sh: building control plane ${k8s_version} + kwok ${kwok_version} into $out (go $go_version, -p $p)" >&2
-(
-    cd "$here/controlplane"
-    nice -n "$nice_n" "$go_bin" mod download >&2
-    nice -n "$nice_n" "$go_bin" build -p "$p" -trimpath -ldflags "$cp_ldflags" -o "$tmp/bin/controlplane" . >&2
-)
+tfk_go_build "$here/controlplane" "$cp_ldflags" "$tmp/bin/controlplane"
 t1=$(date +%s)
-(
-    cd "$here/kwok"
-    nice -n "$nice_n" "$go_bin" mod download >&2
-    nice -n "$nice_n" "$go_bin" build -p "$p" -trimpath -ldflags "$kwok_ldflags" \
-        -o "$tmp/bin/kwok" sigs.k8s.io/kwok/cmd/kwok >&2
-)
+tfk_go_build "$here/kwok" "-s -w" "$tmp/bin/kwok" sigs.k8s.io/kwok/cmd/kwok
 t2=$(date +%s)
 for c in etcd kube-apiserver kube-controller-manager kube-scheduler; do
     ln -s controlplane "$tmp/bin/$c"

@@ -48,6 +48,22 @@ tfk_files() {
     done
 }
 
+# tfk_go_key RECIPE FILE...: the cache key of a Go build: the toolchain, RECIPE (its flags)
+# and each FILE (relative to the current directory, where the caller's globs expanded).
+tfk_go_key() {
+    { echo "$go_version"; echo "$1"; shift; tfk_files . "$@"; } | tfk_key
+}
+
+# tfk_go_build DIR LDFLAGS OUT [PACKAGE]: download DIR's modules and build PACKAGE (default:
+# DIR's own) to OUT, at niceness $nice_n with -p $p (both set by the caller).
+tfk_go_build() {
+    (
+        cd "$1"
+        nice -n "$nice_n" "$go_bin" mod download >&2
+        nice -n "$nice_n" "$go_bin" build -p "$p" -trimpath -ldflags "$2" -o "$3" "${4:-.}" >&2
+    )
+}
+
 # tfk_lock DIR: wait until no other build holds DIR's lock (released when the script exits).
 tfk_lock() {
     mkdir -p "$1"

@@ -162,17 +162,22 @@ def test_image_pull_backoff_and_unschedulable(k8s_api, k8s_namespace: str) -> No
 def test_statefulset_headless_service_and_gc(k8s_api, k8s_namespace: str, k8s_cluster) -> None:
     core, apps, ns = client.CoreV1Api(k8s_api), client.AppsV1Api(k8s_api), k8s_namespace
     labels = {"app": "ps"}
+    grpc = {"name": "grpc", "port": 2222}
     core.create_namespaced_service(
         ns,
-        client.V1Service(
-            metadata=client.V1ObjectMeta(name="ps"),
-            spec=client.V1ServiceSpec(
-                cluster_ip="None",
-                publish_not_ready_addresses=True,
-                selector=labels,
-                ports=[client.V1ServicePort(name="grpc", port=2222)],
-            ),
-        ),
+        {
+            "metadata": {"name": "ps"},
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": labels,
+                "ports": [grpc],
+            },
+        },
+    )
+    main = container(ports=[client.V1ContainerPort(container_port=2222, name="grpc")])
+    template = client.V1PodTemplateSpec(
+        metadata=client.V1ObjectMeta(labels=labels), spec=client.V1PodSpec(containers=[main])
     )
     apps.create_namespaced_stateful_set(
         ns,
@@ -183,14 +188,7 @@ def test_statefulset_headless_service_and_gc(k8s_api, k8s_namespace: str, k8s_cl
                 replicas=2,
                 pod_management_policy="Parallel",
                 selector=client.V1LabelSelector(match_labels=labels),
-                template=client.V1PodTemplateSpec(
-                    metadata=client.V1ObjectMeta(labels=labels),
-                    spec=client.V1PodSpec(
-                        containers=[
-                            container(ports=[client.V1ContainerPort(container_port=2222, name="grpc")])
-                        ]
-                    ),
-                ),
+                template=template,
             ),
         ),
     )

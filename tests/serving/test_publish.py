@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_tfk.deadline import Clock
 from airflow_tfk.errors import SpecError
 from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig, parse
 from airflow_tfk.serving.base import NotBlessed, ServingError
@@ -14,7 +15,7 @@ from airflow_tfk.serving.spec import ServingSpec
 from tests.serving.fakes import FakeServing
 
 
-class Clock:
+class FakeTime:
     def __init__(self) -> None:
         self.now = 0.0
 
@@ -26,9 +27,9 @@ class Clock:
 
 
 def run(target: FakeServing, version: int | None = None, **kw):
-    clock = Clock()
+    time = FakeTime()
     kw.setdefault("emit", lambda _: None)
-    return publish(target, version, sleep=clock.sleep, clock=clock, **kw)
+    return publish(target, version, clock=Clock(time, time.sleep), **kw)
 
 
 def make(behaviour: dict[int, str], keep: int = 2) -> FakeServing:

@@ -27,18 +27,10 @@ coredns_version="$(tfk_mod_version "$here/coredns/go.mod" github.com/coredns/cor
 # The same flags as the control plane's build (../build.sh): identical compile actions hit
 # the same Go build cache entries.
 kubelet_ldflags="$(tfk_k8s_ldflags "$k8s_version")"
-coredns_ldflags="-s -w"
-recipe="recipe=1 CGO_ENABLED=0 -trimpath kubelet_ldflags=[$kubelet_ldflags] coredns_ldflags=[$coredns_ldflags] dpkg-x"
+recipe="recipe=1 CGO_ENABLED=0 -trimpath kubelet_ldflags=[$kubelet_ldflags] coredns_ldflags=[-s -w] dpkg-x"
 
-key="$(
-    {
-        echo "$go_version"
-        echo "$recipe"
-        cd "$here"
-        tfk_files . kubelet/go.mod kubelet/go.sum kubelet/*.go coredns/go.mod coredns/go.sum coredns/*.go \
-            pause/go.mod pause/*.go debs.txt
-    } | tfk_key
-)"
+key="$(cd "$here" && tfk_go_key "$recipe" kubelet/go.mod kubelet/go.sum kubelet/*.go coredns/go.mod \
+    coredns/go.sum coredns/*.go pause/go.mod pause/*.go debs.txt)"
 out="$cache_root/node-${k8s_version}-coredns${coredns_version}-$key"
 
 complete() { [[ -f "$out/.complete" && -x "$out/bin/kubelet" && -x "$out/bin/coredns" && -x "$out/bin/pause" && -x "$out/bin/containerd" ]]; }
@@ -70,21 +62,10 @@ rm -rf "$tmp/debs"
 t1=$(date +%s)
 
 # 2. Go binaries (tfk_tmpdir exported the Go settings).
-(
-    cd "$here/kubelet"
-    nice -n "$nice_n" "$go_bin" mod download >&2
-    nice -n "$nice_n" "$go_bin" build -p "$p" -trimpath -ldflags "$kubelet_ldflags" -o "$tmp/bin/kubelet" . >&2
-)
+tfk_go_build "$here/kubelet" "$kubelet_ldflags" "$tmp/bin/kubelet"
 t2=$(date +%s)
-(
-    cd "$here/coredns"
-    nice -n "$nice_n" "$go_bin" mod download >&2
-    nice -n "$nice_n" "$go_bin" build -p "$p" -trimpath -ldflags "$coredns_ldflags" -o "$tmp/bin/coredns" . >&2
-)
-(
-    cd "$here/pause"
-    nice -n "$nice_n" "$go_bin" build -trimpath -ldflags "-s -w" -o "$tmp/bin/pause" . >&2
-)
+tfk_go_build "$here/coredns" "-s -w" "$tmp/bin/coredns"
+tfk_go_build "$here/pause" "-s -w" "$tmp/bin/pause"  # no dependencies: nothing to download
 t3=$(date +%s)
 {
     echo "k8s.io/kubernetes $k8s_version"
