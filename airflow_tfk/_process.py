@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -185,13 +186,16 @@ def tail(path: Path, lines: int = 15) -> str:
 class ServerDir:
     """A server process that outlives the task that started it (a local model server, a
     local TensorBoard), found again through its directory: ``server.json`` records it
-    (pid, create time, its ports...), ``server.log`` holds its output. Callers hold
+    (pid, create time, its ports...), ``server.log`` holds its output, ``tmp/`` is its
+    ``$TMPDIR`` (so what a killed server leaves behind, TensorFlow's autograph modules
+    among it, is removed with it, not left in the shared /tmp). Callers hold
     :func:`locked` on ``dir`` around a check-then-start or a stop."""
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
         self.record_path = directory / "server.json"
         self.log_path = directory / "server.log"
+        self.tmp_dir = directory / "tmp"
 
     def record(self) -> dict[str, Any] | None:
         return read_record(self.record_path)
@@ -204,8 +208,11 @@ class ServerDir:
     def start(
         self, argv: list[str], env: dict[str, str], **fields: Any
     ) -> tuple[psutil.Process, dict[str, Any]]:
-        """Start ``argv`` here and record it with ``fields``; the process and its record."""
-        proc = start(argv, self.log_path, env, cwd=str(self.dir))
+        """Start ``argv`` here, with its own empty ``$TMPDIR``, and record it with
+        ``fields``; the process and its record."""
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)  # an earlier server's, killed
+        self.tmp_dir.mkdir(mode=0o700, parents=True)
+        proc = start(argv, self.log_path, {**env, "TMPDIR": str(self.tmp_dir)}, cwd=str(self.dir))
         record = {"pid": proc.pid, "create_time": proc.create_time(), **fields, "argv": argv}
         write_atomic(self.record_path, json.dumps(record, indent=1))
         return proc, record
@@ -217,6 +224,7 @@ class ServerDir:
         except BaseException:
             stop(record)
             self.record_path.unlink(missing_ok=True)
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
             raise
 
     def stop(self) -> dict[str, Any] | None:
@@ -224,4 +232,5 @@ class ServerDir:
         record = self.record()
         stopped = stop(record)
         self.record_path.unlink(missing_ok=True)
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
         return record if stopped else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_tfk.admission import Layout
 from airflow_tfk.backends.base import Backend, ClusterRef
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import Mode, TFClusterSpec
@@ -27,6 +28,9 @@ class ClusterHandle:
     owner: RunIdentity | None = None
     # False only for a handle from before owners were recorded: it cannot be checked.
     owner_known: bool = True
+    # What the clean-up after success may find: a JobSet ends the leftover roles itself.
+    # A handle from before the layout was recorded reads as ``jobs``.
+    layout: Layout = Layout.JOBS
 
     @classmethod
     def for_spec(
@@ -40,6 +44,7 @@ class ClusterHandle:
             {r: s.replicas for r, s in spec.roles().items()},
             spec.ps_grace_seconds,
             owner,
+            layout=spec.layout,
         )
 
     def backend(self) -> Backend:
@@ -56,6 +61,7 @@ class ClusterHandle:
             "replicas": dict(self.replicas),
             "ps_grace_seconds": self.ps_grace_seconds,
             "owner": self.owner.to_dict() if self.owner is not None else None,
+            "layout": Layout(self.layout).value,
         }
 
     @classmethod
@@ -73,4 +79,5 @@ class ClusterHandle:
             int(data.get("ps_grace_seconds", 30)),
             RunIdentity.from_dict(data["owner"]) if data.get("owner") else None,
             "owner" in data,
+            Layout(data.get("layout", Layout.JOBS)),
         )

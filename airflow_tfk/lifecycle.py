@@ -149,10 +149,18 @@ def cleanup_after_success(
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[str]:
     """After the grace period, delete the roles that never exit by themselves (PS; workers
-    in ``parameter_server`` mode), copying their logs first. Returns the deleted roles."""
+    in ``parameter_server`` mode), copying their logs first. Returns the deleted roles:
+    none where the cluster ends them itself (a JobSet's success policy)."""
     backend = handle.backend()
     roles = roles_after_success(handle.mode, list(handle.replicas))
     if not roles:
+        return []
+    ended_by = backend.ends_roles_after_success(handle.layout)
+    if ended_by is not None:
+        emit(
+            f"training succeeded; {ended_by} ends {', '.join(roles)} of cluster {handle.ref.name} "
+            f"(layout: {handle.layout.value}): nothing to delete"
+        )
         return []
     grace = handle.ps_grace_seconds if grace_seconds is None else grace_seconds
     if grace > 0:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from airflow_tfk._plan_driver import PlanIO, afinish, finish
 from airflow_tfk.backends.base import Backend, ClusterRef
 from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS as DEFAULT_PROGRESS_INTERVAL
 from airflow_tfk.policies import Outcome, Verdict, evaluate
@@ -155,10 +156,25 @@ class Watch:
     seconds: float
 
 
-NEXT_STATUS = "next-status"  # answered with the next status, or None when the watch ended
-READ_PROGRESS = "read-progress"  # read the progress task's log (blocking I/O: a thread when async)
-READ_QUEUE = "read-queue"  # ask why the cluster is still queued (blocking I/O: a thread when async)
-WaitOp = Watch | str
+@dataclass(frozen=True)
+class NextStatus:
+    """The watch's next status; answered with it, or None when the watch ended."""
+
+
+@dataclass(frozen=True)
+class ReadProgress:
+    """Read the progress task's log (blocking I/O: in a thread when async)."""
+
+
+@dataclass(frozen=True)
+class ReadQueue:
+    """Ask why the cluster is still queued (blocking I/O: in a thread when async)."""
+
+
+NEXT_STATUS = NextStatus()
+READ_PROGRESS = ReadProgress()
+READ_QUEUE = ReadQueue()
+WaitOp = Watch | NextStatus | ReadProgress | ReadQueue
 WaitPlan = Generator[WaitOp, "ClusterStatus | None", Verdict]
 
 
@@ -269,63 +285,70 @@ def wait_for_cluster(
         timeout_message=f"still running after {timeout or 0:.0f} s",
         stall_seconds=stall_seconds,
     )
-    plan = loop.plan()
-    statuses: Iterator[ClusterStatus] | None = None
-    try:
-        op = next(plan)
-        while True:
-            answer: ClusterStatus | None = None
-            if isinstance(op, Watch):
-                _close(statuses)
-                statuses = iter(backend.watch(ref, timeout=op.seconds))
-            elif op == NEXT_STATUS:
-                answer = next(statuses, None) if statuses is not None else None
-            elif op == READ_PROGRESS:
-                loop.reporter.report()
-            elif op == READ_QUEUE:
-                loop.queue.report()
-            op = plan.send(answer)
-    except StopIteration as stop:
-        return stop.value
-    finally:
-        _close(statuses)
+    return finish(loop.plan(), _BlockingIO(loop))
 
 
 async def await_cluster(loop: WaitLoop) -> Verdict:
     """:func:`wait_for_cluster`'s loop in the triggerer: the backend's async watch, and
     the log reads of progress in a thread."""
-    plan = loop.plan()
-    statuses: AsyncIterator[ClusterStatus] | None = None
-    try:
-        op = next(plan)
-        while True:
-            answer: ClusterStatus | None = None
-            if isinstance(op, Watch):
-                await _aclose(statuses)
-                statuses = aiter(loop.backend.awatch(loop.ref, timeout=op.seconds))
-            elif op == NEXT_STATUS and statuses is not None:
-                answer = await anext(statuses, None)
-            elif op == READ_PROGRESS:
-                await asyncio.to_thread(loop.reporter.report)
-            elif op == READ_QUEUE:
-                await asyncio.to_thread(loop.queue.report)
-            op = plan.send(answer)
-    except StopIteration as stop:
-        return stop.value
-    finally:
-        await _aclose(statuses)
+    return await afinish(loop.plan(), _TriggererIO(loop))
 
 
-def _close(it: Any) -> None:
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()
+class _WaitIO(PlanIO):
+    """What the wait loop's operations do (see :mod:`airflow_tfk._plan_driver`)."""
+
+    OPS = {Watch: "watch", NextStatus: "next_status", ReadProgress: "read_progress", ReadQueue: "read_queue"}
+
+    def __init__(self, loop: WaitLoop) -> None:
+        self.loop = loop
+        self.statuses: Any = None  # the current watch of the backend
 
 
-async def _aclose(it: Any) -> None:
-    aclose = getattr(it, "aclose", None)
-    if aclose is not None:
-        await aclose()
+class _BlockingIO(_WaitIO):
+    """In the worker (blocking operator): the backend's watch, log reads in this thread."""
+
+    def watch(self, op: Watch) -> None:
+        self.close()
+        self.statuses = iter(self.loop.backend.watch(self.loop.ref, timeout=op.seconds))
+
+    def next_status(self, _: NextStatus) -> ClusterStatus | None:
+        return None if self.statuses is None else next(self.statuses, None)
+
+    def read_progress(self, _: ReadProgress) -> None:
+        self.loop.reporter.report()
+
+    def read_queue(self, _: ReadQueue) -> None:
+        self.loop.queue.report()
+
+    def close(self) -> None:
+        statuses, self.statuses = self.statuses, None
+        close = getattr(statuses, "close", None)  # a backend may return a plain iterable
+        if close is not None:
+            close()
+
+
+class _TriggererIO(_WaitIO):
+    """In the triggerer: the backend's async watch; the blocking log reads in a thread so
+    the event loop of every other trigger keeps running."""
+
+    async def watch(self, op: Watch) -> None:
+        await self.aclose()
+        self.statuses = aiter(self.loop.backend.awatch(self.loop.ref, timeout=op.seconds))
+
+    async def next_status(self, _: NextStatus) -> ClusterStatus | None:
+        return None if self.statuses is None else await anext(self.statuses, None)
+
+    async def read_progress(self, _: ReadProgress) -> None:
+        await asyncio.to_thread(self.loop.reporter.report)
+
+    async def read_queue(self, _: ReadQueue) -> None:
+        await asyncio.to_thread(self.loop.queue.report)
+
+    async def aclose(self) -> None:
+        statuses, self.statuses = self.statuses, None
+        aclose = getattr(statuses, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 # -- the one translation of a wait's end -------------------------------------------------------

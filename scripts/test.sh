@@ -26,6 +26,12 @@ else
   node_log=$(mktemp)
   "$py" -m pytest "$@" tests/k8s_node >"$node_log" 2>&1 &
   node_pid=$!
+  # Ctrl-C reaches both lanes from the terminal: the node lane, started in the
+  # background, begins with SIGINT ignored, and tests/conftest.py gives it back its
+  # KeyboardInterrupt. Once the main lane has ended (bash runs a trap only after the
+  # foreground command), INT or TERM to this script is passed on to the node lane as TERM,
+  # which it also turns into KeyboardInterrupt; it acts on the first INT or TERM only, so
+  # its tear-down is never cut short (tests/k8s_node/conftest.py).
   trap 'kill "$node_pid" 2>/dev/null || true' INT TERM
   "$py" -m pytest "$@" --ignore=tests/k8s_node || status=$?
   node_status=0

@@ -1,12 +1,15 @@
 """Test-session environment: a throw-away Airflow home (SQLite), no example DAGs, quiet TF
-(set at import, before any test module imports Airflow); and the local-backend root the
+(set at import, before any test module imports Airflow); Ctrl-C that always stops the run
+(a guard on the SIGINT handler around every test); and the local-backend root the
 operator, sensor and trigger tests share (their helpers: tests/helpers.py).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,12 +24,53 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TFK_LOCAL_ROOT", os.path.join(_HOME, "tfk-local"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # A run started in the background of a non-interactive shell (`pytest ... &` in a
+    # script: scripts/test.sh's node lane) inherits SIGINT ignored, and Python then never
+    # installs the handler that turns Ctrl-C into KeyboardInterrupt. Put it back, so
+    # Ctrl-C (or the script's `kill -INT`) stops the run and its teardown still runs.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_interrupted: list[bool] = []
+
+
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    # Called before the session's tear-down: from here on a fixture may hold off further
+    # interrupts on purpose (tests/k8s_node/conftest.py), and the guard below lets it.
+    _interrupted.append(True)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Ctrl-C must keep stopping the run: a test (or a fixture it uses, or code it runs in
+    this process) that replaces the SIGINT handler and does not put it back fails here,
+    by name, and the handler is restored for the tests after it."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before and not _interrupted:
+        signal.signal(signal.SIGINT, before)
+        pytest.fail(
+            f"{request.node.nodeid} left the SIGINT handler replaced ({before!r} -> {after!r}); "
+            "Ctrl-C would no longer stop the test run",
+            pytrace=False,
+        )
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Remove the throw-away Airflow home (kept when a test failed, for its logs)."""
+    """Remove the throw-away Airflow home; a failed or interrupted session keeps it, for
+    its logs, and says where (nobody finds it in /tmp otherwise)."""
     import shutil
 
-    if exitstatus == 0 and os.environ.get("AIRFLOW_HOME") == _HOME:
+    clean = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+    if clean or os.environ.get("AIRFLOW_HOME") != _HOME:  # unused when AIRFLOW_HOME was set
         shutil.rmtree(_HOME, ignore_errors=True)
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"the session's Airflow home is kept for its logs: {_HOME} (remove it when done)")
 
 
 # -- the local-backend root of the operator, sensor and trigger tests ----------------------

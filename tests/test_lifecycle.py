@@ -13,10 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from airflow_tfk.admission import Layout
 from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.errors import ClusterOwnershipError, SpecError
 from airflow_tfk.handle import ClusterHandle
-from airflow_tfk.lifecycle import create_or_reattach, delete_cluster, teardown_after_failure
+from airflow_tfk.lifecycle import (
+    cleanup_after_success,
+    create_or_reattach,
+    delete_cluster,
+    teardown_after_failure,
+)
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
 from tests.helpers import local_backend
@@ -106,6 +112,27 @@ def test_handle_round_trip_keeps_the_owner(backend) -> None:
     assert again.owner == OWNER and again.owner_known
     legacy = {k: v for k, v in h.to_dict().items() if k != "owner"}
     assert ClusterHandle.from_dict(legacy).owner_known is False
+
+
+def test_handle_round_trip_keeps_the_layout(backend) -> None:
+    h = ClusterHandle.for_spec(spec(layout="jobset"), backend, OWNER)
+    assert h.layout is Layout.JOBSET
+    assert ClusterHandle.from_dict(h.to_dict()).layout is Layout.JOBSET
+    legacy = {k: v for k, v in h.to_dict().items() if k != "layout"}  # from before it was kept
+    assert ClusterHandle.from_dict(legacy).layout is Layout.JOBS
+
+
+def test_the_local_backend_stops_the_ps_after_success_in_either_layout(backend) -> None:
+    """Only a JobSet ends the PS itself (tests/k8s_integration/test_jobset_controller.py);
+    the local backend plays no JobSet controller, so its clean-up stops the PS whatever
+    the spec's layout."""
+    s = spec(mode="between_graph", ps=RoleSpec(), layout="jobset", ps_grace_seconds=0)
+    ref = create_or_reattach(backend, s, OWNER, lambda m: None)
+    said: list[str] = []
+    assert cleanup_after_success(ClusterHandle.for_spec(s, backend, OWNER), said.append) == ["ps"]
+    ps = [t for t in backend.status(ref).tasks if t.role == "ps"]
+    assert [(t.phase.value, t.reason) for t in ps] == [("Pending", "Deleted")]
+    assert f"deleted ps of cluster {s.name}" in said
 
 
 def test_retry_after_the_deadline_keeps_a_finished_training(backend) -> None:

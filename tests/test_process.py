@@ -48,6 +48,38 @@ def test_a_server_that_never_listens_is_stopped_and_forgotten(tmp_path: Path) ->
     assert not server.record_path.exists()
 
 
+SCRATCH = (
+    "import socket, sys, tempfile, time\n"
+    "tempfile.mkstemp(prefix='tfk-server-scratch-')  # never removed by the server itself\n"
+    "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(1)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_a_server_writes_temporary_files_in_its_own_dir_and_stop_removes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local model server or TensorBoard gets ``<its dir>/tmp`` as $TMPDIR, not this
+    process's (the shared /tmp): what it leaves there when stopped (killed: no clean-up of
+    its own) goes with it."""
+    own_tmp = tmp_path / "caller-tmp"
+    own_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(own_tmp))
+    server = _process.ServerDir(tmp_path / "server")
+    (tmp_path / "server").mkdir()
+    port = _process.free_port()
+    proc, record = server.start([sys.executable, "-c", SCRATCH, str(port)], dict(os.environ), port=port)
+    try:
+        server.wait_listening(proc, record, port, 20.0)
+        assert proc.environ()["TMPDIR"] == str(server.tmp_dir)
+        assert [p.name[:19] for p in server.tmp_dir.iterdir()] == ["tfk-server-scratch-"]
+        assert (server.tmp_dir.stat().st_mode & 0o777) == 0o700
+    finally:
+        server.stop()
+    assert not server.tmp_dir.exists()
+    assert list(own_tmp.iterdir()) == []
+
+
 def test_signal_all_reaches_the_group_and_wait_gone_sees_the_processes_end(tmp_path: Path) -> None:
     # A parent and the child it starts, both in the session _process.start gives them.
     code = (

@@ -2,11 +2,13 @@
 
 A plan is a generator. It yields what it needs done - a :class:`Request`, or for the
 watch, opening a pod watch, its next event, a pause, a status for the caller - and is
-sent back the answer. Two small drivers per client run plans: :func:`run` /
-:func:`arun` for request-only plans, :func:`drive_watch` / :func:`adrive_watch` for the
-watch, which also hand the statuses a plan yields to their caller. So ``watch`` (the
-blocking operator and sensor) and ``awatch`` (the deferrable trigger) share every line
-of their logic, down to the Job cache they keep. No I/O here but in the drivers.
+sent back the answer. What each operation does with a client is :class:`SyncIO` /
+:class:`AsyncIO`, one method per kind; the stepping is :mod:`airflow_tfk._plan_driver`'s,
+written once. :func:`run` / :func:`arun` drive request-only plans, :func:`drive_watch` /
+:func:`adrive_watch` the watch, handing the statuses a plan yields to their caller. So
+``watch`` (the blocking operator and sensor) and ``awatch`` (the deferrable trigger)
+share every line of their logic, down to the Job cache they keep. No I/O here but in
+the two I/O classes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from airflow_tfk._plan_driver import PlanIO, Steps, adrive, afinish, drive, finish
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.kube.api import BY_KIND, AsyncApi, KubernetesApiError, SyncApi, error_message, is_not_found
 from airflow_tfk.kube.retry import api_status
@@ -50,20 +53,31 @@ class Sleep:
 
 
 @dataclass(frozen=True)
+class NextEvent:
+    """The open watch's next event: answered with the event dict, :data:`WATCH_ENDED`
+    or :class:`StreamFailed`."""
+
+
+@dataclass(frozen=True)
+class CloseWatch:
+    """Close the open watch request."""
+
+
+@dataclass(frozen=True)
 class StreamFailed:
     """The answer to :data:`NEXT_EVENT` when the watch request broke."""
 
     error: BaseException
 
 
-NEXT_EVENT = "next-event"  # answered with an event dict, WATCH_ENDED or StreamFailed
-CLOSE_WATCH = "close-watch"
+NEXT_EVENT = NextEvent()
+CLOSE_WATCH = CloseWatch()
 WATCH_ENDED = "watch-ended"  # the server ended the watch request
 
 # A request plan is sent (status, body) for each Request, or None for 404 (and for
 # optional failures); a watch plan may also yield the other operations and statuses.
 Plan = Generator[Request, "tuple[int, Any] | None", Any]
-WatchOp = Request | OpenWatch | Sleep | ClusterStatus | str
+WatchOp = Request | OpenWatch | NextEvent | CloseWatch | Sleep | ClusterStatus
 WatchPlan = Generator[WatchOp, Any, None]
 
 
@@ -99,113 +113,110 @@ def list_plan(ref: ClusterRef, kind: str, selector: str | None = None) -> Plan:
 
 
 # -- the drivers ------------------------------------------------------------------------------
-def _sync_request(api: SyncApi, req: Request) -> tuple[int, Any] | None:
-    try:
-        return api.request(req.method, req.path, req.query, req.body)
-    except Exception as exc:
-        failed(req, exc)
-        return None
+class _ClientIO(PlanIO):
+    """What each operation of a plan does with a client (see :mod:`airflow_tfk._plan_driver`).
+    Both clients turn errors into the same answers (:func:`failed` for a request, a
+    :class:`StreamFailed` for a broken watch); only the calls differ between them."""
+
+    OPS = {
+        Request: "request",
+        OpenWatch: "open_watch",
+        NextEvent: "next_event",
+        CloseWatch: "close_watch",
+        Sleep: "sleep",
+    }
 
 
-async def _async_request(api: AsyncApi, req: Request) -> tuple[int, Any] | None:
-    try:
-        return await api.request(req.method, req.path, req.query, req.body)
-    except Exception as exc:
-        failed(req, exc)
-        return None
+class SyncIO(_ClientIO):
+    """The sync client's side (the blocking operator and the sensor)."""
+
+    def __init__(self, api: SyncApi) -> None:
+        self.api = api
+        self.stream: Any = None  # the open watch: an iterator with close()
+
+    def request(self, req: Request) -> tuple[int, Any] | None:
+        try:
+            return self.api.request(req.method, req.path, req.query, req.body)
+        except Exception as exc:
+            failed(req, exc)
+            return None
+
+    def open_watch(self, op: OpenWatch) -> None:
+        self.stream = self.api.watch(op.path, op.query, op.seconds)
+
+    def next_event(self, _: NextEvent) -> dict[str, Any] | str | StreamFailed:
+        assert self.stream is not None, "NEXT_EVENT before OpenWatch"
+        try:
+            return next(self.stream)
+        except StopIteration:
+            return WATCH_ENDED
+        except Exception as exc:
+            return StreamFailed(exc)
+
+    def close_watch(self, _: CloseWatch) -> None:
+        self.close()
+
+    def sleep(self, op: Sleep) -> None:
+        time.sleep(op.seconds)
+
+    def close(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            stream.close()
+
+
+class AsyncIO(_ClientIO):
+    """The async client's side (the deferrable trigger)."""
+
+    def __init__(self, api: AsyncApi) -> None:
+        self.api = api
+        self.stream: Any = None  # the open watch: an async generator
+
+    async def request(self, req: Request) -> tuple[int, Any] | None:
+        try:
+            return await self.api.request(req.method, req.path, req.query, req.body)
+        except Exception as exc:
+            failed(req, exc)
+            return None
+
+    async def open_watch(self, op: OpenWatch) -> None:
+        self.stream = self.api.watch(op.path, op.query, op.seconds)
+
+    async def next_event(self, _: NextEvent) -> dict[str, Any] | str | StreamFailed:
+        assert self.stream is not None, "NEXT_EVENT before OpenWatch"
+        try:
+            return await self.stream.__anext__()
+        except StopAsyncIteration:
+            return WATCH_ENDED
+        except Exception as exc:
+            return StreamFailed(exc)
+
+    async def close_watch(self, _: CloseWatch) -> None:
+        await self.aclose()
+
+    async def sleep(self, op: Sleep) -> None:
+        await asyncio.sleep(op.seconds)
+
+    async def aclose(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            await stream.aclose()
 
 
 def run(api: SyncApi, plan: Plan) -> Any:
     """Drive a request plan with the sync client; its return value."""
-    try:
-        req = next(plan)
-        while True:
-            req = plan.send(_sync_request(api, req))
-    except StopIteration as stop:
-        return stop.value
+    return finish(plan, SyncIO(api))
 
 
 async def arun(api: AsyncApi, plan: Plan) -> Any:
-    try:
-        req = next(plan)
-        while True:
-            req = plan.send(await _async_request(api, req))
-    except StopIteration as stop:
-        return stop.value
+    return await afinish(plan, AsyncIO(api))
 
 
 def drive_watch(api: SyncApi, plan: WatchPlan) -> Iterator[ClusterStatus]:
     """Drive a watch plan with the sync client, yielding the statuses it yields."""
-    stream: Iterator[dict[str, Any]] | None = None
-    try:
-        op = next(plan)
-        while True:
-            result: Any = None
-            if isinstance(op, ClusterStatus):
-                yield op
-            elif isinstance(op, Request):
-                result = _sync_request(api, op)
-            elif isinstance(op, OpenWatch):
-                stream = api.watch(op.path, op.query, op.seconds)
-            elif op == NEXT_EVENT:
-                assert stream is not None
-                try:
-                    result = next(stream)
-                except StopIteration:
-                    result = WATCH_ENDED
-                except Exception as exc:
-                    result = StreamFailed(exc)
-            elif op == CLOSE_WATCH:
-                _close(stream)
-                stream = None
-            elif isinstance(op, Sleep):
-                time.sleep(op.seconds)
-            op = plan.send(result)
-    except StopIteration:
-        return
-    finally:
-        _close(stream)
-        plan.close()
+    return drive(Steps(plan), SyncIO(api))
 
 
-async def adrive_watch(api: AsyncApi, plan: WatchPlan) -> AsyncIterator[ClusterStatus]:
+def adrive_watch(api: AsyncApi, plan: WatchPlan) -> AsyncIterator[ClusterStatus]:
     """:func:`drive_watch` with the async client (the deferrable trigger)."""
-    stream: Any = None
-    try:
-        op = next(plan)
-        while True:
-            result: Any = None
-            if isinstance(op, ClusterStatus):
-                yield op
-            elif isinstance(op, Request):
-                result = await _async_request(api, op)
-            elif isinstance(op, OpenWatch):
-                stream = api.watch(op.path, op.query, op.seconds)
-            elif op == NEXT_EVENT:
-                try:
-                    result = await stream.__anext__()
-                except StopAsyncIteration:
-                    result = WATCH_ENDED
-                except Exception as exc:
-                    result = StreamFailed(exc)
-            elif op == CLOSE_WATCH:
-                await _aclose(stream)
-                stream = None
-            elif isinstance(op, Sleep):
-                await asyncio.sleep(op.seconds)
-            op = plan.send(result)
-    except StopIteration:
-        return
-    finally:
-        await _aclose(stream)
-        plan.close()
-
-
-def _close(stream: Any) -> None:
-    if stream is not None:
-        stream.close()
-
-
-async def _aclose(stream: Any) -> None:
-    if stream is not None:
-        await stream.aclose()
+    return adrive(Steps(plan), AsyncIO(api))

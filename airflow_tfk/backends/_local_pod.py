@@ -6,7 +6,8 @@ For each role the rendered pod template gives the container's ``command``, ``arg
 to variables defined earlier, ``$$`` to ``$``, unknown references left as they are, the
 downward-API task index - after putting in what differs on one machine: the address map
 (127.0.0.1 ports instead of DNS names, also inside the legacy ``--ps_hosts`` flags) and
-the volume directories instead of the mount paths.
+the volume directories instead of the mount paths, and the task's own scratch
+directory instead of the pod's scratch ``emptyDir`` (``$TMPDIR``).
 """
 
 from __future__ import annotations
@@ -18,11 +19,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_tfk import naming
+from airflow_tfk.admission import Layout
 from airflow_tfk.backends._local_host import _PYTHONS
 from airflow_tfk.spec import TFClusterSpec
 
 _REF = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
 _VOLUME_ENV = {"TFK_DATA_DIR": "data", "TFK_LOG_DIR": "logs", "TFK_MODEL_DIR": "models"}
+# The emptyDir every rendered pod mounts as its $TMPDIR (templates/_macros.yaml.j2). Its
+# mount path does not exist on this machine: left as it is, Python's tempfile would fall
+# back to the shared /tmp, where TensorFlow's autograph files of a killed task stay for good.
+SCRATCH_VOLUME = "tfk-scratch"
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -61,13 +67,15 @@ def pod_fields(index: int) -> dict[str, str]:
 
 
 def role_containers(manifests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """role -> the container of its pod template (Jobs and the PS StatefulSet)."""
-    out = {}
+    """role -> the container of its pod template (Jobs and the PS StatefulSet, or the
+    JobSet's replicated Jobs)."""
+    templates = []
     for m in manifests:
         if m["kind"] in ("Job", "StatefulSet"):
-            role = m["metadata"]["labels"][naming.LABEL_ROLE]
-            out[role] = m["spec"]["template"]["spec"]["containers"][0]
-    return out
+            templates.append(m["spec"]["template"])
+        elif m["kind"] == "JobSet":
+            templates += [rj["template"]["spec"]["template"] for rj in m["spec"]["replicatedJobs"]]
+    return {t["metadata"]["labels"][naming.LABEL_ROLE]: t["spec"]["containers"][0] for t in templates}
 
 
 def local_setup(
@@ -76,14 +84,20 @@ def local_setup(
     index: int,
     local_cluster: Mapping[str, list[str]],
     volumes: Mapping[str, str],
+    scratch: str,
 ) -> tuple[list[str], dict[str, str]]:
     """(argv, env) of task ``index`` of the role whose rendered ``container`` is given,
-    on this machine: the pod's, with local addresses and volume directories."""
+    on this machine: the pod's, with local addresses and volume directories, and
+    ``scratch`` (the task's own directory) wherever the pod names its scratch mount."""
+    jobset = spec.layout is Layout.JOBSET
     kube_addresses = {
-        naming.task_address(spec.name, role, i, spec.namespace_name, spec.port): local_cluster[role][i]
-        for role in local_cluster
-        for i in range(len(local_cluster[role]))
+        naming.task_address(spec.name, role, i, spec.namespace_name, spec.port, jobset): address
+        for role, addresses in local_cluster.items()
+        for i, address in enumerate(addresses)
     }
+    scratch_mounts = [
+        m["mountPath"] for m in container.get("volumeMounts") or [] if m.get("name") == SCRATCH_VOLUME
+    ]
     env_list = []
     for item in container.get("env") or []:
         name = item["name"]
@@ -93,6 +107,8 @@ def local_setup(
             if _VOLUME_ENV[name] not in volumes:
                 continue
             item = {"name": name, "value": volumes[_VOLUME_ENV[name]]}
+        elif "value" in item:
+            item = {"name": name, "value": _remount(str(item["value"]), scratch_mounts, scratch)}
         env_list.append(item)
     env = container_env(env_list, pod_fields(index))
     argv = [
@@ -121,6 +137,15 @@ def local_argv(pod_argv: list[str], executable: str, launched: bool) -> list[str
         if inner < len(argv) and argv[inner] in _PYTHONS:
             argv[inner] = sys.executable
     return argv
+
+
+def _remount(value: str, mount_paths: list[str], local: str) -> str:
+    """``value`` with a leading mount path (the path itself or a path under it) replaced
+    by ``local``, the directory that stands in for that mount here."""
+    for path in mount_paths:
+        if value == path or value.startswith(path.rstrip("/") + "/"):
+            return local + value[len(path.rstrip("/")) :]
+    return value
 
 
 def _localise(arg: str, addresses: Mapping[str, str]) -> str:

@@ -114,6 +114,9 @@ class TaskConfig:
     deadline: float | None = None
     kill_grace_seconds: float = 5.0
     restart_backoff_seconds: float = 1.0
+    # The task's $TMPDIR (its pod's scratch emptyDir): made before each attempt and
+    # emptied after it, as a pod that is not restarted in place gets a new one.
+    scratch: str = ""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,10 @@ exit code is one of ``permanent_exit_codes``. A task killed by a signal reports
 (SIGTERM, then SIGKILL after ``kill_grace_seconds``) and fails with ``DeadlineExceeded``.
 SIGTERM/SIGINT/SIGHUP to the supervisor, or a ``deleted`` file in the task directory,
 stops the task the same way and records ``Deleted``. When the task's main process exits,
-whatever is left of its process group is killed, as a container's processes die with it.
+whatever is left of its process group is killed, as a container's processes die with it,
+and the task's scratch directory (its ``$TMPDIR``, ``scratch`` in ``task.json``) is
+emptied, as the pod's emptyDir goes with the pod: a task killed by a signal never runs
+its atexit clean-up, and nothing it wrote there may outlive it.
 """
 
 from __future__ import annotations
@@ -265,8 +268,21 @@ class Supervisor:
                 return done
             self.back_off()
 
+    def clear_scratch(self) -> None:
+        scratch = self.task.get("scratch")
+        if scratch:
+            import shutil  # here, not at the top: nothing slows the supervisor's start
+
+            shutil.rmtree(scratch, ignore_errors=True)
+
     def start(self) -> subprocess.Popen | int:
         """Start one attempt; the process, or the finish() code when it cannot start."""
+        scratch = self.task.get("scratch")
+        try:
+            if scratch:
+                os.makedirs(scratch, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            return self.finish("Failed", "StartError", 128, f"cannot make the scratch directory: {exc}")
         try:
             log = open(  # noqa: SIM115 - handed to the child
                 os.open(self.task["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab"
@@ -323,6 +339,7 @@ class Supervisor:
         if outcome is None:
             self.last_exit_code = _exit_code(proc.returncode)
         self.reap_group(proc, strays)
+        self.clear_scratch()
         self.current = None
         return outcome
 

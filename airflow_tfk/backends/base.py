@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_tfk import naming
+from airflow_tfk.admission import Layout
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.status import ClusterStatus
@@ -157,6 +158,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def delete_roles(self, ref: ClusterRef, roles: list[str]) -> None:
         """Delete the tasks of these roles (e.g. the PS after success)."""
+
+    def ends_roles_after_success(self, layout: Layout) -> str | None:
+        """Who ends the roles still running once a training of ``layout`` succeeded, when
+        the cluster does it itself (then the clean-up deletes nothing: there is nothing
+        left for it to delete); None when the clean-up must delete them."""
+        return None
 
     @abc.abstractmethod
     def delete(self, ref: ClusterRef, reason: str = "") -> None:

@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import Any
 
 from airflow_tfk import naming
+from airflow_tfk.admission import Layout
 from airflow_tfk.backends._k8s_cluster import Interpreter
 from airflow_tfk.backends._k8s_plan import (
     Plan,
@@ -338,6 +339,12 @@ class KubernetesBackend(Backend):
         """Delete the roles' Jobs (the garbage collector removes the pods) and Services."""
         self._run(self._delete_roles_plan(ref, roles))
         self._interpreter(ref).ignored_roles.update(roles)
+
+    def ends_roles_after_success(self, layout: Layout) -> str | None:
+        # The JobSet's success policy (the decisive role) completes it, and its controller
+        # then deletes the Jobs still running, the PS's among them. That layout has no
+        # Job, StatefulSet or Service named for a role, so deleting those would only 404.
+        return "the JobSet's success policy" if Layout(layout) is Layout.JOBSET else None
 
     def _delete_roles_plan(self, ref: ClusterRef, roles: list[str]) -> Plan:
         for role in roles:

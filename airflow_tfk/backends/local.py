@@ -19,6 +19,8 @@ third delete it (Airflow task, triggerer, retry)::
         tasks/<role>-<index>/       task.json (argv, env, policy), supervisor.json,
                                     status.json (current attempt), exit.json (final exit
                                     status), supervisor.log, deleted (marker)
+        scratch/<role>-<index>/     the task's $TMPDIR (its pod's scratch emptyDir): emptied
+                                    after each attempt, removed with the cluster's processes
         volumes/{data,logs,models}/ stand-ins for the PVCs the spec asks for
     <root>/<namespace>/.claims/<claim>/    stand-in for an existing PVC (``claim:``), shared
     <root>/<namespace>/.history/<name>-*/  clusters replaced by a re-create (last few kept)
@@ -160,6 +162,14 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
     def _task_dir(self, ref: ClusterRef, role: str, index: int) -> Path:
         return self.cluster_dir(ref) / "tasks" / f"{role}-{int(index)}"
 
+    def _remove_scratch(self, ref: ClusterRef, tasks: tuple[TaskEntry, ...] | None = None) -> None:
+        """Remove the scratch directories of ``tasks`` (all for None), once their processes
+        are gone: what a task killed without a word (SIGKILL: no atexit) left in its
+        $TMPDIR, TensorFlow's autograph modules among it."""
+        scratch = self.cluster_dir(ref) / "scratch"
+        for path in [scratch] if tasks is None else [scratch / t.name for t in tasks]:
+            shutil.rmtree(path, ignore_errors=True)
+
     @contextlib.contextmanager
     def _locked(self, ref: ClusterRef) -> Iterator[None]:
         import fcntl
@@ -261,6 +271,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
     def _archive(self, ref: ClusterRef, state: ClusterState | None) -> None:
         """Move a finished or deleted cluster aside (logs stay readable) before a re-create."""
         cdir = self.cluster_dir(ref)
+        self._remove_scratch(ref)  # the processes are gone; history keeps logs and volumes
         history = Path(self.root, ref.namespace, ".history")
         _private_dir(history)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(state.created_at if state else 0))
@@ -325,7 +336,11 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
                 name = f"{role}-{index}"
                 tdir = cdir / "tasks" / name
                 _private_dir(tdir)
-                pod_argv, pod_env = _local_pod.local_setup(spec, containers[role], index, cluster, volumes)
+                scratch = cdir / "scratch" / name
+                _private_dir(scratch)
+                pod_argv, pod_env = _local_pod.local_setup(
+                    spec, containers[role], index, cluster, volumes, str(scratch)
+                )
                 # The executables as this machine resolved them (python -> this interpreter).
                 argv = _local_pod.local_argv(pod_argv, commands[role][0], runs_through_launcher(spec, role))
                 task = TaskConfig(
@@ -341,6 +356,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
                     deadline=deadline,
                     kill_grace_seconds=self.kill_grace_seconds,
                     restart_backoff_seconds=self.restart_backoff_seconds,
+                    scratch=str(scratch),
                 )
                 records.write(tdir / "task.json", task)
                 os.close(os.open(cdir / "logs" / f"{name}.log", os.O_CREAT | os.O_WRONLY, PRIVATE_FILE))
@@ -413,7 +429,9 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         if not roles:
             return
         with self._locked(ref):
-            self._kill(ref, self._tasks(ref), list(roles))
+            tasks = self._tasks(ref)
+            self._kill(ref, tasks, list(roles))
+            self._remove_scratch(ref, tuple(t for t in tasks if t.role in roles))
 
     def delete(self, ref: ClusterRef, reason: str = "") -> None:
         """Stop every process of the cluster; its logs stay on disk, ``exists()`` turns False.
@@ -424,6 +442,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
             state = self._cluster(ref)
             # Without a readable state the tag still finds every process of the cluster.
             self._kill(ref, state.tasks if state is not None else (), None)
+            self._remove_scratch(ref)
             if state is None:
                 if not self.cluster_dir(ref).exists():
                     return

@@ -280,6 +280,10 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
             *([f"--version={version}"] if version is not None else []),
             *([f"--label={label}"] if label else []),
         ]
+        env = self._env()
+        if self.process.tmp_dir.is_dir():
+            # the server's $TMPDIR: what a client killed at the timeout leaves goes with it
+            env["TMPDIR"] = str(self.process.tmp_dir)
         try:
             out = subprocess.run(
                 argv,
@@ -287,7 +291,7 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
                 capture_output=True,
                 text=True,
                 timeout=timeout + 120,
-                env=self._env(),
+                env=env,
             )
         except subprocess.TimeoutExpired as exc:
             raise PredictError(f"gRPC predict did not finish within {timeout + 120:.0f} s") from exc

@@ -1,7 +1,7 @@
 """One source of truth for task setup (issue 9): a local task's environment and argv are
 the kubelet-style expansion of the pod the Kubernetes backend renders, for every mode and
-role - only the addresses (127.0.0.1 ports) and volume directories differ, plus the
-machine's own allow-listed variables and the process tags.
+role - only the addresses (127.0.0.1 ports), volume directories and the scratch directory
+($TMPDIR) differ, plus the machine's own allow-listed variables and the process tags.
 
 The expansion here is written independently of ``_local_pod`` (a regex of the documented
 rules), so the test compares two implementations, not one with itself.
@@ -63,6 +63,19 @@ SPECS = {
     ),
     "all_reduce": dict(mode="all_reduce", worker=RoleSpec(replicas=3)),
 }
+# the same spec, its pod templates inside a JobSet's
+SPECS["between_graph+legacy, layout jobset"] = {**SPECS["between_graph+legacy"], "layout": "jobset"}
+
+
+def pod_templates(manifests: list[dict]) -> list[dict]:
+    """Every pod template the backend would create: a Job's, or each of a JobSet's Jobs'."""
+    out = []
+    for m in manifests:
+        if m["kind"] == "Job":
+            out.append(m["spec"]["template"])
+        elif m["kind"] == "JobSet":
+            out += [rj["template"]["spec"]["template"] for rj in m["spec"]["replicatedJobs"]]
+    return out
 
 
 @pytest.mark.parametrize("case", SPECS)
@@ -81,17 +94,16 @@ def test_local_task_setup_is_the_kubelet_expansion_of_the_rendered_pod(tmp_path:
     try:
         state = backend._state(ref)
         local_cluster, volumes = state["cluster"], state["volumes"]
+        jobset = spec.layout.value == "jobset"
         kube_to_local = {
-            naming.task_address(spec.name, r, i, spec.namespace_name, spec.port): local_cluster[r][i]
+            naming.task_address(spec.name, r, i, spec.namespace_name, spec.port, jobset): local_cluster[r][i]
             for r in local_cluster
             for i in range(len(local_cluster[r]))
         }
         seen = set()
-        for m in render(spec, identity):
-            if m["kind"] != "Job":
-                continue
-            role = m["metadata"]["labels"][naming.LABEL_ROLE]
-            container = m["spec"]["template"]["spec"]["containers"][0]
+        for template in pod_templates(render(spec, identity)):
+            role = template["metadata"]["labels"][naming.LABEL_ROLE]
+            container = template["spec"]["containers"][0]
             for index in range(spec.roles()[role].replicas):
                 task = json.loads(
                     (backend.cluster_dir(ref) / "tasks" / f"{role}-{index}" / "task.json").read_text()
@@ -108,6 +120,10 @@ def test_local_task_setup_is_the_kubelet_expansion_of_the_rendered_pod(tmp_path:
                                 e["name"]
                             ]
                         ]
+                    elif e["name"] == "TMPDIR":  # the pod's scratch emptyDir: the task's own here
+                        mount = next(m for m in container["volumeMounts"] if m["name"] == "tfk-scratch")
+                        assert e["value"] == mount["mountPath"]
+                        expected[e["name"]] = str(backend.cluster_dir(ref) / "scratch" / f"{role}-{index}")
                     else:
                         expected[e["name"]] = kubelet(e["value"], expected)
                 env = task["env"]
@@ -121,6 +137,7 @@ def test_local_task_setup_is_the_kubelet_expansion_of_the_rendered_pod(tmp_path:
                     if w.startswith(("--ps_hosts=", "--worker_hosts=")):
                         flag, _, hosts = w.partition("=")
                         w = f"{flag}=" + ",".join(kube_to_local[h] for h in hosts.split(","))
+                        assert "127.0.0.1:" in w, w
                     want.append(kubelet(w, expected))
                 assert task["argv"][1:] == want, (role, index)
                 seen.add(role)

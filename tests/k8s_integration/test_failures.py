@@ -3,16 +3,20 @@
 - a worker exits with a permanent exit code -> podFailurePolicy FailIndex -> the training
   fails naming that task and code (seconds, not a timeout); a transient code is retried;
 - a pod stuck Unschedulable, or in ImagePullBackOff, past the backend's (small) timeout
-  -> the training fails with that reason.
+  -> the training fails with that reason;
+- a worker killed for memory (OOMKilled, exit code 137) -> the same failure, in the same
+  words, through the blocking wait and the deferrable one.
 
 Every failure deletes the cluster: nothing with its label is left.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
+from typing import Any
 
 import pytest
 from k8s import harness
@@ -141,3 +145,98 @@ def test_image_pull_backoff_fails_with_that_reason(k8s_cluster, k8s_api, tfk_ns,
     assert "Back-off pulling image" in str(err.value)
     assert took < 30, took
     _tfk.wait_no_leftovers(k8s_api, tfk_ns, name)
+
+
+#: The whole verdict of an OOMKilled worker: reason, exit code, and the backend's words
+#: for it (this pod has no termination message of its own).
+OOM_MESSAGE = "task worker-1 failed (OOMKilled, exit code 137): the container exceeded its memory limit"
+
+
+def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_wait(
+    k8s_api, tfk_ns, tfk_conn
+) -> None:
+    """A worker killed for memory fails the training with reason OOMKilled and exit code
+    137, in the same words whether the blocking wait (operator and sensor: the backend's
+    ``watch``, ``drive_watch``) or the deferrable one (the trigger's ``await_cluster``:
+    ``awatch``, ``adrive_watch``) sees it. Both wait on the cluster at the same time, so
+    each sees the pods change through its own watch request, not a fresh list.
+
+    These assertions were in the HTTP double's async test until session 4 deleted it;
+    KWOK now writes the pod's real OOMKilled status (exit code 137, reason annotation)."""
+    from airflow_tfk.backends.kubernetes import KubernetesBackend
+    from airflow_tfk.naming import RunIdentity
+    from airflow_tfk.policies import Outcome
+    from airflow_tfk.spec import Mode, TFClusterSpec
+    from airflow_tfk.watch import WaitLoop, await_cluster, failure_of, wait_for_cluster, wait_result
+
+    spec = TFClusterSpec.from_dict(_tfk.spec(tfk_ns, "between_graph", workers=2, ps=1, name="oom"))
+    ref = KubernetesBackend(conn_id=tfk_conn).create(spec, RunIdentity("k8s_it", "train", "manual__oom", -1))
+    replicas = {"ps": 1, "worker": 2}
+    _tfk.wait_for(
+        "3 running pods",
+        lambda: [p.status.phase for p in _tfk.pods(k8s_api, tfk_ns, "oom")] == ["Running"] * 3,
+    )
+    lines: dict[str, list[str]] = {"blocking": [], "deferrable": []}
+    verdicts: dict[str, Any] = {}
+    backends = {how: KubernetesBackend(conn_id=tfk_conn) for how in lines}
+
+    def blocking() -> None:
+        verdicts["blocking"] = wait_for_cluster(
+            backends["blocking"],
+            ref,
+            Mode.BETWEEN_GRAPH,
+            replicas,
+            timeout=60,
+            progress_interval=3600,  # KWOK pods have no logs to read
+            emit=lines["blocking"].append,
+        )
+
+    def deferrable() -> None:
+        loop = WaitLoop(
+            backends["deferrable"],
+            ref,
+            Mode.BETWEEN_GRAPH,
+            replicas,
+            deadline=time.time() + 60,
+            progress_interval=3600,
+            emit=lines["deferrable"].append,
+        )
+        verdicts["deferrable"] = asyncio.run(await_cluster(loop))
+
+    def both_say(summary: str) -> bool:
+        return all(f"cluster: {summary}" in said for said in lines.values())
+
+    waiters = [threading.Thread(target=fn, name=fn.__name__) for fn in (blocking, deferrable)]
+    for w in waiters:
+        w.start()
+    try:
+        _tfk.wait_for("both waits watching", lambda: both_say("ps 1 running; worker 2 running"), timeout=30)
+        _tfk.finish(k8s_api, tfk_ns, "oom", "worker", 0, indexes=[0])
+        _tfk.wait_for("worker 0 done", lambda: both_say("ps 1 running; worker 1 running, 1 succeeded"))
+        (victim,) = [
+            p.metadata.name for p in _tfk.pods(k8s_api, tfk_ns, "oom", "worker") if _tfk.index_of(p) == 1
+        ]
+        _tfk.annotate(k8s_api, tfk_ns, victim, {harness.EXIT_CODE: "137", harness.EXIT_REASON: "OOMKilled"})
+    finally:
+        for w in waiters:
+            w.join(90)
+    assert set(verdicts) == {"blocking", "deferrable"}, (verdicts, lines)
+    for how, verdict in verdicts.items():
+        assert verdict.outcome is Outcome.FAILED, (how, verdict)
+        task = verdict.failed_task
+        assert (task.name, task.reason, task.exit_code) == ("worker-1", "OOMKilled", 137), (how, task)
+        assert verdict.message == OOM_MESSAGE, (how, verdict.message)
+        assert lines[how][-1] == "cluster: ps 1 running; worker 1 failed, 1 succeeded", (how, lines[how])
+        # Each saw the two workers change through its own pod watch (events applied), not
+        # only through lists.
+        assert backends[how]._sessions[ref].events >= 2, (how, backends[how]._sessions[ref].events)
+    # The two drivers are one loop: the same summaries in the same order, the same event
+    # payload, the same exception for the task.
+    assert lines["blocking"] == lines["deferrable"], lines
+    results = {how: wait_result(v) for how, v in verdicts.items()}
+    assert results["blocking"] == results["deferrable"], results
+    errors = {how: failure_of(r, "oom") for how, r in results.items()}
+    assert all(isinstance(e, TrainingFailed) for e in errors.values()), errors
+    assert str(errors["blocking"]) == str(errors["deferrable"]), errors
+    KubernetesBackend(conn_id=tfk_conn).delete(ref)
+    _tfk.wait_no_leftovers(k8s_api, tfk_ns, "oom")

@@ -6,7 +6,9 @@ plane:
   policy (all workers) ends the parameter servers without the provider deleting them;
 - failure: a worker exits with a permanent code, its index fails at once, the JobSet fails
   (no restarts), and the wait reports the task and its exit code;
-- clean-up: delete() leaves nothing, JobSet included;
+- clean-up: delete() leaves nothing, JobSet included; after success the provider sends no
+  request for the Jobs layout's PS objects (the JobSet layout has none) and says that
+  JobSet ended the PS;
 - under Airflow (TFTrainingOperator): a retry whose first try died while deferred
   reattaches to the same JobSet, the task log follows its pods (progress lines), and the
   task succeeds.
@@ -17,12 +19,15 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from k8s import addons, harness
 
+from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.kubernetes import KubernetesBackend
+from airflow_tfk.kube.api import SyncApi
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.policies import Outcome
 from airflow_tfk.spec import TFClusterSpec
@@ -152,3 +157,47 @@ def test_under_airflow_a_retry_reattaches_and_shows_progress(
         assert jobsets[f"jobsets/{name}"]["metadata"]["uid"] == uid
     # the clean-up after success ended the PS (the finished workers stay until the TTL)
     _tfk.wait_for("the PS gone", lambda: not _tfk.pods(k8s_api, tfk_ns, name, "ps"), timeout=60)
+
+
+def test_after_success_no_request_goes_to_objects_the_jobset_layout_lacks(
+    k8s_api, jobset_controller, tfk_ns, tfk_conn, capfd, monkeypatch
+):
+    """The clean-up after success (TFTrainingOperator, cleanup=ps) of a JobSet training:
+    JobSet's success policy ends the PS, so the provider neither waits the PS grace period
+    nor deletes anything. (Before: after the grace, DELETEs of the Jobs layout's Job, then
+    StatefulSet, then Service ``<name>-ps``, each answered 404, and "deleted ps".)"""
+    sent: list[tuple[str, str, Any]] = []  # every request of the provider's sync client
+    send = SyncApi._send
+
+    def recording(self: SyncApi, call: Any) -> Any:
+        try:
+            resp = send(self, call)
+        except Exception as exc:
+            sent.append((call.method, call.path, getattr(exc, "status", exc)))
+            raise
+        sent.append((call.method, call.path, resp.status))
+        return resp
+
+    monkeypatch.setattr(SyncApi, "_send", recording)
+    ctx = _tfk.task_context("manual__jobset_cleanup")
+    name = _tfk.cluster_name(ctx)
+    spec = _tfk.spec(tfk_ns, "between_graph", workers=2, ps=1, layout="jobset", ps_grace_seconds=600)
+    capfd.readouterr()
+    with _tfk.PodDriver(k8s_api, tfk_ns, name) as driver:  # the workers exit 0, the PS never
+        result = _tfk.make_op(tfk_ns, spec).execute(ctx)
+    out = "".join(capfd.readouterr())
+    assert result["outcome"] == "succeeded", out[-3000:]
+    assert not driver.errors, driver.errors
+    assert [r for r in sent if r[0] == "DELETE"] == [], sent
+    assert [r for r in sent if r[1].rsplit("/", 1)[-1] == f"{name}-ps"] == [], sent
+    # Nothing answered 404 but Kueue's Workload lookup: Kueue is not installed here, and
+    # while pods are pending the wait asks why (no Kueue API: not queued), by design.
+    assert [r for r in sent if r[2] == 404 and not r[1].endswith("/workloads")] == [], sent
+    said = f"training succeeded; the JobSet's success policy ends ps of cluster {name} (layout: jobset)"
+    assert said in out, out[-3000:]
+    assert "deleting ps in" not in out and "deleted ps" not in out, out[-3000:]  # no grace, no delete
+    # ... and what it says is so: JobSet itself ended the PS.
+    _tfk.wait_for("the PS pod gone", lambda: not _tfk.pods(k8s_api, tfk_ns, name, "ps"), timeout=60)
+    assert _condition(_jobset(k8s_api, tfk_ns, name), "Completed")
+    KubernetesBackend(conn_id=tfk_conn).delete(ClusterRef(name, tfk_ns))
+    _tfk.wait_no_leftovers(k8s_api, tfk_ns, name, timeout=90)

@@ -121,12 +121,24 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
 
     # A SIGTERM (CI's timeout, a killed job) interrupts the run like Ctrl-C, so the
     # tear-down below still runs; after a SIGKILL the processes still die (PR_SET_PDEATHSIG)
-    # but the cgroup directories and the work directory stay.
+    # but the cgroup directories and the work directory stay. Only the first INT or TERM
+    # interrupts: Ctrl-C reaches this lane from the terminal and scripts/test.sh then
+    # passes a TERM on, and a second KeyboardInterrupt in the middle of the fixtures'
+    # tear-down would skip the rest of it and leave the node's processes, mounts and
+    # cgroups behind.
     def _interrupt(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise KeyboardInterrupt(f"signal {signum}")
 
     old_term = signal.signal(signal.SIGTERM, _interrupt)
-    node = nodemod.Node.start(log=log)
+    old_int = signal.signal(signal.SIGINT, _interrupt)
+    try:
+        node = nodemod.Node.start(log=log)
+    except BaseException:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+        raise
     importing = None
     try:
         _storage_class(node)
@@ -136,20 +148,26 @@ def k8s_node(request: pytest.FixtureRequest) -> Iterator[nodemod.Node]:
             )
         yield node
     finally:
+        # The node's own tear-down runs to its end whatever arrives meanwhile.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         t0 = time.monotonic()
-        if importing is not None:
-            importing.close()
-        node.stop()
-        failed = request.session.testsfailed > failed_before
-        keep = failed or bool(os.environ.get("AIRFLOW_TFK_K8S_KEEP"))
-        if keep:
-            log(f"k8s node work directory kept: {node.workdir}")
-        else:
-            node.remove()
+        try:
+            if importing is not None:
+                importing.close()
+            node.stop()
+            failed = request.session.testsfailed > failed_before
+            keep = failed or bool(os.environ.get("AIRFLOW_TFK_K8S_KEEP"))
+            if keep:
+                log(f"k8s node work directory kept: {node.workdir}")
+            else:
+                node.remove()
+        finally:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
         log(f"k8s node torn down in {time.monotonic() - t0:.1f}s")
         # Nothing of the node may outlive the session: no process, mount, cgroup, veth,
         # directory (the directory only when it was not kept on purpose).
-        signal.signal(signal.SIGTERM, old_term)
         left = node.leftovers(removed=not keep)
         assert not left, f"the real node left behind: {left}"
 

@@ -4,13 +4,16 @@ Test helper only (the product's local backend lives elsewhere). Every task gets 
 platform's task environment (``TFK_CLUSTER``, ``TFK_ROLE``, ``TFK_INDEX``, ``TFK_MODE``,
 ``TFK_CLUSTER_NAME``) and small thread pools, runs in its own process group, and writes
 stdout/stderr to files under ``workdir``. :meth:`LocalCluster.close` kills every process
-group it started, so no server outlives a test.
+group it started, so no server outlives a test, and then removes ``workdir/tmp``, the
+tasks' ``$TMPDIR``: what a killed task leaves there (TensorFlow's autograph modules, which
+only an atexit hook removes) never reaches the shared /tmp.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -97,9 +100,12 @@ class LocalCluster:
         }
         self.procs: dict[tuple[str, int], subprocess.Popen] = {}
         self._runs: dict[tuple[str, int], int] = {}
+        self.tmpdir = self.workdir / "tmp"
+        self.tmpdir.mkdir(mode=0o700, exist_ok=True)
 
     def env(self, role: str, index: int) -> dict[str, str]:
-        return task_env(self.cluster, role, index, self.mode, self.name, self.extra_env)
+        extra = {"TMPDIR": str(self.tmpdir), **self.extra_env}
+        return task_env(self.cluster, role, index, self.mode, self.name, extra)
 
     def log_path(self, role: str, index: int, stream: str = "out", run: int | None = None) -> Path:
         run = self._runs.get((role, index), 0) if run is None else run
@@ -176,6 +182,7 @@ class LocalCluster:
         """Kill every process group this cluster started (ps serve forever by design)."""
         for role, index in list(self.procs):
             self.kill(role, index)
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
 
     def describe(self, tail: int = 3000) -> str:
         parts = []
