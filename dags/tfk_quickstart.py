@@ -26,6 +26,8 @@ with DAG(
     params={
         "steps": Param(600, type="integer", minimum=1, maximum=100_000),
         "workers": Param(2, type="integer", minimum=1, maximum=8),
+        # After success, how long the PS and workers stay before they are deleted.
+        "ps_grace_seconds": Param(5, type="integer", minimum=0, maximum=3600),
     },
     render_template_as_native_obj=True,
     doc_md=__doc__,
@@ -42,7 +44,7 @@ with DAG(
             "ps": {"replicas": 1},
             "worker": {"replicas": "{{ params.workers }}"},
             "storage": {"logs": {"claim": "tfk-logs"}, "models": {"claim": "tfk-models"}},
-            "ps_grace_seconds": 5,
+            "ps_grace_seconds": "{{ params.ps_grace_seconds }}",
             "max_duration_seconds": 1800,
         },
         progress_interval=5,

@@ -33,6 +33,8 @@ with DAG(
     params={
         "steps": Param(2000, type="integer", minimum=1),
         "previous_run_policy": Param("kill_previous", enum=["kill_previous", "skip", "wait", "allow"]),
+        # After success, how long the parameter servers stay before they are deleted.
+        "ps_grace_seconds": Param(30, type="integer", minimum=0, maximum=3600),
     },
     render_template_as_native_obj=True,
     doc_md=__doc__,
@@ -52,6 +54,7 @@ with DAG(
             "worker": {"replicas": 2},
             "storage": STORAGE,
             "max_duration_seconds": MAX_DURATION_MINUTES * 60,
+            "ps_grace_seconds": "{{ params.ps_grace_seconds }}",
         },
         progress_interval=10,
     )

@@ -26,7 +26,11 @@ with DAG(
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     tags=["airflow-tfk", "serving", "tensorboard"],
-    params={"steps": Param(600, type="integer", minimum=1)},
+    params={
+        "steps": Param(600, type="integer", minimum=1),
+        # After success, how long the PS and workers stay before they are deleted.
+        "ps_grace_seconds": Param(5, type="integer", minimum=0, maximum=3600),
+    },
     render_template_as_native_obj=True,
     doc_md=__doc__,
 ):
@@ -45,7 +49,7 @@ with DAG(
             "ps": {"replicas": 1},
             "worker": {"replicas": 2},
             "storage": STORAGE,
-            "ps_grace_seconds": 5,
+            "ps_grace_seconds": "{{ params.ps_grace_seconds }}",
         },
         progress_interval=10,
     )

@@ -1,6 +1,7 @@
 """Training triggered from the Airflow UI, with a form for its parameters.
 
-"Trigger DAG" shows a form (workers, parameter servers, steps, image, mode, TensorBoard).
+"Trigger DAG" shows a form (workers, parameter servers, steps, image, mode, the PS grace
+period, TensorBoard).
 Airflow checks each field against its schema when the run is triggered; then ``validate``
 builds the full ``TFClusterSpec`` and rejects bad combinations (e.g. ``all_reduce`` with
 parameter servers) with an error naming the field - before anything is created.
@@ -49,6 +50,14 @@ with DAG(
         "mode": Param(
             "parameter_server", enum=["parameter_server", "between_graph", "all_reduce"], title="Mode"
         ),
+        "ps_grace_seconds": Param(
+            30,
+            type="integer",
+            minimum=0,
+            maximum=3600,
+            title="PS grace seconds",
+            description="After success, how long the parameter servers stay before they are deleted.",
+        ),
         "tensorboard": Param(
             False,
             type="boolean",
@@ -74,6 +83,7 @@ with DAG(
             "args": ["--tfk_steps", str(params["steps"])],
             "worker": {"replicas": params["workers"]},
             "storage": STORAGE,
+            "ps_grace_seconds": params["ps_grace_seconds"],
         }
         if params["ps"]:
             spec["ps"] = {"replicas": params["ps"]}

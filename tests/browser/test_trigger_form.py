@@ -182,6 +182,7 @@ def scenario(services: AirflowServices, driver: Any) -> None:
         "Training steps",
         "Training image",
         "Mode",
+        "PS grace seconds",
         "Start TensorBoard",
     ):
         assert driver.find_elements(By.XPATH, f"//*[text()[starts-with(normalize-space(), '{label}')]]"), (
@@ -203,6 +204,7 @@ def scenario(services: AirflowServices, driver: Any) -> None:
     fill(driver, "ps", "1")
     fill(driver, "steps", "40")
     fill(driver, "image", "registry.example/any-image:1")  # ignored by the local backend
+    fill(driver, "ps_grace_seconds", "0")  # nothing here needs the PS after success
     box = driver.find_element(By.NAME, "element_tensorboard")
     driver.execute_script("arguments[0].click()", box)  # the switch's input is visually hidden
     assert box.is_selected()
@@ -215,6 +217,7 @@ def scenario(services: AirflowServices, driver: Any) -> None:
         "steps": 40,
         "image": "registry.example/any-image:1",
         "mode": "parameter_server",
+        "ps_grace_seconds": 0,
         "tensorboard": True,
     }
     run_id = run["dag_run_id"]
@@ -229,7 +232,7 @@ def scenario(services: AirflowServices, driver: Any) -> None:
         ),
         600,
         services,
-        every=5,
+        every=1,
     )
     quoted = urllib.parse.quote(run_id)
     driver.get(f"{services.url}/dags/{DAG_ID}/runs/{quoted}")

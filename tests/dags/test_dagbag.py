@@ -48,6 +48,8 @@ def test_scheduled_training_policies(dagbag) -> None:
     assert train.execution_timeout is not None
     assert train.cluster_spec["max_duration_seconds"] == train.execution_timeout.total_seconds()
     assert dag.params["previous_run_policy"] == "kill_previous"
+    assert dag.params["ps_grace_seconds"] == 30  # the spec's default, unless a run says otherwise
+    assert train.cluster_spec["ps_grace_seconds"] == "{{ params.ps_grace_seconds }}"
     assert dag.timetable.expression == "0 */2 * * *"
 
 
@@ -63,6 +65,7 @@ def test_ui_training_form_rejects_bad_values(dagbag) -> None:
         ("image", "a b"),
         ("image", "{{ evil }}"),
         ("steps", "many"),
+        ("ps_grace_seconds", -1),
     ]:
         with pytest.raises(ParamValidationError):
             params.get_param(key).resolve(bad)

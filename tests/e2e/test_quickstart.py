@@ -12,16 +12,19 @@ import psutil
 import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+STEPS = 100
 
 
 def test_quickstart_trains_cleans_up_and_serves(airflow_env) -> None:
-    run = airflow_env.dags_test("tfk_quickstart", conf=json.dumps({"steps": 300}), timeout=900)
+    run = airflow_env.dags_test(
+        "tfk_quickstart", conf=json.dumps({"steps": STEPS, "ps_grace_seconds": 0}), timeout=900
+    )
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-6000:]
     assert "state=success" in out
     # Progress with step/total/%/ETA in the task log.
-    assert re.search(r"\[chief-0\] step \d+/300 \(\d+\.\d%\), loss [\d.]+, elapsed [\d:]+, ETA", out)
-    assert "step 300/300 (100.0%)" in out
+    assert re.search(rf"\[chief-0\] step \d+/{STEPS} \(\d+\.\d%\), loss [\d.]+, elapsed [\d:]+, ETA", out)
+    assert f"step {STEPS}/{STEPS} (100.0%)" in out
     # The PS and workers (parameter_server mode) were deleted after success, logs first.
     assert "----- log of ps-0" in out and "deleted ps, worker of cluster" in out
     # The SavedModel is in TF Serving's layout and answered through serving_default.

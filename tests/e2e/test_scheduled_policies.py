@@ -9,18 +9,39 @@ backend root, as two scheduler-driven runs share one Kubernetes cluster.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from tests.helpers import dags_test
+from tests.helpers import cluster_processes, dags_test, migrated_airflow_home
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+
+def yield_cpu(pids: list[int]) -> None:
+    """The lowest CPU priority (nice 19) for every thread of ``pids`` and of their
+    descendants; threads and processes they start later inherit it. (A process's nice
+    value is per thread on Linux: renicing only the pid would leave TF's threads as they were.)"""
+    procs: dict[int, psutil.Process] = {}
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs.update({p.pid: p for p in [root, *root.children(recursive=True)]})
+        except psutil.NoSuchProcess:
+            pass
+    for proc in procs.values():
+        try:
+            for thread in proc.threads():
+                os.setpriority(os.PRIO_PROCESS, thread.id, 19)
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            pass  # it exited meanwhile
 
 
 def test_kill_previous_kills_the_running_first_run(airflow_env, tmp_path) -> None:
@@ -29,9 +50,8 @@ def test_kill_previous_kills_the_running_first_run(airflow_env, tmp_path) -> Non
     local_root = tmp_path / "tfk-local"  # only this test's clusters
     first_env = {**airflow_env.env, "TFK_LOCAL_ROOT": str(local_root)}
     second_home = tmp_path / "second-home"
-    second_home.mkdir()
+    migrated_airflow_home(second_home)  # its own SQLite database, migrated like the first's
     second_env = {**first_env, "AIRFLOW_HOME": str(second_home)}
-    subprocess.run([AIRFLOW, "db", "migrate"], env=second_env, check=True, capture_output=True, timeout=300)
 
     first = subprocess.Popen(
         [
@@ -56,9 +76,16 @@ def test_kill_previous_kills_the_running_first_run(airflow_env, tmp_path) -> Non
             assert time.monotonic() < deadline, "the first run never created its cluster"
             time.sleep(1)
         first_cluster = next(local_root.glob("default/tfk-*/state.json")).parent.name
+        # The first run only has to stay alive while the second starts. At full speed its
+        # four TF processes take both cores from the second run's Airflow start-up.
+        yield_cpu([first.pid, *cluster_processes(local_root)])
 
         second = dags_test(
-            second_env, "tfk_scheduled_training", "2026-01-01T02:00:00+00:00", conf={"steps": 50}, timeout=900
+            second_env,
+            "tfk_scheduled_training",
+            "2026-01-01T02:00:00+00:00",
+            conf={"steps": 50, "ps_grace_seconds": 0},
+            timeout=900,
         )
         out2 = second.stdout + second.stderr
         assert second.returncode == 0, out2[-5000:]

@@ -20,7 +20,9 @@ def test_train_publish_tensorboard(airflow_env) -> None:
     from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
     from airflow_tfk.tensorboard.local import LocalTensorBoard
 
-    run = airflow_env.dags_test("tfk_train_publish", conf=json.dumps({"steps": 200}), timeout=900)
+    run = airflow_env.dags_test(
+        "tfk_train_publish", conf=json.dumps({"steps": 60, "ps_grace_seconds": 0}), timeout=900
+    )
     out = run.stdout + run.stderr
     root = str(airflow_env.local_root)
     try:
