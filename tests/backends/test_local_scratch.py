@@ -58,7 +58,10 @@ def task_process(backend: LocalBackend, ref: ClusterRef, name: str) -> psutil.Pr
 
     def running() -> bool:
         nonlocal pid
-        st = json.loads((backend.cluster_dir(ref) / "tasks" / name / "status.json").read_text())
+        try:
+            st = json.loads((backend.cluster_dir(ref) / "tasks" / name / "status.json").read_text())
+        except FileNotFoundError:  # the supervisor has not written its first status yet
+            return False
         pid = st.get("pid") if st.get("state") == "running" else None
         return pid is not None
 
