@@ -5,9 +5,12 @@
 #
 # Without a test path among the arguments, the real-node tier (tests/k8s_node) runs in a
 # second pytest process beside the rest: it mostly waits on its kubelet and pods, so on
-# two cores the two overlap instead of adding up. Its output follows the main run's.
-# TFK_TEST_LANES=1 runs everything in one process. A -m expression that no node test can
-# match (the fast lane's "... and not k8s_node") starts no node lane (scripts/node_lane_selects.py).
+# two cores the two overlap instead of adding up. The local end-to-end tier (tests/e2e,
+# about 8 min) runs after it in that process, so the two lanes take about as long as each
+# other. Its output follows the main run's. TFK_TEST_LANES=1 runs everything in one
+# process. A -m expression that no node test can match (the fast lane's "... and not
+# k8s_node") starts no second lane (scripts/node_lane_selects.py); the main lane then runs
+# tests/e2e itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -27,7 +30,7 @@ elif ! "$py" scripts/node_lane_selects.py "$@"; then
   "$py" -m pytest "$@" --ignore=tests/k8s_node || status=$?
 else
   node_log=$(mktemp)
-  "$py" -m pytest "$@" tests/k8s_node >"$node_log" 2>&1 &
+  "$py" -m pytest "$@" tests/k8s_node tests/e2e >"$node_log" 2>&1 &
   node_pid=$!
   # Ctrl-C reaches both lanes from the terminal: the node lane, started in the
   # background, begins with SIGINT ignored, and tests/conftest.py gives it back its
@@ -36,11 +39,11 @@ else
   # which it also turns into KeyboardInterrupt; it acts on the first INT or TERM only, so
   # its tear-down is never cut short (tests/k8s_node/conftest.py).
   trap 'kill "$node_pid" 2>/dev/null || true' INT TERM
-  "$py" -m pytest "$@" --ignore=tests/k8s_node || status=$?
+  "$py" -m pytest "$@" --ignore=tests/k8s_node --ignore=tests/e2e || status=$?
   node_status=0
   wait "$node_pid" || node_status=$?
   trap - INT TERM
-  echo "==================== the real-node tier (tests/k8s_node, run beside the above) ===================="
+  echo "==================== the real-node and end-to-end tiers (tests/k8s_node, tests/e2e; run beside the above) ===================="
   cat "$node_log"
   rm -f "$node_log"
   # 5: that lane selected nothing (e.g. the fast lane's -m "not k8s_node" leaves the node
