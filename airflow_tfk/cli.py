@@ -86,7 +86,11 @@ def _add_stop_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     stop.add_argument("name", nargs="?", help="server name, or a model name (its server tfs-<model>)")
     stop.add_argument("--all", action="store_true", help="stop every one (of KIND, if given)")
     stop.add_argument("--namespace", help="only this namespace of the local root")
-    stop.add_argument("--root", help="the local backend's root (default $TFK_LOCAL_ROOT or ~/.tfk-local)")
+    stop.add_argument(
+        "--root",
+        help="the local backend's root (default $TFK_LOCAL_ROOT, else .tfk-local in the checkout, "
+        "else ~/.airflow-tfk/.tfk-local)",
+    )
 
 
 def _stop_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
