@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_validate(sub)
     _add_airflow_commands(sub)
     _add_stop_parser(sub)
+    from airflow_tfk import cli_clusters
+
+    cli_clusters.add_parser(sub)
     return parser
 
 
@@ -158,9 +161,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "env": _print_env,
         "render": lambda a: _render_command(parser, a),
         "stop": lambda a: _stop_command(parser, a),
+        "clusters": _clusters,
     }
     command = commands.get(args.command)
     return command(args) if command is not None else 0
+
+
+def _clusters(args: argparse.Namespace) -> int:
+    from airflow_tfk import cli_clusters
+
+    return cli_clusters.run(args)
 
 
 def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
