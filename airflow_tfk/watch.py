@@ -37,6 +37,8 @@ MIN_WATCH_WINDOW_SECONDS = 1.0
 #: Kueue's first answer: read again this soon, this many times, until there is one.
 QUEUE_QUICK_READ_SECONDS = 5.0
 QUEUE_QUICK_READS = 3
+#: Why a wait ended at the task's execution_timeout: the same words blocking and deferred.
+TIMEOUT_MESSAGE = "the training exceeded the task's execution_timeout"
 #: A summary line whose only news is a count comes at most this often.
 SUMMARY_INTERVAL_SECONDS = 5.0
 _monotonic = time.monotonic  # tests move the clock of the summary lines
@@ -197,7 +199,7 @@ class WaitLoop:
     deadline: float | None = None
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL
     emit: Callable[[str], None] = log.info
-    timeout_message: str = "the training exceeded the task's execution_timeout"
+    timeout_message: str = TIMEOUT_MESSAGE
     stall_seconds: float = DEFAULT_STALL_SECONDS
     reporter: ProgressReporter = field(init=False)
     queue: QueueReporter = field(init=False)

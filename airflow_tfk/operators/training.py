@@ -107,17 +107,18 @@ class TFTrainingOperator(OnBackendOperator):
         self.progress_interval = progress_interval
         self.name_prefix = name_prefix
         self._handle: ClusterHandle | None = None
+        self._created = False  # this try created or reattached to its cluster
 
     # -- the steps --------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow.sdk.exceptions import TaskDeferred
+        from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferred
 
         from airflow_tfk.handle import ClusterHandle
         from airflow_tfk.lifecycle import (
             apply_previous_run_policy,
             create_or_reattach,
         )
-        from airflow_tfk.watch import wait_for_cluster, wait_result
+        from airflow_tfk.watch import TIMEOUT_MESSAGE, wait_for_cluster, wait_result
 
         identity, spec, backend = self._resolve(context)
         handle = ClusterHandle.for_spec(spec, backend, identity)
@@ -137,6 +138,7 @@ class TFTrainingOperator(OnBackendOperator):
         self._handle = handle
         try:
             create_or_reattach(backend, spec, identity, self.log.info)
+            self._created = True
             if self.deferrable:
                 self._defer(handle)
             verdict = wait_for_cluster(
@@ -149,8 +151,13 @@ class TFTrainingOperator(OnBackendOperator):
             )
         except TaskDeferred:
             raise
+        except AirflowTaskTimeout as exc:
+            # Airflow's own exception says only "Timeout, PID: N": say what the deferred
+            # wait says, after the same clean-up.
+            self._teardown(handle, TIMEOUT_MESSAGE)
+            raise AirflowTaskTimeout(f"cluster {handle.ref.name}: {TIMEOUT_MESSAGE}") from exc
         except BaseException:
-            # Includes AirflowTaskTimeout and SIGTERM-driven exits: nothing may be left.
+            # SIGTERM-driven exits and every other error: nothing may be left.
             self._teardown(handle, "the task stopped before the training finished")
             raise
         return self._finish(handle, wait_result(verdict))
@@ -183,6 +190,7 @@ class TFTrainingOperator(OnBackendOperator):
             handle = self._handle_of(context).to_dict()
         h = ClusterHandle.from_dict(handle)
         self._handle = h
+        self._created = True
         return self._finish(h, event)
 
     def _resolve(self, context: Context) -> tuple[Any, TFClusterSpec, Any]:
@@ -265,8 +273,12 @@ class TFTrainingOperator(OnBackendOperator):
             return
         try:
             if not handle.backend().exists(handle.ref):
-                # A pre-flight check failed, or a rolled-back create: nothing to clean up.
-                self.log.info("cluster %s was not created; nothing to delete", handle.ref.name)
+                # Never created (a pre-flight check failed, a rolled-back create), or
+                # deleted by someone else since (kill_previous of a newer run).
+                if self._created:
+                    self.log.info("cluster %s is already gone (%s); nothing to delete", handle.ref.name, why)
+                else:
+                    self.log.info("cluster %s was not created; nothing to delete", handle.ref.name)
                 self._handle = None
                 return
             self.log.warning("deleting cluster %s: %s", handle.ref.name, why)

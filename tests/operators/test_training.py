@@ -113,9 +113,34 @@ def test_execution_timeout_in_blocking_mode_deletes_everything(local_root) -> No
 
     ctx = task_context()
     op = make_op(spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"))
-    with pytest.raises(AirflowTaskTimeout), timeout(4):  # Airflow's own timeout mechanism
+    with pytest.raises(AirflowTaskTimeout) as info, timeout(4):  # Airflow's own timeout mechanism
         op.execute(ctx)
+    # the words of the deferrable wait's timeout, not Airflow's "Timeout, PID: N"
+    assert (
+        str(info.value)
+        == f"cluster {cluster_of(ctx).name}: the training exceeded the task's execution_timeout"
+    )
     assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
+    assert_no_processes(local_root)
+
+
+def test_a_cluster_deleted_from_outside_is_already_gone_not_never_created(local_root, capfd) -> None:
+    """kill_previous of a newer run deletes this run's cluster: the task fails, and its
+    clean-up says the cluster is gone, not that it was never created."""
+    ctx = task_context()
+    op = make_op(spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"))
+    thread, errors = execute_in_thread(op, ctx)
+    backend = LocalBackend(str(local_root))
+    deadline = time.monotonic() + 30
+    while not (backend.exists(cluster_of(ctx)) and cluster_processes(local_root)):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    backend.delete(cluster_of(ctx), "killed by the newer run manual__2 (previous_run_policy=kill_previous)")
+    thread.join(60)
+    assert not thread.is_alive() and errors and isinstance(errors[0], TrainingFailed)
+    out = capfd.readouterr().out
+    assert "was not created" not in out
+    assert f"cluster {cluster_of(ctx).name} is already gone (" in out and "killed by the newer run" in out
     assert_no_processes(local_root)
 
 
