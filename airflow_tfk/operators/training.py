@@ -172,7 +172,10 @@ class TFTrainingOperator(OnBackendOperator):
             timeout = self.execution_timeout + _DEFER_TIMEOUT_MARGIN
         self.defer(
             trigger=WorkersDoneTrigger.for_handle(
-                handle, deadline=deadline, progress_interval=self.progress_interval
+                handle,
+                deadline=deadline,
+                progress_interval=self.progress_interval,
+                release_after_success=True,
             ),
             method_name="execute_complete",
             kwargs={"handle": handle.to_dict()},
@@ -231,7 +234,12 @@ class TFTrainingOperator(OnBackendOperator):
         results = self._results(handle)
         grace = max(0.0, handle.ps_grace_seconds - (time.monotonic() - started))
         try:
-            cleanup_after_success(handle, self.log.info, grace_seconds=grace)
+            if result.get("released") is None:
+                cleanup_after_success(handle, self.log.info, grace_seconds=grace)
+            else:  # the trigger ended them already, without waiting for this resume
+                self.log.info(
+                    "the triggerer ended %s after the success", ", ".join(result["released"]) or "nothing"
+                )
             if self.cleanup is Cleanup.ALL:
                 delete_cluster(handle, self.log.info)
         except BaseException:

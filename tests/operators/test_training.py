@@ -163,11 +163,14 @@ def test_deferrable_success_then_cleanup(local_root) -> None:
     assert path == "airflow_tfk.triggers.workers.WorkersDoneTrigger"
     event = run_trigger(type(trigger)(**kwargs))
     assert event["status"] == "success"
-    result = getattr(op, deferred.value.method_name)(ctx, event, **deferred.value.kwargs)
-    assert result["outcome"] == "succeeded"
+    # The triggerer ended the PS itself: a paused DAG, or no free worker slot, would not
+    # resume the task, and nothing else would (the PS never exit by themselves).
+    assert event["released"] == ["ps"]
     ps = LocalBackend(str(local_root)).status(cluster_of(ctx)).task("ps", 0)
     assert ps is not None and ps.reason == "Deleted"
     assert_no_processes(local_root)
+    result = getattr(op, deferred.value.method_name)(ctx, event, **deferred.value.kwargs)
+    assert result["outcome"] == "succeeded"
 
 
 def test_deferrable_execution_timeout_deletes_everything(local_root) -> None:
