@@ -124,6 +124,8 @@ class TFTrainingOperator(OnBackendOperator):
         handle = ClusterHandle.for_spec(spec, backend, identity)
         wait_limit = self.execution_timeout.total_seconds() if self.execution_timeout else None
         policy = _previous_run_policy(self.previous_run_policy)
+        if self.deferrable and policy.value == "wait":
+            self._defer_while_previous_runs(backend, spec, identity)
         if not apply_previous_run_policy(
             backend, spec, identity, policy, self.log.info, wait_timeout=wait_limit
         ):
@@ -181,6 +183,39 @@ class TFTrainingOperator(OnBackendOperator):
             kwargs={"handle": handle.to_dict()},
             timeout=timeout,
         )
+
+    def _defer_while_previous_runs(self, backend: Any, spec: TFClusterSpec, identity: Any) -> None:
+        """``previous_run_policy='wait'``, deferred: wait in the triggerer, not in a worker
+        slot, until the earlier run's cluster has finished or is gone; then start again
+        (:meth:`execute_after_previous_run`), which looks for the next earlier run."""
+        from airflow_tfk.lifecycle import previous_runs
+        from airflow_tfk.triggers.workers import WorkersDoneTrigger
+
+        alive = previous_runs(backend, spec, identity)
+        if not alive:
+            return
+        self.log.info("waiting (deferred) for the earlier run's cluster %s to finish", alive[0].name)
+        trigger = WorkersDoneTrigger(
+            cluster=alive[0].to_dict(),
+            backend_kind=backend.kind,
+            backend_config=backend.config(),
+            mode=spec.mode.value,
+            replicas={role: r.replicas for role, r in spec.roles().items()},
+            deadline=time.time() + self.execution_timeout.total_seconds() if self.execution_timeout else None,
+            progress_interval=self.progress_interval,
+            delete_on_kill=False,  # another run's cluster: never this task's to delete
+        )
+        self.defer(trigger=trigger, method_name="execute_after_previous_run")
+
+    def execute_after_previous_run(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """The earlier run's cluster finished (or is gone): start this run."""
+        if event.get("status") == "timeout":
+            from airflow.sdk.exceptions import AirflowTaskTimeout
+
+            raise AirflowTaskTimeout(
+                f"earlier runs still training at the execution_timeout: {event.get('cluster')}"
+            )
+        return self.execute(context)
 
     def execute_complete(
         self, context: Context, event: dict[str, Any], handle: dict[str, Any] | None = None

@@ -310,3 +310,31 @@ def test_on_failure_keep_keeps_the_failed_tasks_and_stops_the_ps(local_root) -> 
     assert_no_processes(local_root)
     with pytest.raises(ValueError, match="^on_failure"):
         make_op(spec, on_failure="sometimes")
+
+
+def test_wait_for_the_previous_run_defers_instead_of_holding_a_worker_slot(local_root) -> None:
+    """previous_run_policy='wait', deferrable: the task defers on the earlier run's cluster
+    (never deleting it, even if killed), and when that one has finished it starts its own."""
+    earlier_ctx, ctx = task_context("scheduled__1"), task_context("scheduled__2")
+    spec = spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1")
+    earlier = make_op(spec, deferrable=True)
+    with pytest.raises(TaskDeferred):
+        earlier.execute(earlier_ctx)  # the earlier run's cluster trains on
+    op = make_op(spec, deferrable=True, previous_run_policy="wait")
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    trigger = deferred.value.trigger
+    assert deferred.value.method_name == "execute_after_previous_run"
+    assert trigger.cluster["name"] == cluster_of(earlier_ctx).name and trigger.delete_on_kill is False
+    backend = LocalBackend(str(local_root))
+    assert not backend.exists(cluster_of(ctx))  # nothing of its own yet
+
+    backend.delete(cluster_of(earlier_ctx), "the earlier run ended")
+    event = run_trigger(type(trigger)(**trigger.serialize()[1]))
+    assert event["status"] == "failed"  # the earlier run's outcome, not this run's
+    with pytest.raises(TaskDeferred) as own:
+        op.execute_after_previous_run(ctx, event)
+    assert own.value.method_name == "execute_complete"
+    assert own.value.trigger.cluster["name"] == cluster_of(ctx).name and backend.exists(cluster_of(ctx))
+    backend.delete(cluster_of(ctx))
+    assert_no_processes(local_root)
