@@ -105,9 +105,9 @@ def _doc(training: TrainingFile, text: str) -> str:
 
 
 def _dag(t: TrainingFile, params: dict[str, Param], text: str, run_timeout: timedelta | None) -> DAG:
-    from airflow.sdk import DAG
+    from airflow_tfk.dagfactory.sandbox import SandboxedDAG
 
-    return DAG(
+    return SandboxedDAG(
         **_passed_on(t, _DAG_FIELDS),
         dagrun_timeout=run_timeout,
         tags=["airflow-tfk", "dag-as-code", *t.tags],
@@ -117,7 +117,8 @@ def _dag(t: TrainingFile, params: dict[str, Param], text: str, run_timeout: time
             "retries": t.retries,
             "retry_delay": timedelta(seconds=t.retry_delay_seconds),
         },
-        # "{{ params.workers }}" must reach the spec as an int, not the text "2".
+        # "{{ params.workers }}" must reach the spec as an int, not the text "2"; the
+        # environment is the sandbox's (SandboxedDAG), never Airflow's unsandboxed native one.
         render_template_as_native_obj=True,
         doc_md=_doc(t, text),
     )
