@@ -172,6 +172,14 @@ def control_character(text: str, *, multiline: bool = False) -> str | None:
     return None
 
 
+def printable(text: str) -> str:
+    """``text`` with every character :func:`control_character` would name escaped
+    (``\\n``, ``\\x1b``, ``\\u202e``), so it prints as one line that shows what it holds."""
+    if control_character(text) is None:
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def _str(
     data: Mapping[str, Any], key: str, default: str | None, max_len: int = 4096, *, multiline: bool = False
 ) -> str | None:
@@ -241,6 +249,8 @@ def _schedule(value: object) -> str | None:
 
 
 def _params(value: object) -> dict[str, dict[str, Any]]:
+    from airflow_tfk.dagfactory.patterns import check_schema_patterns
+
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -256,6 +266,7 @@ def _params(value: object) -> dict[str, dict[str, Any]]:
                 raise SpecError(
                     f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(PARAM_KEYS))})"
                 )
+            check_schema_patterns({k: v for k, v in definition.items() if k != "default"}, where)
             out[name] = dict(definition)
         elif definition is None or isinstance(definition, (bool, int, float, str)):
             # Shorthand ``steps: 600``: the default, typed after it.
