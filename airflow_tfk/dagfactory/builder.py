@@ -75,7 +75,7 @@ def _has_template(value: Any) -> bool:
 
 def _check_spec(block: str, nested: str, options: dict[str, Any], make_spec: Any) -> None:
     """Run an operator's own spec validation now, naming the field as written in the file."""
-    if _has_template(options):
+    if _has_template({k: v for k, v in options.items() if k in _DIRECT_SPEC_FIELDS or k == nested}):
         return  # checked by the operator after rendering, before anything is created
     try:
         make_spec()
@@ -83,6 +83,18 @@ def _check_spec(block: str, nested: str, options: dict[str, Any], make_spec: Any
         head = exc.field.split(".")[0].split("[")[0]
         where = f"{block}.{exc.field}" if head in _DIRECT_SPEC_FIELDS else f"{block}.{nested}.{exc.field}"
         raise SpecError(where, exc.rule, exc.value) from None
+
+
+def _check_keys(where: str, options: Any, spec_class: type) -> None:
+    """Unknown keys of a nested spec, even where templated values leave the rest to run time."""
+    import dataclasses
+
+    if not isinstance(options, dict):
+        return
+    allowed = {f.name for f in dataclasses.fields(spec_class)} - _DIRECT_SPEC_FIELDS
+    unknown = sorted(str(k) for k in set(options) - allowed)
+    if unknown:
+        raise SpecError(f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
 def _check_gate(options: dict[str, Any], publish: Any) -> None:
@@ -95,6 +107,38 @@ def _check_gate(options: dict[str, Any], publish: Any) -> None:
         gate()
     except SpecError as exc:
         raise SpecError(f"publish.{exc.field}", exc.rule, exc.value) from None
+
+
+def _check_version(options: dict[str, Any], publish: Any) -> None:
+    if _has_template(options.get("version")):
+        return
+    try:
+        publish._version()
+    except SpecError as exc:
+        raise SpecError(f"publish.{exc.field}", exc.rule, exc.value) from None
+
+
+def _check_operator_blocks(t: TrainingFile, common: dict[str, Any]) -> None:
+    """``publish`` and ``tensorboard``, checked by their operators on probes built with
+    the Params' defaults in place of ``{{ params.NAME }}`` (the DAG's own operators keep the
+    templates, rendered on the worker)."""
+    from airflow_tfk.dagfactory.training import with_param_defaults
+    from airflow_tfk.operators.serving import PublishModelOperator
+    from airflow_tfk.operators.tensorboard import TensorBoardOperator
+    from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
+
+    if t.publish is not None:
+        options = with_param_defaults(t.publish, t.params)
+        _check_keys("publish.serving", options.get("serving"), ServingSpec)
+        publish = PublishModelOperator(task_id=PUBLISH_TASK, **common, **options)
+        _check_spec("publish", "serving", options, publish.spec)
+        _check_gate(options, publish)
+        _check_version(options, publish)
+    if t.tensorboard is not None:
+        options = with_param_defaults(t.tensorboard, t.params)
+        _check_keys("tensorboard.tensorboard", options.get("tensorboard"), TensorBoardSpec)
+        tensorboard = TensorBoardOperator(task_id=TENSORBOARD_TASK, **common, **options)
+        _check_spec("tensorboard", "tensorboard", options, lambda: tensorboard.spec(t.dag_id))
 
 
 def _doc(training: TrainingFile, text: str) -> str:
@@ -148,10 +192,10 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
         check_params(params)  # the Param at fault, by name, if that was the reason
         raise
     common = _passed_on(t, _OPERATOR_FIELDS)
+    _check_operator_blocks(t, common)
     with dag:
         if t.tensorboard is not None:
-            tensorboard = TensorBoardOperator(task_id=TENSORBOARD_TASK, **common, **t.tensorboard)
-            _check_spec("tensorboard", "tensorboard", t.tensorboard, lambda: tensorboard.spec(t.dag_id))
+            TensorBoardOperator(task_id=TENSORBOARD_TASK, **common, **t.tensorboard)
         train = TFTrainingOperator(
             task_id=TRAIN_TASK,
             cluster_spec=t.cluster,
@@ -161,10 +205,7 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
             **_passed_on(t, _TRAIN_FIELDS),
         )
         if t.publish is not None:
-            publish = PublishModelOperator(task_id=PUBLISH_TASK, **common, **t.publish)
-            _check_spec("publish", "serving", t.publish, publish.spec)
-            _check_gate(t.publish, publish)
-            train >> publish
+            train >> PublishModelOperator(task_id=PUBLISH_TASK, **common, **t.publish)
     try:
         dag.validate()  # what the DagBag would do; here the error still knows its file
     except AirflowException as exc:

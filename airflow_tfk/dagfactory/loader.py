@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from airflow.sdk import DAG
 
 SUFFIXES = (".yaml", ".yml")
-#: training files one DAG file loads within the DAG processor's default timeout (50 s), with
-#: room to spare, measured on a 2-core machine under load (docs/dag-as-code.md)
+#: training files one DAG file loads well within the DAG processor's default timeouts:
+#: 8.3 CPU-ms per file measured (load 3.5 + serialize 4.8), so 2,000 files take ~17 CPU-s
+#: of the 50 s, leaving room for a busy machine (docs/dag-as-code.md)
 FILES_PER_DAG_FILE = 2000
 #: where the training files are; default: ``trainings/`` beside the DAGs folder
 ENV_DIR = "TFK_TRAININGS_DIR"
@@ -262,14 +263,18 @@ def dag_variable(dag_id: str) -> str:
     return "dag__" + "".join(c if c.isalnum() else "_" for c in dag_id)
 
 
-#: share of the DAG processor's per-file timeout the trainings may take
-BUDGET_SHARE = 0.8
-
-
 def _parse_budget() -> float:
+    """Seconds the trainings may take in one parse of the DAG file: within the import timeout
+    ([core] dagbag_import_timeout, 30 s by default) with a margin, and leaving the DAG
+    processor ([dag_processor] dag_file_processor_timeout, 50 s) as long again to serialize
+    the DAGs (measured: 3.5 ms to load a file, 4.8 ms to serialize its DAG)."""
     from airflow.configuration import conf
 
-    return BUDGET_SHARE * conf.getfloat("dag_processor", "dag_file_processor_timeout", fallback=50.0)
+    limits = [0.4 * conf.getfloat("dag_processor", "dag_file_processor_timeout", fallback=50.0)]
+    import_timeout = conf.getfloat("core", "dagbag_import_timeout", fallback=30.0)
+    if import_timeout > 0:
+        limits.append(0.8 * import_timeout)
+    return min(limits)
 
 
 def load_into(namespace: dict[str, Any], dag_file: str, folder: str | None = None) -> FolderResult:

@@ -345,6 +345,27 @@ def _operator_options(value: object, key: str, operator: type, *, true_means: di
     return {**true_means, **dict(value)}
 
 
+def _backend_config(data: Mapping[str, Any], backend: str) -> dict[str, Any] | None:
+    """``backend_config``: only the options of the chosen backend (a typo is not ignored)."""
+    import inspect
+
+    config = _mapping(data, "backend_config")
+    if not config:
+        return config
+    if backend == "kubernetes":
+        from airflow_tfk.backends.kubernetes import KubernetesBackend as cls
+    else:
+        from airflow_tfk.backends.local import LocalBackend as cls  # type: ignore[assignment]
+    allowed = set(inspect.signature(cls).parameters)
+    unknown = sorted(str(k) for k in set(config) - allowed)
+    if unknown:
+        raise SpecError(
+            f"backend_config.{unknown[0]}",
+            f"unknown option of the {backend} backend (allowed: {', '.join(sorted(allowed))})",
+        )
+    return config
+
+
 def _with_namespace(options: object, where: str) -> dict[str, Any]:
     if options is None:
         options = {}
@@ -478,7 +499,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
         backend=backend,
         kubernetes_conn_id=_str(data, "kubernetes_conn_id", defaults.KUBERNETES_CONN_ID, 250)
         or defaults.KUBERNETES_CONN_ID,
-        backend_config=_mapping(data, "backend_config"),
+        backend_config=_backend_config(data, backend),
         deferrable=_bool(data, "deferrable", defaults.DEFERRABLE),
         progress_interval=progress,
         cleanup=cleanup,
