@@ -166,6 +166,35 @@ def _check_call(node: nodes.Call) -> None:
         raise _refuse(node, "*args and **kwargs are not allowed")
 
 
+def _check_access(node: nodes.Node) -> None:
+    if isinstance(node, nodes.Name) and node.name not in NAMES:
+        raise _refuse(node, f"unknown name {node.name!r} (allowed: {', '.join(sorted(NAMES))})")
+    if isinstance(node, nodes.Getattr) and node.attr.startswith("_"):
+        raise _refuse(node, f"the attribute {node.attr!r} is internal")
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        if isinstance(node.arg.value, str) and node.arg.value.startswith("_"):
+            raise _refuse(node, f"the key {node.arg.value!r} is internal")
+
+
+def _is_text(node: nodes.Node) -> bool:
+    if isinstance(node, nodes.Const):
+        return isinstance(node.value, (str, list, tuple))
+    return isinstance(node, (nodes.List, nodes.Tuple, nodes.Concat))
+
+
+def _check_operator(node: nodes.Node) -> None:
+    """What the render-time sandbox would refuse, refused already when the text shows it."""
+    if isinstance(node, (nodes.Mul, nodes.Mod)) and (_is_text(node.left) or _is_text(node.right)):
+        raise _refuse(node, f"{node.operator!r} is allowed on numbers only (no repetition or % formatting)")
+    if isinstance(node, nodes.Pow) and (
+        isinstance(node.left, nodes.Pow) or isinstance(node.right, nodes.Pow)
+    ):
+        raise _refuse(node, "'**' of a power is not allowed")
+    if isinstance(node, nodes.Pow) and isinstance(node.right, nodes.Const):
+        if not isinstance(node.right.value, (int, float)) or abs(node.right.value) > _MAX_POWER:
+            raise _refuse(node, f"'**' is limited to exponents up to {_MAX_POWER}")
+
+
 def _check_node(node: nodes.Node) -> None:
     if isinstance(node, _STATEMENTS):
         return
@@ -175,13 +204,8 @@ def _check_node(node: nodes.Node) -> None:
         raise _refuse(
             node, f"{kind} is not allowed: training-file templates use {{{{ expressions }}}} and {{% if %}}"
         )
-    if isinstance(node, nodes.Name) and node.name not in NAMES:
-        raise _refuse(node, f"unknown name {node.name!r} (allowed: {', '.join(sorted(NAMES))})")
-    if isinstance(node, nodes.Getattr) and node.attr.startswith("_"):
-        raise _refuse(node, f"the attribute {node.attr!r} is internal")
-    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
-        if isinstance(node.arg.value, str) and node.arg.value.startswith("_"):
-            raise _refuse(node, f"the key {node.arg.value!r} is internal")
+    _check_access(node)
+    _check_operator(node)
     if isinstance(node, nodes.Filter) and node.name not in FILTERS:
         raise _refuse(
             node, f"the filter {node.name!r} is not allowed (allowed: {', '.join(sorted(FILTERS))})"
