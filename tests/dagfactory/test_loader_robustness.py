@@ -21,6 +21,7 @@ from airflow_tfk.dagfactory.loader import FolderResult, load_folder, training_fi
 from airflow_tfk.dagfactory.patterns import check_pattern
 from airflow_tfk.errors import SpecError
 
+ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = {"image": "i", "mode": "all_reduce", "command": ["a"], "worker": {"replicas": 1}}
 
 
@@ -276,3 +277,53 @@ def test_check_pattern_names_the_field() -> None:
     with pytest.raises(SpecError) as caught:
         check_pattern("(a+)+", "params.name.pattern")
     assert caught.value.field == "params.name.pattern"
+
+
+def test_in_the_dagbag_each_bad_file_is_its_own_import_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO, a backtracking pattern and a template payload beside a valid training: the
+    DagBag loads the valid DAG and keys each error by its own file."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.delenv("TFK_TRAININGS_DIR", raising=False)
+    (tmp_path / "dags").mkdir()
+    (tmp_path / "dags" / "tfk_trainings.py").write_text((ROOT / "dags" / "tfk_trainings.py").read_text())
+    folder = tmp_path / "trainings"
+    folder.mkdir()
+    write(folder, "good.yaml")
+    os.mkfifo(folder / "fifo.yaml")
+    write(folder, "regex.yaml", params={"x": {"default": "a", "type": "string", "pattern": "^(a+)+$"}})
+    write(folder, "code.yaml", cluster={**CLUSTER, "args": ["{{ cycler.__init__.__globals__ }}"]})
+    bag = DagBag(dag_folder=str(tmp_path / "dags"))
+    assert set(bag.dag_ids) == {"good"}
+    assert {Path(p).name: m.split(": ")[1] for p, m in bag.import_errors.items()} == {
+        "fifo.yaml": "spec",
+        "regex.yaml": "params.x.pattern",
+        "code.yaml": "cluster.args[0]",
+    }
+
+
+def test_validate_warns_above_the_files_one_dag_file_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_tfk.dagfactory import loader
+
+    for name in ("a.yaml", "b.yaml"):
+        write(tmp_path, name)
+    monkeypatch.setattr(loader, "FILES_PER_DAG_FILE", 1)
+    out, err = io.StringIO(), io.StringIO()
+    assert validate.run([str(tmp_path)], out, err) == validate.EXIT_OK
+    assert err.getvalue().startswith("warning: 2 training files; one DAG file loads about 1 ")
+
+
+def test_the_file_shown_in_the_dag_docs_cannot_close_its_code_fence(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    text = (
+        json.dumps({"cluster": CLUSTER, "description": "x"})
+        + "\n# ```\n# [click](https://evil.example) ````\n"
+    )
+    path.write_text(text)
+    dag = load_bounded(tmp_path).dags["t"]
+    fence = "`" * 5
+    assert f"{fence}yaml\n{text.rstrip()}\n{fence}" in dag.doc_md
