@@ -327,3 +327,28 @@ def test_the_file_shown_in_the_dag_docs_cannot_close_its_code_fence(tmp_path: Pa
     dag = load_bounded(tmp_path).dags["t"]
     fence = "`" * 5
     assert f"{fence}yaml\n{text.rstrip()}\n{fence}" in dag.doc_md
+
+
+def test_only_the_first_errors_are_logged_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_tfk.dagfactory import import_errors
+    from airflow_tfk.dagfactory.loader import TrainingFileError
+
+    warned: list[str] = []
+    monkeypatch.setattr(
+        import_errors.warnings, "warn_explicit", lambda message, *a, **k: warned.append(message)
+    )
+    lines: list[str] = []
+
+    class Log:
+        def error(self, message: str, *args: object) -> None:
+            lines.append(message % args)
+
+    monkeypatch.setattr(import_errors, "log", Log())
+    errors = [
+        TrainingFileError(Path(f"/t/{i}.yaml"), "spec", "not loaded") for i in range(import_errors.LOGGED * 5)
+    ]
+    assert import_errors.report(errors) is False  # no importer on the stack: warnings
+    assert len(warned) == len(errors)  # every file still gets its own record
+    assert len(lines) == import_errors.LOGGED + 1
+    more = len(errors) - import_errors.LOGGED
+    assert lines[-1] == f"... and {more} more broken training files (each is an import error of its file)"
