@@ -146,7 +146,9 @@ def _gate(
         source = f"{name}/{version}/assets.extra/tfk_metrics.json"
     if gate is None:
         return metrics
-    baseline = target.published_metrics().get(previous) if previous is not None else None
+    baseline = (
+        _baseline(target, previous) if previous is not None and gate.max_regression is not None else None
+    )
     verdict = gate.evaluate(metrics, baseline, previous)
     if metrics is None:
         why = (
@@ -164,6 +166,16 @@ def _gate(
             gate.on_failure,
         )
     return metrics
+
+
+def _baseline(target: ServingTarget, version: int) -> dict[str, Any] | None:
+    """The serving version's metrics: recorded when it was published, else the ones its
+    training exported with it (a version published before the gate existed)."""
+    recorded = target.published_metrics().get(version)
+    if isinstance(recorded, dict) and recorded:
+        return recorded
+    exported = target.version_metrics(version)
+    return exported if isinstance(exported, dict) else None
 
 
 def publish(
