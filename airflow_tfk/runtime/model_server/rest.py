@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-from airflow_tfk.protocol.digits import is_plain_int
+from airflow_tfk.protocol.digits import MAX_VERSION, is_plain_int, model_version
 from airflow_tfk.runtime.model_server.manager import ModelManager, RequestError
 from airflow_tfk.runtime.model_server.metrics import Metrics
 from airflow_tfk.runtime.model_server.signature import loads, run_signature
@@ -32,9 +32,20 @@ from airflow_tfk.runtime.model_server.signature import loads, run_signature
 DEFAULT_METRICS_PATH = "/monitoring/prometheus/metrics"
 _PATH = re.compile(
     r"^/v1/models/(?P<model>[^/:]+)"
-    r"(?:/versions/(?P<version>[0-9]{1,18})|/labels/(?P<label>[^/:]+))?"
+    r"(?:/versions/(?P<version>[0-9]{1,30})|/labels/(?P<label>[^/:]+))?"
     r"(?P<verb>:predict)?$"
 )
+
+
+def _version(text: str | None) -> int | None:
+    if text is None:
+        return None
+    version = model_version(text)
+    if version is None:
+        raise RequestError(
+            400, f"version {text} is out of the range of a model version (int64, at most {MAX_VERSION})"
+        )
+    return version
 
 
 class PooledHTTPServer(HTTPServer):
@@ -138,7 +149,7 @@ class Handler(BaseHTTPRequestHandler):
             if not m or (method == "POST") != bool(m.group("verb")):
                 raise RequestError(404, f"Malformed request: {method} {path}")
             label = m.group("label")
-            version = int(m.group("version")) if m.group("version") else None
+            version = _version(m.group("version"))
             if method == "GET":
                 api = "GetModelStatus"
                 return self._send(200, {"model_version_status": self.manager.statuses(model, version, label)})
