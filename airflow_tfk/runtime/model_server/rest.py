@@ -1,30 +1,28 @@
 """The REST API of the stand-in: model and version status, ``:predict``, and the
-Prometheus metrics page, on a bounded pool of worker threads.
+Prometheus metrics page. Connections, request heads and slow clients are the business of
+:mod:`~airflow_tfk.runtime.model_server.http_server`; this module answers one request.
 
-Why the server is built like this:
-
-* a listen backlog of 1024 (``socketserver``'s default is 5, and a burst of 200
-  concurrent clients then met ~40% connection resets), and at most ``workers +
-  queue`` accepted connections at once: beyond that, the accept loop waits and new
-  connections wait in the kernel's backlog instead of costing a thread each;
-* every socket read has a timeout, so a client that announces more body than it sends,
-  or goes silent, holds a worker for at most ``read_timeout`` seconds;
 * ``Content-Length`` is checked before anything is read: missing on a POST (or chunked)
   -> 411, not a non-negative integer or conflicting -> 400, over the limit -> 413. After
-  any of these the connection is closed, since the rest of its bytes cannot be trusted.
+  any of these the connection is closed, since the rest of its bytes cannot be trusted;
+* the body is read against one deadline (the read timeout plus 1 s per MiB), so a client
+  that announces more than it sends, or sends it a byte at a time, gets 408;
+* a body is decoded only while the server's budget of request bytes has room for it
+  (:class:`~airflow_tfk.runtime.model_server.limits.Limits`): memory is bounded by the
+  budget, not by the number of clients.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from airflow_tfk.protocol.digits import MAX_VERSION, is_plain_int, model_version
+from airflow_tfk.runtime.model_server.http_server import Connection, ReactorHTTPServer, Reader, Writer
+from airflow_tfk.runtime.model_server.limits import Limits
 from airflow_tfk.runtime.model_server.manager import ModelManager, RequestError
 from airflow_tfk.runtime.model_server.metrics import Metrics
 from airflow_tfk.runtime.model_server.signature import loads, run_signature
@@ -48,57 +46,35 @@ def _version(text: str | None) -> int | None:
     return version
 
 
-class PooledHTTPServer(HTTPServer):
-    """An HTTP server whose requests run on a fixed pool of threads."""
-
-    request_queue_size = 1024  # the listen backlog: bursts wait here instead of being reset
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], handler: type, workers: int, queue: int) -> None:
-        super().__init__(address, handler)
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rest")
-        self._slots = threading.BoundedSemaphore(workers + queue)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        # Blocks the accept loop when every slot is taken; the kernel backlog holds the rest.
-        self._slots.acquire()
-        try:
-            self._pool.submit(self._work, request, client_address)
-        except RuntimeError:  # the pool is shutting down
-            self._slots.release()
-            self.shutdown_request(request)
-
-    def _work(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:  # noqa: BLE001 - one connection's failure is not the server's
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
-            self._slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # client resets and timeouts are routine; requests log their own failures
-
-    def server_close(self) -> None:
-        super().server_close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
 class Handler(BaseHTTPRequestHandler):
     """Subclassed per server with the manager, metrics and limits set as attributes."""
 
     manager: ModelManager
     metrics: Metrics
+    limits: Limits
+    rfile: Reader  # type: ignore[assignment]
+    wfile: Writer  # type: ignore[assignment]
     _headers_buffer: list[bytes]  # BaseHTTPRequestHandler's, untyped in typeshed
     metrics_path: str = DEFAULT_METRICS_PATH
     max_body_bytes: int = 64 << 20
-    timeout = 10.0  # socket timeout of every read (StreamRequestHandler applies it)
+    timeout = 10.0  # the read timeout of a body (and the write timeout of an answer)
     # Headers and body go out in one write, with Nagle off: a second small write would
     # wait for the client's delayed ACK (~40 ms per keep-alive request).
     disable_nagle_algorithm = True
     protocol_version = "HTTP/1.1"
     server_version = "airflow-tfk-model-server"
+
+    def setup(self) -> None:
+        conn, self.rfile, self.wfile = self.request
+        self.connection = conn.sock
+
+    def handle(self) -> None:
+        # one request per dispatch: between requests the connection waits in the reactor
+        self.close_connection = True
+        self.handle_one_request()
+
+    def finish(self) -> None:
+        pass
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         pass
@@ -127,6 +103,7 @@ class Handler(BaseHTTPRequestHandler):
         length = int(text.pop())
         if length > self.max_body_bytes:
             raise RequestError(413, f"the body ({length} bytes) exceeds the limit of {self.max_body_bytes}")
+        self.rfile.body_deadline(length)
         data = self.rfile.read(length)
         if len(data) != length:
             raise RequestError(400, f"the body ended after {len(data)} of {length} bytes")
@@ -142,7 +119,9 @@ class Handler(BaseHTTPRequestHandler):
             try:
                 raw = self._body(method)
             except TimeoutError:
-                raise RequestError(408, f"the body did not arrive within {self.timeout:.0f} s") from None
+                raise RequestError(
+                    408, "the body did not arrive in time (read timeout plus 1 s per MiB)"
+                ) from None
             framed = True
             if method == "GET" and path == self.metrics_path:
                 return self._send(200, self.metrics.render(), "text/plain; version=0.0.4")
@@ -154,7 +133,8 @@ class Handler(BaseHTTPRequestHandler):
                 api = "GetModelStatus"
                 return self._send(200, {"model_version_status": self.manager.statuses(model, version, label)})
             _, fn = self.manager.resolve(model, version, label)
-            answer = run_signature(fn, loads(raw))
+            with self.limits.hold(len(raw), "the body"):
+                answer = run_signature(fn, loads(raw), self.limits.max_request_bytes)
             self.metrics.observe(model, api, "REST", "OK", time.perf_counter() - start)
             return self._send(200, answer)
         except RequestError as exc:
@@ -181,16 +161,35 @@ def make_server(
     port: int,
     *,
     workers: int = 16,
-    queue: int = 256,
     read_timeout: float = 10.0,
     max_body_bytes: int = 64 << 20,
     metrics_path: str = DEFAULT_METRICS_PATH,
-) -> PooledHTTPServer:
+    limits: Limits | None = None,
+    header_timeout: float = 10.0,
+    max_connections: int = 1024,
+    max_pending_per_client: int = 64,
+) -> ReactorHTTPServer:
     attrs = {
         "manager": manager,
         "metrics": metrics,
+        "limits": limits or Limits(max_request_bytes=max_body_bytes),
         "timeout": read_timeout,
         "max_body_bytes": max_body_bytes,
         "metrics_path": metrics_path,
     }
-    return PooledHTTPServer((host, port), type("RestHandler", (Handler,), attrs), workers, queue)
+    handler = type("RestHandler", (Handler,), attrs)
+
+    def serve(conn: Connection, reader: Reader, writer: Writer) -> bool:
+        done = handler((conn, reader, writer), (conn.client, 0), server)
+        return not done.close_connection
+
+    server = ReactorHTTPServer(
+        (host, port),
+        serve,
+        workers=workers,
+        read_timeout=read_timeout,
+        header_timeout=header_timeout,
+        max_connections=max_connections,
+        max_pending_per_client=max_pending_per_client,
+    )
+    return server
