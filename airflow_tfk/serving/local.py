@@ -97,6 +97,7 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
 
     kind = "local"
     status_timeout = 5.0
+    restartable = True
 
     def __init__(
         self,
@@ -313,6 +314,18 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
 
     def running(self) -> bool:
         return self.process.running() is not None
+
+    def server_down(self) -> str | None:
+        record = self._record()
+        if record is None:
+            return f"no local model server of {self.spec.model_name} is recorded in {self.dir}"
+        if self.process.running() is not None:
+            return None
+        last = " | ".join(_process.tail(self.process.log_path, 2).splitlines())[-300:]
+        return (
+            f"the local model server of {self.spec.model_name} (pid {record.get('pid')}) is not "
+            f"running; the end of its log: {last or '(empty)'}"
+        )
 
     def delete(self, emit: Emit) -> None:
         with _process.locked(self.dir):
