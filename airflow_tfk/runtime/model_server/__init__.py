@@ -91,8 +91,8 @@ def serve(
 ) -> None:
     """Serve until ``stop`` is set. ``bound`` (if given) receives the ports actually bound
     (``rest``, ``grpc``), useful with port 0. ``max_body_bytes`` bounds a REST body, a
-    gRPC message and the inputs either declares; ``inflight_bytes`` (default: twice
-    that) the requests decoded at once, over both APIs."""
+    gRPC message and the inputs either declares; ``inflight_bytes`` (default: the same)
+    the requests decoded at once, over both APIs."""
     manager = ModelManager()
     metrics = Metrics()
     limits = Limits(
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         "--max_inflight_bytes",
         type=int,
         default=0,
-        help="requests decoded at once (default: 2 x the body limit)",
+        help="bytes of requests decoded at once (default: the body limit)",
     )
     p.add_argument(
         "--rest_api_header_timeout_in_ms",

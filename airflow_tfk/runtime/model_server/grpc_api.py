@@ -41,7 +41,7 @@ def _declared(inputs: Any, limit: int) -> int:
         if proto.tensor_shape.unknown_rank:
             raise RequestError(400, f"input '{name}' has no shape")
         dims = [d.size for d in proto.tensor_shape.dim]
-        itemsize = max(dtype.size, 8)
+        itemsize = dtype.size or 8  # strings: at least a pointer each
         size = declared_bytes(name, dims, itemsize, limit - total)
         if proto.tensor_content and dtype.size and len(proto.tensor_content) != size // itemsize * dtype.size:
             raise RequestError(

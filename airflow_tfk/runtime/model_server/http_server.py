@@ -16,8 +16,9 @@ of buffer, and these bounds drop it:
   ever pushes out its own, and an ordinary request (whose head arrives at once) is never
   the oldest. A burst of fresh connections is not cut: it is bounded by
   ``max_connections``;
-* ``max_connections``: open connections in all; beyond it the accept loop stops and new
-  connections wait in the kernel's listen backlog;
+* ``max_connections``: open connections in all; at the cap a new connection closes the
+  oldest one still waiting for its head (if it has waited ``EVICT_AFTER``), else the
+  accept loop stops and new connections wait in the kernel's listen backlog;
 * ``max_head_bytes``: a head larger than this is answered 431.
 
 Bodies are read by the worker, with a deadline for the whole body (see ``Reader``).
@@ -155,7 +156,7 @@ class ReactorHTTPServer:
         self._wake_r.setblocking(False)
         self._stop = threading.Event()
         self._stopped = threading.Event()
-        self.dropped = {"header_timeout": 0, "per_client": 0, "head_too_large": 0}
+        self.dropped = {"header_timeout": 0, "evicted": 0, "head_too_large": 0}  # for stats()
 
     # -- the reactor thread -----------------------------------------------------------------
     def serve_forever(self, poll_interval: float = 0.5) -> None:
@@ -172,11 +173,14 @@ class ReactorHTTPServer:
                         with contextlib.suppress(OSError):
                             self._wake_r.recv(4096)
                     else:
-                        self._readable(key.data)
+                        try:
+                            self._readable(key.data)
+                        except Exception:  # noqa: BLE001 - one connection's failure is not the server's
+                            self._close(key.data)
                 while not self._returned.empty():
                     self._await_head(self._returned.get())
                 self._expire()
-                full = self._open >= self.max_connections
+                full = self._open >= self.max_connections and not self._evictable()
                 if full and listening:
                     sel.unregister(self.listener)
                 elif not full and not listening:
@@ -193,10 +197,18 @@ class ReactorHTTPServer:
         oldest = next(iter(self._pending))
         return max(0.0, min(poll_interval, oldest.since + self.header_timeout - time.monotonic()))
 
+    def _evictable(self) -> Connection | None:
+        oldest = next(iter(self._pending), None)
+        return oldest if oldest is not None and oldest.since <= time.monotonic() - EVICT_AFTER else None
+
     def _accept(self) -> None:
         for _ in range(64):  # a bounded batch: heads of open connections are read meanwhile
             if self._open >= self.max_connections:
-                return
+                victim = self._evictable()
+                if victim is None:
+                    return
+                self.dropped["evicted"] += 1
+                self._close(victim)
             try:
                 sock, addr = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -221,7 +233,7 @@ class ReactorHTTPServer:
             if conn.since > old:
                 return  # in head order: the rest are younger still
             if conn.client == client:
-                self.dropped["per_client"] += 1
+                self.dropped["evicted"] += 1
                 self._close(conn)
                 return
 
@@ -229,6 +241,10 @@ class ReactorHTTPServer:
         conn.since = time.monotonic()
         if self._head_complete(conn):
             self._dispatch(conn)
+            return
+        if len(conn.buf) > self.max_head_bytes:
+            self.dropped["head_too_large"] += 1
+            self._answer_and_close(conn, 431, "Request Header Fields Too Large")
             return
         conn.sock.setblocking(False)
         self._pending[conn] = None

@@ -6,7 +6,8 @@ Two bounds, the same for REST and gRPC:
   before any array is made. A 51-byte gRPC request may declare a 2,000,000 x 64 tensor
   with a single value that TensorFlow would repeat: 512 MB from 51 bytes. The declared
   size is what counts, never the wire size.
-* ``inflight_bytes``: requests are decoded and run only while the sum of their sizes
+* ``inflight_bytes`` (default: ``max_request_bytes``, one request of the largest size):
+  requests are decoded and run only while the sum of their sizes
   (the larger of the wire size and the declared inputs) fits this budget; the others wait
   up to ``wait_seconds`` for room, then get RESOURCE_EXHAUSTED (503). So the server's
   memory grows with the budget, not with the number of clients.
@@ -30,7 +31,7 @@ class Limits:
         self, max_request_bytes: int = 64 << 20, inflight_bytes: int | None = None, wait_seconds: float = 10.0
     ) -> None:
         self.max_request_bytes = max_request_bytes
-        self.inflight_bytes = max(inflight_bytes or 2 * max_request_bytes, max_request_bytes)
+        self.inflight_bytes = max(inflight_bytes or max_request_bytes, max_request_bytes)
         self.wait_seconds = wait_seconds
         self._used = 0
         self._room = threading.Condition()

@@ -1,0 +1,106 @@
+"""The stand-in's connection layer alone (no TensorFlow): slow or oversized request heads
+cost no worker and are dropped; ordinary requests are answered meanwhile."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from airflow_tfk.runtime.model_server.http_server import Connection, ReactorHTTPServer, Reader, Writer
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+def _serve(conn: Connection, reader: Reader, writer: Writer) -> bool:
+    while reader.readline(65537) not in (b"\r\n", b"\n", b""):
+        pass
+    writer.write(OK)
+    return True
+
+
+@pytest.fixture
+def server():
+    srv = ReactorHTTPServer(
+        ("127.0.0.1", 0),
+        _serve,
+        workers=2,
+        read_timeout=2.0,
+        header_timeout=1.0,
+        max_connections=64,
+        max_pending_per_client=16,
+        max_head_bytes=4096,
+    )
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _ask(port: int, data: bytes = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", timeout: float = 10.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        out = b""
+        while True:
+            chunk = s.recv(4096)
+            out += chunk
+            if not chunk or out.endswith(b"ok") or b"Connection: close" in out and b"}" in out:
+                return out
+
+
+def test_a_partial_head_is_answered_408_after_the_header_timeout(server) -> None:
+    t0 = time.monotonic()
+    answer = _ask(server.server_address[1], b"GET / HTTP/1.1\r\nHost")
+    assert answer.startswith(b"HTTP/1.1 408") and 0.9 < time.monotonic() - t0 < 3
+
+
+def test_a_head_over_the_limit_is_431(server) -> None:
+    answer = _ask(server.server_address[1], b"GET / HTTP/1.1\r\nX: " + b"a" * 8000)
+    assert answer.startswith(b"HTTP/1.1 431")
+
+
+def test_keep_alive_requests_and_pipelining(server) -> None:
+    two = b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=5) as s:
+        s.sendall(two)
+        out = b""
+        while out.count(b"ok") < 2:
+            out += s.recv(4096)
+    assert out == OK + OK
+
+
+def test_more_slow_clients_than_connections_do_not_block_ordinary_requests(server) -> None:
+    port = server.server_address[1]
+    stop = threading.Event()
+
+    def slow() -> None:
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                    for byte in b"GET / HTTP/1.1\r\nHost: x\r\n":
+                        s.sendall(bytes([byte]))
+                        if stop.wait(0.3):
+                            return
+            except OSError:
+                pass
+
+    threads = [threading.Thread(target=slow, daemon=True) for _ in range(150)]  # > max_connections
+    for t in threads:
+        t.start()
+    time.sleep(2.0)
+    try:
+        took = []
+        for _ in range(20):
+            t0 = time.monotonic()
+            assert _ask(port).endswith(b"ok")
+            took.append(time.monotonic() - t0)
+        assert max(took) < 3, took
+        assert server.stats()["evicted"] + server.stats()["header_timeout"] > 0
+        assert server.stats()["open"] <= 64
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=5)
