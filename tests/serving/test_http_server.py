@@ -104,3 +104,27 @@ def test_more_slow_clients_than_connections_do_not_block_ordinary_requests(serve
         stop.set()
         for t in threads:
             t.join(timeout=5)
+
+
+def test_the_inflight_budget_admits_what_fits_and_refuses_the_rest_in_bounded_time() -> None:
+    from airflow_tfk.runtime.model_server.limits import Limits, declared_bytes
+    from airflow_tfk.runtime.model_server.manager import RequestError
+
+    limits = Limits(max_request_bytes=100, inflight_bytes=150, wait_seconds=0.3)
+    with pytest.raises(RequestError) as too_big:
+        with limits.hold(101, "the body"):
+            pass
+    assert too_big.value.status == 413 and too_big.value.code == "RESOURCE_EXHAUSTED"
+    with limits.hold(100, "the body"), limits.hold(50, "the body"):
+        t0 = time.monotonic()
+        with pytest.raises(RequestError) as busy:
+            with limits.hold(1, "the body"):
+                pass
+        assert busy.value.status == 503 and 0.25 < time.monotonic() - t0 < 2
+    with limits.hold(100, "the body"):  # released: room again
+        pass
+    # declared shapes: refused before the product is ever made
+    with pytest.raises(RequestError, match="declares shape"):
+        declared_bytes("x", [2**62] * 32, 8, 100)
+    assert declared_bytes("x", [3, 0, 2**62], 4, 100) == 0
+    assert declared_bytes("x", [5, 5], 4, 100) == 100

@@ -92,6 +92,16 @@ class Reader:
         del buf[:n]
         return line
 
+    def skip(self, size: int) -> bool:
+        """Read and drop ``size`` bytes, a buffer at a time; whether they all came."""
+        while size > 0:
+            if not self.conn.buf and not self._fill():
+                return False
+            n = min(size, len(self.conn.buf))
+            del self.conn.buf[:n]
+            size -= n
+        return True
+
     def read(self, size: int = -1) -> bytes:
         buf = self.conn.buf
         while (size < 0 or len(buf) < size) and self._fill():

@@ -10,7 +10,8 @@ Two bounds, the same for REST and gRPC:
   requests are decoded and run only while the sum of their sizes
   (the larger of the wire size and the declared inputs) fits this budget; the others wait
   up to ``wait_seconds`` for room, then get RESOURCE_EXHAUSTED (503). So the server's
-  memory grows with the budget, not with the number of clients.
+  memory grows with the budget, not with the number of clients. REST bodies up to 1 MiB
+  skip it (see ``rest.SMALL_BODY``).
 """
 
 from __future__ import annotations

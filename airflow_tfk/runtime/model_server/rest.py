@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from contextlib import nullcontext, suppress
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -28,6 +29,9 @@ from airflow_tfk.runtime.model_server.metrics import Metrics
 from airflow_tfk.runtime.model_server.signature import loads, run_signature
 
 DEFAULT_METRICS_PATH = "/monitoring/prometheus/metrics"
+# Bodies up to this size skip the in-flight budget: ``workers`` of them decode in far less
+# memory than one large body, and a client trickling a large body cannot stall them.
+SMALL_BODY = 1 << 20
 _PATH = re.compile(
     r"^/v1/models/(?P<model>[^/:]+)"
     r"(?:/versions/(?P<version>[0-9]{1,30})|/labels/(?P<label>[^/:]+))?"
@@ -89,22 +93,30 @@ class Handler(BaseHTTPRequestHandler):
         self._headers_buffer.append(b"\r\n" + data)  # end_headers, with the body
         self.flush_headers()
 
-    def _body(self, method: str) -> bytes:
+    def _length(self, method: str) -> int:
         if self.headers.get("Transfer-Encoding"):
             raise RequestError(411, "Transfer-Encoding is not supported; send a Content-Length")
         values = self.headers.get_all("Content-Length") or []
         if not values:
             if method == "POST":
                 raise RequestError(411, "a POST needs a Content-Length header")
-            return b""
+            return 0
         text = {v.strip() for v in values}
         if len(text) != 1 or not all(is_plain_int(t) for t in text):
-            raise RequestError(400, f"invalid Content-Length: {', '.join(values)!r}")
+            raise RequestError(400, f"invalid Content-Length: {', '.join(values)!r}"[:300])
         length = int(text.pop())
         if length > self.max_body_bytes:
             raise RequestError(413, f"the body ({length} bytes) exceeds the limit of {self.max_body_bytes}")
+        return length
+
+    def _read(self, length: int) -> bytes:
         self.rfile.body_deadline(length)
-        data = self.rfile.read(length)
+        try:
+            data = self.rfile.read(length)
+        except TimeoutError:
+            raise RequestError(
+                408, "the body did not arrive in time (read timeout plus 1 s per MiB)"
+            ) from None
         if len(data) != length:
             raise RequestError(400, f"the body ended after {len(data)} of {length} bytes")
         return data
@@ -113,31 +125,27 @@ class Handler(BaseHTTPRequestHandler):
         start = time.perf_counter()
         path = self.path.split("?", 1)[0]
         m = _PATH.match(path)
-        model, api = (m.group("model") if m else ""), "predict"
+        model, api = (m.group("model") if m else ""), ("GetModelStatus" if method == "GET" else "predict")
         framed = False  # whether the body was read whole, so the connection can be reused
+        length = -1
         try:
-            try:
-                raw = self._body(method)
-            except TimeoutError:
-                raise RequestError(
-                    408, "the body did not arrive in time (read timeout plus 1 s per MiB)"
-                ) from None
-            framed = True
-            if method == "GET" and path == self.metrics_path:
-                return self._send(200, self.metrics.render(), "text/plain; version=0.0.4")
-            if not m or (method == "POST") != bool(m.group("verb")):
-                raise RequestError(404, f"Malformed request: {method} {path}")
-            label = m.group("label")
-            version = _version(m.group("version"))
-            if method == "GET":
-                api = "GetModelStatus"
-                return self._send(200, {"model_version_status": self.manager.statuses(model, version, label)})
-            _, fn = self.manager.resolve(model, version, label)
-            with self.limits.hold(len(raw), "the body"):
-                answer = run_signature(fn, loads(raw), self.limits.max_request_bytes)
-            self.metrics.observe(model, api, "REST", "OK", time.perf_counter() - start)
-            return self._send(200, answer)
+            length = self._length(method)
+            # A small body is read and decoded at once; a large one waits for room in the
+            # budget first, so large bodies in memory are bounded by it, not by the workers.
+            with self.limits.hold(length, "the body") if length > SMALL_BODY else nullcontext():
+                raw = self._read(length)
+                framed = True
+                status, answer, kind = self._answer(method, path, m, raw)
+            if m and method == "POST":
+                self.metrics.observe(model, api, "REST", "OK", time.perf_counter() - start)
+            return self._send(status, answer, kind)
         except RequestError as exc:
+            if not framed and exc.status == 503 and length > 0:
+                # refused for want of room, unread: drop the body so the client, still
+                # sending it, reads the answer instead of a connection reset
+                self.rfile.body_deadline(length)
+                with suppress(OSError):
+                    self.rfile.skip(length)
             if not framed:
                 self.close_connection = True
             if m:
@@ -145,7 +153,24 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(exc.status, {"error": str(exc)})
         except Exception as exc:  # noqa: BLE001 - never let one request kill the server
             self.close_connection = True
-            return self._send(500, {"error": f"{type(exc).__name__}: {exc}"})
+            return self._send(500, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
+
+    def _answer(self, method: str, path: str, m: re.Match[str] | None, raw: bytes) -> tuple[int, Any, str]:
+        if method == "GET" and path == self.metrics_path:
+            return 200, self.metrics.render(), "text/plain; version=0.0.4"
+        if not m or (method == "POST") != bool(m.group("verb")):
+            raise RequestError(404, f"Malformed request: {method} {path}"[:300])
+        model, label = m.group("model"), m.group("label")
+        version = _version(m.group("version"))
+        if method == "GET":
+            return (
+                200,
+                {"model_version_status": self.manager.statuses(model, version, label)},
+                "application/json",
+            )
+        _, fn = self.manager.resolve(model, version, label)
+        answer = run_signature(fn, loads(raw), self.limits.max_request_bytes)
+        return 200, answer, "application/json"
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
         self._route("GET")
