@@ -116,6 +116,7 @@ class PublishModelOperator(OnBackendOperator):
 
     def _version(self) -> int | None:
         from airflow_tfk.errors import SpecError
+        from airflow_tfk.protocol.digits import MAX_VERSION, model_version
 
         if self.version in (None, "", "None", "latest"):
             return None
@@ -124,11 +125,14 @@ class PublishModelOperator(OnBackendOperator):
         # quietly publish 3), nor are non-ASCII digits.
         if isinstance(self.version, float) or not (text.isascii() and text.lstrip("+").isdigit()):
             raise SpecError("version", "must be an integer version", self.version)
-        if len(text) > 18:
-            raise SpecError("version", "is too large for a model version", self.version)
-        version = int(text)
-        if version < 0 or isinstance(self.version, bool):
+        if isinstance(self.version, bool):
             raise SpecError("version", "must be a non-negative integer", self.version)
+        version = model_version(text.lstrip("+"))
+        if version is None:
+            # TF Serving's versions are int64
+            raise SpecError(
+                "version", f"must be at most {MAX_VERSION} (int64, TF Serving's version type)", self.version
+            )
         return version
 
     def gate(self) -> Any:
