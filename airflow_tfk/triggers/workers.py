@@ -15,7 +15,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_tfk.backends import get_backend
 from airflow_tfk.backends.base import Backend, ClusterRef
-from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS
+from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS, STALL_SECONDS
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.spec import Mode
 from airflow_tfk.watch import WaitLoop, await_cluster, wait_result
@@ -32,6 +32,7 @@ class WorkersDoneTrigger(BaseTrigger):
     :param deadline: absolute UNIX time after which the trigger gives up with ``timeout``
         (the task's ``execution_timeout``); the operator then deletes the cluster.
     :param progress_interval: seconds between progress reads.
+    :param stall_seconds: fail as stalled after this long without progress (0: off).
     :param delete_on_kill: delete the cluster when the task is killed while deferred.
     """
 
@@ -45,6 +46,7 @@ class WorkersDoneTrigger(BaseTrigger):
         deadline: float | None = None,
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         delete_on_kill: bool = True,
+        stall_seconds: float = STALL_SECONDS,
     ) -> None:
         super().__init__()
         self.cluster = cluster
@@ -55,11 +57,17 @@ class WorkersDoneTrigger(BaseTrigger):
         self.deadline = deadline
         self.progress_interval = progress_interval
         self.delete_on_kill = delete_on_kill
+        self.stall_seconds = stall_seconds
         self._fired = False
 
     @classmethod
     def for_handle(
-        cls, handle: ClusterHandle, *, deadline: float | None = None, progress_interval: float
+        cls,
+        handle: ClusterHandle,
+        *,
+        deadline: float | None = None,
+        progress_interval: float,
+        stall_seconds: float = STALL_SECONDS,
     ) -> WorkersDoneTrigger:
         """The trigger that waits on the cluster of ``handle`` (a create task's XCom)."""
         return cls(
@@ -70,6 +78,7 @@ class WorkersDoneTrigger(BaseTrigger):
             replicas=handle.replicas,
             deadline=deadline,
             progress_interval=progress_interval,
+            stall_seconds=stall_seconds,
         )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -84,6 +93,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "progress_interval": self.progress_interval,
                 "delete_on_kill": self.delete_on_kill,
+                "stall_seconds": self.stall_seconds,
             },
         )
 
@@ -105,6 +115,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 deadline=self.deadline,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
+                stall_seconds=self.stall_seconds,
             )
             result = wait_result(await await_cluster(loop))
         except Exception as exc:  # reported as an event; the operator raises and cleans up
