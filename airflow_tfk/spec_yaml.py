@@ -27,7 +27,15 @@ from typing import Any
 
 from airflow_tfk.errors import SpecError
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "load_yaml_mapping", "parser_error", "yaml12_bool"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "load_yaml_mapping",
+    "check_plain_scalar",
+    "parser_error",
+    "yaml12_bool",
+]
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
@@ -126,6 +134,14 @@ def _check_scalar(node: Any, path: str) -> None:
         raise SpecError(
             where, f"is a YAML {kind} ({_at(node.start_mark)}); quote it to mean text", node.value
         )
+    check_plain_scalar(node, where)
+
+
+def check_plain_scalar(node: Any, where: str) -> None:
+    """A plain scalar as YAML 1.2 reads it: refuse the YAML 1.1 number forms that are easily
+    misread (``010``, ``1:30``, ``1_000``, ``0b11``) and over-long integers, and read YAML 1.1
+    boolean words as text (:func:`yaml12_bool`). The spec reader and the training-file
+    reader both call it, so a value means the same in a spec file and under ``cluster:``."""
     if node.style:  # quoted or block text: always a string (plain is None, or "" in libyaml)
         return
     value = node.value

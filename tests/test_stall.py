@@ -214,7 +214,8 @@ else:
 
 
 @pytest.mark.timeout(90)
-def test_a_sigstopped_worker_fails_the_training_as_stalled_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("frozen", ["worker-1", "chief-0"])
+def test_a_sigstopped_task_fails_the_training_as_stalled_naming_it(tmp_path: Path, frozen: str) -> None:
     import os
     import signal
     import time
@@ -243,8 +244,8 @@ def test_a_sigstopped_worker_fails_the_training_as_stalled_naming_it(tmp_path: P
         while '"step":5,' not in backend.logs(ref, "chief", 0):
             assert time.monotonic() < deadline, backend.logs(ref, "chief", 0)
             time.sleep(0.2)
-        (worker1,) = [t for t in backend._tasks(ref) if t.name == "worker-1"]
-        child = backend._child(ref, worker1)
+        (task,) = [t for t in backend._tasks(ref) if t.name == frozen]
+        child = backend._child(ref, task)
         assert child is not None
         os.kill(child.pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
@@ -262,10 +263,11 @@ def test_a_sigstopped_worker_fails_the_training_as_stalled_naming_it(tmp_path: P
     finally:
         backend.delete(ClusterRef(ref.name, ref.namespace))
     assert verdict.outcome is Outcome.FAILED, verdict
-    assert verdict.failed_task is not None and verdict.failed_task.name == "worker-1", verdict
-    assert f"its process {child.pid} is stopped" in verdict.message
-    assert "went silent: worker-1" in verdict.message
+    assert verdict.failed_task is not None and verdict.failed_task.name == frozen, verdict
+    assert f"{frozen} (its process {child.pid} is stopped" in verdict.message
+    assert f"went silent: {frozen}" in verdict.message
     assert any(m.startswith("WARNING no progress for") for m in said), said
+    print(f"{frozen}: failed as stalled {took:.1f} s after SIGSTOP (bound 4 s)")
     assert took < 15, took  # the bound (4 s) plus a read or two, not the run's deadline
     error = failure_of(wait_result(verdict), ref.name)
-    assert isinstance(error, TrainingFailed) and error.task == "worker-1" and error.reason == "Stalled"
+    assert isinstance(error, TrainingFailed) and error.task == frozen and error.reason == "Stalled"
