@@ -209,6 +209,10 @@ def test_namespace_per_training_identity_is_confined_to_its_own_namespaces(
                 )
             )
         )
+        for ns in ("kube-system", other):
+            admin.create_namespaced_config_map(
+                ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="kept"), data={"a": "b"})
+            )
         admin.create_namespaced_service(
             other,
             client.V1Service(
@@ -231,7 +235,7 @@ def test_namespace_per_training_identity_is_confined_to_its_own_namespaces(
                 ns,
                 client.V1ConfigMap(metadata=client.V1ObjectMeta(name="x")),
             )
-            assert "may write only" in _denied(core.delete_collection_namespaced_pod, ns)
+            assert "may write only" in _denied(core.delete_namespaced_config_map, "kept", ns)
             # ... nor can it claim the namespace by labelling it
             assert "only the namespaces it created" in _denied(
                 core.patch_namespace,
@@ -261,6 +265,7 @@ def test_namespace_per_training_identity_is_confined_to_its_own_namespaces(
         assert "only the namespaces it created" in _denied(core.delete_namespace, shared)
         for ns in ("kube-system", other, shared):
             assert admin.read_namespace(ns).status.phase == "Active"
+        assert admin.read_namespaced_config_map("kept", "kube-system").data == {"a": "b"}
 
         # the whole lifecycle in a namespace of its own: no 403
         kubeconfig = _identity(k8s_cluster, tfk_ns, tmp_path, "tfk_rbac_ns")
@@ -283,6 +288,10 @@ def test_namespace_per_training_identity_is_confined_to_its_own_namespaces(
                 admin.delete_namespace(ns)
             except client.ApiException:
                 pass
+        try:
+            admin.delete_namespaced_config_map("kept", "kube-system")
+        except client.ApiException:
+            pass
 
 
 def _earlier_version_objects(namespace: str, name: str, run_id: str) -> list[dict]:
