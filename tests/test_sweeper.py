@@ -262,3 +262,58 @@ def test_a_finished_training_loses_only_what_never_exits(backend) -> None:
     said: list[str] = []
     assert create_or_reattach(backend, s, OWNER, said.append) == ref
     assert any("reattaching" in m for m in said) and not any("creating" in m for m in said), said
+
+
+EXPORT_WAITER = """
+import sys
+from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.lifecycle import create_or_reattach
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.spec import RoleSpec, StorageSpec, TFClusterSpec, VolumeSpec
+from airflow_tfk.watch import wait_for_cluster
+b = LocalBackend(sys.argv[1], kill_grace_seconds=0.5)
+s = TFClusterSpec(name="killed-exports", image="x:1", command=(sys.executable, "-c", sys.argv[2]),
+                  ps=RoleSpec(), worker=RoleSpec(replicas=2),
+                  storage=StorageSpec(models=VolumeSpec(size="1Gi")))
+ref = create_or_reattach(b, s, RunIdentity("dag", "train", "killed", -1), print)
+print("WAITING", flush=True)
+wait_for_cluster(b, ref, s.mode, {"ps": 1, "worker": 2}, progress_interval=1, emit=print)
+"""
+# The workers wait for the go file, then worker 0 exports version 1; the PS runs on.
+EXPORTS_WHEN_TOLD = EXPORTS_THEN_SUCCEEDS.replace(
+    'elif os.environ["TFK_INDEX"] == "0":',
+    'else:\n    while not os.path.exists(os.environ["TFK_MODEL_DIR"] + "/go"):\n        time.sleep(0.1)\n'
+    'if os.environ["TFK_ROLE"] == "worker" and os.environ["TFK_INDEX"] == "0":',
+)
+
+
+def test_sigkilled_task_then_its_orphan_exports_then_the_sweeper_sets_it_aside(backend, tmp_path) -> None:
+    """The issue's run: the Airflow task is SIGKILLed while it waits, its cluster finishes
+    and exports version 1 anyway; the task instance is failed. The sweeper leaves no
+    process and no publishable version."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(EXPORT_WAITER), backend.root, EXPORTS_WHEN_TOLD],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(tmp_path),
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "WAITING" in line:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    ref = ClusterRef("killed-exports", "default")
+    models = Path(backend._state(ref)["volumes"]["models"])
+    (models / "go").touch()  # the orphan trains on and exports
+    deadline = time.monotonic() + 30
+    while {t.phase.value for t in backend.status(ref).tasks if t.role == "worker"} != {"Succeeded"}:
+        assert time.monotonic() < deadline, backend.logs(ref, "worker", 0)
+        time.sleep(0.1)
+    assert (models / "m" / "1").is_dir()
+    said: list[str] = []
+    swept = sweep(backend, None, states({"killed": "failed"}), emit=said.append)
+    assert [r.ref for r in swept] == [ref], said
+    assert backend._marked(ref) == [] and not backend.exists(ref)
+    names = [p.name for p in (models / "m").iterdir()]
+    assert "1" not in names and any(n.startswith(".failed-1-") for n in names), names
