@@ -53,6 +53,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from airflow_tfk import naming
 from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.backends import _local_loopback, _local_pod
@@ -74,7 +76,7 @@ from airflow_tfk.errors import ClusterOwnershipError, LocalMachineError
 from airflow_tfk.local_env import default_local_root as default_root
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import ROLES, TFClusterSpec
-from airflow_tfk.status import ClusterStatus
+from airflow_tfk.status import Activity, ClusterStatus
 
 log = logging.getLogger(__name__)
 
@@ -422,6 +424,23 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
 
     def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
         return _tail(self.log_path(ref, role, index), tail_lines)
+
+    def task_activity(self, ref: ClusterRef, role: str, index: int) -> Activity:
+        """When the task last wrote to its log (the file's mtime), and whether its process
+        is stopped (SIGSTOP, a debugger): a frozen task, seen as a kubelet cannot."""
+        try:
+            last = self.log_path(ref, role, index).stat().st_mtime
+        except OSError:
+            last = None
+        note = ""
+        task = next((t for t in self._tasks(ref) if (t.role, t.index) == (role, index)), None)
+        child = self._child(ref, task) if task is not None else None
+        try:
+            if child is not None and child.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                note = f"its process {child.pid} is stopped (SIGSTOP or a debugger)"
+        except psutil.Error:
+            pass
+        return Activity(last_output=last, note=note)
 
     def delete_roles(self, ref: ClusterRef, roles: list[str]) -> None:
         unknown = sorted(set(roles) - set(ROLES))

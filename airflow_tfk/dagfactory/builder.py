@@ -28,7 +28,7 @@ _DIRECT_SPEC_FIELDS = frozenset({"model_name", "claim", "sub_path", "base_path",
 # every operator, of the training operator.
 _DAG_FIELDS = ("dag_id", "description", "schedule", "start_date", "catchup", "max_active_runs")
 _OPERATOR_FIELDS = ("backend", "backend_config", "kubernetes_conn_id")
-_TRAIN_FIELDS = ("deferrable", "cleanup", "progress_interval", "previous_run_policy")
+_TRAIN_FIELDS = ("deferrable", "cleanup", "progress_interval", "stall_seconds", "previous_run_policy")
 
 
 def _passed_on(training: TrainingFile, names: tuple[str, ...]) -> dict[str, Any]:

@@ -45,9 +45,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk import defaults
-from airflow_tfk.constants import CLEANUP, KUBERNETES_CONN_ID, PROGRESS_INTERVAL_SECONDS, Cleanup
+from airflow_tfk.constants import (
+    CLEANUP,
+    KUBERNETES_CONN_ID,
+    PROGRESS_INTERVAL_SECONDS,
+    STALL_SECONDS,
+    Cleanup,
+)
 from airflow_tfk.errors import SpecError
 from airflow_tfk.run_policy import PreviousRunPolicy
+from airflow_tfk.stall import check_stall_seconds
 
 #: the task ids of the generated DAG
 TRAIN_TASK, PUBLISH_TASK, TENSORBOARD_TASK = "train", "publish", "tensorboard"
@@ -133,6 +140,7 @@ class TrainingFile:
     backend_config: dict[str, Any] | None = None
     deferrable: bool = False
     progress_interval: float = PROGRESS_INTERVAL_SECONDS
+    stall_seconds: float = STALL_SECONDS
     cleanup: str = "ps"
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     publish: dict[str, Any] | None = None
@@ -400,6 +408,7 @@ TOP_LEVEL = (
     "backend_config",
     "deferrable",
     "progress_interval",
+    "stall_seconds",
     "cleanup",
     "params",
     "cluster",
@@ -502,6 +511,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
         backend_config=_backend_config(data, backend),
         deferrable=_bool(data, "deferrable", defaults.DEFERRABLE),
         progress_interval=progress,
+        stall_seconds=check_stall_seconds(data.get("stall_seconds", STALL_SECONDS)),
         cleanup=cleanup,
         params=params,
         publish=publish,

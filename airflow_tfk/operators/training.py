@@ -17,6 +17,7 @@ from airflow_tfk.constants import (
     CLEANUP,
     NAME_PREFIX,
     PROGRESS_INTERVAL_SECONDS,
+    STALL_SECONDS,
     TENSORBOARD_TASK_ID,
     Cleanup,
     backend_kind,
@@ -55,6 +56,9 @@ class TFTrainingOperator(OnBackendOperator):
         first), or ``keep`` the finished tasks for debugging until their TTL (the roles
         that never exit, the PS, are deleted all the same). A killed task always deletes.
     :param progress_interval: seconds between progress lines (step/total/%/ETA).
+    :param stall_seconds: fail the training as stalled when its progress (the chief's, else
+        worker 0's step) stands still this long while its tasks run, naming the task(s)
+        that went silent; warn at half of it. 0 turns it off. Default 900.
     :param tensorboard_task_id: the TensorBoard task whose URL the "TensorBoard" extra
         link of this task opens.
     :param previous_run_policy: what to do with a still-alive cluster of an earlier run of
@@ -82,6 +86,7 @@ class TFTrainingOperator(OnBackendOperator):
         cleanup: Cleanup | str = CLEANUP,
         on_failure: str = "delete",
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
+        stall_seconds: float = STALL_SECONDS,
         name_prefix: str = NAME_PREFIX,
         previous_run_policy: str = "allow",
         tensorboard_task_id: str = TENSORBOARD_TASK_ID,
@@ -105,6 +110,9 @@ class TFTrainingOperator(OnBackendOperator):
         self.cluster_spec = cluster_spec
         self.deferrable = deferrable
         self.progress_interval = progress_interval
+        from airflow_tfk.stall import check_stall_seconds
+
+        self.stall_seconds = check_stall_seconds(stall_seconds)
         self.name_prefix = name_prefix
         self._handle: ClusterHandle | None = None
         self._created = False  # this try created or reattached to its cluster
@@ -150,6 +158,7 @@ class TFTrainingOperator(OnBackendOperator):
                 handle.replicas,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
+                stall_seconds=self.stall_seconds,
             )
         except TaskDeferred:
             raise
@@ -178,6 +187,7 @@ class TFTrainingOperator(OnBackendOperator):
                 deadline=deadline,
                 progress_interval=self.progress_interval,
                 release_after_success=True,
+                stall_seconds=self.stall_seconds,
             ),
             method_name="execute_complete",
             kwargs={"handle": handle.to_dict()},

@@ -15,7 +15,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_tfk.backends import get_backend
 from airflow_tfk.backends.base import Backend, ClusterRef
-from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS
+from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS, STALL_SECONDS
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.spec import Mode
 from airflow_tfk.watch import WaitLoop, await_cluster, wait_result
@@ -32,6 +32,7 @@ class WorkersDoneTrigger(BaseTrigger):
     :param deadline: absolute UNIX time after which the trigger gives up with ``timeout``
         (the task's ``execution_timeout``); the operator then deletes the cluster.
     :param progress_interval: seconds between progress reads.
+    :param stall_seconds: fail as stalled after this long without progress (0: off).
     :param delete_on_kill: delete the cluster when the task is killed while deferred.
     :param release_handle: the cluster's handle (``ClusterHandle.to_dict()``) when this
         trigger ends the roles that never exit by themselves (the PS) after a success,
@@ -51,6 +52,7 @@ class WorkersDoneTrigger(BaseTrigger):
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         delete_on_kill: bool = True,
         release_handle: dict[str, Any] | None = None,
+        stall_seconds: float = STALL_SECONDS,
     ) -> None:
         super().__init__()
         self.cluster = cluster
@@ -62,6 +64,7 @@ class WorkersDoneTrigger(BaseTrigger):
         self.progress_interval = progress_interval
         self.delete_on_kill = delete_on_kill
         self.release_handle = release_handle
+        self.stall_seconds = stall_seconds
         self._fired = False
 
     @classmethod
@@ -72,6 +75,7 @@ class WorkersDoneTrigger(BaseTrigger):
         deadline: float | None = None,
         progress_interval: float,
         release_after_success: bool = False,
+        stall_seconds: float = STALL_SECONDS,
     ) -> WorkersDoneTrigger:
         """The trigger that waits on the cluster of ``handle`` (a create task's XCom);
         with ``release_after_success`` it also ends the PS after a success."""
@@ -84,6 +88,7 @@ class WorkersDoneTrigger(BaseTrigger):
             deadline=deadline,
             progress_interval=progress_interval,
             release_handle=handle.to_dict() if release_after_success else None,
+            stall_seconds=stall_seconds,
         )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -99,6 +104,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 "progress_interval": self.progress_interval,
                 "delete_on_kill": self.delete_on_kill,
                 "release_handle": self.release_handle,
+                "stall_seconds": self.stall_seconds,
             },
         )
 
@@ -120,6 +126,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 deadline=self.deadline,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
+                stall_seconds=self.stall_seconds,
             )
             result = wait_result(await await_cluster(loop))
         except Exception as exc:  # reported as an event; the operator raises and cleans up
