@@ -216,12 +216,15 @@ class SweepRunner:
             text = self.backend.logs(run.handle.ref, run.role, run.index, tail_lines=PROGRESS_TAIL_LINES)
         except Exception:  # progress is best effort; the status decides
             return None
-        new = [p for p in map(parse_line, text.splitlines()) if p is not None and p.step > run.last_step]
-        if not new:
+        moved = False
+        for p in map(parse_line, text.splitlines()):
+            # The last step comes twice (running, then done): Optuna takes one value a step.
+            if p is not None and p.step > run.last_step:
+                self._intermediate(run, p)
+                run.last_step = p.step
+                moved = True
+        if not moved:
             return None
-        for p in new:
-            self._intermediate(run, p)
-        run.last_step = new[-1].step
         run.trial.set_user_attr(studies.STEPS, run.last_step)
         if run.smoothed is not None and run.trial.should_prune():
             return run.last_step
