@@ -17,6 +17,12 @@ CPU-seconds are those of every process of every trial cluster (supervisors and
 TensorFlow tasks, user + system), sampled every 0.2 s from /proc. Targets: the pruned
 arm's best held-out accuracy within ``--tolerance`` (absolute) of the unpruned arm's, on
 at most 60 % of its CPU-seconds.
+
+What pruning can save is the training after the pruning step; every trial, pruned or
+not, pays its start-up (TensorFlow's import, the strategy, tracing, the last
+evaluation: ~5 CPU-s each on the development machine). The ratio therefore depends on
+how long a trial trains against that fixed cost: ``--steps`` sets it, and the "training
+steps run" row shows the share of the training the pruner cut.
 """
 
 from __future__ import annotations

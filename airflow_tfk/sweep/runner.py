@@ -288,6 +288,10 @@ class SweepRunner:
         ref = run.handle.ref
         exports = run_exports(self.backend, ref, self.emit)
         delete_cluster(run.handle, self.emit, reason)
+        # Read again after the delete, where the logs outlive the tasks (local): a version
+        # exported between the first read and the kill is set aside too.
+        known = {e.path for e in exports}
+        exports += [e for e in run_exports(self.backend, ref, self.emit) if e.path not in known]
         set_aside_exports(self.backend, ref, exports, self.emit)
 
     def _forget(self, run: _Trial) -> None:

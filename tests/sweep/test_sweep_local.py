@@ -41,8 +41,9 @@ def trainer_spec(tmp_path: Path, steps: int = 30, step_seconds: float = 0.1) -> 
             "REPO_DIR": str(ROOT),
             "STEPS": str(steps),
             "STEP_SECONDS": str(step_seconds),
-            "EXPORT_BASE": str(tmp_path / "models"),
+            "EXPORT_AT_STEP": "3",
         },
+        "storage": {"models": {"claim": "tfk-models"}},
         "ps_grace_seconds": 0,
     }
 
@@ -115,12 +116,20 @@ def test_pruning_ends_losing_trials_and_the_limit_holds(local_root, tmp_path, ca
     pruned = [r for r in rows.values() if r["state"] == "PRUNED"]
     complete = [r for r in rows.values() if r["state"] == "COMPLETE"]
     assert pruned, f"no trial was pruned: {rows}"
+    study = load(result)
+    result_versions = {t.number: t.user_attrs[studies.MODEL_VERSION] for t in study.trials}
     assert len(pruned) + len(complete) == 8
     backend = LocalBackend(str(local_root))
+    models = backend.claim_path("default", "tfk-models") / "toy"
     for r in pruned:
-        # Ended early, through the backend's delete with the reason, never exported.
+        # Ended early, through the backend's delete with the reason; what it had exported
+        # is set aside (renamed out of the integer versions a server loads).
         assert r["steps"] is not None and r["steps"] < 30, r
         assert r["value"] is None and r["model_version"] is None
+        version = result_versions[r["number"]]
+        assert not (models / str(version)).exists()
+        if r["steps"] >= 3:
+            assert list(models.glob(f".failed-{version}-*")), sorted(p.name for p in models.iterdir())
         status = backend.status(ClusterRef(r["cluster"], "default"))
         assert not status.exists and "pruned by the sweep" in status.deleted_reason
         # The pruner's question was fair: the trial was behind some finished trial.
@@ -134,7 +143,7 @@ def test_pruning_ends_losing_trials_and_the_limit_holds(local_root, tmp_path, ca
     assert result["model_name"] == "toy"
     assert result["model_version"] == best["model_version"]
     assert Path(result["model_path"]).is_dir()
-    exported = sorted(int(p.name) for p in (tmp_path / "models" / "toy").iterdir())
+    exported = sorted(int(p.name) for p in models.iterdir() if p.name.isdigit())
     assert exported == sorted(r["model_version"] for r in complete)
     out = capfd.readouterr()
     log = out.out + out.err
