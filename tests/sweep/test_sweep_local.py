@@ -230,3 +230,26 @@ def test_a_retry_after_a_hard_kill_ends_the_trial_left_running(local_root, tmp_p
     assert len(rerun) == 1 and rerun[0].params == trial.params and rerun[0].state.name == "COMPLETE"
     assert sum(r["state"] in ("COMPLETE", "PRUNED") for r in rows.values()) == 2
     assert_no_processes(local_root)
+
+
+def test_execution_timeout_deletes_every_running_trial(local_root, tmp_path) -> None:
+    """Airflow's own timeout (SIGALRM in the task process) lands in the middle of the loop:
+    every trial cluster goes, and the trials it interrupted are queued for the retry."""
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+    from airflow.sdk.execution_time.timeout import timeout
+
+    op = TFSweepOperator(
+        task_id="sweep",
+        backend="local",
+        cluster_spec=trainer_spec(tmp_path, steps=100000),
+        sweep=sweep_config(4),
+    )
+    with pytest.raises(AirflowTaskTimeout), timeout(10):
+        op.execute(task_context(run_id="manual__timeout", task_id="sweep"))
+    assert LocalBackend(str(local_root)).find(None, {}) == []
+    assert_no_processes(local_root)
+    (db,) = (local_root / ".sweeps").glob("*.db")
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
+    states = sorted(t.state.name for t in study.trials)
+    assert 1 <= states.count("FAIL") == states.count("WAITING") <= 2, states
+    assert all(t.user_attrs.get(studies.INTERRUPTED) for t in study.trials if t.state.name == "FAIL")
