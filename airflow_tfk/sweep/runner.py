@@ -366,9 +366,7 @@ class SweepRunner:
         import optuna
 
         study = self._study
-        rows = []
         best: dict[str, Any] | None = None
-        best_row = None
         frozen = {t.number: t for t in study.get_trials(deepcopy=False)}
         rows = [
             studies.trial_row(t) for t in frozen.values() if t.state is not optuna.trial.TrialState.WAITING
