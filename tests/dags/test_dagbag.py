@@ -109,3 +109,13 @@ def test_the_environment_reaches_every_operator_through_default_args() -> None:
         assert (backend, conn_id) == ("kubernetes", "k8s_team"), task
         if task.endswith(".train"):
             assert deferrable is True, task
+
+
+def test_sweep_dag_publishes_the_best_trial_behind_a_quality_gate(dagbag) -> None:
+    dag = dagbag.dags["tfk_sweep"]
+    sweep, publish = dag.get_task("sweep"), dag.get_task("publish")
+    assert publish.upstream_task_ids == {"sweep"}
+    assert publish.version is None  # the best trial's version, from the sweep's XCom
+    assert publish.quality_gate["thresholds"] == {"accuracy": "{{ params.min_accuracy }}"}
+    assert sweep.sweep["pruner"]["name"] == "median"
+    assert "tfk_learning_rate" in sweep.sweep["search_space"]
