@@ -131,6 +131,7 @@ _NEEDS = re.compile(r"^\s*(import|from)\s+(tensorflow|keras|grpc|tensorflow_serv
 PRELUDE = """
 from airflow.sdk import DAG
 from airflow_tfk.operators.serving import PublishModelOperator
+from airflow_tfk.operators.sweep import TFSweepOperator
 from airflow_tfk.operators.tensorboard import StopTensorBoardOperator, TensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 """
