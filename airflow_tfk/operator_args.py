@@ -93,6 +93,8 @@ def plain(value: object, field: str) -> None:
             raise SpecError(field, f"is too large (over {MAX_NODES} values)")
         if depth > MAX_DEPTH:
             raise SpecError(where, f"is nested too deeply (over {MAX_DEPTH} levels)")
+        if isinstance(item, (Mapping, list, tuple)) and len(item) > MAX_NODES - nodes:
+            raise SpecError(where, f"is too large (over {MAX_NODES} values)")
         if isinstance(item, Mapping):
             for key in item:
                 if not isinstance(key, str):
