@@ -187,6 +187,15 @@ def _tensorboard(policy: Any) -> Callable[[], Any]:
     return run
 
 
+def _serving_spec(data: dict[Any, Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        from airflow_tfk.serving.spec import ServingSpec
+
+        return ServingSpec.from_dict(data)
+
+    return run
+
+
 def _python_other_cases() -> list[Case]:
     from airflow_tfk.operators.serving import PublishModelOperator
     from airflow_tfk.operators.training import TFTrainingOperator
@@ -259,6 +268,12 @@ def _python_other_cases() -> list[Case]:
             "python",
             _tensorboard({"allow_from": [{"cidr": "10.0.0.0/8", "except_cidrs": ["10.0.0.0/8"]}]}),
             "network_policy",
+        ),
+        Case(
+            "serving-spec-mixed-keys",
+            "python",
+            _serving_spec({"model_name": "m", "claim": "c", 1: 2, "x": 3}),
+            "1",
         ),
         Case(
             "ok-svc-policy",
