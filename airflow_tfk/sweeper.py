@@ -36,7 +36,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from airflow_tfk import naming
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
+from airflow_tfk.errors import SpecError
 from airflow_tfk.lifecycle import run_exports, set_aside_exports
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.status import ClusterStatus, Phase
@@ -152,6 +154,8 @@ def sweep(
 ) -> list[SweepResult]:
     """Delete (or, with ``dry_run``, only report) every orphaned cluster in ``namespace``
     (None: every namespace the backend can see)."""
+    if namespace is not None and not (isinstance(namespace, str) and naming.is_dns1123_label(namespace)):
+        raise SpecError("namespace", "must be a namespace name (DNS-1123 label) or None", namespace)
     now = time.time() if now is None else now
     results = []
     for ref in backend.clusters(namespace):

@@ -55,7 +55,7 @@ from typing import Any
 
 import psutil
 
-from airflow_tfk import naming
+from airflow_tfk import capacity, naming
 from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.backends import _local_loopback, _local_pod
 from airflow_tfk.backends import _local_records as records
@@ -106,6 +106,9 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         and ``TFK_*``), like a developer's shell; False gives them only PATH, HOME, LANG.
     :param keep_history: replaced clusters (logs, volumes) kept under ``.history``.
     :param start_timeout_seconds: how long :meth:`create` waits for the supervisors.
+    :param max_tasks: the most tasks (processes) one cluster may have here; a bigger spec
+        fails before anything starts, naming the cap. Default: from this machine
+        (:func:`airflow_tfk.capacity.local_max_tasks`).
     """
 
     kind = "local"
@@ -124,6 +127,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         loopback_only: bool = True,
         keep_history: int = 3,
         start_timeout_seconds: float = 30.0,
+        max_tasks: int | None = None,
     ) -> None:
         if os.name != "posix":
             raise RuntimeError("the local backend needs a POSIX system (process groups)")
@@ -138,6 +142,13 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         self.loopback_only = bool(loopback_only)
         self.keep_history = int(keep_history)
         self.start_timeout_seconds = float(start_timeout_seconds)
+        if max_tasks is None:
+            max_tasks = capacity.local_max_tasks()
+        if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1:
+            raise LocalMachineError(
+                "max_tasks", "must be a positive integer (local backend option)", max_tasks
+            )
+        self.max_tasks = max_tasks
 
     def __repr__(self) -> str:
         return f"LocalBackend(root={self.root!r})"
@@ -200,7 +211,13 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         return state.tasks if state is not None else ()
 
     # -- create -------------------------------------------------------------------------
+    def _check_task_cap(self, spec: TFClusterSpec) -> None:
+        too_big = capacity.check_local_tasks(spec, self.max_tasks)
+        if too_big is not None:
+            raise LocalMachineError(*too_big, spec.task_count())
+
     def preflight(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> None:
+        self._check_task_cap(spec)
         self._resolve_commands(spec, self.workdir or os.getcwd())
         if self.fixed_ports:
             self._allocate_ports(spec)
@@ -216,6 +233,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         ref = ClusterRef(name=spec.name, namespace=spec.namespace_name)
         cdir = self.cluster_dir(ref)
         workdir = self.workdir or os.getcwd()
+        self._check_task_cap(spec)
         commands = self._resolve_commands(spec, workdir)  # errors before any side effect
         preload = _local_loopback.preload_library() if self.loopback_only else None
         with self._locked(ref):

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk import operator_args as args
 from airflow_tfk.constants import (
     CLEANUP,
     NAME_PREFIX,
@@ -93,6 +94,10 @@ class TFTrainingOperator(OnBackendOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        args.cluster_spec_arg(cluster_spec)
+        args.waiting_args(deferrable, progress_interval)
+        args.name_prefix_arg(name_prefix)
+        args.str_arg(tensorboard_task_id, "tensorboard_task_id", max_len=250)
         self.cleanup = Cleanup(choice(Cleanup, cleanup, "cleanup"))
         self.backend = backend_kind(self.backend)
         if on_failure not in ("delete", "keep"):
@@ -248,8 +253,9 @@ class TFTrainingOperator(OnBackendOperator):
         from airflow_tfk.lifecycle import resolve_spec
 
         identity = identity_from_context(context)
+        options = self.backend_options()
         spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
-        backend = get_backend(self.backend, **self.backend_options())
+        backend = get_backend(self.backend, **options)
         return identity, spec, backend
 
     def _handle_of(self, context: Context) -> ClusterHandle:

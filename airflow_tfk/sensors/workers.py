@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
 
+from airflow_tfk import operator_args as args
 from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS, SENSOR_POKE_INTERVAL_SECONDS, STALL_SECONDS
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ class TFWorkersSensor(BaseSensorOperator):
     ) -> None:
         kwargs.setdefault("poke_interval", SENSOR_POKE_INTERVAL_SECONDS)
         super().__init__(**kwargs)
+        args.cluster_arg(cluster)
+        args.waiting_args(deferrable, progress_interval)
         self.cluster = cluster
         self.deferrable = deferrable
         self.progress_interval = progress_interval
@@ -50,6 +53,7 @@ class TFWorkersSensor(BaseSensorOperator):
         self._loop: Any = None  # the WaitLoop of the pokes, built on the first
 
     def execute(self, context: Context) -> Any:
+        args.cluster_arg(self.cluster)  # as rendered
         if not self.deferrable:
             return super().execute(context)
         from airflow_tfk.handle import ClusterHandle
