@@ -92,6 +92,17 @@ def _check_spec(block: str, nested: str, options: dict[str, Any], make_spec: Any
         raise SpecError(where, exc.rule, exc.value) from None
 
 
+def _in_block(block: str, make: Any) -> Any:
+    """``make()``, with an operator's own argument errors named as the file writes them
+    (``version`` of the publish block is ``publish.version``)."""
+    try:
+        return make()
+    except SpecError as exc:
+        if exc.field == block or exc.field.startswith((f"{block}.", f"{block}[")):
+            raise
+        raise SpecError(f"{block}.{exc.field}", exc.rule, exc.value) from None
+
+
 def _check_keys(where: str, options: Any, spec_class: type) -> None:
     """Unknown keys of a nested spec, even where templated values leave the rest to run time."""
     import dataclasses
@@ -137,14 +148,18 @@ def _check_operator_blocks(t: TrainingFile, common: dict[str, Any]) -> None:
     if t.publish is not None:
         options = with_param_defaults(t.publish, t.params)
         _check_keys("publish.serving", options.get("serving"), ServingSpec)
-        publish = PublishModelOperator(task_id=PUBLISH_TASK, **common, **options)
+        publish = _in_block(
+            "publish", lambda: PublishModelOperator(task_id=PUBLISH_TASK, **common, **options)
+        )
         _check_spec("publish", "serving", options, publish.spec)
         _check_gate(options, publish)
         _check_version(options, publish)
     if t.tensorboard is not None:
         options = with_param_defaults(t.tensorboard, t.params)
         _check_keys("tensorboard.tensorboard", options.get("tensorboard"), TensorBoardSpec)
-        tensorboard = TensorBoardOperator(task_id=TENSORBOARD_TASK, **common, **options)
+        tensorboard = _in_block(
+            "tensorboard", lambda: TensorBoardOperator(task_id=TENSORBOARD_TASK, **common, **options)
+        )
         _check_spec("tensorboard", "tensorboard", options, lambda: tensorboard.spec(t.dag_id))
 
 

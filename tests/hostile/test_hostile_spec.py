@@ -495,7 +495,9 @@ def _folder_cases() -> list[Case]:
             _folder({p: {**RESTRICTED, "dns_to": [{"cidr": "169.254.20.10/32"}]}}),
             None,
         ),
-        Case("ok-dir-jinja-arg-is-data", "folder", _folder({"cluster.args": ["--x", PAYLOAD]}), None),
+        # A training file's templates render in the sandbox, which refuses this payload
+        # when the file is read (tests/dagfactory/test_sandbox.py): never run, and named.
+        Case("jinja-arg-refused", "folder", _folder({"cluster.args": ["--x", PAYLOAD]}), "cluster.args[1]"),
     ]
 
 
