@@ -63,11 +63,11 @@ def sweep_config(n_trials: int, **extra) -> dict:
     }
 
 
-def make_op(tmp_path: Path, n_trials: int, **sweep) -> TFSweepOperator:
+def make_op(tmp_path: Path, n_trials: int, steps: int = 30, **sweep) -> TFSweepOperator:
     return TFSweepOperator(
         task_id="sweep",
         backend="local",
-        cluster_spec=trainer_spec(tmp_path),
+        cluster_spec=trainer_spec(tmp_path, steps=steps),
         sweep=sweep_config(n_trials, **sweep),
     )
 
@@ -153,7 +153,9 @@ def test_pruning_ends_losing_trials_and_the_limit_holds(local_root, tmp_path, ca
 
 def test_on_kill_deletes_every_running_trial_and_a_retry_resumes(local_root, tmp_path) -> None:
     ctx = task_context(run_id="manual__kill", task_id="sweep")
-    op = make_op(tmp_path, n_trials=6)
+    # Trials of 9 s (not 3): the two running when the kill comes must still be running
+    # when it lands, however loaded the machine.
+    op = make_op(tmp_path, n_trials=6, steps=90)
     backend = LocalBackend(str(local_root))
     thread, errors = execute_in_thread(op, ctx)
     identity = RunIdentity("dag", "sweep", "manual__kill")
@@ -166,7 +168,7 @@ def test_on_kill_deletes_every_running_trial_and_a_retry_resumes(local_root, tmp
         study = optuna.load_study(study_name=None, storage=f"sqlite:///{files[0]}")
         return any(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
 
-    wait_for(first_done_and_two_running, timeout=120, what="a finished trial and two running")
+    wait_for(first_done_and_two_running, timeout=240, what="a finished trial and two running")
     op.on_kill()
     thread.join(60)
     assert not thread.is_alive()
