@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The compatibility matrix (scripts/compat.py): builds the wheel, installs it with the
+# lowest and with the newest versions it allows into fresh venvs outside the checkout,
+# runs the same checks on each (import, providers, render, DAG parse, --version, the
+# quickstart DAG, one KWOK test), prints the table and writes it into README.md between
+# <!-- compat:begin --> and <!-- compat:end -->. About 10 min on 2 cores with a warm uv
+# cache; a cold control plane build (tests/k8s/build.sh) adds its own minutes.
+#   bash scripts/compat.sh [--row lowest|newest] [--no-readme] [--no-kwok]
+# TFK_COMPAT_KEEP=1 keeps the venvs (their paths are printed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+exec "${TFK_VENV:-.venv}/bin/python" scripts/compat.py "$@"
