@@ -53,7 +53,10 @@ QUICKSTART_CONF = {"steps": 30, "ps_grace_seconds": 0}
 # One test of the control plane + KWOK tier, run from a copy of tests/ against the
 # install: the deferrable path (operator -> trigger -> cncf provider's async hook ->
 # kubernetes_asyncio), server-side apply, and the clean-up through the garbage collector.
-KWOK_TEST = "tests/k8s_integration/test_lifecycle.py::test_parameter_server_deferrable_chief_done_deletes_workers_and_ps"
+KWOK_TEST = (
+    "tests/k8s_integration/test_lifecycle.py"
+    "::test_parameter_server_deferrable_chief_done_deletes_workers_and_ps"
+)
 KWOK_TEST_DEPS = ("pytest>=8", "pytest-timeout>=2.3")
 
 

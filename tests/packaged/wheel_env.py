@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import email.parser
 import hashlib
 import io
 import json
@@ -410,7 +409,8 @@ def check_render(venv: WheelVenv, expected: str, spec: Path = EXAMPLE_SPEC) -> s
     expect(proc.returncode == 0, f"airflow-tfk render: {_tail(proc)}")
     expect(proc.stdout == expected, "the installed package renders differently from the checkout")
     where = venv.python_json(
-        "import json; from airflow_tfk.render import template_dirs; print(json.dumps(str(template_dirs()[0])))"
+        "import json; from airflow_tfk.render import template_dirs\n"
+        "print(json.dumps(str(template_dirs()[0])))"
     )
     expect(
         venv.venv.resolve() in Path(str(where)).resolve().parents and str(where).endswith("_templates"),
