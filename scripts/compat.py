@@ -28,6 +28,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -104,30 +105,62 @@ def lowest_pins(floored: dict[str, str]) -> list[str]:
 
 
 # -- the checks of one row -----------------------------------------------------------------
-def control_plane_bin(log: Callable[[str], None]) -> tuple[Path | None, str]:
+class ControlPlaneBuild:
     """The control plane's binaries (tests/k8s/build.sh, cached under ~/.cache; it waits on
-    the lock of a build another process has started)."""
-    override = os.environ.get("AIRFLOW_TFK_K8S_BIN")
-    if override:
-        return Path(override), ""
-    log("compat: control plane binaries (tests/k8s/build.sh; cached after the first build)")
-    try:
-        proc = subprocess.run(
+    the lock of a build another process has started). Started first and waited for only
+    when the first KWOK check needs it, so a cold build overlaps the other checks."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.bin: Path | None = None
+        self.why_not = ""
+        self.proc: subprocess.Popen[str] | None = None
+        self.log_file = tempfile.TemporaryFile(mode="w+")
+        override = os.environ.get("AIRFLOW_TFK_K8S_BIN")
+        if override:
+            self.bin = Path(override)
+            return
+        log("compat: building or finding the control plane (tests/k8s/build.sh) in the background")
+        self.proc = subprocess.Popen(
             ["bash", str(ROOT / "tests" / "k8s" / "build.sh")],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=self.log_file,
             text=True,
-            timeout=float(os.environ.get("TFK_COMPAT_K8S_BUILD_TIMEOUT", "2400")),
+            start_new_session=True,  # stop() ends the script and the Go build it started
         )
-    except subprocess.TimeoutExpired:
-        return None, "the control plane build did not finish in time"
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        return None, f"the control plane build failed: {proc.stderr.strip().splitlines()[-1:]}"
-    return Path(lines[-1]), ""
+
+    def result(self, timeout: float) -> tuple[Path | None, str]:
+        if self.proc is not None and self.proc.returncode is None:
+            try:
+                out, _ = self.proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return (
+                    None,
+                    f"the control plane build (tests/k8s/build.sh) was not done within {timeout:.0f} s",
+                )
+            lines = out.strip().splitlines()
+            if self.proc.returncode == 0 and lines:
+                self.bin = Path(lines[-1])
+            else:
+                self.log_file.seek(0)
+                last = self.log_file.read().strip().splitlines()[-1:]
+                self.why_not = f"tests/k8s/build.sh failed (exit {self.proc.returncode}): {last}"
+        return self.bin, self.why_not
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
 
 
-def check_kwok(venv: w.WheelVenv, bin_dir: Path) -> str:
+class NotRun(Exception):
+    """A check that could not run here (what it needs is missing); the cell says "not run"."""
+
+
+def check_kwok(venv: w.WheelVenv, k8s: ControlPlaneBuild) -> str:
     """Run KWOK_TEST from a copy of tests/ outside the checkout, importing the install."""
+    bin_dir, why_not = k8s.result(timeout=float(os.environ.get("TFK_COMPAT_K8S_BUILD_WAIT", "1800")))
+    if bin_dir is None:
+        raise NotRun(why_not)
     suite = venv.base / "suite"
     if not suite.exists():
         shutil.copytree(ROOT / "tests", suite / "tests", ignore=shutil.ignore_patterns("__pycache__"))
@@ -164,7 +197,7 @@ def run_row(
     wheel: Path,
     work: Path,
     expected_render: str,
-    k8s: tuple[Path | None, str],
+    k8s: ControlPlaneBuild | None,
     log: Callable[[str], None],
 ) -> Row:
     row = Row(name)
@@ -201,17 +234,17 @@ def run_row(
             "--version": lambda: w.check_version(venv, version),
             "quickstart": lambda: w.check_training(venv, "tfk_quickstart", QUICKSTART_CONF),
         }
-        bin_dir, why_not = k8s
-        if bin_dir is not None:
-            checks["KWOK"] = lambda: check_kwok(venv, bin_dir)
-        else:
-            row.notes.append(f"KWOK: not run: {why_not}")
+        if k8s is not None:
+            checks["KWOK"] = lambda: check_kwok(venv, k8s)
         for check, fn in checks.items():
             t0 = time.monotonic()
             try:
                 detail = fn()
                 row.results[check] = "pass"
                 log(f"compat: {name}: {check}: pass ({detail}, {time.monotonic() - t0:.0f} s)")
+            except NotRun as exc:
+                row.notes.append(f"{check}: not run: {exc}")
+                log(f"compat: {name}: {check}: not run ({exc})")
             except (AssertionError, subprocess.SubprocessError, OSError, ValueError) as exc:
                 row.results[check] = "fail"
                 row.notes.append(f"{check}: {_first_error(str(exc))}")
@@ -291,7 +324,8 @@ def parse_section(readme: str) -> tuple[str, list[Row]]:
 
 
 def replace_section(readme: str, section: str) -> str:
-    parse_section(readme)  # refuses a README without exactly one section
+    if readme.count(BEGIN) != 1 or readme.count(END) != 1:
+        raise ValueError(f"README.md needs exactly one {BEGIN} ... {END} section")
     start, end = readme.index(BEGIN), readme.index(END) + len(END)
     return readme[:start] + section + readme[end:]
 
@@ -315,8 +349,12 @@ def main(argv: list[str] | None = None) -> int:
             log("compat: the wheel or the sdist is not complete:\n" + "\n".join(problems))
             return 1
         expected = w.expected_render(w.EXAMPLE_SPEC)
-        k8s = (None, "--no-kwok") if args.no_kwok else control_plane_bin(log)
-        rows = [run_row(name, dist.wheel, base / name, expected, k8s, log) for name in args.row or ROWS]
+        k8s = None if args.no_kwok else ControlPlaneBuild(log)
+        try:
+            rows = [run_row(name, dist.wheel, base / name, expected, k8s, log) for name in args.row or ROWS]
+        finally:
+            if k8s is not None:
+                k8s.stop()
     finally:
         if not os.environ.get("TFK_COMPAT_KEEP"):
             shutil.rmtree(base, ignore_errors=True)

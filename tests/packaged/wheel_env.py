@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 UV = Path(sys.executable).parent / "uv"
 DISTRIBUTION = "airflow-tfk"
 LOCK = ROOT / "requirements" / "lock.txt"
+BUILD_LOCK = ROOT / "requirements" / "build-lock.txt"  # the pinned hatchling of the build
 EXAMPLE_SPEC = ROOT / "docs" / "examples" / "imagenet.yaml"
 # Inherited variables that would point the installed environment back at the checkout or
 # at the calling test session's Airflow: the checks set their own.
@@ -60,8 +61,9 @@ def build(out_dir: Path) -> Dist:
     """``uv build``: the sdist, then the wheel built *from the sdist* (uv's default), so a
     file the sdist forgets fails the wheel too."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    pins = ["--build-constraint", str(BUILD_LOCK)] if BUILD_LOCK.exists() else []
     proc = subprocess.run(
-        [str(UV), "build", "--out-dir", str(out_dir), str(ROOT)],
+        [str(UV), "build", "--out-dir", str(out_dir), *pins, str(ROOT)],
         capture_output=True,
         text=True,
         timeout=600,
