@@ -110,8 +110,7 @@ class TFTrainingOperator(OnBackendOperator):
 
     # -- the steps --------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow.sdk.exceptions import TaskDeferred
-
+        from airflow_tfk._airflow import TaskDeferred
         from airflow_tfk.handle import ClusterHandle
         from airflow_tfk.lifecycle import (
             apply_previous_run_policy,
@@ -126,7 +125,7 @@ class TFTrainingOperator(OnBackendOperator):
         if not apply_previous_run_policy(
             backend, spec, identity, policy, self.log.info, wait_timeout=wait_limit
         ):
-            from airflow.sdk.exceptions import AirflowSkipException
+            from airflow_tfk._airflow import AirflowSkipException
 
             raise AirflowSkipException(
                 "an earlier run of this training is still alive (previous_run_policy=skip)"

@@ -343,7 +343,12 @@ def expect(ok: object, message: str) -> None:
 
 
 def _tail(proc: subprocess.CompletedProcess[str], n: int = 4000) -> str:
-    return f"exit {proc.returncode}\n{(proc.stdout + proc.stderr)[-n:]}"
+    """The end of the output, after the last traceback's start when there is one: Airflow's
+    warnings and clean-up lines after a task's error would push it out of the excerpt."""
+    out = proc.stdout + proc.stderr
+    at = out.rfind("Traceback (most recent call last)")
+    excerpt = out[at : at + n] + "\n...\n" + out[-n // 4 :] if at >= 0 else out[-n:]
+    return f"exit {proc.returncode}\n{excerpt}"
 
 
 # -- checks: each raises CheckFailed with what it saw, else returns a short note -----------
