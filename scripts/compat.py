@@ -113,6 +113,7 @@ class ControlPlaneBuild:
     def __init__(self, log: Callable[[str], None]) -> None:
         self.bin: Path | None = None
         self.why_not = ""
+        self.deadline: float | None = None
         self.proc: subprocess.Popen[str] | None = None
         self.log_file = tempfile.TemporaryFile(mode="w+")
         override = os.environ.get("AIRFLOW_TFK_K8S_BIN")
@@ -129,9 +130,13 @@ class ControlPlaneBuild:
         )
 
     def result(self, timeout: float) -> tuple[Path | None, str]:
+        """The bin directory, or None and why; ``timeout`` bounds the wait of all calls
+        together, so a build that is not coming does not hold up every row."""
+        if self.deadline is None:
+            self.deadline = time.monotonic() + timeout
         if self.proc is not None and self.proc.returncode is None:
             try:
-                out, _ = self.proc.communicate(timeout=timeout)
+                out, _ = self.proc.communicate(timeout=max(0.0, self.deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 return (
                     None,
@@ -192,68 +197,91 @@ def check_kwok(venv: w.WheelVenv, k8s: ControlPlaneBuild) -> str:
     return "1 passed"
 
 
-def run_row(
-    name: str,
-    wheel: Path,
-    work: Path,
-    expected_render: str,
-    k8s: ControlPlaneBuild | None,
-    log: Callable[[str], None],
-) -> Row:
+def install_row(
+    name: str, wheel: Path, work: Path, log: Callable[[str], None]
+) -> tuple[Row, w.WheelVenv | None]:
+    """The row's venv with the versions it stands for, and the versions resolved."""
     row = Row(name)
-    requirements = wheel_requirements(wheel)
-    floored = floors(requirements)
-    version = w.pyproject()["project"]["version"]
+    floored = floors(wheel_requirements(wheel))
     start = time.monotonic()
     log(f"compat: {name}: installing the wheel in {work}/venv")
     try:
         if name == "lowest":
+            pins = lowest_pins(floored)
             venv = w.WheelVenv.create(
-                work, wheel, extras=EXTRAS, requirements=lowest_pins(floored), resolution="lowest-direct"
+                work, wheel, extras=EXTRAS, requirements=pins, resolution="lowest-direct"
             )
         else:
             venv = w.WheelVenv.create(work, wheel, extras=EXTRAS)
     except (w.InstallError, subprocess.SubprocessError) as exc:
         row.versions = {"python": platform.python_version(), **dict.fromkeys(floored, "-")}
         row.notes.append(f"install: {_first_error(str(exc))}")
-        return row
+        log(f"compat: {name}: install FAILED\n{str(exc)[-3000:]}")
+        return row, None
     row.seconds["install"] = time.monotonic() - start
+    versions = venv.versions(floored)
+    row.versions = {"python": versions.pop("python"), **versions}
+    log(f"compat: {name}: {row.versions}")
+    return row, venv
+
+
+def local_checks(venv: w.WheelVenv, expected_render: str) -> dict[str, Callable[[], str]]:
+    """Every check but KWOK, which waits for the control plane build and so runs last."""
+    version = w.pyproject()["project"]["version"]
+    for dag in (ROOT / "dags").glob("*.py"):
+        shutil.copyfile(dag, venv.dags / dag.name)
+    shutil.copytree(ROOT / "trainings", venv.base / "trainings", dirs_exist_ok=True)
+    found = [re.search(r'dag_id="([^"]+)"', p.read_text()) for p in (ROOT / "dags").glob("*.py")]
+    dag_ids = [m.group(1) for m in found if m]
+    return {
+        "import": lambda: w.check_import(venv),
+        "providers": lambda: w.check_provider(venv, version),
+        "render": lambda: w.check_render(venv, expected_render),
+        "DAG parse": lambda: w.check_dags(venv, dag_ids),
+        "--version": lambda: w.check_version(venv, version),
+        "quickstart": lambda: w.check_training(venv, "tfk_quickstart", QUICKSTART_CONF),
+    }
+
+
+def run_checks(row: Row, checks: dict[str, Callable[[], str]], log: Callable[[str], None]) -> None:
+    for check, fn in checks.items():
+        t0 = time.monotonic()
+        try:
+            detail = fn()
+            row.results[check] = "pass"
+            log(f"compat: {row.name}: {check}: pass ({detail}, {time.monotonic() - t0:.0f} s)")
+        except NotRun as exc:
+            row.notes.append(f"{check}: not run: {exc}")
+            log(f"compat: {row.name}: {check}: not run ({exc})")
+        except (AssertionError, subprocess.SubprocessError, OSError, ValueError) as exc:
+            row.results[check] = "fail"
+            row.notes.append(f"{check}: {_first_error(str(exc))}")
+            log(f"compat: {row.name}: {check}: FAIL ({time.monotonic() - t0:.0f} s)\n{str(exc)[-3000:]}")
+        row.seconds[check] = time.monotonic() - t0
+
+
+def run_matrix(
+    names: list[str], wheel: Path, base: Path, k8s: ControlPlaneBuild | None, log: Callable[[str], None]
+) -> list[Row]:
+    """All rows' local checks first, then the KWOK checks, so a control plane build still
+    running overlaps as much work as there is."""
+    expected = w.expected_render(w.EXAMPLE_SPEC)
+    done: list[tuple[Row, w.WheelVenv | None]] = []
     try:
-        row.versions = venv.versions(floored)
-        python = row.versions.pop("python")
-        row.versions = {"python": python, **row.versions}
-        for dag in (ROOT / "dags").glob("*.py"):
-            shutil.copyfile(dag, venv.dags / dag.name)
-        shutil.copytree(ROOT / "trainings", venv.base / "trainings", dirs_exist_ok=True)
-        dag_ids = [re.search(r'dag_id="([^"]+)"', p.read_text()) for p in (ROOT / "dags").glob("*.py")]
-        checks: dict[str, Callable[[], str]] = {
-            "import": lambda: w.check_import(venv),
-            "providers": lambda: w.check_provider(venv, version),
-            "render": lambda: w.check_render(venv, expected_render),
-            "DAG parse": lambda: w.check_dags(venv, [m.group(1) for m in dag_ids if m]),
-            "--version": lambda: w.check_version(venv, version),
-            "quickstart": lambda: w.check_training(venv, "tfk_quickstart", QUICKSTART_CONF),
-        }
-        if k8s is not None:
-            checks["KWOK"] = lambda: check_kwok(venv, k8s)
-        for check, fn in checks.items():
-            t0 = time.monotonic()
-            try:
-                detail = fn()
-                row.results[check] = "pass"
-                log(f"compat: {name}: {check}: pass ({detail}, {time.monotonic() - t0:.0f} s)")
-            except NotRun as exc:
-                row.notes.append(f"{check}: not run: {exc}")
-                log(f"compat: {name}: {check}: not run ({exc})")
-            except (AssertionError, subprocess.SubprocessError, OSError, ValueError) as exc:
-                row.results[check] = "fail"
-                row.notes.append(f"{check}: {_first_error(str(exc))}")
-                log(f"compat: {name}: {check}: FAIL ({time.monotonic() - t0:.0f} s)\n{str(exc)[-3000:]}")
-            row.seconds[check] = time.monotonic() - t0
+        for name in names:
+            row, venv = install_row(name, wheel, base / name, log)
+            done.append((row, venv))
+            if venv is not None:
+                run_checks(row, local_checks(venv, expected), log)
+        for row, venv in done:
+            if venv is not None and k8s is not None:
+                run_checks(row, {"KWOK": lambda v=venv: check_kwok(v, k8s)}, log)
     finally:
         if not os.environ.get("TFK_COMPAT_KEEP"):
-            venv.remove()
-    return row
+            for _, venv in done:
+                if venv is not None:
+                    venv.remove()
+    return [row for row, _ in done]
 
 
 def _first_error(text: str) -> str:
@@ -348,10 +376,9 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             log("compat: the wheel or the sdist is not complete:\n" + "\n".join(problems))
             return 1
-        expected = w.expected_render(w.EXAMPLE_SPEC)
         k8s = None if args.no_kwok else ControlPlaneBuild(log)
         try:
-            rows = [run_row(name, dist.wheel, base / name, expected, k8s, log) for name in args.row or ROWS]
+            rows = run_matrix(list(args.row or ROWS), dist.wheel, base, k8s, log)
         finally:
             if k8s is not None:
                 k8s.stop()

@@ -6,7 +6,9 @@
 # <!-- compat:begin --> and <!-- compat:end -->. About 10 min on 2 cores with a warm uv
 # cache; a cold control plane build (tests/k8s/build.sh) adds its own minutes.
 #   bash scripts/compat.sh [--row lowest|newest] [--no-readme] [--no-kwok]
-# TFK_COMPAT_KEEP=1 keeps the venvs (their paths are printed).
+# TFK_COMPAT_KEEP=1 keeps the venvs (their paths are printed); TFK_COMPAT_K8S_BUILD_WAIT
+# (seconds, default 1800) bounds the wait for the control plane build, after which the KWOK
+# column says "not run" with the reason under the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh

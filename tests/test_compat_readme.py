@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("compat", ROOT / "scripts" / "compat.py")
 assert _spec is not None and _spec.loader is not None
 compat = importlib.util.module_from_spec(_spec)
+sys.modules["compat"] = compat  # its dataclasses look their module up there
 _spec.loader.exec_module(compat)
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
