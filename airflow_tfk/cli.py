@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_validate(sub)
     _add_airflow_commands(sub)
     _add_stop_parser(sub)
+    from airflow_tfk import cli_clusters
+
+    cli_clusters.add_parser(sub)
     return parser
 
 
@@ -120,7 +123,11 @@ def _add_stop_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     stop.add_argument("name", nargs="?", help="server name, or a model name (its server tfs-<model>)")
     stop.add_argument("--all", action="store_true", help="stop every one (of KIND, if given)")
     stop.add_argument("--namespace", help="only this namespace of the local root")
-    stop.add_argument("--root", help="the local backend's root (default $TFK_LOCAL_ROOT or ~/.tfk-local)")
+    stop.add_argument(
+        "--root",
+        help="the local backend's root (default $TFK_LOCAL_ROOT, else .tfk-local in the checkout, "
+        "else ~/.airflow-tfk/.tfk-local)",
+    )
 
 
 def _stop_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -188,9 +195,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "env": _print_env,
         "render": lambda a: _render_command(parser, a),
         "stop": lambda a: _stop_command(parser, a),
+        "clusters": _clusters,
     }
     command = commands.get(args.command)
     return command(args) if command is not None else 0
+
+
+def _clusters(args: argparse.Namespace) -> int:
+    from airflow_tfk import cli_clusters
+
+    return cli_clusters.run(args)
 
 
 def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

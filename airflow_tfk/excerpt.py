@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["failure_excerpt", "is_noise"]
+__all__ = ["failure_cause", "failure_excerpt", "is_noise"]
 
 EXCERPT_LINES = 20
 _NOISE = (
@@ -29,6 +29,24 @@ _NOISE = (
 )
 
 
+# The last line of a Python traceback: "ValueError: bad batch size", "tf.errors.X: ...",
+# "KeyboardInterrupt". Also a C++ "Check failed:" and TF's "terminate called after ...".
+_EXCEPTION = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Exceeded)\b(?::.*)?$"
+    r"|Check failed: |^terminate called after throwing"
+)
+# What a signal's exit usually means for a training task (128 + signal number on
+# Kubernetes and in a shell; a negative return code from Python's subprocess).
+_SIGNALS = {
+    9: "SIGKILL: killed from outside, most often by the memory limit (OOM killer)",
+    15: "SIGTERM: asked to stop (pod deletion, eviction, a node drain or a timeout)",
+    6: "SIGABRT: the process aborted itself (a failed C++ check in TensorFlow, or out of memory)",
+    11: "SIGSEGV: a segmentation fault in native code",
+    7: "SIGBUS: a bus error (often /dev/shm too small)",
+    2: "SIGINT: interrupted",
+}
+
+
 def is_noise(line: str) -> bool:
     return any(p.search(line) for p in _NOISE)
 
@@ -40,3 +58,26 @@ def failure_excerpt(text: str, lines: int = EXCERPT_LINES, max_chars: int = 4000
     if len(out) > max_chars:
         out = "..." + out[-(max_chars - 3) :]
     return out
+
+
+def signal_meaning(exit_code: int | None) -> str:
+    """``exit code 137`` -> what SIGKILL usually means; empty when the code is no signal."""
+    if exit_code is None:
+        return ""
+    number = -exit_code if exit_code < 0 else exit_code - 128 if 128 < exit_code < 160 else 0
+    if number <= 0:
+        return ""
+    return _SIGNALS.get(number, f"signal {number}")
+
+
+def failure_cause(text: str, exit_code: int | None = None) -> str:
+    """The one line that says why a task failed, for the first line of the message.
+
+    The last exception line of its log where there is one (what a person looks for in a
+    traceback), else what the signal of its exit code usually means, else empty.
+    """
+    for line in reversed(text.splitlines()):
+        stripped = line.strip()
+        if stripped and not is_noise(stripped) and _EXCEPTION.search(stripped):
+            return stripped[:500]
+    return signal_meaning(exit_code)

@@ -31,6 +31,22 @@ def checkout_root() -> Path | None:
     return root if 'name = "airflow-tfk"' in text else None
 
 
+def default_local_root(environ: Mapping[str, str] | None = None) -> str:
+    """The local backend's root when nobody names one: ``$TFK_LOCAL_ROOT``, else
+    ``.tfk-local`` in the checkout, else ``~/.airflow-tfk/.tfk-local``.
+
+    One answer for every reader (the backend, the local model and TensorBoard servers,
+    ``airflow-tfk stop`` and ``airflow-tfk airflow``), so a server one of them started is
+    one the others can find.
+    """
+    env = os.environ if environ is None else environ
+    if env.get("TFK_LOCAL_ROOT"):
+        return os.path.abspath(os.path.expanduser(env["TFK_LOCAL_ROOT"]))
+    repo = checkout_root()
+    base = repo if repo is not None else USER_BASE.expanduser()
+    return str(base / ".tfk-local")
+
+
 @dataclass(frozen=True)
 class LocalAirflowEnv:
     """The resolved locations; :meth:`environ` turns them into environment variables."""
@@ -101,6 +117,6 @@ def resolve(
             "DAGS_FOLDER",
             default=(repo / "dags") if repo is not None else base / "dags",
         ),
-        local_root=pick(None, "TFK_LOCAL_ROOT", default=base / ".tfk-local"),
+        local_root=pick(None, "TFK_LOCAL_ROOT", default=Path(default_local_root({}))),
         bin_dir=Path(sys.executable).parent,
     )

@@ -10,7 +10,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 
-from airflow_tfk.excerpt import failure_excerpt
+from airflow_tfk.excerpt import failure_cause, failure_excerpt
 from airflow_tfk.spec import Mode, TFClusterSpec
 from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
 
@@ -84,11 +84,26 @@ def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Ver
         )[0]
         first = _deadline_blame(first, decisive, status)
         code = f", exit code {first.exit_code}" if first.exit_code is not None else ""
-        detail = f": {failure_excerpt(first.message)}" if first.message else ""
         return Verdict(
-            Outcome.FAILED, f"task {first.name} failed ({first.reason or 'Error'}{code}){detail}", first
+            Outcome.FAILED,
+            f"task {first.name} failed ({first.reason or 'Error'}{code}){_detail(first)}",
+            first,
         )
     return Verdict(Outcome.RUNNING)
+
+
+def _detail(task: TaskStatus) -> str:
+    """The cause first (the last exception line, or what the exit signal means), then the
+    log's meaningful last lines, where the cause is not simply their last line."""
+    excerpt = failure_excerpt(task.message) if task.message else ""
+    # OOMKilled already names the signal's cause; the backend's words for it follow.
+    signal_code = None if task.reason == "OOMKilled" else task.exit_code
+    cause = failure_cause(task.message or "", signal_code)
+    if not cause:
+        return f": {excerpt}" if excerpt else ""
+    if not excerpt or excerpt == cause:
+        return f": {cause}"
+    return f": {cause}\n{excerpt}"
 
 
 def _deadline_blame(first: TaskStatus, decisive: dict[str, int], status: ClusterStatus) -> TaskStatus:

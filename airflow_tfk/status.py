@@ -103,6 +103,11 @@ class ClusterStatus:
     def of_role(self, role: str) -> list[TaskStatus]:
         return sorted((t for t in self.tasks if t.role == role), key=lambda t: t.index)
 
+    def phases(self) -> frozenset[tuple[str, Phase]]:
+        """Which phases each role has tasks in, without the counts: it changes when a role
+        enters or leaves a phase, not with every task that follows the others."""
+        return frozenset(key for key, n in self._tallies()[0].items() if n)
+
     def summary(self) -> str:
         """``worker 2/3 succeeded, 1 running; ps 2 running`` - one line for the log."""
         per_role: dict[str, list[tuple[str, int]]] = {}

@@ -61,7 +61,7 @@ def _running_roles(status: ClusterStatus) -> list[str]:
     return sorted(roles)
 
 
-def _decisive_succeeded(status: ClusterStatus) -> bool:
+def decisive_succeeded(status: ClusterStatus) -> bool:
     """Did the role that decides the training (the chief if there is one, else every
     worker) succeed? Then what still runs is only what never exits by itself."""
     chief = [t for t in status.tasks if t.role == "chief"]
@@ -113,7 +113,7 @@ def sweep(
             continue
         # A finished training keeps its finished tasks (until their TTL): a retry of its
         # task must find it succeeded, not retrain and export a second version.
-        finished = _decisive_succeeded(status)
+        finished = decisive_succeeded(status)
         what = f"{', '.join(running)} of finished" if finished else "orphaned"
         if dry_run:
             emit(f"would delete {what} cluster {ref.name} in {ref.namespace}: {reason} (dry run, kept)")

@@ -37,6 +37,11 @@ MIN_WATCH_WINDOW_SECONDS = 1.0
 #: Kueue's first answer: read again this soon, this many times, until there is one.
 QUEUE_QUICK_READ_SECONDS = 5.0
 QUEUE_QUICK_READS = 3
+#: Why a wait ended at the task's execution_timeout: the same words blocking and deferred.
+TIMEOUT_MESSAGE = "the training exceeded the task's execution_timeout"
+#: A summary line whose only news is a count comes at most this often.
+SUMMARY_INTERVAL_SECONDS = 5.0
+_monotonic = time.monotonic  # tests move the clock of the summary lines
 
 
 def format_duration(seconds: float | None) -> str:
@@ -194,12 +199,14 @@ class WaitLoop:
     deadline: float | None = None
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL
     emit: Callable[[str], None] = log.info
-    timeout_message: str = "the training exceeded the task's execution_timeout"
+    timeout_message: str = TIMEOUT_MESSAGE
     stall_seconds: float = DEFAULT_STALL_SECONDS
     reporter: ProgressReporter = field(init=False)
     queue: QueueReporter = field(init=False)
     stalls: StallDetector = field(init=False)
     _summary: str = field(default="", init=False)
+    _phases: frozenset[tuple[str, Phase]] = field(default=frozenset(), init=False)
+    _summary_at: float = field(default=0.0, init=False)  # monotonic time of the last summary line
     _waiting: bool = field(default=False, init=False)  # the last status: nothing started yet
     _window_end: float = field(default=0.0, init=False)  # monotonic end of the current watch
 
@@ -230,13 +237,24 @@ class WaitLoop:
 
     def step(self, status: ClusterStatus) -> Verdict:
         """Log what changed and judge one status."""
-        summary = status.summary()
-        if summary != self._summary:
-            self.emit(f"cluster: {summary}")
-            self._summary = summary
+        verdict = evaluate(self.mode, self.replicas, status)
+        self._log_summary(status, final=verdict.outcome is not Outcome.RUNNING)
         for warning in self.stalls.observe(status):
             self.emit(warning)
-        return self.stalls.blame(evaluate(self.mode, self.replicas, status))
+        return self.stalls.blame(verdict)
+
+    def _log_summary(self, status: ClusterStatus, final: bool) -> None:
+        """A summary line when a role enters or leaves a phase, and for the verdict's
+        status; counts alone move the line at most every SUMMARY_INTERVAL_SECONDS, so
+        600 workers starting one by one write a few lines, not 1,200."""
+        summary = status.summary()
+        if summary == self._summary:
+            return
+        phases = status.phases()
+        now = _monotonic()
+        if final or phases != self._phases or now - self._summary_at >= SUMMARY_INTERVAL_SECONDS:
+            self.emit(f"cluster: {summary}")
+            self._summary, self._phases, self._summary_at = summary, phases, now
 
     def plan(self) -> WaitPlan:
         """The loop itself, for a driver to run (see :func:`wait_for_cluster`)."""

@@ -14,13 +14,16 @@ the run, so the curves stay visible; ``StopTensorBoardOperator`` (or the backend
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import Param, task
 
+from airflow_tfk.dagfactory.sandbox import SandboxedDAG
 from airflow_tfk.defaults import DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, STORAGE
 from airflow_tfk.operators.tensorboard import TensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 
-with DAG(
+# SandboxedDAG: native rendering (ints stay ints) in a sandbox; Airflow's own native
+# environment is not sandboxed, and form values are data.
+with SandboxedDAG(
     dag_id="tfk_ui_training",
     default_args=DEFAULT_ARGS,  # backend, connection, deferrable: from the environment
     schedule=None,

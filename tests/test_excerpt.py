@@ -89,3 +89,57 @@ def test_a_ps_job_past_the_deadline_first_still_blames_the_unfinished_worker() -
     failed_ps = (tasks[0], TaskStatus("ps", 1, Phase.FAILED, "ExitCode", "boom", 1), tasks[2])
     v = evaluate(Mode.BETWEEN_GRAPH, {"ps": 2, "worker": 1}, ClusterStatus(tasks=failed_ps))
     assert v.failed_task.name == "ps-1", v  # a PS that failed by itself is still blamed
+
+
+BANNER = "[tfk] App: mode parameter_server, task worker-0, strategy ParameterServerStrategy"
+
+
+def _first_line(task: TaskStatus) -> str:
+    v = evaluate(Mode.ALL_REDUCE, {"worker": 1}, ClusterStatus(tasks=(task,)))
+    return str(TrainingFailed(task.name, task.reason, v.message)).splitlines()[0]
+
+
+def test_the_first_line_is_the_exception_not_the_start_up_banner() -> None:
+    log = "\n".join(
+        [
+            BANNER,
+            "Traceback (most recent call last):",
+            '  File "a.py", line 1',
+            "KeyError: 'label'",
+            "(full log: x)",
+        ]
+    )
+    first = _first_line(TaskStatus("worker", 0, Phase.FAILED, "ExitCode", log, 1, 0))
+    assert first == "task worker-0 failed (ExitCode, exit code 1): KeyError: 'label'"
+
+
+def test_a_dotted_tensorflow_error_is_the_cause() -> None:
+    log = f"{BANNER}\ntensorflow.python.framework.errors_impl.UnavailableError: ps-0 is gone\nexiting"
+    first = _first_line(TaskStatus("worker", 0, Phase.FAILED, "ExitCode", log, 1, 0))
+    assert first.endswith(": tensorflow.python.framework.errors_impl.UnavailableError: ps-0 is gone")
+
+
+def test_a_signal_exit_says_which_signal_and_what_it_usually_means() -> None:
+    for code in (137, -9):  # a pod's 128 + 9; Python's subprocess says -9
+        first = _first_line(
+            TaskStatus("worker", 0, Phase.FAILED, "ExitCode", f"{BANNER}\n(full log: x)", code, 0)
+        )
+        assert "SIGKILL" in first and "memory" in first, first
+    first = _first_line(TaskStatus("worker", 0, Phase.FAILED, "Error", BANNER, 143, 0))
+    assert "SIGTERM" in first
+
+
+def test_no_cause_keeps_the_excerpt() -> None:
+    first = _first_line(TaskStatus("worker", 0, Phase.FAILED, "ExitCode", "just a line", 3, 0))
+    assert first == "task worker-0 failed (ExitCode, exit code 3): just a line"
+
+
+def test_oomkilled_keeps_the_backends_words_without_a_second_explanation() -> None:
+    task = TaskStatus(
+        "worker", 1, Phase.FAILED, "OOMKilled", "the container exceeded its memory limit", 137, 0
+    )
+    v = evaluate(Mode.ALL_REDUCE, {"worker": 2}, ClusterStatus(tasks=(task,)))
+    assert (
+        v.message
+        == "task worker-1 failed (OOMKilled, exit code 137): the container exceeded its memory limit"
+    )

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from airflow_tfk.local_env import checkout_root, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,3 +69,27 @@ def test_airflow_env_sh_keeps_a_dags_folder_the_user_set(tmp_path: Path):
     assert sourced({}) == str(ROOT / "dags")
     assert sourced({"AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path)}) == str(tmp_path)
     assert sourced({"DAGS_FOLDER": str(tmp_path / "x")}) == str(tmp_path / "x")
+
+
+def test_one_local_root_for_the_backend_the_servers_the_stop_command_and_airflow_tfk_airflow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without TFK_LOCAL_ROOT, every reader of the local root gives the same answer as the
+    environment `airflow-tfk airflow` sets up: a server one started, another can find."""
+    from airflow_tfk import local_env
+    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.serving import local as serving_local
+
+    monkeypatch.delenv("TFK_LOCAL_ROOT", raising=False)
+    expected = str(local_env.resolve({}).local_root)
+    assert local_env.checkout_root() is not None  # the tests run from the checkout
+    assert expected == str(ROOT / ".tfk-local")
+    assert LocalBackend().root == expected
+    assert serving_local.default_root() == expected
+    monkeypatch.setenv("TFK_LOCAL_ROOT", "/srv/tfk")
+    assert (
+        LocalBackend().root
+        == serving_local.default_root()
+        == str(local_env.resolve().local_root)
+        == "/srv/tfk"
+    )

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from airflow_tfk.protocol.progress import Progress, last_progress, parse_line, progress_line
+from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
 from airflow_tfk.watch import format_duration, format_progress
 
 
@@ -131,3 +134,35 @@ def test_the_first_progress_line_shows_within_the_first_interval(tmp_path) -> No
     assert progress and progress[0][1].startswith("[chief-0] step 3/100"), seen
     assert progress[0][0] < 7, seen  # seconds after the wait began; the task ran ~9 s
     assert progress[-1][1].startswith("[chief-0] step 100/100")
+
+
+def test_summaries_come_at_a_change_of_phase_and_at_most_every_few_seconds(monkeypatch) -> None:
+    """600 workers starting one by one, then finishing one by one, within 20 s: a handful of
+    summary lines (each phase change, then counts every SUMMARY_INTERVAL_SECONDS), and the
+    last status before the verdict is always shown."""
+    from airflow_tfk import watch
+    from airflow_tfk.backends.base import ClusterRef
+    from airflow_tfk.spec import Mode
+
+    clock = [1000.0]
+    monkeypatch.setattr(watch, "_monotonic", lambda: clock[0])
+    lines: list[str] = []
+    backend: Any = object()  # step() judges the statuses it is given; nothing is read
+    loop = watch.WaitLoop(
+        backend, ClusterRef("default", "c"), Mode.ALL_REDUCE, {"worker": 600}, emit=lines.append
+    )
+    n = 600
+    phase = [Phase.PENDING] * n
+    verdicts = []
+    for step in range(2 * n):
+        i = step % n
+        phase[i] = Phase.RUNNING if step < n else Phase.SUCCEEDED
+        clock[0] += 20.0 / (2 * n)
+        tasks = tuple(TaskStatus("worker", k, phase[k], "", "", None, 0) for k in range(n))
+        verdicts.append(loop.step(ClusterStatus(tasks=tasks)))
+    summaries = [line for line in lines if line.startswith("cluster: ")]
+    assert verdicts[-1].outcome.value == "succeeded"
+    # phase changes: first running (pending+running), all running, first succeeded, all succeeded
+    assert 4 <= len(summaries) <= 4 + 20 / watch.SUMMARY_INTERVAL_SECONDS + 1, summaries
+    assert summaries[-1] == "cluster: worker 600 succeeded"
+    assert "cluster: worker 600 running" in summaries

@@ -22,10 +22,6 @@ FAILURE_LOG_LINES = 20
 _CTIME_TOLERANCE = 1.0  # seconds; psutil create times of one process agree far better
 
 
-def default_root() -> str:
-    return os.environ.get("TFK_LOCAL_ROOT") or os.path.join(os.path.expanduser("~"), ".tfk-local")
-
-
 # What a task process inherits from the process that creates the cluster (an Airflow
 # worker, whose environment holds AIRFLOW_CONN_* secrets): these names only. Everything
 # else the task needs is in the spec's env, as on Kubernetes.

@@ -26,7 +26,8 @@ third delete it (Airflow task, triggerer, retry)::
     <root>/<namespace>/.history/<name>-*/  clusters replaced by a re-create (last few kept)
     <root>/<namespace>/.locks/<name>.lock  serialises create/delete across processes
 
-``root`` defaults to ``$TFK_LOCAL_ROOT``, else ``~/.tfk-local``.
+``root`` defaults to :func:`airflow_tfk.local_env.default_local_root` (``$TFK_LOCAL_ROOT``,
+else the checkout's ``.tfk-local``, else ``~/.airflow-tfk/.tfk-local``).
 
 Status follows the Kubernetes model: ``Pending`` (starting, or waiting to be restarted:
 reason ``BackOff``), ``Running``, ``Succeeded`` (reason ``Completed``), ``Failed`` (reason
@@ -64,13 +65,13 @@ from airflow_tfk.backends._local_files import (
     TASK_ENV,
     _private_dir,
     _tail,
-    default_root,
 )
 from airflow_tfk.backends._local_host import LocalHostChecks
 from airflow_tfk.backends._local_procs import LocalProcesses
 from airflow_tfk.backends._local_records import PRIVATE_FILE, ClusterState, TaskConfig, TaskEntry
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
 from airflow_tfk.errors import ClusterOwnershipError, LocalMachineError
+from airflow_tfk.local_env import default_local_root as default_root
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import ROLES, TFClusterSpec
 from airflow_tfk.status import ClusterStatus
@@ -83,8 +84,8 @@ _VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MOD
 class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
     """Runs clusters as local processes; see the module docstring for the on-disk layout.
 
-    :param root: directory of every cluster's state (default ``$TFK_LOCAL_ROOT``, else
-        ``~/.tfk-local``).
+    :param root: directory of every cluster's state (default
+        :func:`airflow_tfk.local_env.default_local_root`).
     :param fixed_ports: when True, task *k* of the cluster map (chief, ps, workers in
         order) listens on ``spec.port + k`` and :meth:`create` fails with a
         :class:`LocalMachineError` on ``port``, naming it, if one is taken; by default

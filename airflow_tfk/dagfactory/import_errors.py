@@ -32,6 +32,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ERROR_TYPE = "tfk-training-file"
+# Errors logged one by one; the rest are counted. Each is still an import error of its file:
+# the log is for the DAG processor's output, where 10,000 lines would cost the parse time
+# that the loader's budget just saved.
+LOGGED = 20
+
+
+def _summary(errors: Sequence[TrainingFileError]) -> None:
+    if len(errors) > LOGGED:
+        log.error(
+            "... and %d more broken training files (each is an import error of its file)",
+            len(errors) - LOGGED,
+        )
 
 
 class TrainingFileWarning(UserWarning):
@@ -60,14 +72,16 @@ def report(errors: Sequence[TrainingFileError]) -> bool:
     """Report each error against its own file; True if Airflow's importer took them."""
     active = _active_import()
     if active is None:
-        for error in errors:
-            log.error("skipped training file %s", error)
+        for index, error in enumerate(errors):
+            if index < LOGGED:
+                log.error("skipped training file %s", error)
             warnings.warn_explicit(
                 str(error),
                 TrainingFileWarning,
                 filename=str(error.path),
                 lineno=error.line or 0,
             )
+        _summary(errors)
         return False
     from airflow.dag_processing.importers.base import DagImportError
 
@@ -82,5 +96,7 @@ def report(errors: Sequence[TrainingFileError]) -> bool:
                 line_number=error.line,
             )
         )
-        log.error("skipped training file %s", error.describe(shown))
+    for error in errors[:LOGGED]:
+        log.error("skipped training file %s", error)
+    _summary(errors)
     return True

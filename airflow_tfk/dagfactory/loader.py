@@ -10,19 +10,25 @@ one read, one YAML parse and one DAG build each; no template, no cluster, no Ten
 from __future__ import annotations
 
 import os
+import stat
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.dagfactory.strict_yaml import MAX_BYTES, load_mapping
-from airflow_tfk.dagfactory.training import TrainingFile, parse_training
+from airflow_tfk.dagfactory.training import TrainingFile, control_character, parse_training, printable
 from airflow_tfk.errors import SpecError
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
 
 SUFFIXES = (".yaml", ".yml")
+#: training files one DAG file loads well within the DAG processor's default timeouts:
+#: 8.3 CPU-ms per file measured (load 3.5 + serialize 4.8), so 2,000 files take ~17 CPU-s
+#: of the 50 s, leaving room for a busy machine (docs/dag-as-code.md)
+FILES_PER_DAG_FILE = 2000
 #: where the training files are; default: ``trainings/`` beside the DAGs folder
 ENV_DIR = "TFK_TRAININGS_DIR"
 
@@ -45,9 +51,11 @@ class TrainingFileError(Exception):
         super().__init__(self.describe())
 
     def describe(self, shown_path: str | None = None) -> str:
+        """One line, whatever the file's name or content: control characters are escaped,
+        so a name cannot start a line of its own or colour a terminal."""
         where = shown_path if shown_path is not None else str(self.path)
         at = f":{self.line}" if self.line else ""
-        return f"{where}{at}: {self.field}: {self.message}"
+        return printable(f"{where}{at}: {self.field}: {self.message}")
 
 
 @dataclass
@@ -70,11 +78,29 @@ def trainings_dir(dag_file: str | os.PathLike[str], folder: str | None = None) -
     return (here.parent / "trainings").resolve(), False
 
 
-def training_files(folder: Path) -> list[Path]:
-    """Every ``*.yaml``/``*.yml`` under ``folder`` (recursively, hidden entries skipped), sorted."""
+def training_files(folder: Path, errors: list[TrainingFileError] | None = None) -> list[Path]:
+    """Every ``*.yaml``/``*.yml`` under ``folder`` (recursively, hidden entries skipped), sorted.
+
+    :param errors: receives one error per sub-folder that cannot be listed or is a symbolic
+        link (not followed: it could lead out of the folder or back into it), so no folder
+        is skipped silently.
+    """
     found = []
-    for root, dirs, files in os.walk(folder, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+
+    def unreadable(exc: OSError) -> None:
+        if errors is not None:
+            where = Path(exc.filename) if exc.filename else folder
+            errors.append(TrainingFileError(where, "spec", f"folder cannot be read: {exc.strerror or exc}"))
+
+    for root, dirs, files in os.walk(folder, onerror=unreadable, followlinks=False):
+        visible = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = [d for d in visible if not os.path.islink(os.path.join(root, d))]
+        if errors is not None:
+            errors.extend(
+                TrainingFileError(Path(root, d), "spec", "is a symbolic link to a folder; not followed")
+                for d in visible
+                if d not in dirs
+            )
         for name in files:
             if name.endswith(SUFFIXES) and not name.startswith("."):
                 found.append(Path(root, name))
@@ -99,15 +125,54 @@ def default_dag_id(path: Path) -> str:
     return name
 
 
-def read_training(path: Path) -> tuple[TrainingFile, str, dict[str, int]]:
+def _read_bounded(path: Path, root: Path | None) -> bytes:
+    """At most ``MAX_BYTES + 1`` bytes of a regular file, never blocking: a FIFO or a device
+    named ``*.yaml`` would hang the DAG processor, and a symbolic link may not lead out of
+    ``root`` (``/proc/self/environ`` would end up in an import error)."""
+    if root is not None and path.is_symlink():
+        target = path.resolve()
+        if not target.is_relative_to(root.resolve()):
+            raise TrainingFileError(path, "spec", f"is a symbolic link out of {root}; not read")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TrainingFileError(path, "spec", f"is not a regular file ({_kind(info.st_mode)}); not read")
+        if info.st_size > MAX_BYTES:
+            raise TrainingFileError(path, "spec", f"is larger than {MAX_BYTES} bytes ({info.st_size})")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    ):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def read_training(path: Path, root: Path | None = None) -> tuple[TrainingFile, str, dict[str, int]]:
     """Read and validate one file: the training, its text and its line map.
+
+    :param root: the folder the file was found in: a symbolic link may not lead out of it.
 
     Raises :class:`TrainingFileError`.
     """
     lines: dict[str, int] = {}
+    bad = control_character(str(path))
+    if bad is not None:
+        raise TrainingFileError(path, "path", f"must not contain the control character {bad!r}")
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
+        raw = _read_bounded(path, root)
         text = raw.decode("utf-8")
         data, lines = load_mapping(text)
         training = parse_training(data, default_dag_id=default_dag_id(path), source=str(path))
@@ -126,31 +191,65 @@ def _error(path: Path, exc: SpecError, lines: dict[str, int]) -> TrainingFileErr
     return TrainingFileError(path, exc.field, f"{exc.rule}{shown}", line)
 
 
-def load_folder(folder: Path, *, build: bool = True, files: Iterable[Path] | None = None) -> FolderResult:
+def _root_of(path: Path, folder: Path) -> Path:
+    """The folder a symbolic link among the files may point into."""
+    here, top = Path(os.path.abspath(path)), Path(os.path.abspath(folder))  # links kept
+    return top if here.is_relative_to(top) else here.parent
+
+
+def _load_one(
+    path: Path, root: Path, owner_of: dict[str, Path], build: bool
+) -> tuple[TrainingFile, DAG | None]:
+    """One file's training and DAG; every failure is a :class:`TrainingFileError` of that file."""
+    from airflow_tfk.dagfactory.builder import build_dag
+
+    lines: dict[str, int] = {}
+    try:
+        training, text, lines = read_training(path, root)
+        if training.dag_id in owner_of:
+            raise SpecError("dag_id", f"is already used by {owner_of[training.dag_id]}", training.dag_id)
+        return training, build_dag(training, text) if build else None
+    except TrainingFileError:
+        raise
+    except SpecError as exc:
+        raise _error(path, exc, lines) from None
+    except Exception as exc:  # an operator's or Airflow's own check: still this file's error
+        raise TrainingFileError(path, "spec", f"{type(exc).__name__}: {exc}") from None
+
+
+def load_folder(
+    folder: Path, *, build: bool = True, files: Iterable[Path] | None = None, budget: float | None = None
+) -> FolderResult:
     """Load every training file of ``folder`` (or ``files``); never raises for a bad file.
 
     :param build: also build the DAGs (what the DAG file and ``validate`` do); without it
         only the files are checked.
+    :param budget: seconds; the files not reached by then are each reported as not loaded,
+        so a folder too large for the DAG processor's timeout still loads what it can
+        instead of timing out as a whole and loading nothing.
     """
-    from airflow_tfk.dagfactory.builder import build_dag
-
     result = FolderResult()
     owner_of: dict[str, Path] = {}
-    for path in files if files is not None else training_files(folder):
-        lines: dict[str, int] = {}
+    paths = list(files) if files is not None else training_files(folder, result.errors)
+    deadline = None if budget is None else time.monotonic() + budget
+    for index, path in enumerate(paths):
+        if deadline is not None and time.monotonic() > deadline:
+            result.errors.extend(
+                TrainingFileError(
+                    p,
+                    "spec",
+                    (
+                        f"not loaded: this folder took longer than {budget:.0f} s to load ({index} of "
+                        f"{len(paths)} files done); split it (docs/dag-as-code.md)"
+                    ),
+                )
+                for p in paths[index:]
+            )
+            break
         try:
-            training, text, lines = read_training(path)
-            if training.dag_id in owner_of:
-                raise SpecError("dag_id", f"is already used by {owner_of[training.dag_id]}", training.dag_id)
-            dag = build_dag(training, text) if build else None
+            training, dag = _load_one(path, _root_of(path, folder), owner_of, build)
         except TrainingFileError as exc:
             result.errors.append(exc)
-            continue
-        except SpecError as exc:
-            result.errors.append(_error(path, exc, lines))
-            continue
-        except Exception as exc:  # an operator's or Airflow's own check: still this file's error
-            result.errors.append(TrainingFileError(path, "spec", f"{type(exc).__name__}: {exc}"))
             continue
         owner_of[training.dag_id] = path
         result.trainings[path] = training
@@ -162,6 +261,22 @@ def load_folder(folder: Path, *, build: bool = True, files: Iterable[Path] | Non
 def dag_variable(dag_id: str) -> str:
     """A module-level name for a DAG (Airflow finds DAGs among a module's globals)."""
     return "dag__" + "".join(c if c.isalnum() else "_" for c in dag_id)
+
+
+def _parse_budget() -> float:
+    """Seconds the trainings may take in one parse of the DAG file: half the import timeout
+    ([core] dagbag_import_timeout, 30 s by default) and under a third of the DAG processor's
+    ([dag_processor] dag_file_processor_timeout, 50 s), leaving the rest for reporting the
+    files not reached, bagging the DAGs and serializing them (measured: 3.5 CPU-ms to load a
+    file, 4.8 CPU-ms to serialize its DAG; on a loaded machine wall time is several times
+    that)."""
+    from airflow.configuration import conf
+
+    limits = [0.3 * conf.getfloat("dag_processor", "dag_file_processor_timeout", fallback=50.0)]
+    import_timeout = conf.getfloat("core", "dagbag_import_timeout", fallback=30.0)
+    if import_timeout > 0:
+        limits.append(0.5 * import_timeout)
+    return min(limits)
 
 
 def load_into(namespace: dict[str, Any], dag_file: str, folder: str | None = None) -> FolderResult:
@@ -184,7 +299,7 @@ def load_into(namespace: dict[str, Any], dag_file: str, folder: str | None = Non
             raise FileNotFoundError(f"{given}: no such directory {where}")
         logging.getLogger(__name__).warning("no training files: %s does not exist", where)
         return FolderResult()
-    result = load_folder(where)
+    result = load_folder(where, budget=_parse_budget())
     for dag_id, dag in result.dags.items():
         namespace[dag_variable(dag_id)] = dag
     if result.errors:

@@ -55,11 +55,11 @@ TRAIN_TASK, PUBLISH_TASK, TENSORBOARD_TASK = "train", "publish", "tensorboard"
 PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 BACKENDS = ("kubernetes", "local")
 # Airflow's dag_id alphabet (KEY_REGEX), at most 250 characters.
-_DAG_ID = re.compile(r"^[\w.-]{1,250}$")
-_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Matched with fullmatch: "$" would also accept a trailing newline.
+_DAG_ID = re.compile(r"[\w.-]{1,250}")
+_PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 _PARAM_REF = re.compile(r"\bparams\.([A-Za-z_][A-Za-z0-9_]*)")
 _WHOLE_PARAM = re.compile(r"^\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
-_TAG = re.compile(r"^[^\x00-\x1f\x7f]{1,100}$")
 DEFAULT_START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 #: JSON-schema and Airflow form keywords a Param may carry (a typo such as ``minimun``
@@ -163,12 +163,34 @@ def _int(data: Mapping[str, Any], key: str, default: int | None, lo: int, hi: in
     return value
 
 
-def _str(data: Mapping[str, Any], key: str, default: str | None, max_len: int = 4096) -> str | None:
+def control_character(text: str, *, multiline: bool = False) -> str | None:
+    """The first character of ``text`` a terminal, a log line or the UI would not show as
+    itself (control, format such as a bidi override, unassigned), or None."""
+    for ch in text:
+        if not ch.isprintable() and not (multiline and ch in "\n\t"):
+            return ch
+    return None
+
+
+def printable(text: str) -> str:
+    """``text`` with every character :func:`control_character` would name escaped
+    (``\\n``, ``\\x1b``, ``\\u202e``), so it prints as one line that shows what it holds."""
+    if control_character(text) is None:
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def _str(
+    data: Mapping[str, Any], key: str, default: str | None, max_len: int = 4096, *, multiline: bool = False
+) -> str | None:
     value = data.get(key, default)
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip() or len(value) > max_len:
         raise SpecError(key, f"must be a non-empty string of at most {max_len} characters", value)
+    bad = control_character(value, multiline=multiline)
+    if bad is not None:
+        raise SpecError(key, f"must not contain the control character {bad!r}", value)
     return value
 
 
@@ -181,7 +203,7 @@ def _str_list(data: Mapping[str, Any], key: str, default: tuple[str, ...]) -> tu
     if not isinstance(value, list):
         raise SpecError(key, "must be a list of strings", value)
     for i, item in enumerate(value):
-        if not isinstance(item, str) or not _TAG.match(item):
+        if not isinstance(item, str) or not 1 <= len(item) <= 100 or control_character(item) is not None:
             raise SpecError(f"{key}[{i}]", "must be a non-empty string of at most 100 characters", item)
     return tuple(value)
 
@@ -227,6 +249,8 @@ def _schedule(value: object) -> str | None:
 
 
 def _params(value: object) -> dict[str, dict[str, Any]]:
+    from airflow_tfk.dagfactory.patterns import check_schema_patterns
+
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -234,7 +258,7 @@ def _params(value: object) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for name, definition in value.items():
         where = f"params.{name}"
-        if not isinstance(name, str) or not _PARAM_NAME.match(name):
+        if not isinstance(name, str) or not _PARAM_NAME.fullmatch(name):
             raise SpecError(where, "must be a name of letters, digits and '_' (used as params.NAME)")
         if isinstance(definition, Mapping):
             unknown = sorted(set(definition) - PARAM_KEYS)
@@ -242,6 +266,7 @@ def _params(value: object) -> dict[str, dict[str, Any]]:
                 raise SpecError(
                     f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(PARAM_KEYS))})"
                 )
+            check_schema_patterns({k: v for k, v in definition.items() if k != "default"}, where)
             out[name] = dict(definition)
         elif definition is None or isinstance(definition, (bool, int, float, str)):
             # Shorthand ``steps: 600``: the default, typed after it.
@@ -320,6 +345,27 @@ def _operator_options(value: object, key: str, operator: type, *, true_means: di
     return {**true_means, **dict(value)}
 
 
+def _backend_config(data: Mapping[str, Any], backend: str) -> dict[str, Any] | None:
+    """``backend_config``: only the options of the chosen backend (a typo is not ignored)."""
+    import inspect
+
+    config = _mapping(data, "backend_config")
+    if not config:
+        return config
+    if backend == "kubernetes":
+        from airflow_tfk.backends.kubernetes import KubernetesBackend as cls
+    else:
+        from airflow_tfk.backends.local import LocalBackend as cls  # type: ignore[assignment]
+    allowed = set(inspect.signature(cls).parameters)
+    unknown = sorted(str(k) for k in set(config) - allowed)
+    if unknown:
+        raise SpecError(
+            f"backend_config.{unknown[0]}",
+            f"unknown option of the {backend} backend (allowed: {', '.join(sorted(allowed))})",
+        )
+    return config
+
+
 def _with_namespace(options: object, where: str) -> dict[str, Any]:
     if options is None:
         options = {}
@@ -361,6 +407,9 @@ TOP_LEVEL = (
     "tensorboard",
 )
 
+#: the blocks that reach the operators' templated fields: rendered on the worker
+TEMPLATED = ("cluster", "backend_config", "publish", "tensorboard")
+
 
 def _run_options(data: Mapping[str, Any]) -> tuple[str, str, str, float]:
     """previous_run_policy, backend, cleanup and progress_interval, checked."""
@@ -384,15 +433,18 @@ def _run_options(data: Mapping[str, Any]) -> tuple[str, str, str, float]:
 def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str) -> TrainingFile:
     """Validate a training file's mapping. Raises :class:`SpecError` naming the field
     (``cluster.worker.replicas``, ``publish.serving.replicas``, ``params.steps.minimun``...)."""
+    from airflow_tfk.dagfactory.sandbox import check_templates
     from airflow_tfk.operators.serving import PublishModelOperator
     from airflow_tfk.operators.tensorboard import TensorBoardOperator
 
     unknown = sorted(set(data) - set(TOP_LEVEL))
     if unknown:
         raise SpecError(unknown[0], f"unknown key (allowed: {', '.join(TOP_LEVEL)})")
+    for block in TEMPLATED:
+        check_templates(data.get(block), block)
     dag_id = _str(data, "dag_id", default_dag_id, 250)
     assert dag_id is not None
-    if not _DAG_ID.match(dag_id):
+    if not _DAG_ID.fullmatch(dag_id):
         raise SpecError("dag_id", "must be letters, digits, '_', '.' and '-' (at most 250)", dag_id)
     policy, backend, cleanup, progress = _run_options(data)
     max_minutes = _int(data, "max_duration_minutes", None, 1, 366 * 24 * 60)
@@ -433,7 +485,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
         dag_id=dag_id,
         source=source,
         cluster=cluster,
-        description=_str(data, "description", None),
+        description=_str(data, "description", None, multiline=True),
         schedule=_schedule(data.get("schedule")),
         start_date=_start_date(data.get("start_date")),
         catchup=_bool(data, "catchup", False),
@@ -447,7 +499,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
         backend=backend,
         kubernetes_conn_id=_str(data, "kubernetes_conn_id", defaults.KUBERNETES_CONN_ID, 250)
         or defaults.KUBERNETES_CONN_ID,
-        backend_config=_mapping(data, "backend_config"),
+        backend_config=_backend_config(data, backend),
         deferrable=_bool(data, "deferrable", defaults.DEFERRABLE),
         progress_interval=progress,
         cleanup=cleanup,

@@ -107,21 +107,24 @@ class TFTrainingOperator(OnBackendOperator):
         self.progress_interval = progress_interval
         self.name_prefix = name_prefix
         self._handle: ClusterHandle | None = None
+        self._created = False  # this try created or reattached to its cluster
 
     # -- the steps --------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_tfk._airflow import TaskDeferred
+        from airflow_tfk._airflow import AirflowTaskTimeout, TaskDeferred
         from airflow_tfk.handle import ClusterHandle
         from airflow_tfk.lifecycle import (
             apply_previous_run_policy,
             create_or_reattach,
         )
-        from airflow_tfk.watch import wait_for_cluster, wait_result
+        from airflow_tfk.watch import TIMEOUT_MESSAGE, wait_for_cluster, wait_result
 
         identity, spec, backend = self._resolve(context)
         handle = ClusterHandle.for_spec(spec, backend, identity)
         wait_limit = self.execution_timeout.total_seconds() if self.execution_timeout else None
         policy = _previous_run_policy(self.previous_run_policy)
+        if self.deferrable and policy.value == "wait":
+            self._defer_while_previous_runs(backend, spec, identity)
         if not apply_previous_run_policy(
             backend, spec, identity, policy, self.log.info, wait_timeout=wait_limit
         ):
@@ -136,6 +139,7 @@ class TFTrainingOperator(OnBackendOperator):
         self._handle = handle
         try:
             create_or_reattach(backend, spec, identity, self.log.info)
+            self._created = True
             if self.deferrable:
                 self._defer(handle)
             verdict = wait_for_cluster(
@@ -148,8 +152,13 @@ class TFTrainingOperator(OnBackendOperator):
             )
         except TaskDeferred:
             raise
+        except AirflowTaskTimeout as exc:
+            # Airflow's own exception says only "Timeout, PID: N": say what the deferred
+            # wait says, after the same clean-up.
+            self._teardown(handle, TIMEOUT_MESSAGE)
+            raise AirflowTaskTimeout(f"cluster {handle.ref.name}: {TIMEOUT_MESSAGE}") from exc
         except BaseException:
-            # Includes AirflowTaskTimeout and SIGTERM-driven exits: nothing may be left.
+            # SIGTERM-driven exits and every other error: nothing may be left.
             self._teardown(handle, "the task stopped before the training finished")
             raise
         return self._finish(handle, wait_result(verdict))
@@ -164,12 +173,48 @@ class TFTrainingOperator(OnBackendOperator):
             timeout = self.execution_timeout + _DEFER_TIMEOUT_MARGIN
         self.defer(
             trigger=WorkersDoneTrigger.for_handle(
-                handle, deadline=deadline, progress_interval=self.progress_interval
+                handle,
+                deadline=deadline,
+                progress_interval=self.progress_interval,
+                release_after_success=True,
             ),
             method_name="execute_complete",
             kwargs={"handle": handle.to_dict()},
             timeout=timeout,
         )
+
+    def _defer_while_previous_runs(self, backend: Any, spec: TFClusterSpec, identity: Any) -> None:
+        """``previous_run_policy='wait'``, deferred: wait in the triggerer, not in a worker
+        slot, until the earlier run's cluster has finished or is gone; then start again
+        (:meth:`execute_after_previous_run`), which looks for the next earlier run."""
+        from airflow_tfk.lifecycle import previous_runs
+        from airflow_tfk.triggers.workers import WorkersDoneTrigger
+
+        alive = previous_runs(backend, spec, identity)
+        if not alive:
+            return
+        self.log.info("waiting (deferred) for the earlier run's cluster %s to finish", alive[0].name)
+        trigger = WorkersDoneTrigger(
+            cluster=alive[0].to_dict(),
+            backend_kind=backend.kind,
+            backend_config=backend.config(),
+            mode=spec.mode.value,
+            replicas={role: r.replicas for role, r in spec.roles().items()},
+            deadline=time.time() + self.execution_timeout.total_seconds() if self.execution_timeout else None,
+            progress_interval=self.progress_interval,
+            delete_on_kill=False,  # another run's cluster: never this task's to delete
+        )
+        self.defer(trigger=trigger, method_name="execute_after_previous_run")
+
+    def execute_after_previous_run(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """The earlier run's cluster finished (or is gone): start this run."""
+        if event.get("status") == "timeout":
+            from airflow_tfk._airflow import AirflowTaskTimeout
+
+            raise AirflowTaskTimeout(
+                f"earlier runs still training at the execution_timeout: {event.get('cluster')}"
+            )
+        return self.execute(context)
 
     def execute_complete(
         self, context: Context, event: dict[str, Any], handle: dict[str, Any] | None = None
@@ -182,6 +227,7 @@ class TFTrainingOperator(OnBackendOperator):
             handle = self._handle_of(context).to_dict()
         h = ClusterHandle.from_dict(handle)
         self._handle = h
+        self._created = True
         return self._finish(h, event)
 
     def _resolve(self, context: Context) -> tuple[Any, TFClusterSpec, Any]:
@@ -222,7 +268,12 @@ class TFTrainingOperator(OnBackendOperator):
         results = self._results(handle)
         grace = max(0.0, handle.ps_grace_seconds - (time.monotonic() - started))
         try:
-            cleanup_after_success(handle, self.log.info, grace_seconds=grace)
+            if result.get("released") is None:
+                cleanup_after_success(handle, self.log.info, grace_seconds=grace)
+            else:  # the trigger ended them already, without waiting for this resume
+                self.log.info(
+                    "the triggerer ended %s after the success", ", ".join(result["released"]) or "nothing"
+                )
             if self.cleanup is Cleanup.ALL:
                 delete_cluster(handle, self.log.info)
         except BaseException:
@@ -264,8 +315,12 @@ class TFTrainingOperator(OnBackendOperator):
             return
         try:
             if not handle.backend().exists(handle.ref):
-                # A pre-flight check failed, or a rolled-back create: nothing to clean up.
-                self.log.info("cluster %s was not created; nothing to delete", handle.ref.name)
+                # Never created (a pre-flight check failed, a rolled-back create), or
+                # deleted by someone else since (kill_previous of a newer run).
+                if self._created:
+                    self.log.info("cluster %s is already gone (%s); nothing to delete", handle.ref.name, why)
+                else:
+                    self.log.info("cluster %s was not created; nothing to delete", handle.ref.name)
                 self._handle = None
                 return
             self.log.warning("deleting cluster %s: %s", handle.ref.name, why)

@@ -363,12 +363,28 @@ class TrainingApp:
             self._serve_forever()
             return EXIT_OK  # not reached
         self._reporter = Reporter(
-            self.flags.steps, self.flags.progress_every, enabled=True, log_dir=self._summary_dir()
+            self.flags.steps,
+            self.flags.progress_every,
+            enabled=True,
+            log_dir=self._summary_dir(),
+            metrics=self._metrics(),
         )
         self.train()
         self._reporter.report(self.step, None, status="done", force=True)
         self._reporter.close()
         return EXIT_OK
+
+    def _metrics(self) -> Any:
+        """The task's Prometheus metrics, served on ``--tfk_metrics_port`` (else None)."""
+        if not self.flags.metrics_port:
+            return None
+        from airflow_tfk.runtime import metrics
+
+        role, index = ("local", "0") if self.task is None else (self.task.role, str(self.task.index))
+        labels = {"role": role, "index": index, "cluster": os.environ.get("TFK_CLUSTER_NAME", "")}
+        exported = metrics.TrainingMetrics(labels, self.flags.steps, self.flags.batch_size)
+        metrics.serve(exported, self.flags.metrics_port, self.flags.metrics_path)
+        return exported
 
     def _summary_dir(self) -> str | None:
         if not self.flags.log_dir or not self.is_chief:

@@ -34,6 +34,8 @@ class PlatformFlags:
     :param model_version: export version (default, or 0 on the command line: one more
         than the newest existing one).
     :param cluster_wait: seconds to wait for the other tasks' addresses.
+    :param metrics_port: where the training task serves Prometheus metrics
+        (:mod:`airflow_tfk.runtime.metrics`); None: nowhere.
     """
 
     steps: int = 1000
@@ -52,6 +54,8 @@ class PlatformFlags:
     learning_rate: float | None = None
     cluster_wait: float = 600.0
     seed: int | None = None
+    metrics_port: int | None = None
+    metrics_path: str = "/metrics"
 
 
 def _bounded(convert: type, noun: str, minimum: float, inclusive: bool):
@@ -110,6 +114,18 @@ _VALUED: tuple[tuple[str, Callable[[str], Any], str | None, str], ...] = (
     ("learning_rate", _positive_float, None, "learning rate (default: the app's learning_rate)"),
     ("cluster_wait", _positive_float, None, "seconds to wait for the other tasks to be reachable"),
     ("seed", int, None, "random seed"),
+    (
+        "metrics_port",
+        _non_negative_int,
+        "TFK_METRICS_PORT",
+        "serve Prometheus metrics on this port (default: $TFK_METRICS_PORT; none: no metrics)",
+    ),
+    (
+        "metrics_path",
+        str,
+        "TFK_METRICS_PATH",
+        "the metrics' HTTP path (default: $TFK_METRICS_PATH or /metrics)",
+    ),
 )
 # The switches: (field, its True flag and help, its False flag and help); unset is None.
 _SWITCHES = (
@@ -130,7 +146,7 @@ def add_platform_flags(
     g = parser.add_argument_group("platform (airflow-tfk)")
     d = PlatformFlags()
     for name, kind, variable, help_text in _VALUED:
-        default = (env.get(variable) or None) if variable else getattr(d, name)
+        default = (env.get(variable) if variable else None) or getattr(d, name)
         g.add_argument(PREFIX + name, type=kind, default=default, help=help_text)
     for name, (on, on_help), (off, off_help) in _SWITCHES:
         pair = g.add_mutually_exclusive_group()

@@ -12,8 +12,11 @@ class Reporter:
     """Prints a progress line when the step crosses a multiple of ``every`` (or when
     forced), and writes the loss as a TensorBoard scalar when ``log_dir`` is set."""
 
-    def __init__(self, total: int, every: int, enabled: bool, log_dir: str | None):
+    def __init__(
+        self, total: int, every: int, enabled: bool, log_dir: str | None, metrics: Any = None
+    ) -> None:
         self.total, self.every, self.enabled = total, every, enabled
+        self.metrics = metrics  # a runtime.metrics.TrainingMetrics, or None
         self.start_time = time.time()
         self.last_step: int | None = None
         self.last_loss: float | None = None
@@ -47,6 +50,8 @@ class Reporter:
     def report(self, step: int, loss: float | None, status: str = "running", force: bool = False) -> None:
         if loss is not None:
             self.last_loss = float(loss)
+        if self.metrics is not None:
+            self.metrics.update(step, self.last_loss)
         if not self.enabled or not (force or self.due(step)):
             return
         self.last_step = step

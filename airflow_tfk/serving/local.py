@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from airflow_tfk import _process
 from airflow_tfk._kwargs import init_kwargs
+from airflow_tfk.local_env import default_local_root as default_root
 from airflow_tfk.protocol.digits import is_plain_int
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import request_json
@@ -43,10 +44,6 @@ from airflow_tfk.serving.spec import (
 TF_SERVING_BINARY = "tensorflow_model_server"
 SAMPLE_REQUEST = os.path.join("assets.extra", "tfk_sample_request.json")
 METRICS_FILE = os.path.join("assets.extra", "tfk_metrics.json")  # runtime.app.METRICS_FILE
-
-
-def default_root() -> str:
-    return os.environ.get("TFK_LOCAL_ROOT") or os.path.join(os.path.expanduser("~"), ".tfk-local")
 
 
 S = TypeVar("S", ServingSpec, TensorBoardSpec)
@@ -88,7 +85,7 @@ class LocalServer(Generic[S]):
 
 
 class LocalServing(LocalServer[ServingSpec], ServingTarget):
-    """:param root: the local backend's root (default ``$TFK_LOCAL_ROOT``, ``~/.tfk-local``).
+    """:param root: the local backend's root (default: :func:`airflow_tfk.local_env.default_local_root`).
     :param poll_seconds: config and file-system poll of the server (local default: 1 s).
     :param server: ``auto`` (``tensorflow_model_server`` if on PATH), ``tensorflow_model_server``
         or ``stand-in``.

@@ -33,6 +33,11 @@ class WorkersDoneTrigger(BaseTrigger):
         (the task's ``execution_timeout``); the operator then deletes the cluster.
     :param progress_interval: seconds between progress reads.
     :param delete_on_kill: delete the cluster when the task is killed while deferred.
+    :param release_handle: the cluster's handle (``ClusterHandle.to_dict()``) when this
+        trigger ends the roles that never exit by themselves (the PS) after a success,
+        after the handle's grace period. It does so here, in the triggerer, so they do not
+        wait for a free worker slot, or for the DAG to be unpaused, to resume the task; the
+        event's ``released`` lists the roles it deleted.
     """
 
     def __init__(
@@ -45,6 +50,7 @@ class WorkersDoneTrigger(BaseTrigger):
         deadline: float | None = None,
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         delete_on_kill: bool = True,
+        release_handle: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.cluster = cluster
@@ -55,13 +61,20 @@ class WorkersDoneTrigger(BaseTrigger):
         self.deadline = deadline
         self.progress_interval = progress_interval
         self.delete_on_kill = delete_on_kill
+        self.release_handle = release_handle
         self._fired = False
 
     @classmethod
     def for_handle(
-        cls, handle: ClusterHandle, *, deadline: float | None = None, progress_interval: float
+        cls,
+        handle: ClusterHandle,
+        *,
+        deadline: float | None = None,
+        progress_interval: float,
+        release_after_success: bool = False,
     ) -> WorkersDoneTrigger:
-        """The trigger that waits on the cluster of ``handle`` (a create task's XCom)."""
+        """The trigger that waits on the cluster of ``handle`` (a create task's XCom);
+        with ``release_after_success`` it also ends the PS after a success."""
         return cls(
             cluster=handle.ref.to_dict(),
             backend_kind=handle.backend_kind,
@@ -70,6 +83,7 @@ class WorkersDoneTrigger(BaseTrigger):
             replicas=handle.replicas,
             deadline=deadline,
             progress_interval=progress_interval,
+            release_handle=handle.to_dict() if release_after_success else None,
         )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -84,6 +98,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "progress_interval": self.progress_interval,
                 "delete_on_kill": self.delete_on_kill,
+                "release_handle": self.release_handle,
             },
         )
 
@@ -113,8 +128,30 @@ class WorkersDoneTrigger(BaseTrigger):
             return
         if result["status"] == "timeout":
             yield self._event("timeout", result["message"])
-        else:
-            yield self._event(result["status"], result["message"], failed_task=result["failed_task"])
+            return
+        extra: dict[str, Any] = {}
+        if result["status"] == "success" and self.release_handle is not None:
+            try:
+                extra["released"] = await self._release(ClusterHandle.from_dict(self.release_handle))
+            except Exception:  # the resumed task cleans up as the blocking path does
+                self.log.exception("could not end the PS of cluster %s here", ref.name)
+        yield self._event(result["status"], result["message"], failed_task=result["failed_task"], **extra)
+
+    async def _release(self, handle: ClusterHandle) -> list[str]:
+        """The blocking path's clean-up after success, with the grace period awaited here
+        rather than slept in a thread of the triggerer."""
+        from airflow_tfk.lifecycle import cleanup_after_success
+        from airflow_tfk.policies import roles_after_success
+
+        roles = roles_after_success(handle.mode, list(handle.replicas))
+        if roles and handle.ps_grace_seconds > 0:
+            self.log.info(
+                "training succeeded; deleting %s in %d s (from the triggerer)",
+                ", ".join(roles),
+                handle.ps_grace_seconds,
+            )
+            await asyncio.sleep(handle.ps_grace_seconds)
+        return await asyncio.to_thread(cleanup_after_success, handle, self.log.info, grace_seconds=0)
 
     async def on_kill(self) -> None:
         """Airflow >= 3.3 calls this when the user kills the deferred task."""

@@ -189,7 +189,8 @@ def test_config_rebuilds_an_equivalent_backend(tmp_path, monkeypatch):
     monkeypatch.setenv("TFK_LOCAL_ROOT", str(tmp_path / "env-root"))
     assert LocalBackend().root == str(tmp_path / "env-root") == default_root()
     monkeypatch.delenv("TFK_LOCAL_ROOT")
-    assert LocalBackend().root == os.path.expanduser("~/.tfk-local")
+    # the checkout's, as `airflow-tfk airflow` uses (tests/test_local_env.py)
+    assert LocalBackend().root == str(Path(__file__).resolve().parents[2] / ".tfk-local")
 
 
 # -- the environment contract -----------------------------------------------------------

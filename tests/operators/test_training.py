@@ -113,9 +113,34 @@ def test_execution_timeout_in_blocking_mode_deletes_everything(local_root) -> No
 
     ctx = task_context()
     op = make_op(spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"))
-    with pytest.raises(AirflowTaskTimeout), timeout(4):  # Airflow's own timeout mechanism
+    with pytest.raises(AirflowTaskTimeout) as info, timeout(4):  # Airflow's own timeout mechanism
         op.execute(ctx)
+    # the words of the deferrable wait's timeout, not Airflow's "Timeout, PID: N"
+    assert (
+        str(info.value)
+        == f"cluster {cluster_of(ctx).name}: the training exceeded the task's execution_timeout"
+    )
     assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
+    assert_no_processes(local_root)
+
+
+def test_a_cluster_deleted_from_outside_is_already_gone_not_never_created(local_root, capfd) -> None:
+    """kill_previous of a newer run deletes this run's cluster: the task fails, and its
+    clean-up says the cluster is gone, not that it was never created."""
+    ctx = task_context()
+    op = make_op(spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"))
+    thread, errors = execute_in_thread(op, ctx)
+    backend = LocalBackend(str(local_root))
+    deadline = time.monotonic() + 30
+    while not (backend.exists(cluster_of(ctx)) and cluster_processes(local_root)):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    backend.delete(cluster_of(ctx), "killed by the newer run manual__2 (previous_run_policy=kill_previous)")
+    thread.join(60)
+    assert not thread.is_alive() and errors and isinstance(errors[0], TrainingFailed)
+    out = capfd.readouterr().out
+    assert "was not created" not in out
+    assert f"cluster {cluster_of(ctx).name} is already gone (" in out and "killed by the newer run" in out
     assert_no_processes(local_root)
 
 
@@ -138,11 +163,14 @@ def test_deferrable_success_then_cleanup(local_root) -> None:
     assert path == "airflow_tfk.triggers.workers.WorkersDoneTrigger"
     event = run_trigger(type(trigger)(**kwargs))
     assert event["status"] == "success"
-    result = getattr(op, deferred.value.method_name)(ctx, event, **deferred.value.kwargs)
-    assert result["outcome"] == "succeeded"
+    # The triggerer ended the PS itself: a paused DAG, or no free worker slot, would not
+    # resume the task, and nothing else would (the PS never exit by themselves).
+    assert event["released"] == ["ps"]
     ps = LocalBackend(str(local_root)).status(cluster_of(ctx)).task("ps", 0)
     assert ps is not None and ps.reason == "Deleted"
     assert_no_processes(local_root)
+    result = getattr(op, deferred.value.method_name)(ctx, event, **deferred.value.kwargs)
+    assert result["outcome"] == "succeeded"
 
 
 def test_deferrable_execution_timeout_deletes_everything(local_root) -> None:
@@ -282,3 +310,31 @@ def test_on_failure_keep_keeps_the_failed_tasks_and_stops_the_ps(local_root) -> 
     assert_no_processes(local_root)
     with pytest.raises(ValueError, match="^on_failure"):
         make_op(spec, on_failure="sometimes")
+
+
+def test_wait_for_the_previous_run_defers_instead_of_holding_a_worker_slot(local_root) -> None:
+    """previous_run_policy='wait', deferrable: the task defers on the earlier run's cluster
+    (never deleting it, even if killed), and when that one has finished it starts its own."""
+    earlier_ctx, ctx = task_context("scheduled__1"), task_context("scheduled__2")
+    spec = spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1")
+    earlier = make_op(spec, deferrable=True)
+    with pytest.raises(TaskDeferred):
+        earlier.execute(earlier_ctx)  # the earlier run's cluster trains on
+    op = make_op(spec, deferrable=True, previous_run_policy="wait")
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    trigger = deferred.value.trigger
+    assert deferred.value.method_name == "execute_after_previous_run"
+    assert trigger.cluster["name"] == cluster_of(earlier_ctx).name and trigger.delete_on_kill is False
+    backend = LocalBackend(str(local_root))
+    assert not backend.exists(cluster_of(ctx))  # nothing of its own yet
+
+    backend.delete(cluster_of(earlier_ctx), "the earlier run ended")
+    event = run_trigger(type(trigger)(**trigger.serialize()[1]))
+    assert event["status"] == "failed"  # the earlier run's outcome, not this run's
+    with pytest.raises(TaskDeferred) as own:
+        op.execute_after_previous_run(ctx, event)
+    assert own.value.method_name == "execute_complete"
+    assert own.value.trigger.cluster["name"] == cluster_of(ctx).name and backend.exists(cluster_of(ctx))
+    backend.delete(cluster_of(ctx))
+    assert_no_processes(local_root)

@@ -1,0 +1,227 @@
+"""``airflow-tfk clusters``: the provider's clusters, in the manner of ``kubectl``.
+
+    airflow-tfk clusters list [-A | -n NS]
+    airflow-tfk clusters status NAME [-n NS]
+    airflow-tfk clusters logs NAME [TASK] [--tail N]
+    airflow-tfk clusters delete NAME [-n NS] [--dag-id D --task-id T --run-id R [--map-index I]]
+    airflow-tfk clusters sweep [-A | -n NS] [--dry-run]
+
+It talks to the cluster through the same backend as the operators (the ``kubernetes``
+connection ``--conn-id``, or a ``--kubeconfig``), and applies their rules: ``delete``
+removes a cluster only for the task instance that owns it (named with ``--dag-id`` ...),
+or one created outside Airflow when no owner is named, through the same end-of-run path
+(its exports set aside, a reason recorded). ``sweep`` is the orphan sweeper of
+``TFOrphanSweeperOperator``; it reads the task instances' states from the Airflow
+metadata database of the environment it runs in (``AIRFLOW_HOME``).
+
+``--backend local`` runs the same commands on the local backend's root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
+    from airflow_tfk.naming import RunIdentity
+    from airflow_tfk.status import ClusterStatus
+
+EXIT_ERROR = 1
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    clusters = sub.add_parser(
+        "clusters",
+        help="list, inspect, read the logs of, delete or sweep the provider's clusters",
+        description="The provider's TF clusters on Kubernetes (or the local backend), "
+        "as the operators see them.",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--backend", choices=["kubernetes", "local"], default="kubernetes")
+    common.add_argument("--conn-id", default="kubernetes_default", help="Airflow `kubernetes` connection")
+    common.add_argument("--kubeconfig", help="a kubeconfig file instead of the connection's")
+    common.add_argument("--context", help="the kubeconfig context")
+    common.add_argument("-n", "--namespace", default=None, help="namespace (default: 'default')")
+    actions = clusters.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", parents=[common], help="the clusters with their status and owner")
+    listing.add_argument("-A", "--all-namespaces", action="store_true")
+    status = actions.add_parser("status", parents=[common], help="roles, progress and owner of one cluster")
+    status.add_argument("name")
+    logs = actions.add_parser("logs", parents=[common], help="one task's log (default: the progress task)")
+    logs.add_argument("name")
+    logs.add_argument("task", nargs="?", help="ROLE-INDEX, e.g. worker-1 (default: chief-0, else worker-0)")
+    logs.add_argument("--tail", type=int, default=None, help="only the last N lines")
+    delete = actions.add_parser("delete", parents=[common], help="delete a cluster its owner names")
+    delete.add_argument("name")
+    delete.add_argument("--dag-id")
+    delete.add_argument("--task-id")
+    delete.add_argument("--run-id")
+    delete.add_argument("--map-index", type=int, default=-1)
+    delete.add_argument("--reason", default="deleted with airflow-tfk clusters delete")
+    sweep = actions.add_parser("sweep", parents=[common], help="delete clusters no task instance waits on")
+    sweep.add_argument("-A", "--all-namespaces", action="store_true")
+    sweep.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
+
+
+def run(args: argparse.Namespace) -> int:
+    from airflow_tfk.errors import ClusterOwnershipError, SpecError
+
+    try:
+        backend = _backend(args)
+        return int(_ACTIONS[args.action](backend, args))
+    except (ClusterOwnershipError, SpecError, LookupError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _backend(args: argparse.Namespace) -> Backend:
+    from airflow_tfk.backends import get_backend
+
+    if args.backend == "local":
+        return get_backend("local")
+    return get_backend(
+        "kubernetes", conn_id=args.conn_id, config_file=args.kubeconfig, cluster_context=args.context
+    )
+
+
+def _namespace(args: argparse.Namespace) -> str | None:
+    if getattr(args, "all_namespaces", False):
+        return None
+    return args.namespace or "default"
+
+
+def _ref(args: argparse.Namespace) -> ClusterRef:
+    from airflow_tfk.backends.base import ClusterRef
+
+    return ClusterRef(args.name, args.namespace or "default")
+
+
+def _owner_text(owner: ClusterOwner | None) -> str:
+    return "-" if owner is None else owner.describe()
+
+
+def _age(owner: ClusterOwner | None) -> str:
+    if owner is None or owner.created_at is None:
+        return "-"
+    from airflow_tfk.watch import format_duration
+
+    return format_duration(max(0.0, time.time() - owner.created_at))
+
+
+def _list(backend: Backend, args: argparse.Namespace) -> int:
+    refs = sorted(backend.clusters(_namespace(args)), key=lambda r: (r.namespace, r.name))
+    rows = [("NAMESPACE", "NAME", "AGE", "TASKS", "OWNER")]
+    for ref in refs:
+        owner = backend.owner(ref)
+        rows.append((ref.namespace, ref.name, _age(owner), backend.status(ref).summary(), _owner_text(owner)))
+    if len(rows) == 1:
+        where = "any namespace" if _namespace(args) is None else f"namespace {_namespace(args)}"
+        print(f"no clusters in {where}")
+        return 0
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
+    return 0
+
+
+def _progress_task(status: ClusterStatus) -> tuple[str, int]:
+    roles = {t.role for t in status.tasks}
+    return ("chief", 0) if "chief" in roles else ("worker", 0)
+
+
+def _status(backend: Backend, args: argparse.Namespace) -> int:
+    from airflow_tfk.protocol.progress import last_progress
+    from airflow_tfk.watch import format_progress
+
+    ref = _ref(args)
+    owner = backend.owner(ref)
+    status = backend.status(ref)
+    if owner is None and not status.tasks:
+        raise LookupError(f"cluster {ref.name} not found in namespace {ref.namespace}")
+    print(f"cluster:   {ref.name} (namespace {ref.namespace}, selector {ref.label_selector})")
+    print(f"owner:     {_owner_text(owner)}")
+    print(f"age:       {_age(owner)}")
+    print(f"tasks:     {status.summary()}")
+    for task in sorted(status.tasks, key=lambda t: (t.role, t.index)):
+        why = f" ({task.reason})" if task.reason else ""
+        code = f", exit code {task.exit_code}" if task.exit_code is not None else ""
+        print(f"  {task.name:<12} {task.phase.value.lower()}{why}{code}, restarts {task.restarts}")
+    role, index = _progress_task(status)
+    progress = last_progress(backend.logs(ref, role, index, tail_lines=200)) if status.tasks else None
+    print(
+        f"progress:  {f'[{role}-{index}] ' + format_progress(progress) if progress else 'none reported yet'}"
+    )
+    return 0
+
+
+def _logs(backend: Backend, args: argparse.Namespace) -> int:
+    ref = _ref(args)
+    if args.task:
+        role, _, index = args.task.rpartition("-")
+        if not role or not index.isdigit():
+            raise LookupError(f"TASK: expected ROLE-INDEX such as worker-1 (got {args.task!r})")
+        task = (role, int(index))
+    else:
+        task = _progress_task(backend.status(ref))
+    sys.stdout.write(backend.logs(ref, task[0], task[1], tail_lines=args.tail))
+    return 0
+
+
+def _identity(args: argparse.Namespace) -> RunIdentity | None:
+    from airflow_tfk.naming import RunIdentity
+
+    given = [args.dag_id, args.task_id, args.run_id]
+    if not any(given):
+        return None
+    if not all(given):
+        raise LookupError("--dag-id, --task-id and --run-id name the owning task instance together")
+    return RunIdentity(args.dag_id, args.task_id, args.run_id, args.map_index)
+
+
+def _delete(backend: Backend, args: argparse.Namespace) -> int:
+    from airflow_tfk.lifecycle import check_owner, run_exports, set_aside_exports
+    from airflow_tfk.sweeper import decisive_succeeded
+
+    ref = _ref(args)
+    owner = backend.owner(ref)
+    if owner is None:
+        raise LookupError(f"cluster {ref.name} not found in namespace {ref.namespace}")
+    check_owner(ref, owner, _identity(args), "delete")
+    status = backend.status(ref)
+    exports = run_exports(backend, ref, print)
+    backend.delete(ref, args.reason)
+    print(f"deleted cluster {ref.name} in {ref.namespace} ({args.reason})")
+    if not decisive_succeeded(status):  # a run ended before it succeeded: not publishable
+        set_aside_exports(backend, ref, exports, print)
+    return 0
+
+
+def _sweep(backend: Backend, args: argparse.Namespace) -> int:
+    from airflow_tfk.sweeper import sweep
+
+    sweep(backend, _namespace(args), _task_instance_state, dry_run=args.dry_run, emit=print)
+    return 0
+
+
+def _task_instance_state(identity: RunIdentity) -> str | None:
+    """The state of a task instance in this environment's Airflow metadata database."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        state: Any = session.scalar(
+            select(TaskInstance.state).where(
+                TaskInstance.dag_id == identity.dag_id,
+                TaskInstance.task_id == identity.task_id,
+                TaskInstance.run_id == identity.run_id,
+                TaskInstance.map_index == identity.map_index,
+            )
+        )
+    return None if state is None else str(getattr(state, "value", state))
+
+
+_ACTIONS = {"list": _list, "status": _status, "logs": _logs, "delete": _delete, "sweep": _sweep}
