@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any
 
 from airflow_tfk import naming
@@ -44,6 +44,19 @@ def _utf8(text: str, where: str) -> None:
         )
 
 
+# Bounds on the collections of a spec, checked with len() before any item is looked at,
+# so a list of a million arguments is refused in microseconds. Far above what a training
+# needs; the API server's own bound is the object size (about 1.5 MiB).
+MAX_LIST_ITEMS = 4096
+MAX_MAP_ITEMS = 4096
+MAX_LIST_CHARS = 256 * 1024
+
+
+def _bounded(value: Sized, where: str, limit: int) -> None:
+    if len(value) > limit:
+        raise SpecError(where, f"has {len(value)} items, over the limit of {limit}")
+
+
 def _int(value: object, where: str, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(where, "must be an integer", value)
@@ -58,6 +71,7 @@ def _str_map(value: object, where: str, *, keys: str) -> dict[str, str]:
         return {}
     if not isinstance(value, Mapping):
         raise SpecError(where, "must be a mapping", value)
+    _bounded(value, where, MAX_MAP_ITEMS)
     out: dict[str, str] = {}
     for k, v in value.items():
         if not isinstance(k, str):
@@ -92,9 +106,11 @@ def _name(value: str, where: str, valid: Callable[[str], bool], rule: str) -> No
 def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> tuple[str, ...]:
     if value is None:
         return ()
-    if isinstance(value, str) or not isinstance(value, Sequence):
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise SpecError(where, "must be a list of strings", value)
+    _bounded(value, where, MAX_LIST_ITEMS)
     out = []
+    chars = 0
     for i, item in enumerate(value):
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             raise SpecError(f"{where}[{i}]", "must be a string", item)
@@ -104,6 +120,9 @@ def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> t
         _utf8(text, f"{where}[{i}]")
         if not allow_empty_items and not text:
             raise SpecError(f"{where}[{i}]", "must not be empty", item)
+        chars += len(text)
+        if chars > MAX_LIST_CHARS:
+            raise SpecError(where, f"totals over {MAX_LIST_CHARS} characters", f"{len(value)} items")
         out.append(text)
     return tuple(out)
 
@@ -147,11 +166,20 @@ def _check_gpu_resource(value: object, where: str) -> None:
 # Labels the Job, StatefulSet and ReplicaSet controllers set on their pods: a user label
 # of that name would be overwritten, or break the controller's selector.
 _CONTROLLER_LABELS = ("job-name", "controller-uid", "controller-revision-hash", "pod-template-hash")
-_RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io")
+# Domains whose labels the provider sets or selects on (its own; app.kubernetes.io/*), or that
+# Kubernetes and the add-ons it drives own: batch.kubernetes.io/* (Job), jobset.sigs.k8s.io/*
+# (JobSet), kueue.x-k8s.io/* (Kueue's queue-name, priority-class...). A user label there would
+# override what the provider says (a queue_name) or what a controller selects on.
+_RESERVED_LABEL_DOMAINS = (naming.LABEL_PREFIX, "kubernetes.io", "k8s.io", "x-k8s.io")
 
 
-def _reserved_label(key: str) -> bool:
+def reserved_label(key: str) -> str | None:
+    """Why the label key ``key`` is not the user's to set, or None when it is."""
     prefix, _, name = key.rpartition("/")
     if not prefix:
-        return name in _CONTROLLER_LABELS
-    return any(prefix == d or prefix.endswith("." + d) for d in _RESERVED_LABEL_DOMAINS)
+        return "is set by the Job and ReplicaSet controllers" if name in _CONTROLLER_LABELS else None
+    for domain in _RESERVED_LABEL_DOMAINS:
+        if prefix == domain or prefix.endswith("." + domain):
+            owner = "the platform" if domain == naming.LABEL_PREFIX else "Kubernetes and its add-ons"
+            return f"is reserved for {owner} (labels under {domain}/ are set or selected on by them)"
+    return None

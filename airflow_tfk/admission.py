@@ -74,7 +74,7 @@ def queue_name(value: object) -> str | None:
         return None
     if (
         not isinstance(value, str)
-        or not _QUEUE.match(value)
+        or not _QUEUE.fullmatch(value)
         or not naming.is_dns1123_subdomain(value)
         or not naming.is_label_value(value)
     ):

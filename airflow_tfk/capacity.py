@@ -21,9 +21,53 @@ from typing import Any
 
 from airflow_tfk.spec import RoleSpec, TFClusterSpec, quantity_value
 
-__all__ = ["CapacityReport", "check", "task_requests"]
+__all__ = [
+    "LOCAL_TASKS_FLOOR",
+    "CapacityReport",
+    "check",
+    "check_local_tasks",
+    "local_max_tasks",
+    "task_requests",
+]
 
 _TERMINAL = ("Succeeded", "Failed")
+
+# The local backend runs every task as a process of this machine, each a Python with
+# TensorFlow loaded (a few hundred MB, one core busy). Its default cap on the tasks of one
+# cluster: 4 per CPU, and one per 512 MiB of memory, whichever is smaller, but never
+# under LOCAL_TASKS_FLOOR (what the examples and a first run need). The backend's
+# ``max_tasks`` option overrides it.
+LOCAL_TASKS_PER_CPU = 4
+LOCAL_MEMORY_PER_TASK = 512 * 2**20
+LOCAL_TASKS_FLOOR = 8
+
+
+def local_max_tasks() -> int:
+    """The local backend's default cap on the tasks of one cluster, from this machine."""
+    import os
+
+    by_cpu = LOCAL_TASKS_PER_CPU * (os.cpu_count() or 1)
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    by_memory = memory // LOCAL_MEMORY_PER_TASK if memory > 0 else by_cpu
+    return max(LOCAL_TASKS_FLOOR, min(by_cpu, by_memory))
+
+
+def check_local_tasks(spec: TFClusterSpec, cap: int) -> tuple[str, str] | None:
+    """Why ``spec`` is too big for the local backend's ``cap``: (the field, the rule), or
+    None when it fits."""
+    total = spec.task_count()
+    if total <= cap:
+        return None
+    biggest = max(spec.roles().items(), key=lambda item: item[1].replicas)[0]
+    return (
+        f"{biggest}.replicas",
+        f"the cluster has {total} tasks, over the local backend's cap of {cap} processes on this "
+        f"machine (max_tasks: 4 per CPU, one per 512 MiB, at least {LOCAL_TASKS_FLOOR}; raise it "
+        "with the backend option max_tasks, or run on the kubernetes backend)",
+    )
 
 
 def task_requests(role: RoleSpec) -> dict[str, float]:

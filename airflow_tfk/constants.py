@@ -11,6 +11,10 @@ from typing import Final, Literal
 
 #: Seconds between two progress lines (step/total/%/ETA) in the task log.
 PROGRESS_INTERVAL_SECONDS: Final = 30.0
+#: Seconds a running training may go without a new step before it fails as stalled
+#: (``stall_seconds``; warned at half). Long enough for a slow evaluation or checkpoint
+#: between two progress lines; 0 turns the check off.
+STALL_SECONDS: Final = 900.0
 #: The cncf ``kubernetes`` connection.
 KUBERNETES_CONN_ID: Final = "kubernetes_default"
 #: Server-side apply field manager of every object the provider applies.

@@ -33,6 +33,9 @@ def resolve_spec(
 
     ``cluster_spec`` may be a spec, a mapping, or YAML text.
     """
+    from airflow_tfk.operator_args import cluster_spec_arg
+
+    cluster_spec_arg(cluster_spec)
     if isinstance(cluster_spec, TFClusterSpec):
         return cluster_spec
     if isinstance(cluster_spec, str):

@@ -46,30 +46,40 @@ MAP_INDEX_MAX = 2**31 - 1
 
 def is_dns1035_label(value: str) -> bool:
     """Service names: lowercase alphanumerics and '-', start with a letter, at most 63."""
-    return len(value) <= DNS1123_LABEL_MAX and bool(_DNS1035_LABEL.match(value))
+    return len(value) <= DNS1123_LABEL_MAX and bool(_DNS1035_LABEL.fullmatch(value))
 
 
 def is_dns1123_label(value: str) -> bool:
-    return len(value) <= DNS1123_LABEL_MAX and bool(_DNS1123_LABEL.match(value))
+    return len(value) <= DNS1123_LABEL_MAX and bool(_DNS1123_LABEL.fullmatch(value))
 
 
 def is_dns1123_subdomain(value: str) -> bool:
-    return len(value) <= DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.match(value))
+    return len(value) <= DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.fullmatch(value))
 
 
 def is_label_value(value: str) -> bool:
-    return len(value) <= LABEL_VALUE_MAX and bool(_LABEL_VALUE.match(value))
+    return len(value) <= LABEL_VALUE_MAX and bool(_LABEL_VALUE.fullmatch(value))
 
 
 def is_label_key(key: str) -> bool:
     prefix, slash, name = key.rpartition("/")
     if slash and not is_dns1123_subdomain(prefix):  # "/x" has an empty, invalid prefix
         return False
-    return len(name) <= 63 and bool(_LABEL_KEY_NAME.match(name))
+    return len(name) <= 63 and bool(_LABEL_KEY_NAME.fullmatch(name))
 
 
 def is_env_name(value: str) -> bool:
-    return bool(_ENV_NAME.match(value))
+    """An env var name every supported API server takes: ``IsEnvVarName`` of Kubernetes
+    before 1.32 (the C-identifier-like class, and not ``.``, ``..`` nor ``..``-prefixed,
+    which a kubelet would take for directories). 1.32 and later relax it to printable
+    ASCII without ``=`` (RelaxedEnvironmentVariableValidation); the spec keeps the
+    stricter rule, which every version admits."""
+    return bool(_ENV_NAME.fullmatch(value)) and value != "." and not value.startswith("..")
+
+
+def is_relaxed_env_name(value: str) -> bool:
+    """``IsRelaxedEnvVarName``: printable ASCII (space to '~') except '='; not empty."""
+    return bool(value) and all(" " <= c <= "~" and c != "=" for c in value)
 
 
 def short_hash(*parts: str, length: int = 8) -> str:

@@ -31,8 +31,9 @@ class Egress(str, enum.Enum):
     """What a training's pods may connect to.
 
     - ``open``: anything (the policy restricts ingress only).
-    - ``restricted``: the cluster's own tasks on the TF port, DNS (port 53 anywhere, so
-      node-local DNS caches keep working), and the ``egress_to`` peers.
+    - ``restricted``: the cluster's own tasks on the TF port, the cluster DNS on port 53
+      (``dns_to``: the ``k8s-app: kube-dns`` pods of ``kube-system`` by default), and the
+      ``egress_to`` peers.
     """
 
     OPEN = "open"
@@ -44,6 +45,8 @@ def _labels(value: object, where: str) -> dict[str, str] | None:
         return None
     if not isinstance(value, Mapping):
         raise SpecError(where, "must be a mapping of label keys to values", value)
+    if len(value) > MAX_SELECTOR_LABELS:
+        raise SpecError(where, f"has {len(value)} labels, over the limit of {MAX_SELECTOR_LABELS}")
     out = {}
     for k, v in value.items():
         if not isinstance(k, str) or not naming.is_label_key(k):
@@ -54,14 +57,44 @@ def _labels(value: object, where: str) -> dict[str, str] | None:
     return out
 
 
+# Bounds on the lists of a policy, checked before any item is parsed, so a list of a
+# million peers is refused at the cost of len(), not of a million parses.
+MAX_PEERS = 256
+MAX_EXCEPT_CIDRS = 64
+MAX_PORTS = 64
+MAX_API_SERVER_CIDRS = 64
+MAX_SELECTOR_LABELS = 64
+_CIDR_MAX_CHARS = 64  # the longest IPv6 block in text form is 43 characters
+
+
+def _bounded(value: Sequence[Any], where: str, limit: int, what: str) -> None:
+    if len(value) > limit:
+        raise SpecError(where, f"has {len(value)} {what}, over the limit of {limit}")
+
+
 def cidr(value: object, where: str) -> str:
-    """A CIDR block in canonical form (``10.0.0.0/8``, ``fd00::/8``); host bits must be 0."""
+    """A CIDR block in canonical form (``10.0.0.0/8``, ``fd00::/8``); host bits must be 0.
+
+    The API server (``IsValidCIDRForLegacyField``, strict since Kubernetes 1.33) refuses
+    what Python's parser takes: a zone index (``fe80::%eth0/64``) and an IPv4-mapped IPv6
+    block (``::ffff:10.0.0.0/104``); they are refused here too, so a spec that validates
+    is one every supported API server admits.
+    """
     if not isinstance(value, str):
         raise SpecError(where, "must be a CIDR string such as '10.0.0.0/8'", value)
+    if len(value) > _CIDR_MAX_CHARS:
+        raise SpecError(where, f"is not a CIDR block (over {_CIDR_MAX_CHARS} characters)", value)
+    if "%" in value:
+        raise SpecError(where, "must not carry an IPv6 zone index ('%...'): the API server refuses it", value)
     try:
-        return str(ipaddress.ip_network(value.strip(), strict=True))
+        network = ipaddress.ip_network(value.strip(), strict=True)
     except ValueError as exc:
         raise SpecError(where, f"is not a valid CIDR block ({exc})", value) from None
+    if isinstance(network, ipaddress.IPv6Network) and network.network_address.ipv4_mapped is not None:
+        raise SpecError(
+            where, "must not be an IPv4-mapped IPv6 block (::ffff:a.b.c.d): write the IPv4 block", value
+        )
+    return str(network)
 
 
 def host_cidr(address: str) -> str:
@@ -75,6 +108,7 @@ def _ports(value: object, where: str) -> tuple[int, ...]:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise SpecError(where, "must be a list of port numbers", value)
+    _bounded(value, where, MAX_PORTS, "ports")
     out = []
     for i, p in enumerate(value):
         if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 65535:
@@ -124,12 +158,21 @@ class Peer:
             raise SpecError(f"{where}.except_cidrs", "must be a list of CIDR blocks", excepts)
         if excepts and self.cidr is None:
             raise SpecError(f"{where}.except_cidrs", "needs cidr")
+        _bounded(excepts, f"{where}.except_cidrs", MAX_EXCEPT_CIDRS, "blocks")
         blocks = tuple(cidr(e, f"{where}.except_cidrs[{i}]") for i, e in enumerate(excepts))
+        outer = ipaddress.ip_network(self.cidr) if blocks and self.cidr is not None else None
         for i, block in enumerate(blocks):
-            outer = ipaddress.ip_network(self.cidr)  # type: ignore[arg-type]
             inner = ipaddress.ip_network(block)
-            if inner.version != outer.version or not inner.subnet_of(outer):  # type: ignore[arg-type]
-                raise SpecError(f"{where}.except_cidrs[{i}]", f"must lie inside cidr {self.cidr}", block)
+            # The API server wants a strict subset: an except equal to cidr is refused.
+            if (
+                outer is None
+                or inner.version != outer.version
+                or inner.prefixlen <= outer.prefixlen
+                or not inner.subnet_of(outer)  # type: ignore[arg-type]
+            ):
+                raise SpecError(
+                    f"{where}.except_cidrs[{i}]", f"must be a strict subset of cidr {self.cidr}", block
+                )
         object.__setattr__(self, "except_cidrs", blocks)
         object.__setattr__(self, "ports", _ports(self.ports, f"{where}.ports"))
         if self.ports and not egress:
@@ -156,6 +199,7 @@ class Peer:
         if isinstance(data, Peer):
             peer = data
         elif isinstance(data, Mapping):
+            _string_keys(data, where)
             unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
             if unknown:
                 raise SpecError(
@@ -174,13 +218,26 @@ class Peer:
 
 _PEER_KEYS = sorted(f.name for f in dataclasses.fields(Peer))
 
+#: The cluster DNS as kubeadm, kind, k3s and the managed clouds deploy it (CoreDNS keeps
+#: kube-dns's label for compatibility).
+CLUSTER_DNS = (
+    Peer(namespace_labels={"kubernetes.io/metadata.name": "kube-system"}, pod_labels={"k8s-app": "kube-dns"}),
+)
+
 
 def _peers(value: object, where: str, *, egress: bool) -> tuple[Peer, ...]:
     if value is None:
         return ()
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
         raise SpecError(where, "must be a list of peers", value)
+    _bounded(value, where, MAX_PEERS, "peers")
     return tuple(Peer.from_value(p, f"{where}[{i}]", egress=egress) for i, p in enumerate(value))
+
+
+def _string_keys(data: Mapping[Any, Any], where: str) -> None:
+    for key in data:
+        if not isinstance(key, str):
+            raise SpecError(where, "keys must be strings", key)
 
 
 def _bool(value: object, where: str) -> bool:
@@ -198,6 +255,7 @@ def _from_mapping(cls: type, data: object, where: str) -> Any:
         return data
     if not isinstance(data, Mapping):
         raise SpecError(where, "must be a mapping (or true/false)", data)
+    _string_keys(data, where)
     allowed = sorted(f.name for f in dataclasses.fields(cls))
     unknown = sorted(set(data) - set(allowed))
     if unknown:
@@ -214,11 +272,16 @@ class TrainingNetworkPolicy:
     :param egress: ``open`` (default) or ``restricted`` (see :class:`Egress`).
     :param egress_to: restricted egress: further destinations, e.g. the data store
         ``{cidr: 10.20.0.0/16, ports: [443]}``.
+    :param dns_to: restricted egress: where the pods may send DNS queries (port 53, UDP
+        and TCP). Default: the cluster DNS, the ``k8s-app: kube-dns`` pods of the
+        ``kube-system`` namespace (CoreDNS keeps that label). Name others where the
+        cluster resolves elsewhere, e.g. a node-local cache ``[{cidr: 169.254.20.10/32}]``.
     """
 
     enabled: bool = True
     egress: Egress = Egress.OPEN
     egress_to: tuple[Peer, ...] = ()
+    dns_to: tuple[Peer, ...] | None = None
 
     def validate(self, where: str = "network_policy") -> None:
         _bool(self.enabled, f"{where}.enabled")
@@ -231,6 +294,16 @@ class TrainingNetworkPolicy:
         object.__setattr__(self, "egress_to", _peers(self.egress_to, f"{where}.egress_to", egress=True))
         if self.egress_to and self.egress is not Egress.RESTRICTED:
             raise SpecError(f"{where}.egress_to", "needs egress: restricted (open egress admits everything)")
+        if self.dns_to is not None:
+            object.__setattr__(self, "dns_to", _peers(self.dns_to, f"{where}.dns_to", egress=False))
+            if not self.dns_to:
+                raise SpecError(
+                    f"{where}.dns_to", "must name at least one DNS server (pods cannot resolve without)"
+                )
+
+    def dns_peers(self) -> tuple[Peer, ...]:
+        """Where DNS queries may go: ``dns_to``, or the cluster DNS when unset."""
+        return CLUSTER_DNS if self.dns_to is None else self.dns_to
 
     @classmethod
     def from_value(cls, data: object, where: str = "network_policy") -> TrainingNetworkPolicy:
@@ -263,6 +336,7 @@ class ServiceNetworkPolicy:
         if blocks is not None:
             if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence):
                 raise SpecError(f"{where}.api_server_cidrs", "must be a list of CIDR blocks", blocks)
+            _bounded(blocks, f"{where}.api_server_cidrs", MAX_API_SERVER_CIDRS, "blocks")
             object.__setattr__(
                 self,
                 "api_server_cidrs",

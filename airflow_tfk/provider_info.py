@@ -30,6 +30,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_tfk.operators.serving",
                     "airflow_tfk.operators.tensorboard",
                     "airflow_tfk.operators.sweeper",
+                    "airflow_tfk.operators.sweep",
                 ],
             }
         ],

@@ -70,7 +70,7 @@ def parse_quantity(value: object, where: str) -> str:
     if isinstance(value, int) and value.bit_length() > 64:
         raise SpecError(where, "is too large for a Kubernetes quantity", value)
     text = str(value).strip()
-    if len(text) > MAX_LENGTH or not _QUANTITY.match(text):
+    if len(text) > MAX_LENGTH or not _QUANTITY.fullmatch(text):
         raise SpecError(where, _RULE + " (ASCII digits)", value)
     amount = quantity_value(text)
     if amount <= 0:

@@ -339,6 +339,7 @@ def _network_policy_context(spec: TFClusterSpec, identity: RunIdentity | None) -
             {"to": p.to_k8s(), "ports": [{"protocol": "TCP", "port": n} for n in p.ports]}
             for p in policy.egress_to
         ],
+        "dns_to": [p.to_k8s() for p in policy.dns_peers()],
     }
 
 

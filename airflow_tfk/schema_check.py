@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_tfk import naming
+
 # The oldest Kubernetes whose defaults carry every feature the templates rely on:
 # - backoffLimitPerIndex (``retries_per_index``): alpha in 1.28 (off by default, so the API
 #   server drops the field), beta and on by default since 1.29, GA in 1.33;
@@ -105,4 +107,78 @@ def validate_manifests(manifests: Sequence[dict[str, Any]], version: str) -> lis
             )
         except utils.ValidationError as exc:
             findings.append(Finding(kind, name, f"{_where(exc)}: {exc.message}", True))
+        findings += [Finding(kind, name, message, True) for message in api_server_rules(doc, version)]
     return findings
+
+
+# RelaxedEnvironmentVariableValidation: on by default (beta) from Kubernetes 1.32; before,
+# the API server takes only IsEnvVarName's names.
+RELAXED_ENV_NAMES_SINCE = (1, 32)
+
+
+def api_server_rules(doc: dict[str, Any], version: str) -> list[str]:
+    """What the API server of ``version`` refuses in ``doc`` beyond its OpenAPI schema:
+    env var names by that version's rule, and NetworkPolicy IP blocks
+    (``ValidateIPBlock``: a valid CIDR without a zone or an IPv4-mapped address, each
+    ``except`` a strict subset of ``cidr``)."""
+    relaxed = _key(version) >= RELAXED_ENV_NAMES_SINCE
+    out = []
+    for where, container in _containers(doc):
+        for i, env in enumerate(container.get("env") or []):
+            name = env.get("name") if isinstance(env, dict) else None
+            ok = isinstance(name, str) and (
+                naming.is_relaxed_env_name(name) if relaxed else naming.is_env_name(name)
+            )
+            if not ok:
+                rule = (
+                    "printable ASCII without '='"
+                    if relaxed
+                    else "[-._a-zA-Z][-._a-zA-Z0-9]*, not '.' nor '..*'"
+                )
+                out.append(
+                    f"{where}.env[{i}].name: {name!r} is no env var name for Kubernetes {version} ({rule})"
+                )
+    if doc.get("kind") == "NetworkPolicy":
+        out += _ip_blocks(doc.get("spec") or {})
+    return out
+
+
+def _containers(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    spec = doc.get("spec") or {}
+    pods: list[tuple[str, Any]] = []
+    if doc.get("kind") in ("Job", "Deployment", "StatefulSet"):
+        pods.append(("spec.template.spec", (spec.get("template") or {}).get("spec")))
+    elif doc.get("kind") == "JobSet":
+        for i, rj in enumerate(spec.get("replicatedJobs") or []):
+            pod = ((rj.get("template") or {}).get("spec") or {}).get("template") or {}
+            pods.append((f"spec.replicatedJobs[{i}].template.spec.template.spec", pod.get("spec")))
+    out = []
+    for where, pod in pods:
+        for key in ("initContainers", "containers"):
+            for i, c in enumerate((pod or {}).get(key) or []):
+                if isinstance(c, dict):
+                    out.append((f"{where}.{key}[{i}]", c))
+    return out
+
+
+def _ip_blocks(spec: dict[str, Any]) -> list[str]:
+    from airflow_tfk.errors import SpecError
+    from airflow_tfk.network import Peer
+
+    out = []
+    for direction, peers_key in (("ingress", "from"), ("egress", "to")):
+        for r, rule in enumerate(spec.get(direction) or []):
+            for p, peer in enumerate(rule.get(peers_key) or []):
+                block = peer.get("ipBlock") if isinstance(peer, dict) else None
+                if block is None:
+                    continue
+                where = f"spec.{direction}[{r}].{peers_key}[{p}].ipBlock"
+                try:
+                    Peer.from_value(
+                        {"cidr": block.get("cidr"), "except_cidrs": list(block.get("except") or [])},
+                        where,
+                        egress=True,
+                    )
+                except SpecError as exc:
+                    out.append(str(exc).replace("except_cidrs", "except"))
+    return out

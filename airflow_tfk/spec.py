@@ -17,14 +17,15 @@ from typing import Any
 
 from airflow_tfk import admission, naming
 from airflow_tfk._spec_checks import (
+    _bounded,
     _fields,
     _int,
     _name,
     _reject_unknown,
-    _reserved_label,
     _str_list,
     _str_map,
     _text,
+    reserved_label,
 )
 from airflow_tfk.admission import CapacityCheck, Layout
 from airflow_tfk.errors import SpecError
@@ -51,6 +52,7 @@ __all__ = [
 
 MAX_REPLICAS = 10_000
 MAX_ENV_BYTES = 256 * 1024
+MAX_TOLERATIONS = 256
 ROLES = ("chief", "ps", "worker", "evaluator")
 
 
@@ -117,6 +119,7 @@ class RoleSpec:
             tols = ()
         if isinstance(tols, (str, bytes, Mapping)) or not isinstance(tols, Sequence):
             raise SpecError(f"{where}.tolerations", "must be a list", tols)
+        _bounded(tols, f"{where}.tolerations", MAX_TOLERATIONS)
         coerced = []
         for i, t in enumerate(tols):
             if isinstance(t, Mapping):
@@ -151,6 +154,7 @@ class RoleSpec:
         tolerations = kwargs.get("tolerations") or []
         if not isinstance(tolerations, Sequence) or isinstance(tolerations, str):
             raise SpecError(f"{where}.tolerations", "must be a list", tolerations)
+        _bounded(tolerations, f"{where}.tolerations", MAX_TOLERATIONS)
         tols = []
         for i, t in enumerate(tolerations):
             _reject_unknown(t, _fields(Toleration), f"{where}.tolerations[{i}]")
@@ -379,18 +383,10 @@ class TFClusterSpec:
             if reserved:
                 raise SpecError(f"{where}.{reserved[0]}", "is reserved for the platform")
         object.__setattr__(self, "labels", _str_map(self.labels, "labels", keys="label"))
-        clash = sorted(
-            k for k in self.labels if k.startswith(naming.LABEL_PREFIX) or k.startswith("app.kubernetes.io/")
-        )
-        if clash:
-            raise SpecError(f"labels.{clash[0]}", "is reserved for the platform")
-        controller = sorted(k for k in self.labels if _reserved_label(k))
-        if controller:
-            raise SpecError(
-                f"labels.{controller[0]}",
-                "is reserved for Kubernetes and its controllers (job-name, controller-uid, "
-                "*.kubernetes.io/*, *.k8s.io/*)",
-            )
+        for key in sorted(self.labels):
+            why = reserved_label(key)
+            if why:
+                raise SpecError(f"labels.{key}", why)
 
     def _validate_pod_settings(self) -> None:
         if self.image_pull_policy not in ("IfNotPresent", "Always", "Never"):
@@ -417,6 +413,7 @@ class TFClusterSpec:
         codes = self.permanent_exit_codes
         if isinstance(codes, (str, bytes)) or not isinstance(codes, Sequence):
             raise SpecError("permanent_exit_codes", "must be a list of integers", codes)
+        _bounded(codes, "permanent_exit_codes", 255)
         for i, code in enumerate(codes):
             _int(code, f"permanent_exit_codes[{i}]", 1, 255)
         object.__setattr__(self, "permanent_exit_codes", tuple(sorted(set(codes))))
@@ -436,7 +433,7 @@ class TFClusterSpec:
             _int(self.metrics_port, "metrics_port", 1, 65535)
             if self.metrics_port == self.port:
                 raise SpecError("metrics_port", f"must differ from port ({self.port})", self.metrics_port)
-        if not isinstance(self.metrics_path, str) or not re.match(
+        if not isinstance(self.metrics_path, str) or not re.fullmatch(
             r"^(/[A-Za-z0-9._~-]+)+$", self.metrics_path
         ):
             raise SpecError("metrics_path", "must be an absolute URL path like /metrics", self.metrics_path)

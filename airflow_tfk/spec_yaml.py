@@ -10,7 +10,11 @@ What the plain safe loader lets through, and this module refuses with a
 - duplicate keys (the plain loader keeps the last one silently; Kubernetes' strict field
   validation refuses them), keys that are not strings, merge keys (``<<``);
 - YAML 1.1 surprises: ``010`` (octal 8), ``1:30`` (sexagesimal 90), ``1_000``, ``0b11``,
-  ``yes``/``no``/``on``/``off`` as booleans, dates; and integers of more than 30 digits.
+  dates; and integers of more than 30 digits.
+
+A plain ``yes``/``no``/``on``/``off``/``y``/``n`` is read as YAML 1.2 reads it: as text, not
+a boolean (:func:`yaml12_bool`). ``capacity_check: off`` means ``"off"``; a field that takes a
+boolean refuses the text, naming itself, and says to write ``true`` or ``false``.
 
 Each is an error on the dotted path of the field, e.g. ``worker.replicas``.
 """
@@ -23,7 +27,15 @@ from typing import Any
 
 from airflow_tfk.errors import SpecError
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "load_yaml_mapping", "parser_error"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "load_yaml_mapping",
+    "check_plain_scalar",
+    "parser_error",
+    "yaml12_bool",
+]
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
@@ -122,6 +134,14 @@ def _check_scalar(node: Any, path: str) -> None:
         raise SpecError(
             where, f"is a YAML {kind} ({_at(node.start_mark)}); quote it to mean text", node.value
         )
+    check_plain_scalar(node, where)
+
+
+def check_plain_scalar(node: Any, where: str) -> None:
+    """A plain scalar as YAML 1.2 reads it: refuse the YAML 1.1 number forms that are easily
+    misread (``010``, ``1:30``, ``1_000``, ``0b11``) and over-long integers, and read YAML 1.1
+    boolean words as text (:func:`yaml12_bool`). The spec reader and the training-file
+    reader both call it, so a value means the same in a spec file and under ``cluster:``."""
     if node.style:  # quoted or block text: always a string (plain is None, or "" in libyaml)
         return
     value = node.value
@@ -139,8 +159,17 @@ def _check_scalar(node: Any, path: str) -> None:
         raise SpecError(
             where, "is a YAML 1.1 number form (':' or '_') that is easily misread; quote it", value
         )
-    elif node.tag == _BOOL and value not in _PLAIN_BOOLS:
-        raise SpecError(where, "is a YAML 1.1 boolean; write true or false, or quote it to mean text", value)
+    else:
+        yaml12_bool(node)
+
+
+def yaml12_bool(node: Any) -> None:
+    """Only ``true``/``false`` are booleans (YAML 1.2's core schema): retag a plain YAML 1.1
+    boolean word (``off``, ``yes``, ``n``...) of a composed scalar node as the text it is,
+    so the field that reads it decides (an enum takes ``off``; a boolean field refuses
+    ``yes`` by name). Both the spec reader and the training-file reader call it."""
+    if node.tag == _BOOL and not node.style and node.value not in _PLAIN_BOOLS:
+        node.tag = _STR
 
 
 def _check_nodes(root: Any) -> None:

@@ -1,10 +1,19 @@
-"""Seeing a stalled task: one that neither finishes nor fails while its peers have
-finished (issue 10 item 12; e.g. a TF1 worker hung in a barrier its peers left).
+"""Seeing a stalled training, two ways, within one bound (``stall_seconds``).
 
-:class:`StallDetector` watches the statuses the wait loop sees. Once a task of a decisive
-role (worker, chief) has succeeded, every task of that role still running after
-``bound`` seconds is reported once, by name; if the training then fails, the failure
-message names the stalled tasks too. Pure: no I/O, an injectable clock.
+- A task that neither finishes nor fails while its peers have finished (e.g. a TF1 worker
+  hung in a barrier its peers left): :class:`StallDetector` watches the statuses the wait
+  loop sees. Once a task of a decisive role (worker, chief) has succeeded, every task of
+  that role still running after ``bound`` seconds is reported once, by name; if the
+  training then fails, the failure message names the stalled tasks too.
+- No progress while the tasks run (e.g. one frozen worker: in ``parameter_server`` mode the
+  chief's step stops moving while every task still "runs"): :class:`ProgressStall` watches
+  the step of the progress task. Half the bound without a new step is a warning; the whole
+  bound fails the training, naming the task(s) that went silent: those whose process is
+  stopped, and those with no log output for as long as the progress has stood still.
+  It is armed by the first progress line: a script that prints none is never judged by it.
+
+Pure: no I/O, an injectable clock; what the backend knows of each task's activity is
+handed in as :class:`Activity`.
 """
 
 from __future__ import annotations
@@ -13,11 +22,38 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+from airflow_tfk.constants import STALL_SECONDS
 from airflow_tfk.policies import Outcome, Verdict, decisive_roles
+from airflow_tfk.protocol.progress import Progress
 from airflow_tfk.spec import Mode
-from airflow_tfk.status import ClusterStatus, Phase
+from airflow_tfk.status import Activity, ClusterStatus, Phase, TaskStatus
 
-DEFAULT_STALL_SECONDS = 300.0
+#: How long a running training may go without a new step (and a task without finishing
+#: after its peers did) before it is reported stalled; ``stall_seconds`` of the operators
+#: and of a training file sets it.
+DEFAULT_STALL_SECONDS = STALL_SECONDS
+STALL_SECONDS_MAX = 7 * 24 * 3600.0
+
+
+def check_stall_seconds(value: object, field: str = "stall_seconds") -> float:
+    """``stall_seconds`` as given to an operator or in a training file: 0 (off), or a
+    number of seconds from 1 to a week. Raises :class:`~airflow_tfk.errors.SpecError`."""
+    import math
+
+    from airflow_tfk.errors import SpecError
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past float's range
+            seconds = math.inf
+        if math.isfinite(seconds) and (seconds == 0 or 1 <= seconds <= STALL_SECONDS_MAX):
+            return seconds
+    raise SpecError(field, f"must be 0 (off) or a number of seconds from 1 to {STALL_SECONDS_MAX:.0f}", value)
+
+
+#: Only this many running tasks are asked for their activity when a stall is judged.
+ACTIVITY_TASKS_MAX = 64
 
 
 class StallDetector:
@@ -62,3 +98,97 @@ class StallDetector:
             return verdict
         names = ", ".join(self.stalled)
         return dataclasses.replace(verdict, message=f"{verdict.message} [stalled before: {names}]")
+
+
+class ProgressStall:
+    """The progress task's step, and how long it has stood still while the task runs."""
+
+    def __init__(
+        self,
+        task: tuple[str, int],
+        bound: float = DEFAULT_STALL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.role, self.index = task
+        self.bound = bound
+        self.clock = clock
+        self.last: Progress | None = None
+        self._moved: float | None = None  # when the step last changed (clock time)
+        self._warned = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    def saw(self, progress: Progress | None) -> None:
+        """A progress line read from the progress task's log (None: none yet)."""
+        if progress is None:
+            return
+        if self.last is None or progress.step != self.last.step:
+            self._moved = self.clock()
+            self._warned = False
+        self.last = progress
+
+    def still_for(self) -> float:
+        return 0.0 if self._moved is None else self.clock() - self._moved
+
+    def _armed(self, status: ClusterStatus) -> bool:
+        if self.bound <= 0 or self._moved is None or self.last is None or self.last.status != "running":
+            return False
+        task = status.task(self.role, self.index)
+        return task is not None and task.phase is Phase.RUNNING
+
+    def warning(self, status: ClusterStatus) -> str | None:
+        """Once per standstill, at half the bound: a warning line for the task log."""
+        if self._warned or not self._armed(status) or self.still_for() < self.bound / 2:
+            return None
+        self._warned = True
+        assert self.last is not None
+        return (
+            f"WARNING no progress for {self.still_for():.0f} s: {self.name} still reports step "
+            f"{self.last.step}/{self.last.total_steps}; the training fails as stalled after "
+            f"{self.bound:.0f} s without a new step (stall_seconds)"
+        )
+
+    def stalled(self, status: ClusterStatus) -> bool:
+        return self._armed(status) and self.still_for() >= self.bound
+
+    def verdict(self, status: ClusterStatus, activity: dict[str, Activity], now: float) -> Verdict:
+        """The failure of a stalled training, naming the tasks that went silent.
+
+        ``activity`` maps running task names to what the backend knows of them; ``now``
+        is the UNIX time its ``last_output`` times compare with.
+        """
+        quiet = self.still_for()
+        assert self.last is not None
+        stopped = sorted(n for n, a in activity.items() if a.note)
+        silent = sorted(
+            (now - a.last_output, n)
+            for n, a in activity.items()
+            if a.last_output is not None and now - a.last_output >= quiet
+        )
+        parts = [
+            f"no progress for {quiet:.0f} s (stall_seconds={self.bound:g}): {self.name} last reported "
+            f"step {self.last.step}/{self.last.total_steps} while its tasks still run"
+        ]
+        if stopped:
+            parts.append("stopped: " + ", ".join(f"{n} ({activity[n].note})" for n in stopped))
+        if silent:
+            parts.append(
+                f"no log output for {quiet:.0f} s or more: "
+                + ", ".join(f"{n} (last output {age:.0f} s ago)" for age, n in reversed(silent))
+            )
+        unknown = sorted(n for n, a in activity.items() if a.last_output is None and not a.note)
+        if unknown:
+            parts.append(f"no log output seen yet: {', '.join(unknown)}")
+        blamed = stopped[0] if stopped else self.name
+        named = stopped or [n for _, n in reversed(silent)] or [self.name]
+        message = "; ".join(parts) + f"; went silent: {', '.join(named)}"
+        role, _, index = blamed.rpartition("-")
+        task = TaskStatus(role, int(index), Phase.RUNNING, "Stalled", message)
+        return Verdict(Outcome.FAILED, f"task {blamed} failed (Stalled): {message}", task)
+
+
+def running_tasks(status: ClusterStatus) -> list[TaskStatus]:
+    """The running tasks whose activity a stall verdict asks for (bounded)."""
+    return [t for t in status.tasks if t.phase is Phase.RUNNING][:ACTIVITY_TASKS_MAX]

@@ -52,6 +52,18 @@ class TaskStatus:
         return cls(**{**data, "phase": Phase(data["phase"])})
 
 
+@dataclass(frozen=True)
+class Activity:
+    """What a backend can tell of a running task's life signs.
+
+    :param last_output: UNIX time of its newest log output, None if unknown.
+    :param note: what is wrong with its process, if the backend sees it (``stopped``).
+    """
+
+    last_output: float | None = None
+    note: str = ""
+
+
 TaskKey = tuple[str, int]
 _SUMMARY_ROLES = ("chief", "ps", "worker", "evaluator")
 

@@ -9,15 +9,20 @@ A cluster is an orphan when it still runs something (a task Running or Pending) 
   Kubernetes cannot time out: a PS StatefulSet made by an earlier version, and the local
   backend's processes.
 
-A training whose decisive role (the chief, else every worker) succeeded loses only what
-still runs (the PS, and the workers in ``parameter_server`` mode): its finished tasks
-stay until their TTL, so a retry of its task finds it succeeded and does not retrain.
-Any other orphan is deleted whole, and what it exported is set aside unless its task
-instance succeeded.
+A training whose decisive role (the chief, else every worker) succeeded, and whose task
+instance is still active or succeeded, loses only what still runs (the PS, and the workers
+in ``parameter_server`` mode): its finished tasks stay until their TTL, so a retry of its
+task finds it succeeded and does not retrain.
 
-Finished clusters (every task exited) are left alone: finished Jobs carry
-``ttlSecondsAfterFinished``, and a run kept for debugging (``on_failure='keep'``) stays
-until then. Clusters created outside Airflow are only swept past their deadline.
+Any other orphan is deleted whole, and what it exported is set aside unless its task
+instance succeeded: a run nobody accepted (its task failed, was killed, or is gone) never
+leaves a publishable version behind, even when its cluster, orphaned, went on to finish
+and export after the task died. That holds for a cluster whose every task has exited too.
+
+A cluster whose training failed and whose every task exited is left alone: finished Jobs
+carry ``ttlSecondsAfterFinished``, and a run kept for debugging (``on_failure='keep'``)
+stays until then (its exports were set aside when it was kept). Clusters created outside
+Airflow are only swept past their deadline.
 
 Pure logic over the :class:`Backend` interface and a ``ti_state`` callable, so it runs
 the same on both backends and in tests; :class:`~airflow_tfk.operators.sweeper.TFOrphanSweeperOperator`
@@ -31,7 +36,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from airflow_tfk import naming
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
+from airflow_tfk.errors import SpecError
 from airflow_tfk.lifecycle import run_exports, set_aside_exports
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.status import ClusterStatus, Phase
@@ -89,6 +96,53 @@ def _owner_succeeded(owner: ClusterOwner, ti_state: Callable[[RunIdentity], str 
     return owner.identity is not None and str(ti_state(owner.identity) or "").lower() == "success"
 
 
+def _rejected(owner: ClusterOwner, ti_state: Callable[[RunIdentity], str | None]) -> bool:
+    """An Airflow run that nobody will accept any more: its task instance is neither
+    active (no try of it will reattach) nor succeeded (it failed, was killed, or is gone)."""
+    if owner.identity is None:
+        return False
+    state = str(ti_state(owner.identity) or "").lower()
+    return state != "success" and state not in ACTIVE_STATES
+
+
+def _sweep_one(
+    backend: Backend,
+    ref: ClusterRef,
+    owner: ClusterOwner,
+    ti_state: Callable[[RunIdentity], str | None],
+    reason: str,
+    dry_run: bool,
+    emit: Callable[[str], None],
+) -> SweepResult | None:
+    """Sweep one orphan (see the module's doc); None when there is nothing to do."""
+    status = backend.status(ref)
+    running = _running_roles(status)
+    finished = decisive_succeeded(status)
+    rejected = finished and _rejected(owner, ti_state)
+    if not running and not rejected:
+        return None  # a failed run left to its TTL, or a finished one its task accepted
+    if finished and not rejected:
+        # A finished training keeps its finished tasks (until their TTL): a retry of its
+        # task must find it succeeded, not retrain and export a second version.
+        what = f"{', '.join(running)} of finished"
+        if dry_run:
+            emit(f"would delete {what} cluster {ref.name} in {ref.namespace}: {reason} (dry run, kept)")
+        else:
+            backend.delete_roles(ref, running)
+            emit(f"deleted {what} cluster {ref.name} in {ref.namespace}: {reason}")
+        return SweepResult(ref, reason, not dry_run)
+    what = "finished, unaccepted" if finished else "orphaned"
+    if dry_run:
+        emit(f"would delete {what} cluster {ref.name} in {ref.namespace}: {reason} (dry run, kept)")
+        return SweepResult(ref, reason, False)
+    exports = run_exports(backend, ref, emit)
+    backend.delete(ref, f"deleted by the orphan sweeper: {reason}")
+    emit(f"deleted {what} cluster {ref.name} in {ref.namespace}: {reason}")
+    if not _owner_succeeded(owner, ti_state):
+        set_aside_exports(backend, ref, exports, emit)
+    return SweepResult(ref, reason, True)
+
+
 def sweep(
     backend: Backend,
     namespace: str | None,
@@ -100,6 +154,8 @@ def sweep(
 ) -> list[SweepResult]:
     """Delete (or, with ``dry_run``, only report) every orphaned cluster in ``namespace``
     (None: every namespace the backend can see)."""
+    if namespace is not None and not (isinstance(namespace, str) and naming.is_dns1123_label(namespace)):
+        raise SpecError("namespace", "must be a namespace name (DNS-1123 label) or None", namespace)
     now = time.time() if now is None else now
     results = []
     for ref in backend.clusters(namespace):
@@ -107,26 +163,11 @@ def sweep(
         if owner is None:
             continue
         reason = orphan_reason(owner, ti_state, now)
-        status = backend.status(ref) if reason is not None else None
-        running = _running_roles(status) if status is not None else []
-        if reason is None or status is None or not running:
+        if reason is None:
             continue
-        # A finished training keeps its finished tasks (until their TTL): a retry of its
-        # task must find it succeeded, not retrain and export a second version.
-        finished = decisive_succeeded(status)
-        what = f"{', '.join(running)} of finished" if finished else "orphaned"
-        if dry_run:
-            emit(f"would delete {what} cluster {ref.name} in {ref.namespace}: {reason} (dry run, kept)")
-        elif finished:
-            backend.delete_roles(ref, running)
-            emit(f"deleted {what} cluster {ref.name} in {ref.namespace}: {reason}")
-        else:
-            exports = run_exports(backend, ref, emit)
-            backend.delete(ref, f"deleted by the orphan sweeper: {reason}")
-            emit(f"deleted {what} cluster {ref.name} in {ref.namespace}: {reason}")
-            if not _owner_succeeded(owner, ti_state):
-                set_aside_exports(backend, ref, exports, emit)
-        results.append(SweepResult(ref, reason, not dry_run))
+        result = _sweep_one(backend, ref, owner, ti_state, reason, dry_run, emit)
+        if result is not None:
+            results.append(result)
     if not results:
         emit("no orphaned clusters")
     return results

@@ -24,8 +24,8 @@ from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS as DEFAULT_PROGRESS_
 from airflow_tfk.policies import Outcome, Verdict, evaluate
 from airflow_tfk.protocol.progress import Progress, last_progress
 from airflow_tfk.spec import Mode
-from airflow_tfk.stall import DEFAULT_STALL_SECONDS, StallDetector
-from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
+from airflow_tfk.stall import DEFAULT_STALL_SECONDS, ProgressStall, StallDetector, running_tasks
+from airflow_tfk.status import Activity, ClusterStatus, Phase, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -176,11 +176,20 @@ class ReadQueue:
     """Ask why the cluster is still queued (blocking I/O: in a thread when async)."""
 
 
+@dataclass(frozen=True)
+class JudgeStall:
+    """The progress stood still past the bound: ask the backend for each running task's
+    life signs and answer the failure that names the silent ones (blocking I/O)."""
+
+    status: ClusterStatus
+
+
 NEXT_STATUS = NextStatus()
 READ_PROGRESS = ReadProgress()
 READ_QUEUE = ReadQueue()
-WaitOp = Watch | NextStatus | ReadProgress | ReadQueue
-WaitPlan = Generator[WaitOp, "ClusterStatus | None", Verdict]
+WaitOp = Watch | NextStatus | ReadProgress | ReadQueue | JudgeStall
+# Sent back: the next status (or None) for NEXT_STATUS, the verdict for a JudgeStall.
+WaitPlan = Generator[WaitOp, Any, Verdict]
 
 
 @dataclass
@@ -189,7 +198,8 @@ class WaitLoop:
 
     Logs a one-line summary when it changes and the progress task's step/ETA at most every
     ``progress_interval`` seconds. A deadline that passes is ``Outcome.RUNNING`` with
-    ``timeout_message``.
+    ``timeout_message``. A training whose progress stands still for ``stall_seconds``
+    while its tasks run fails as stalled (see :mod:`airflow_tfk.stall`); 0 turns that off.
     """
 
     backend: Backend
@@ -204,6 +214,7 @@ class WaitLoop:
     reporter: ProgressReporter = field(init=False)
     queue: QueueReporter = field(init=False)
     stalls: StallDetector = field(init=False)
+    progress: ProgressStall = field(init=False)
     _summary: str = field(default="", init=False)
     _phases: frozenset[tuple[str, Phase]] = field(default=frozenset(), init=False)
     _summary_at: float = field(default=0.0, init=False)  # monotonic time of the last summary line
@@ -211,8 +222,9 @@ class WaitLoop:
     _window_end: float = field(default=0.0, init=False)  # monotonic end of the current watch
 
     def __post_init__(self) -> None:
-        self.stalls = StallDetector(self.mode, self.replicas, self.stall_seconds)
+        self.stalls = StallDetector(self.mode, self.replicas, self.stall_seconds or float("inf"))
         role, index = progress_task(self.mode, self.replicas)
+        self.progress = ProgressStall((role, index), self.stall_seconds)
         self.reporter = ProgressReporter(
             self.backend, self.ref, role, index, self.progress_interval, self.emit
         )
@@ -241,7 +253,10 @@ class WaitLoop:
         self._log_summary(status, final=verdict.outcome is not Outcome.RUNNING)
         for warning in self.stalls.observe(status):
             self.emit(warning)
-        return self.stalls.blame(verdict)
+        verdict = self.stalls.blame(verdict)
+        if verdict.outcome is Outcome.RUNNING and (standstill := self.progress.warning(status)):
+            self.emit(standstill)
+        return verdict
 
     def _log_summary(self, status: ClusterStatus, final: bool) -> None:
         """A summary line when a role enters or leaves a phase, and for the verdict's
@@ -256,6 +271,24 @@ class WaitLoop:
             self.emit(f"cluster: {summary}")
             self._summary, self._phases, self._summary_at = summary, phases, now
 
+    def read_progress(self) -> Progress | None:
+        """Read the progress task's newest line (blocking), and note whether it moved."""
+        p = self.reporter.report()
+        self.progress.saw(p)
+        return p
+
+    def judge_stall(self, status: ClusterStatus) -> Verdict:
+        """The failure of a training whose progress stood still (blocking: asks the backend
+        for each running task's activity, a log read per task on Kubernetes)."""
+        activity: dict[str, Activity] = {}
+        for t in running_tasks(status):
+            try:
+                activity[t.name] = self.backend.task_activity(self.ref, t.role, t.index)
+            except Exception as exc:  # best effort: the failure is reported either way
+                log.debug("cannot read the activity of %s: %s", t.name, exc)
+                activity[t.name] = Activity()
+        return self.progress.verdict(status, activity, time.time())
+
     def plan(self) -> WaitPlan:
         """The loop itself, for a driver to run (see :func:`wait_for_cluster`)."""
         while True:
@@ -264,6 +297,8 @@ class WaitLoop:
             yield Watch(window)
             while (status := (yield NEXT_STATUS)) is not None:
                 verdict = self.step(status)
+                if verdict.outcome is Outcome.RUNNING and self.progress.stalled(status):
+                    verdict = yield JudgeStall(status)
                 self._waiting = self.queue.waiting(status)
                 if verdict.outcome is not Outcome.RUNNING:
                     yield READ_PROGRESS
@@ -315,7 +350,13 @@ async def await_cluster(loop: WaitLoop) -> Verdict:
 class _WaitIO(PlanIO):
     """What the wait loop's operations do (see :mod:`airflow_tfk._plan_driver`)."""
 
-    OPS = {Watch: "watch", NextStatus: "next_status", ReadProgress: "read_progress", ReadQueue: "read_queue"}
+    OPS = {
+        Watch: "watch",
+        NextStatus: "next_status",
+        ReadProgress: "read_progress",
+        ReadQueue: "read_queue",
+        JudgeStall: "judge_stall",
+    }
 
     def __init__(self, loop: WaitLoop) -> None:
         self.loop = loop
@@ -333,10 +374,13 @@ class _BlockingIO(_WaitIO):
         return None if self.statuses is None else next(self.statuses, None)
 
     def read_progress(self, _: ReadProgress) -> None:
-        self.loop.reporter.report()
+        self.loop.read_progress()
 
     def read_queue(self, _: ReadQueue) -> None:
         self.loop.queue.report()
+
+    def judge_stall(self, op: JudgeStall) -> Verdict:
+        return self.loop.judge_stall(op.status)
 
     def close(self) -> None:
         statuses, self.statuses = self.statuses, None
@@ -357,10 +401,13 @@ class _TriggererIO(_WaitIO):
         return None if self.statuses is None else await anext(self.statuses, None)
 
     async def read_progress(self, _: ReadProgress) -> None:
-        await asyncio.to_thread(self.loop.reporter.report)
+        await asyncio.to_thread(self.loop.read_progress)
 
     async def read_queue(self, _: ReadQueue) -> None:
         await asyncio.to_thread(self.loop.queue.report)
+
+    async def judge_stall(self, op: JudgeStall) -> Verdict:
+        return await asyncio.to_thread(self.loop.judge_stall, op.status)
 
     async def aclose(self) -> None:
         statuses, self.statuses = self.statuses, None

@@ -2,6 +2,7 @@
 REST and over gRPC, against calling the same SavedModel's signature in-process.
 
     .venv/bin/python bench/bench_serving.py [--requests 1000] [--clients 4] [--seconds 5]
+    .venv/bin/python bench/bench_serving.py --attack [--slow 300] [--ordinary 200]
 
 One run, one machine, one model (a small MLP, 64 features -> 10 outputs, exported on the
 spot): the in-process baseline is measured in this process, the servers in one stand-in
@@ -9,6 +10,12 @@ subprocess (``python -m airflow_tfk.runtime.model_server``). Latency: ``--reques
 sequential calls over one persistent connection (HTTP keep-alive; one gRPC channel),
 after a warm-up. Throughput: ``--clients`` threads calling as fast as they can for
 ``--seconds``. The overhead is reported as ratios against the in-process baseline.
+
+``--attack``: the server under abuse instead. ``--slow`` connections each send one byte
+of a request head every 2 s (and reconnect when dropped) while ``--ordinary`` clients each
+send one predict; then one gRPC request of ~50 bytes that declares a 2,000,000 x 64 float
+tensor. Prints the ordinary predicts' p50/p99 and failures, how many slow connections
+were dropped, and the server's RSS before and at its peak (sampled every 50 ms).
 """
 
 from __future__ import annotations
@@ -86,11 +93,107 @@ def throughput(make_call: Callable[[], Callable[[], object]], clients: int, seco
     return sum(counts) / seconds
 
 
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def attack(rest: int, grpc_port: int, pid: int, slow_n: int, ordinary_n: int, body: bytes) -> None:
+    import socket
+
+    import grpc
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    stop = threading.Event()
+    peak = [_rss_mib(pid)]
+    base = peak[0]
+    dropped = [0]
+
+    def sample() -> None:
+        while not stop.wait(0.05):
+            peak[0] = max(peak[0], _rss_mib(pid))
+
+    def slow() -> None:
+        head = b"POST /v1/models/mlp:predict HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", rest), timeout=30) as s:
+                    for i in range(len(head)):
+                        s.sendall(head[i : i + 1])
+                        if stop.wait(2.0):
+                            return
+                    s.recv(1)
+            except OSError:
+                pass
+            dropped[0] += 1
+
+    threads = [threading.Thread(target=sample, daemon=True)]
+    threads += [threading.Thread(target=slow, daemon=True) for _ in range(slow_n)]
+    for t in threads:
+        t.start()
+    time.sleep(5.0)  # every slow connection open and trickling
+    seconds: list[float] = []
+    failures: list[str] = []
+
+    def ordinary() -> None:
+        t0 = time.perf_counter()
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", rest, timeout=60)
+            conn.request("POST", "/v1/models/mlp:predict", body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status != 200:
+                failures.append(f"HTTP {resp.status}")
+        except OSError as exc:
+            failures.append(repr(exc))
+        seconds.append(time.perf_counter() - t0)
+
+    clients = [threading.Thread(target=ordinary) for _ in range(ordinary_n)]
+    for t in clients:
+        t.start()
+    for t in clients:
+        t.join()
+    under_attack = _rss_mib(pid)
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "mlp"
+    tensor = request.inputs["inputs"]
+    tensor.dtype = 1  # DT_FLOAT
+    tensor.tensor_shape.dim.add().size = 2_000_000
+    tensor.tensor_shape.dim.add().size = 64
+    tensor.float_val.append(1.0)
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{grpc_port}"))
+    before_grpc = _rss_mib(pid)
+    try:
+        stub.Predict(request, timeout=60)
+        grpc_answer = "answered OK"
+    except grpc.RpcError as exc:
+        grpc_answer = f"{exc.code().name}: {exc.details()[:120]}"
+    time.sleep(12.0)  # past the server's 10 s header timeout: the slow ones are dropped
+    stop.set()
+    after_grpc = peak[0]
+    seconds.sort()
+    p50, p99 = percentiles(seconds)
+    print(f"{slow_n} slow connections (1 header byte / 2 s) + {ordinary_n} ordinary predicts over REST")
+    answered = len(seconds) - len(failures)
+    print(f"ordinary: {answered} of {len(seconds)} answered 200; p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+    print(f"failures: {failures[:3] or 'none'}")
+    print(f"slow connections dropped by the server (and reopened) within the run: {dropped[0]}")
+    print(f"server RSS: {base:.0f} MiB before, {under_attack:.0f} MiB after the ordinary predicts")
+    print(f"gRPC request of {request.ByteSize()} bytes declaring 2,000,000 x 64 floats: {grpc_answer}")
+    print(f"server RSS: {before_grpc:.0f} MiB before it, peak {after_grpc:.0f} MiB over the whole run")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--attack", action="store_true", help="slow clients and a huge declared tensor instead")
+    p.add_argument("--slow", type=int, default=300)
+    p.add_argument("--ordinary", type=int, default=200)
     args = p.parse_args()
 
     import grpc
@@ -164,6 +267,9 @@ def main() -> int:
                     raise
                 time.sleep(0.5)
 
+        if args.attack:
+            attack(rest, grpc_port, server.pid, args.slow, args.ordinary, body)
+            return 0
         results = {}
         for name, make in (("in-process", lambda: inproc), ("REST", rest_caller), ("gRPC", grpc_caller)):
             p50, p99 = percentiles(latency(make(), args.requests))

@@ -16,10 +16,18 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, task
 
+from airflow_tfk.capacity import local_max_tasks
 from airflow_tfk.dagfactory.sandbox import SandboxedDAG
-from airflow_tfk.defaults import DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, STORAGE
+from airflow_tfk.defaults import BACKEND, DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, STORAGE
 from airflow_tfk.operators.tensorboard import TensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
+
+# On the local backend every task is a process of this machine: the form offers no more
+# than the backend's cap (validate checks the sum of the roles against it too).
+LOCAL_CAP = local_max_tasks() if BACKEND == "local" else None
+MAX_WORKERS = 600 if LOCAL_CAP is None else LOCAL_CAP
+MAX_PS = 64 if LOCAL_CAP is None else LOCAL_CAP
+CAP_NOTE = "" if LOCAL_CAP is None else f" The local backend runs at most {LOCAL_CAP} tasks on this machine."
 
 # SandboxedDAG: native rendering (ints stay ints) in a sandbox; Airflow's own native
 # environment is not sandboxed, and form values are data.
@@ -34,17 +42,17 @@ with SandboxedDAG(
             2,
             type="integer",
             minimum=1,
-            maximum=600,
+            maximum=MAX_WORKERS,
             title="Workers",
-            description="Worker replicas (one Indexed Job).",
+            description="Worker replicas (one Indexed Job)." + CAP_NOTE,
         ),
         "ps": Param(
             1,
             type="integer",
             minimum=0,
-            maximum=64,
+            maximum=MAX_PS,
             title="Parameter servers",
-            description="0 for all_reduce.",
+            description="0 for all_reduce." + CAP_NOTE,
         ),
         "steps": Param(600, type="integer", minimum=1, maximum=10_000_000, title="Training steps"),
         "image": Param(
@@ -92,7 +100,14 @@ with SandboxedDAG(
             spec["ps"] = {"replicas": params["ps"]}
         if params["mode"] == "parameter_server":
             spec["chief"] = {"replicas": 1}
-        TFClusterSpec.from_dict(spec)
+        cluster = TFClusterSpec.from_dict(spec)
+        if LOCAL_CAP is not None:
+            from airflow_tfk.capacity import check_local_tasks
+            from airflow_tfk.errors import LocalMachineError
+
+            too_big = check_local_tasks(cluster, LOCAL_CAP)
+            if too_big is not None:
+                raise LocalMachineError(*too_big, cluster.task_count())
         del spec["name"]
         return spec
 

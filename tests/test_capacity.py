@@ -144,3 +144,61 @@ def test_lifecycle_step_off_warn_fail():
     assert "fits" in lines[-1]
     check_capacity(_Backend(None), spec(capacity_check="fail"), lines.append)
     assert "skipped" in lines[-1]
+
+
+# -- the local backend's cap on the processes of one cluster ---------------------------
+
+
+def test_local_cap_comes_from_this_machine(monkeypatch):
+    import os
+
+    from airflow_tfk import capacity
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": (8 * 2**30) // 4096}  # 8 GiB
+    monkeypatch.setattr(os, "sysconf", lambda name: pages[name])
+    assert capacity.local_max_tasks() == 16  # memory bounds it: 8 GiB / 512 MiB
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert capacity.local_max_tasks() == 8  # 4 per CPU
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert capacity.local_max_tasks() == capacity.LOCAL_TASKS_FLOOR
+
+
+def _local_spec(workers: int, ps: int):
+    from airflow_tfk.spec import TFClusterSpec
+
+    return TFClusterSpec.from_dict(
+        {
+            "name": "big",
+            "image": "x",
+            "command": ["python", "-c", "pass"],
+            "ps": {"replicas": ps},
+            "worker": {"replicas": workers},
+        }
+    )
+
+
+def test_the_local_backend_refuses_a_cluster_over_its_cap_before_starting_anything(tmp_path):
+    from airflow_tfk.backends import get_backend
+    from airflow_tfk.capacity import local_max_tasks
+    from airflow_tfk.errors import LocalMachineError
+
+    backend = get_backend("local", root=str(tmp_path / "root"), workdir=str(tmp_path))
+    assert backend.max_tasks == local_max_tasks()
+    for call in (backend.preflight, backend.create):
+        with pytest.raises(LocalMachineError, match="local backend's cap") as err:
+            call(_local_spec(600, 64))
+        assert err.value.field == "worker.replicas"
+        assert str(local_max_tasks()) in str(err.value)
+    with pytest.raises(LocalMachineError) as err:
+        backend.create(_local_spec(1, 600))
+    assert err.value.field == "ps.replicas"
+    assert not (tmp_path / "root").exists() or not any((tmp_path / "root").rglob("state.json"))
+    # the backend's config overrides the cap, and travels with it (triggerer, retries)
+    raised = get_backend("local", root=str(tmp_path / "root"), max_tasks=700)
+    raised.preflight(_local_spec(600, 64))
+    assert raised.config()["max_tasks"] == 700
+    for bad in (0, -1, "8", True, 1.5):
+        with pytest.raises(LocalMachineError) as err:
+            get_backend("local", root=str(tmp_path / "root"), max_tasks=bad)
+        assert err.value.field == "max_tasks"

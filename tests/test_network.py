@@ -143,7 +143,7 @@ def test_false_switches_it_off_and_the_spec_round_trips():
         (
             {"egress": "restricted", "egress_to": [{"cidr": "10.0.0.0/8", "except_cidrs": ["11.0.0.0/16"]}]},
             "network_policy.egress_to[0].except_cidrs[0]",
-            "inside cidr",
+            "strict subset of cidr",
         ),
         (
             {
@@ -267,7 +267,14 @@ def test_restricted_egress_allows_the_cluster_dns_and_the_named_destinations():
     own, dns, store, minio = policy["spec"]["egress"]
     assert own["to"] == [{"podSelector": policy["spec"]["podSelector"]}]
     assert own["ports"] == [{"protocol": "TCP", "port": 5000}]
-    assert "to" not in dns and dns["ports"] == [
+    # DNS goes to the cluster DNS only, not to port 53 of any address (a tunnel out)
+    assert dns["to"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ]
+    assert dns["ports"] == [
         {"protocol": "UDP", "port": 53},
         {"protocol": "TCP", "port": 53},
     ]
@@ -288,3 +295,112 @@ def test_restricted_egress_allows_the_cluster_dns_and_the_named_destinations():
 def test_switched_off_renders_no_policy():
     assert policies(render(make(network_policy={"enabled": False}))) == []
     assert policies(render(make(network_policy=False))) == []
+
+
+def test_dns_egress_is_configurable_and_never_open():
+    spec = make(network_policy={**RESTRICTED, "dns_to": [{"cidr": "169.254.20.10/32"}]})
+    (policy,) = policies(render(spec))
+    dns = policy["spec"]["egress"][1]
+    assert dns["to"] == [{"ipBlock": {"cidr": "169.254.20.10/32"}}]
+    validate(policy, "1.29")
+    for rule in policy["spec"]["egress"]:
+        assert rule.get("to"), rule  # no rule admits every destination
+    with pytest.raises(SpecError) as err:
+        make(network_policy={**RESTRICTED, "dns_to": []})
+    assert err.value.field == "network_policy.dns_to"
+    with pytest.raises(SpecError) as err:
+        make(network_policy={**RESTRICTED, "dns_to": [{"cidr": "10.0.0.10/32", "ports": [53]}]})
+    assert err.value.field == "network_policy.dns_to[0].ports"
+
+
+# What kube-apiserver's ValidateIPBlock refuses (IsValidCIDRForLegacyField, strict IP
+# validation; except must be a strict subset of cidr), each refused at the spec already.
+APISERVER_REFUSES = [
+    ({"cidr": "10.0.0.0/8", "except_cidrs": ["10.0.0.0/8"]}, "except_cidrs[0]", "strict subset"),
+    ({"cidr": "fd00::/8", "except_cidrs": ["fd00::/8"]}, "except_cidrs[0]", "strict subset"),
+    ({"cidr": "10.0.0.0/8", "except_cidrs": ["10.0.0.0/255.0.0.0"]}, "except_cidrs[0]", "strict subset"),
+    ({"cidr": "fe80::%eth0/64"}, "cidr", "zone"),
+    ({"cidr": "fe80::%1/64"}, "cidr", "zone"),
+    ({"cidr": "fe80::/10", "except_cidrs": ["fe80::%eth0/64"]}, "except_cidrs[0]", "zone"),
+    ({"cidr": "::ffff:10.0.0.0/104"}, "cidr", "IPv4-mapped"),
+    ({"cidr": "::ffff:0:0/96"}, "cidr", "IPv4-mapped"),
+    ({"cidr": "::ffff:a00:0/104"}, "cidr", "IPv4-mapped"),
+    ({"cidr": "::/0", "except_cidrs": ["::ffff:10.0.0.0/104"]}, "except_cidrs[0]", "IPv4-mapped"),
+    ({"cidr": "10.0.0.0/8", "except_cidrs": ["10.0.0.0/" + "1" * 100]}, "except_cidrs[0]", "characters"),
+]
+
+
+@pytest.mark.parametrize(("peer", "field", "rule"), APISERVER_REFUSES)
+def test_cidrs_the_api_server_refuses_are_refused_for_every_policy(peer, field, rule):
+    training = {"egress": "restricted", "egress_to": [peer]}
+    with pytest.raises(SpecError, match=rule) as err:
+        make(network_policy=training)
+    assert err.value.field == f"network_policy.egress_to[0].{field}"
+    # the serving and TensorBoard policies share the check
+    with pytest.raises(SpecError, match=rule) as err:
+        ServiceNetworkPolicy.from_value({"allow_from": [peer]})
+    assert err.value.field == f"network_policy.allow_from[0].{field}"
+    if field == "cidr":
+        with pytest.raises(SpecError, match=rule):
+            ServiceNetworkPolicy.from_value({"api_server_cidrs": [peer["cidr"]]})
+
+
+def test_a_strict_subset_and_ipv4_compatible_blocks_are_accepted():
+    peer = Peer.from_value({"cidr": "10.0.0.0/8", "except_cidrs": ["10.0.0.0/9"]}, "p", egress=True)
+    assert peer.except_cidrs == ("10.0.0.0/9",)
+    assert Peer.from_value({"cidr": "fe80::/64"}, "p", egress=False).cidr == "fe80::/64"
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({1: True, "colour": "x"}, "network_policy"),
+        ({"enabled": True, 2: "x", "b": 1}, "network_policy"),
+        (
+            {"egress": "restricted", "egress_to": [{"cidr": "10.0.0.0/8", 3: 1, "x": 2}]},
+            "network_policy.egress_to[0]",
+        ),
+        (
+            {"egress": "restricted", "egress_to": [{"pod_labels": {1: "x", "a": "b"}}]},
+            "network_policy.egress_to[0]",
+        ),
+    ],
+)
+def test_mixed_type_keys_are_refused_naming_the_field(data, field):
+    with pytest.raises(SpecError) as err:
+        make(network_policy=data)
+    assert err.value.field.startswith(field)
+
+
+@pytest.mark.parametrize(
+    ("policy", "field"),
+    [
+        (
+            {"egress": "restricted", "egress_to": [{"pod_labels": {"a": "b"}}] * 100_000},
+            "network_policy.egress_to",
+        ),
+        (
+            {
+                "egress": "restricted",
+                "egress_to": [{"cidr": "10.0.0.0/8", "except_cidrs": ["10.1.0.0/16"] * 100_000}],
+            },
+            "network_policy.egress_to[0].except_cidrs",
+        ),
+        (
+            {"egress": "restricted", "egress_to": [{"cidr": "10.0.0.0/8", "ports": [80] * 100_000}]},
+            "network_policy.egress_to[0].ports",
+        ),
+        (
+            {"egress": "restricted", "egress_to": [{"pod_labels": {f"k{i}": "v" for i in range(100_000)}}]},
+            "network_policy.egress_to[0].pod_labels",
+        ),
+    ],
+)
+def test_huge_policy_lists_are_refused_before_their_items_are_parsed(policy, field):
+    import time
+
+    t0 = time.process_time()
+    with pytest.raises(SpecError, match="over the limit") as err:
+        make(network_policy=policy)
+    assert err.value.field == field
+    assert time.process_time() - t0 < 0.5

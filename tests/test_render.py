@@ -411,13 +411,13 @@ def test_storage_new_pvcs_and_existing_claims():
     assert pvcs["imagenet-models"]["spec"]["accessModes"] == ["ReadWriteMany"]
     job = by(manifests, "Job", "imagenet-worker")
     assert pod_spec(job)["volumes"] == [
-        {"name": "tfk-scratch", "emptyDir": {}},
+        *WRITABLE_VOLUMES,
         {"name": "data", "persistentVolumeClaim": {"claimName": "imagenet-shared"}},
         {"name": "logs", "persistentVolumeClaim": {"claimName": "imagenet-logs"}},
         {"name": "models", "persistentVolumeClaim": {"claimName": "imagenet-models"}},
     ]
     assert container(job)["volumeMounts"] == [
-        {"name": "tfk-scratch", "mountPath": "/tfk/scratch"},
+        *WRITABLE_MOUNTS,
         {"name": "data", "mountPath": "/tfk/data"},
         {"name": "logs", "mountPath": "/tfk/logs"},
         {"name": "models", "mountPath": "/tfk/models"},
@@ -430,11 +430,20 @@ def test_storage_new_pvcs_and_existing_claims():
     )
 
 
+# What a task may write besides its volumes: its root filesystem is read-only.
+WRITABLE_VOLUMES = [{"name": n, "emptyDir": {}} for n in ("tfk-scratch", "tfk-tmp", "tfk-home")]
+WRITABLE_MOUNTS = [
+    {"name": "tfk-scratch", "mountPath": "/tfk/scratch"},
+    {"name": "tfk-tmp", "mountPath": "/tmp"},
+    {"name": "tfk-home", "mountPath": "/tfk/home"},
+]
+
+
 def test_no_storage_no_volumes():
     job = by(render(make(SPECS["all_reduce"])), "Job", "imagenet-worker")
-    # Only the scratch emptyDir: no claim, no TFK_*_DIR.
-    assert pod_spec(job)["volumes"] == [{"name": "tfk-scratch", "emptyDir": {}}]
-    assert container(job)["volumeMounts"] == [{"name": "tfk-scratch", "mountPath": "/tfk/scratch"}]
+    # Only the writable emptyDirs: no claim, no TFK_*_DIR.
+    assert pod_spec(job)["volumes"] == WRITABLE_VOLUMES
+    assert container(job)["volumeMounts"] == WRITABLE_MOUNTS
     env, _ = process_view(job, 0)
     assert "TFK_DATA_DIR" not in env
 
@@ -451,6 +460,33 @@ def test_pods_stop_promptly_and_have_a_writable_scratch_dir():
         assert pod["terminationGracePeriodSeconds"] == 10
         env, _ = process_view(m, 0)
         assert env["TMPDIR"] == "/tfk/scratch"
+
+
+@pytest.mark.parametrize("layout", ["jobs", "jobset"])
+def test_root_filesystem_is_read_only_with_writable_tmp_and_home(layout):
+    spec = make({**SPECS["between_graph"], "layout": layout})
+    pods = []
+    for m in render(spec):
+        if m["kind"] == "Job":
+            pods.append(m["spec"]["template"]["spec"])
+        elif m["kind"] == "JobSet":
+            pods += [rj["template"]["spec"]["template"]["spec"] for rj in m["spec"]["replicatedJobs"]]
+    assert pods
+    for pod in pods:
+        (box,) = pod["containers"]
+        assert box["securityContext"]["readOnlyRootFilesystem"] is True
+        mounts = {m["mountPath"]: m["name"] for m in box["volumeMounts"]}
+        emptydirs = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+        env = {e["name"]: e.get("value") for e in box["env"]}
+        for path in ("/tmp", env["TMPDIR"], env["HOME"]):
+            assert mounts.get(path) in emptydirs, path
+
+
+def test_a_users_home_overrides_the_pods():
+    spec = make({**SPECS["between_graph"], "env": {"HOME": "/tfk/data/me"}})
+    job = by(render(spec), "Job", "imagenet-worker")
+    env, _ = process_view(job, 0)
+    assert env["HOME"] == "/tfk/data/me"
 
 
 def test_resources_gpus_node_selector_tolerations_and_role_env():

@@ -304,3 +304,100 @@ def test_namespace_per_training_uses_its_own_namespace():
 def test_spec_error_message_shows_the_value():
     err = error_of(spec_with(worker={"replicas": -1}))
     assert str(err) == "worker.replicas: must be between 1 and 10000 (got -1)"
+
+
+# Labels the provider sets or selects on, or that Kubernetes and its add-ons (Job, JobSet,
+# Kueue) own: a user label there would override queue_name or a controller's selector.
+@pytest.mark.parametrize(
+    "key",
+    [
+        "kueue.x-k8s.io/queue-name",
+        "kueue.x-k8s.io/priority-class",
+        "kueue.x-k8s.io/anything",
+        "cluster.x-k8s.io/cluster-name",
+        "jobset.sigs.k8s.io/jobset-name",
+        "batch.kubernetes.io/job-completion-index",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/anything",
+        "tfk.airflow.apache.org/cluster",
+        "tfk.airflow.apache.org/new-label",
+        "sub.tfk.airflow.apache.org/x",
+    ],
+)
+def test_labels_of_the_platform_kubernetes_and_its_add_ons_are_reserved(key):
+    err = error_of(spec_with(labels={key: "x"}))
+    assert err.field == f"labels.{key}"
+    assert "reserved" in str(err)
+
+
+def test_a_user_label_cannot_override_queue_name():
+    err = error_of(spec_with(queue_name="team-a", labels={"kueue.x-k8s.io/queue-name": "other"}))
+    assert err.field == "labels.kueue.x-k8s.io/queue-name"
+
+
+@pytest.mark.parametrize("key", ["example.com/team", "team", "notk8s.io/x", "my-x-k8s.io.example.com/y"])
+def test_other_domains_stay_the_users(key):
+    assert TFClusterSpec.from_dict(spec_with(labels={key: "x"})).labels[key] == "x"
+
+
+# IsEnvVarName of the API servers before 1.32 (the oldest the provider supports is 1.29)
+# refuses '.', '..' and names starting with '..'; a trailing newline is no name at all.
+@pytest.mark.parametrize("name", [".", "..", "..x", "...", "A\n", "A B", "A=B", ""])
+def test_env_names_every_supported_api_server_refuses(name):
+    err = error_of(spec_with(env={name: "v"}))
+    assert err.field.startswith("env")
+    err = error_of(spec_with(worker={"replicas": 1, "env": {name: "v"}}))
+    assert err.field.startswith("worker.env")
+
+
+@pytest.mark.parametrize("name", [".x", "x.", "a..b", "-x", "_", "my.env-name"])
+def test_env_names_every_supported_api_server_admits(name):
+    assert TFClusterSpec.from_dict(spec_with(env={name: "v"})).env[name] == "v"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("labels", {"team": "x\n"}),
+        ("labels", {"team\n": "x"}),
+        ("image_pull_secrets", ["secret\n"]),
+        ("service_account", "sa\n"),
+        ("queue_name", "q\n"),
+        ("metrics_path", "/metrics\n"),
+    ],
+)
+def test_a_trailing_newline_is_not_a_valid_name(field, value):
+    err = error_of(spec_with(**{field: value}))
+    assert err.field.startswith(field)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"args": ["x"] * 1_000_000}, "args"),
+        ({"command": ["x"] * 1_000_000}, "command"),
+        ({"args": ["x" * 100_000] * 4}, "args"),
+        ({"env": {f"V{i}": "x" for i in range(200_000)}}, "env"),
+        ({"labels": {f"l{i}": "x" for i in range(200_000)}}, "labels"),
+        ({"image_pull_secrets": ["s"] * 1_000_000}, "image_pull_secrets"),
+        ({"permanent_exit_codes": [1] * 1_000_000}, "permanent_exit_codes"),
+        ({"worker": {"replicas": 1, "args": ["x"] * 1_000_000}}, "worker.args"),
+        (
+            {"worker": {"replicas": 1, "tolerations": [{"operator": "Exists"}] * 1_000_000}},
+            "worker.tolerations",
+        ),
+        (
+            {"worker": {"replicas": 1, "node_selector": {f"k{i}": "v" for i in range(200_000)}}},
+            "worker.node_selector",
+        ),
+    ],
+)
+def test_huge_collections_are_refused_before_their_items_are_checked(changes, field):
+    import time
+
+    data = spec_with(**changes)
+    t0 = time.process_time()
+    err = error_of(data)
+    spent = time.process_time() - t0
+    assert err.field == field
+    assert spent < 0.25, f"{spent:.2f} CPU-s"

@@ -93,7 +93,7 @@ def test_deadline_is_enforced_on_every_role_whatever_the_owner(backend) -> None:
     assert backend._marked(ref) == []
 
 
-def test_finished_clusters_are_left_to_their_ttl(backend) -> None:
+def test_finished_clusters_of_a_succeeded_task_are_left_to_their_ttl(backend) -> None:
     s = python_cluster(
         "c-done",
         "pass",
@@ -103,7 +103,84 @@ def test_finished_clusters_are_left_to_their_ttl(backend) -> None:
     while backend.status(ref).tasks[0].phase.value != "Succeeded":
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert sweep(backend, "default", states({})) == []
+    assert sweep(backend, "default", states({"scheduled__1": "success"})) == []
+    assert backend.exists(ref)
+
+
+# Worker 0 exports version 1 onto the models volume and exits 0; a PS, where there is
+# one, runs on: the training finished while nobody was waiting on it.
+EXPORTS_THEN_SUCCEEDS = """
+import json, os, time
+if os.environ["TFK_ROLE"] == "ps":
+    time.sleep(300)
+elif os.environ["TFK_INDEX"] == "0":
+    path = os.path.join(os.environ["TFK_MODEL_DIR"], "m", "1")
+    os.makedirs(path)
+    print(json.dumps({"tfk": "export", "path": path}), flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "state"),
+    [
+        ("between_graph", "failed"),
+        ("all_reduce", "failed"),
+        ("between_graph", None),
+        ("all_reduce", "removed"),
+    ],
+)
+def test_a_finished_run_of_a_failed_task_loses_its_exports(backend, mode, state) -> None:
+    """The task was killed; its cluster finished and exported anyway. Nobody accepted
+    that run: the sweeper sets its version aside (with a PS still running, or with every
+    task exited) and deletes the cluster, so nothing of it can be published."""
+    from airflow_tfk.spec import StorageSpec, VolumeSpec
+
+    s = python_cluster(
+        f"c-exp-{mode[:3]}-{state or 'gone'}",
+        EXPORTS_THEN_SUCCEEDS,
+        workers=2,
+        mode=mode,
+        storage=StorageSpec(models=VolumeSpec(size="1Gi")),
+        **({"ps": RoleSpec()} if mode == "between_graph" else {}),
+    )
+    ref = backend.create(s, OWNER)
+    deadline = time.monotonic() + 30
+    while {t.phase.value for t in backend.status(ref).tasks if t.role == "worker"} != {"Succeeded"}:
+        assert time.monotonic() < deadline, backend.logs(ref, "worker", 0)
+        time.sleep(0.1)
+    models = Path(backend._state(ref)["volumes"]["models"]) / "m"
+    assert (models / "1").is_dir()
+    said: list[str] = []
+    swept = sweep(backend, "default", states({"scheduled__1": state}), emit=said.append)
+    assert [r.ref for r in swept] == [ref], said
+    names = sorted(p.name for p in models.iterdir())
+    assert "1" not in names and any(n.startswith(".failed-1-") for n in names), names
+    assert any("set aside" in m for m in said), said
+    assert not backend.exists(ref) and backend._marked(ref) == []
+    # Swept once: nothing is left for the next sweep to do.
+    assert sweep(backend, "default", states({"scheduled__1": state})) == []
+
+
+def test_a_finished_run_of_a_succeeded_task_keeps_its_exports(backend) -> None:
+    from airflow_tfk.spec import StorageSpec, VolumeSpec
+
+    s = python_cluster(
+        "c-exp-ok",
+        EXPORTS_THEN_SUCCEEDS,
+        mode="between_graph",
+        ps=RoleSpec(),
+        storage=StorageSpec(models=VolumeSpec(size="1Gi")),
+        max_duration_seconds=3600,
+    )
+    ref = backend.create(s, OWNER)
+    deadline = time.monotonic() + 30
+    while {t.phase.value for t in backend.status(ref).tasks if t.role == "worker"} != {"Succeeded"}:
+        assert time.monotonic() < deadline, backend.logs(ref, "worker", 0)
+        time.sleep(0.1)
+    swept = sweep(backend, "default", states({"scheduled__1": "success"}), now=time.time() + 3601)
+    assert [r.ref for r in swept] == [ref] and backend._marked(ref) == []  # the PS is stopped
+    models = Path(backend._state(ref)["volumes"]["models"]) / "m"
+    assert [p.name for p in models.iterdir()] == ["1"]
     assert backend.exists(ref)
 
 
@@ -185,3 +262,58 @@ def test_a_finished_training_loses_only_what_never_exits(backend) -> None:
     said: list[str] = []
     assert create_or_reattach(backend, s, OWNER, said.append) == ref
     assert any("reattaching" in m for m in said) and not any("creating" in m for m in said), said
+
+
+EXPORT_WAITER = """
+import sys
+from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.lifecycle import create_or_reattach
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.spec import RoleSpec, StorageSpec, TFClusterSpec, VolumeSpec
+from airflow_tfk.watch import wait_for_cluster
+b = LocalBackend(sys.argv[1], kill_grace_seconds=0.5)
+s = TFClusterSpec(name="killed-exports", image="x:1", command=(sys.executable, "-c", sys.argv[2]),
+                  ps=RoleSpec(), worker=RoleSpec(replicas=2),
+                  storage=StorageSpec(models=VolumeSpec(size="1Gi")))
+ref = create_or_reattach(b, s, RunIdentity("dag", "train", "killed", -1), print)
+print("WAITING", flush=True)
+wait_for_cluster(b, ref, s.mode, {"ps": 1, "worker": 2}, progress_interval=1, emit=print)
+"""
+# The workers wait for the go file, then worker 0 exports version 1; the PS runs on.
+EXPORTS_WHEN_TOLD = EXPORTS_THEN_SUCCEEDS.replace(
+    'elif os.environ["TFK_INDEX"] == "0":',
+    'else:\n    while not os.path.exists(os.environ["TFK_MODEL_DIR"] + "/go"):\n        time.sleep(0.1)\n'
+    'if os.environ["TFK_ROLE"] == "worker" and os.environ["TFK_INDEX"] == "0":',
+)
+
+
+def test_sigkilled_task_then_its_orphan_exports_then_the_sweeper_sets_it_aside(backend, tmp_path) -> None:
+    """The issue's run: the Airflow task is SIGKILLed while it waits, its cluster finishes
+    and exports version 1 anyway; the task instance is failed. The sweeper leaves no
+    process and no publishable version."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(EXPORT_WAITER), backend.root, EXPORTS_WHEN_TOLD],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(tmp_path),
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "WAITING" in line:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    ref = ClusterRef("killed-exports", "default")
+    models = Path(backend._state(ref)["volumes"]["models"])
+    (models / "go").touch()  # the orphan trains on and exports
+    deadline = time.monotonic() + 30
+    while {t.phase.value for t in backend.status(ref).tasks if t.role == "worker"} != {"Succeeded"}:
+        assert time.monotonic() < deadline, backend.logs(ref, "worker", 0)
+        time.sleep(0.1)
+    assert (models / "m" / "1").is_dir()
+    said: list[str] = []
+    swept = sweep(backend, None, states({"killed": "failed"}), emit=said.append)
+    assert [r.ref for r in swept] == [ref], said
+    assert backend._marked(ref) == [] and not backend.exists(ref)
+    names = [p.name for p in (models / "m").iterdir()]
+    assert "1" not in names and any(n.startswith(".failed-1-") for n in names), names

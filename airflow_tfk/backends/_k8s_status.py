@@ -43,6 +43,18 @@ def parse_time(value: str | None) -> float | None:
         return None
 
 
+def log_line_time(text: str) -> float | None:
+    """The kubelet's timestamp of the newest line of a log read with ``timestamps=true``
+    (``2026-11-25T18:40:17.117440123Z <line>``; RFC 3339 with nanoseconds)."""
+    lines = text.strip().splitlines()
+    stamp = lines[-1].split(" ", 1)[0] if lines else ""
+    head, dot, frac = stamp.partition(".")
+    if dot:  # Python reads at most microseconds
+        digits = frac.rstrip("Z")
+        stamp = f"{head}.{digits[:6].ljust(6, '0')}Z" if digits.isdigit() else stamp
+    return parse_time(stamp)
+
+
 def parse_index_ranges(text: str | None) -> set[int]:
     """``"0-3,7"`` (Job ``completedIndexes``/``failedIndexes``) -> ``{0, 1, 2, 3, 7}``."""
     out: set[int] = set()

@@ -29,6 +29,9 @@ _VOLUME_ENV = {"TFK_DATA_DIR": "data", "TFK_LOG_DIR": "logs", "TFK_MODEL_DIR": "
 # mount path does not exist on this machine: left as it is, Python's tempfile would fall
 # back to the shared /tmp, where TensorFlow's autograph files of a killed task stay for good.
 SCRATCH_VOLUME = "tfk-scratch"
+# The emptyDir a pod's $HOME points at (its root filesystem is read-only). A local task
+# keeps the user's own home instead: the caches there (Keras datasets, pip) are the point.
+HOME_VOLUME = "tfk-home"
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -98,9 +101,14 @@ def local_setup(
     scratch_mounts = [
         m["mountPath"] for m in container.get("volumeMounts") or [] if m.get("name") == SCRATCH_VOLUME
     ]
+    home_mounts = {
+        m["mountPath"] for m in container.get("volumeMounts") or [] if m.get("name") == HOME_VOLUME
+    }
     env_list = []
     for item in container.get("env") or []:
         name = item["name"]
+        if name == "HOME" and item.get("value") in home_mounts:
+            continue
         if name == "TFK_CLUSTER":
             item = {"name": name, "value": json.dumps(dict(local_cluster), separators=(",", ":"))}
         elif name in _VOLUME_ENV:

@@ -17,7 +17,7 @@ from airflow_tfk import naming
 from airflow_tfk.admission import Layout
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import TFClusterSpec
-from airflow_tfk.status import ClusterStatus
+from airflow_tfk.status import Activity, ClusterStatus
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
         """Log of one task ('' when it has none yet)."""
+
+    def task_activity(self, ref: ClusterRef, role: str, index: int) -> Activity:
+        """A running task's life signs, for naming the silent task of a stalled training:
+        when it last wrote to its log, and whether its process is stopped. Asked only once
+        the progress has stood still past the bound; the default knows nothing."""
+        return Activity()
 
     @abc.abstractmethod
     def delete_roles(self, ref: ClusterRef, roles: list[str]) -> None:

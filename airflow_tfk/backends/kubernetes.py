@@ -76,7 +76,7 @@ from airflow_tfk.kube.retry import api_status
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.digits import plain_int
 from airflow_tfk.spec import TFClusterSpec
-from airflow_tfk.status import ClusterStatus
+from airflow_tfk.status import Activity, ClusterStatus
 
 __all__ = ["KubernetesApiError", "KubernetesBackend"]
 
@@ -307,6 +307,17 @@ class KubernetesBackend(Backend):
 
     # -- logs -----------------------------------------------------------------------------
     def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
+        return self._pod_log(ref, role, index, {"tailLines": tail_lines})
+
+    def task_activity(self, ref: ClusterRef, role: str, index: int) -> Activity:
+        """When the task's container last wrote a line: the kubelet's timestamp of its
+        newest log line (one line read). A frozen process is not visible from here."""
+        from airflow_tfk.backends._k8s_status import log_line_time
+
+        line = self._pod_log(ref, role, index, {"tailLines": 1, "timestamps": "true"})
+        return Activity(last_output=log_line_time(line))
+
+    def _pod_log(self, ref: ClusterRef, role: str, index: int, params: dict[str, Any]) -> str:
         selector = f"{ref.label_selector},{naming.LABEL_ROLE}={role}"
         pod = None
         session = self._sessions.get(ref)
@@ -326,7 +337,7 @@ class KubernetesBackend(Backend):
         container = "tensorflow" if "tensorflow" in containers else (containers[0] if containers else None)
         path = BY_KIND["Pod"].item(ref.namespace, pod["metadata"]["name"]) + "/log"
         try:
-            return self._api.text(path, {"container": container, "tailLines": tail_lines})
+            return self._api.text(path, {"container": container, **params})
         except Exception as exc:
             # 400: the container has not started yet; 404: the pod just went away.
             if api_status(exc) in (400, 404):

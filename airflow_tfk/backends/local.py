@@ -53,7 +53,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from airflow_tfk import naming
+import psutil
+
+from airflow_tfk import capacity, naming
 from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.backends import _local_loopback, _local_pod
 from airflow_tfk.backends import _local_records as records
@@ -74,7 +76,7 @@ from airflow_tfk.errors import ClusterOwnershipError, LocalMachineError
 from airflow_tfk.local_env import default_local_root as default_root
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import ROLES, TFClusterSpec
-from airflow_tfk.status import ClusterStatus
+from airflow_tfk.status import Activity, ClusterStatus
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,9 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         and ``TFK_*``), like a developer's shell; False gives them only PATH, HOME, LANG.
     :param keep_history: replaced clusters (logs, volumes) kept under ``.history``.
     :param start_timeout_seconds: how long :meth:`create` waits for the supervisors.
+    :param max_tasks: the most tasks (processes) one cluster may have here; a bigger spec
+        fails before anything starts, naming the cap. Default: from this machine
+        (:func:`airflow_tfk.capacity.local_max_tasks`).
     """
 
     kind = "local"
@@ -122,6 +127,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         loopback_only: bool = True,
         keep_history: int = 3,
         start_timeout_seconds: float = 30.0,
+        max_tasks: int | None = None,
     ) -> None:
         if os.name != "posix":
             raise RuntimeError("the local backend needs a POSIX system (process groups)")
@@ -136,6 +142,13 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         self.loopback_only = bool(loopback_only)
         self.keep_history = int(keep_history)
         self.start_timeout_seconds = float(start_timeout_seconds)
+        if max_tasks is None:
+            max_tasks = capacity.local_max_tasks()
+        if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1:
+            raise LocalMachineError(
+                "max_tasks", "must be a positive integer (local backend option)", max_tasks
+            )
+        self.max_tasks = max_tasks
 
     def __repr__(self) -> str:
         return f"LocalBackend(root={self.root!r})"
@@ -198,7 +211,13 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         return state.tasks if state is not None else ()
 
     # -- create -------------------------------------------------------------------------
+    def _check_task_cap(self, spec: TFClusterSpec) -> None:
+        too_big = capacity.check_local_tasks(spec, self.max_tasks)
+        if too_big is not None:
+            raise LocalMachineError(*too_big, spec.task_count())
+
     def preflight(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> None:
+        self._check_task_cap(spec)
         self._resolve_commands(spec, self.workdir or os.getcwd())
         if self.fixed_ports:
             self._allocate_ports(spec)
@@ -214,6 +233,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         ref = ClusterRef(name=spec.name, namespace=spec.namespace_name)
         cdir = self.cluster_dir(ref)
         workdir = self.workdir or os.getcwd()
+        self._check_task_cap(spec)
         commands = self._resolve_commands(spec, workdir)  # errors before any side effect
         preload = _local_loopback.preload_library() if self.loopback_only else None
         with self._locked(ref):
@@ -422,6 +442,23 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
 
     def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
         return _tail(self.log_path(ref, role, index), tail_lines)
+
+    def task_activity(self, ref: ClusterRef, role: str, index: int) -> Activity:
+        """When the task last wrote to its log (the file's mtime), and whether its process
+        is stopped (SIGSTOP, a debugger): a frozen task, seen as a kubelet cannot."""
+        try:
+            last = self.log_path(ref, role, index).stat().st_mtime
+        except OSError:
+            last = None
+        note = ""
+        task = next((t for t in self._tasks(ref) if (t.role, t.index) == (role, index)), None)
+        child = self._child(ref, task) if task is not None else None
+        try:
+            if child is not None and child.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                note = f"its process {child.pid} is stopped (SIGSTOP or a debugger)"
+        except psutil.Error:
+            pass
+        return Activity(last_output=last, note=note)
 
     def delete_roles(self, ref: ClusterRef, roles: list[str]) -> None:
         unknown = sorted(set(roles) - set(ROLES))

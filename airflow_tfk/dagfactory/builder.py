@@ -15,11 +15,17 @@ import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk.dagfactory.training import PUBLISH_TASK, TENSORBOARD_TASK, TRAIN_TASK, TrainingFile
+from airflow_tfk.dagfactory.training import (
+    PUBLISH_TASK,
+    SWEEP_TASK,
+    TENSORBOARD_TASK,
+    TRAIN_TASK,
+    TrainingFile,
+)
 from airflow_tfk.errors import SpecError
 
 if TYPE_CHECKING:
-    from airflow.sdk import DAG, Param
+    from airflow.sdk import DAG, BaseOperator, Param
 
 # Operator parameters of PublishModelOperator / TensorBoardOperator that are fields of the
 # spec they build; any other spec field comes from the nested ``serving``/``tensorboard``.
@@ -28,7 +34,7 @@ _DIRECT_SPEC_FIELDS = frozenset({"model_name", "claim", "sub_path", "base_path",
 # every operator, of the training operator.
 _DAG_FIELDS = ("dag_id", "description", "schedule", "start_date", "catchup", "max_active_runs")
 _OPERATOR_FIELDS = ("backend", "backend_config", "kubernetes_conn_id")
-_TRAIN_FIELDS = ("deferrable", "cleanup", "progress_interval", "previous_run_policy")
+_TRAIN_FIELDS = ("deferrable", "cleanup", "progress_interval", "stall_seconds", "previous_run_policy")
 
 
 def _passed_on(training: TrainingFile, names: tuple[str, ...]) -> dict[str, Any]:
@@ -200,14 +206,20 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
     with dag:
         if t.tensorboard is not None:
             TensorBoardOperator(task_id=TENSORBOARD_TASK, **common, **t.tensorboard)
-        train = TFTrainingOperator(
-            task_id=TRAIN_TASK,
-            cluster_spec=t.cluster,
-            execution_timeout=max_duration,
-            tensorboard_task_id=TENSORBOARD_TASK,
-            **common,
-            **_passed_on(t, _TRAIN_FIELDS),
-        )
+        train: BaseOperator
+        if t.sweep is not None:
+            from airflow_tfk.operators.sweep import TFSweepOperator
+
+            train = TFSweepOperator(task_id=SWEEP_TASK, cluster_spec=t.cluster, sweep=t.sweep, **common)
+        else:
+            train = TFTrainingOperator(
+                task_id=TRAIN_TASK,
+                cluster_spec=t.cluster,
+                execution_timeout=max_duration,
+                tensorboard_task_id=TENSORBOARD_TASK,
+                **common,
+                **_passed_on(t, _TRAIN_FIELDS),
+            )
         if t.publish is not None:
             train >> PublishModelOperator(task_id=PUBLISH_TASK, **common, **t.publish)
     try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_tfk.errors import SpecError
-from airflow_tfk.spec_yaml import parser_error
+from airflow_tfk.spec_yaml import check_plain_scalar, parser_error
 
 MAX_BYTES = 1 << 20  # a training file is a page of settings, not a data set
 MAX_DEPTH = 64
@@ -106,6 +106,8 @@ class _Builder:
     def _scalar(self, node: Any, path: str) -> Any:
         import yaml
 
+        # As the spec reader: `off` is text, `15:00` and `010` are refused, not 900 and 8.
+        check_plain_scalar(node, path or "spec")
         try:
             return self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as exc:

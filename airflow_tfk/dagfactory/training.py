@@ -24,6 +24,9 @@ cluster:                          # a TFClusterSpec (airflow-tfk render's format
   worker: {replicas: 2}
 tensorboard: true                 # or the TensorBoardOperator's options
 publish: {model_name: digits}     # the PublishModelOperator's options
+sweep:                            # optional: a hyperparameter sweep instead of one training
+  n_trials: 12                    # (TFSweepOperator's settings; task "sweep" replaces "train")
+  search_space: {tfk_learning_rate: {type: float, low: 0.0001, high: 0.3, log: true}}
 ```
 
 This module checks the file's own keys and delegates each block to the class that owns
@@ -45,12 +48,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk import defaults
-from airflow_tfk.constants import CLEANUP, KUBERNETES_CONN_ID, PROGRESS_INTERVAL_SECONDS, Cleanup
+from airflow_tfk.constants import (
+    CLEANUP,
+    KUBERNETES_CONN_ID,
+    PROGRESS_INTERVAL_SECONDS,
+    STALL_SECONDS,
+    Cleanup,
+)
 from airflow_tfk.errors import SpecError
 from airflow_tfk.run_policy import PreviousRunPolicy
+from airflow_tfk.stall import check_stall_seconds
 
 #: the task ids of the generated DAG
-TRAIN_TASK, PUBLISH_TASK, TENSORBOARD_TASK = "train", "publish", "tensorboard"
+TRAIN_TASK, PUBLISH_TASK, TENSORBOARD_TASK, SWEEP_TASK = "train", "publish", "tensorboard", "sweep"
 
 PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
 BACKENDS = ("kubernetes", "local")
@@ -112,6 +122,9 @@ class TrainingFile:
     :param params: name -> ``{"default": ..., <JSON schema keywords>}``.
     :param publish: the PublishModelOperator's keyword arguments, or ``None``.
     :param tensorboard: the TensorBoardOperator's keyword arguments, or ``None``.
+    :param sweep: a :class:`~airflow_tfk.sweep.config.SweepConfig` mapping: the DAG runs a
+        sweep of the cluster (task ``sweep``) instead of one training; ``max_duration_minutes``
+        then bounds each trial, not the task.
     """
 
     dag_id: str
@@ -133,15 +146,20 @@ class TrainingFile:
     backend_config: dict[str, Any] | None = None
     deferrable: bool = False
     progress_interval: float = PROGRESS_INTERVAL_SECONDS
+    stall_seconds: float = STALL_SECONDS
     cleanup: str = "ps"
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     publish: dict[str, Any] | None = None
     tensorboard: dict[str, Any] | None = None
+    sweep: dict[str, Any] | None = None
 
     @property
     def dagrun_timeout_minutes(self) -> int | None:
-        # The training's own limit plus room for TensorBoard and publishing around it.
-        return None if self.max_duration_minutes is None else self.max_duration_minutes + 10
+        # The training's own limit plus room for TensorBoard and publishing around it; a
+        # sweep runs many trainings, each bounded by its cluster's deadline.
+        if self.max_duration_minutes is None or self.sweep is not None:
+            return None
+        return self.max_duration_minutes + 10
 
 
 # -- small checks, each naming the field ---------------------------------------------------
@@ -400,11 +418,13 @@ TOP_LEVEL = (
     "backend_config",
     "deferrable",
     "progress_interval",
+    "stall_seconds",
     "cleanup",
     "params",
     "cluster",
     "publish",
     "tensorboard",
+    "sweep",
 )
 
 #: the blocks that reach the operators' templated fields: rendered on the worker
@@ -454,7 +474,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     if cluster is None:
         raise SpecError("cluster", "is required: the TFClusterSpec of the training")
     cluster = _cluster(cluster, params, max_minutes, dag_id)
-    for block in ("publish", "tensorboard", "backend_config"):
+    for block in ("publish", "tensorboard", "backend_config", "sweep"):
         for where, name in param_refs(data.get(block), block):
             if name not in params:
                 raise SpecError(where, f"refers to params.{name}, which is not declared under params")
@@ -502,11 +522,25 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
         backend_config=_backend_config(data, backend),
         deferrable=_bool(data, "deferrable", defaults.DEFERRABLE),
         progress_interval=progress,
+        stall_seconds=check_stall_seconds(data.get("stall_seconds", STALL_SECONDS)),
         cleanup=cleanup,
         params=params,
         publish=publish,
         tensorboard=tensorboard,
+        sweep=_sweep(data.get("sweep"), params),
     )
+
+
+def _sweep(value: object, params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The sweep block, checked by SweepConfig itself (its errors name ``sweep.<field>``)."""
+    if value is None:
+        return None
+    from airflow_tfk.sweep.config import SweepConfig
+
+    if not isinstance(value, Mapping):
+        raise SpecError("sweep", "must be a mapping of the sweep's settings", value)
+    SweepConfig.from_dict(with_param_defaults(dict(value), params))
+    return dict(value)
 
 
 def _cluster(

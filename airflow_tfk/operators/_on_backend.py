@@ -7,7 +7,9 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_tfk import operator_args as args
 from airflow_tfk.constants import BACKEND, KUBERNETES_CONN_ID
+from airflow_tfk.errors import SpecError
 from airflow_tfk.operators._context import backend_config
 
 
@@ -28,10 +30,24 @@ class OnBackendOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if not args.templated(backend):
+            _backend_kind(backend)
+        args.backend_config_arg(backend_config, backend)
+        args.str_arg(kubernetes_conn_id, "kubernetes_conn_id", optional=True, max_len=250)
         self.backend = backend
         self.backend_config = backend_config
         self.kubernetes_conn_id = kubernetes_conn_id
 
     def backend_options(self) -> dict[str, Any]:
-        """``backend_config``, with the connection on Kubernetes."""
+        """``backend_config``, with the connection on Kubernetes; checked again here, as
+        rendered (a templated ``backend`` or ``backend_config`` is known only now)."""
+        _backend_kind(self.backend)
+        if args.templated(self.backend_config):
+            raise SpecError("backend_config", "must be a mapping (it rendered to text)", self.backend_config)
+        args.backend_config_arg(self.backend_config, self.backend)
         return backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
+
+
+def _backend_kind(value: object) -> None:
+    if not isinstance(value, str) or value not in args.BACKEND_OPTIONS:
+        raise SpecError("backend", "must be 'kubernetes' or 'local'", value)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_tfk import operator_args as args
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
 
@@ -43,6 +44,8 @@ class CreateTFClusterOperator(OnBackendOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        args.cluster_spec_arg(cluster_spec)
+        args.name_prefix_arg(name_prefix)
         self.cluster_spec = cluster_spec
         self.name_prefix = name_prefix
 
@@ -52,8 +55,9 @@ class CreateTFClusterOperator(OnBackendOperator):
         from airflow_tfk.lifecycle import create_or_reattach, resolve_spec
 
         identity = identity_from_context(context)
+        options = self.backend_options()
         spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
-        backend = get_backend(self.backend, **self.backend_options())
+        backend = get_backend(self.backend, **options)
         create_or_reattach(backend, spec, identity, self.log.info)
         return ClusterHandle.for_spec(spec, backend, identity).to_dict()
 
@@ -73,6 +77,8 @@ class CleanupPSOperator(BaseOperator):
     def __init__(self, *, cluster: Any, grace_seconds: float | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("trigger_rule", "all_done")
         super().__init__(**kwargs)
+        args.cluster_arg(cluster)
+        args.number_arg(grace_seconds, "grace_seconds", lo=0, hi=86400, optional=True)
         self.cluster = cluster
         self.grace_seconds = grace_seconds
 
@@ -80,6 +86,7 @@ class CleanupPSOperator(BaseOperator):
         from airflow_tfk.handle import ClusterHandle
         from airflow_tfk.lifecycle import cleanup_after_success
 
+        args.cluster_arg(self.cluster)
         handle = ClusterHandle.from_dict(self.cluster)
         return cleanup_after_success(handle, self.log.info, self.grace_seconds)
 
@@ -97,6 +104,8 @@ class DeleteTFClusterOperator(BaseOperator):
     def __init__(self, *, cluster: Any, capture_logs: bool = True, **kwargs: Any) -> None:
         kwargs.setdefault("trigger_rule", "all_done")
         super().__init__(**kwargs)
+        args.mapping_arg(cluster, "cluster")  # None: the create task made nothing
+        args.bool_arg(capture_logs, "capture_logs")
         self.cluster = cluster
         self.capture_logs = capture_logs
 
@@ -107,6 +116,7 @@ class DeleteTFClusterOperator(BaseOperator):
         if not self.cluster:
             self.log.info("no cluster was created; nothing to delete")
             return
+        args.cluster_arg(self.cluster)
         handle = ClusterHandle.from_dict(self.cluster)
         if self.capture_logs and handle.backend().exists(handle.ref):
             teardown_after_failure(handle, None, self.log.info)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk import operator_args as args
+from airflow_tfk.errors import SpecError
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
 
@@ -84,6 +86,13 @@ class PublishModelOperator(OnBackendOperator):
         super().__init__(**kwargs)
         if self.backend not in ("kubernetes", "local"):
             raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {self.backend!r})")
+        args.str_arg(model_name, "model_name")
+        for field, value in (("claim", claim), ("base_path", base_path)):
+            args.str_arg(value, field, optional=True)
+        args.str_arg(sub_path, "sub_path")
+        if isinstance(version, bool) or not (version is None or isinstance(version, (int, str))):
+            raise SpecError("version", "must be an integer version, 'latest' or None", version)
+        _options(serving, sample_request, quality_gate, metrics)
         self.model_name = model_name
         self.claim = claim
         self.sub_path = sub_path
@@ -116,6 +125,7 @@ class PublishModelOperator(OnBackendOperator):
 
     def _version(self) -> int | None:
         from airflow_tfk.errors import SpecError
+        from airflow_tfk.protocol.digits import MAX_VERSION, model_version
 
         if self.version in (None, "", "None", "latest"):
             return None
@@ -124,11 +134,14 @@ class PublishModelOperator(OnBackendOperator):
         # quietly publish 3), nor are non-ASCII digits.
         if isinstance(self.version, float) or not (text.isascii() and text.lstrip("+").isdigit()):
             raise SpecError("version", "must be an integer version", self.version)
-        if len(text) > 18:
-            raise SpecError("version", "is too large for a model version", self.version)
-        version = int(text)
-        if version < 0 or isinstance(self.version, bool):
+        if isinstance(self.version, bool):
             raise SpecError("version", "must be a non-negative integer", self.version)
+        version = model_version(text.lstrip("+"))
+        if version is None:
+            # TF Serving's versions are int64
+            raise SpecError(
+                "version", f"must be at most {MAX_VERSION} (int64, TF Serving's version type)", self.version
+            )
         return version
 
     def gate(self) -> Any:
@@ -152,6 +165,7 @@ class PublishModelOperator(OnBackendOperator):
                 raise SpecError("metrics", "must be a mapping or its JSON text", found) from None
         if not isinstance(found, Mapping):
             raise SpecError("metrics", "must be a mapping metric -> value", found)
+        args.plain(found, "metrics")  # JSON text may say 1e400 (inf)
         return dict(found)
 
     def _upstream_version(self, context: Context) -> int | None:
@@ -186,6 +200,7 @@ class PublishModelOperator(OnBackendOperator):
         from airflow_tfk.serving.publish import publish
         from airflow_tfk.serving.targets import get_serving_target
 
+        _options(self.serving, self.sample_request, self.quality_gate, self.metrics, rendered=True)
         spec = self.spec()
         version = self._version()
         gate, metrics = self.gate(), self._metrics()
@@ -237,6 +252,8 @@ class StopModelServerOperator(OnBackendOperator):
         super().__init__(**kwargs)
         if self.backend not in ("kubernetes", "local"):
             raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {self.backend!r})")
+        args.str_arg(model_name, "model_name")
+        args.mapping_arg(serving, "serving")
         self.model_name = model_name
         self.serving = serving
 
@@ -245,6 +262,7 @@ class StopModelServerOperator(OnBackendOperator):
         from airflow_tfk.serving.spec import ServingSpec
         from airflow_tfk.serving.targets import get_serving_target
 
+        _options(self.serving, None, None, None, rendered=True)
         extra = dict(self.serving or {})
         unknown = sorted(set(extra) - {"name", "namespace"})
         if unknown:
@@ -254,3 +272,20 @@ class StopModelServerOperator(OnBackendOperator):
         config = self.backend_options()
         target = get_serving_target(self.backend, spec, **config)
         target.delete(self.log.info)
+
+
+def _options(
+    serving: object, sample_request: object, quality_gate: object, metrics: object, *, rendered: bool = False
+) -> None:
+    """The mapping arguments of the serving operators: plain data, naming the argument.
+    ``rendered``: Airflow rendered them, so a Jinja string left is text, not a mapping."""
+    for field, value in (
+        ("serving", serving),
+        ("sample_request", sample_request),
+        ("quality_gate", quality_gate),
+    ):
+        if rendered and args.templated(value):
+            raise SpecError(field, "must be a mapping (it rendered to text)", value)
+        args.mapping_arg(value, field)
+    if not isinstance(metrics, str):  # a mapping, or its JSON text (parsed when used)
+        args.mapping_arg(metrics, "metrics")

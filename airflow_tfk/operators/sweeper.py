@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk import operator_args as args
+from airflow_tfk.errors import SpecError
 from airflow_tfk.operators._on_backend import OnBackendOperator
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ class TFOrphanSweeperOperator(OnBackendOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        args.namespace_arg(namespace)
+        args.bool_arg(report_only, "report_only")
         self.namespace = namespace
         # Not "dry_run": BaseOperator has a dry_run() method.
         self.report_only = report_only
@@ -47,7 +51,11 @@ class TFOrphanSweeperOperator(OnBackendOperator):
         from airflow_tfk.backends import get_backend
         from airflow_tfk.sweeper import sweep
 
-        backend = get_backend(self.backend, **self.backend_options())
+        options = self.backend_options()
+        args.namespace_arg(self.namespace)  # as rendered
+        if args.templated(self.namespace):
+            raise SpecError("namespace", "must be a namespace name (DNS-1123 label)", self.namespace)
+        backend = get_backend(self.backend, **options)
         ti = context["ti"]
 
         def ti_state(identity: RunIdentity) -> str | None:

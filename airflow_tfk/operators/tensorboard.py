@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
 
+from airflow_tfk import operator_args as args
 from airflow_tfk.constants import TensorBoardAction, backend_kind, choice
+from airflow_tfk.errors import SpecError
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
 
@@ -98,6 +100,10 @@ class TensorBoardOperator(OnBackendOperator):
         super().__init__(**kwargs)
         kind = backend_kind(self.backend)
         act = TensorBoardAction(choice(TensorBoardAction, action, "action"))
+        for field, value in (("name", name), ("claim", claim), ("base_path", base_path)):
+            args.str_arg(value, field, optional=True)
+        args.str_arg(sub_path, "sub_path")
+        args.mapping_arg(tensorboard, "tensorboard")
         self.name = name
         self.claim = claim
         self.sub_path = sub_path
@@ -108,6 +114,10 @@ class TensorBoardOperator(OnBackendOperator):
 
     def spec(self, dag_id: str) -> Any:
         from airflow_tfk.serving.spec import TensorBoardSpec, default_name
+
+        if args.templated(self.tensorboard):
+            raise SpecError("tensorboard", "must be a mapping (it rendered to text)", self.tensorboard)
+        args.mapping_arg(self.tensorboard, "tensorboard")
 
         return TensorBoardSpec.from_dict(
             {

@@ -13,10 +13,12 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk import operator_args as args
 from airflow_tfk.constants import (
     CLEANUP,
     NAME_PREFIX,
     PROGRESS_INTERVAL_SECONDS,
+    STALL_SECONDS,
     TENSORBOARD_TASK_ID,
     Cleanup,
     backend_kind,
@@ -55,6 +57,9 @@ class TFTrainingOperator(OnBackendOperator):
         first), or ``keep`` the finished tasks for debugging until their TTL (the roles
         that never exit, the PS, are deleted all the same). A killed task always deletes.
     :param progress_interval: seconds between progress lines (step/total/%/ETA).
+    :param stall_seconds: fail the training as stalled when its progress (the chief's, else
+        worker 0's step) stands still this long while its tasks run, naming the task(s)
+        that went silent; warn at half of it. 0 turns it off. Default 900.
     :param tensorboard_task_id: the TensorBoard task whose URL the "TensorBoard" extra
         link of this task opens.
     :param previous_run_policy: what to do with a still-alive cluster of an earlier run of
@@ -82,12 +87,17 @@ class TFTrainingOperator(OnBackendOperator):
         cleanup: Cleanup | str = CLEANUP,
         on_failure: str = "delete",
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
+        stall_seconds: float = STALL_SECONDS,
         name_prefix: str = NAME_PREFIX,
         previous_run_policy: str = "allow",
         tensorboard_task_id: str = TENSORBOARD_TASK_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        args.cluster_spec_arg(cluster_spec)
+        args.waiting_args(deferrable, progress_interval)
+        args.name_prefix_arg(name_prefix)
+        args.str_arg(tensorboard_task_id, "tensorboard_task_id", max_len=250)
         self.cleanup = Cleanup(choice(Cleanup, cleanup, "cleanup"))
         self.backend = backend_kind(self.backend)
         if on_failure not in ("delete", "keep"):
@@ -105,6 +115,9 @@ class TFTrainingOperator(OnBackendOperator):
         self.cluster_spec = cluster_spec
         self.deferrable = deferrable
         self.progress_interval = progress_interval
+        from airflow_tfk.stall import check_stall_seconds
+
+        self.stall_seconds = check_stall_seconds(stall_seconds)
         self.name_prefix = name_prefix
         self._handle: ClusterHandle | None = None
         self._created = False  # this try created or reattached to its cluster
@@ -149,6 +162,7 @@ class TFTrainingOperator(OnBackendOperator):
                 handle.replicas,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
+                stall_seconds=self.stall_seconds,
             )
         except TaskDeferred:
             raise
@@ -177,6 +191,7 @@ class TFTrainingOperator(OnBackendOperator):
                 deadline=deadline,
                 progress_interval=self.progress_interval,
                 release_after_success=True,
+                stall_seconds=self.stall_seconds,
             ),
             method_name="execute_complete",
             kwargs={"handle": handle.to_dict()},
@@ -237,8 +252,9 @@ class TFTrainingOperator(OnBackendOperator):
         from airflow_tfk.lifecycle import resolve_spec
 
         identity = identity_from_context(context)
+        options = self.backend_options()
         spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
-        backend = get_backend(self.backend, **self.backend_options())
+        backend = get_backend(self.backend, **options)
         return identity, spec, backend
 
     def _handle_of(self, context: Context) -> ClusterHandle:

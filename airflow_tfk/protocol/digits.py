@@ -23,3 +23,14 @@ def plain_int(text: object) -> int | None:
 
 def is_plain_int(text: object) -> bool:
     return plain_int(text) is not None
+
+
+#: TF Serving's model versions are int64: 9223372036854775807 (19 digits) is one
+MAX_VERSION = 2**63 - 1
+
+
+def model_version(text: object) -> int | None:
+    """The model version a directory name (or path segment) spells: plain ASCII digits
+    up to :data:`MAX_VERSION`, as TF Serving reads them; else None."""
+    number = plain_int(text)
+    return number if number is not None and number <= MAX_VERSION else None

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from airflow_tfk.protocol.digits import plain_int
+from airflow_tfk.protocol.digits import MAX_VERSION, model_version
 from airflow_tfk.runtime import progress as _progress
 from airflow_tfk.runtime.exits import UsageError, log
 
@@ -26,7 +26,7 @@ def version_of(name: str) -> int | None:
 
     Only plain ASCII digits count, as for TF Serving (:mod:`airflow_tfk.protocol.digits`).
     """
-    return plain_int(name)
+    return model_version(name)
 
 
 def next_version(model_dir: str) -> int:
@@ -36,7 +36,10 @@ def next_version(model_dir: str) -> int:
     except FileNotFoundError:
         names = []
     versions = [v for v in map(version_of, names) if v is not None]
-    return max(versions, default=0) + 1
+    newest = max(versions, default=0)
+    if newest >= MAX_VERSION:
+        raise ValueError(f"{model_dir} holds version {newest}, int64's maximum: there is no next version")
+    return newest + 1
 
 
 def write_saved_model(model: Any, serving_fn: Callable[..., Any], signature: list[Any], path: str) -> None:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
 
-from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS, SENSOR_POKE_INTERVAL_SECONDS
+from airflow_tfk import operator_args as args
+from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS, SENSOR_POKE_INTERVAL_SECONDS, STALL_SECONDS
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -24,6 +25,8 @@ class TFWorkersSensor(BaseSensorOperator):
     :param cluster: the create task's XCom. (templated)
     :param deferrable: wait in the triggerer, holding no worker slot.
     :param progress_interval: seconds between progress lines (step/total/%/ETA).
+    :param stall_seconds: fail as stalled when the progress stands still this long while
+        the tasks run, naming the silent task(s); 0 turns it off.
     """
 
     template_fields: Sequence[str] = ("cluster",)
@@ -34,16 +37,23 @@ class TFWorkersSensor(BaseSensorOperator):
         cluster: Any,
         deferrable: bool = False,
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
+        stall_seconds: float = STALL_SECONDS,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", SENSOR_POKE_INTERVAL_SECONDS)
         super().__init__(**kwargs)
+        args.cluster_arg(cluster)
+        args.waiting_args(deferrable, progress_interval)
         self.cluster = cluster
         self.deferrable = deferrable
         self.progress_interval = progress_interval
+        from airflow_tfk.stall import check_stall_seconds
+
+        self.stall_seconds = check_stall_seconds(stall_seconds)
         self._loop: Any = None  # the WaitLoop of the pokes, built on the first
 
     def execute(self, context: Context) -> Any:
+        args.cluster_arg(self.cluster)  # as rendered
         if not self.deferrable:
             return super().execute(context)
         from airflow_tfk.handle import ClusterHandle
@@ -51,7 +61,9 @@ class TFWorkersSensor(BaseSensorOperator):
 
         handle = ClusterHandle.from_dict(self.cluster)
         self.defer(
-            trigger=WorkersDoneTrigger.for_handle(handle, progress_interval=self.progress_interval),
+            trigger=WorkersDoneTrigger.for_handle(
+                handle, progress_interval=self.progress_interval, stall_seconds=self.stall_seconds
+            ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,
         )
@@ -71,16 +83,19 @@ class TFWorkersSensor(BaseSensorOperator):
                 handle.replicas,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
+                stall_seconds=self.stall_seconds,
             )
         status = self._loop.backend.status(handle.ref)
         verdict = self._loop.step(status)
+        if verdict.outcome is Outcome.RUNNING and self._loop.progress.stalled(status):
+            verdict = self._loop.judge_stall(status)
         error = (
             failure_of(wait_result(verdict), handle.ref.name) if verdict.outcome is Outcome.FAILED else None
         )
         if error is not None:
             raise error
         if self._loop.reporter.due() or verdict.outcome is Outcome.SUCCEEDED:
-            self._loop.reporter.report()
+            self._loop.read_progress()
         return verdict.outcome is Outcome.SUCCEEDED
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:

@@ -135,6 +135,15 @@ class ServingTarget(abc.ABC):
             return None
         return parse_status(body, version) if status == 200 else None
 
+    #: whether :meth:`ensure` starts the server again after it has stopped (the local
+    #: backend's process); on Kubernetes the Deployment restarts its own pods
+    restartable = False
+
+    def server_down(self) -> str | None:
+        """Why the server is known not to run, None when it runs or the backend cannot
+        tell: a publish stops waiting on a server that is gone."""
+        return None
+
     def unreachable(self) -> str | None:
         """Why the last :meth:`version_state` got no answer from the server (None when it
         got one, or when the backend cannot tell): named in a load timeout."""

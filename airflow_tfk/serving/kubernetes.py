@@ -19,7 +19,7 @@ from typing import Any
 from airflow_tfk.kube.api import BY_KIND, Call, error_message, is_not_found
 from airflow_tfk.kube.retry import api_status
 from airflow_tfk.kube.target import KubeTarget
-from airflow_tfk.protocol.digits import is_plain_int, plain_int
+from airflow_tfk.protocol.digits import model_version
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import answer
 from airflow_tfk.serving.base import (
@@ -59,7 +59,7 @@ def parse_reader_log(text: str) -> tuple[list[int], int | None, dict[str, Any] |
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("tfk-versions:"):
-            versions = sorted(n for n in map(plain_int, line.split(":", 1)[1].split()) if n is not None)
+            versions = sorted(n for n in map(model_version, line.split(":", 1)[1].split()) if n is not None)
         elif line.startswith("tfk-version:"):
             version = int(line.split(":", 1)[1])
         elif line.strip() == "tfk-sample:":
@@ -223,7 +223,7 @@ class KubernetesServing(KubeTarget, ServingTarget):
             return {}
         if not isinstance(found, dict):
             return {}
-        return {int(k): v for k, v in found.items() if is_plain_int(k) and isinstance(v, dict)}
+        return {int(k): v for k, v in found.items() if model_version(k) is not None and isinstance(v, dict)}
 
     def record_metrics(self, version: int, metrics: dict[str, Any]) -> None:
         from airflow_tfk.serving.render import render_metrics_config_map

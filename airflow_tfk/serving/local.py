@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 from airflow_tfk import _process
 from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.local_env import default_local_root as default_root
-from airflow_tfk.protocol.digits import is_plain_int
+from airflow_tfk.protocol.digits import model_version
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import request_json
 from airflow_tfk.serving.base import Emit, PredictError, ServingTarget
@@ -94,6 +94,7 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
 
     kind = "local"
     status_timeout = 5.0
+    restartable = True
 
     def __init__(
         self,
@@ -122,10 +123,9 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
         except OSError:
             return []
         # base-10 ASCII names only, as TF Serving: str.isdigit() also accepts '²'
+        found = ((model_version(d), d) for d in names)
         return sorted(
-            int(d)
-            for d in names
-            if is_plain_int(d) and os.path.isfile(os.path.join(base, d, "saved_model.pb"))
+            v for v, d in found if v is not None and os.path.isfile(os.path.join(base, d, "saved_model.pb"))
         )
 
     def _json(self, path: str | Path) -> Any:
@@ -147,7 +147,7 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
         found = self._json(self.dir / PUBLISHED_METRICS)
         if not isinstance(found, dict):
             return {}
-        return {int(k): v for k, v in found.items() if is_plain_int(k) and isinstance(v, dict)}
+        return {int(k): v for k, v in found.items() if model_version(k) is not None and isinstance(v, dict)}
 
     def record_metrics(self, version: int, metrics: dict[str, Any]) -> None:
         with _process.locked(self.dir):
@@ -311,6 +311,18 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
 
     def running(self) -> bool:
         return self.process.running() is not None
+
+    def server_down(self) -> str | None:
+        record = self._record()
+        if record is None:
+            return f"no local model server of {self.spec.model_name} is recorded in {self.dir}"
+        if self.process.running() is not None:
+            return None
+        last = " | ".join(_process.tail(self.process.log_path, 2).splitlines())[-300:]
+        return (
+            f"the local model server of {self.spec.model_name} (pid {record.get('pid')}) is not "
+            f"running; the end of its log: {last or '(empty)'}"
+        )
 
     def delete(self, emit: Emit) -> None:
         with _process.locked(self.dir):

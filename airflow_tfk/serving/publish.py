@@ -87,6 +87,43 @@ def _check_answer(answer: Any, request: dict[str, Any]) -> Any:
     return out
 
 
+class ServerDown(ServingError):
+    """The model server stopped during a publish and was not (or could not be) started again."""
+
+
+class ServerWatch:
+    """The server behind one publish: notices that it stopped, and starts it again once
+    where the backend can (the local backend's process). The model config on disk holds
+    what it must load, so a restarted server picks up where the killed one was."""
+
+    def __init__(self, target: ServingTarget, emit: Emit, restarts: int = 1) -> None:
+        self.target = target
+        self.emit = emit
+        self.restarts = restarts
+        self.restarted: list[str] = []  # why, for each restart
+
+    def restarted_now(self) -> bool:
+        """True if the server was down and has just been started again; raises
+        :class:`ServerDown` if it is down and stays down."""
+        why = self.target.server_down()
+        if why is None:
+            return False
+        if not self.target.restartable:
+            raise ServerDown(why)
+        if self.restarts <= 0:
+            raise ServerDown(
+                f"{why} (it was already started again {len(self.restarted)} time(s) in this publish)"
+            )
+        self.restarts -= 1
+        self.emit(f"{why}: starting it again")
+        try:
+            self.target.ensure(self.emit)
+        except Exception as exc:  # noqa: BLE001 - the reason is what the user must see
+            raise ServerDown(f"{why}; starting it again failed: {exc}") from exc
+        self.restarted.append(why)
+        return True
+
+
 def wait_available(
     target: ServingTarget,
     version: int,
@@ -95,13 +132,19 @@ def wait_available(
     poll: float = 1.0,
     clock: Clock = SYSTEM,
     model: str | None = None,
+    server: ServerWatch | None = None,
 ) -> None:
-    """Return when the server reports ``version`` of ``model`` AVAILABLE; raise on END or timeout."""
+    """Return when the server reports ``version`` of ``model`` AVAILABLE; raise on END,
+    on timeout, or (with ``server``) as soon as the server is down for good."""
     model = model or target.spec.model_name
     deadline = clock.deadline(timeout)
     last = None
     while True:
         state = target.version_state(version, model=model)
+        if state is None and server is not None and server.restarted_now():
+            deadline = clock.deadline(timeout)  # the new server loads from the start
+            last = None
+            continue
         if state is not None and state != last:
             emit(
                 f"{model} version {version}: {state.state}"
@@ -146,7 +189,9 @@ def _gate(
         source = f"{name}/{version}/assets.extra/tfk_metrics.json"
     if gate is None:
         return metrics
-    baseline = target.published_metrics().get(previous) if previous is not None else None
+    baseline = (
+        _baseline(target, previous) if previous is not None and gate.max_regression is not None else None
+    )
     verdict = gate.evaluate(metrics, baseline, previous)
     if metrics is None:
         why = (
@@ -164,6 +209,16 @@ def _gate(
             gate.on_failure,
         )
     return metrics
+
+
+def _baseline(target: ServingTarget, version: int) -> dict[str, Any] | None:
+    """The serving version's metrics: recorded when it was published, else the ones its
+    training exported with it (a version published before the gate existed)."""
+    recorded = target.published_metrics().get(version)
+    if isinstance(recorded, dict) and recorded:
+        return recorded
+    exported = target.version_metrics(version)
+    return exported if isinstance(exported, dict) else None
 
 
 def publish(
@@ -236,9 +291,12 @@ def publish(
     )
     cand = ModelConfig(candidate_name(name), base, current.platform, (version,))
     restore = clean if before is not None else _without(clean, name)
+    server = ServerWatch(target, emit)
     try:
         target.write_config(clean.put(cand))
-        wait_available(target, version, spec.load_timeout_seconds, emit, poll, clock, model=cand.name)
+        wait_available(
+            target, version, spec.load_timeout_seconds, emit, poll, clock, model=cand.name, server=server
+        )
         answer = target.predict(
             body,
             version=version,
@@ -251,17 +309,11 @@ def publish(
         # promote: the model's own entry loads the validated version, then the label moves
         loading = current.with_versions((*current.versions, version))
         target.write_config(clean.put(cand).put(loading))
-        wait_available(target, version, spec.load_timeout_seconds, emit, poll, clock)
+        wait_available(target, version, spec.load_timeout_seconds, emit, poll, clock, server=server)
     except (ServingError, OSError) as exc:
         _rollback(target, restore, version, previous, emit)
-        raise ServingError(
-            f"{name} version {version} was not published: {exc}; "
-            + (
-                f"version {previous} is still serving"
-                if previous is not None
-                else "no version was serving before"
-            )
-        ) from exc
+        now = _what_serves(target, previous, server, emit, poll, clock)
+        raise ServingError(f"{name} version {version} was not published: {exc}; {now}") from exc
     except BaseException:
         _rollback(target, restore, version, previous, emit)
         raise
@@ -279,6 +331,27 @@ def publish(
     return PublishResult(
         name, version, previous, target.endpoint(STABLE_LABEL), keep, target.kind, predictions
     )
+
+
+def _what_serves(
+    target: ServingTarget, previous: int | None, server: ServerWatch, emit: Emit, poll: float, clock: Clock
+) -> str:
+    """What serves after a rollback, as the server reports it, not as the config hopes."""
+    if previous is None:
+        return "no version was serving before"
+    state = target.version_state(previous)
+    if state is not None and state.state == "AVAILABLE":
+        return f"version {previous} is still serving"
+    try:
+        if server.restarted_now():
+            wait_available(
+                target, previous, target.spec.load_timeout_seconds, emit, poll, clock, server=server
+            )
+            return f"version {previous} is serving again (the model server was started again)"
+    except ServingError as exc:
+        return f"version {previous} is NOT serving: {exc}"
+    seen = f"it reports {state.state}" if state is not None else target.unreachable() or "it did not answer"
+    return f"version {previous} should still be serving, but the server does not confirm it ({seen})"
 
 
 def _without(config: ModelServerConfig, name: str) -> ModelServerConfig:

@@ -203,7 +203,7 @@ def _from_dict(cls: type, data: Mapping[str, Any]) -> Any:
     if not isinstance(data, Mapping):
         raise SpecError("spec", "must be a mapping", data)
     allowed = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - allowed)
+    unknown = sorted(set(data) - allowed, key=str)  # keys of mixed types do not compare
     if unknown:
         raise SpecError(str(unknown[0]), f"unknown key (allowed: {', '.join(sorted(allowed))})")
     required = [

@@ -8,17 +8,44 @@ When its task is killed while deferred (mark failed, clear), it deletes the clus
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_tfk import operator_args as args
 from airflow_tfk.backends import get_backend
 from airflow_tfk.backends.base import Backend, ClusterRef
-from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS
+from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS, STALL_SECONDS
+from airflow_tfk.errors import SpecError
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.spec import Mode
 from airflow_tfk.watch import WaitLoop, await_cluster, wait_result
+
+
+def _check(
+    cluster: object,
+    backend_kind: object,
+    backend_config: object,
+    mode: object,
+    replicas: object,
+    deadline: object,
+    progress_interval: object,
+    delete_on_kill: object,
+) -> None:
+    """The trigger's arguments (a serialized trigger is data too), each naming itself."""
+    args.cluster_arg(cluster)
+    if not isinstance(backend_kind, str) or backend_kind not in args.BACKEND_OPTIONS:
+        raise SpecError("backend_kind", "must be 'kubernetes' or 'local'", backend_kind)
+    if not isinstance(backend_config, Mapping):
+        raise SpecError("backend_config", "must be a mapping", backend_config)
+    args.backend_config_arg(backend_config, backend_kind)
+    if mode not in {m.value for m in Mode}:
+        raise SpecError("mode", f"must be one of {', '.join(m.value for m in Mode)}", mode)
+    args.str_map_of_ints(replicas, "replicas")
+    args.number_arg(deadline, "deadline", lo=0, hi=2**40, optional=True)
+    args.number_arg(progress_interval, "progress_interval", lo=0.1, hi=86400)
+    args.bool_arg(delete_on_kill, "delete_on_kill")
 
 
 class WorkersDoneTrigger(BaseTrigger):
@@ -32,6 +59,7 @@ class WorkersDoneTrigger(BaseTrigger):
     :param deadline: absolute UNIX time after which the trigger gives up with ``timeout``
         (the task's ``execution_timeout``); the operator then deletes the cluster.
     :param progress_interval: seconds between progress reads.
+    :param stall_seconds: fail as stalled after this long without progress (0: off).
     :param delete_on_kill: delete the cluster when the task is killed while deferred.
     :param release_handle: the cluster's handle (``ClusterHandle.to_dict()``) when this
         trigger ends the roles that never exit by themselves (the PS) after a success,
@@ -51,8 +79,25 @@ class WorkersDoneTrigger(BaseTrigger):
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         delete_on_kill: bool = True,
         release_handle: dict[str, Any] | None = None,
+        stall_seconds: float = STALL_SECONDS,
     ) -> None:
         super().__init__()
+        # Checked here, reported by run() as its one event (a trigger yields, it does not
+        # raise: the triggerer builds it from serialized data); for_handle raises it at once.
+        self.invalid: SpecError | None = None
+        try:
+            _check(
+                cluster,
+                backend_kind,
+                backend_config,
+                mode,
+                replicas,
+                deadline,
+                progress_interval,
+                delete_on_kill,
+            )
+        except SpecError as exc:
+            self.invalid = exc
         self.cluster = cluster
         self.backend_kind = backend_kind
         self.backend_config = backend_config
@@ -62,6 +107,7 @@ class WorkersDoneTrigger(BaseTrigger):
         self.progress_interval = progress_interval
         self.delete_on_kill = delete_on_kill
         self.release_handle = release_handle
+        self.stall_seconds = stall_seconds
         self._fired = False
 
     @classmethod
@@ -72,10 +118,12 @@ class WorkersDoneTrigger(BaseTrigger):
         deadline: float | None = None,
         progress_interval: float,
         release_after_success: bool = False,
+        stall_seconds: float = STALL_SECONDS,
     ) -> WorkersDoneTrigger:
         """The trigger that waits on the cluster of ``handle`` (a create task's XCom);
-        with ``release_after_success`` it also ends the PS after a success."""
-        return cls(
+        with ``release_after_success`` it also ends the PS after a success. Raises
+        SpecError, naming the argument, when one is invalid."""
+        trigger = cls(
             cluster=handle.ref.to_dict(),
             backend_kind=handle.backend_kind,
             backend_config=handle.backend_config,
@@ -84,7 +132,11 @@ class WorkersDoneTrigger(BaseTrigger):
             deadline=deadline,
             progress_interval=progress_interval,
             release_handle=handle.to_dict() if release_after_success else None,
+            stall_seconds=stall_seconds,
         )
+        if trigger.invalid is not None:
+            raise trigger.invalid
+        return trigger
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -99,6 +151,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 "progress_interval": self.progress_interval,
                 "delete_on_kill": self.delete_on_kill,
                 "release_handle": self.release_handle,
+                "stall_seconds": self.stall_seconds,
             },
         )
 
@@ -110,6 +163,9 @@ class WorkersDoneTrigger(BaseTrigger):
         return TriggerEvent({"status": status, "message": message, "cluster": self.cluster, **extra})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        if self.invalid is not None:
+            yield self._event("error", f"{type(self.invalid).__name__}: {self.invalid}")
+            return
         ref = ClusterRef.from_dict(self.cluster)
         try:
             loop = WaitLoop(
@@ -120,6 +176,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 deadline=self.deadline,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
+                stall_seconds=self.stall_seconds,
             )
             result = wait_result(await await_cluster(loop))
         except Exception as exc:  # reported as an event; the operator raises and cleans up
@@ -155,7 +212,7 @@ class WorkersDoneTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """Airflow >= 3.3 calls this when the user kills the deferred task."""
-        if self._fired or not self.delete_on_kill:
+        if self._fired or not self.delete_on_kill or self.invalid is not None:
             return
         from airflow_tfk.lifecycle import run_exports, set_aside_exports
 

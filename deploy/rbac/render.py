@@ -16,6 +16,18 @@ NAMESPACE_PER_TRAINING = HERE / "namespace-per-training.yaml"
 APISERVER_ADDRESS = HERE / "apiserver-address.yaml"
 CAPACITY_CHECK = HERE / "capacity-check.yaml"
 SERVICE_ACCOUNT = "airflow-tfk"
+#: The ServiceAccount's namespace as the YAML files spell it.
+DEFAULT_NAMESPACE = "airflow"
+CLUSTER_SCOPED = (
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+
+
+def _sa_user(namespace: str) -> str:
+    return f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}"
 
 
 def manifests(
@@ -32,10 +44,17 @@ def manifests(
     docs = [copy.deepcopy(d) for d in yaml.safe_load_all(path.read_text()) if d]
     for d in docs:
         meta = d["metadata"]
-        if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+        if d["kind"] in CLUSTER_SCOPED:
             meta["name"] += name_suffix
             if d["kind"] == "ClusterRoleBinding":
                 d["roleRef"]["name"] += name_suffix
+            if d["kind"] == "ValidatingAdmissionPolicyBinding":
+                d["spec"]["policyName"] += name_suffix
+            for condition in (d.get("spec") or {}).get("matchConditions") or []:
+                # the policies apply to this namespace's ServiceAccount
+                condition["expression"] = condition["expression"].replace(
+                    f"'{_sa_user(DEFAULT_NAMESPACE)}'", f"'{_sa_user(namespace)}'"
+                )
         else:
             meta["namespace"] = namespace
         for s in d.get("subjects", []):

@@ -138,6 +138,7 @@ class KubeApiDouble:
         self.cond = threading.Condition(self.lock)
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.logs: dict[tuple[str, str], str] = {}
+        self.log_times: dict[tuple[str, str], float] = {}  # when each pod last wrote
         self.events: list[_Event] = []
         self.event_rvs: list[int] = []
         # (namespace, cluster, role, index) -> {pod name: creation rv}, for test controls
@@ -513,9 +514,11 @@ class KubeApiDouble:
             namespace,
         )
 
-    def set_log(self, name: str, text: str, namespace: str = "default") -> None:
+    def set_log(self, name: str, text: str, namespace: str = "default", at: float | None = None) -> None:
+        """The pod's log; ``at``: the kubelet's time of its lines (``timestamps=true``)."""
         with self.lock:
             self.logs[(namespace, name)] = text
+            self.log_times[(namespace, name)] = time.time() if at is None else at
 
     def delete_pod(self, name: str, namespace: str = "default") -> None:
         self._remove("pods", namespace, name, "Background")
@@ -715,6 +718,10 @@ class _Handler(BaseHTTPRequestHandler):
             if tail:
                 lines = text.splitlines(keepends=True)
                 text = "".join(lines[-int(tail) :])
+            if query.get("timestamps") == "true":
+                at = datetime.fromtimestamp(api.log_times.get((ns, name), 0.0), UTC)
+                stamp = at.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"  # RFC 3339, nanoseconds
+                text = "".join(f"{stamp} {line}" for line in text.splitlines(keepends=True))
             return 200, text
         if method == "GET" and name:
             with api.lock:

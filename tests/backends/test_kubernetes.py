@@ -382,6 +382,19 @@ def test_logs_of_the_newest_pod_of_a_task(double, backend):
     assert backend.logs(ref, "worker", 7) == ""
 
 
+def test_task_activity_is_the_kubelet_time_of_the_newest_log_line(double, backend):
+    """What a stall verdict asks of each running task: one log line with its timestamp."""
+    spec = make_spec(workers=2)
+    ref = backend.create(spec)
+    assert backend.task_activity(ref, "worker", 0).last_output is None  # not started: no line
+    pod = double.pod_name(spec.name, "worker", 0)
+    double.set_running(pod)
+    double.set_log(pod, "step 1\nstep 2\n", at=1_795_632_017.25)
+    activity = backend.task_activity(ref, "worker", 0)
+    assert activity.last_output == pytest.approx(1_795_632_017.25, abs=1e-3) and activity.note == ""
+    assert backend.logs(ref, "worker", 0) == "step 1\nstep 2\n"  # logs stay without timestamps
+
+
 # -- delete -------------------------------------------------------------------------------
 def test_delete_leaves_nothing_with_the_cluster_label_and_is_idempotent(double, backend):
     spec = make_spec(workers=3)

@@ -109,3 +109,36 @@ def test_the_environment_reaches_every_operator_through_default_args() -> None:
         assert (backend, conn_id) == ("kubernetes", "k8s_team"), task
         if task.endswith(".train"):
             assert deferrable is True, task
+
+
+def test_sweep_dag_publishes_the_best_trial_behind_a_quality_gate(dagbag) -> None:
+    dag = dagbag.dags["tfk_sweep"]
+    sweep, publish = dag.get_task("sweep"), dag.get_task("publish")
+    assert publish.upstream_task_ids == {"sweep"}
+    assert publish.version is None  # the best trial's version, from the sweep's XCom
+    assert publish.quality_gate["thresholds"] == {"accuracy": "{{ params.min_accuracy }}"}
+    assert sweep.sweep["pruner"]["name"] == "median"
+    assert "tfk_learning_rate" in sweep.sweep["search_space"]
+
+
+def test_ui_training_form_caps_what_the_local_backend_runs(dagbag) -> None:
+    """On the local backend (the default) every task is a process of this machine: the
+    form offers no more than the backend's cap, and validate refuses a sum over it."""
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    from airflow_tfk.capacity import local_max_tasks
+    from airflow_tfk.errors import LocalMachineError
+
+    cap = local_max_tasks()
+    dag = dagbag.dags["tfk_ui_training"]
+    for key, bad in [("workers", 600), ("ps", 64), ("workers", cap + 1), ("ps", cap + 1)]:
+        with pytest.raises(ParamValidationError):
+            dag.params.get_param(key).resolve(bad)
+    assert str(cap) in dag.params.get_param("workers").description
+    validate = dag.get_task("validate").python_callable
+    params = {**{k: dag.params[k] for k in dag.params}, "workers": cap, "ps": 1}
+    with pytest.raises(LocalMachineError, match=f"cap of {cap}") as err:
+        validate(params=params)
+    assert err.value.field == "worker.replicas"
+    assert "local backend" in str(err.value)
+    validate(params={**params, "workers": cap - 2})  # chief + ps + workers = cap fits

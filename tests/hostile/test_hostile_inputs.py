@@ -33,14 +33,15 @@ def _field_ok(got: str, want: str) -> bool:
 
 
 def _bounded(fn):
-    """Run ``fn``; (result or exception, seconds, peak traced bytes)."""
+    """Run ``fn``; (result or exception, CPU seconds, peak traced bytes). CPU time, not wall
+    time: the bound is on the work a case costs, which a busy machine does not change."""
     tracemalloc.start()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     try:
         result: object = fn()
     except Exception as exc:  # noqa: BLE001 - classified by the caller
         result = exc
-    seconds = time.perf_counter() - t0
+    seconds = time.process_time() - t0
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return result, seconds, peak
@@ -63,12 +64,12 @@ def test_python_api(case: Case) -> None:
         assert _field_ok(result.field, case.field), str(result)[:300]
         assert len(str(result)) < 1000  # quoted values are cut short
     # Timed without tracemalloc's overhead.
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     try:
         _python_api(case)
     except SpecError:
         pass
-    assert time.perf_counter() - t0 < TIME_LIMIT
+    assert time.process_time() - t0 < TIME_LIMIT
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)

@@ -7,6 +7,7 @@ field validation, in a namespace enforcing the restricted Pod Security Standard 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from k8s_integration import _tfk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hostile.corpus import cases  # noqa: E402
+from hostile.test_hostile_spec import accepted_specs  # noqa: E402
 
 pytestmark = pytest.mark.k8s
 tfk_ns = _tfk.tfk_ns  # fixture
@@ -58,3 +60,64 @@ def test_every_accepted_case_is_admitted_by_the_api_server(k8s_api, tfk_ns) -> N
             if status not in (200, 201) or warning:  # a dry-run create answers 201
                 refused.append((case.id, m["kind"], f"{status} {warning}"))
     assert refused == [], refused
+
+
+def test_accepted_cases_of_the_spec_classes_are_admitted(k8s_api, tfk_ns) -> None:
+    """Issue 22's classes (NetworkPolicy blocks, dns_to, env names, label domains, long
+    lists): what the spec accepts, the API server admits."""
+    refused = []
+    specs = accepted_specs()
+    assert len(specs) >= 10
+    for case_id, data in specs:
+        spec = dataclasses.replace(TFClusterSpec.from_dict(data), namespace=tfk_ns)
+        for m in render(spec):
+            try:
+                status, warning = _tfk.apply_dry_run(k8s_api, m, tfk_ns)
+            except Exception as exc:  # noqa: BLE001 - collected, reported together
+                refused.append((case_id, m["kind"], str(getattr(exc, "body", exc))[:300]))
+                continue
+            if status not in (200, 201) or warning:
+                refused.append((case_id, m["kind"], f"{status} {warning}"))
+    assert refused == [], refused
+
+
+# What the spec refuses in a NetworkPolicy, put into a rendered policy by hand: the API
+# server refuses it too, so the spec's rule is the server's and no stricter by accident.
+SERVER_REFUSES_BLOCKS = [
+    {"cidr": "10.0.0.0/8", "except": ["10.0.0.0/8"]},
+    {"cidr": "fd00::/8", "except": ["fd00::/8"]},
+    {"cidr": "10.0.0.0/16", "except": ["10.0.0.0/8"]},
+    {"cidr": "fe80::%eth0/64"},
+    {"cidr": "::ffff:10.0.0.0/104"},
+    {"cidr": "::/0", "except": ["::ffff:10.0.0.0/104"]},
+]
+
+
+def test_the_api_server_refuses_the_blocks_the_spec_refuses(k8s_api, tfk_ns) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    spec = TFClusterSpec.from_dict(
+        {
+            "name": "blocks",
+            "image": "tf:1",
+            "command": ["python", "t.py"],
+            "mode": "all_reduce",
+            "worker": {"replicas": 1},
+            "namespace": tfk_ns,
+            "network_policy": {"egress": "restricted", "egress_to": [{"cidr": "10.0.0.0/8"}]},
+        }
+    )
+    (policy,) = [m for m in render(spec) if m["kind"] == "NetworkPolicy"]
+    status, warning = _tfk.apply_dry_run(k8s_api, policy, tfk_ns)
+    assert status in (200, 201) and not warning
+    admitted = []
+    for block in SERVER_REFUSES_BLOCKS:
+        bad = json.loads(json.dumps(policy))
+        bad["spec"]["egress"][-1]["to"] = [{"ipBlock": block}]
+        try:
+            status, _ = _tfk.apply_dry_run(k8s_api, bad, tfk_ns)
+        except ApiException as exc:
+            assert exc.status == 422, exc
+            continue
+        admitted.append((block, status))
+    assert admitted == []

@@ -133,14 +133,143 @@ def test_namespaced_role_is_enough_and_denied_elsewhere(
             client.CoreV1Api(k8s_api).delete_namespace(other)
 
 
-def test_namespace_per_training_cluster_role_is_enough(
+def _delete_cluster_scoped(k8s_api, docs: list[dict]) -> None:
+    rbac_api = client.RbacAuthorizationV1Api(k8s_api)
+    admission = client.AdmissionregistrationV1Api(k8s_api)
+    delete = {
+        "ClusterRoleBinding": rbac_api.delete_cluster_role_binding,
+        "ClusterRole": rbac_api.delete_cluster_role,
+        "ValidatingAdmissionPolicyBinding": admission.delete_validating_admission_policy_binding,
+        "ValidatingAdmissionPolicy": admission.delete_validating_admission_policy,
+    }
+    for d in docs:
+        if d["kind"] in delete:
+            try:
+                delete[d["kind"]](d["metadata"]["name"])
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+
+def _denied(call, *args, **kw) -> str:
+    """The 403 message of a write as the ServiceAccount (dry run: nothing is changed even
+    if it were allowed)."""
+    with pytest.raises(client.ApiException) as err:
+        call(*args, dry_run="All", **kw)
+    assert err.value.status == 403, (err.value.status, err.value.body)
+    return str(err.value.body)
+
+
+def _job(name: str) -> dict:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1"}]}
+            }
+        },
+    }
+
+
+def _wait_enforced(core, namespace: str, what: str) -> None:
+    """Admission policies take effect a moment after they are created."""
+
+    def enforced() -> bool:
+        try:
+            core.delete_namespace(namespace, dry_run="All")
+        except client.ApiException as exc:
+            return exc.status == 403 and what in str(exc.body)
+        return False
+
+    _tfk.wait_for("the admission policies enforced", enforced, timeout=60)
+
+
+def test_namespace_per_training_identity_is_confined_to_its_own_namespaces(
     k8s_cluster, k8s_api, tfk_ns, tmp_path, capfd, caplog
 ) -> None:
+    """The ClusterRole grants namespace delete and Job create cluster-wide; the admission
+    policies of the same file confine them. As the bound ServiceAccount: the whole
+    lifecycle in a namespace the provider made, without a 403; 403 for every write in
+    kube-system and in a namespace of another owner; and it cannot make a namespace its own."""
     suffix = f"-{uuid.uuid4().hex[:6]}"
     docs = rbac.manifests(tfk_ns, namespace_per_training=True, name_suffix=suffix)
-    _apply(k8s_api, docs, tfk_ns)
-    rbac_api = client.RbacAuthorizationV1Api(k8s_api)
+    assert {d["kind"] for d in docs} >= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    admin = client.CoreV1Api(k8s_api)
+    other = f"t-owner-{uuid.uuid4().hex[:6]}"  # someone else's namespace, with a workload
+    shared = f"t-shared-{uuid.uuid4().hex[:6]}"  # an admin's, labelled for the provider
     try:
+        _apply(k8s_api, docs, tfk_ns)
+        admin.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other)))
+        admin.create_namespace(
+            client.V1Namespace(
+                metadata=client.V1ObjectMeta(
+                    name=shared, labels={"app.kubernetes.io/managed-by": naming.MANAGED_BY}
+                )
+            )
+        )
+        for ns in ("kube-system", other):
+            admin.create_namespaced_config_map(
+                ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="kept"), data={"a": "b"})
+            )
+        admin.create_namespaced_service(
+            other,
+            client.V1Service(
+                metadata=client.V1ObjectMeta(name="web"),
+                spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)], selector={"a": "b"}),
+            ),
+        )
+        sa = k8s_cluster.api_client(token=k8s_cluster.service_account_token(tfk_ns, rbac.SERVICE_ACCOUNT))
+        core, batch = client.CoreV1Api(sa), client.BatchV1Api(sa)
+        _wait_enforced(core, other, "may change or delete only the namespaces it created")
+
+        # kube-system and another owner's namespace: every write refused by the API server
+        # (the API server itself never deletes kube-system: its NamespaceLifecycle says so first)
+        assert "may not be deleted" in _denied(core.delete_namespace, "kube-system")
+        assert "only the namespaces it created" in _denied(core.delete_namespace, other)
+        for ns in ("kube-system", other):
+            assert "may write only in namespaces labelled" in _denied(
+                batch.create_namespaced_job, ns, _job("x")
+            )
+            assert "may write only" in _denied(
+                core.create_namespaced_config_map,
+                ns,
+                client.V1ConfigMap(metadata=client.V1ObjectMeta(name="x")),
+            )
+            assert "may write only" in _denied(core.delete_namespaced_config_map, "kept", ns)
+            # ... nor can it claim the namespace by labelling it
+            assert "only the namespaces it created" in _denied(
+                core.patch_namespace,
+                ns,
+                {
+                    "metadata": {
+                        "labels": {"app.kubernetes.io/managed-by": "airflow-tfk", naming.LABEL_CLUSTER: "x"}
+                    }
+                },
+            )
+        # the service proxy (a `:predict` is a POST through it) is a write too
+        with pytest.raises(client.ApiException) as proxied:
+            core.connect_post_namespaced_service_proxy_with_path("web:80", other, "v1/models/m:predict")
+        assert proxied.value.status == 403 and "may write only" in str(proxied.value.body), proxied.value
+        # a namespace it would create must carry the provider's labels, and no weak Pod Security
+        unlabelled = client.V1Namespace(metadata=client.V1ObjectMeta(name=f"{tfk_ns}-bare"))
+        assert "may create only namespaces labelled" in _denied(core.create_namespace, unlabelled)
+        labels = {"app.kubernetes.io/managed-by": naming.MANAGED_BY, naming.LABEL_CLUSTER: "c"}
+        privileged = client.V1Namespace(
+            metadata=client.V1ObjectMeta(
+                name=f"{tfk_ns}-priv", labels={**labels, "pod-security.kubernetes.io/enforce": "privileged"}
+            )
+        )
+        assert "weaker than baseline" in _denied(core.create_namespace, privileged)
+        # the admin's labelled namespace: it may write there, not delete it
+        core.create_namespaced_config_map(shared, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="ok")))
+        assert "only the namespaces it created" in _denied(core.delete_namespace, shared)
+        for ns in ("kube-system", other, shared):
+            assert admin.read_namespace(ns).status.phase == "Active"
+        assert admin.read_namespaced_config_map("kept", "kube-system").data == {"a": "b"}
+
+        # the whole lifecycle in a namespace of its own: no 403
         kubeconfig = _identity(k8s_cluster, tfk_ns, tmp_path, "tfk_rbac_ns")
         with _tfk.use_connection(kubeconfig, "tfk_rbac_ns"):
             ctx = _tfk.task_context("manual__ownns")
@@ -155,8 +284,16 @@ def test_namespace_per_training_cluster_role_is_enough(
             _no_forbidden(out)
             _tfk.wait_no_leftovers(k8s_api, own_ns, name, timeout=90)
     finally:
-        rbac_api.delete_cluster_role_binding(f"airflow-tfk-namespace-per-training{suffix}")
-        rbac_api.delete_cluster_role(f"airflow-tfk-namespace-per-training{suffix}")
+        _delete_cluster_scoped(k8s_api, docs)
+        for ns in (other, shared):
+            try:
+                admin.delete_namespace(ns)
+            except client.ApiException:
+                pass
+        try:
+            admin.delete_namespaced_config_map("kept", "kube-system")
+        except client.ApiException:
+            pass
 
 
 def _earlier_version_objects(namespace: str, name: str, run_id: str) -> list[dict]:

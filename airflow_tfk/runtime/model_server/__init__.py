@@ -38,6 +38,7 @@ import signal
 import threading
 from typing import Any
 
+from airflow_tfk.runtime.model_server.limits import Limits
 from airflow_tfk.runtime.model_server.manager import ModelManager, RequestError, log, poll, version_dirs
 from airflow_tfk.runtime.model_server.metrics import Metrics
 from airflow_tfk.runtime.model_server.rest import DEFAULT_METRICS_PATH, make_server
@@ -83,11 +84,20 @@ def serve(
     max_body_bytes: int = 64 << 20,
     metrics_at: str = DEFAULT_METRICS_PATH,
     bound: dict[str, int] | None = None,
+    inflight_bytes: int | None = None,
+    header_timeout: float = 10.0,
+    max_connections: int = 1024,
+    max_pending_per_client: int = 64,
 ) -> None:
     """Serve until ``stop`` is set. ``bound`` (if given) receives the ports actually bound
-    (``rest``, ``grpc``), useful with port 0."""
+    (``rest``, ``grpc``), useful with port 0. ``max_body_bytes`` bounds a REST body, a
+    gRPC message and the inputs either declares; ``inflight_bytes`` (default: the same)
+    the requests decoded at once, over both APIs."""
     manager = ModelManager()
     metrics = Metrics()
+    limits = Limits(
+        max_request_bytes=max_body_bytes, inflight_bytes=inflight_bytes, wait_seconds=read_timeout
+    )
     stop = stop or threading.Event()
     server = make_server(
         manager,
@@ -98,13 +108,17 @@ def serve(
         read_timeout=read_timeout,
         max_body_bytes=max_body_bytes,
         metrics_path=metrics_at,
+        limits=limits,
+        header_timeout=header_timeout,
+        max_connections=max_connections,
+        max_pending_per_client=max_pending_per_client,
     )
     grpc_server: Any = None
     if grpc_port >= 0:
         try:
             from airflow_tfk.runtime.model_server.grpc_api import start_grpc
 
-            grpc_server, grpc_port = start_grpc(manager, metrics, host, grpc_port, workers)
+            grpc_server, grpc_port = start_grpc(manager, metrics, host, grpc_port, workers, limits)
         except ImportError as exc:  # REST still works; say why gRPC does not
             log(f"gRPC API off: {exc} (scripts/bootstrap.sh installs tensorflow-serving-api)")
     if bound is not None:
@@ -147,7 +161,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rest_api_host", default="0.0.0.0", help="address of REST and gRPC (default: all)")
     p.add_argument("--rest_api_num_threads", type=int, default=16, help="size of the worker pool")
     p.add_argument("--rest_api_timeout_in_ms", type=int, default=10_000, help="read timeout of a request")
-    p.add_argument("--rest_api_max_body_bytes", type=int, default=64 << 20)
+    p.add_argument(
+        "--rest_api_max_body_bytes",
+        type=int,
+        default=64 << 20,
+        help="largest REST body and gRPC message, and the most input bytes a request may declare",
+    )
+    p.add_argument(
+        "--max_inflight_bytes",
+        type=int,
+        default=0,
+        help="bytes of requests decoded at once (default: the body limit)",
+    )
+    p.add_argument(
+        "--rest_api_header_timeout_in_ms",
+        type=int,
+        default=10_000,
+        help="time for a request head to arrive whole (and idle time between keep-alive requests)",
+    )
+    p.add_argument("--rest_api_max_connections", type=int, default=1024, help="open REST connections in all")
+    p.add_argument(
+        "--rest_api_max_pending_per_client",
+        type=int,
+        default=64,
+        help="connections of one client address waiting for their request head",
+    )
     p.add_argument("--model_config_file", required=True)
     p.add_argument("--model_config_file_poll_wait_seconds", type=float, default=0.0)
     p.add_argument("--file_system_poll_wait_seconds", type=float, default=1.0)
@@ -168,8 +206,12 @@ def main(argv: list[str] | None = None) -> int:
         grpc_port=args.port,
         workers=max(1, args.rest_api_num_threads),
         read_timeout=max(0.1, args.rest_api_timeout_in_ms / 1000.0),
-        max_body_bytes=args.rest_api_max_body_bytes,
+        max_body_bytes=max(1, args.rest_api_max_body_bytes),
         metrics_at=metrics_path(args.monitoring_config_file),
+        inflight_bytes=args.max_inflight_bytes or None,
+        header_timeout=max(0.1, args.rest_api_header_timeout_in_ms / 1000.0),
+        max_connections=max(1, args.rest_api_max_connections),
+        max_pending_per_client=max(1, args.rest_api_max_pending_per_client),
     )
     log("stopped")
     return 0

@@ -11,6 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from airflow_tfk.runtime.model_server.limits import Limits, declared_bytes
 from airflow_tfk.runtime.model_server.manager import ModelManager, RequestError
 from airflow_tfk.runtime.model_server.metrics import Metrics
 from airflow_tfk.runtime.model_server.signature import run_arrays
@@ -25,10 +26,37 @@ def _abort(context: Any, exc: RequestError) -> None:
     context.abort(code, str(exc))
 
 
+def _declared(inputs: Any, limit: int) -> int:
+    """Bytes the TensorProtos declare, checked against ``limit`` before any array is made:
+    a proto's shape, not its wire size, decides what decoding it allocates (a single value
+    is repeated to fill the shape)."""
+    import tensorflow as tf
+
+    total = 0
+    for name, proto in inputs.items():
+        try:
+            dtype = tf.dtypes.as_dtype(proto.dtype)
+        except TypeError:
+            raise RequestError(400, f"input '{name}' has an unknown dtype {proto.dtype}") from None
+        if proto.tensor_shape.unknown_rank:
+            raise RequestError(400, f"input '{name}' has no shape")
+        dims = [d.size for d in proto.tensor_shape.dim]
+        itemsize = dtype.size or 8  # strings: at least a pointer each
+        size = declared_bytes(name, dims, itemsize, limit - total)
+        if proto.tensor_content and dtype.size and len(proto.tensor_content) != size // itemsize * dtype.size:
+            raise RequestError(
+                400,
+                f"input '{name}': tensor_content holds {len(proto.tensor_content)} bytes, not the shape's",
+            )
+        total += size
+    return total
+
+
 class _Servicers:
-    def __init__(self, manager: ModelManager, metrics: Metrics) -> None:
+    def __init__(self, manager: ModelManager, metrics: Metrics, limits: Limits) -> None:
         self.manager = manager
         self.metrics = metrics
+        self.limits = limits
 
     @staticmethod
     def _which(spec: Any) -> tuple[int | None, str | None]:
@@ -52,11 +80,15 @@ class _Servicers:
                 )
             version, label = self._which(request.model_spec)
             resolved, fn = self.manager.resolve(name, version, label)
-            try:
-                feeds = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
-            except Exception as exc:  # noqa: BLE001 - a malformed TensorProto
-                raise RequestError(400, f"cannot decode the inputs: {exc}") from None
-            outputs = run_arrays(fn, feeds)
+            limit = self.limits.max_request_bytes
+            size = max(request.ByteSize(), _declared(request.inputs, limit))
+            with self.limits.hold(size, "the request"):
+                try:
+                    feeds = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+                except Exception as exc:  # noqa: BLE001 - a malformed TensorProto
+                    raise RequestError(400, f"cannot decode the inputs: {exc}"[:2000]) from None
+                outputs = run_arrays(fn, feeds, limit)
+                del feeds
             wanted = list(request.output_filter) or sorted(outputs)
             missing = [k for k in wanted if k not in outputs]
             if missing:
@@ -103,13 +135,14 @@ class _Servicers:
 
 
 def start_grpc(
-    manager: ModelManager, metrics: Metrics, host: str, port: int, workers: int
+    manager: ModelManager, metrics: Metrics, host: str, port: int, workers: int, limits: Limits | None = None
 ) -> tuple[Any, int]:
     """A started gRPC server and the port it bound (``port`` 0: a free one)."""
+    limits = limits or Limits()
     import grpc
     from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
 
-    servicers = _Servicers(manager, metrics)
+    servicers = _Servicers(manager, metrics, limits)
 
     class Prediction(prediction_service_pb2_grpc.PredictionServiceServicer):
         def Predict(self, request: Any, context: Any) -> Any:  # noqa: N802 - the proto's name
@@ -119,9 +152,18 @@ def start_grpc(
         def GetModelStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
             return servicers.get_model_status(request, context)
 
+    # A message is read whole before its handler runs: the receive limit bounds each one,
+    # and maximum_concurrent_rpcs how many wait for a thread (the rest: RESOURCE_EXHAUSTED).
+    wire = limits.max_request_bytes + (1 << 20)  # room for the proto's own fields
     server = grpc.server(
         ThreadPoolExecutor(workers, thread_name_prefix="grpc"),
-        options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.so_reuseport", 0)],
+        options=[
+            ("grpc.max_receive_message_length", wire),
+            ("grpc.max_send_message_length", 4 * wire),
+            ("grpc.max_metadata_size", 16 << 10),
+            ("grpc.so_reuseport", 0),
+        ],
+        maximum_concurrent_rpcs=workers * 16,
     )
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(Prediction(), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(Models(), server)

@@ -9,19 +9,18 @@ imported by the first load.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_tfk.protocol.digits import model_version
 from airflow_tfk.protocol.model_config import ConfigSyntaxError, ModelConfig, parse
 
 # TF Serving parses a version directory's name as a base-10 int64 and skips every other
 # entry. ``str.isdigit()`` is not that test: it accepts '²' or '٣', which int() then
 # rejects (the bug that once killed the config-poll thread for good).
-_VERSION_DIR = re.compile(r"^[0-9]{1,18}$")
 
 
 def log(msg: str) -> None:
@@ -34,7 +33,8 @@ def version_dirs(base: str) -> list[int]:
         names = os.listdir(base)
     except OSError:
         return []
-    return sorted(int(d) for d in names if _VERSION_DIR.match(d) and os.path.isdir(os.path.join(base, d)))
+    found = ((model_version(d), d) for d in names)
+    return sorted(v for v, d in found if v is not None and os.path.isdir(os.path.join(base, d)))
 
 
 class RequestError(Exception):

@@ -1,77 +1,53 @@
 """The REST API of the stand-in: model and version status, ``:predict``, and the
-Prometheus metrics page, on a bounded pool of worker threads.
+Prometheus metrics page. Connections, request heads and slow clients are the business of
+:mod:`~airflow_tfk.runtime.model_server.http_server`; this module answers one request.
 
-Why the server is built like this:
-
-* a listen backlog of 1024 (``socketserver``'s default is 5, and a burst of 200
-  concurrent clients then met ~40% connection resets), and at most ``workers +
-  queue`` accepted connections at once: beyond that, the accept loop waits and new
-  connections wait in the kernel's backlog instead of costing a thread each;
-* every socket read has a timeout, so a client that announces more body than it sends,
-  or goes silent, holds a worker for at most ``read_timeout`` seconds;
 * ``Content-Length`` is checked before anything is read: missing on a POST (or chunked)
   -> 411, not a non-negative integer or conflicting -> 400, over the limit -> 413. After
-  any of these the connection is closed, since the rest of its bytes cannot be trusted.
+  any of these the connection is closed, since the rest of its bytes cannot be trusted;
+* the body is read against one deadline (the read timeout plus 1 s per MiB), so a client
+  that announces more than it sends, or sends it a byte at a time, gets 408;
+* a body is decoded only while the server's budget of request bytes has room for it
+  (:class:`~airflow_tfk.runtime.model_server.limits.Limits`): memory is bounded by the
+  budget, not by the number of clients.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from contextlib import nullcontext, suppress
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from airflow_tfk.protocol.digits import is_plain_int
+from airflow_tfk.protocol.digits import MAX_VERSION, is_plain_int, model_version
+from airflow_tfk.runtime.model_server.http_server import Connection, ReactorHTTPServer, Reader, Writer
+from airflow_tfk.runtime.model_server.limits import Limits
 from airflow_tfk.runtime.model_server.manager import ModelManager, RequestError
 from airflow_tfk.runtime.model_server.metrics import Metrics
 from airflow_tfk.runtime.model_server.signature import loads, run_signature
 
 DEFAULT_METRICS_PATH = "/monitoring/prometheus/metrics"
+# Bodies up to this size skip the in-flight budget: ``workers`` of them decode in far less
+# memory than one large body, and a client trickling a large body cannot stall them.
+SMALL_BODY = 1 << 20
 _PATH = re.compile(
     r"^/v1/models/(?P<model>[^/:]+)"
-    r"(?:/versions/(?P<version>[0-9]{1,18})|/labels/(?P<label>[^/:]+))?"
+    r"(?:/versions/(?P<version>[0-9]{1,30})|/labels/(?P<label>[^/:]+))?"
     r"(?P<verb>:predict)?$"
 )
 
 
-class PooledHTTPServer(HTTPServer):
-    """An HTTP server whose requests run on a fixed pool of threads."""
-
-    request_queue_size = 1024  # the listen backlog: bursts wait here instead of being reset
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], handler: type, workers: int, queue: int) -> None:
-        super().__init__(address, handler)
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rest")
-        self._slots = threading.BoundedSemaphore(workers + queue)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        # Blocks the accept loop when every slot is taken; the kernel backlog holds the rest.
-        self._slots.acquire()
-        try:
-            self._pool.submit(self._work, request, client_address)
-        except RuntimeError:  # the pool is shutting down
-            self._slots.release()
-            self.shutdown_request(request)
-
-    def _work(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:  # noqa: BLE001 - one connection's failure is not the server's
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
-            self._slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # client resets and timeouts are routine; requests log their own failures
-
-    def server_close(self) -> None:
-        super().server_close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+def _version(text: str | None) -> int | None:
+    if text is None:
+        return None
+    version = model_version(text)
+    if version is None:
+        raise RequestError(
+            400, f"version {text} is out of the range of a model version (int64, at most {MAX_VERSION})"
+        )
+    return version
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -79,15 +55,30 @@ class Handler(BaseHTTPRequestHandler):
 
     manager: ModelManager
     metrics: Metrics
+    limits: Limits
+    rfile: Reader  # type: ignore[assignment]
+    wfile: Writer  # type: ignore[assignment]
     _headers_buffer: list[bytes]  # BaseHTTPRequestHandler's, untyped in typeshed
     metrics_path: str = DEFAULT_METRICS_PATH
     max_body_bytes: int = 64 << 20
-    timeout = 10.0  # socket timeout of every read (StreamRequestHandler applies it)
+    timeout = 10.0  # the read timeout of a body (and the write timeout of an answer)
     # Headers and body go out in one write, with Nagle off: a second small write would
     # wait for the client's delayed ACK (~40 ms per keep-alive request).
     disable_nagle_algorithm = True
     protocol_version = "HTTP/1.1"
     server_version = "airflow-tfk-model-server"
+
+    def setup(self) -> None:
+        conn, self.rfile, self.wfile = self.request
+        self.connection = conn.sock
+
+    def handle(self) -> None:
+        # one request per dispatch: between requests the connection waits in the reactor
+        self.close_connection = True
+        self.handle_one_request()
+
+    def finish(self) -> None:
+        pass
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         pass
@@ -102,21 +93,30 @@ class Handler(BaseHTTPRequestHandler):
         self._headers_buffer.append(b"\r\n" + data)  # end_headers, with the body
         self.flush_headers()
 
-    def _body(self, method: str) -> bytes:
+    def _length(self, method: str) -> int:
         if self.headers.get("Transfer-Encoding"):
             raise RequestError(411, "Transfer-Encoding is not supported; send a Content-Length")
         values = self.headers.get_all("Content-Length") or []
         if not values:
             if method == "POST":
                 raise RequestError(411, "a POST needs a Content-Length header")
-            return b""
+            return 0
         text = {v.strip() for v in values}
         if len(text) != 1 or not all(is_plain_int(t) for t in text):
-            raise RequestError(400, f"invalid Content-Length: {', '.join(values)!r}")
+            raise RequestError(400, f"invalid Content-Length: {', '.join(values)!r}"[:300])
         length = int(text.pop())
         if length > self.max_body_bytes:
             raise RequestError(413, f"the body ({length} bytes) exceeds the limit of {self.max_body_bytes}")
-        data = self.rfile.read(length)
+        return length
+
+    def _read(self, length: int) -> bytes:
+        self.rfile.body_deadline(length)
+        try:
+            data = self.rfile.read(length)
+        except TimeoutError:
+            raise RequestError(
+                408, "the body did not arrive in time (read timeout plus 1 s per MiB)"
+            ) from None
         if len(data) != length:
             raise RequestError(400, f"the body ended after {len(data)} of {length} bytes")
         return data
@@ -125,28 +125,27 @@ class Handler(BaseHTTPRequestHandler):
         start = time.perf_counter()
         path = self.path.split("?", 1)[0]
         m = _PATH.match(path)
-        model, api = (m.group("model") if m else ""), "predict"
+        model, api = (m.group("model") if m else ""), ("GetModelStatus" if method == "GET" else "predict")
         framed = False  # whether the body was read whole, so the connection can be reused
+        length = -1
         try:
-            try:
-                raw = self._body(method)
-            except TimeoutError:
-                raise RequestError(408, f"the body did not arrive within {self.timeout:.0f} s") from None
-            framed = True
-            if method == "GET" and path == self.metrics_path:
-                return self._send(200, self.metrics.render(), "text/plain; version=0.0.4")
-            if not m or (method == "POST") != bool(m.group("verb")):
-                raise RequestError(404, f"Malformed request: {method} {path}")
-            label = m.group("label")
-            version = int(m.group("version")) if m.group("version") else None
-            if method == "GET":
-                api = "GetModelStatus"
-                return self._send(200, {"model_version_status": self.manager.statuses(model, version, label)})
-            _, fn = self.manager.resolve(model, version, label)
-            answer = run_signature(fn, loads(raw))
-            self.metrics.observe(model, api, "REST", "OK", time.perf_counter() - start)
-            return self._send(200, answer)
+            length = self._length(method)
+            # A small body is read and decoded at once; a large one waits for room in the
+            # budget first, so large bodies in memory are bounded by it, not by the workers.
+            with self.limits.hold(length, "the body") if length > SMALL_BODY else nullcontext():
+                raw = self._read(length)
+                framed = True
+                status, answer, kind = self._answer(method, path, m, raw)
+            if m and method == "POST":
+                self.metrics.observe(model, api, "REST", "OK", time.perf_counter() - start)
+            return self._send(status, answer, kind)
         except RequestError as exc:
+            if not framed and exc.status == 503 and length > 0:
+                # refused for want of room, unread: drop the body so the client, still
+                # sending it, reads the answer instead of a connection reset
+                self.rfile.body_deadline(length)
+                with suppress(OSError):
+                    self.rfile.skip(length)
             if not framed:
                 self.close_connection = True
             if m:
@@ -154,7 +153,24 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(exc.status, {"error": str(exc)})
         except Exception as exc:  # noqa: BLE001 - never let one request kill the server
             self.close_connection = True
-            return self._send(500, {"error": f"{type(exc).__name__}: {exc}"})
+            return self._send(500, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
+
+    def _answer(self, method: str, path: str, m: re.Match[str] | None, raw: bytes) -> tuple[int, Any, str]:
+        if method == "GET" and path == self.metrics_path:
+            return 200, self.metrics.render(), "text/plain; version=0.0.4"
+        if not m or (method == "POST") != bool(m.group("verb")):
+            raise RequestError(404, f"Malformed request: {method} {path}"[:300])
+        model, label = m.group("model"), m.group("label")
+        version = _version(m.group("version"))
+        if method == "GET":
+            return (
+                200,
+                {"model_version_status": self.manager.statuses(model, version, label)},
+                "application/json",
+            )
+        _, fn = self.manager.resolve(model, version, label)
+        answer = run_signature(fn, loads(raw), self.limits.max_request_bytes)
+        return 200, answer, "application/json"
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
         self._route("GET")
@@ -170,16 +186,35 @@ def make_server(
     port: int,
     *,
     workers: int = 16,
-    queue: int = 256,
     read_timeout: float = 10.0,
     max_body_bytes: int = 64 << 20,
     metrics_path: str = DEFAULT_METRICS_PATH,
-) -> PooledHTTPServer:
+    limits: Limits | None = None,
+    header_timeout: float = 10.0,
+    max_connections: int = 1024,
+    max_pending_per_client: int = 64,
+) -> ReactorHTTPServer:
     attrs = {
         "manager": manager,
         "metrics": metrics,
+        "limits": limits or Limits(max_request_bytes=max_body_bytes),
         "timeout": read_timeout,
         "max_body_bytes": max_body_bytes,
         "metrics_path": metrics_path,
     }
-    return PooledHTTPServer((host, port), type("RestHandler", (Handler,), attrs), workers, queue)
+    handler = type("RestHandler", (Handler,), attrs)
+
+    def serve(conn: Connection, reader: Reader, writer: Writer) -> bool:
+        done = handler((conn, reader, writer), (conn.client, 0), server)
+        return not done.close_connection
+
+    server = ReactorHTTPServer(
+        (host, port),
+        serve,
+        workers=workers,
+        read_timeout=read_timeout,
+        header_timeout=header_timeout,
+        max_connections=max_connections,
+        max_pending_per_client=max_pending_per_client,
+    )
+    return server

@@ -9,6 +9,7 @@ import json
 import math
 from typing import Any
 
+from airflow_tfk.runtime.model_server.limits import MAX_DIMS, declared_bytes, list_shape
 from airflow_tfk.runtime.model_server.manager import RequestError
 
 
@@ -24,13 +25,19 @@ def _finite_float(text: str) -> float:
 
 
 def loads(raw: bytes) -> Any:
-    """Strict JSON: no NaN/Infinity literals, no number that overflows to infinity."""
+    """Strict JSON: no NaN/Infinity literals, no number that overflows to infinity, no
+    nesting deeper than the parser's recursion bound."""
     try:
         return json.loads(raw or b"null", parse_constant=_reject_constant, parse_float=_finite_float)
     except RequestError:
         raise
+    except RecursionError:
+        # the C parser stops at the interpreter's recursion limit; no tensor is that deep
+        raise RequestError(
+            400, f"JSON Parse error: nested too deeply (a tensor has at most {MAX_DIMS} dimensions)"
+        ) from None
     except ValueError as exc:  # also UnicodeDecodeError
-        raise RequestError(400, f"JSON Parse error: {exc}") from None
+        raise RequestError(400, f"JSON Parse error: {exc}"[:2000]) from None
 
 
 def input_specs(fn: Any) -> dict[str, Any]:
@@ -38,8 +45,10 @@ def input_specs(fn: Any) -> dict[str, Any]:
     return dict(specs)
 
 
-def run_arrays(fn: Any, feeds: dict[str, Any]) -> dict[str, Any]:
-    """Run ``fn`` on named inputs (lists or numpy arrays); numpy outputs by name."""
+def run_arrays(fn: Any, feeds: dict[str, Any], max_bytes: int = 64 << 20) -> dict[str, Any]:
+    """Run ``fn`` on named inputs (lists or numpy arrays); numpy outputs by name. Lists
+    whose shape declares more than ``max_bytes`` in the signature's dtypes are refused
+    before numpy makes an array of them."""
     import numpy as np
     import tensorflow as tf
 
@@ -48,10 +57,14 @@ def run_arrays(fn: Any, feeds: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise RequestError(400, f"unknown inputs {unknown}; the signature takes {sorted(specs)}")
     tensors = {}
+    left = max_bytes
     for name, spec in specs.items():
         value = feeds.get(name)
         if value is None or (isinstance(value, list) and None in value):
             raise RequestError(400, f"missing input '{name}'")
+        if isinstance(value, list):
+            itemsize = max(spec.dtype.size, 8)  # numpy first makes int64/float64 of JSON numbers
+            left -= declared_bytes(name, list_shape(value), itemsize, left)
         try:
             array = np.asarray(value)
             if spec.dtype.is_floating or spec.dtype.is_integer:
@@ -81,7 +94,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def run_signature(fn: Any, body: Any) -> dict[str, Any]:
+def run_signature(fn: Any, body: Any, max_bytes: int = 64 << 20) -> dict[str, Any]:
     """Run a serving signature on a REST predict body (row or columnar format)."""
     if not isinstance(body, dict) or ("instances" in body) == ("inputs" in body):
         raise RequestError(400, "JSON object must have exactly one of 'instances' or 'inputs'")
@@ -100,7 +113,7 @@ def run_signature(fn: Any, body: Any) -> dict[str, Any]:
         feeds = {names[0]: data}
     else:
         raise RequestError(400, f"the signature takes inputs {names}; name them")
-    arrays = {k: _jsonable(v.tolist()) for k, v in run_arrays(fn, feeds).items()}
+    arrays = {k: _jsonable(v.tolist()) for k, v in run_arrays(fn, feeds, max_bytes).items()}
     if not row:
         return {"outputs": next(iter(arrays.values())) if len(arrays) == 1 else arrays}
     if len(arrays) == 1:

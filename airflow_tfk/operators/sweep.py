@@ -1,0 +1,132 @@
+"""`TFSweepOperator`: a hyperparameter sweep of distributed trainings, in one task.
+
+DAG shape: ``sweep >> publish``. The sweep's XCom carries the best trial's ``export``
+and ``metrics`` in the same keys as a training's, so :class:`PublishModelOperator`
+downstream (with its ``quality_gate``) publishes the winner and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_tfk.constants import NAME_PREFIX, backend_kind
+from airflow_tfk.operators._context import identity_from_context
+from airflow_tfk.operators._on_backend import OnBackendOperator
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.sweep.runner import SweepRunner
+
+
+class TFSweepOperator(OnBackendOperator):
+    """Run ``n_trials`` trainings of one cluster spec with Optuna-chosen hyperparameters,
+    at most ``max_concurrent_trials`` at a time, stopping losing trials early.
+
+    :param cluster_spec: the trials' cluster (a ``TFClusterSpec``, a mapping of its fields,
+        or YAML text). Trial N is named ``<name>-t<N>`` (without ``name``: from the task
+        instance) and gets ``--<flag> <value>`` for each parameter after its args. (templated)
+    :param sweep: the :class:`~airflow_tfk.sweep.config.SweepConfig` fields: ``n_trials``,
+        ``max_concurrent_trials``, ``search_space``, ``objective``, ``direction``,
+        ``sampler``, ``pruner``, ``storage``, ``study_name``... (templated)
+    :param backend: ``kubernetes`` (default) or ``local``.
+    :param backend_config: backend options. (templated)
+    :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
+    :return: (XCom) ``trials`` (number, params, value, state, steps, seconds, cluster,
+        model_version, note per trial), ``best`` (the best completed trial with its
+        ``metrics`` and ``export``), ``study_name``, ``storage``, ``peak_concurrency``, and
+        the best trial's ``export``, ``metrics``, ``model_name``, ``model_version``,
+        ``model_path`` (what :class:`PublishModelOperator` reads). Fails when no trial
+        completed.
+
+    Limits: the task never has more than ``max_concurrent_trials`` trial clusters; on
+    Kubernetes give the spec a ``queue_name`` (a Kueue LocalQueue) as well, so the
+    sweeps of several teams share the cluster fairly. A kill, ``execution_timeout`` or
+    error of the task deletes every running trial's cluster; a retry resumes the study
+    (from ``sweep.storage``) without running finished trials again.
+    """
+
+    template_fields: Sequence[str] = ("cluster_spec", "sweep", "backend_config")
+    ui_color = "#ef6c00"
+
+    def __init__(
+        self,
+        *,
+        cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
+        sweep: Mapping[str, Any] | str,
+        name_prefix: str = NAME_PREFIX,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.backend = backend_kind(self.backend)
+        self.cluster_spec = cluster_spec
+        self.sweep = sweep
+        self.name_prefix = name_prefix
+        if isinstance(sweep, Mapping) and "{{" not in repr(sweep):
+            # Bad settings fail when the DAG is parsed, not when the task runs.
+            from airflow_tfk.sweep.config import SweepConfig
+
+            SweepConfig.from_dict(sweep)
+        self._runner: SweepRunner | None = None
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_tfk.backends import get_backend
+        from airflow_tfk.lifecycle import resolve_spec
+        from airflow_tfk.spec_yaml import load_yaml_mapping
+        from airflow_tfk.sweep import study as studies
+        from airflow_tfk.sweep.config import SweepConfig
+        from airflow_tfk.sweep.runner import SweepRunner
+        from airflow_tfk.sweep.trials import base_name
+
+        identity = identity_from_context(context)
+        sweep = load_yaml_mapping(self.sweep) if isinstance(self.sweep, str) else self.sweep
+        config = SweepConfig.from_dict(sweep)
+        spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
+        # A spec without a name got the task instance's; the trials' base leaves room for
+        # their suffix.
+        base = spec.name
+        if base == identity.cluster_name(self.name_prefix):
+            base = base_name(identity, self.name_prefix)
+        backend = get_backend(self.backend, **self.backend_options())
+        study_name = config.study_name or (
+            f"{identity.dag_id}.{identity.task_id}.{identity.run_id}.{identity.map_index}"
+        )
+        storage = studies.storage_url(
+            config.storage, backend.kind, getattr(backend, "root", None), study_name
+        )
+        self._runner = runner = SweepRunner(
+            backend,
+            spec,
+            identity,
+            config,
+            base=base,
+            study_name=study_name,
+            storage=storage,
+            emit=self.log.info,
+        )
+        result = runner.run()
+        self.log.info(
+            "sweep %s: table of trials\n%s", study_name, studies.format_table(result.trials, config.objective)
+        )
+        self._runner = None
+        if result.best is None:
+            raise RuntimeError(f"sweep {study_name}: no trial completed (see the table of trials above)")
+        best = result.best
+        self.log.info(
+            "best trial %s: %s %s with %s; model version %s",
+            best["number"],
+            config.objective,
+            best["value"],
+            best["params"],
+            (best.get("export") or {}).get("version"),
+        )
+        return result.to_xcom()
+
+    def on_kill(self) -> None:
+        """Mark-failed, ``dagrun_timeout`` and ``execution_timeout``: no trial is left."""
+        runner = self._runner
+        if runner is not None:
+            ended = runner.stop("the sweep task was killed")
+            self.log.warning("sweep killed: deleted trial clusters %s", ", ".join(ended) or "(none)")

@@ -1,0 +1,343 @@
+"""The ``sweep:`` settings: search space, objective, sampler, pruner, limits, storage.
+
+Typed and validated here, before any cluster or study exists: a bad value raises
+:class:`~airflow_tfk.errors.SpecError` naming its field (``sweep.search_space.lr.low``).
+Pure: no Optuna, no Airflow.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_tfk.errors import SpecError
+
+MAX_TRIALS = 10_000
+#: An app flag name as the search space's keys give it (``--<key>`` on the command line).
+_FLAG = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
+#: Flags the sweep itself sets on every trial: a search space may not take them over.
+RESERVED_FLAGS = ("tfk_model_version",)
+
+
+class ParamKind(str, enum.Enum):
+    FLOAT = "float"
+    INT = "int"
+    CATEGORICAL = "categorical"
+
+
+class Direction(str, enum.Enum):
+    MINIMIZE = "minimize"
+    MAXIMIZE = "maximize"
+
+
+class SamplerKind(str, enum.Enum):
+    TPE = "tpe"
+    RANDOM = "random"
+
+
+class PrunerKind(str, enum.Enum):
+    MEDIAN = "median"
+    NONE = "none"
+
+
+def _choice(enum_type: type[enum.Enum], value: object, where: str) -> Any:
+    try:
+        return enum_type(value)
+    except ValueError:
+        names = ", ".join(str(m.value) for m in enum_type)
+        raise SpecError(where, f"must be one of {names}", value) from None
+
+
+def _number(value: object, where: str, *, integer: bool = False) -> float:
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or not math.isfinite(float(value)):  # type: ignore[arg-type]
+        raise SpecError(where, "must be an integer" if integer else "must be a finite number", value)
+    return value  # type: ignore[return-value]
+
+
+def _count(value: object, where: str, minimum: int, maximum: int = MAX_TRIALS) -> int:
+    number = int(_number(value, where, integer=True))
+    if not minimum <= number <= maximum:
+        raise SpecError(where, f"must be between {minimum} and {maximum}", value)
+    return number
+
+
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError(where, "must be a mapping", value)
+    return value
+
+
+def _reject_unknown(data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    unknown = sorted(str(k) for k in data if k not in known)
+    if unknown:
+        raise SpecError(f"{where}.{unknown[0]}", f"is not a field; known: {', '.join(known)}")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One hyperparameter: its range, and the app flag it is passed as.
+
+    :param kind: ``float``, ``int`` or ``categorical``.
+    :param low: lower bound (float, int).
+    :param high: upper bound (float, int), inclusive.
+    :param log: sample on a log scale (float, int; needs ``low > 0``).
+    :param step: a grid step (float, int; not with ``log``).
+    :param choices: the values (categorical): strings, numbers or booleans.
+    """
+
+    kind: ParamKind
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: tuple[Any, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> ParamSpec:
+        data = _mapping(data, where)
+        _reject_unknown(data, ("type", "low", "high", "log", "step", "choices"), where)
+        kind = _choice(ParamKind, data.get("type", "float"), f"{where}.type")
+        if kind is ParamKind.CATEGORICAL:
+            return cls._categorical(data, where)
+        integer = kind is ParamKind.INT
+        if "low" not in data or "high" not in data:
+            raise SpecError(
+                f"{where}.{'low' if 'low' not in data else 'high'}", f"is required for a {kind.value}"
+            )
+        low = _number(data["low"], f"{where}.low", integer=integer)
+        high = _number(data["high"], f"{where}.high", integer=integer)
+        if high < low:
+            raise SpecError(f"{where}.high", f"must be at least low ({low})", high)
+        log = data.get("log", False)
+        if not isinstance(log, bool):
+            raise SpecError(f"{where}.log", "must be true or false", log)
+        if log and low <= 0:
+            raise SpecError(f"{where}.low", "must be greater than 0 on a log scale", low)
+        step = data.get("step")
+        if step is not None:
+            step = _number(step, f"{where}.step", integer=integer)
+            if step <= 0 or log:
+                raise SpecError(f"{where}.step", "must be greater than 0, and not with log: true", step)
+        return cls(kind, low, high, log, step)
+
+    @classmethod
+    def _categorical(cls, data: Mapping[str, Any], where: str) -> ParamSpec:
+        if "low" in data or "high" in data or "log" in data or "step" in data:
+            raise SpecError(where, "a categorical takes only choices (no low, high, log or step)")
+        choices = data.get("choices")
+        if not isinstance(choices, (list, tuple)) or not choices:
+            raise SpecError(f"{where}.choices", "must be a non-empty list", choices)
+        for i, c in enumerate(choices):
+            if c is not None and not isinstance(c, (str, int, float, bool)):
+                raise SpecError(f"{where}.choices[{i}]", "must be a string, number or boolean", c)
+        return cls(ParamKind.CATEGORICAL, choices=tuple(choices))
+
+
+@dataclass(frozen=True)
+class PrunerSpec:
+    """When a losing trial is stopped.
+
+    :param name: ``median`` (stop a trial whose intermediate value is worse than the
+        median of the finished trials' at the same step) or ``none``.
+    :param n_startup_trials: no pruning until this many trials have finished.
+    :param n_warmup_steps: no pruning of a trial before this training step.
+    :param interval_steps: ask the pruner every this many steps.
+    """
+
+    name: PrunerKind = PrunerKind.MEDIAN
+    n_startup_trials: int = 3
+    n_warmup_steps: int = 0
+    interval_steps: int = 1
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> PrunerSpec:
+        if data is None:
+            return cls()
+        if isinstance(data, str):
+            data = {"name": data}
+        data = _mapping(data, where)
+        _reject_unknown(data, ("name", "n_startup_trials", "n_warmup_steps", "interval_steps"), where)
+        d = cls()
+        return cls(
+            _choice(PrunerKind, data.get("name", d.name.value), f"{where}.name"),
+            _count(data.get("n_startup_trials", d.n_startup_trials), f"{where}.n_startup_trials", 0),
+            _count(data.get("n_warmup_steps", d.n_warmup_steps), f"{where}.n_warmup_steps", 0, 10**12),
+            _count(data.get("interval_steps", d.interval_steps), f"{where}.interval_steps", 1, 10**12),
+        )
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """How the next trial's parameters are chosen.
+
+    :param name: ``tpe`` (Optuna's default) or ``random``.
+    :param seed: the sampler's seed: the same seed and history give the same parameters.
+    """
+
+    name: SamplerKind = SamplerKind.TPE
+    seed: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: object, where: str) -> SamplerSpec:
+        if data is None:
+            return cls()
+        if isinstance(data, str):
+            data = {"name": data}
+        data = _mapping(data, where)
+        _reject_unknown(data, ("name", "seed"), where)
+        seed = data.get("seed")
+        if seed is not None:
+            seed = _count(seed, f"{where}.seed", 0, 2**32 - 1)
+        return cls(_choice(SamplerKind, data.get("name", "tpe"), f"{where}.sampler"), seed)
+
+
+_FIELDS = (
+    "n_trials",
+    "max_concurrent_trials",
+    "search_space",
+    "objective",
+    "direction",
+    "sampler",
+    "pruner",
+    "storage",
+    "study_name",
+    "model_versions",
+    "poll_interval",
+    "smoothing",
+)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A sweep of ``n_trials`` trainings of one cluster spec.
+
+    :param n_trials: trials to finish (completed, pruned or failed); a trial interrupted
+        by a kill of the sweep task does not count and is run again on the retry.
+    :param max_concurrent_trials: clusters alive at once, at most.
+    :param search_space: flag name -> :class:`ParamSpec`; trial values are passed to the
+        app as ``--<flag> <value>`` after the spec's own args (the last one wins), e.g.
+        ``tfk_learning_rate`` (the runtime's ``--tfk_learning_rate``) or an app flag.
+    :param objective: the metric to optimise, from what the app's ``after_train``
+        returned (its metrics line), else from the evaluator's last metrics.
+    :param direction: ``minimize`` or ``maximize`` the objective.
+    :param sampler: :class:`SamplerSpec`.
+    :param pruner: :class:`PrunerSpec`. Its intermediate values are the loss of the
+        trial's progress lines (smoothed; negated when the objective is maximised, so
+        that "better" points the same way for the pruner).
+    :param storage: where the study lives: an SQLite file path (relative: under the local
+        backend's root) or a database URL (``postgresql://...``). Required on Kubernetes.
+    :param study_name: default: the task instance's (dag, task, run, map index), so a
+        retry of the task resumes it and another run starts afresh.
+    :param model_versions: pass ``--tfk_model_version`` (the study's base + trial number)
+        so concurrent trials never race for the same export version; false for apps that
+        are not a ``TrainingApp``.
+    :param poll_interval: seconds between two looks at the running trials.
+    :param smoothing: weight of the newest loss in the running average reported to the
+        pruner (1: the raw loss of each progress line).
+    """
+
+    n_trials: int
+    search_space: Mapping[str, ParamSpec]
+    max_concurrent_trials: int = 1
+    objective: str = "loss"
+    direction: Direction = Direction.MINIMIZE
+    sampler: SamplerSpec = field(default_factory=SamplerSpec)
+    pruner: PrunerSpec = field(default_factory=PrunerSpec)
+    storage: str | None = None
+    study_name: str | None = None
+    model_versions: bool = True
+    poll_interval: float = 2.0
+    smoothing: float = 0.5
+
+    @classmethod
+    def from_dict(cls, data: object, where: str = "sweep") -> SweepConfig:
+        data = _mapping(data, where)
+        _reject_unknown(data, _FIELDS, where)
+        if "n_trials" not in data:
+            raise SpecError(f"{where}.n_trials", "is required: how many trials to run")
+        space = _mapping(data.get("search_space"), f"{where}.search_space")
+        if not space:
+            raise SpecError(f"{where}.search_space", "must name at least one parameter")
+        params = {}
+        for key, spec in space.items():
+            name = str(key)
+            if not _FLAG.match(name) or name in RESERVED_FLAGS:
+                raise SpecError(
+                    f"{where}.search_space.{name}",
+                    "must be an app flag name (letters, digits, '_', '-'; not one the sweep sets)",
+                )
+            params[name] = ParamSpec.from_dict(spec, f"{where}.search_space.{name}")
+        return cls(
+            n_trials=_count(data["n_trials"], f"{where}.n_trials", 1),
+            search_space=params,
+            max_concurrent_trials=_count(
+                data.get("max_concurrent_trials", 1), f"{where}.max_concurrent_trials", 1
+            ),
+            objective=_text(data.get("objective", "loss"), f"{where}.objective"),
+            direction=_choice(Direction, data.get("direction", "minimize"), f"{where}.direction"),
+            sampler=SamplerSpec.from_dict(data.get("sampler"), f"{where}.sampler"),
+            pruner=PrunerSpec.from_dict(data.get("pruner"), f"{where}.pruner"),
+            storage=_optional_text(data.get("storage"), f"{where}.storage"),
+            study_name=_optional_text(data.get("study_name"), f"{where}.study_name"),
+            model_versions=_flag(data.get("model_versions", True), f"{where}.model_versions"),
+            poll_interval=_bounded(data.get("poll_interval", 2.0), f"{where}.poll_interval", 0.01, 600),
+            smoothing=_bounded(data.get("smoothing", 0.5), f"{where}.smoothing", 0.01, 1.0),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain form (what :meth:`from_dict` reads back)."""
+        space: dict[str, Any] = {}
+        for name, p in self.search_space.items():
+            if p.kind is ParamKind.CATEGORICAL:
+                space[name] = {"type": "categorical", "choices": list(p.choices)}
+            else:
+                space[name] = {"type": p.kind.value, "low": p.low, "high": p.high, "log": p.log}
+                if p.step is not None:
+                    space[name]["step"] = p.step
+        return {
+            "n_trials": self.n_trials,
+            "max_concurrent_trials": self.max_concurrent_trials,
+            "search_space": space,
+            "objective": self.objective,
+            "direction": self.direction.value,
+            "sampler": {"name": self.sampler.name.value, "seed": self.sampler.seed},
+            "pruner": {
+                "name": self.pruner.name.value,
+                "n_startup_trials": self.pruner.n_startup_trials,
+                "n_warmup_steps": self.pruner.n_warmup_steps,
+                "interval_steps": self.pruner.interval_steps,
+            },
+            "storage": self.storage,
+            "study_name": self.study_name,
+            "model_versions": self.model_versions,
+            "poll_interval": self.poll_interval,
+            "smoothing": self.smoothing,
+        }
+
+
+def _text(value: object, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(where, "must be a non-empty string", value)
+    return value
+
+
+def _optional_text(value: object, where: str) -> str | None:
+    return None if value is None else _text(value, where)
+
+
+def _flag(value: object, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(where, "must be true or false", value)
+    return value
+
+
+def _bounded(value: object, where: str, low: float, high: float) -> float:
+    number = float(_number(value, where))
+    if not low <= number <= high:
+        raise SpecError(where, f"must be between {low} and {high}", value)
+    return number

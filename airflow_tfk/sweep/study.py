@@ -1,0 +1,194 @@
+"""The Optuna side of a sweep: storage, study, sampler, pruner, the table of trials.
+
+Optuna is imported inside the functions: a DAG file that builds a sweep task never
+imports it (ruff's TID253 bans it at module level).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_tfk.errors import SpecError
+from airflow_tfk.sweep.config import Direction, ParamKind, ParamSpec, PrunerKind, SamplerKind, SweepConfig
+
+if TYPE_CHECKING:
+    import optuna
+
+#: Study attribute: the export version of trial 0 (trial N exports this + N). Kept in the
+#: study, so a retry of the sweep gives the trials it runs versions of the same series.
+VERSION_BASE = "tfk_version_base"
+#: Trial attributes the sweep records.
+CLUSTER = "tfk_cluster"
+STEPS = "tfk_steps"
+MODEL_VERSION = "tfk_model_version"
+EXPORT = "tfk_export"
+METRICS = "tfk_metrics"
+ERROR = "tfk_error"
+PRUNED_AT = "tfk_pruned_at_step"
+#: A trial that was running when its sweep task stopped: failed, and run again (its
+#: parameters enqueued); it does not count towards ``n_trials``.
+INTERRUPTED = "tfk_interrupted"
+RERUN_OF = "tfk_rerun_of"
+
+
+def storage_url(storage: str | None, backend_kind: str, local_root: str | None, study_name: str) -> str:
+    """The study's storage as a database URL.
+
+    A URL (``scheme://...``) is used as it is. A path is an SQLite file: relative paths
+    are under the local backend's root. Without ``storage`` the local backend keeps the
+    study in ``<root>/.sweeps/<study>.db``; on Kubernetes the sweep task runs in an
+    Airflow worker whose disk a retry may not see, so the user must say where.
+    """
+    if storage is not None and "://" in storage:
+        return storage
+    if storage is None:
+        if backend_kind != "local" or local_root is None:
+            raise SpecError(
+                "sweep.storage",
+                "is required on the kubernetes backend: an SQLite file on a volume every "
+                "Airflow worker mounts, or a database URL (postgresql://...), so that a "
+                "retried sweep task finds its study",
+            )
+        path = Path(local_root, ".sweeps", f"{_file_name(study_name)}.db")
+    else:
+        path = Path(storage).expanduser()
+        if not path.is_absolute():
+            if backend_kind != "local" or local_root is None:
+                raise SpecError("sweep.storage", "must be an absolute path or a database URL", storage)
+            path = Path(local_root, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path.resolve()}"
+
+
+def _file_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:200]
+
+
+def distributions(config: SweepConfig) -> dict[str, Any]:
+    """Optuna's distribution of each parameter of the search space."""
+    return {name: _distribution(p) for name, p in config.search_space.items()}
+
+
+def _distribution(p: ParamSpec) -> Any:
+    import optuna
+
+    if p.kind is ParamKind.CATEGORICAL:
+        return optuna.distributions.CategoricalDistribution(list(p.choices))
+    if p.kind is ParamKind.INT:
+        return optuna.distributions.IntDistribution(
+            int(p.low or 0), int(p.high or 0), log=p.log, step=int(p.step or 1)
+        )
+    return optuna.distributions.FloatDistribution(
+        float(p.low or 0), float(p.high or 0), log=p.log, step=p.step
+    )
+
+
+def make_sampler(config: SweepConfig) -> Any:
+    import optuna
+
+    seed = config.sampler.seed
+    if config.sampler.name is SamplerKind.RANDOM:
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def make_pruner(config: SweepConfig) -> Any:
+    import optuna
+
+    p = config.pruner
+    if p.name is PrunerKind.NONE:
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(
+        n_startup_trials=p.n_startup_trials, n_warmup_steps=p.n_warmup_steps, interval_steps=p.interval_steps
+    )
+
+
+def open_study(config: SweepConfig, url: str, study_name: str) -> optuna.study.Study:
+    """Create the study, or load it when a previous try of the task made it."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        storage=url,
+        study_name=study_name,
+        direction=config.direction.value,
+        sampler=make_sampler(config),
+        pruner=make_pruner(config),
+        load_if_exists=True,
+    )
+    if VERSION_BASE not in study.user_attrs:
+        # Milliseconds: two studies made seconds apart still get disjoint version series.
+        study.set_user_attr(VERSION_BASE, int(time.time() * 1000))
+    return study
+
+
+def counted(trial: optuna.trial.FrozenTrial) -> bool:
+    """Does this trial count towards ``n_trials``? Finished ones do; an interrupted one
+    is run again instead."""
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
+    return trial.state in states and not trial.user_attrs.get(INTERRUPTED)
+
+
+def trial_row(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """One row of the table of trials (plain JSON for XCom)."""
+    attrs = t.user_attrs
+    seconds = None
+    if t.datetime_start is not None and t.datetime_complete is not None:
+        seconds = round((t.datetime_complete - t.datetime_start).total_seconds(), 1)
+    value = t.value if t.state.name == "COMPLETE" else None
+    return {
+        "number": t.number,
+        "params": dict(t.params),
+        "value": None if value is None or not math.isfinite(value) else value,
+        "state": t.state.name,
+        "steps": attrs.get(STEPS),
+        "seconds": seconds,
+        "cluster": attrs.get(CLUSTER),
+        "model_version": attrs.get(MODEL_VERSION) if t.state.name == "COMPLETE" else None,
+        "note": attrs.get(ERROR)
+        or (f"pruned at step {attrs[PRUNED_AT]}" if PRUNED_AT in attrs else None)
+        or ("interrupted; run again" if attrs.get(INTERRUPTED) else None),
+    }
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], objective: str) -> str:
+    """The table of trials as text, for the task log."""
+    head = ("trial", "state", objective, "steps", "seconds", "params", "note")
+    lines = [head]
+    for r in rows:
+        value = "" if r["value"] is None else f"{r['value']:.6g}"
+        params = ", ".join(f"{k}={_short(v)}" for k, v in r["params"].items())
+        lines.append(
+            (
+                str(r["number"]),
+                r["state"],
+                value,
+                "" if r["steps"] is None else str(r["steps"]),
+                "" if r["seconds"] is None else f"{r['seconds']:.1f}",
+                params,
+                r["note"] or "",
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def best_row(rows: Sequence[Mapping[str, Any]], direction: Direction) -> Mapping[str, Any] | None:
+    """The completed trial with the best value (the lowest number among equals)."""
+    done = [r for r in rows if r["state"] == "COMPLETE" and r["value"] is not None]
+    if not done:
+        return None
+    sign = 1.0 if direction is Direction.MINIMIZE else -1.0
+    return min(done, key=lambda r: (sign * r["value"], r["number"]))

@@ -1,0 +1,46 @@
+"""A stand-in training task (no TensorFlow) for the sweep tests.
+
+Takes ``--lr`` (its hyperparameter) and the sweep's ``--tfk_model_version``; prints a
+progress line per step whose loss is ``(lr - 0.3)**2 + 1/step``: the further ``lr`` is
+from 0.3, the worse it does at every step, so a pruner can tell the losers early. At the
+end it prints the held-out ``score`` (``-(lr - 0.3)**2``) as its metrics line and, with
+``EXPORT_BASE`` set, exports ``<EXPORT_BASE>/toy/<version>/``. Steps: ``STEPS``, each
+``STEP_SECONDS`` long.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.environ["REPO_DIR"])
+from airflow_tfk.protocol.progress import event_line, progress_line  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float, default=0.3)
+parser.add_argument("--tfk_model_version", type=int, default=1)
+args, _ = parser.parse_known_args()
+steps = int(os.environ.get("STEPS", "10"))
+export_at = int(os.environ.get("EXPORT_AT_STEP", str(steps)))
+start = time.time()
+gap = (args.lr - 0.3) ** 2
+
+
+def export() -> None:
+    base = os.environ.get("TFK_MODEL_DIR")
+    if not base:
+        return
+    path = os.path.join(base, "toy", str(args.tfk_model_version))
+    os.makedirs(path)
+    with open(os.path.join(path, "model.json"), "w") as f:
+        json.dump({"lr": args.lr}, f)
+    print(event_line("export", path=path, model_name="toy", version=args.tfk_model_version), flush=True)
+
+
+for step in range(1, steps + 1):
+    time.sleep(float(os.environ.get("STEP_SECONDS", "0.1")))
+    if step == export_at:
+        export()
+    print(progress_line(step, steps, gap + 1.0 / step, start), flush=True)
+print(event_line("metrics", score=-gap, lr=args.lr), flush=True)

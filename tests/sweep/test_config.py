@@ -1,0 +1,171 @@
+"""The sweep's pure stages: settings, trial specs, storage, the table of trials."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from airflow_tfk.errors import SpecError
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.sweep import study as studies
+from airflow_tfk.sweep.config import Direction, ParamKind, PrunerKind, SweepConfig
+from airflow_tfk.sweep.trials import ENV_PARAMS, base_name, trial_flags, trial_name, trial_spec
+from tests.helpers import ROOT
+
+GOOD = {
+    "n_trials": 12,
+    "max_concurrent_trials": 3,
+    "search_space": {
+        "tfk_learning_rate": {"type": "float", "low": 1e-4, "high": 0.1, "log": True},
+        "hidden": {"type": "int", "low": 16, "high": 128, "step": 16},
+        "optimizer": {"type": "categorical", "choices": ["adam", "sgd"]},
+    },
+    "objective": "accuracy",
+    "direction": "maximize",
+    "pruner": {"name": "median", "n_startup_trials": 4, "n_warmup_steps": 100},
+    "sampler": {"name": "tpe", "seed": 1},
+}
+
+
+def test_a_good_config_round_trips() -> None:
+    config = SweepConfig.from_dict(GOOD)
+    assert config.direction is Direction.MAXIMIZE
+    assert config.pruner.name is PrunerKind.MEDIAN and config.pruner.n_warmup_steps == 100
+    assert config.search_space["hidden"].kind is ParamKind.INT
+    assert SweepConfig.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"n_trials": 0}, "sweep.n_trials"),
+        ({"n_trials": True}, "sweep.n_trials"),
+        ({"max_concurrent_trials": 0}, "sweep.max_concurrent_trials"),
+        ({"direction": "up"}, "sweep.direction"),
+        ({"pruner": {"name": "hyperband"}}, "sweep.pruner.name"),
+        ({"pruner": {"n_startup_trials": -1}}, "sweep.pruner.n_startup_trials"),
+        ({"sampler": {"seed": "x"}}, "sweep.sampler.seed"),
+        ({"search_space": {}}, "sweep.search_space"),
+        ({"search_space": {"lr": {"low": 0.0, "high": 1.0, "log": True}}}, "sweep.search_space.lr.low"),
+        ({"search_space": {"lr": {"low": 1.0, "high": 0.5}}}, "sweep.search_space.lr.high"),
+        ({"search_space": {"lr": {"low": 0.1}}}, "sweep.search_space.lr.high"),
+        ({"search_space": {"n": {"type": "int", "low": 1.5, "high": 3}}}, "sweep.search_space.n.low"),
+        ({"search_space": {"c": {"type": "categorical", "choices": []}}}, "sweep.search_space.c.choices"),
+        ({"search_space": {"c": {"type": "set"}}}, "sweep.search_space.c.type"),
+        ({"search_space": {"--lr": {"low": 0, "high": 1}}}, "sweep.search_space.--lr"),
+        (
+            {"search_space": {"tfk_model_version": {"low": 0, "high": 1}}},
+            "sweep.search_space.tfk_model_version",
+        ),
+        ({"storage": ""}, "sweep.storage"),
+        ({"trials": 3}, "sweep.trials"),
+    ],
+)
+def test_bad_settings_name_their_field(change: dict, field: str) -> None:
+    with pytest.raises(SpecError) as info:
+        SweepConfig.from_dict({**GOOD, **change})
+    assert info.value.field == field
+
+
+def test_the_operator_rejects_bad_settings_when_the_dag_is_parsed() -> None:
+    from airflow_tfk.operators.sweep import TFSweepOperator
+
+    with pytest.raises(SpecError, match="sweep.max_concurrent_trials"):
+        TFSweepOperator(task_id="s", cluster_spec={}, sweep={**GOOD, "max_concurrent_trials": -2})
+
+
+def test_a_trial_spec_appends_its_flags_to_every_args_and_names_the_trial() -> None:
+    spec = TFClusterSpec.from_dict(
+        {
+            "name": "base",
+            "image": "img:1",
+            "command": ["python", "-m", "app"],
+            "args": ["--tfk_steps", "100", "--tfk_learning_rate", "0.5"],
+            "mode": "parameter_server",
+            "chief": {"replicas": 1, "args": ["--chief_only"]},
+            "ps": {"replicas": 1},
+            "worker": {"replicas": 2},
+        }
+    )
+    params = {"tfk_learning_rate": 0.01, "hidden": 64, "optimizer": "adam"}
+    t = trial_spec(spec, trial_name("base", 3), 3, params, model_version=1003)
+    flags = (
+        "--tfk_learning_rate",
+        "0.01",
+        "--hidden",
+        "64",
+        "--optimizer",
+        "adam",
+        "--tfk_model_version",
+        "1003",
+    )
+    assert t.name == "base-t3"
+    assert t.args == (*spec.args, *flags)  # after the spec's own: the trial's value wins
+    assert t.chief is not None and t.chief.args == ("--chief_only", *flags)
+    assert t.worker.args is None  # the cluster's args, flags included
+    assert json.loads(t.env[ENV_PARAMS]) == params
+    assert trial_flags({"use_bn": True}, None) == ("--use_bn", "true")
+
+
+def test_the_base_name_leaves_room_for_the_trial_suffix() -> None:
+    identity = RunIdentity("a" * 200, "sweep_everything_" * 5, "manual__" + "x" * 100, 4)
+    name = trial_name(base_name(identity), 9999)
+    assert len(name) <= 30
+    assert base_name(identity) == base_name(identity)
+
+
+def test_storage_is_under_the_local_root_and_required_on_kubernetes(tmp_path) -> None:
+    assert studies.storage_url(None, "local", str(tmp_path), "d.t.r.-1") == (
+        f"sqlite:///{tmp_path.resolve()}/.sweeps/d.t.r.-1.db"
+    )
+    assert studies.storage_url("studies/s.db", "local", str(tmp_path), "x").endswith("/studies/s.db")
+    assert studies.storage_url("postgresql://db/optuna", "kubernetes", None, "x") == "postgresql://db/optuna"
+    assert studies.storage_url(str(tmp_path / "k.db"), "kubernetes", None, "x").endswith("/k.db")
+    with pytest.raises(SpecError, match="sweep.storage: is required on the kubernetes backend"):
+        studies.storage_url(None, "kubernetes", None, "x")
+    with pytest.raises(SpecError, match="sweep.storage: must be an absolute path"):
+        studies.storage_url("rel.db", "kubernetes", None, "x")
+
+
+def test_the_table_and_the_best_row() -> None:
+    def row(number: int, lr: float, value: float | None, state: str, steps: int, note: str | None) -> dict:
+        return {"number": number, "params": {"lr": lr}, "value": value, "state": state, "steps": steps,
+                "seconds": 1.0, "note": note}  # fmt: skip
+
+    rows = [
+        row(0, 0.1, 0.9, "COMPLETE", 50, None),
+        row(1, 0.9, None, "PRUNED", 10, "pruned at step 10"),
+        row(2, 0.2, 0.95, "COMPLETE", 50, None),
+    ]
+    assert studies.best_row(rows, Direction.MAXIMIZE)["number"] == 2
+    assert studies.best_row(rows, Direction.MINIMIZE)["number"] == 0
+    text = studies.format_table(rows, "accuracy")
+    assert text.splitlines()[0].split() == [
+        "trial",
+        "state",
+        "accuracy",
+        "steps",
+        "seconds",
+        "params",
+        "note",
+    ]
+    assert "PRUNED" in text and "pruned at step 10" in text and "lr=0.95" not in text
+
+
+def test_a_dag_with_a_sweep_imports_no_optuna() -> None:
+    """Parse time: building a sweep task imports neither Optuna nor the sweep loop."""
+    code = (
+        "import sys\n"
+        "from airflow_tfk.operators.sweep import TFSweepOperator\n"
+        f"TFSweepOperator(task_id='s', backend='local', cluster_spec={{}}, sweep={GOOD!r})\n"
+        "bad = [m for m in ('optuna', 'airflow_tfk.sweep.runner', 'airflow_tfk.sweep.study', 'tensorflow')"
+        " if m in sys.modules]\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -1,0 +1,255 @@
+"""TFSweepOperator on the local backend: real trial clusters (processes), a real Optuna
+study in SQLite, the real operator code. The trials run a stand-in training
+(tasks/sweep_trainer.py) whose loss tells a bad learning rate from a good one at every
+step, so pruning decisions are checkable; the real-TensorFlow sweep is bench/bench_sweep.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from airflow_tfk.backends.base import ClusterRef
+from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.naming import RunIdentity
+from airflow_tfk.operators.sweep import TFSweepOperator
+from airflow_tfk.sweep import study as studies
+from airflow_tfk.sweep.trials import base_name
+from tests.helpers import (
+    ROOT,
+    assert_no_processes,
+    cluster_processes,
+    execute_in_thread,
+    task_context,
+    wait_for,
+)
+
+TRAINER = str(Path(__file__).parent / "tasks" / "sweep_trainer.py")
+
+
+def trainer_spec(tmp_path: Path, steps: int = 30, step_seconds: float = 0.1) -> dict:
+    return {
+        "image": "local/unused:1",
+        "mode": "all_reduce",
+        "command": ["python", TRAINER],
+        "worker": {"replicas": 1},
+        "env": {
+            "REPO_DIR": str(ROOT),
+            "STEPS": str(steps),
+            "STEP_SECONDS": str(step_seconds),
+            "EXPORT_AT_STEP": "3",
+        },
+        "storage": {"models": {"claim": "tfk-models"}},
+        "ps_grace_seconds": 0,
+    }
+
+
+def sweep_config(n_trials: int, **extra) -> dict:
+    return {
+        "n_trials": n_trials,
+        "max_concurrent_trials": 2,
+        "search_space": {"lr": {"type": "float", "low": 0.0, "high": 1.0}},
+        "objective": "score",
+        "direction": "maximize",
+        "sampler": {"name": "random", "seed": 7},
+        "pruner": {"name": "median", "n_startup_trials": 2},
+        "poll_interval": 0.2,
+        "smoothing": 1.0,
+        **extra,
+    }
+
+
+def make_op(tmp_path: Path, n_trials: int, **sweep) -> TFSweepOperator:
+    return TFSweepOperator(
+        task_id="sweep",
+        backend="local",
+        cluster_spec=trainer_spec(tmp_path),
+        sweep=sweep_config(n_trials, **sweep),
+    )
+
+
+class LiveClusters:
+    """Counts the live trial clusters of a local root, every 20 ms, on a thread."""
+
+    def __init__(self, root: Path) -> None:
+        self.backend = LocalBackend(str(root))
+        self.peak = 0
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                live = self.backend.find(None, {})
+            except Exception:  # a cluster half-written at the moment of the look
+                live = []
+            self.peak = max(self.peak, len(live))
+            self.seen.update(r.name for r in live)
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def load(result: dict) -> optuna.study.Study:
+    return optuna.load_study(study_name=result["study_name"], storage=result["storage"])
+
+
+def test_pruning_ends_losing_trials_and_the_limit_holds(local_root, tmp_path, capfd) -> None:
+    op = make_op(tmp_path, n_trials=8)
+    watcher = LiveClusters(local_root)
+    try:
+        result = op.execute(task_context(task_id="sweep"))
+    finally:
+        watcher.stop()
+    assert 1 <= watcher.peak <= 2, watcher.peak
+    assert result["peak_concurrency"] == 2
+    rows = {r["number"]: r for r in result["trials"]}
+    assert len(rows) == 8
+    pruned = [r for r in rows.values() if r["state"] == "PRUNED"]
+    complete = [r for r in rows.values() if r["state"] == "COMPLETE"]
+    assert pruned, f"no trial was pruned: {rows}"
+    study = load(result)
+    result_versions = {t.number: t.user_attrs[studies.MODEL_VERSION] for t in study.trials}
+    assert len(pruned) + len(complete) == 8
+    backend = LocalBackend(str(local_root))
+    models = backend.claim_path("default", "tfk-models") / "toy"
+    for r in pruned:
+        # Ended early, through the backend's delete with the reason; what it had exported
+        # is set aside (renamed out of the integer versions a server loads).
+        assert r["steps"] is not None and r["steps"] < 30, r
+        assert r["value"] is None and r["model_version"] is None
+        version = result_versions[r["number"]]
+        assert not (models / str(version)).exists()
+        if r["steps"] >= 3:
+            assert list(models.glob(f".failed-{version}-*")), sorted(p.name for p in models.iterdir())
+        status = backend.status(ClusterRef(r["cluster"], "default"))
+        assert not status.exists and "pruned by the sweep" in status.deleted_reason
+        # The pruner's question was fair: the trial was behind some finished trial.
+        assert any(abs(r["params"]["lr"] - 0.3) > abs(c["params"]["lr"] - 0.3) for c in complete)
+    for r in complete:
+        assert r["steps"] == 30
+    best = max(complete, key=lambda r: r["value"])
+    assert result["best"]["number"] == best["number"]
+    assert result["best"]["value"] == pytest.approx(-((best["params"]["lr"] - 0.3) ** 2))
+    # The winner's export is what a PublishModelOperator downstream publishes.
+    assert result["model_name"] == "toy"
+    assert result["model_version"] == best["model_version"]
+    assert Path(result["model_path"]).is_dir()
+    exported = sorted(int(p.name) for p in models.iterdir() if p.name.isdigit())
+    assert exported == sorted(r["model_version"] for r in complete)
+    out = capfd.readouterr()
+    log = out.out + out.err
+    assert "table of trials" in log and "PRUNED" in log
+    assert_no_processes(local_root)
+
+
+def test_on_kill_deletes_every_running_trial_and_a_retry_resumes(local_root, tmp_path) -> None:
+    ctx = task_context(run_id="manual__kill", task_id="sweep")
+    op = make_op(tmp_path, n_trials=6)
+    backend = LocalBackend(str(local_root))
+    thread, errors = execute_in_thread(op, ctx)
+    identity = RunIdentity("dag", "sweep", "manual__kill")
+
+    def first_done_and_two_running() -> bool:
+        live = [r for r in backend.find(None, {}) if cluster_processes(local_root)]
+        files = list((local_root / ".sweeps").glob("*.db"))
+        if len(live) < 2 or not files:
+            return False
+        study = optuna.load_study(study_name=None, storage=f"sqlite:///{files[0]}")
+        return any(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
+
+    wait_for(first_done_and_two_running, timeout=120, what="a finished trial and two running")
+    op.on_kill()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert errors, "the killed sweep returned as if it had finished"
+    assert backend.find(None, {}) == []
+    assert_no_processes(local_root)
+
+    (db,) = (local_root / ".sweeps").glob("*.db")
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
+    first = {t.number: t for t in study.trials}
+    interrupted = [t for t in first.values() if t.user_attrs.get(studies.INTERRUPTED)]
+    finished = [t for t in first.values() if studies.counted(t)]
+    assert interrupted and finished
+
+    # The retry: the same task instance, a new operator object (a new process in Airflow).
+    result = make_op(tmp_path, n_trials=6).execute(ctx)
+    rows = {r["number"]: r for r in result["trials"]}
+    assert sum(r["state"] in ("COMPLETE", "PRUNED") for r in rows.values()) == 6
+    assert all(r["note"] == "interrupted; run again" for r in rows.values() if r["state"] == "FAIL")
+    after = {t.number: t for t in load(result).trials}
+    for t in finished:  # finished trials were not run again: same state, same start
+        assert after[t.number].state == t.state and after[t.number].datetime_start == t.datetime_start
+    reruns = [t for t in after.values() if studies.RERUN_OF in t.user_attrs]
+    assert sorted(t.user_attrs[studies.RERUN_OF] for t in reruns) == sorted(t.number for t in interrupted)
+    for t in reruns:
+        assert t.params == first[t.user_attrs[studies.RERUN_OF]].params
+    # Every trial cluster name is used once: nothing finished was created again.
+    base = base_name(identity)
+    assert all(r["cluster"] == f"{base}-t{n}" for n, r in rows.items())
+    assert_no_processes(local_root)
+
+
+def test_a_retry_after_a_hard_kill_ends_the_trial_left_running(local_root, tmp_path) -> None:
+    """A kill that never reached on_kill leaves a trial RUNNING in the study and its
+    cluster alive: the retry deletes that cluster and runs the trial's parameters again."""
+    ctx = task_context(run_id="manual__hard", task_id="sweep")
+    op = make_op(tmp_path, n_trials=2)
+    identity = RunIdentity("dag", "sweep", "manual__hard")
+    study_name = "dag.sweep.manual__hard.-1"
+    url = studies.storage_url(None, "local", str(local_root), study_name)
+    from airflow_tfk.sweep.config import SweepConfig
+
+    config = SweepConfig.from_dict(sweep_config(2))
+    study = studies.open_study(config, url, study_name)
+    trial = study.ask({"lr": optuna.distributions.FloatDistribution(0.0, 1.0)})
+    name = f"{base_name(identity)}-t{trial.number}"
+    trial.set_user_attr(studies.CLUSTER, name)
+    from airflow_tfk.lifecycle import resolve_spec
+
+    backend = LocalBackend(str(local_root))
+    spec = resolve_spec({**trainer_spec(tmp_path, steps=100000), "name": name}, identity)
+    backend.create(spec, identity)
+    wait_for(lambda: cluster_processes(local_root), timeout=30, what="the orphan trial's processes")
+
+    result = op.execute(ctx)
+    status = backend.status(ClusterRef(name, "default"))
+    assert not status.exists and "previous try" in status.deleted_reason
+    rows = {r["number"]: r for r in result["trials"]}
+    assert rows[0]["state"] == "FAIL" and rows[0]["note"] == "interrupted; run again"
+    rerun = [t for t in load(result).trials if t.user_attrs.get(studies.RERUN_OF) == 0]
+    assert len(rerun) == 1 and rerun[0].params == trial.params and rerun[0].state.name == "COMPLETE"
+    assert sum(r["state"] in ("COMPLETE", "PRUNED") for r in rows.values()) == 2
+    assert_no_processes(local_root)
+
+
+def test_execution_timeout_deletes_every_running_trial(local_root, tmp_path) -> None:
+    """Airflow's own timeout (SIGALRM in the task process) lands in the middle of the loop:
+    every trial cluster goes, and the trials it interrupted are queued for the retry."""
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+    from airflow.sdk.execution_time.timeout import timeout
+
+    op = TFSweepOperator(
+        task_id="sweep",
+        backend="local",
+        cluster_spec=trainer_spec(tmp_path, steps=100000),
+        sweep=sweep_config(4),
+    )
+    with pytest.raises(AirflowTaskTimeout), timeout(10):
+        op.execute(task_context(run_id="manual__timeout", task_id="sweep"))
+    assert LocalBackend(str(local_root)).find(None, {}) == []
+    assert_no_processes(local_root)
+    (db,) = (local_root / ".sweeps").glob("*.db")
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
+    states = sorted(t.state.name for t in study.trials)
+    assert 1 <= states.count("FAIL") == states.count("WAITING") <= 2, states
+    assert all(t.user_attrs.get(studies.INTERRUPTED) for t in study.trials if t.state.name == "FAIL")
