@@ -8,12 +8,33 @@ from __future__ import annotations
 
 from airflow_tfk._lazy import lazy_exports
 
-__version__ = "0.1.0"
+# The installed distribution's name: its metadata holds the version (pyproject.toml's).
+DISTRIBUTION = "airflow-tfk"
 
-__all__, __getattr__ = lazy_exports(
+__all__, _export = lazy_exports(
     __name__,
     {
         "airflow_tfk.spec": ("TFClusterSpec", "RoleSpec", "Resources", "StorageSpec", "VolumeSpec", "Mode"),
         "airflow_tfk.errors": ("SpecError", "TrainingFailed"),
     },
 )
+
+
+def version() -> str:
+    """The installed distribution's version, from its metadata: pyproject.toml is the one
+    place it is written, so a wheel, an editable install and ``--version`` cannot disagree.
+
+    :raises importlib.metadata.PackageNotFoundError: the package runs from a source tree
+        that was never installed (no metadata to read).
+    """
+    from importlib.metadata import version as distribution_version
+
+    return distribution_version(DISTRIBUTION)
+
+
+def __getattr__(name: str) -> object:
+    # ``__version__`` is read from the metadata on first use, not at import: DAG files
+    # import this package, and a metadata lookup scans every distribution on sys.path.
+    if name == "__version__":
+        return version()
+    return _export(name)

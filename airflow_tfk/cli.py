@@ -6,6 +6,8 @@ what the provider would create. A bad spec exits with status 1 and ``error: <fie
 offline against the Kubernetes schemas of ``--kubernetes-version`` (``schema_check``);
 an object that version would reject exits with status 3, again with nothing on stdout.
 
+``airflow-tfk --version`` prints the installed distribution's version (its metadata).
+
 ``airflow-tfk airflow [--dags-folder DIR] ARGS...`` runs Airflow's own CLI with the
 project's local Airflow home and local backend (``airflow_tfk.local_env``), so a newcomer
 runs their DAG folder with ``airflow-tfk airflow --dags-folder my_dags dags test my_dag``.
@@ -29,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="airflow-tfk", description="Distributed TensorFlow on Kubernetes, from Airflow."
     )
+    parser.add_argument("--version", action=_PrintVersion, help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     render = sub.add_parser(
         "render",
@@ -59,6 +62,37 @@ def _parser() -> argparse.ArgumentParser:
 
     cli_clusters.add_parser(sub)
     return parser
+
+
+class _PrintVersion(argparse.Action):
+    """``--version``, read from the installed distribution's metadata only when asked: the
+    lookup scans every distribution on sys.path, which no other command needs to pay."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from importlib.metadata import PackageNotFoundError
+
+        from airflow_tfk import DISTRIBUTION, version
+
+        try:
+            text = version()
+        except PackageNotFoundError:
+            parser.exit(
+                EXIT_USAGE,
+                f"error: --version: no installed distribution {DISTRIBUTION!r} (running from a "
+                "source tree that was never installed? `pip install -e .` records one)\n",
+            )
+        # stdout, as argparse's own "version" action: `airflow-tfk --version | ...` works.
+        print(f"{parser.prog} {text}")
+        parser.exit()
 
 
 def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

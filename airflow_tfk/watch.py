@@ -444,7 +444,7 @@ def failure_of(result: dict[str, Any], cluster_name: str) -> BaseException | Non
     if status == "success":
         return None
     if status == "timeout":
-        from airflow.sdk.exceptions import AirflowTaskTimeout
+        from airflow_tfk._airflow import AirflowTaskTimeout
 
         return AirflowTaskTimeout(f"cluster {cluster_name}: {message}")
     failed = result.get("failed_task")

@@ -195,8 +195,7 @@ class PublishModelOperator(OnBackendOperator):
         return None
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowSkipException
-
+        from airflow_tfk._airflow import AirflowSkipException
         from airflow_tfk.serving.base import NotBlessed
         from airflow_tfk.serving.publish import publish
         from airflow_tfk.serving.targets import get_serving_target

@@ -124,8 +124,7 @@ class TFTrainingOperator(OnBackendOperator):
 
     # -- the steps --------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferred
-
+        from airflow_tfk._airflow import AirflowTaskTimeout, TaskDeferred
         from airflow_tfk.handle import ClusterHandle
         from airflow_tfk.lifecycle import (
             apply_previous_run_policy,
@@ -142,7 +141,7 @@ class TFTrainingOperator(OnBackendOperator):
         if not apply_previous_run_policy(
             backend, spec, identity, policy, self.log.info, wait_timeout=wait_limit
         ):
-            from airflow.sdk.exceptions import AirflowSkipException
+            from airflow_tfk._airflow import AirflowSkipException
 
             raise AirflowSkipException(
                 "an earlier run of this training is still alive (previous_run_policy=skip)"
@@ -225,7 +224,7 @@ class TFTrainingOperator(OnBackendOperator):
     def execute_after_previous_run(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The earlier run's cluster finished (or is gone): start this run."""
         if event.get("status") == "timeout":
-            from airflow.sdk.exceptions import AirflowTaskTimeout
+            from airflow_tfk._airflow import AirflowTaskTimeout
 
             raise AirflowTaskTimeout(
                 f"earlier runs still training at the execution_timeout: {event.get('cluster')}"

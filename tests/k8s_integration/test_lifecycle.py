@@ -280,7 +280,7 @@ def _run_trigger(trigger) -> dict:
 def test_parameter_server_deferrable_chief_done_deletes_workers_and_ps(
     k8s_api, tfk_ns, tfk_conn, capfd
 ) -> None:
-    from airflow.sdk.exceptions import TaskDeferred
+    from airflow_tfk._airflow import TaskDeferred  # where the installed Airflow has it
 
     ctx = _tfk.task_context("manual__psmode")
     name = _tfk.cluster_name(ctx)
