@@ -18,15 +18,23 @@ averaged into one update, so the global step advances once per aggregated update
   once the tokens are gone, a closed queue ends its session cleanly);
 - the chief's aggregation thread, left waiting for gradients that will never come, is
   given 2 s to stop instead of TF's 120 s, then its session is closed under it.
+
+On notice (SIGTERM, see :mod:`.notice`) a replica stops after its current step: the chief
+first saves a checkpoint of the variables (they live on the ps, so that is the whole
+training), a worker has nothing of its own to save. Both exit 76 and are restarted; the
+restarted chief restores that checkpoint, a restarted worker rejoins at the global step.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.runtime import cluster as _cluster
 from airflow_tfk.runtime import progress as _progress
+from airflow_tfk.runtime.exits import log
+from airflow_tfk.runtime.notice import Preempted
 
 if TYPE_CHECKING:
     from airflow_tfk.runtime.app import TrainingApp
@@ -87,6 +95,41 @@ def _ReleaseHook(release: Any, last_step: int) -> Any:  # noqa: N802 - a class, 
     return _release_hook_class()(release, last_step)
 
 
+def _notice_hook_class() -> Any:
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+
+    class NoticeHook(v1.train.SessionRunHook):
+        """After each step: on notice, save (on the chief) and stop the session."""
+
+        def __init__(self, notice: Any, checkpoint_dir: str | None) -> None:
+            self._notice, self._dir = notice, checkpoint_dir
+            self.stopped_at: int | None = None
+            self.saved = False
+
+        def begin(self) -> None:
+            self._global_step = v1.train.get_global_step()
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            if not self._notice.received or self.stopped_at is not None:
+                return
+            session = run_context.session
+            self.stopped_at = int(session.run(self._global_step))
+            if self._dir:
+                # the scaffold's saver: the one MonitoredTrainingSession restores with
+                saver = v1.get_collection(v1.GraphKeys.SAVERS)[0]
+                saver.save(session, os.path.join(self._dir, "model.ckpt"), global_step=self.stopped_at)
+                self.saved = True
+            run_context.request_stop()
+
+    return NoticeHook
+
+
+def _NoticeHook(notice: Any, checkpoint_dir: str | None) -> Any:  # noqa: N802 - a class, built lazily
+    return _notice_hook_class()(notice, checkpoint_dir)
+
+
 def train_between_graph(app: TrainingApp) -> None:
     import tensorflow as tf
 
@@ -117,6 +160,10 @@ def train_between_graph(app: TrainingApp) -> None:
             loss = app.loss(labels, outputs)
             optimizer = app.build_v1_optimizer()
             hooks: list[Any] = [v1.train.StopAtStepHook(last_step=total)]
+            notice_hook = None
+            if app.notice is not None:
+                notice_hook = _NoticeHook(app.notice, app.flags.checkpoint_dir if is_chief else None)
+                hooks.append(notice_hook)
             if app.flags.sync:
                 optimizer = v1.train.SyncReplicasOptimizer(
                     optimizer, replicas_to_aggregate=n_replicas, total_num_replicas=n_replicas
@@ -149,6 +196,7 @@ def train_between_graph(app: TrainingApp) -> None:
             stop_grace_period_secs=2 if app.flags.sync else 120,
         ) as sess:
             app.step = int(sess.run(global_step))
+            app.resumed(app.step)
             app.report(app.step, None, force=True)
             local_steps = 0
             while not sess.should_stop():
@@ -156,6 +204,11 @@ def train_between_graph(app: TrainingApp) -> None:
                 local_steps += 1
                 app.step = min(total, int(step))
                 app.report(app.step, float(loss_value))
+        if notice_hook is not None and notice_hook.stopped_at is not None:
+            app.step = notice_hook.stopped_at
+            if notice_hook.saved:
+                log(f"checkpoint saved on notice at step {app.step}")
+            raise Preempted(app.step, notice_hook.saved)
         # The monitored session is closed; the variables live on the ps, so a plain
         # session reads the final global step (another worker may have taken the last
         # step) and, on the chief, the trained weights.
