@@ -304,3 +304,29 @@ def test_namespace_per_training_uses_its_own_namespace():
 def test_spec_error_message_shows_the_value():
     err = error_of(spec_with(worker={"replicas": -1}))
     assert str(err) == "worker.replicas: must be between 1 and 10000 (got -1)"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"mode": "all_reduce", "max_lost_workers": 1}, "parameter_server mode only"),
+        ({"max_lost_workers": 3}, "less than worker.replicas"),
+        ({"max_lost_workers": -1}, "max_lost_workers"),
+    ],
+)
+def test_max_lost_workers_is_checked(fields, message):
+    base = {
+        "name": "c",
+        "image": "tf:2",
+        "command": ["python", "t.py"],
+        "mode": "parameter_server",
+        "ps": {"replicas": 1},
+        "worker": {"replicas": 3},
+        "chief": {"replicas": 1},
+        "storage": {"models": {"size": "1Gi"}},
+    }
+    if fields.get("mode") == "all_reduce":
+        base = {k: v for k, v in base.items() if k not in ("ps", "chief")}
+    with pytest.raises(SpecError) as err:
+        TFClusterSpec.from_dict({**base, **fields})
+    assert err.value.field == "max_lost_workers" and message in str(err.value)

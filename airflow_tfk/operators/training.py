@@ -150,6 +150,7 @@ class TFTrainingOperator(OnBackendOperator):
                 handle.replicas,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
+                max_lost_workers=handle.max_lost_workers,
             )
         except TaskDeferred:
             raise

@@ -152,6 +152,8 @@ class TrainingApp:
         #: the previous attempt's stop, until this attempt has trained a step again
         self.recovery: _notice.Recovery | None = None
         self._reporter: Reporter | None = None
+        #: what must outlive the training loop (ended with the process)
+        self.keep_alive: Any = None
 
     # ==== hooks ==========================================================================
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -316,7 +318,18 @@ class TrainingApp:
     @classmethod
     def main(cls, argv: Sequence[str] | None = None) -> None:
         """Run the app and exit with its exit code."""
-        sys.exit(cls().run(argv))
+        app = cls()
+        code = app.run(argv)
+        if app.mode == ALL_REDUCE:
+            # Tearing down a MultiWorkerMirroredStrategy's distributed iterator can wait
+            # forever on tf.data's autotuning thread once the peers are gone (seen on the
+            # local backend after a resume: the export written, the process never ending).
+            # Everything the task owes is written and flushed by now: end the process
+            # without tearing anything down.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        sys.exit(code)
 
     def parse(self, argv: Sequence[str] | None = None) -> None:
         """Split the command line: ``--tfk_*`` into ``self.flags``, the app's own flags
@@ -425,6 +438,8 @@ class TrainingApp:
             self.notice = _notice.Notice()
             self.notice.install()
         self.train()
+        if self.notice is not None:  # trained: a SIGTERM from now on ends the task at once
+            self.notice.uninstall()
         self._reporter.report(self.step, None, status="done", force=True)
         self._reporter.close()
         return EXIT_OK

@@ -137,6 +137,8 @@ def train_between_graph(app: TrainingApp) -> None:
     assert info is not None
     v1 = tf.compat.v1
     server = app.server()
+    if app.notice is not None:
+        app.notice.install()  # again: the server's start may have taken SIGTERM
     app.wait_for(["ps"])
     # replicas: the chief (if any) first, then the workers
     n_replicas = info.num("chief") + info.num("worker")

@@ -58,6 +58,8 @@ def setup_state(app: TrainingApp, write_dir: str | None = None) -> TrainState:
     """
     import tensorflow as tf
 
+    if app.notice is not None:
+        app.notice.install()  # again: the strategy's start may have taken SIGTERM
     with app.strategy.scope():
         app.model = app.build_model()
         app.optimizer = app.build_optimizer()
@@ -254,6 +256,7 @@ def train_synchronous(app: TrainingApp) -> None:
     total = app.flags.steps
     if app.mode == ALL_REDUCE:
         iterator = iter(strategy.distribute_datasets_from_function(app.dataset))
+        app.keep_alive = iterator  # torn down with the process, not here (see TrainingApp.main)
     else:
         iterator = iter(app.dataset(None))
 

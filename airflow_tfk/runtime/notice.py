@@ -52,10 +52,17 @@ class Notice:
         return self._event.is_set()
 
     def install(self) -> None:
-        """Take SIGTERM (main thread only; a no-op elsewhere)."""
+        """Take SIGTERM (main thread only; a no-op elsewhere).
+
+        Called again once the strategy exists: TensorFlow's coordination service installs
+        its own SIGTERM handler (its preemption notifier) when a multi-worker strategy
+        starts, and the process then never sees the signal.
+        """
         if threading.current_thread() is not threading.main_thread():
             return
-        self._previous = signal.signal(signal.SIGTERM, self._on_signal)
+        previous = signal.signal(signal.SIGTERM, self._on_signal)
+        if self._previous is None:
+            self._previous = previous
 
     def uninstall(self) -> None:
         if self._previous is not None and threading.current_thread() is threading.main_thread():

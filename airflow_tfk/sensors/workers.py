@@ -71,6 +71,7 @@ class TFWorkersSensor(BaseSensorOperator):
                 handle.replicas,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
+                max_lost_workers=handle.max_lost_workers,
             )
         status = self._loop.backend.status(handle.ref)
         verdict = self._loop.step(status)

@@ -51,6 +51,7 @@ class WorkersDoneTrigger(BaseTrigger):
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         delete_on_kill: bool = True,
         release_handle: dict[str, Any] | None = None,
+        max_lost_workers: int = 0,
     ) -> None:
         super().__init__()
         self.cluster = cluster
@@ -62,6 +63,7 @@ class WorkersDoneTrigger(BaseTrigger):
         self.progress_interval = progress_interval
         self.delete_on_kill = delete_on_kill
         self.release_handle = release_handle
+        self.max_lost_workers = max_lost_workers
         self._fired = False
 
     @classmethod
@@ -84,6 +86,7 @@ class WorkersDoneTrigger(BaseTrigger):
             deadline=deadline,
             progress_interval=progress_interval,
             release_handle=handle.to_dict() if release_after_success else None,
+            max_lost_workers=handle.max_lost_workers,
         )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -99,6 +102,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 "progress_interval": self.progress_interval,
                 "delete_on_kill": self.delete_on_kill,
                 "release_handle": self.release_handle,
+                "max_lost_workers": self.max_lost_workers,
             },
         )
 
@@ -120,6 +124,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 deadline=self.deadline,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
+                max_lost_workers=self.max_lost_workers,
             )
             result = wait_result(await await_cluster(loop))
         except Exception as exc:  # reported as an event; the operator raises and cleans up
