@@ -295,6 +295,8 @@ class TrainingApp:
         self.recovery = _notice.take_record(self.flags.checkpoint_dir, self.task_name)
         if self.recovery is not None:
             self.recovery.resumed(step)
+        elif step:
+            log(f"resumed at step {step} (the previous attempt left no record of its last step)")
 
     @property
     def task_name(self) -> str:
@@ -434,6 +436,8 @@ class TrainingApp:
         on_notice = self.checkpoint_on_notice
         if on_notice is None:
             on_notice = type(self).train is TrainingApp.train
+        if os.environ.get("TFK_CHECKPOINT_ON_NOTICE", "").strip() == "0":
+            on_notice = False  # SIGTERM ends the task at once (bench/bench_preemption.py)
         if on_notice:
             self.notice = _notice.Notice()
             self.notice.install()

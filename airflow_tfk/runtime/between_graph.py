@@ -100,7 +100,7 @@ def _notice_hook_class() -> Any:
 
     v1 = tf.compat.v1
 
-    class NoticeHook(v1.train.SessionRunHook):
+    class NoticeHook(tf.compat.v1.train.SessionRunHook):
         """After each step: on notice, save (on the chief) and stop the session."""
 
         def __init__(self, notice: Any, checkpoint_dir: str | None) -> None:
