@@ -105,7 +105,7 @@ def test_sigterm_checkpoints_at_the_notice_and_the_restart_resumes_from_it(tmp_p
     # not a periodic one
     assert saved[0] >= seen and saved[0] % EVERY_CKPT != 0, (seen, saved)
     assert f"exiting with {EXIT_PREEMPTED}" in log
-    assert "not a retry" in log  # the supervisor restarted it without counting
+    assert "not counted as a retry" in log  # the supervisor restarted it without counting
     resumed = [(int(a), int(b)) for a, b in RESUMED.findall(log)]
     assert resumed, "the restarted attempt did not state its losses"
     step, lost = resumed[0]
