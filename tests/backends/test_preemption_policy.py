@@ -90,6 +90,7 @@ def test_a_disruption_is_retried_and_not_counted(layout, what, reason):
         task = _status(job, p)
         assert task.phase is Phase.PENDING and task.reason == "Retrying", task
         assert "not counted against retries" in task.message, task.message
+        assert task.restarts == 0, task  # nothing spent of retries_per_index
 
 
 @pytest.mark.parametrize("layout", ["jobs", "jobset"])
@@ -101,6 +102,7 @@ def test_a_stop_on_notice_is_retried_and_not_counted_without_a_disruption_condit
     assert failure_action(job_info(job), p) == "Ignore"
     task = _status(job, p)
     assert task.phase is Phase.PENDING and task.reason == "Retrying", task
+    assert task.restarts == 0, task
 
 
 @pytest.mark.parametrize("layout", ["jobs", "jobset"])
