@@ -21,8 +21,10 @@ averaged into one update, so the global step advances once per aggregated update
 
 On notice (SIGTERM, see :mod:`.notice`) a replica stops after its current step: the chief
 first saves a checkpoint of the variables (they live on the ps, so that is the whole
-training), a worker has nothing of its own to save. Both exit 76 and are restarted; the
-restarted chief restores that checkpoint, a restarted worker rejoins at the global step.
+training), a worker has nothing of its own to save. Both exit 76 and are restarted. A
+restarted worker rejoins at the global step; a restarted (asynchronous) chief goes on
+from the ps's variables when the ps kept them, and restores the newest checkpoint only
+when they are gone too (a drain of every pod, a lost ps).
 """
 
 from __future__ import annotations
@@ -63,6 +65,34 @@ def wait_until_initialised(server: Any, config: Any, timeout: float) -> None:
                     f"the chief did not initialise the variables within {timeout:g}s"
                 )
             time.sleep(0.5)
+
+
+def _chief_restore(app: TrainingApp, server: Any, config: Any, hooks: list[Any]) -> tuple[Any, Any]:
+    """The chief's checkpoint dir to restore from and its scaffold.
+
+    A restarted chief whose ps kept the variables while the other workers went on
+    training goes on from them: they are newer than any checkpoint, and a restore (or the
+    initialisation a chief runs when it restores nothing) would roll them back.
+    """
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    ckpt_dir, every = app.flags.checkpoint_dir, app.flags.checkpoint_every
+    if not ckpt_dir or app.flags.sync or not _initialised(server, config):
+        return ckpt_dir, None
+    log("the ps still hold the training's variables: going on from them")
+    if every:
+        hooks.append(v1.train.CheckpointSaverHook(ckpt_dir, save_steps=every))
+    return None, v1.train.Scaffold(init_op=v1.no_op())
+
+
+def _initialised(server: Any, config: Any) -> bool:
+    """Do the ps hold every variable of the graph already (a restarted chief)?"""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    with v1.Session(server.target, config=config) as probe:
+        return not len(probe.run(v1.report_uninitialized_variables(v1.global_variables())))
 
 
 def _release_hook_class() -> Any:
@@ -184,11 +214,13 @@ def train_between_graph(app: TrainingApp) -> None:
         every_ckpt = app.flags.checkpoint_every
         if not is_chief:
             wait_until_initialised(server, config, app.flags.cluster_wait)
+        restore_dir, scaffold = _chief_restore(app, server, config, hooks) if is_chief else (None, None)
         with v1.train.MonitoredTrainingSession(
             master=server.target,
             is_chief=is_chief,
-            checkpoint_dir=app.flags.checkpoint_dir,
-            save_checkpoint_steps=(every_ckpt or None) if app.flags.checkpoint_dir else None,
+            checkpoint_dir=restore_dir,
+            scaffold=scaffold,
+            save_checkpoint_steps=(every_ckpt or None) if restore_dir else None,
             save_checkpoint_secs=None,
             save_summaries_steps=None,
             save_summaries_secs=None,
