@@ -24,7 +24,7 @@ if a.job_name == "ps":
     server.join()
 workers = len(a.worker_hosts.split(","))
 is_chief = a.task_index == 0
-with tf.device(
+with v1.device(
     v1.train.replica_device_setter(worker_device=f"/job:worker/task:{a.task_index}", cluster=cluster)
 ):
     step = v1.train.get_or_create_global_step()
