@@ -190,7 +190,8 @@ class _PSLoop:
         self.app, self.coordinator, self.state = app, coordinator, state
         self.schedule, self.read = schedule, read
         self.total, self.spc = app.flags.steps, app.flags.steps_per_call
-        self.every_read = max(self.spc, app.flags.progress_every)
+        # read often enough that no line is skipped when the counter jumps (every 10)
+        self.every_read = max(self.spc, min(app.flags.progress_every, 10))
         self.pace = max(self.spc, PS_PACE_STEPS)
         self.lag = max(2, -(-8 * max(1, app.task.num("worker")) * self.spc // self.pace))
         self.every_ckpt = app.flags.checkpoint_every if state.manager is not None else 0
