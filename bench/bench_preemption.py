@@ -4,7 +4,7 @@
 
 Each mode runs the digits TrainingApp twice on the local backend, in the same run: once
 as shipped (SIGTERM is a notice: checkpoint at the next step, exit 76, restart), once with
-``TFK_CHECKPOINT_ON_NOTICE=0`` (SIGTERM ends the task at once; it is restarted as a
+``--tfk_no_checkpoint_on_notice`` (SIGTERM ends the task at once; it is restarted as a
 counted retry and resumes from the last periodic checkpoint). The SIGTERM goes to the
 task that owns the checkpoints (worker 0 in ``all_reduce`` and ``between_graph``, the
 chief in ``parameter_server``) once its progress passes 1.25 periodic checkpoints.
@@ -62,8 +62,13 @@ def measure(mode: str, on_notice: bool, steps: int, every_ckpt: int, workdir: st
             "image": "local",
             "mode": mode,
             "command": [sys.executable, "-m", "airflow_tfk.runtime.examples.digits_app"],
-            "args": ["--tfk_steps", str(steps), "--tfk_checkpoint_every", str(every_ckpt)],
-            "env": {} if on_notice else {"TFK_CHECKPOINT_ON_NOTICE": "0"},
+            "args": [
+                "--tfk_steps",
+                str(steps),
+                "--tfk_checkpoint_every",
+                str(every_ckpt),
+                *([] if on_notice else ["--tfk_no_checkpoint_on_notice"]),
+            ],
             "storage": {"models": {"claim": "tfk-models"}},
             **{r: {"replicas": n} for r, n in shape.items()},
             "retries_per_index": 2,  # the run without notice needs a counted retry

@@ -433,11 +433,11 @@ class TrainingApp:
             log_dir=self._summary_dir(),
             metrics=self._metrics(),
         )
-        on_notice = self.checkpoint_on_notice
+        on_notice = self.flags.checkpoint_on_notice
+        if on_notice is None:
+            on_notice = self.checkpoint_on_notice
         if on_notice is None:
             on_notice = type(self).train is TrainingApp.train
-        if os.environ.get("TFK_CHECKPOINT_ON_NOTICE", "").strip() == "0":
-            on_notice = False  # SIGTERM ends the task at once (bench/bench_preemption.py)
         if on_notice:
             self.notice = _notice.Notice()
             self.notice.install()

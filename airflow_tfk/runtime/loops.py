@@ -113,12 +113,6 @@ def _usable_cpus() -> int:
     return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
-#: Steps between two waits of the parameter_server loop on an earlier closure. A wait
-#: costs a round trip that the workers' queue does not cover; every 10 steps it cost the
-#: loop ~6 % against scheduling alone (bench/bench_trainingapp.py).
-PS_PACE_STEPS = 100
-
-
 def train_parameter_server(app: TrainingApp) -> None:
     import tensorflow as tf
 
@@ -178,11 +172,14 @@ class _PSLoop:
     checkpointed and stoppable on notice.
 
     Scheduling is asynchronous, and the coordinator's queue would take every step at once.
-    Every :data:`PS_PACE_STEPS` steps the closure just scheduled becomes a marker; waiting
-    for the marker from ``lag`` paces earlier keeps the workers fed with ``lag`` paces of
-    work (at least ~8 closures per worker) and paces this loop to them. Progress is read
-    from the ps (the counter the workers advance) every progress interval, without
-    waiting: a line shows the step the cluster has finished at that moment.
+    Every ``pace`` steps (10, or the progress interval if smaller) the closure just
+    scheduled becomes a marker; waiting for the marker from ``lag`` paces earlier keeps
+    the workers fed with ``lag`` paces of work (at least ~8 closures per worker) and paces
+    this loop to them, so it wakes up evenly and the steps in flight that a checkpoint (or
+    a notice) waits for stay few. At each wake-up the progress is read from the ps (the
+    counter the workers advance), both variables in one call: a line shows the step the
+    cluster has finished at that moment. A coarser pace wakes the loop in bursts, and the
+    counter then jumps past progress lines.
     """
 
     def __init__(self, app: TrainingApp, coordinator: Any, state: TrainState, schedule: Any, read: Any):
@@ -190,10 +187,8 @@ class _PSLoop:
         self.app, self.coordinator, self.state = app, coordinator, state
         self.schedule, self.read = schedule, read
         self.total, self.spc = app.flags.steps, app.flags.steps_per_call
-        # read often enough that no line is skipped when the counter jumps (every 10)
-        self.every_read = max(self.spc, min(app.flags.progress_every, 10))
-        self.pace = max(self.spc, PS_PACE_STEPS)
-        self.lag = max(2, -(-8 * max(1, app.task.num("worker")) * self.spc // self.pace))
+        self.pace = max(self.spc, min(app.flags.progress_every, 10))
+        self.lag = max(4, -(-8 * max(1, app.task.num("worker")) * self.spc // self.pace))
         self.every_ckpt = app.flags.checkpoint_every if state.manager is not None else 0
         self.markers: collections.deque[Any] = collections.deque()
 
@@ -220,11 +215,10 @@ class _PSLoop:
                 app.stop_on_notice(self.drain_and_save if self.state.manager is not None else None)
             rv = self.schedule()
             scheduled += self.spc
-            if self.crossed(scheduled, self.pace):
+            if self.crossed(scheduled, self.pace) or scheduled >= self.total:
                 self.markers.append(rv)
                 if len(self.markers) > self.lag:
                     self.markers.popleft().fetch()  # waits until that closure has run
-            if self.crossed(scheduled, self.every_read):
                 self.progress()  # printed when a line is due
             if scheduled < self.total and self.crossed(scheduled, self.every_ckpt):
                 self.drain_and_save()
