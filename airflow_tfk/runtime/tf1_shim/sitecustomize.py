@@ -103,7 +103,7 @@ def _patch_monitored_training_session(module: ModuleType) -> None:
 
     MonitoredTrainingSession.__doc__ = original.__doc__
     MonitoredTrainingSession.__wrapped__ = original  # type: ignore[attr-defined]
-    module.MonitoredTrainingSession = MonitoredTrainingSession
+    module.MonitoredTrainingSession = MonitoredTrainingSession  # type: ignore[attr-defined]
 
 
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
