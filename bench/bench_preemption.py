@@ -7,7 +7,10 @@ as shipped (SIGTERM is a notice: checkpoint at the next step, exit 76, restart),
 ``--tfk_no_checkpoint_on_notice`` (SIGTERM ends the task at once; it is restarted as a
 counted retry and resumes from the last periodic checkpoint). The SIGTERM goes to the
 task that owns the checkpoints (worker 0 in ``all_reduce`` and ``between_graph``, the
-chief in ``parameter_server``) once its progress passes 1.25 periodic checkpoints.
+chief in ``parameter_server``) once its progress passes 1.25 periodic checkpoints, and
+SIGKILL follows after ``--grace`` seconds if the task is still there, as from a kubelet.
+In ``between_graph`` the steps lost are the SIGTERMed task's (worker 0, the chief); the
+global step goes on with worker 1 meanwhile.
 
 - steps lost: the highest step the task reported before the restart minus the step its
   next attempt starts from (progress lines every 10 steps: the first figure can be up to
@@ -47,7 +50,15 @@ def _attempts(log: str) -> tuple[str, str]:
     return log[: m.start()], log[m.end() :]
 
 
-def measure(mode: str, on_notice: bool, steps: int, every_ckpt: int, workdir: str) -> dict:
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def measure(mode: str, on_notice: bool, steps: int, every_ckpt: int, workdir: str, grace: float) -> dict:
     from airflow_tfk.backends.local import LocalBackend
     from airflow_tfk.protocol.progress import last_progress, parse_line
     from airflow_tfk.spec import Mode, TFClusterSpec
@@ -64,7 +75,8 @@ def measure(mode: str, on_notice: bool, steps: int, every_ckpt: int, workdir: st
             "command": [sys.executable, "-m", "airflow_tfk.runtime.examples.digits_app"],
             "args": [
                 "--tfk_steps",
-                str(steps),
+                # between_graph: worker 1 trains on alone while worker 0 restarts
+                str(3 * steps if mode == "between_graph" else steps),
                 "--tfk_checkpoint_every",
                 str(every_ckpt),
                 *([] if on_notice else ["--tfk_no_checkpoint_on_notice"]),
@@ -90,6 +102,14 @@ def measure(mode: str, on_notice: bool, steps: int, every_ckpt: int, workdir: st
         pid = json.loads((task_dir / "status.json").read_text())["pid"]
         os.kill(pid, signal.SIGTERM)
         sent = time.time()
+        # as a kubelet: SIGKILL once the grace period is over (without the notice, an
+        # all_reduce task ignores SIGTERM: TensorFlow's coordination service takes it)
+        while time.time() - sent < grace:
+            if not _alive(pid):
+                break
+            time.sleep(0.2)
+        else:
+            os.kill(pid, signal.SIGKILL)
         verdict = wait_for_cluster(backend, ref, Mode(mode), shape, timeout=900, emit=lambda _m: None)
         log = backend.logs(ref, role, index)
     finally:
@@ -112,13 +132,15 @@ def measure(mode: str, on_notice: bool, steps: int, every_ckpt: int, workdir: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser(__doc__, steps=4000, every_ckpt=1000, modes="all_reduce,between_graph,parameter_server")
+    p = parser(
+        __doc__, steps=4000, every_ckpt=1000, grace=20.0, modes="all_reduce,between_graph,parameter_server"
+    )
     args = p.parse_args(argv)
     rows = []
     for mode in args.modes.split(","):
         for on_notice in (True, False):
             with tempfile.TemporaryDirectory(prefix="tfk-bench-preempt-") as tmp:
-                row = measure(mode, on_notice, args.steps, args.every_ckpt, tmp)
+                row = measure(mode, on_notice, args.steps, args.every_ckpt, tmp, args.grace)
             rows.append(row)
             print(json.dumps(row), flush=True)
     print()
