@@ -110,7 +110,7 @@ def measure(mode: str, on_notice: bool, steps: int, every_ckpt: int, workdir: st
             time.sleep(0.2)
         else:
             os.kill(pid, signal.SIGKILL)
-        verdict = wait_for_cluster(backend, ref, Mode(mode), shape, timeout=900, emit=lambda _m: None)
+        verdict = wait_for_cluster(backend, ref, Mode(mode), shape, timeout=300, emit=lambda _m: None)
         log = backend.logs(ref, role, index)
     finally:
         backend.delete(ref)
@@ -133,7 +133,7 @@ def measure(mode: str, on_notice: bool, steps: int, every_ckpt: int, workdir: st
 
 def main(argv: list[str] | None = None) -> int:
     p = parser(
-        __doc__, steps=4000, every_ckpt=1000, grace=20.0, modes="all_reduce,between_graph,parameter_server"
+        __doc__, steps=4000, every_ckpt=1000, grace=5.0, modes="all_reduce,between_graph,parameter_server"
     )
     args = p.parse_args(argv)
     rows = []
