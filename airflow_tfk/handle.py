@@ -31,6 +31,8 @@ class ClusterHandle:
     # What the clean-up after success may find: a JobSet ends the leftover roles itself.
     # A handle from before the layout was recorded reads as ``jobs``.
     layout: Layout = Layout.JOBS
+    # parameter_server: workers that may fail for good before the training fails
+    max_lost_workers: int = 0
 
     @classmethod
     def for_spec(
@@ -45,6 +47,7 @@ class ClusterHandle:
             spec.ps_grace_seconds,
             owner,
             layout=spec.layout,
+            max_lost_workers=spec.max_lost_workers,
         )
 
     def backend(self) -> Backend:
@@ -62,6 +65,7 @@ class ClusterHandle:
             "ps_grace_seconds": self.ps_grace_seconds,
             "owner": self.owner.to_dict() if self.owner is not None else None,
             "layout": Layout(self.layout).value,
+            "max_lost_workers": self.max_lost_workers,
         }
 
     @classmethod
@@ -80,4 +84,5 @@ class ClusterHandle:
             RunIdentity.from_dict(data["owner"]) if data.get("owner") else None,
             "owner" in data,
             Layout(data.get("layout", Layout.JOBS)),
+            int(data.get("max_lost_workers") or 0),
         )

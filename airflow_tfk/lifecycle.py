@@ -88,7 +88,9 @@ def create_or_reattach(
             backend.delete(ref, "replaced by a re-run of its task with another spec")
     if backend.exists(ref):
         status = backend.status(ref)
-        verdict = evaluate(spec.mode, {r: s.replicas for r, s in spec.roles().items()}, status)
+        verdict = evaluate(
+            spec.mode, {r: s.replicas for r, s in spec.roles().items()}, status, spec.max_lost_workers
+        )
         if verdict.outcome is not Outcome.FAILED:
             emit(f"reattaching to existing cluster {ref.name} in {ref.namespace} ({status.summary()})")
             return ref

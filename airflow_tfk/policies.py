@@ -50,10 +50,14 @@ def roles_after_success(mode: Mode, roles: list[str]) -> list[str]:
     return [r for r in roles if r in leftover]
 
 
-def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Verdict:
+def evaluate(
+    mode: Mode, replicas: dict[str, int], status: ClusterStatus, max_lost_workers: int = 0
+) -> Verdict:
     """Decide the training's outcome.
 
     :param replicas: replicas per role present in the spec, e.g. ``{"ps": 1, "worker": 2}``.
+    :param max_lost_workers: ``parameter_server`` only: workers that may fail for good
+        while the chief goes on; one more fails the training, naming them all.
     Any permanently failed task fails the training with that task's own reason; a cluster
     that vanished while running failed too (someone deleted it, e.g. a newer run). The
     evaluator is the exception: it only watches the training, so its failure does not
@@ -69,6 +73,17 @@ def evaluate(mode: Mode, replicas: dict[str, int], status: ClusterStatus) -> Ver
         why = status.deleted_reason or "deleted from outside"
         return Verdict(Outcome.FAILED, f"the cluster no longer exists ({why})")
     failed = [t for t in status.failed() if t.role not in ADVISORY_ROLES]
+    if failed and max_lost_workers and Mode(mode) is Mode.PARAMETER_SERVER:
+        lost = [t for t in failed if t.role == "worker"]
+        if len(lost) > max_lost_workers:
+            names = ", ".join(t.name for t in lost)
+            return Verdict(
+                Outcome.FAILED,
+                f"{len(lost)} workers lost for good ({names}), more than max_lost_workers="
+                f"{max_lost_workers}{_detail(lost[0])}",
+                lost[0],
+            )
+        failed = [t for t in failed if t.role != "worker"]
     if failed:
         # Blame a decisive task first (the one that never finished), then a task that
         # failed on its own over one killed by the deadline.

@@ -31,6 +31,7 @@ from typing import Any
 from airflow_tfk import naming
 from airflow_tfk.admission import KUEUE_QUEUE_LABEL, Layout
 from airflow_tfk.naming import RunIdentity
+from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
 from airflow_tfk.spec import ROLES, Mode, TFClusterSpec
 
 __all__ = [
@@ -387,6 +388,9 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "ttl_seconds_after_finished": spec.ttl_seconds_after_finished,
         "retries_per_index": spec.retries_per_index,
         "permanent_exit_codes": list(spec.permanent_exit_codes),
+        "preempted_exit_code": EXIT_PREEMPTED,
+        "termination_grace_seconds": spec.termination_grace_seconds,
+        "max_lost_workers": spec.max_lost_workers,
         "cluster_json": cluster_json,
         "tf_config_in_pod": tf_config_in_pod,
         "annotations": annotations,

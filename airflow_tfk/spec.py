@@ -30,6 +30,7 @@ from airflow_tfk._spec_checks import (
 from airflow_tfk.admission import CapacityCheck, Layout
 from airflow_tfk.errors import SpecError
 from airflow_tfk.network import TrainingNetworkPolicy
+from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
 from airflow_tfk.quantity import parse_quantity, quantity_value
 from airflow_tfk.spec_resources import Resources, Toleration
 from airflow_tfk.spec_yaml import load_yaml_mapping
@@ -286,6 +287,11 @@ class TFClusterSpec:
     :param retries_per_index: retries of each task index, PS included (``backoffLimitPerIndex``).
     :param permanent_exit_codes: exit codes that fail the task at once, without retry.
     :param ps_grace_seconds: wait after success before the PS are deleted.
+    :param termination_grace_seconds: time between SIGTERM and SIGKILL when a task is
+        preempted, evicted, drained or deleted (the pods' ``terminationGracePeriodSeconds``,
+        the local backend's kill grace): long enough to save a checkpoint on notice.
+    :param max_lost_workers: ``parameter_server`` only: how many workers may fail for good
+        while the chief goes on with the others; one more fails the training.
     :param legacy_tf1_flags: pass ``--ps_hosts --worker_hosts --job_name --task_index``.
     :param layout: ``jobs`` (a headless Service and an Indexed Job per role) or ``jobset`` (one
         JobSet, admitted by Kueue as one workload); see :mod:`airflow_tfk.admission`.
@@ -319,6 +325,8 @@ class TFClusterSpec:
     retries_per_index: int = 0
     permanent_exit_codes: tuple[int, ...] = (1, 2, 126, 127)
     ps_grace_seconds: int = 30
+    termination_grace_seconds: int = 60
+    max_lost_workers: int = 0
     legacy_tf1_flags: bool = False
     ttl_seconds_after_finished: int | None = 7 * 24 * 3600
     metrics_port: int | None = None
@@ -418,8 +426,34 @@ class TFClusterSpec:
             _int(code, f"permanent_exit_codes[{i}]", 1, 255)
         object.__setattr__(self, "permanent_exit_codes", tuple(sorted(set(codes))))
         _int(self.ps_grace_seconds, "ps_grace_seconds", 0, 24 * 3600)
+        _int(self.termination_grace_seconds, "termination_grace_seconds", 1, 24 * 3600)
+        if EXIT_PREEMPTED in self.permanent_exit_codes:
+            raise SpecError(
+                "permanent_exit_codes",
+                f"must not contain {EXIT_PREEMPTED}: the exit code of a task stopped on notice "
+                "after a checkpoint, which is always restarted",
+                list(self.permanent_exit_codes),
+            )
+        self._validate_lost_workers()
         if not isinstance(self.legacy_tf1_flags, bool):
             raise SpecError("legacy_tf1_flags", "must be true or false", self.legacy_tf1_flags)
+
+    def _validate_lost_workers(self) -> None:
+        _int(self.max_lost_workers, "max_lost_workers", 0, 10000)
+        if not self.max_lost_workers:
+            return
+        if self.mode is not Mode.PARAMETER_SERVER:
+            raise SpecError(
+                "max_lost_workers",
+                "applies to parameter_server mode only (the other modes need every worker)",
+                self.max_lost_workers,
+            )
+        if self.max_lost_workers >= self.worker.replicas:
+            raise SpecError(
+                "max_lost_workers",
+                f"must be less than worker.replicas ({self.worker.replicas}): one worker must be left",
+                self.max_lost_workers,
+            )
 
     def _validate_admission(self) -> None:
         """Network isolation, layout and admission options (airflow_tfk.network, .admission)."""

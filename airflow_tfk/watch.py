@@ -211,6 +211,7 @@ class WaitLoop:
     emit: Callable[[str], None] = log.info
     timeout_message: str = TIMEOUT_MESSAGE
     stall_seconds: float = DEFAULT_STALL_SECONDS
+    max_lost_workers: int = 0
     reporter: ProgressReporter = field(init=False)
     queue: QueueReporter = field(init=False)
     stalls: StallDetector = field(init=False)
@@ -249,7 +250,7 @@ class WaitLoop:
 
     def step(self, status: ClusterStatus) -> Verdict:
         """Log what changed and judge one status."""
-        verdict = evaluate(self.mode, self.replicas, status)
+        verdict = evaluate(self.mode, self.replicas, status, self.max_lost_workers)
         self._log_summary(status, final=verdict.outcome is not Outcome.RUNNING)
         for warning in self.stalls.observe(status):
             self.emit(warning)
@@ -322,6 +323,7 @@ def wait_for_cluster(
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
     emit: Callable[[str], None] = log.info,
     stall_seconds: float = DEFAULT_STALL_SECONDS,
+    max_lost_workers: int = 0,
 ) -> Verdict:
     """Block until the training succeeds or fails, or ``timeout`` seconds pass.
 
@@ -337,6 +339,7 @@ def wait_for_cluster(
         emit=emit,
         timeout_message=f"still running after {timeout or 0:.0f} s",
         stall_seconds=stall_seconds,
+        max_lost_workers=max_lost_workers,
     )
     return finish(loop.plan(), _BlockingIO(loop))
 

@@ -8,7 +8,8 @@ steps; no checkpoints, no export) and as the hand-written loop of the TensorFlow
 ParameterServerStrategy tutorial (schedule every step, join at the end) on the same model,
 data, optimizer and batch size. Each measures steady-state steps/s after ``--warmup``
 steps (tracing, connection set-up and start-up excluded); the median of the rounds is
-compared. Target: the TrainingApp at most 5 % slower (ratio >= 0.95).
+compared. Target: the TrainingApp at most 3 % slower (ratio >= 0.97), with the checkpoint on
+notice in place (the loop looks at its flag before every step it schedules).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-TARGET_RATIO = 0.95
+TARGET_RATIO = 0.97
 
 
 # ---- the hand-written loop (what a user would write without the platform) ---------------
@@ -187,6 +188,7 @@ def main(argv=None) -> int:
                     f"({res['steps']} steps in {res['seconds']:.2f} s, loss {res['loss']:.4f})",
                     flush=True,
                 )
+    faster = sum(a >= b for a, b in zip(results["trainingapp"], results["baseline"], strict=True))
     app = statistics.median(results["trainingapp"])
     base = statistics.median(results["baseline"])
     ratio = app / base
@@ -200,6 +202,7 @@ def main(argv=None) -> int:
                 "slower_by_percent": round(100 * (1 - ratio), 1),
                 "meets_target": ratio >= TARGET_RATIO,
                 "rounds": args.rounds,
+                "rounds_trainingapp_not_slower": faster,
                 "steps": args.steps,
                 "warmup": args.warmup,
             }

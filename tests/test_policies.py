@@ -90,3 +90,25 @@ def test_a_failed_evaluator_does_not_fail_the_training() -> None:
     # any other role still fails it
     worker_failed = status(chief=[R], ps=[R], worker=[F], evaluator=[R])
     assert evaluate(Mode.PARAMETER_SERVER, replicas, worker_failed).outcome is Outcome.FAILED
+
+
+def test_parameter_server_tolerates_lost_workers_up_to_the_bound() -> None:
+    replicas = {"chief": 1, "ps": 1, "worker": 3}
+    one_lost = status(chief=[R], ps=[R], worker=[R, F, R])
+    # by default a lost worker fails the training, as before
+    assert evaluate(Mode.PARAMETER_SERVER, replicas, one_lost).outcome is Outcome.FAILED
+    assert evaluate(Mode.PARAMETER_SERVER, replicas, one_lost, max_lost_workers=1).outcome is Outcome.RUNNING
+    done = status(chief=[S], ps=[R], worker=[R, F, R])
+    assert evaluate(Mode.PARAMETER_SERVER, replicas, done, max_lost_workers=1).outcome is Outcome.SUCCEEDED
+    two_lost = status(chief=[R], ps=[R], worker=[F, F, R])
+    verdict = evaluate(Mode.PARAMETER_SERVER, replicas, two_lost, max_lost_workers=1)
+    assert verdict.outcome is Outcome.FAILED
+    assert "worker-0" in verdict.message and "worker-1" in verdict.message, verdict.message
+    assert "max_lost_workers=1" in verdict.message
+
+
+def test_lost_workers_never_excuse_a_lost_ps_or_chief() -> None:
+    replicas = {"chief": 1, "ps": 1, "worker": 3}
+    for st in (status(chief=[F], ps=[R], worker=[R, R, R]), status(chief=[R], ps=[F], worker=[R, F, R])):
+        verdict = evaluate(Mode.PARAMETER_SERVER, replicas, st, max_lost_workers=2)
+        assert verdict.outcome is Outcome.FAILED and verdict.failed_task.role in ("chief", "ps"), verdict

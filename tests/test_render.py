@@ -18,6 +18,7 @@ import yaml
 from airflow_tfk import naming
 from airflow_tfk.errors import SpecError
 from airflow_tfk.naming import RunIdentity
+from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
 from airflow_tfk.render import RenderError, k8s_escape, render, template_dirs, to_yaml_stream
 from airflow_tfk.spec import TFClusterSpec
 from tests.helpers import IMAGENET, IMAGENET_OBJECTS, IMAGENET_STORAGE
@@ -276,6 +277,10 @@ def test_workers_are_one_indexed_job_with_per_index_retries():
     assert spec["podFailurePolicy"]["rules"] == [
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
         {
+            "action": "Ignore",
+            "onExitCodes": {"containerName": "tensorflow", "operator": "In", "values": [EXIT_PREEMPTED]},
+        },
+        {
             "action": "FailIndex",
             "onExitCodes": {"containerName": "tensorflow", "operator": "In", "values": [1, 2, 126, 127]},
         },
@@ -293,8 +298,8 @@ def test_chief_and_evaluator_are_indexed_jobs_of_one_with_the_deadline():
         assert pod_spec(job)["subdomain"] == f"imagenet-{role}"
         if role != "worker":
             assert job["spec"]["completions"] == job["spec"]["parallelism"] == 1
-        # No permanent exit codes: only the disruption rule is left.
-        assert [r["action"] for r in job["spec"]["podFailurePolicy"]["rules"]] == ["Ignore"]
+        # No permanent exit codes: only the disruption and stop-on-notice rules are left.
+        assert [r["action"] for r in job["spec"]["podFailurePolicy"]["rules"]] == ["Ignore", "Ignore"]
 
 
 def test_no_deadline_when_the_spec_has_none():
@@ -457,7 +462,7 @@ def test_pods_stop_promptly_and_have_a_writable_scratch_dir():
             continue
         pod = pod_spec(m)
         assert pod["shareProcessNamespace"] is True
-        assert pod["terminationGracePeriodSeconds"] == 10
+        assert pod["terminationGracePeriodSeconds"] == 60  # termination_grace_seconds: a checkpoint fits
         env, _ = process_view(m, 0)
         assert env["TMPDIR"] == "/tfk/scratch"
 

@@ -401,3 +401,29 @@ def test_huge_collections_are_refused_before_their_items_are_checked(changes, fi
     spent = time.process_time() - t0
     assert err.field == field
     assert spent < 0.25, f"{spent:.2f} CPU-s"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"mode": "all_reduce", "max_lost_workers": 1}, "parameter_server mode only"),
+        ({"max_lost_workers": 3}, "less than worker.replicas"),
+        ({"max_lost_workers": -1}, "max_lost_workers"),
+    ],
+)
+def test_max_lost_workers_is_checked(fields, message):
+    base = {
+        "name": "c",
+        "image": "tf:2",
+        "command": ["python", "t.py"],
+        "mode": "parameter_server",
+        "ps": {"replicas": 1},
+        "worker": {"replicas": 3},
+        "chief": {"replicas": 1},
+        "storage": {"models": {"size": "1Gi"}},
+    }
+    if fields.get("mode") == "all_reduce":
+        base = {k: v for k, v in base.items() if k not in ("ps", "chief")}
+    with pytest.raises(SpecError) as err:
+        TFClusterSpec.from_dict({**base, **fields})
+    assert err.value.field == "max_lost_workers" and message in str(err.value)

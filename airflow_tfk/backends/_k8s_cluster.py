@@ -93,7 +93,12 @@ class Interpreter:
             counted = max(
                 counted,
                 int(annotated.get(ANN_INDEX_FAILURES, "0"))
-                + (1 if v.phase is Phase.FAILED and v.terminal else 0),
+                # the newest pod's own failure, unless the policy ignores it (a disruption)
+                + (
+                    1
+                    if v.phase is Phase.FAILED and v.terminal and failure_action(job, newest) != "Ignore"
+                    else 0
+                ),
             )
         except ValueError:
             pass

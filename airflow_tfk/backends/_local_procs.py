@@ -46,7 +46,7 @@ SUPERVISOR = str(Path(__file__).with_name("_local_supervisor.py"))
 
 class LocalProcesses:
     root: str
-    kill_grace_seconds: float
+    kill_grace_seconds: float | None
     start_timeout_seconds: float
 
     def _task_dir(self, ref: ClusterRef, role: str, index: int) -> Path:
@@ -198,7 +198,7 @@ class LocalProcesses:
     def _mark_deleted(self, ref: ClusterRef, tasks: Sequence[TaskEntry]) -> float:
         """Leave each task's ``deleted`` marker (its supervisor stops on it); the longest
         kill grace among them."""
-        grace = self.kill_grace_seconds
+        grace = self.kill_grace_seconds or 0.0
         for t in tasks:
             tdir = self._task_dir(ref, t.role, t.index)
             if tdir.is_dir() and not (tdir / "deleted").exists():

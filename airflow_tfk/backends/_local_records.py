@@ -110,6 +110,9 @@ class TaskConfig:
     log: str
     retries: int = 0
     permanent_exit_codes: list[int] = field(default_factory=list)
+    # restarted without counting against ``retries`` (a task stopped on notice after a
+    # checkpoint), as podFailurePolicy's Ignore rule does on Kubernetes
+    free_retry_exit_codes: list[int] = field(default_factory=list)
     max_duration_seconds: float | None = None
     deadline: float | None = None
     kill_grace_seconds: float = 5.0

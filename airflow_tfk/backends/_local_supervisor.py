@@ -21,7 +21,9 @@ and writes (atomically):
   "Deleted", "reason", "exit_code", "restarts", "message", "finished_at"}``.
 
 Restarts: a task that exits non-zero is started again, up to ``retries`` times, unless its
-exit code is one of ``permanent_exit_codes``. A task killed by a signal reports
+exit code is one of ``permanent_exit_codes``; an exit code of ``free_retry_exit_codes`` (a
+task that stopped on notice after a checkpoint) is restarted without counting, up to
+:data:`MAX_FREE_RETRIES` times in a row. A task killed by a signal reports
 ``128 + signal`` as Kubernetes does. Past ``deadline`` (epoch seconds) the task is killed
 (SIGTERM, then SIGKILL after ``kill_grace_seconds``) and fails with ``DeadlineExceeded``.
 SIGTERM/SIGINT/SIGHUP to the supervisor, or a ``deleted`` file in the task directory,
@@ -51,6 +53,10 @@ except ImportError:  # pragma: no cover
 # task's exit wake the supervisor at once (pidfd + signal wakeup fd where available).
 POLL_SECONDS = 1.0
 FALLBACK_POLL_SECONDS = 0.1
+
+# A bound on restarts that do not count, in case a task exits "stopped on notice" at once
+# every time; the deadline bounds them too.
+MAX_FREE_RETRIES = 100
 
 _stop_signal: int | None = None
 _wakeup_r: int | None = None
@@ -140,6 +146,7 @@ class Supervisor:
         with open(os.path.join(task_dir, "task.json"), encoding="utf-8") as fh:
             self.task = json.load(fh)
         self.restarts = 0
+        self.free_retries = 0  # restarts after a stop on notice: not counted in `restarts`
         self.attempt = 0
         self.pids: list[int] = []
         self.last_exit_code: int | None = None
@@ -373,6 +380,8 @@ class Supervisor:
         detail = f"exit code {code}" + (f" ({sig})" if sig else "")
         if code in set(self.task.get("permanent_exit_codes", ())):
             return self.finish("Failed", "ExitCode", code, f"{detail}: permanent, not retried")
+        if code in set(self.task.get("free_retry_exit_codes", ())) and self.free_retries < MAX_FREE_RETRIES:
+            return None
         if self.restarts >= retries:
             return self.finish(
                 "Failed",
@@ -385,9 +394,17 @@ class Supervisor:
     def back_off(self) -> None:
         retries = int(self.task.get("retries", 0))
         backoff = float(self.task.get("restart_backoff_seconds", 1.0))
+        code = self.last_exit_code
+        if code in set(self.task.get("free_retry_exit_codes", ())) and self.free_retries < MAX_FREE_RETRIES:
+            # stopped on notice: its checkpoint is fresh, restart at once, not counted
+            self.free_retries += 1
+            self.log(
+                f"exit code {code} (stopped on notice after a checkpoint); restarting, not counted as a retry"
+            )
+            self.status("backoff", retry_at=time.time())
+            return
         self.restarts += 1
         delay = min(30.0, backoff * 2 ** (self.restarts - 1))
-        code = self.last_exit_code
         sig = _signal_name(code or 0)
         detail = f"exit code {code}" + (f" ({sig})" if sig else "")
         self.log(f"{detail}; restarting in {delay:.1f}s (retry {self.restarts} of {retries})")

@@ -75,6 +75,7 @@ from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
 from airflow_tfk.errors import ClusterOwnershipError, LocalMachineError
 from airflow_tfk.local_env import default_local_root as default_root
 from airflow_tfk.naming import RunIdentity
+from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
 from airflow_tfk.spec import ROLES, TFClusterSpec
 from airflow_tfk.status import Activity, ClusterStatus
 
@@ -94,7 +95,8 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         free ports are picked.
     :param workdir: working directory of the tasks (default: the directory
         :meth:`create` is called from); relative script paths resolve against it.
-    :param kill_grace_seconds: SIGTERM-to-SIGKILL grace when deleting or timing out tasks.
+    :param kill_grace_seconds: SIGTERM-to-SIGKILL grace when deleting or timing out tasks
+        (default: the spec's ``termination_grace_seconds``, as a pod's grace period).
     :param restart_backoff_seconds: first delay before a restart, doubled each retry.
     :param poll_interval: seconds between two status polls in :meth:`watch`.
     :param env_allowlist: names of this process's environment variables a task inherits
@@ -119,7 +121,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         *,
         fixed_ports: bool = False,
         workdir: str | None = None,
-        kill_grace_seconds: float = 5.0,
+        kill_grace_seconds: float | None = None,
         restart_backoff_seconds: float = 1.0,
         poll_interval: float = 0.5,
         inherit_env: bool = True,
@@ -134,7 +136,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         self.root = os.path.abspath(os.path.expanduser(root or default_root()))
         self.fixed_ports = bool(fixed_ports)
         self.workdir = os.path.abspath(workdir) if workdir else None
-        self.kill_grace_seconds = float(kill_grace_seconds)
+        self.kill_grace_seconds = None if kill_grace_seconds is None else float(kill_grace_seconds)
         self.restart_backoff_seconds = float(restart_backoff_seconds)
         self.poll_interval = float(poll_interval)
         self.inherit_env = bool(inherit_env)
@@ -373,9 +375,14 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
                     log=str(cdir / "logs" / f"{name}.log"),
                     retries=spec.retries_per_index,
                     permanent_exit_codes=list(spec.permanent_exit_codes),
+                    free_retry_exit_codes=[EXIT_PREEMPTED],
                     max_duration_seconds=spec.max_duration_seconds,
                     deadline=deadline,
-                    kill_grace_seconds=self.kill_grace_seconds,
+                    kill_grace_seconds=(
+                        spec.termination_grace_seconds
+                        if self.kill_grace_seconds is None
+                        else self.kill_grace_seconds
+                    ),
                     restart_backoff_seconds=self.restart_backoff_seconds,
                     scratch=str(scratch),
                 )

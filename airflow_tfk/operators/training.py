@@ -163,6 +163,7 @@ class TFTrainingOperator(OnBackendOperator):
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
                 stall_seconds=self.stall_seconds,
+                max_lost_workers=handle.max_lost_workers,
             )
         except TaskDeferred:
             raise

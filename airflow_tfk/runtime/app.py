@@ -48,7 +48,9 @@ for progress). The loops live in :mod:`.loops` and :mod:`.between_graph`, the ex
 :mod:`.export`; the full reference is ``docs/training-app.md``.
 
 Exit codes: 0 done; 1 error in the app (permanent); 2 bad flags or cluster environment
-(permanent); 75 transient cluster failure (unreachable task, aborted session: retry).
+(permanent); 75 transient cluster failure (unreachable task, aborted session: retry); 76
+stopped on notice after a checkpoint (SIGTERM: preemption, eviction, drain; restarted
+without counting as a failure, see :mod:`.notice`).
 """
 
 from __future__ import annotations
@@ -61,10 +63,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_tfk.runtime import cluster as _cluster
+from airflow_tfk.runtime import notice as _notice
 from airflow_tfk.runtime import progress as _progress
 from airflow_tfk.runtime.exits import (
     EXIT_APP_ERROR,
     EXIT_OK,
+    EXIT_PREEMPTED,
     EXIT_RETRYABLE,
     EXIT_USAGE,
     UsageError,
@@ -88,6 +92,7 @@ __all__ = [
     "BETWEEN_GRAPH",
     "EXIT_APP_ERROR",
     "EXIT_OK",
+    "EXIT_PREEMPTED",
     "EXIT_RETRYABLE",
     "EXIT_USAGE",
     "LOCAL",
@@ -126,6 +131,10 @@ class TrainingApp:
     learning_rate: float = 0.001
     #: description in ``--help``
     description: str | None = None
+    #: take SIGTERM as a notice (checkpoint at the next step, exit 76, be restarted).
+    #: None: only when the platform's loop runs; an app that overrides :meth:`train`
+    #: sets True and calls :meth:`stop_on_notice` between its steps.
+    checkpoint_on_notice: bool | None = None
 
     def __init__(self) -> None:
         self.flags: PlatformFlags = PlatformFlags()
@@ -138,7 +147,13 @@ class TrainingApp:
         self.model: Any = None
         self.optimizer: Any = None
         self.step: int = 0
+        #: SIGTERM as a notice (set on the tasks that train; see :mod:`.notice`)
+        self.notice: _notice.Notice | None = None
+        #: the previous attempt's stop, until this attempt has trained a step again
+        self.recovery: _notice.Recovery | None = None
         self._reporter: Reporter | None = None
+        #: what must outlive the training loop (ended with the process)
+        self.keep_alive: Any = None
 
     # ==== hooks ==========================================================================
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -267,8 +282,35 @@ class TrainingApp:
     def report(self, step: int, loss: float | None = None, force: bool = False) -> None:
         """Record progress (prints a progress line when one is due)."""
         self.step = step
+        if self.recovery is not None and self.recovery.resumed_step is not None:
+            if step > self.recovery.resumed_step:
+                self.recovery.trained(step)
+                self.recovery = None
         if self._reporter is not None:
             self._reporter.report(step, loss, force=force)
+
+    def resumed(self, step: int) -> None:
+        """The loop starts at ``step`` (restored, or read from the ps): state what the
+        previous attempt of this task lost, if it left a record."""
+        self.recovery = _notice.take_record(self.flags.checkpoint_dir, self.task_name)
+        if self.recovery is not None:
+            self.recovery.resumed(step)
+        elif step:
+            log(f"resumed at step {step} (the previous attempt left no record of its last step)")
+
+    @property
+    def task_name(self) -> str:
+        return "local" if self.task is None else f"{self.task.role}-{self.task.index}"
+
+    def stop_on_notice(self, save: Any = None) -> None:
+        """Between two steps: when a notice came, ``save()`` (if given) and raise
+        :class:`~.notice.Preempted`. Cheap enough to call at every step."""
+        if self.notice is None or not self.notice.received:
+            return
+        if save is not None:
+            save()
+            log(f"checkpoint saved on notice at step {self.step}")
+        raise _notice.Preempted(self.step, save is not None)
 
     def progress_due(self, step: int) -> bool:
         """Would :meth:`report` print a line at ``step``? (Saves fetching a loss.)"""
@@ -278,7 +320,18 @@ class TrainingApp:
     @classmethod
     def main(cls, argv: Sequence[str] | None = None) -> None:
         """Run the app and exit with its exit code."""
-        sys.exit(cls().run(argv))
+        app = cls()
+        code = app.run(argv)
+        if app.mode == ALL_REDUCE:
+            # Tearing down a MultiWorkerMirroredStrategy's distributed iterator can wait
+            # forever on tf.data's autotuning thread once the peers are gone (seen on the
+            # local backend after a resume: the export written, the process never ending).
+            # Everything the task owes is written and flushed by now: end the process
+            # without tearing anything down.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        sys.exit(code)
 
     def parse(self, argv: Sequence[str] | None = None) -> None:
         """Split the command line: ``--tfk_*`` into ``self.flags``, the app's own flags
@@ -315,6 +368,11 @@ class TrainingApp:
         try:
             self._configure_tensorflow()
             return self._dispatch()
+        except _notice.Preempted as exc:
+            log(f"{exc}: exiting with {EXIT_PREEMPTED} to be restarted")
+            self._record_stop("notice")
+            self._final_progress("failed")
+            return EXIT_PREEMPTED
         except UsageError as exc:
             log(f"error: {exc}")
             self._final_progress("failed")
@@ -322,11 +380,17 @@ class TrainingApp:
         except BaseException as exc:  # noqa: B036 - report every way of dying
             traceback.print_exc()
             self._final_progress("failed")
+            self._record_stop("error")
             if isinstance(exc, KeyboardInterrupt | SystemExit):
                 return 130 if isinstance(exc, KeyboardInterrupt) else exit_code(exc)
             return EXIT_RETRYABLE if is_transient(exc) else EXIT_APP_ERROR
 
     # ==== platform internals ==============================================================
+    def _record_stop(self, why: str) -> None:
+        if self._reporter is not None:  # only tasks that train have steps to lose
+            at = self.notice.at if why == "notice" and self.notice is not None else None
+            _notice.record_stop(self.flags.checkpoint_dir, self.task_name, self.step, at, why)
+
     def _final_progress(self, status: str) -> None:
         if self._reporter is not None:
             self._reporter.report(self.step, None, status=status, force=True)
@@ -369,7 +433,17 @@ class TrainingApp:
             log_dir=self._summary_dir(),
             metrics=self._metrics(),
         )
+        on_notice = self.flags.checkpoint_on_notice
+        if on_notice is None:
+            on_notice = self.checkpoint_on_notice
+        if on_notice is None:
+            on_notice = type(self).train is TrainingApp.train
+        if on_notice:
+            self.notice = _notice.Notice()
+            self.notice.install()
         self.train()
+        if self.notice is not None:  # trained: a SIGTERM from now on ends the task at once
+            self.notice.uninstall()
         self._reporter.report(self.step, None, status="done", force=True)
         self._reporter.close()
         return EXIT_OK

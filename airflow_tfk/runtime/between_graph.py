@@ -18,15 +18,25 @@ averaged into one update, so the global step advances once per aggregated update
   once the tokens are gone, a closed queue ends its session cleanly);
 - the chief's aggregation thread, left waiting for gradients that will never come, is
   given 2 s to stop instead of TF's 120 s, then its session is closed under it.
+
+On notice (SIGTERM, see :mod:`.notice`) a replica stops after its current step: the chief
+first saves a checkpoint of the variables (they live on the ps, so that is the whole
+training), a worker has nothing of its own to save. Both exit 76 and are restarted. A
+restarted worker rejoins at the global step; a restarted (asynchronous) chief goes on
+from the ps's variables when the ps kept them, and restores the newest checkpoint only
+when they are gone too (a drain of every pod, a lost ps).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.runtime import cluster as _cluster
 from airflow_tfk.runtime import progress as _progress
+from airflow_tfk.runtime.exits import log
+from airflow_tfk.runtime.notice import Preempted
 
 if TYPE_CHECKING:
     from airflow_tfk.runtime.app import TrainingApp
@@ -55,6 +65,34 @@ def wait_until_initialised(server: Any, config: Any, timeout: float) -> None:
                     f"the chief did not initialise the variables within {timeout:g}s"
                 )
             time.sleep(0.5)
+
+
+def _chief_restore(app: TrainingApp, server: Any, config: Any, hooks: list[Any]) -> tuple[Any, Any]:
+    """The chief's checkpoint dir to restore from and its scaffold.
+
+    A restarted chief whose ps kept the variables while the other workers went on
+    training goes on from them: they are newer than any checkpoint, and a restore (or the
+    initialisation a chief runs when it restores nothing) would roll them back.
+    """
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    ckpt_dir, every = app.flags.checkpoint_dir, app.flags.checkpoint_every
+    if not ckpt_dir or app.flags.sync or not _initialised(server, config):
+        return ckpt_dir, None
+    log("the ps still hold the training's variables: going on from them")
+    if every:
+        hooks.append(v1.train.CheckpointSaverHook(ckpt_dir, save_steps=every))
+    return None, v1.train.Scaffold(init_op=v1.no_op())
+
+
+def _initialised(server: Any, config: Any) -> bool:
+    """Do the ps hold every variable of the graph already (a restarted chief)?"""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    with v1.Session(server.target, config=config) as probe:
+        return not len(probe.run(v1.report_uninitialized_variables(v1.global_variables())))
 
 
 def _release_hook_class() -> Any:
@@ -87,6 +125,41 @@ def _ReleaseHook(release: Any, last_step: int) -> Any:  # noqa: N802 - a class, 
     return _release_hook_class()(release, last_step)
 
 
+def _notice_hook_class() -> Any:
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+
+    class NoticeHook(tf.compat.v1.train.SessionRunHook):
+        """After each step: on notice, save (on the chief) and stop the session."""
+
+        def __init__(self, notice: Any, checkpoint_dir: str | None) -> None:
+            self._notice, self._dir = notice, checkpoint_dir
+            self.stopped_at: int | None = None
+            self.saved = False
+
+        def begin(self) -> None:
+            self._global_step = v1.train.get_global_step()
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            if not self._notice.received or self.stopped_at is not None:
+                return
+            session = run_context.session
+            self.stopped_at = int(session.run(self._global_step))
+            if self._dir:
+                # the scaffold's saver: the one MonitoredTrainingSession restores with
+                saver = v1.get_collection(v1.GraphKeys.SAVERS)[0]
+                saver.save(session, os.path.join(self._dir, "model.ckpt"), global_step=self.stopped_at)
+                self.saved = True
+            run_context.request_stop()
+
+    return NoticeHook
+
+
+def _NoticeHook(notice: Any, checkpoint_dir: str | None) -> Any:  # noqa: N802 - a class, built lazily
+    return _notice_hook_class()(notice, checkpoint_dir)
+
+
 def train_between_graph(app: TrainingApp) -> None:
     import tensorflow as tf
 
@@ -94,6 +167,8 @@ def train_between_graph(app: TrainingApp) -> None:
     assert info is not None
     v1 = tf.compat.v1
     server = app.server()
+    if app.notice is not None:
+        app.notice.install()  # again: the server's start may have taken SIGTERM
     app.wait_for(["ps"])
     # replicas: the chief (if any) first, then the workers
     n_replicas = info.num("chief") + info.num("worker")
@@ -117,6 +192,10 @@ def train_between_graph(app: TrainingApp) -> None:
             loss = app.loss(labels, outputs)
             optimizer = app.build_v1_optimizer()
             hooks: list[Any] = [v1.train.StopAtStepHook(last_step=total)]
+            notice_hook = None
+            if app.notice is not None:
+                notice_hook = _NoticeHook(app.notice, app.flags.checkpoint_dir if is_chief else None)
+                hooks.append(notice_hook)
             if app.flags.sync:
                 optimizer = v1.train.SyncReplicasOptimizer(
                     optimizer, replicas_to_aggregate=n_replicas, total_num_replicas=n_replicas
@@ -135,11 +214,13 @@ def train_between_graph(app: TrainingApp) -> None:
         every_ckpt = app.flags.checkpoint_every
         if not is_chief:
             wait_until_initialised(server, config, app.flags.cluster_wait)
+        restore_dir, scaffold = _chief_restore(app, server, config, hooks) if is_chief else (None, None)
         with v1.train.MonitoredTrainingSession(
             master=server.target,
             is_chief=is_chief,
-            checkpoint_dir=app.flags.checkpoint_dir,
-            save_checkpoint_steps=(every_ckpt or None) if app.flags.checkpoint_dir else None,
+            checkpoint_dir=restore_dir,
+            scaffold=scaffold,
+            save_checkpoint_steps=(every_ckpt or None) if restore_dir else None,
             save_checkpoint_secs=None,
             save_summaries_steps=None,
             save_summaries_secs=None,
@@ -149,6 +230,7 @@ def train_between_graph(app: TrainingApp) -> None:
             stop_grace_period_secs=2 if app.flags.sync else 120,
         ) as sess:
             app.step = int(sess.run(global_step))
+            app.resumed(app.step)
             app.report(app.step, None, force=True)
             local_steps = 0
             while not sess.should_stop():
@@ -156,6 +238,11 @@ def train_between_graph(app: TrainingApp) -> None:
                 local_steps += 1
                 app.step = min(total, int(step))
                 app.report(app.step, float(loss_value))
+        if notice_hook is not None and notice_hook.stopped_at is not None:
+            app.step = notice_hook.stopped_at
+            if notice_hook.saved:
+                log(f"checkpoint saved on notice at step {app.step}")
+            raise Preempted(app.step, notice_hook.saved)
         # The monitored session is closed; the variables live on the ps, so a plain
         # session reads the final global step (another worker may have taken the last
         # step) and, on the chief, the trained weights.

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import sys
 
+from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED as EXIT_PREEMPTED
+from airflow_tfk.protocol.exit_codes import EXIT_RETRYABLE as EXIT_RETRYABLE
+
 EXIT_OK = 0
 EXIT_APP_ERROR = 1  # a bug in the app: permanent
 EXIT_USAGE = 2  # bad flags or cluster environment: permanent
-EXIT_RETRYABLE = 75  # EX_TEMPFAIL: unreachable task, aborted session; a retry can fix it
 
 
 class UsageError(Exception):

@@ -56,6 +56,7 @@ class PlatformFlags:
     seed: int | None = None
     metrics_port: int | None = None
     metrics_path: str = "/metrics"
+    checkpoint_on_notice: bool | None = None
 
 
 def _bounded(convert: type, noun: str, minimum: float, inclusive: bool):
@@ -135,6 +136,11 @@ _SWITCHES = (
         ("--tfk_async", "asynchronous updates (between_graph, parameter_server)"),
     ),
     ("use_gpu", ("--tfk_use_gpu", "require a GPU"), ("--tfk_no_gpu", "hide GPUs and train on CPU")),
+    (
+        "checkpoint_on_notice",
+        ("--tfk_checkpoint_on_notice", "on SIGTERM, checkpoint at the next step and exit 76 (default)"),
+        ("--tfk_no_checkpoint_on_notice", "SIGTERM ends the task at once"),
+    ),
 )
 
 

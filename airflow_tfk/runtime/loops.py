@@ -58,6 +58,8 @@ def setup_state(app: TrainingApp, write_dir: str | None = None) -> TrainState:
     """
     import tensorflow as tf
 
+    if app.notice is not None:
+        app.notice.install()  # again: the strategy's start may have taken SIGTERM
     with app.strategy.scope():
         app.model = app.build_model()
         app.optimizer = app.build_optimizer()
@@ -73,6 +75,7 @@ def setup_state(app: TrainingApp, write_dir: str | None = None) -> TrainState:
         checkpoint.restore(read_manager.latest_checkpoint).expect_partial()
         app.step = int(step_var.numpy())
         log(f"resumed from {read_manager.latest_checkpoint} at step {app.step}")
+    app.resumed(app.step)
     app.report(app.step, None, force=True)
     return TrainState(checkpoint, step_var, manager)
 
@@ -120,10 +123,10 @@ def train_parameter_server(app: TrainingApp) -> None:
     app.strategy = strategy = tf.distribute.ParameterServerStrategy(resolver)
     app.coordinator = coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     state = setup_state(app)
-    total, spc = app.flags.steps, app.flags.steps_per_call
+    spc = app.flags.steps_per_call
     with strategy.scope():
         # The last loss any worker computed, kept on a ps next to the step counter, so a
-        # progress line costs one read of two variables and never waits for a step.
+        # progress line costs one read and never waits for a step.
         last_loss = tf.Variable(float("nan"), trainable=False, name="tfk_last_loss")
     step_var = state.step_var
 
@@ -154,48 +157,74 @@ def train_parameter_server(app: TrainingApp) -> None:
                 loss = strategy.reduce("MEAN", per_replica, axis=None)
             return count(loss)
 
-    def read_progress() -> tuple[int, float | None]:
-        step, loss = int(step_var.read_value().numpy()), float(last_loss.read_value().numpy())
-        return min(total, step), (None if loss != loss else loss)  # NaN: no step yet
+    @tf.function
+    def read_both() -> Any:  # one call: the two reads go out together
+        return step_var.read_value(), last_loss.read_value()
 
-    # Scheduling is asynchronous, and the coordinator's queue would take every step at
-    # once. Every `interval` steps the closure just scheduled becomes a marker; waiting
-    # for the marker from `lag` intervals earlier keeps the workers fed with `lag`
-    # intervals of work (at least ~8 closures per worker) and paces this loop to them.
-    # The progress itself is read from the ps (the counter the workers advance), so a
-    # line shows the step the cluster has finished at that moment, not the marker's.
-    interval = max(spc, min(app.flags.progress_every, 10))
-    lag = max(4, -(-8 * max(1, info.num("worker")) * spc // interval))
-    every_ckpt = app.flags.checkpoint_every if state.manager is not None else 0
-    scheduled = next_marker = app.step
-    markers: collections.deque[Any] = collections.deque()
-    while scheduled < total:
-        rv = coordinator.schedule(worker_fn, args=(iterator,))
-        scheduled += spc
-        if scheduled - next_marker < interval and scheduled < total:
-            continue
-        markers.append(rv)
-        next_marker = scheduled
-        if len(markers) > lag:
-            markers.popleft().fetch()  # waits until that closure has run
-        app.report(*read_progress())  # printed when a line is due
-        if (
-            every_ckpt
-            and scheduled < total
-            and scheduled // every_ckpt > (scheduled - interval) // every_ckpt
-        ):
-            # finish what is in flight so the checkpoint's step count is exact
-            coordinator.join()
-            markers.clear()
-            step, loss = read_progress()
-            app.report(step, loss)
-            state.save(step)
-    coordinator.join()
-    step, loss = read_progress()
-    app.report(step, loss)
-    app.step = step
-    state.save(step)
+    _PSLoop(
+        app, coordinator, state, lambda: coordinator.schedule(worker_fn, args=(iterator,)), read_both
+    ).run()
     app.finish(app.model)
+
+
+class _PSLoop:
+    """Schedules the steps of a parameter_server training and keeps it paced, reported,
+    checkpointed and stoppable on notice.
+
+    Scheduling is asynchronous, and the coordinator's queue would take every step at once.
+    Every ``pace`` steps (10, or the progress interval if smaller) the closure just
+    scheduled becomes a marker; waiting for the marker from ``lag`` paces earlier keeps
+    the workers fed with ``lag`` paces of work (at least ~8 closures per worker) and paces
+    this loop to them, so it wakes up evenly and the steps in flight that a checkpoint (or
+    a notice) waits for stay few. At each wake-up the progress is read from the ps (the
+    counter the workers advance), both variables in one call: a line shows the step the
+    cluster has finished at that moment. A coarser pace wakes the loop in bursts, and the
+    counter then jumps past progress lines.
+    """
+
+    def __init__(self, app: TrainingApp, coordinator: Any, state: TrainState, schedule: Any, read: Any):
+        assert app.task is not None
+        self.app, self.coordinator, self.state = app, coordinator, state
+        self.schedule, self.read = schedule, read
+        self.total, self.spc = app.flags.steps, app.flags.steps_per_call
+        self.pace = max(self.spc, min(app.flags.progress_every, 10))
+        self.lag = max(4, -(-8 * max(1, app.task.num("worker")) * self.spc // self.pace))
+        self.every_ckpt = app.flags.checkpoint_every if state.manager is not None else 0
+        self.markers: collections.deque[Any] = collections.deque()
+
+    def progress(self) -> None:
+        step, loss = (v.numpy() for v in self.read())
+        loss = float(loss)
+        self.app.report(min(self.total, int(step)), None if loss != loss else loss)  # NaN: no step yet
+
+    def drain_and_save(self) -> None:
+        # what is in flight finishes (it is not lost); the counter is then exact
+        self.coordinator.join()
+        self.markers.clear()
+        self.progress()
+        self.state.save(self.app.step)
+
+    def crossed(self, scheduled: int, every: int) -> bool:
+        return bool(every) and scheduled // every > (scheduled - self.spc) // every
+
+    def run(self) -> None:
+        app, notice = self.app, self.app.notice
+        scheduled = app.step
+        while scheduled < self.total:
+            if notice is not None and notice.received:
+                app.stop_on_notice(self.drain_and_save if self.state.manager is not None else None)
+            rv = self.schedule()
+            scheduled += self.spc
+            if self.crossed(scheduled, self.pace) or scheduled >= self.total:
+                self.markers.append(rv)
+                if len(self.markers) > self.lag:
+                    self.markers.popleft().fetch()  # waits until that closure has run
+                self.progress()  # printed when a line is due
+            if scheduled < self.total and self.crossed(scheduled, self.every_ckpt):
+                self.drain_and_save()
+        self.coordinator.join()
+        self.progress()
+        self.state.save(app.step)
 
 
 # ---- all_reduce and local ---------------------------------------------------------------
@@ -216,10 +245,13 @@ def train_synchronous(app: TrainingApp) -> None:
         assert app.task is not None
         # every MWMS worker must take part in saving; only the chief's copy is kept
         write_dir = os.path.join(ckpt_dir, ".tmp", f"{app.task.role}-{app.task.index}")
+        # a copy left by an earlier attempt is never read back
+        shutil.rmtree(write_dir, ignore_errors=True)
     state = setup_state(app, write_dir)
     total = app.flags.steps
     if app.mode == ALL_REDUCE:
         iterator = iter(strategy.distribute_datasets_from_function(app.dataset))
+        app.keep_alive = iterator  # torn down with the process, not here (see TrainingApp.main)
     else:
         iterator = iter(app.dataset(None))
 
@@ -229,8 +261,17 @@ def train_synchronous(app: TrainingApp) -> None:
         return strategy.reduce("MEAN", per_replica, axis=None)
 
     every_ckpt = app.flags.checkpoint_every
+    handler = preemption_handler(app, state) if app.mode == ALL_REDUCE else None
+
+    def save_now() -> None:
+        state.save(app.step)
+
     while app.step < total:
-        loss = step_fn(iterator)
+        if handler is not None:
+            loss = handler.run(step_fn, iterator)
+        else:
+            app.stop_on_notice(save_now if state.manager is not None else None)
+            loss = step_fn(iterator)
         app.step += 1
         if app.progress_due(app.step):
             app.report(app.step, float(loss))
@@ -240,3 +281,46 @@ def train_synchronous(app: TrainingApp) -> None:
     if write_dir != ckpt_dir and write_dir:
         shutil.rmtree(write_dir, ignore_errors=True)
     app.finish(app.model)
+
+
+def preemption_handler(app: TrainingApp, state: TrainState) -> Any:
+    """TensorFlow's ``PreemptionCheckpointHandler`` for ``all_reduce``, or None.
+
+    On a notice to any worker, every worker saves at the same step (agreed through the
+    coordination service) and stops with :class:`~.notice.Preempted`: a synchronous
+    cluster cannot go on without a peer. The handler watches the app's own notice flag
+    rather than installing a second SIGTERM handler, so a notice that comes while the
+    strategy is still starting is not missed.
+    """
+    import tensorflow as tf
+
+    from airflow_tfk.runtime.notice import Preempted
+
+    notice = app.notice
+    if notice is None or state.manager is None:
+        return None
+
+    def save() -> None:
+        state.save(app.step)
+        log(f"checkpoint saved on notice at step {app.step}")
+
+    def stop() -> None:
+        raise Preempted(app.step, True)
+
+    config = tf.distribute.experimental.TerminationConfig(
+        termination_watcher_fn=lambda: notice.received, exit_fn=stop, grace_period=0, save_fn=save
+    )
+    # The handler asks GCE's metadata server where it runs, and on a GCE CPU node (a GKE
+    # node without GPU) gives up watching. The notice here is the kubelet's SIGTERM on any
+    # platform, so the lookup is pointed at a closed local port: answered at once, "no".
+    saved = os.environ.get("GCE_METADATA_IP")
+    os.environ["GCE_METADATA_IP"] = "127.0.0.1:9"
+    try:
+        return tf.distribute.experimental.PreemptionCheckpointHandler(
+            app.strategy.cluster_resolver, state.manager, termination_config=config
+        )
+    finally:
+        if saved is None:
+            os.environ.pop("GCE_METADATA_IP", None)
+        else:
+            os.environ["GCE_METADATA_IP"] = saved

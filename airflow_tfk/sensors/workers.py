@@ -84,6 +84,7 @@ class TFWorkersSensor(BaseSensorOperator):
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
                 stall_seconds=self.stall_seconds,
+                max_lost_workers=handle.max_lost_workers,
             )
         status = self._loop.backend.status(handle.ref)
         verdict = self._loop.step(status)

@@ -80,6 +80,7 @@ class WorkersDoneTrigger(BaseTrigger):
         delete_on_kill: bool = True,
         release_handle: dict[str, Any] | None = None,
         stall_seconds: float = STALL_SECONDS,
+        max_lost_workers: int = 0,
     ) -> None:
         super().__init__()
         # Checked here, reported by run() as its one event (a trigger yields, it does not
@@ -108,6 +109,7 @@ class WorkersDoneTrigger(BaseTrigger):
         self.delete_on_kill = delete_on_kill
         self.release_handle = release_handle
         self.stall_seconds = stall_seconds
+        self.max_lost_workers = max_lost_workers
         self._fired = False
 
     @classmethod
@@ -133,6 +135,7 @@ class WorkersDoneTrigger(BaseTrigger):
             progress_interval=progress_interval,
             release_handle=handle.to_dict() if release_after_success else None,
             stall_seconds=stall_seconds,
+            max_lost_workers=handle.max_lost_workers,
         )
         if trigger.invalid is not None:
             raise trigger.invalid
@@ -152,6 +155,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 "delete_on_kill": self.delete_on_kill,
                 "release_handle": self.release_handle,
                 "stall_seconds": self.stall_seconds,
+                "max_lost_workers": self.max_lost_workers,
             },
         )
 
@@ -177,6 +181,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
                 stall_seconds=self.stall_seconds,
+                max_lost_workers=self.max_lost_workers,
             )
             result = wait_result(await await_cluster(loop))
         except Exception as exc:  # reported as an event; the operator raises and cleans up

@@ -12,6 +12,11 @@ imports nothing heavy: an import hook waits for TensorFlow's own modules and the
   ``MonitoredTrainingSession`` without a ``ConfigProto`` hit.
 - makes a non-chief's session manager check every second (not every 30 s) whether the
   chief has initialised the variables, so the workers start together.
+- gives ``MonitoredTrainingSession`` a 2 s ``stop_grace_period_secs`` (TF's default is
+  120 s) when the script passes none. In a synchronous script (``SyncReplicasOptimizer``)
+  the chief's gradient-aggregation queue runner is left waiting for gradients that no
+  worker will send once the workers are done; closing the session waits the whole grace
+  period for that thread, so the chief exited 120 s after the workers.
 
 A script that sets ``device_filters`` or ``recovery_wait_secs`` itself keeps its own.
 Another ``sitecustomize`` further down the path still runs (it is chained below).
@@ -30,6 +35,7 @@ from types import ModuleType
 from typing import Any
 
 RECOVERY_WAIT_SECS = 1
+STOP_GRACE_PERIOD_SECS = 2
 
 
 def task_filters(env: Any = os.environ) -> list[str] | None:
@@ -86,9 +92,24 @@ def _patch_session_manager(module: ModuleType) -> None:
     manager_cls.__init__ = __init__
 
 
+def _patch_monitored_training_session(module: ModuleType) -> None:
+    original = module.MonitoredTrainingSession
+
+    def MonitoredTrainingSession(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - TF's name
+        # stop_grace_period_secs is the 11th parameter; only its default is changed
+        if len(args) < 11:
+            kwargs.setdefault("stop_grace_period_secs", STOP_GRACE_PERIOD_SECS)
+        return original(*args, **kwargs)
+
+    MonitoredTrainingSession.__doc__ = original.__doc__
+    MonitoredTrainingSession.__wrapped__ = original  # type: ignore[attr-defined]
+    module.MonitoredTrainingSession = MonitoredTrainingSession  # type: ignore[attr-defined]
+
+
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "tensorflow.python.client.session": _patch_session,
     "tensorflow.python.training.session_manager": _patch_session_manager,
+    "tensorflow.python.training.monitored_session": _patch_monitored_training_session,
 }
 
 
