@@ -9,6 +9,7 @@ from airflow_tfk.runtime import notice
 
 
 def test_sigterm_sets_the_flag_instead_of_ending_the_process():
+    before = signal.getsignal(signal.SIGTERM)  # SIG_DFL alone; a pytest-xdist worker has its own
     n = notice.Notice()
     n.install()
     try:
@@ -17,7 +18,7 @@ def test_sigterm_sets_the_flag_instead_of_ending_the_process():
         assert n.received and n.at is not None
     finally:
         n.uninstall()
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) == before  # put back as it was
 
 
 def test_the_record_states_the_steps_lost_once(tmp_path, capsys):
