@@ -29,7 +29,11 @@ class _FieldError(Exception):
     :param field: dotted path of the offending field, e.g. ``worker.replicas``.
     :param rule: the rule that was broken, in words.
     :param value: the offending value, shown with ``repr`` (optional).
+
+    ``line`` is the 1-based line of the field in the file it came from, where known.
     """
+
+    line: int | None = None
 
     def __init__(self, field: str, rule: str, value: object = ...) -> None:
         self.field = field

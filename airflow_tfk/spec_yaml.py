@@ -23,7 +23,7 @@ from typing import Any
 
 from airflow_tfk.errors import SpecError
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "load_yaml_mapping"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "load_yaml_mapping", "parser_error"]
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
@@ -56,6 +56,25 @@ def _at(mark: Any) -> str:
     return f"line {mark.line + 1}" if mark is not None else "the document"
 
 
+def parser_error(exc: Exception) -> SpecError:
+    """The project's own error for a YAML parser's refusal, with the line where it is known.
+
+    Deep nesting has one message whichever parser meets it first: our event check, or a
+    libyaml build with its own nesting limit (libyaml 0.2.6 in PyYAML 6.0.4 stops at 1000
+    levels, and its scanner's look-ahead can reach that before our check sees the 65th).
+    """
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    problem = str(getattr(exc, "problem", None) or "")
+    if "nesting" in problem or isinstance(exc, RecursionError):
+        err = SpecError("spec", f"is nested deeper than {MAX_DEPTH} levels ({_at(mark)})")
+    else:
+        text = " ".join(str(exc).split())[:500]
+        err = SpecError("spec", f"is not valid YAML: {text}")
+    err.line = line
+    return err
+
+
 def _check_events(text: str) -> None:
     """Depth and expanded size from the event stream (no tree is built yet)."""
     import yaml
@@ -73,7 +92,9 @@ def _check_events(text: str) -> None:
             nodes += 1
             depth += 1
             if depth > MAX_DEPTH:
-                raise SpecError("spec", f"is nested deeper than {MAX_DEPTH} levels ({_at(event.start_mark)})")
+                err = SpecError("spec", f"is nested deeper than {MAX_DEPTH} levels ({_at(event.start_mark)})")
+                err.line = event.start_mark.line + 1 if event.start_mark is not None else None
+                raise err
             stack.append((event.anchor, nodes))
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
@@ -194,10 +215,8 @@ def load_yaml_mapping(text: str | bytes) -> dict[str, Any]:
             data = loader.construct_document(node)
         finally:
             loader.dispose()
-    except yaml.YAMLError as exc:
-        raise SpecError("spec", f"is not valid YAML: {str(exc)[:500]}") from None
-    except RecursionError:  # a shape the bounds above did not foresee
-        raise SpecError("spec", "is nested too deeply") from None
+    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: a shape the bounds missed
+        raise parser_error(exc) from None
     if not isinstance(data, Mapping):
         raise SpecError("spec", "must be a YAML mapping", type(data).__name__)
     return dict(data)

@@ -4,6 +4,7 @@ interpreter (so one sample's imports do not make the next one cheap)."""
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +23,20 @@ def parser(doc: str, **defaults: int | float | str) -> argparse.ArgumentParser:
 
 def python_seconds(code: str) -> float:
     """Run ``code`` in a new interpreter from the repository root; it prints a number of
-    seconds as its last line, which is returned."""
+    seconds as its last line, which is returned.
+
+    The interpreter reads and writes bytecode as an installed wheel's would, whatever the
+    caller's environment says: under an inherited ``PYTHONDONTWRITEBYTECODE`` every sample
+    would compile the package's modules again and time the compiler.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=300
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
     )
     return float(out.stdout.strip().splitlines()[-1])

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_tfk.errors import SpecError
+from airflow_tfk.spec_yaml import parser_error
 
 MAX_BYTES = 1 << 20  # a training file is a page of settings, not a data set
 MAX_DEPTH = 64
@@ -55,7 +56,7 @@ class _Builder:
             key_path = path
             while key_path.endswith("]"):
                 key_path = key_path[: key_path.rfind("[")]
-            exc.line = self.lines.get(key_path)  # type: ignore[attr-defined]
+            exc.line = self.lines.get(key_path)
             raise exc
         self._seen.add(id(node))
         if isinstance(node, yaml.ScalarNode):
@@ -93,7 +94,7 @@ class _Builder:
                     f"is defined twice (lines {self.lines.get(where, '?')} and "
                     f"{key_node.start_mark.line + 1}); remove one",
                 )
-                exc.line = key_node.start_mark.line + 1  # type: ignore[attr-defined]
+                exc.line = key_node.start_mark.line + 1
                 raise exc
             self.lines[where] = key_node.start_mark.line + 1
             mapping[key] = self.value(value_node, where, depth + 1)
@@ -124,7 +125,7 @@ def _check_depth(text: str | bytes) -> None:
             if depth > MAX_DEPTH:
                 exc = SpecError("spec", f"is nested deeper than {MAX_DEPTH} levels")
                 mark = event.start_mark
-                exc.line = mark.line + 1 if mark is not None else None  # type: ignore[attr-defined]
+                exc.line = mark.line + 1 if mark is not None else None
                 raise exc
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
@@ -144,13 +145,13 @@ def load_mapping(text: str | bytes) -> tuple[dict[str, Any], dict[str, int]]:
     try:
         _check_depth(text)
     except yaml.YAMLError as exc:
-        raise SpecError("spec", f"is not valid YAML: {_first_line(exc)}") from None
+        raise parser_error(exc) from None
     loader = _loader_class()(text)
     try:
         try:
             root = loader.get_single_node()
-        except yaml.YAMLError as exc:
-            raise SpecError("spec", f"is not valid YAML: {_first_line(exc)}") from None
+        except (yaml.YAMLError, RecursionError) as exc:
+            raise parser_error(exc) from None
         if root is None:
             raise SpecError("spec", "is empty; a training file is a YAML mapping")
         builder = _Builder(loader)

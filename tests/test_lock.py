@@ -1,0 +1,84 @@
+"""The committed lock (requirements/lock.txt, scripts/lock.sh) is what bootstrap installs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests.helpers import ROOT as REPO
+
+_spec = importlib.util.spec_from_file_location("lock_diff", REPO / "scripts" / "lock_diff.py")
+assert _spec is not None and _spec.loader is not None
+lock_diff = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(lock_diff)
+
+LOCK = REPO / "requirements" / "lock.txt"
+
+
+def _direct_requirements() -> list[Requirement]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    found = [Requirement(r) for r in project["dependencies"]]
+    for extra in ("test", "local", "validate"):
+        found += [Requirement(r) for r in project["optional-dependencies"][extra]]
+    for line in (REPO / "requirements" / "tools.in").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            found.append(Requirement(line))
+    return found
+
+
+def test_every_direct_requirement_is_locked_within_its_range() -> None:
+    """A range edited in pyproject.toml without `bash scripts/lock.sh` fails here, not on a
+    fresh machine."""
+    pins = lock_diff.pins(LOCK)
+    wrong = []
+    for req in _direct_requirements():
+        version = pins.get(canonicalize_name(req.name))
+        if version is None or not req.specifier.contains(version, prereleases=True):
+            wrong.append(f"{req} (locked: {version})")
+    assert not wrong, "requirements/lock.txt is stale; run bash scripts/lock.sh: " + ", ".join(wrong)
+
+
+def test_the_lock_leaves_out_the_full_tensorflow() -> None:
+    """tensorflow-cpu provides the `tensorflow` module; the full package would be a second copy."""
+    pins = lock_diff.pins(LOCK)
+    assert "tensorflow-cpu" in pins and "tensorflow" not in pins
+
+
+def test_lock_diff_names_changed_added_and_removed_packages(tmp_path: Path) -> None:
+    old = tmp_path / "old.txt"
+    new = tmp_path / "new.txt"
+    old.write_text("PyYAML==6.0.3\n    # via x\nkeep==1\ngone==2\n")
+    new.write_text("pyyaml==6.0.4\nkeep==1\nnew_pkg==3 ; python_version >= '3.11'\n")
+    rows = lock_diff.diff(lock_diff.pins(old), lock_diff.pins(new))
+    assert [r.split()[0] for r in rows] == ["gone", "new-pkg", "pyyaml"]
+    assert rows[2].split()[1:] == ["6.0.3", "->", "6.0.4"]
+
+
+@pytest.mark.slow
+def test_two_fresh_venvs_from_the_lock_are_identical(tmp_path: Path) -> None:
+    """The README's commands install exactly the lock: two fresh venvs list the same packages."""
+    freezes = []
+    for name in ("a", "b"):
+        venv = tmp_path / name
+        env = {**os.environ, "TFK_VENV": str(venv)}
+        subprocess.run(["bash", "scripts/bootstrap.sh"], cwd=REPO, env=env, check=True, timeout=900)
+        out = subprocess.run(
+            [str(venv / "bin" / "uv"), "pip", "freeze", "--python", str(venv / "bin" / "python")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        freezes.append(sorted(out.splitlines()))
+    assert freezes[0] == freezes[1]
+    pins = lock_diff.pins(LOCK)
+    frozen = {
+        canonicalize_name(line.split("==")[0]): line.split("==")[1] for line in freezes[0] if "==" in line
+    }
+    assert frozen == pins
