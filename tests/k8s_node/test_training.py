@@ -25,7 +25,7 @@ from . import _tfk
 from . import node as nodemod
 
 pytestmark = pytest.mark.k8s_node
-TF1_SCRIPT = f"{nodemod.REPO}/airflow_tfk/runtime/examples/tf1_between_graph.py"
+TF1_SCRIPT = f"{nodemod.POD_SRC}/airflow_tfk/runtime/examples/tf1_between_graph.py"
 
 
 def _assert_tf_configs(node_api, ns: str, spec_data: dict, ctx: dict, want_tasks: set[str]) -> None:
