@@ -1,4 +1,4 @@
-"""``queue_name`` with the real Kueue controller (sigs.k8s.io/kueue v0.14.0, built from its Go
+"""``queue_name`` with the real Kueue controller (sigs.k8s.io/kueue v0.19.2, built from its Go
 module by tests/k8s/kueue/build.sh, webhooks included) and the real JobSet controller, on
 the KWOK control plane. Each test gets its own quota: a ClusterQueue that only admits from
 the test's namespace, with a LocalQueue ``lq`` there.
@@ -44,7 +44,7 @@ from k8s_integration import _tfk
 pytestmark = [pytest.mark.k8s, pytest.mark.addons("jobset", "kueue")]
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 IDENTITY = RunIdentity("k8s_it", "train", "scheduled__2026-01-01T00:00:00+00:00", -1)
-KUEUE = ("kueue.x-k8s.io", "v1beta1")
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
 JOBSETS = ("jobset.x-k8s.io/v1alpha2", "jobsets")
 
 
