@@ -569,8 +569,10 @@ class Node:
         finally:
             fwd.close()
 
-    def _ctr(self, *args: str) -> str:
-        return self._run_in_ns(["ctr", "--address", "/run/containerd/containerd.sock", "-n", "k8s.io", *args])
+    def _ctr(self, *args: str, timeout: float = 120) -> str:
+        return self._run_in_ns(
+            ["ctr", "--address", "/run/containerd/containerd.sock", "-n", "k8s.io", *args], timeout
+        )
 
     def _node_ready(self) -> bool:
         assert self.cp is not None
@@ -827,7 +829,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             self._ctr("images", "tag", "--force", TRAIN_IMAGE, _normalized(ref))
 
     def import_image(self, path: Path) -> None:
-        self._ctr("images", "import", str(path))
+        # ~2 GB hashed and unpacked: 30-45 s on a quiet machine, more than 120 s at load ~27
+        # (containerd kept going and finished after ctr had been stopped).
+        self._ctr("images", "import", str(path), timeout=900)
 
     def remove_image(self, ref: str) -> None:
         self._ctr("images", "rm", "--sync", _normalized(ref))
