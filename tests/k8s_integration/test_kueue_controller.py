@@ -346,9 +346,9 @@ def test_a_cluster_bigger_than_the_quota_never_starts_a_pod(k8s_api, controllers
     reason = _tfk.wait_for(
         "Kueue's pending reason", lambda: _pending_reason(k8s_api, tfk_ns, "JobSet", "big"), timeout=60
     )
-    assert (
-        f"insufficient quota for cpu in flavor {controllers}, request > maximum capacity (4 > 3)" in reason
-    ), reason
+    # Kueue's own words (v0.19: the PS's 1 CPU, then the workers' 3, against the 3 of the quota).
+    assert f"insufficient quota for cpu in flavor {controllers}, " in reason, reason
+    assert "requests (1) + current podset request (3) > maximum capacity (3)" in reason, reason
     lines: list[str] = []
     verdict = wait_for_cluster(
         backend, ref, spec.mode, {"ps": 1, "worker": 3}, timeout=4, progress_interval=1, emit=lines.append
