@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 #: module, version, CRD files inside the module
-JOBSET = ("sigs.k8s.io/jobset", "v0.11.0", ("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",))
+JOBSET = ("sigs.k8s.io/jobset", "v0.12.0", ("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",))
 #: Kubeflow training-operator v1.9 (TFJob), for bench/bench_vs_tfjob.py only
 TRAINING_OPERATOR = (
     "github.com/kubeflow/training-operator",
@@ -34,7 +34,7 @@ TRAINING_OPERATOR = (
 #: every Kueue CRD: its controller watches them all (cohorts, topologies, admission checks...)
 KUEUE = (
     "sigs.k8s.io/kueue",
-    "v0.14.0",
+    "v0.19.2",
     tuple(
         f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml"
         for plural in (
@@ -368,7 +368,7 @@ class KueueController(_Controller):
 
     def argv(self) -> list[str]:
         kueue = self._runtime_config(
-            "config.kueue.x-k8s.io/v1beta1",
+            "config.kueue.x-k8s.io/v1beta2",
             namespace="kueue-system",
             manageJobsWithoutQueueName=False,
             integrations={"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},

@@ -1,12 +1,15 @@
 """Layouts and admission against the real API server (KWOK nodes).
 
 - ``layout: jobset``: every mode's JobSet, queued or not, passes a strict server-side dry
-  run against JobSet's own CRD (sigs.k8s.io/jobset v0.11.0, tests/k8s/addons.py). A
+  run against JobSet's own CRD (sigs.k8s.io/jobset v0.12.0, tests/k8s/addons.py). A
   misspelt field is refused, so that check is not vacuous. A JobSet cluster is created (the
   policy and the JobSet, labelled) and delete() leaves nothing.
 - ``queue_name`` (Jobs layout): the Jobs are created suspended, with Kueue's queue label, and
   the Job controller starts no pod. The task log gives Kueue's pending reason from the
-  cluster's Workload. Deleting the queued cluster leaves nothing, and the garbage collector
+  cluster's Workload, through both Workload APIs the provider reads: ``v1beta2`` (Kueue
+  >= 0.15, the CRD of the pinned Kueue) and ``v1beta1`` alone (Kueue <= 0.14: the same CRD
+  narrowed to serve and store v1beta1 only for that test, so the v1beta2 request is a 404).
+  Deleting the queued cluster leaves nothing, and the garbage collector
   removes the Workload with its owner. The Workload is written here the way Kueue's
   controller writes one (Kueue's CRDs are installed, its controller does not run): a stand-in
   for the controller, with real objects.
@@ -22,6 +25,7 @@ import datetime as dt
 import json
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,7 +51,7 @@ pytestmark = pytest.mark.k8s
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 IDENTITY = RunIdentity("k8s_it", "train", "scheduled__2026-01-01T00:00:00+00:00", -1)
 JOBSETS = ("jobset.x-k8s.io/v1alpha2", "jobsets")
-WORKLOADS = ("kueue.x-k8s.io/v1beta1", "workloads")
+WORKLOADS_CRD = "workloads.kueue.x-k8s.io"
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +62,44 @@ def jobset_api(k8s_api):
 @pytest.fixture(scope="module")
 def kueue_api(k8s_api):
     return addons.install(k8s_api, addons.KUEUE)
+
+
+def _workloads_served(api, version: str) -> bool:
+    try:
+        client.CustomObjectsApi(api).list_cluster_custom_object("kueue.x-k8s.io", version, "workloads")
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+@pytest.fixture(params=["v1beta2", "v1beta1"])
+def workload_version(request, k8s_api, kueue_api) -> Iterator[str]:
+    """The Workload API version Kueue serves. ``v1beta1``: the pinned CRD narrowed, for the
+    test, to what Kueue <= 0.14 served (v1beta1 alone, also as the storage version)."""
+    version = request.param
+    if version == "v1beta2":
+        yield version
+        return
+    ext = client.ApiextensionsV1Api(k8s_api)
+
+    def serve(only: str | None) -> None:
+        crd = ext.read_custom_resource_definition(WORKLOADS_CRD)
+        for v in crd.spec.versions:
+            v.served = only is None or v.name == only
+            v.storage = v.name == (only or "v1beta2")
+        ext.replace_custom_resource_definition(WORKLOADS_CRD, crd)
+
+    serve("v1beta1")
+    try:
+        _tfk.wait_for(
+            "v1beta2 Workloads no longer served", lambda: not _workloads_served(k8s_api, "v1beta2"), 30
+        )
+        yield version
+    finally:
+        serve(None)
+        _tfk.wait_for("v1beta2 Workloads served again", lambda: _workloads_served(k8s_api, "v1beta2"), 30)
 
 
 def _dry_run(api, manifest: dict, strict: bool = True):
@@ -121,9 +163,9 @@ def test_jobset_layout_is_valid_against_jobsets_crd_and_cleans_up(k8s_api, jobse
     _tfk.wait_no_leftovers(k8s_api, tfk_ns, spec.name)
 
 
-def _workload(ns: str, owner: dict, queue: str) -> dict:
+def _workload(ns: str, owner: dict, queue: str, version: str) -> dict:
     return {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "apiVersion": f"kueue.x-k8s.io/{version}",
         "kind": "Workload",
         "metadata": {
             "name": f"job-{owner['metadata']['name']}-{uuid.uuid4().hex[:5]}",
@@ -152,7 +194,7 @@ def _workload(ns: str, owner: dict, queue: str) -> dict:
     }
 
 
-def test_queued_jobs_start_no_pod_say_why_and_clean_up(k8s_api, kueue_api, tfk_ns, tfk_conn):
+def test_queued_jobs_start_no_pod_say_why_and_clean_up(k8s_api, workload_version, tfk_ns, tfk_conn):
     backend = KubernetesBackend(conn_id=tfk_conn)
     spec = TFClusterSpec.from_dict(
         _tfk.spec(tfk_ns, "all_reduce", workers=3, ps=0, name="queued", queue_name="team-a")
@@ -168,7 +210,11 @@ def test_queued_jobs_start_no_pod_say_why_and_clean_up(k8s_api, kueue_api, tfk_n
     owner.update(apiVersion="batch/v1", kind="Job")
     custom = client.CustomObjectsApi(k8s_api)
     wl = custom.create_namespaced_custom_object(
-        "kueue.x-k8s.io", "v1beta1", tfk_ns, "workloads", _workload(tfk_ns, owner, "team-a")
+        "kueue.x-k8s.io",
+        workload_version,
+        tfk_ns,
+        "workloads",
+        _workload(tfk_ns, owner, "team-a", workload_version),
     )
     reason = (
         "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor default-flavor, "
@@ -177,7 +223,7 @@ def test_queued_jobs_start_no_pod_say_why_and_clean_up(k8s_api, kueue_api, tfk_n
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     custom.patch_namespaced_custom_object_status(
         "kueue.x-k8s.io",
-        "v1beta1",
+        workload_version,
         tfk_ns,
         "workloads",
         wl["metadata"]["name"],
@@ -209,7 +255,7 @@ def test_queued_jobs_start_no_pod_say_why_and_clean_up(k8s_api, kueue_api, tfk_n
     _tfk.wait_for(
         "the garbage collector to remove the Workload with its Job",
         lambda: (
-            not custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", tfk_ns, "workloads")[
+            not custom.list_namespaced_custom_object("kueue.x-k8s.io", workload_version, tfk_ns, "workloads")[
                 "items"
             ]
         ),

@@ -63,7 +63,7 @@ def annotate(core: client.CoreV1Api, ns: str, pod: str, annotations: dict[str, s
 
 def test_nodes_and_version(k8s_cluster: harness.ControlPlane, k8s_api) -> None:
     version = client.VersionApi(k8s_api).get_code()
-    assert version.git_version.startswith("v1.36."), version.git_version
+    assert version.git_version.startswith("v1.37."), version.git_version
     nodes = client.CoreV1Api(k8s_api).list_node().items
     assert {n.metadata.name for n in nodes} >= set(k8s_cluster.nodes)
     for n in nodes:

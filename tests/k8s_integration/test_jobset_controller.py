@@ -1,4 +1,4 @@
-"""``layout: jobset`` with the real JobSet controller (sigs.k8s.io/jobset v0.11.0, built
+"""``layout: jobset`` with the real JobSet controller (sigs.k8s.io/jobset v0.12.0, built
 from its Go module by tests/k8s/jobset/build.sh, webhooks included) on the KWOK control
 plane:
 

@@ -42,10 +42,12 @@ LONG = {"ps_grace_seconds": 1}
 
 
 def _running(api, ns: str, name: str, tasks: int) -> None:
+    # 60 s: for the operator started as a process, this also covers its Airflow import
+    # (30 s was not enough at load ~27 on two cores).
     _tfk.wait_for(
         f"{tasks} running pods of {name}",
         lambda: len(p := _tfk.pods(api, ns, name)) == tasks and all(x.status.phase == "Running" for x in p),
-        timeout=30,
+        timeout=60,
     )
 
 

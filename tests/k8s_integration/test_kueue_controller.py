@@ -1,4 +1,4 @@
-"""``queue_name`` with the real Kueue controller (sigs.k8s.io/kueue v0.14.0, built from its Go
+"""``queue_name`` with the real Kueue controller (sigs.k8s.io/kueue v0.19.2, built from its Go
 module by tests/k8s/kueue/build.sh, webhooks included) and the real JobSet controller, on
 the KWOK control plane. Each test gets its own quota: a ClusterQueue that only admits from
 the test's namespace, with a LocalQueue ``lq`` there.
@@ -44,7 +44,7 @@ from k8s_integration import _tfk
 pytestmark = [pytest.mark.k8s, pytest.mark.addons("jobset", "kueue")]
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 IDENTITY = RunIdentity("k8s_it", "train", "scheduled__2026-01-01T00:00:00+00:00", -1)
-KUEUE = ("kueue.x-k8s.io", "v1beta1")
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
 JOBSETS = ("jobset.x-k8s.io/v1alpha2", "jobsets")
 
 
@@ -346,9 +346,9 @@ def test_a_cluster_bigger_than_the_quota_never_starts_a_pod(k8s_api, controllers
     reason = _tfk.wait_for(
         "Kueue's pending reason", lambda: _pending_reason(k8s_api, tfk_ns, "JobSet", "big"), timeout=60
     )
-    assert (
-        f"insufficient quota for cpu in flavor {controllers}, request > maximum capacity (4 > 3)" in reason
-    ), reason
+    # Kueue's own words (v0.19: the PS's 1 CPU, then the workers' 3, against the 3 of the quota).
+    assert f"insufficient quota for cpu in flavor {controllers}, " in reason, reason
+    assert "requests (1) + current podset request (3) > maximum capacity (3)" in reason, reason
     lines: list[str] = []
     verdict = wait_for_cluster(
         backend, ref, spec.mode, {"ps": 1, "worker": 3}, timeout=4, progress_interval=1, emit=lines.append

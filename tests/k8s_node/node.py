@@ -27,8 +27,11 @@ the pod cgroups are removed. :func:`leftovers` reports what would be left.
 Images without a registry: a rootfs packed as a one-layer ``docker save`` tar, imported with
 ``ctr -n k8s.io images import``. Pods use ``imagePullPolicy: Never``. TensorFlow is not in the
 image: containerd's ``base_runtime_spec`` bind-mounts the host's ``/usr``, the Python
-installation and the project checkout (with its ``.venv``) read-only into every container,
-as a node image with TensorFlow preinstalled would provide it.
+installation, the project checkout (at :data:`POD_SRC`) and its venv (at :data:`POD_VENV`)
+read-only into every container, as a node image with TensorFlow preinstalled would provide
+it. The checkout and the venv get fixed paths because a host path can be anywhere, /tmp
+included, and a pod volume mounted over a parent of it (the serving and TensorBoard pods'
+``/tmp``) would hide it.
 """
 
 from __future__ import annotations
@@ -68,6 +71,12 @@ TRAIN_IMAGE = "tfk.local/train:1"
 PAUSE_IMAGE = "tfk.local/pause:1"
 #: containerd runtime handler without the base spec's host mounts (self-contained images).
 IMAGE_RUNTIME_HANDLER = "image"
+#: Where every container of the tier sees the checkout and the venv of the test process:
+#: paths no pod volume of the provider uses (see _bind_mounts).
+POD_SRC = "/opt/tfk/src"
+POD_VENV = "/opt/tfk/venv"
+#: Pod volumes the provider's templates mount over the image (serving and TensorBoard).
+POD_VOLUME_PATHS = ("/tmp",)
 CGROUP_BASE = Path("/sys/fs/cgroup")
 
 
@@ -560,8 +569,10 @@ class Node:
         finally:
             fwd.close()
 
-    def _ctr(self, *args: str) -> str:
-        return self._run_in_ns(["ctr", "--address", "/run/containerd/containerd.sock", "-n", "k8s.io", *args])
+    def _ctr(self, *args: str, timeout: float = 120) -> str:
+        return self._run_in_ns(
+            ["ctr", "--address", "/run/containerd/containerd.sock", "-n", "k8s.io", *args], timeout
+        )
 
     def _node_ready(self) -> bool:
         assert self.cp is not None
@@ -575,11 +586,25 @@ class Node:
         )
 
     # ---- configuration files
-    def _bind_mounts(self) -> list[str]:
-        """Host paths every container gets read-only: /usr (libc, libstdc++), the Python
-        installation behind the venv, the checkout (its .venv and airflow_tfk)."""
-        py_home = Path(os.path.realpath(sys.base_prefix))
-        return ["/usr", str(py_home), str(REPO)]
+    def _bind_mounts(self) -> list[tuple[str, str]]:
+        """(host path, container path) that every container gets read-only: /usr (libc,
+        libstdc++), the Python installation behind the venv, the checkout at POD_SRC and the
+        venv of this process at POD_VENV.
+
+        The Python installation keeps its host path: the venv's ``bin/python`` is an
+        absolute symlink to it and ``pyvenv.cfg`` names it.
+        """
+        py_home = os.path.realpath(sys.base_prefix)
+        for hidden in POD_VOLUME_PATHS:
+            if py_home == hidden or py_home.startswith(hidden + "/"):
+                raise NodeError(
+                    f"the Python installation {py_home} is under {hidden}, which the serving"
+                    " and TensorBoard pods mount a volume over; use a Python outside it"
+                )
+        venv = os.path.realpath(sys.prefix)
+        if venv == py_home:
+            raise NodeError(f"the tier runs from a venv (sys.prefix is {sys.prefix})")
+        return [("/usr", "/usr"), (py_home, py_home), (str(REPO), POD_SRC), (venv, POD_VENV)]
 
     def _write_containerd_config(self) -> None:
         w = self.workdir
@@ -613,47 +638,53 @@ class Node:
                 [str(self.bin / "ctr"), "oci", "spec"], capture_output=True, text=True, check=True
             ).stdout
         )
-        for src in self._bind_mounts():
+        for src, dest in self._bind_mounts():
             spec["mounts"].append(
                 {
-                    "destination": src,
+                    "destination": dest,
                     "type": "bind",
                     "source": src,
                     "options": ["rbind", "ro", "nosuid", "nodev"],
                 }
             )
         (w / "base-spec.json").write_text(json.dumps(spec))
+        # containerd 2 configuration format (version 3): the CRI plugin is split into
+        # io.containerd.cri.v1.runtime (containers, CNI) and io.containerd.cri.v1.images.
+        rt = "plugins.'io.containerd.cri.v1.runtime'"
         (w / "containerd.toml").write_text(
-            f"""version = 2
+            f"""version = 3
 root = "{w / "containerd"}"
 state = "/run/containerd"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.internal.v1.opt", "io.containerd.tracing.processor.v1.otlp"]
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.snapshotter.v1.blockfile", "io.containerd.internal.v1.opt",
+  "io.containerd.tracing.processor.v1.otlp"]
 [grpc]
   address = "/run/containerd/containerd.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "{PAUSE_IMAGE}"
+[{rt}]
   # This VM lacks CAP_SYS_RESOURCE in the bounding set: runc cannot set -998.
   restrict_oom_score_adj = true
   enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{self.node_dir / "cni"}"
+  [{rt}.cni]
+    bin_dirs = ["{self.node_dir / "cni"}"]
     conf_dir = "{w / "cni"}"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  [{rt}.containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [{rt}.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       base_runtime_spec = "{w / "base-spec.json"}"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      [{rt}.containerd.runtimes.runc.options]
         BinaryName = "{self.bin / "runc"}"
         SystemdCgroup = false
     # A self-contained image alone, without the host mounts above (a RuntimeClass with
     # this handler: test_image.py runs images/training's real image with it).
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{IMAGE_RUNTIME_HANDLER}]
+    [{rt}.containerd.runtimes.{IMAGE_RUNTIME_HANDLER}]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{IMAGE_RUNTIME_HANDLER}.options]
+      [{rt}.containerd.runtimes.{IMAGE_RUNTIME_HANDLER}.options]
         BinaryName = "{self.bin / "runc"}"
         SystemdCgroup = false
 """
@@ -772,14 +803,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             {"pause": (0o755, pause)},
             {"Entrypoint": ["/pause"], "User": "65535:65535"},
         )
-        venv_bin = str(REPO / ".venv" / "bin")
         docker_save_tar(
             idir / "train.tar",
             TRAIN_IMAGE,
-            _skeleton(self._bind_mounts()),
+            _skeleton([dest for _, dest in self._bind_mounts()]),
             {
                 "Env": [
-                    f"PATH=/opt/tfk/bin:{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+                    f"PATH=/opt/tfk/bin:{POD_VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+                    # The venv's editable install names the host path of the checkout,
+                    # which the container does not have.
+                    f"PYTHONPATH={POD_SRC}",
                     "PYTHONUNBUFFERED=1",
                     "HOME=/tmp",
                 ],
@@ -796,7 +829,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             self._ctr("images", "tag", "--force", TRAIN_IMAGE, _normalized(ref))
 
     def import_image(self, path: Path) -> None:
-        self._ctr("images", "import", str(path))
+        # ~2 GB hashed and unpacked: 30-45 s on a quiet machine, more than 120 s at load ~27
+        # (containerd kept going and finished after ctr had been stopped).
+        self._ctr("images", "import", str(path), timeout=900)
 
     def remove_image(self, ref: str) -> None:
         self._ctr("images", "rm", "--sync", _normalized(ref))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -125,15 +126,24 @@ def _dry_run_class(api, namespace: str) -> bool:
     return made.spec.runtime_class_name == RUNTIME_CLASS
 
 
+def _scalar_tags(files: list[Path]) -> set[str]:
+    """The summary tags in TensorBoard event files, read with TensorBoard's own loader."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    return {v.tag for f in files for event in EventFileLoader(str(f)).Load() for v in event.summary.value}
+
+
 def test_the_real_training_image_trains_all_reduce(
     k8s_node, node_api, node_ns, node_conn, local_volumes, node_image, image_runtime, capfd
 ) -> None:
     """2 workers, MultiWorkerMirroredStrategy, digits: the run succeeds, the SavedModel is
-    on the models claim, and the pods ran the built image (its ID), with the package and
+    on the models claim, the chief's TensorBoard event file (its loss scalars) is on the
+    logs claim, and the pods ran the built image (its ID), with the package and
     TensorFlow the image's pip installed."""
     ctx = _tfk.task_context(f"manual__{uuid.uuid4().hex[:8]}")
     name = _tfk.cluster_name(ctx)
     models = local_volumes.provide(node_ns, f"{name}-models")
+    logs = local_volumes.provide(node_ns, f"{name}-logs")
     origin = (
         f"python -c \"import importlib.util as u; print('{ORIGIN_MARK}', "
         "u.find_spec('airflow_tfk').origin, u.find_spec('tensorflow').origin)\""
@@ -153,13 +163,21 @@ def test_the_real_training_image_trains_all_reduce(
             "airflow_tfk.runtime.examples.digits_app",
         ],
         args=["--tfk_steps", "30", "--tfk_checkpoint_every", "0"],
-        storage={"models": {"size": "1Gi", "storage_class": "tfk-local"}},
+        storage={
+            "models": {"size": "1Gi", "storage_class": "tfk-local"},
+            "logs": {"size": "1Gi", "storage_class": "tfk-local"},
+        },
     )
     t0 = time.monotonic()
     result = _tfk.make_op(spec_data).execute(ctx)
     took = time.monotonic() - t0
     assert result["outcome"] == "succeeded", result
     assert list(models.rglob("saved_model.pb")), "no SavedModel exported"
+    # TensorFlow >= 2.21 does not install TensorBoard: without it in the image the chief
+    # writes no summaries.
+    events = sorted(logs.rglob("events.out.tfevents.*"))
+    assert events, f"no TensorBoard event file on the logs claim: {sorted(logs.rglob('*'))}"
+    assert "loss" in _scalar_tags(events), events
     workers = _tfk.pods(node_api, node_ns, name, "worker")
     assert len(workers) == 2
     for p in workers:

@@ -25,7 +25,7 @@ from . import _tfk
 from . import node as nodemod
 
 pytestmark = pytest.mark.k8s_node
-TF1_SCRIPT = f"{nodemod.REPO}/airflow_tfk/runtime/examples/tf1_between_graph.py"
+TF1_SCRIPT = f"{nodemod.POD_SRC}/airflow_tfk/runtime/examples/tf1_between_graph.py"
 
 
 def _assert_tf_configs(node_api, ns: str, spec_data: dict, ctx: dict, want_tasks: set[str]) -> None:
@@ -187,5 +187,9 @@ def test_pods_get_a_real_cluster_dns_answer(k8s_node, node_api, node_ns) -> None
     core = client.CoreV1Api(node_api)
     n = core.read_node(nodemod.NODE_NAME)
     assert any(c.type == "Ready" and c.status == "True" for c in n.status.conditions)
-    assert n.status.node_info.container_runtime_version.startswith("containerd://1.6")
+    # The versions the node was built with (tests/k8s/node/build.sh writes BUILDINFO).
+    built = dict(line.split(" ", 1) for line in (k8s_node.node_dir / "BUILDINFO").read_text().splitlines())
+    assert n.status.node_info.kubelet_version == built["k8s.io/kubernetes"]
+    containerd = built["github.com/containerd/containerd/v2"].removeprefix("v")
+    assert n.status.node_info.container_runtime_version == f"containerd://{containerd}"
     assert naming.LABEL_CLUSTER  # the provider's labels are importable without a cluster
