@@ -276,12 +276,17 @@ class TrainingNetworkPolicy:
         and TCP). Default: the cluster DNS, the ``k8s-app: kube-dns`` pods of the
         ``kube-system`` namespace (CoreDNS keeps that label). Name others where the
         cluster resolves elsewhere, e.g. a node-local cache ``[{cidr: 169.254.20.10/32}]``.
+    :param metrics_from: who may scrape the spec's ``metrics_port`` (peers as in
+        ``egress_to``, without ``ports``), e.g. the Prometheus pods
+        ``[{namespace_labels: {kubernetes.io/metadata.name: monitoring}, pod_labels:
+        {app.kubernetes.io/name: prometheus}}]``. Empty (default): nobody.
     """
 
     enabled: bool = True
     egress: Egress = Egress.OPEN
     egress_to: tuple[Peer, ...] = ()
     dns_to: tuple[Peer, ...] | None = None
+    metrics_from: tuple[Peer, ...] = ()
 
     def validate(self, where: str = "network_policy") -> None:
         _bool(self.enabled, f"{where}.enabled")
@@ -294,6 +299,9 @@ class TrainingNetworkPolicy:
         object.__setattr__(self, "egress_to", _peers(self.egress_to, f"{where}.egress_to", egress=True))
         if self.egress_to and self.egress is not Egress.RESTRICTED:
             raise SpecError(f"{where}.egress_to", "needs egress: restricted (open egress admits everything)")
+        object.__setattr__(
+            self, "metrics_from", _peers(self.metrics_from, f"{where}.metrics_from", egress=False)
+        )
         if self.dns_to is not None:
             object.__setattr__(self, "dns_to", _peers(self.dns_to, f"{where}.dns_to", egress=False))
             if not self.dns_to:

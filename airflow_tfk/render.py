@@ -341,6 +341,7 @@ def _network_policy_context(spec: TFClusterSpec, identity: RunIdentity | None) -
             for p in policy.egress_to
         ],
         "dns_to": [p.to_k8s() for p in policy.dns_peers()],
+        "metrics_from": [p.to_k8s() for p in policy.metrics_from],
     }
 
 
@@ -395,6 +396,7 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "tf_config_in_pod": tf_config_in_pod,
         "annotations": annotations,
         "metrics_port": spec.metrics_port,
+        "metrics_path": spec.metrics_path,
         # the de-facto Prometheus convention; a scrape config keyed on them finds the pods
         "pod_annotations": {
             **annotations,

@@ -458,6 +458,10 @@ class TFClusterSpec:
     def _validate_admission(self) -> None:
         """Network isolation, layout and admission options (airflow_tfk.network, .admission)."""
         object.__setattr__(self, "network_policy", TrainingNetworkPolicy.from_value(self.network_policy))
+        if self.network_policy.metrics_from and self.metrics_port is None:
+            raise SpecError(
+                "network_policy.metrics_from", "needs metrics_port (the port it admits scrapers to)"
+            )
         object.__setattr__(self, "layout", admission.layout(self.layout))
         object.__setattr__(self, "queue_name", admission.queue_name(self.queue_name))
         object.__setattr__(self, "capacity_check", admission.capacity_check(self.capacity_check))

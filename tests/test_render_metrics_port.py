@@ -56,3 +56,62 @@ def test_bad_metrics_options_name_the_field(changes, field) -> None:
     with pytest.raises(SpecError) as err:
         TFClusterSpec.from_dict({**BASE, **changes})
     assert err.value.field == field
+
+
+PROMETHEUS = {
+    "namespace_labels": {"kubernetes.io/metadata.name": "monitoring"},
+    "pod_labels": {"app.kubernetes.io/name": "prometheus"},
+}
+
+
+def test_the_task_is_told_its_metrics_port_and_path() -> None:
+    """The runtime serves its metrics where the container declares them (TFK_METRICS_*)."""
+    spec = TFClusterSpec.from_dict({**BASE, "metrics_port": 9090, "metrics_path": "/prom"})
+    for t in pod_templates(render(spec)):
+        env = {e["name"]: e.get("value") for e in t["spec"]["containers"][0]["env"]}
+        assert env["TFK_METRICS_PORT"] == "9090" and env["TFK_METRICS_PATH"] == "/prom"
+    for t in pod_templates(render(TFClusterSpec.from_dict(BASE))):
+        assert not any(e["name"].startswith("TFK_METRICS") for e in t["spec"]["containers"][0]["env"])
+
+
+def test_the_network_policy_lets_only_the_named_scrapers_in_on_the_metrics_port() -> None:
+    spec = TFClusterSpec.from_dict(
+        {**BASE, "metrics_port": 9090, "network_policy": {"metrics_from": [PROMETHEUS]}}
+    )
+    (policy,) = [m for m in render(spec) if m["kind"] == "NetworkPolicy"]
+    ingress = policy["spec"]["ingress"]
+    assert [r["ports"] for r in ingress] == [
+        [{"protocol": "TCP", "port": 2222}],
+        [{"protocol": "TCP", "port": 9090}],
+    ]
+    assert ingress[1]["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": PROMETHEUS["namespace_labels"]},
+            "podSelector": {"matchLabels": PROMETHEUS["pod_labels"]},
+        }
+    ]
+    # without metrics_from the metrics port admits nobody
+    (closed,) = [
+        m
+        for m in render(TFClusterSpec.from_dict({**BASE, "metrics_port": 9090}))
+        if m["kind"] == "NetworkPolicy"
+    ]
+    assert len(closed["spec"]["ingress"]) == 1
+
+
+def test_metrics_from_needs_a_metrics_port_and_real_peers() -> None:
+    with pytest.raises(SpecError) as err:
+        TFClusterSpec.from_dict({**BASE, "network_policy": {"metrics_from": [PROMETHEUS]}})
+    assert err.value.field == "network_policy.metrics_from"
+    with pytest.raises(SpecError) as err:
+        TFClusterSpec.from_dict({**BASE, "metrics_port": 9090, "network_policy": {"metrics_from": ["x"]}})
+    assert err.value.field.startswith("network_policy.metrics_from[0]")
+
+
+def test_the_metrics_settings_render_what_kubernetes_schemas_accept() -> None:
+    from airflow_tfk.schema_check import MIN_KUBERNETES_VERSION, validate_manifests
+
+    spec = TFClusterSpec.from_dict(
+        {**BASE, "metrics_port": 9090, "network_policy": {"metrics_from": [PROMETHEUS]}}
+    )
+    assert validate_manifests(render(spec), MIN_KUBERNETES_VERSION) == []
