@@ -75,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     except (ClusterOwnershipError, SpecError, LookupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except RuntimeError as exc:  # the backend's own errors (an API call that failed for good)
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 def _backend(args: argparse.Namespace) -> Backend:
@@ -150,10 +153,12 @@ def _status(backend: Backend, args: argparse.Namespace) -> int:
         code = f", exit code {task.exit_code}" if task.exit_code is not None else ""
         print(f"  {task.name:<12} {task.phase.value.lower()}{why}{code}, restarts {task.restarts}")
     role, index = _progress_task(status)
-    progress = last_progress(backend.logs(ref, role, index, tail_lines=200)) if status.tasks else None
-    print(
-        f"progress:  {f'[{role}-{index}] ' + format_progress(progress) if progress else 'none reported yet'}"
-    )
+    try:
+        progress = last_progress(backend.logs(ref, role, index, tail_lines=200)) if status.tasks else None
+        shown = f"[{role}-{index}] {format_progress(progress)}" if progress else "none reported yet"
+    except RuntimeError as exc:  # the log is not readable (yet): the status above still holds
+        shown = f"unknown: {exc}"
+    print(f"progress:  {shown}")
     return 0
 
 

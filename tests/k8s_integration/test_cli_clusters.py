@@ -57,6 +57,12 @@ def test_list_status_delete_and_sweep(k8s_cluster, k8s_api, tfk_ns, tfk_conn, tm
     assert out.returncode == 0, out.stderr
     assert "owner:     dag 'cli_dag', task 'train', run 'manual__1'" in out.stdout
     assert "ps 1 running" in out.stdout and "worker-1" in out.stdout
+    # KWOK's pods have no kubelet to serve their logs: the status says so instead of failing
+    assert "progress:  unknown: logs of worker-0: HTTP 500" in out.stdout
+    out = cli("logs", "cli-a", "worker-0", "-n", tfk_ns)
+    assert out.returncode == 1 and out.stderr.startswith("error: KubernetesApiError: logs of worker-0"), (
+        out.stderr
+    )
 
     # Another task instance: refused, nothing deleted.
     out = cli("delete", "cli-a", "-n", tfk_ns, "--dag-id", "cli_dag", "--task-id", "train", "--run-id", "x")
