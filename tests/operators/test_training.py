@@ -19,7 +19,14 @@ from airflow_tfk.errors import LocalMachineError, SpecError, TrainingFailed
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.operators.training import TFTrainingOperator
 from airflow_tfk.status import Phase
-from tests.helpers import assert_no_processes, cluster_processes, execute_in_thread, spec_dict, task_context
+from tests.helpers import (
+    assert_no_processes,
+    cluster_processes,
+    execute_in_thread,
+    spec_dict,
+    task_context,
+    wait_for,
+)
 
 
 def make_op(spec: dict, **kwargs) -> TFTrainingOperator:
@@ -96,10 +103,9 @@ def test_on_kill_while_waiting_deletes_everything(local_root) -> None:
     op = make_op(spec_dict("between_graph", workers=2, STEPS="1000", STEP_SECONDS="0.1"))
     thread, errors = execute_in_thread(op, ctx)
     backend = LocalBackend(str(local_root))
-    deadline = time.monotonic() + 30
-    while not (backend.exists(cluster_of(ctx)) and cluster_processes(local_root)):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_for(
+        lambda: backend.exists(cluster_of(ctx)) and cluster_processes(local_root), 30, "the cluster running"
+    )
     op.on_kill()  # what Airflow calls on mark-failed / SIGTERM
     thread.join(30)
     assert not thread.is_alive()
@@ -131,10 +137,9 @@ def test_a_cluster_deleted_from_outside_is_already_gone_not_never_created(local_
     op = make_op(spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"))
     thread, errors = execute_in_thread(op, ctx)
     backend = LocalBackend(str(local_root))
-    deadline = time.monotonic() + 30
-    while not (backend.exists(cluster_of(ctx)) and cluster_processes(local_root)):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_for(
+        lambda: backend.exists(cluster_of(ctx)) and cluster_processes(local_root), 30, "the cluster running"
+    )
     backend.delete(cluster_of(ctx), "killed by the newer run manual__2 (previous_run_policy=kill_previous)")
     thread.join(60)
     assert not thread.is_alive() and errors and isinstance(errors[0], TrainingFailed)
