@@ -370,3 +370,21 @@ def cases() -> list[Case]:
     ids = [c.id for c in out]
     assert len(ids) == len(set(ids)), "duplicate case ids"
     return out
+
+
+def bounded(fn: Any) -> tuple[object, float, int]:
+    """Run ``fn``; (result or exception, CPU seconds, peak traced bytes). CPU time, not wall
+    time: the bound is on the work a case costs, which a busy machine does not change."""
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    t0 = time.process_time()
+    try:
+        result: object = fn()
+    except Exception as exc:  # noqa: BLE001 - classified by the caller
+        result = exc
+    seconds = time.process_time() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return result, seconds, peak

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import time
-import tracemalloc
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from airflow_tfk.render import RenderError, render
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
 from airflow_tfk.spec_yaml import load_yaml_mapping
 
-from .corpus import BASE, Case, cases
+from .corpus import BASE, Case, bounded, cases
 
 CASES = cases()
 TIME_LIMIT = 1.0
@@ -32,21 +31,6 @@ def _field_ok(got: str, want: str) -> bool:
     return got == want or got.startswith((f"{want}.", f"{want}["))
 
 
-def _bounded(fn):
-    """Run ``fn``; (result or exception, CPU seconds, peak traced bytes). CPU time, not wall
-    time: the bound is on the work a case costs, which a busy machine does not change."""
-    tracemalloc.start()
-    t0 = time.process_time()
-    try:
-        result: object = fn()
-    except Exception as exc:  # noqa: BLE001 - classified by the caller
-        result = exc
-    seconds = time.process_time() - t0
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return result, seconds, peak
-
-
 def _python_api(case: Case):
     data = case.python if case.python is not None else load_yaml_mapping(case.text)
     spec = TFClusterSpec.from_dict(data)
@@ -55,7 +39,7 @@ def _python_api(case: Case):
 
 @pytest.mark.parametrize("case", [c for c in CASES if not c.cli_args], ids=lambda c: c.id)
 def test_python_api(case: Case) -> None:
-    result, seconds, peak = _bounded(lambda: _python_api(case))
+    result, seconds, peak = bounded(lambda: _python_api(case))
     assert peak < MEMORY_LIMIT, f"{peak / 2**20:.0f} MB"
     if case.field is None:
         assert not isinstance(result, Exception), repr(result)
@@ -82,7 +66,7 @@ def test_cli(case: Case, tmp_path: Path) -> None:
         with redirect_stdout(out), redirect_stderr(err):
             return cli.main(["render", str(path), *case.cli_args])
 
-    code, seconds, peak = _bounded(run)
+    code, seconds, peak = bounded(run)
     assert seconds < TIME_LIMIT * 2, seconds  # traced: about twice as slow
     assert peak < MEMORY_LIMIT, f"{peak / 2**20:.0f} MB"
     assert not isinstance(code, BaseException), repr(code)

@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 import time
-import tracemalloc
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,8 @@ import pytest
 
 from airflow_tfk.errors import SpecError
 from airflow_tfk.serving.gate import QualityGate
+
+from .corpus import bounded
 
 ROOT = Path(__file__).resolve().parents[2]
 TIME_LIMIT = 1.0
@@ -46,21 +47,8 @@ class Case:
     field: str | None  # the field the error names; None: accepted
 
 
-def _bounded(fn):
-    tracemalloc.start()
-    t0 = time.process_time()
-    try:
-        result: object = fn()
-    except Exception as exc:  # noqa: BLE001 - classified by the caller
-        result = exc
-    seconds = time.process_time() - t0
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return result, seconds, peak
-
-
 def _check(case: Case, fn) -> None:
-    result, seconds, peak = _bounded(fn)
+    result, seconds, peak = bounded(fn)
     assert peak < MEMORY_LIMIT, f"{peak / 2**20:.0f} MB"
     assert seconds < 2 * TIME_LIMIT, seconds  # traced: about twice as slow
     if case.field is None:
@@ -181,7 +169,7 @@ VERDICTS = [
 )
 def test_gate_verdicts_never_bless_what_they_cannot_check(metrics, baseline, version) -> None:
     gate = QualityGate.from_dict({"max_regression": {"accuracy": 0.01}})
-    verdict, seconds, peak = _bounded(lambda: gate.evaluate(metrics, baseline, version))
+    verdict, seconds, peak = bounded(lambda: gate.evaluate(metrics, baseline, version))
     assert not isinstance(verdict, Exception), repr(verdict)
     assert not verdict.blessed and any("accuracy" in f or "metrics" in f for f in verdict.failures)
     assert seconds < TIME_LIMIT and peak < MEMORY_LIMIT
@@ -307,7 +295,7 @@ def test_training_folder_validate(case: Case, tmp_path: Path) -> None:
         with redirect_stdout(out), redirect_stderr(err):
             return cli.main(["validate", str(path)])
 
-    code, seconds, peak = _bounded(run)
+    code, seconds, peak = bounded(run)
     assert peak < MEMORY_LIMIT and seconds < 2 * TIME_LIMIT, (peak, seconds)
     stderr = err.getvalue()
     assert "Traceback" not in stderr
