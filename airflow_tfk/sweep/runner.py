@@ -39,6 +39,9 @@ Emit = Callable[[str], None]
 #: Log lines read per look at a trial: enough for every progress line since the last look
 #: at the default intervals, few enough to stay cheap on the API server.
 PROGRESS_TAIL_LINES = 200
+#: How long a kill waits for a trial the loop is already ending (reading its results,
+#: deleting its cluster) before it deletes that cluster itself.
+ENDING_WAIT_SECONDS = 30.0
 
 
 class SweepStopped(RuntimeError):
@@ -125,13 +128,19 @@ class SweepRunner:
         self.emit = emit
         self._sleep = sleep
         self._running: dict[int, _Trial] = {}
+        # Trials whose end the loop has claimed (complete, fail, prune) and is carrying out.
+        # Each trial is ended by exactly one path: the loop's claim or stop()'s, never both.
+        self._ending: dict[int, _Trial] = {}
         self._lock = threading.RLock()
+        self._ended = threading.Condition(self._lock)
         self._stopping: str | None = None
         self.peak_concurrency = 0
         self._study: Any = None
+        self._loop_thread: threading.Thread | None = None
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> SweepResult:
+        self._loop_thread = threading.current_thread()
         self._study = study = studies.open_study(self.config, self.storage, self.study_name)
         self.emit(
             f"sweep {self.study_name}: {self.config.n_trials} trials, at most "
@@ -199,14 +208,19 @@ class SweepRunner:
             return
         verdict = evaluate(run.handle.mode, run.handle.replicas, status)
         prune_at = self._report(run)
-        if verdict.outcome is Outcome.RUNNING:
-            if prune_at is not None:
-                self._prune(study, run, prune_at)
+        if verdict.outcome is Outcome.RUNNING and prune_at is None:
             return
-        if verdict.outcome is Outcome.SUCCEEDED:
-            self._complete(study, run)
-        else:
-            self._fail(study, run, verdict.message)
+        if not self._claim(run):  # stop() took it first: it is interrupted, not finished
+            return
+        try:
+            if verdict.outcome is Outcome.RUNNING:
+                self._prune(study, run, prune_at or run.last_step)
+            elif verdict.outcome is Outcome.SUCCEEDED:
+                self._complete(study, run)
+            else:
+                self._fail(study, run, verdict.message)
+        finally:
+            self._release(run)
 
     # -- progress and pruning -------------------------------------------------------------
     def _report(self, run: _Trial) -> int | None:
@@ -245,7 +259,6 @@ class SweepRunner:
         self._end(run, f"trial {run.number} {reason}")
         run.trial.set_user_attr(studies.PRUNED_AT, step)
         study.tell(run.trial, state=_state("PRUNED"))
-        self._forget(run)
 
     # -- the ends of a trial ------------------------------------------------------------
     def _complete(self, study: Any, run: _Trial) -> None:
@@ -271,7 +284,6 @@ class SweepRunner:
                 f"trial {run.number}: completed at step {run.last_step}, {self.config.objective} {value:.6g}"
             )
             study.tell(run.trial, value)
-        self._forget(run)
 
     def _fail(self, study: Any, run: _Trial, message: str) -> None:
         from airflow_tfk.lifecycle import teardown_after_failure
@@ -280,7 +292,6 @@ class SweepRunner:
         run.trial.set_user_attr(studies.ERROR, message[:500])
         teardown_after_failure(run.handle, None, self.emit, f"trial {run.number} of the sweep failed")
         study.tell(run.trial, state=_state("FAIL"))
-        self._forget(run)
 
     def _end(self, run: _Trial, reason: str) -> None:
         """End a trial's cluster that has not finished: its exports (if any) are set
@@ -294,9 +305,18 @@ class SweepRunner:
         exports += [e for e in run_exports(self.backend, ref, self.emit) if e.path not in known]
         set_aside_exports(self.backend, ref, exports, self.emit)
 
-    def _forget(self, run: _Trial) -> None:
+    def _claim(self, run: _Trial) -> bool:
+        """Take the end of a running trial for the loop; False when stop() took it."""
         with self._lock:
-            self._running.pop(run.number, None)
+            if self._running.pop(run.number, None) is None:
+                return False
+            self._ending[run.number] = run
+            return True
+
+    def _release(self, run: _Trial) -> None:
+        with self._lock:
+            self._ending.pop(run.number, None)
+            self._ended.notify_all()
 
     # -- kill and resume ------------------------------------------------------------------
     def stop(self, reason: str) -> list[str]:
@@ -308,6 +328,7 @@ class SweepRunner:
             runs = list(self._running.values())
             self._running.clear()
         ended = []
+        self._await_claimed_ends()
         for run in runs:
             try:
                 self._end(run, f"sweep {self.study_name}: {reason}")
@@ -322,6 +343,23 @@ class SweepRunner:
             self._requeue(run.trial.number, getattr(run.trial, "_trial_id", None), dict(run.trial.params))
         return ended
 
+    def _await_claimed_ends(self) -> None:
+        """Let the ends the loop already claimed (a trial completing as the kill comes)
+        finish, so the kill returns with nothing left; past the bound, delete them here
+        (a delete is idempotent) and let the loop record them."""
+        deadline = time.monotonic() + ENDING_WAIT_SECONDS
+        with self._lock:
+            if threading.current_thread() is self._loop_thread:
+                return  # stop() from the loop itself: nothing of its own is half-ended
+            while self._ending and time.monotonic() < deadline:
+                self._ended.wait(max(0.0, deadline - time.monotonic()))
+            late = list(self._ending.values())
+        for run in late:
+            try:
+                delete_cluster(run.handle, self.emit, f"sweep {self.study_name}: {self._stopping}")
+            except Exception:
+                log.exception("could not delete trial cluster %s", run.handle.ref.name)
+
     def _requeue(self, number: int, trial_id: int | None, params: dict[str, Any]) -> None:
         """Fail an interrupted trial and queue its parameters again (best effort: the
         retry's :meth:`_recover` does it for what a hard kill left)."""
@@ -331,6 +369,8 @@ class SweepRunner:
         try:
             import optuna
 
+            if study._storage.get_trial(trial_id).state.is_finished():
+                return  # it ended on its own (completed, failed, pruned): nothing to rerun
             trial = optuna.trial.Trial(study, trial_id)
             trial.set_user_attr(studies.INTERRUPTED, True)
             study.tell(number, state=_state("FAIL"), skip_if_finished=True)

@@ -161,7 +161,8 @@ def test_on_kill_deletes_every_running_trial_and_a_retry_resumes(local_root, tmp
     identity = RunIdentity("dag", "sweep", "manual__kill")
 
     def first_done_and_two_running() -> bool:
-        live = [r for r in backend.find(None, {}) if cluster_processes(local_root)]
+        # Running: its own processes are alive (a trial whose tasks have exited is ending).
+        live = [r for r in backend.find(None, {}) if cluster_processes(local_root / r.namespace / r.name)]
         files = list((local_root / ".sweeps").glob("*.db"))
         if len(live) < 2 or not files:
             return False
@@ -199,6 +200,46 @@ def test_on_kill_deletes_every_running_trial_and_a_retry_resumes(local_root, tmp
     base = base_name(identity)
     assert all(r["cluster"] == f"{base}-t{n}" for n, r in rows.items())
     assert_no_processes(local_root)
+
+
+def test_a_kill_while_a_trial_completes_leaves_it_completed_not_rerun(
+    local_root, tmp_path, monkeypatch
+) -> None:
+    """The race CI met: the kill lands while the loop is reading a finished trial's results.
+    The trial's end belongs to one path only: it stays COMPLETE with its export, it is not
+    also marked interrupted and queued again, and the kill returns with nothing left."""
+    import airflow_tfk.training_results as training_results
+
+    real = training_results.collect_results
+    op = make_op(tmp_path, n_trials=3, max_concurrent_trials=1)
+    killer: list[threading.Thread] = []
+
+    def collect_while_killed(*args, **kwargs):
+        if not killer:  # the first trial's results: the kill comes now, from another thread
+            killer.append(threading.Thread(target=op.on_kill))
+            killer[0].start()
+            wait_for(lambda: op._runner._stopping, timeout=30, what="the kill to start")
+            time.sleep(0.3)  # the kill is now waiting on the end the loop claimed
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training_results, "collect_results", collect_while_killed)
+    thread, errors = execute_in_thread(op, task_context(run_id="manual__race", task_id="sweep"))
+    thread.join(120)
+    assert not thread.is_alive()
+    killer[0].join(60)
+    assert not killer[0].is_alive(), "on_kill did not return"
+    assert errors, "the killed sweep returned as if it had finished"
+    assert LocalBackend(str(local_root)).find(None, {}) == []
+    assert_no_processes(local_root)
+
+    (db,) = (local_root / ".sweeps").glob("*.db")
+    trials = optuna.load_study(study_name=None, storage=f"sqlite:///{db}").trials
+    assert [t.state.name for t in trials] == ["COMPLETE"], trials
+    (done,) = trials
+    assert studies.INTERRUPTED not in done.user_attrs
+    assert Path(done.user_attrs[studies.EXPORT]["path"]).is_dir(), (
+        "the completed trial's export was set aside"
+    )
 
 
 def test_a_retry_after_a_hard_kill_ends_the_trial_left_running(local_root, tmp_path) -> None:
