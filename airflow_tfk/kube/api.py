@@ -148,6 +148,8 @@ class Call:
             "body": self.body,
             "auth_settings": ["BearerToken"],
             "_preload_content": False,
+            # Clients before 30 answer (response, status, headers) without it, even unpreloaded.
+            "_return_http_data_only": True,
             "_request_timeout": self.timeout,
         }
 
