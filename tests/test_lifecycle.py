@@ -15,9 +15,9 @@ import pytest
 
 from airflow_tfk.admission import Layout
 from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.ending import Remove, RunResult, end_run
 from airflow_tfk.errors import ClusterOwnershipError, SpecError
 from airflow_tfk.handle import ClusterHandle
-from airflow_tfk.ending import Remove, RunResult, end_run
 from airflow_tfk.lifecycle import create_or_reattach
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
