@@ -234,3 +234,32 @@ def test_the_teardown_task_keeps_a_succeeded_runs_export(local_root) -> None:
 def test_the_teardown_task_sets_a_cut_short_runs_export_aside(local_root) -> None:
     teardown(local_root, "train on", "torn-cut")
     assert published(local_root) == [] and len(set_aside(local_root)) == 1
+
+
+def test_one_backend_per_handle(local_root, monkeypatch) -> None:
+    """A task builds its backend (one Kubernetes hook) once: the wait, the logs, the
+    exports and the delete of its end all go through the one its handle holds."""
+    import airflow_tfk.backends as backends
+
+    built: list[str] = []
+    real = backends.get_backend
+
+    def counting(kind: str = "kubernetes", **config):
+        built.append(kind)
+        return real(kind, **config)
+
+    monkeypatch.setattr(backends, "get_backend", counting)
+    with pytest.raises(TrainingFailed):
+        op(exporter("1")).execute(task_context())
+    assert built == ["local"] and len(set_aside(local_root)) == 1
+
+    # A handle from an XCom builds its backend on first use, then keeps it.
+    from airflow_tfk.operators.cluster import DeleteTFClusterOperator
+
+    built.clear()
+    backend = real("local", root=str(local_root))
+    spec = TFClusterSpec.from_dict({**exporter("train on"), "name": "xcom"})
+    create_or_reattach(backend, spec, OWNER, lambda m: None)
+    handle = ClusterHandle.for_spec(spec, backend, OWNER).to_dict()
+    DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(task_context())
+    assert built == ["local"]
