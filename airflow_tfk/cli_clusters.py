@@ -187,20 +187,21 @@ def _identity(args: argparse.Namespace) -> RunIdentity | None:
 
 
 def _delete(backend: Backend, args: argparse.Namespace) -> int:
-    from airflow_tfk.lifecycle import check_owner, run_exports, set_aside_exports
-    from airflow_tfk.sweeper import decisive_succeeded
+    from airflow_tfk.ending import RunResult, decisive_succeeded, end_run
+    from airflow_tfk.handle import ClusterHandle
+    from airflow_tfk.lifecycle import check_owner
 
     ref = _ref(args)
     owner = backend.owner(ref)
     if owner is None:
         raise LookupError(f"cluster {ref.name} not found in namespace {ref.namespace}")
-    check_owner(ref, owner, _identity(args), "delete")
+    identity = _identity(args)
+    check_owner(ref, owner, identity, "delete")  # an error (exit 1) naming the owner
     status = backend.status(ref)
-    exports = run_exports(backend, ref, print)
-    backend.delete(ref, args.reason)
-    print(f"deleted cluster {ref.name} in {ref.namespace} ({args.reason})")
-    if not decisive_succeeded(status):  # a run ended before it succeeded: not publishable
-        set_aside_exports(backend, ref, exports, print)
+    # A run ended before it succeeded is not publishable.
+    result = RunResult.ACCEPTED if decisive_succeeded(status) else RunResult.REJECTED
+    handle = ClusterHandle.for_ref(ref, backend, identity)
+    end_run(handle, args.reason, result=result, emit=print, status=status, grace_seconds=0, log_lines=0)
     return 0
 
 

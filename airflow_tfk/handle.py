@@ -33,12 +33,15 @@ class ClusterHandle:
     layout: Layout = Layout.JOBS
     # parameter_server: workers that may fail for good before the training fails
     max_lost_workers: int = 0
+    # The backend this handle talks through, built once: every step of a wait or of an
+    # end (status, logs, exports, delete) shares one backend, so one Kubernetes hook.
+    _backend: Backend | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def for_spec(
         cls, spec: TFClusterSpec, backend: Backend, owner: RunIdentity | None = None
     ) -> ClusterHandle:
-        return cls(
+        handle = cls(
             ClusterRef(spec.name, spec.namespace_name),
             backend.kind,
             backend.config(),
@@ -49,11 +52,37 @@ class ClusterHandle:
             layout=spec.layout,
             max_lost_workers=spec.max_lost_workers,
         )
+        return handle.using(backend)
+
+    @classmethod
+    def for_ref(
+        cls,
+        ref: ClusterRef,
+        backend: Backend,
+        owner: RunIdentity | None,
+        mode: Mode = Mode.BETWEEN_GRAPH,
+        replicas: dict[str, int] | None = None,
+    ) -> ClusterHandle:
+        """A handle for a cluster whose spec is not at hand (an earlier run, an orphan),
+        owned by ``owner`` as the cluster itself records it."""
+        return cls(ref, backend.kind, backend.config(), mode, dict(replicas or {}), owner=owner).using(
+            backend
+        )
+
+    def using(self, backend: Backend) -> ClusterHandle:
+        """This handle, talking through ``backend`` (one of its kind and config)."""
+        object.__setattr__(self, "_backend", backend)
+        return self
 
     def backend(self) -> Backend:
-        from airflow_tfk.backends import get_backend
+        backend = self._backend
+        if backend is None:
+            from airflow_tfk.backends import get_backend
 
-        return get_backend(self.backend_kind, **self.backend_config)
+            # frozen: the cache is not part of the value (compare=False, not in to_dict)
+            backend = get_backend(self.backend_kind, **self.backend_config)
+            object.__setattr__(self, "_backend", backend)
+        return backend
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1,5 +1,6 @@
 """The lifecycle steps every operator shares: resolve the spec, create or reattach,
-finish after success, tear down after failure. Backend-agnostic, no Airflow import.
+apply the previous-run policy. Ending a run, whatever ends it, is :func:`end_run`
+(:mod:`airflow_tfk.ending`). Backend-agnostic, no Airflow import.
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_tfk import naming
-from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef, RunExport
+from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
+from airflow_tfk.ending import RunResult, decisive_succeeded, end_run
 from airflow_tfk.errors import ClusterOwnershipError, SpecError
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.policies import Outcome, evaluate, roles_after_success
+from airflow_tfk.policies import Outcome, evaluate
 from airflow_tfk.run_policy import PreviousRunPolicy
 from airflow_tfk.spec import TFClusterSpec, load_yaml_mapping
-from airflow_tfk.status import ClusterStatus, Phase
+
+__all__ = ["apply_previous_run_policy", "check_owner", "create_or_reattach", "end_run", "resolve_spec"]
 
 log = logging.getLogger(__name__)
 Emit = Callable[[str], None]
@@ -72,11 +75,13 @@ def create_or_reattach(
 
     Only a cluster of this very task instance (identity) made from this very spec
     (fingerprint) is reused, and only while it is running or succeeded. A failed one, or
-    one made from another spec, is deleted and replaced; a cluster of anyone else is an
-    error naming its owner, and nothing is touched.
+    one made from another spec, is ended and replaced (its exports set aside unless it
+    had succeeded: that version may be published already); a cluster of anyone else is
+    an error naming its owner, and nothing is touched.
     """
     ref = ClusterRef(spec.name, spec.namespace_name)
     owner = backend.owner(ref)
+    handle = ClusterHandle.for_spec(spec, backend, identity)
     if owner is not None:
         check_owner(ref, owner, identity, "reattach to")
         fingerprint = spec.fingerprint()
@@ -85,7 +90,10 @@ def create_or_reattach(
                 f"replacing cluster {ref.name}: it was created from another spec "
                 f"(spec hash {owner.spec_hash}, this spec {fingerprint})"
             )
-            backend.delete(ref, "replaced by a re-run of its task with another spec")
+            status = backend.status(ref)
+            result = RunResult.ACCEPTED if decisive_succeeded(status) else RunResult.REJECTED
+            reason = "replaced by a re-run of its task with another spec"
+            end_run(handle, reason, result=result, emit=emit, status=status, grace_seconds=0)
     if backend.exists(ref):
         status = backend.status(ref)
         verdict = evaluate(
@@ -95,9 +103,7 @@ def create_or_reattach(
             emit(f"reattaching to existing cluster {ref.name} in {ref.namespace} ({status.summary()})")
             return ref
         emit(f"replacing failed cluster {ref.name}: {verdict.message}")
-        exports = run_exports(backend, ref, emit)
-        backend.delete(ref, "replaced by a retry of its task")
-        set_aside_exports(backend, ref, exports, emit)
+        end_run(handle, "replaced by a retry of its task", emit=emit, status=status)
     backend.preflight(spec, identity)  # a failed check creates nothing and says only that
     check_capacity(backend, spec, emit)
     emit(
@@ -130,149 +136,6 @@ def check_capacity(backend: Backend, spec: TFClusterSpec, emit: Emit) -> None:
         raise CapacityError(text + " (capacity_check: fail; nothing was created)")
     else:
         emit(f"WARNING {text} (capacity_check: warn; creating it anyway)")
-
-
-def log_task_logs(
-    backend: Backend, ref: ClusterRef, tasks: list[tuple[str, int]], emit: Emit, tail_lines: int = 100
-) -> None:
-    """Copy task logs into the Airflow log, before their pods or processes go away."""
-    for role, index in tasks:
-        try:
-            text = backend.logs(ref, role, index, tail_lines=tail_lines)
-        except Exception as exc:
-            text = f"(could not read the log: {exc})"
-        emit(
-            f"----- log of {role}-{index} (last {tail_lines} lines) -----\n{text.rstrip()}\n"
-            f"----- end of {role}-{index} -----"
-        )
-
-
-def cleanup_after_success(
-    handle: ClusterHandle,
-    emit: Emit = log.info,
-    grace_seconds: float | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-) -> list[str]:
-    """After the grace period, delete the roles that never exit by themselves (PS; workers
-    in ``parameter_server`` mode), copying their logs first. Returns the deleted roles:
-    none where the cluster ends them itself (a JobSet's success policy)."""
-    backend = handle.backend()
-    roles = roles_after_success(handle.mode, list(handle.replicas))
-    if not roles:
-        return []
-    ended_by = backend.ends_roles_after_success(handle.layout)
-    if ended_by is not None:
-        emit(
-            f"training succeeded; {ended_by} ends {', '.join(roles)} of cluster {handle.ref.name} "
-            f"(layout: {handle.layout.value}): nothing to delete"
-        )
-        return []
-    grace = handle.ps_grace_seconds if grace_seconds is None else grace_seconds
-    if grace > 0:
-        emit(f"training succeeded; deleting {', '.join(roles)} in {grace:.0f} s")
-        sleep(grace)
-    if not owns(handle, emit):
-        return []
-    tasks = [(r, i) for r in roles for i in range(handle.replicas.get(r, 0))]
-    log_task_logs(backend, handle.ref, tasks, emit, tail_lines=50)
-    backend.delete_roles(handle.ref, roles)
-    emit(f"deleted {', '.join(roles)} of cluster {handle.ref.name}")
-    return roles
-
-
-def teardown_after_failure(
-    handle: ClusterHandle, status: ClusterStatus | None, emit: Emit = log.info, reason: str = ""
-) -> bool:
-    """Copy the logs of failed (or, if none, decisive) tasks, then delete everything.
-
-    Only a cluster that is still the handle owner's; True if it was deleted.
-    """
-    if not owns(handle, emit):
-        return False
-    backend = handle.backend()
-    try:
-        if status is None:
-            status = backend.status(handle.ref)
-        failed = [(t.role, t.index) for t in status.tasks if t.phase is Phase.FAILED]
-        log_task_logs(backend, handle.ref, failed[:5] or [("worker", 0)], emit)
-    except Exception as exc:
-        emit(f"could not collect logs before deleting: {exc}")
-    exports = run_exports(backend, handle.ref, emit)
-    deleted = delete_cluster(handle, emit, reason)
-    set_aside_exports(backend, handle.ref, exports, emit)
-    return deleted
-
-
-def run_exports(backend: Backend, ref: ClusterRef, emit: Emit) -> list[RunExport]:
-    """What the run's tasks exported, read while they are still there (best effort)."""
-    try:
-        return backend.run_exports(ref)
-    except Exception as exc:
-        emit(f"WARNING could not find what the failed run exported: {exc}")
-        return []
-
-
-def set_aside_exports(backend: Backend, ref: ClusterRef, exports: list[RunExport], emit: Emit) -> None:
-    """Make a failed run's exports unpublishable. After the delete (or after stopping
-    the run's tasks), so no task of the run can export anything more."""
-    if not exports:
-        return
-    try:
-        discarded = backend.discard_exports(ref, exports)
-    except Exception as exc:
-        discarded = []
-        emit(f"WARNING could not set aside the failed run's exports: {exc}")
-    if discarded:
-        emit(f"the failed run exported {', '.join(discarded)}; set aside, so it is never published")
-    left = [e.path for e in exports if e.path not in discarded]
-    if left:
-        emit(f"WARNING the failed run's exports {', '.join(left)} were not set aside; do not publish them")
-
-
-def keep_after_failure(handle: ClusterHandle, emit: Emit = log.info) -> list[str]:
-    """``on_failure='keep'``: copy the failed tasks' logs, stop only what never exits (PS,
-    evaluator), keep the rest for debugging until the Jobs' TTL; returns the roles stopped.
-    A failed run's exports are set aside all the same."""
-    if not owns(handle, emit):
-        return []
-    backend = handle.backend()
-    status = backend.status(handle.ref)
-    failed = [(t.role, t.index) for t in status.tasks if t.phase is Phase.FAILED]
-    log_task_logs(backend, handle.ref, failed[:5] or [("worker", 0)], emit)
-    roles: list[str] = [r for r in ("ps", "evaluator") if r in handle.replicas]
-    exports = run_exports(backend, handle.ref, emit)
-    if roles:
-        backend.delete_roles(handle.ref, roles)
-    set_aside_exports(backend, handle.ref, exports, emit)
-    emit(
-        f"kept failed cluster {handle.ref.name} for debugging (on_failure=keep); "
-        f"stopped {', '.join(roles) or 'nothing'}; finished Jobs go after their TTL"
-    )
-    return roles
-
-
-def owns(handle: ClusterHandle, emit: Emit = log.info) -> bool:
-    """Does the cluster behind ``handle`` still belong to the handle's owner? A cluster
-    that is gone counts as owned (deleting it again is harmless)."""
-    if not handle.owner_known:
-        return True
-    owner = handle.backend().owner(handle.ref)
-    if owner is None or owner.identity == handle.owner:
-        return True
-    emit(
-        f"not deleting cluster {handle.ref.name}: it now belongs to {owner.describe()}, "
-        "not to the task instance that created this handle"
-    )
-    return False
-
-
-def delete_cluster(handle: ClusterHandle, emit: Emit = log.info, reason: str = "") -> bool:
-    """Delete the cluster if it is still the handle owner's; True if it was deleted."""
-    if not owns(handle, emit):
-        return False
-    handle.backend().delete(handle.ref, reason)
-    emit(f"deleted cluster {handle.ref.name} ({handle.ref.label_selector})")
-    return True
 
 
 def previous_runs(backend: Backend, spec: TFClusterSpec, identity: RunIdentity) -> list[ClusterRef]:
@@ -318,10 +181,31 @@ def apply_previous_run_policy(
                 f"{identity.task_id} (previous_run_policy=kill_previous)"
             )
             for ref in alive:
-                emit(f"killing cluster {ref.name} of an earlier run: {reason}")
-                backend.delete(ref, reason)
+                kill_previous(backend, spec, identity, ref, reason, emit)
             return True
         if deadline is not None and time.monotonic() >= deadline:
             raise TimeoutError(f"earlier runs still training after {wait_timeout:.0f} s: {names}")
         emit(f"waiting for earlier runs to finish: {names}")
         sleep(poll)
+
+
+def kill_previous(
+    backend: Backend, spec: TFClusterSpec, identity: RunIdentity, ref: ClusterRef, reason: str, emit: Emit
+) -> None:
+    """End an earlier run's cluster for ``kill_previous``: only a run of this very task
+    (its dag and task, as the cluster records them; labels are shortened, the record is
+    exact) may be ended by a newer run, and it ends as every killed run does."""
+    owner = backend.owner(ref)
+    if owner is None:
+        return  # ended on its own since it was found
+    earlier = owner.identity
+    if earlier is None or (earlier.dag_id, earlier.task_id) != (identity.dag_id, identity.task_id):
+        emit(
+            f"not killing cluster {ref.name}: it belongs to {owner.describe()}, not to an "
+            f"earlier run of {identity.dag_id}.{identity.task_id}"
+        )
+        return
+    emit(f"killing cluster {ref.name} of an earlier run: {reason}")
+    replicas = {r: s.replicas for r, s in spec.roles().items()}
+    handle = ClusterHandle.for_ref(ref, backend, earlier, spec.mode, replicas)
+    end_run(handle, reason, emit=emit)

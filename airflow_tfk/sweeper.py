@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 from airflow_tfk import naming
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
+from airflow_tfk.ending import Remove, RunResult, decisive_succeeded, end_run, running_roles
 from airflow_tfk.errors import SpecError
-from airflow_tfk.lifecycle import run_exports, set_aside_exports
+from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.status import ClusterStatus, Phase
 
 log = logging.getLogger(__name__)
 
@@ -56,24 +56,6 @@ class SweepResult:
     ref: ClusterRef
     reason: str
     deleted: bool
-
-
-def _running_roles(status: ClusterStatus) -> list[str]:
-    """Roles with a task still running or waiting to (a deleted one is neither)."""
-    roles = {
-        t.role
-        for t in status.tasks
-        if t.phase is Phase.RUNNING or (t.phase is Phase.PENDING and t.reason != "Deleted")
-    }
-    return sorted(roles)
-
-
-def decisive_succeeded(status: ClusterStatus) -> bool:
-    """Did the role that decides the training (the chief if there is one, else every
-    worker) succeed? Then what still runs is only what never exits by itself."""
-    chief = [t for t in status.tasks if t.role == "chief"]
-    decisive = chief or [t for t in status.tasks if t.role == "worker"]
-    return bool(decisive) and all(t.phase is Phase.SUCCEEDED for t in decisive)
 
 
 def orphan_reason(
@@ -92,7 +74,6 @@ def orphan_reason(
 
 
 def _owner_succeeded(owner: ClusterOwner, ti_state: Callable[[RunIdentity], str | None]) -> bool:
-    """Only a run whose task instance succeeded keeps what it exported."""
     return owner.identity is not None and str(ti_state(owner.identity) or "").lower() == "success"
 
 
@@ -116,31 +97,47 @@ def _sweep_one(
 ) -> SweepResult | None:
     """Sweep one orphan (see the module's doc); None when there is nothing to do."""
     status = backend.status(ref)
-    running = _running_roles(status)
+    running = running_roles(status)
     finished = decisive_succeeded(status)
     rejected = finished and _rejected(owner, ti_state)
     if not running and not rejected:
         return None  # a failed run left to its TTL, or a finished one its task accepted
+    # The cluster's own record says whose it is; end_run checks it still does.
+    handle = ClusterHandle.for_ref(ref, backend, owner.identity)
     if finished and not rejected:
         # A finished training keeps its finished tasks (until their TTL): a retry of its
         # task must find it succeeded, not retrain and export a second version.
         what = f"{', '.join(running)} of finished"
         if dry_run:
             emit(f"would delete {what} cluster {ref.name} in {ref.namespace}: {reason} (dry run, kept)")
-        else:
-            backend.delete_roles(ref, running)
-            emit(f"deleted {what} cluster {ref.name} in {ref.namespace}: {reason}")
-        return SweepResult(ref, reason, not dry_run)
+            return SweepResult(ref, reason, False)
+        ended = end_run(
+            handle,
+            f"the orphan sweeper: {reason}",
+            result=RunResult.ACCEPTED,
+            remove=Remove.RUNNING,
+            emit=emit,
+            status=status,
+            grace_seconds=0,
+            log_lines=0,
+        )
+        return SweepResult(ref, reason, bool(ended.removed))
     what = "finished, unaccepted" if finished else "orphaned"
     if dry_run:
         emit(f"would delete {what} cluster {ref.name} in {ref.namespace}: {reason} (dry run, kept)")
         return SweepResult(ref, reason, False)
-    exports = run_exports(backend, ref, emit)
-    backend.delete(ref, f"deleted by the orphan sweeper: {reason}")
-    emit(f"deleted {what} cluster {ref.name} in {ref.namespace}: {reason}")
-    if not _owner_succeeded(owner, ti_state):
-        set_aside_exports(backend, ref, exports, emit)
-    return SweepResult(ref, reason, True)
+    # Only a run whose task instance succeeded keeps what it exported.
+    keep = _owner_succeeded(owner, ti_state)
+    ended = end_run(
+        handle,
+        f"the orphan sweeper: {what}: {reason}",
+        result=RunResult.ACCEPTED if keep else RunResult.REJECTED,
+        emit=emit,
+        status=status,
+        grace_seconds=0,
+        log_lines=0,
+    )
+    return SweepResult(ref, reason, ended.deleted)
 
 
 def sweep(

@@ -101,7 +101,9 @@ def test_sweep_deletes_a_cluster_whose_task_instance_is_gone(
         code, out, _ = _run("sweep", "--dry-run")
         assert code == 0 and "would delete orphaned cluster cli-orphan" in out and backend.exists(ref)
         code, out, _ = _run("sweep")
-        assert code == 0 and "deleted orphaned cluster cli-orphan in default" in out
+        assert (
+            code == 0 and "deleted cluster cli-orphan in default" in out and "orphan sweeper: orphaned" in out
+        )
         assert states[0] == OWNER and not backend.exists(ref)
     finally:
         backend.delete(ClusterRef("cli-orphan", "default"))

@@ -15,14 +15,10 @@ import pytest
 
 from airflow_tfk.admission import Layout
 from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.ending import Remove, RunResult, end_run
 from airflow_tfk.errors import ClusterOwnershipError, SpecError
 from airflow_tfk.handle import ClusterHandle
-from airflow_tfk.lifecycle import (
-    cleanup_after_success,
-    create_or_reattach,
-    delete_cluster,
-    teardown_after_failure,
-)
+from airflow_tfk.lifecycle import create_or_reattach
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
 from tests.helpers import local_backend
@@ -73,16 +69,16 @@ def test_only_the_owner_reattaches_and_nobody_else_deletes(backend, intruder) ->
     # A handle of the intruder (e.g. its on_kill) must not delete the owner's cluster.
     foreign = ClusterHandle.for_spec(s, backend, intruder)
     said: list[str] = []
-    assert delete_cluster(foreign, said.append) is False
-    assert teardown_after_failure(foreign, None, said.append) is False
-    assert "belongs to dag 'dag'" in said[0]
+    assert end_run(foreign, "killed", remove=Remove.ALL, emit=said.append).owned is False
+    assert end_run(foreign, "failed", remove=Remove.KEEP_FAILED, emit=said.append).owned is False
+    assert "belongs to dag 'dag'" in said[0] and len(said) == 2
     assert backend.exists(ref) and backend._state(ref)["uid"] == before
 
     # The owner reattaches (same cluster) and may delete it.
     said.clear()
     assert create_or_reattach(backend, s, OWNER, said.append) == ref
     assert "reattaching" in said[0] and backend._state(ref)["uid"] == before
-    assert delete_cluster(ClusterHandle.for_spec(s, backend, OWNER), said.append)
+    assert end_run(ClusterHandle.for_spec(s, backend, OWNER), "done", emit=said.append).deleted
     assert not backend.exists(ref)
 
 
@@ -129,10 +125,12 @@ def test_the_local_backend_stops_the_ps_after_success_in_either_layout(backend) 
     s = spec(mode="between_graph", ps=RoleSpec(), layout="jobset", ps_grace_seconds=0)
     ref = create_or_reattach(backend, s, OWNER, lambda m: None)
     said: list[str] = []
-    assert cleanup_after_success(ClusterHandle.for_spec(s, backend, OWNER), said.append) == ["ps"]
+    handle = ClusterHandle.for_spec(s, backend, OWNER)
+    ended = end_run(handle, "succeeded", result=RunResult.ACCEPTED, remove=Remove.LEFTOVERS, emit=said.append)
+    assert ended.removed == ("ps",)
     ps = [t for t in backend.status(ref).tasks if t.role == "ps"]
     assert [(t.phase.value, t.reason) for t in ps] == [("Pending", "Deleted")]
-    assert f"deleted ps of cluster {s.name}" in said
+    assert f"deleted ps of cluster {s.name}; why: succeeded" in said
 
 
 def test_retry_after_the_deadline_keeps_a_finished_training(backend) -> None:

@@ -83,17 +83,26 @@ class CleanupPSOperator(BaseOperator):
         self.grace_seconds = grace_seconds
 
     def execute(self, context: Context) -> list[str]:
+        from airflow_tfk.ending import Remove, RunResult, end_run
         from airflow_tfk.handle import ClusterHandle
-        from airflow_tfk.lifecycle import cleanup_after_success
 
         args.cluster_arg(self.cluster)
         handle = ClusterHandle.from_dict(self.cluster)
-        return cleanup_after_success(handle, self.log.info, self.grace_seconds)
+        ended = end_run(
+            handle,
+            f"the training is over; {self.task_id} ends the roles that never exit",
+            result=RunResult.ACCEPTED,
+            remove=Remove.LEFTOVERS,
+            emit=self.log.info,
+            grace_seconds=self.grace_seconds,
+        )
+        return list(ended.removed)
 
 
 class DeleteTFClusterOperator(BaseOperator):
     """Delete every object of a cluster (everything with its label). Idempotent; use it as
-    a teardown task: ``delete.as_teardown(setups=create)``.
+    a teardown task: ``delete.as_teardown(setups=create)``. What a training that did not
+    succeed exported is set aside, so it is never published.
 
     :param cluster: the create task's XCom. (templated)
     :param capture_logs: copy the logs of failed tasks into this task's log first.
@@ -110,15 +119,28 @@ class DeleteTFClusterOperator(BaseOperator):
         self.capture_logs = capture_logs
 
     def execute(self, context: Context) -> None:
+        from airflow_tfk.ending import RunResult, end_run
         from airflow_tfk.handle import ClusterHandle
-        from airflow_tfk.lifecycle import delete_cluster, teardown_after_failure
+        from airflow_tfk.policies import Outcome, evaluate
 
         if not self.cluster:
             self.log.info("no cluster was created; nothing to delete")
             return
         args.cluster_arg(self.cluster)
         handle = ClusterHandle.from_dict(self.cluster)
-        if self.capture_logs and handle.backend().exists(handle.ref):
-            teardown_after_failure(handle, None, self.log.info)
-        else:
-            delete_cluster(handle, self.log.info)
+        status = handle.backend().status(handle.ref)
+        # A training that succeeded keeps what it exported (a downstream task may publish
+        # it); one that failed or is cut short here is a rejected run.
+        verdict = evaluate(handle.mode, handle.replicas, status, handle.max_lost_workers)
+        succeeded = status.exists and verdict.outcome is Outcome.SUCCEEDED
+        ended = end_run(
+            handle,
+            f"deleted by its teardown task {self.task_id}",
+            result=RunResult.ACCEPTED if succeeded else RunResult.REJECTED,
+            emit=self.log.info,
+            status=status,
+            grace_seconds=0,
+            log_lines=None if self.capture_logs else 0,
+        )
+        if ended.gone:
+            self.log.info("cluster %s is already gone; nothing to delete", handle.ref.name)

@@ -267,7 +267,7 @@ class TFTrainingOperator(OnBackendOperator):
     def _finish(self, handle: ClusterHandle, result: dict[str, Any]) -> dict[str, Any]:
         """The task's outcome of a finished wait (:func:`~airflow_tfk.watch.wait_result`
         or the trigger's event): clean up after success, or tear down and raise."""
-        from airflow_tfk.lifecycle import cleanup_after_success, delete_cluster
+        from airflow_tfk.ending import Remove, RunResult, end_run
         from airflow_tfk.watch import failure_of
 
         message = str(result.get("message", ""))
@@ -284,15 +284,19 @@ class TFTrainingOperator(OnBackendOperator):
         started = time.monotonic()
         results = self._results(handle)
         grace = max(0.0, handle.ps_grace_seconds - (time.monotonic() - started))
+        released = result.get("released")
+        if released is not None:  # the trigger ended them already, without waiting for this resume
+            self.log.info("the triggerer ended %s after the success", ", ".join(released) or "nothing")
         try:
-            if result.get("released") is None:
-                cleanup_after_success(handle, self.log.info, grace_seconds=grace)
-            else:  # the trigger ended them already, without waiting for this resume
-                self.log.info(
-                    "the triggerer ended %s after the success", ", ".join(result["released"]) or "nothing"
+            if released is None or self.cleanup is Cleanup.ALL:
+                end_run(
+                    handle,
+                    f"the training succeeded (cleanup={self.cleanup.value})",
+                    result=RunResult.ACCEPTED,
+                    remove=Remove.ALL if self.cleanup is Cleanup.ALL else Remove.LEFTOVERS,
+                    emit=self.log.info,
+                    grace_seconds=grace if released is None else 0,
                 )
-            if self.cleanup is Cleanup.ALL:
-                delete_cluster(handle, self.log.info)
         except BaseException:
             self._teardown(handle, "clean-up after success was interrupted")
             raise
@@ -321,30 +325,25 @@ class TFTrainingOperator(OnBackendOperator):
         return results.to_xcom()
 
     def _teardown(self, handle: ClusterHandle, why: str, keep: bool = False) -> None:
-        from airflow_tfk.lifecycle import keep_after_failure, teardown_after_failure
+        from airflow_tfk.ending import Remove, end_run
 
-        if keep:
-            try:
-                keep_after_failure(handle, self.log.info)
-            except Exception:
-                self.log.exception("could not stop the PS of cluster %s", handle.ref.name)
-            self._handle = None
-            return
         try:
-            if not handle.backend().exists(handle.ref):
+            ended = end_run(
+                handle,
+                f"deleted by its own task: {why}",
+                remove=Remove.KEEP_FAILED if keep else Remove.ALL,
+                emit=self.log.info,
+            )
+            if ended.gone:
                 # Never created (a pre-flight check failed, a rolled-back create), or
                 # deleted by someone else since (kill_previous of a newer run).
                 if self._created:
                     self.log.info("cluster %s is already gone (%s); nothing to delete", handle.ref.name, why)
                 else:
                     self.log.info("cluster %s was not created; nothing to delete", handle.ref.name)
-                self._handle = None
-                return
-            self.log.warning("deleting cluster %s: %s", handle.ref.name, why)
-            teardown_after_failure(handle, None, self.log.info, f"deleted by its own task: {why}")
         except Exception:
             self.log.exception(
-                "could not delete cluster %s; delete it by label %s",
+                "could not end cluster %s; delete it by label %s",
                 handle.ref.name,
                 handle.ref.label_selector,
             )

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.ending import RunResult, end_run
 from airflow_tfk.handle import ClusterHandle
-from airflow_tfk.lifecycle import create_or_reattach, delete_cluster, run_exports, set_aside_exports
+from airflow_tfk.lifecycle import create_or_reattach
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.policies import Outcome, evaluate
 from airflow_tfk.protocol.progress import Progress, parse_line
@@ -272,8 +273,16 @@ class SweepRunner:
         run.trial.set_user_attr(studies.METRICS, results.metrics)
         if results.export:
             run.trial.set_user_attr(studies.EXPORT, results.export)
-        # The roles that never exit (PS, workers of parameter_server) go with the rest.
-        delete_cluster(handle, self.emit, f"trial {run.number} of sweep {self.study_name} finished")
+        # The roles that never exit (PS, workers of parameter_server) go with the rest;
+        # collect_results gave the evaluator its grace already.
+        end_run(
+            handle,
+            f"trial {run.number} of sweep {self.study_name} finished",
+            result=RunResult.ACCEPTED,
+            emit=self.emit,
+            grace_seconds=0,
+            log_lines=0,
+        )
         if value is None:
             error = f"the training succeeded but reported no finite {self.config.objective!r}"
             run.trial.set_user_attr(studies.ERROR, error)
@@ -286,24 +295,15 @@ class SweepRunner:
             study.tell(run.trial, value)
 
     def _fail(self, study: Any, run: _Trial, message: str) -> None:
-        from airflow_tfk.lifecycle import teardown_after_failure
-
         self.emit(f"trial {run.number} failed: {message}")
         run.trial.set_user_attr(studies.ERROR, message[:500])
-        teardown_after_failure(run.handle, None, self.emit, f"trial {run.number} of the sweep failed")
+        end_run(run.handle, f"trial {run.number} of sweep {self.study_name} failed", emit=self.emit)
         study.tell(run.trial, state=_state("FAIL"))
 
     def _end(self, run: _Trial, reason: str) -> None:
-        """End a trial's cluster that has not finished: its exports (if any) are set
-        aside after the delete, so nothing of it can be published."""
-        ref = run.handle.ref
-        exports = run_exports(self.backend, ref, self.emit)
-        delete_cluster(run.handle, self.emit, reason)
-        # Read again after the delete, where the logs outlive the tasks (local): a version
-        # exported between the first read and the kill is set aside too.
-        known = {e.path for e in exports}
-        exports += [e for e in run_exports(self.backend, ref, self.emit) if e.path not in known]
-        set_aside_exports(self.backend, ref, exports, self.emit)
+        """End a trial's cluster that has not finished (pruned, interrupted): a rejected
+        run, so its exports (if any) are set aside and nothing of it can be published."""
+        end_run(run.handle, reason, emit=self.emit, log_lines=0)
 
     def _claim(self, run: _Trial) -> bool:
         """Take the end of a running trial for the loop; False when stop() took it."""
@@ -356,7 +356,13 @@ class SweepRunner:
             late = list(self._ending.values())
         for run in late:
             try:
-                delete_cluster(run.handle, self.emit, f"sweep {self.study_name}: {self._stopping}")
+                # The loop's claim decides what the trial's exports are worth, not this.
+                end_run(
+                    run.handle,
+                    f"sweep {self.study_name}: {self._stopping}",
+                    result=RunResult.UNDECIDED,
+                    emit=self.emit,
+                )
             except Exception:
                 log.exception("could not delete trial cluster %s", run.handle.ref.name)
 

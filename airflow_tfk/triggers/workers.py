@@ -19,6 +19,7 @@ from airflow_tfk.backends.base import Backend, ClusterRef
 from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS, STALL_SECONDS
 from airflow_tfk.errors import SpecError
 from airflow_tfk.handle import ClusterHandle
+from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import Mode
 from airflow_tfk.watch import WaitLoop, await_cluster, wait_result
 
@@ -32,6 +33,7 @@ def _check(
     deadline: object,
     progress_interval: object,
     delete_on_kill: object,
+    owner: object = None,
 ) -> None:
     """The trigger's arguments (a serialized trigger is data too), each naming itself."""
     args.cluster_arg(cluster)
@@ -46,6 +48,11 @@ def _check(
     args.number_arg(deadline, "deadline", lo=0, hi=2**40, optional=True)
     args.number_arg(progress_interval, "progress_interval", lo=0.1, hi=86400)
     args.bool_arg(delete_on_kill, "delete_on_kill")
+    if owner is not None:
+        try:
+            RunIdentity.from_dict(owner)  # type: ignore[arg-type]
+        except Exception as exc:
+            raise SpecError("owner", f"must be a task instance identity ({exc})", owner) from None
 
 
 class WorkersDoneTrigger(BaseTrigger):
@@ -61,6 +68,8 @@ class WorkersDoneTrigger(BaseTrigger):
     :param progress_interval: seconds between progress reads.
     :param stall_seconds: fail as stalled after this long without progress (0: off).
     :param delete_on_kill: delete the cluster when the task is killed while deferred.
+    :param owner: the task instance the cluster belongs to (``RunIdentity.to_dict()``;
+        None: created outside Airflow): a kill ends only a cluster that is still its.
     :param release_handle: the cluster's handle (``ClusterHandle.to_dict()``) when this
         trigger ends the roles that never exit by themselves (the PS) after a success,
         after the handle's grace period. It does so here, in the triggerer, so they do not
@@ -81,6 +90,7 @@ class WorkersDoneTrigger(BaseTrigger):
         release_handle: dict[str, Any] | None = None,
         stall_seconds: float = STALL_SECONDS,
         max_lost_workers: int = 0,
+        owner: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         # Checked here, reported by run() as its one event (a trigger yields, it does not
@@ -96,6 +106,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 deadline,
                 progress_interval,
                 delete_on_kill,
+                owner,
             )
         except SpecError as exc:
             self.invalid = exc
@@ -110,6 +121,7 @@ class WorkersDoneTrigger(BaseTrigger):
         self.release_handle = release_handle
         self.stall_seconds = stall_seconds
         self.max_lost_workers = max_lost_workers
+        self.owner = owner
         self._fired = False
 
     @classmethod
@@ -136,6 +148,7 @@ class WorkersDoneTrigger(BaseTrigger):
             release_handle=handle.to_dict() if release_after_success else None,
             stall_seconds=stall_seconds,
             max_lost_workers=handle.max_lost_workers,
+            owner=handle.owner.to_dict() if handle.owner is not None else None,
         )
         if trigger.invalid is not None:
             raise trigger.invalid
@@ -156,6 +169,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 "release_handle": self.release_handle,
                 "stall_seconds": self.stall_seconds,
                 "max_lost_workers": self.max_lost_workers,
+                "owner": self.owner,
             },
         )
 
@@ -202,7 +216,7 @@ class WorkersDoneTrigger(BaseTrigger):
     async def _release(self, handle: ClusterHandle) -> list[str]:
         """The blocking path's clean-up after success, with the grace period awaited here
         rather than slept in a thread of the triggerer."""
-        from airflow_tfk.lifecycle import cleanup_after_success
+        from airflow_tfk.ending import Remove, RunResult, end_run
         from airflow_tfk.policies import roles_after_success
 
         roles = roles_after_success(handle.mode, list(handle.replicas))
@@ -213,23 +227,35 @@ class WorkersDoneTrigger(BaseTrigger):
                 handle.ps_grace_seconds,
             )
             await asyncio.sleep(handle.ps_grace_seconds)
-        return await asyncio.to_thread(cleanup_after_success, handle, self.log.info, grace_seconds=0)
+        ended = await asyncio.to_thread(
+            end_run,
+            handle,
+            "the training succeeded (released from the triggerer)",
+            result=RunResult.ACCEPTED,
+            remove=Remove.LEFTOVERS,
+            emit=self.log.info,
+            grace_seconds=0,
+        )
+        return list(ended.removed)
 
     async def on_kill(self) -> None:
-        """Airflow >= 3.3 calls this when the user kills the deferred task."""
+        """Airflow >= 3.3 calls this when the user kills the deferred task. The cluster
+        ends as a killed run does: only if it is still its owner's, its exports set aside."""
         if self._fired or not self.delete_on_kill or self.invalid is not None:
             return
-        from airflow_tfk.lifecycle import run_exports, set_aside_exports
+        from airflow_tfk.ending import end_run
 
-        ref = ClusterRef.from_dict(self.cluster)
-        backend = self._backend()
-        self.log.info("task killed while deferred: deleting cluster %s", ref.name)
-        # As the operator's own teardown does: what the run exported is read while its
-        # tasks are still there, and set aside once none is left to export more, so a
-        # killed run's model is never published.
-        exports = await asyncio.to_thread(run_exports, backend, ref, self.log.info)
-        await backend.adelete(ref)
-        await asyncio.to_thread(set_aside_exports, backend, ref, exports, self.log.info)
+        handle = ClusterHandle(
+            ClusterRef.from_dict(self.cluster),
+            self.backend_kind,
+            dict(self.backend_config),
+            Mode(self.mode),
+            dict(self.replicas),
+            owner=RunIdentity.from_dict(self.owner) if self.owner else None,
+            max_lost_workers=self.max_lost_workers,
+        )
+        self.log.info("task killed while deferred: ending cluster %s", handle.ref.name)
+        await asyncio.to_thread(end_run, handle, "its task was killed while deferred", emit=self.log.info)
 
     async def cleanup(self) -> None:
         """Before Airflow 3.3 there is no trigger ``on_kill``: delete only if the task left

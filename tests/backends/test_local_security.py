@@ -212,8 +212,8 @@ sys.exit(1)
 
 
 def test_a_failed_run_leaves_no_publishable_model_version(backend, tmp_path) -> None:
+    from airflow_tfk.ending import end_run
     from airflow_tfk.handle import ClusterHandle
-    from airflow_tfk.lifecycle import teardown_after_failure
     from airflow_tfk.spec import StorageSpec, VolumeSpec
 
     outside = tmp_path / "elsewhere" / "7"
@@ -229,7 +229,7 @@ def test_a_failed_run_leaves_no_publishable_model_version(backend, tmp_path) -> 
     models = Path(backend._state(ref)["volumes"]["models"]) / "m"
     assert [p.name for p in models.iterdir()] == ["1"]
     said: list[str] = []
-    teardown_after_failure(ClusterHandle.for_spec(s, backend), None, said.append)
+    end_run(ClusterHandle.for_spec(s, backend), "the training failed", emit=said.append)
     assert [p.name for p in models.iterdir() if p.name.isdigit()] == []  # nothing to publish
     assert any(p.name.startswith(".failed-1-") for p in models.iterdir())
     assert outside.is_dir()  # a path outside the run's volumes is never touched

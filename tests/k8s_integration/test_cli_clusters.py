@@ -83,9 +83,8 @@ def test_list_status_delete_and_sweep(k8s_cluster, k8s_api, tfk_ns, tfk_conn, tm
     )
     assert out.returncode == 0 and f"deleted cluster cli-a in {tfk_ns}" in out.stdout, out.stderr
     out = cli("sweep", "-n", tfk_ns)
-    assert out.returncode == 0 and f"deleted orphaned cluster cli-orphan in {tfk_ns}" in out.stdout, (
-        out.stderr
-    )
+    assert out.returncode == 0 and f"deleted cluster cli-orphan in {tfk_ns}" in out.stdout, out.stderr
+    assert "orphan sweeper: orphaned" in out.stdout
     for name in ("cli-a", "cli-orphan"):
         _tfk.wait_no_leftovers(k8s_api, tfk_ns, name)
     out = cli("list", "-n", tfk_ns)

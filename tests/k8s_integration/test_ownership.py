@@ -1,7 +1,8 @@
 """Ownership and orphans against the real API server (issue 10 items 1 and 5).
 
 - another run of the same task with a fixed name is refused with the owner's name, and
-  its handle (on_kill, a teardown task) cannot delete the owner's cluster;
+  its handle (on_kill, a teardown task, its trigger's on_kill) cannot end the owner's
+  cluster; kill_previous of another task cannot either;
 - the same task instance with another spec replaces the cluster (new Job uid);
 - the sweeper deletes the cluster once its task instance is no longer running, and a
   cluster past its deadline (its max-duration annotation): zero labelled objects left.
@@ -9,17 +10,21 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from kubernetes import client
 
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.kubernetes import KubernetesBackend
+from airflow_tfk.ending import end_run
 from airflow_tfk.errors import ClusterOwnershipError
 from airflow_tfk.handle import ClusterHandle
-from airflow_tfk.lifecycle import create_or_reattach, delete_cluster
+from airflow_tfk.lifecycle import create_or_reattach, kill_previous
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.sweeper import sweep
+from airflow_tfk.triggers.workers import WorkersDoneTrigger
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s
@@ -48,7 +53,19 @@ def test_takeover_refused_replace_on_new_spec_and_sweeper(k8s_api, tfk_ns, tfk_c
 
     with pytest.raises(ClusterOwnershipError, match="run 'scheduled__1'"):
         create_or_reattach(backend, spec, OTHER, said.append)
-    assert delete_cluster(ClusterHandle.for_spec(spec, backend, OTHER), said.append) is False
+    # Every path ends a run through end_run: another task instance's handle (its on_kill,
+    # a teardown task) and its deferred trigger's on_kill end nothing, naming the owner.
+    said.clear()
+    foreign = ClusterHandle.for_spec(spec, backend, OTHER)
+    assert end_run(foreign, "killed", emit=said.append).owned is False
+    assert "belongs to dag 'k8s_it', task 'train', run 'scheduled__1'" in said[-1], said
+    asyncio.run(WorkersDoneTrigger.for_handle(foreign, progress_interval=1).on_kill())
+    # kill_previous ends only earlier runs of its own task: another task's run is refused.
+    said.clear()
+    kill_previous(
+        backend, spec, RunIdentity("k8s_it", "evaluate", "scheduled__3", -1), ref, "newer", said.append
+    )
+    assert "not killing cluster owned: it belongs to dag 'k8s_it', task 'train'" in said[-1], said
     assert _job_uid(k8s_api, tfk_ns, "owned") == uid  # untouched
 
     changed = TFClusterSpec.from_dict({**spec.to_dict(), "worker": {"replicas": 2}})

@@ -231,6 +231,8 @@ def test_valid_arguments_still_pass() -> None:
         ({"deadline": "soon"}, "deadline"),
         ({"progress_interval": "abc"}, "progress_interval"),
         ({"delete_on_kill": "yes"}, "delete_on_kill"),
+        ({"owner": "dag.train"}, "owner"),
+        ({"owner": {"dag_id": "d", "task_id": "t"}}, "owner"),
     ],
 )
 def test_trigger_arguments_are_an_error_event_naming_them(changes, field) -> None:
