@@ -220,8 +220,12 @@ class SweepRunner:
                 self._complete(study, run)
             else:
                 self._fail(study, run, verdict.message)
-        finally:
-            self._release(run)
+        except BaseException:
+            # Cut short (an execution_timeout's signal, an error): the end did not happen,
+            # so the trial is running again for stop(), which ends and requeues it.
+            self._release(run, unfinished=True)
+            raise
+        self._release(run)
 
     # -- progress and pruning -------------------------------------------------------------
     def _report(self, run: _Trial) -> int | None:
@@ -313,9 +317,11 @@ class SweepRunner:
             self._ending[run.number] = run
             return True
 
-    def _release(self, run: _Trial) -> None:
+    def _release(self, run: _Trial, *, unfinished: bool = False) -> None:
         with self._lock:
             self._ending.pop(run.number, None)
+            if unfinished:
+                self._running[run.number] = run
             self._ended.notify_all()
 
     # -- kill and resume ------------------------------------------------------------------

@@ -242,6 +242,30 @@ def test_a_kill_while_a_trial_completes_leaves_it_completed_not_rerun(
     )
 
 
+def test_a_timeout_while_a_trial_completes_ends_and_requeues_it(local_root, tmp_path, monkeypatch) -> None:
+    """The execution_timeout's signal lands inside the loop's own end of a trial: that end
+    did not happen, so the stop that follows deletes the trial's cluster and queues it again."""
+    import airflow_tfk.training_results as training_results
+
+    class Timeout(BaseException):  # what Airflow's SIGALRM handler raises is a BaseException too
+        pass
+
+    def cut_short(*args, **kwargs):
+        raise Timeout("execution_timeout")
+
+    monkeypatch.setattr(training_results, "collect_results", cut_short)
+    op = make_op(tmp_path, n_trials=3, max_concurrent_trials=1)
+    with pytest.raises(Timeout):
+        op.execute(task_context(run_id="manual__timeout", task_id="sweep"))
+    assert LocalBackend(str(local_root)).find(None, {}) == []
+    assert_no_processes(local_root)
+    (db,) = (local_root / ".sweeps").glob("*.db")
+    trials = optuna.load_study(study_name=None, storage=f"sqlite:///{db}").trials
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING"], trials
+    assert trials[0].user_attrs[studies.INTERRUPTED] is True
+    assert trials[1].user_attrs[studies.RERUN_OF] == 0
+
+
 def test_a_retry_after_a_hard_kill_ends_the_trial_left_running(local_root, tmp_path) -> None:
     """A kill that never reached on_kill leaves a trial RUNNING in the study and its
     cluster alive: the retry deletes that cluster and runs the trial's parameters again."""
