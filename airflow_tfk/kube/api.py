@@ -309,7 +309,17 @@ class AsyncApi:
         self.client = api_client
 
     async def _send(self, call: Call) -> Any:
-        resp = await self.client.call_api(call.path, call.method, **call.call_api_args())
+        args = call.call_api_args()
+        if isinstance(call.timeout, tuple):
+            # kubernetes_asyncio before 31 hands the timeout to aiohttp as it is, and aiohttp
+            # takes a number or a ClientTimeout, not the (connect, read) pair of urllib3.
+            import aiohttp
+
+            connect, read = call.timeout
+            args["_request_timeout"] = aiohttp.ClientTimeout(
+                connect=connect, sock_connect=connect, sock_read=read
+            )
+        resp = await self.client.call_api(call.path, call.method, **args)
         # Without preloading, kubernetes_asyncio does not check the status itself.
         if not 200 <= resp.status <= 299:
             data = await resp.read()
