@@ -10,7 +10,7 @@ max_duration_minutes: 60          # execution_timeout + the cluster's max_durati
 retries: 1
 owners: [ml-platform]
 tags: [digits]
-backend: kubernetes               # kubernetes | local (default: $TFK_BACKEND)
+backend: kubernetes               # kubernetes (default) | local; $TFK_BACKEND overrides the default
 kubernetes_conn_id: kubernetes_default
 params:                           # the "Trigger DAG" form; refer to them as {{ params.NAME }}
   steps: {default: 600, type: integer, minimum: 1, title: Training steps}
@@ -47,8 +47,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tfk import defaults
+from airflow_tfk import dag_env
 from airflow_tfk.constants import (
+    BACKEND,
     CLEANUP,
     KUBERNETES_CONN_ID,
     PROGRESS_INTERVAL_SECONDS,
@@ -141,10 +142,10 @@ class TrainingFile:
     retry_delay_seconds: int = 300
     owners: tuple[str, ...] = ("airflow",)
     tags: tuple[str, ...] = ()
-    backend: str = "kubernetes"
+    backend: str = BACKEND
     kubernetes_conn_id: str = KUBERNETES_CONN_ID
     backend_config: dict[str, Any] | None = None
-    deferrable: bool = False
+    deferrable: bool | None = None  # None: Airflow's [operators] default_deferrable
     progress_interval: float = PROGRESS_INTERVAL_SECONDS
     stall_seconds: float = STALL_SECONDS
     cleanup: str = "ps"
@@ -389,7 +390,7 @@ def _with_namespace(options: object, where: str) -> dict[str, Any]:
         options = {}
     if not isinstance(options, Mapping):
         raise SpecError(where, "must be a mapping", options)
-    return {"namespace": defaults.NAMESPACE, **options}
+    return {"namespace": dag_env.NAMESPACE, **options}
 
 
 def _claim_of(cluster: Mapping[str, Any], volume: str) -> str | None:
@@ -438,7 +439,7 @@ def _run_options(data: Mapping[str, Any]) -> tuple[str, str, str, float]:
         raise SpecError(
             "previous_run_policy", f"must be one of {', '.join(p.value for p in PreviousRunPolicy)}", policy
         )
-    backend = data.get("backend", defaults.BACKEND)
+    backend = data.get("backend", dag_env.BACKEND)
     if backend not in BACKENDS:
         raise SpecError("backend", f"must be one of {', '.join(BACKENDS)}", backend)
     cleanup = data.get("cleanup", CLEANUP.value)
@@ -517,10 +518,10 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
         owners=_str_list(data, "owners", ("airflow",)),
         tags=_str_list(data, "tags", ()),
         backend=backend,
-        kubernetes_conn_id=_str(data, "kubernetes_conn_id", defaults.KUBERNETES_CONN_ID, 250)
-        or defaults.KUBERNETES_CONN_ID,
+        kubernetes_conn_id=_str(data, "kubernetes_conn_id", dag_env.KUBERNETES_CONN_ID, 250)
+        or dag_env.KUBERNETES_CONN_ID,
         backend_config=_backend_config(data, backend),
-        deferrable=_bool(data, "deferrable", defaults.DEFERRABLE),
+        deferrable=None if data.get("deferrable") is None else _bool(data, "deferrable", False),
         progress_interval=progress,
         stall_seconds=check_stall_seconds(data.get("stall_seconds", STALL_SECONDS)),
         cleanup=cleanup,
@@ -564,7 +565,7 @@ def _cluster(
                 f"must not exceed max_duration_minutes ({max_minutes} min = {limit} s)",
                 given,
             )
-    cluster.setdefault("namespace", defaults.NAMESPACE)
+    cluster.setdefault("namespace", dag_env.NAMESPACE)
     probe = with_param_defaults(cluster, params)
     if not probe.get("name"):
         # The name the train task will derive (same length for every run), so the

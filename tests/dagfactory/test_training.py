@@ -129,9 +129,9 @@ def test_publish_and_tensorboard_claims_default_to_the_cluster_volumes() -> None
 
 
 def test_namespace_defaults_to_the_deployments(monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_tfk import defaults
+    from airflow_tfk import dag_env
 
-    monkeypatch.setattr(defaults, "NAMESPACE", "tfk")
+    monkeypatch.setattr(dag_env, "NAMESPACE", "tfk")
     t = parse(publish={"model_name": "m", "serving": {"replicas": 2}}, tensorboard={"claim": "c"})
     assert t.cluster["namespace"] == "tfk"
     assert t.publish["serving"] == {"namespace": "tfk", "replicas": 2}
