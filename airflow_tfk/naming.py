@@ -38,9 +38,9 @@ ANNOTATION_TASK = LABEL_TASK
 ANNOTATION_RUN = LABEL_RUN
 ANNOTATION_MAP_INDEX = LABEL_MAP_INDEX
 ANNOTATION_SPEC_HASH = f"{LABEL_PREFIX}/spec-hash"
-# max_duration_seconds on every object: what the sweeper enforces on objects Kubernetes
-# does not time out itself (a PS StatefulSet made by an earlier version, the local
-# backend's processes); every Job also carries it as activeDeadlineSeconds.
+# max_duration_seconds on every object: what the sweeper enforces where Kubernetes does not
+# time out by itself (the local backend's processes); every Job also carries it as
+# activeDeadlineSeconds.
 ANNOTATION_MAX_DURATION = f"{LABEL_PREFIX}/max-duration-seconds"
 # Airflow stores the map index in a 32-bit integer column.
 MAP_INDEX_MAX = 2**31 - 1
