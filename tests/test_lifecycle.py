@@ -25,7 +25,7 @@ from airflow_tfk.lifecycle import (
 )
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
-from tests.helpers import local_backend
+from tests.helpers import local_backend, local_state
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -62,7 +62,7 @@ def spec(**kw) -> TFClusterSpec:
 def test_only_the_owner_reattaches_and_nobody_else_deletes(backend, intruder) -> None:
     s = spec()
     ref = create_or_reattach(backend, s, OWNER, lambda m: None)
-    before = backend._state(ref)["uid"]
+    before = local_state(backend, ref)["uid"]
 
     with pytest.raises(ClusterOwnershipError) as err:
         create_or_reattach(backend, s, intruder, lambda m: None)
@@ -76,12 +76,12 @@ def test_only_the_owner_reattaches_and_nobody_else_deletes(backend, intruder) ->
     assert delete_cluster(foreign, said.append) is False
     assert teardown_after_failure(foreign, None, said.append) is False
     assert "belongs to dag 'dag'" in said[0]
-    assert backend.exists(ref) and backend._state(ref)["uid"] == before
+    assert backend.exists(ref) and local_state(backend, ref)["uid"] == before
 
     # The owner reattaches (same cluster) and may delete it.
     said.clear()
     assert create_or_reattach(backend, s, OWNER, said.append) == ref
-    assert "reattaching" in said[0] and backend._state(ref)["uid"] == before
+    assert "reattaching" in said[0] and local_state(backend, ref)["uid"] == before
     assert delete_cluster(ClusterHandle.for_spec(s, backend, OWNER), said.append)
     assert not backend.exists(ref)
 
@@ -89,12 +89,12 @@ def test_only_the_owner_reattaches_and_nobody_else_deletes(backend, intruder) ->
 def test_same_owner_with_another_spec_replaces_the_cluster(backend) -> None:
     s = spec()
     ref = create_or_reattach(backend, s, OWNER, lambda m: None)
-    first = backend._state(ref)["uid"]
+    first = local_state(backend, ref)["uid"]
     changed = dataclasses.replace(s, worker=RoleSpec(replicas=2))
     said: list[str] = []
     create_or_reattach(backend, changed, OWNER, said.append)
     assert any("created from another spec" in m for m in said), said
-    state = backend._state(ref)
+    state = local_state(backend, ref)
     assert state["uid"] != first and state["spec_hash"] == changed.fingerprint()
     assert len(state["tasks"]) == 2
 
@@ -156,12 +156,12 @@ def test_retry_after_the_deadline_keeps_a_finished_training(backend) -> None:
         max_duration_seconds=2,
     )
     ref = create_or_reattach(backend, s, OWNER, lambda m: None)
-    uid = backend._state(ref)["uid"]
+    uid = local_state(backend, ref)["uid"]
     deadline = time.monotonic() + 30
     while backend.status(ref).task("ps", 0).reason != "DeadlineExceeded":
         assert time.monotonic() < deadline, backend.status(ref).summary()
         time.sleep(0.1)
     said: list[str] = []
     assert create_or_reattach(backend, s, OWNER, said.append) == ref
-    assert "reattaching" in said[0] and backend._state(ref)["uid"] == uid  # nothing retrained
+    assert "reattaching" in said[0] and local_state(backend, ref)["uid"] == uid  # nothing retrained
     assert evaluate(s.mode, replicas_of(s), backend.status(ref)).outcome is Outcome.SUCCEEDED
