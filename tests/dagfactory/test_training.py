@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from airflow_tfk.dagfactory.loader import TrainingFileError, read_training
-from airflow_tfk.dagfactory.training import parse_training, with_param_defaults
+from airflow_tfk.dagfactory.params import with_param_defaults
+from airflow_tfk.dagfactory.training import parse_training
 from airflow_tfk.errors import SpecError
 
 CLUSTER = {
