@@ -26,10 +26,11 @@ class ClusterHandle:
     # The task instance that created the cluster: a later delete (a teardown task, on_kill)
     # checks the cluster still belongs to it. None: created outside Airflow.
     owner: RunIdentity | None = None
-    # False only for a handle from before owners were recorded: it cannot be checked.
+    # False for a handle without an ``owner`` key (written by hand, e.g. a sensor's
+    # ``cluster`` argument): there is nothing to check the cluster's owner against.
     owner_known: bool = True
     # What the clean-up after success may find: a JobSet ends the leftover roles itself.
-    # A handle from before the layout was recorded reads as ``jobs``.
+    # A handle that names no layout (written by hand) has the default one, ``jobs``.
     layout: Layout = Layout.JOBS
     # parameter_server: workers that may fail for good before the training fails
     max_lost_workers: int = 0

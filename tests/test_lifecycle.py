@@ -110,8 +110,8 @@ def test_handle_round_trip_keeps_the_owner(backend) -> None:
     h = ClusterHandle.for_spec(spec(), backend, OWNER)
     again = ClusterHandle.from_dict(h.to_dict())
     assert again.owner == OWNER and again.owner_known
-    legacy = {k: v for k, v in h.to_dict().items() if k != "owner"}
-    assert ClusterHandle.from_dict(legacy).owner_known is False
+    by_hand = {k: v for k, v in h.to_dict().items() if k != "owner"}
+    assert ClusterHandle.from_dict(by_hand).owner_known is False
 
 
 def test_handle_round_trip_keeps_the_layout(backend) -> None:
