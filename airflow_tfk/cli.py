@@ -310,6 +310,7 @@ def _print_env(args: argparse.Namespace) -> int:
         "AIRFLOW_HOME",
         "AIRFLOW__CORE__DAGS_FOLDER",
         "TFK_LOCAL_ROOT",
+        "TFK_BACKEND",
         "AIRFLOW__CORE__LOAD_EXAMPLES",
         "AIRFLOW__CORE__UNIT_TEST_MODE",
         "TF_CPP_MIN_LOG_LEVEL",

@@ -24,6 +24,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk.constants import BACKEND, BACKEND_KINDS, KUBERNETES_CONN_ID, NAMESPACE
+
 if TYPE_CHECKING:
     from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
     from airflow_tfk.naming import RunIdentity
@@ -40,11 +42,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "as the operators see them.",
     )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--backend", choices=["kubernetes", "local"], default="kubernetes")
-    common.add_argument("--conn-id", default="kubernetes_default", help="Airflow `kubernetes` connection")
+    common.add_argument("--backend", choices=BACKEND_KINDS, default=BACKEND)
+    common.add_argument("--conn-id", default=KUBERNETES_CONN_ID, help="Airflow `kubernetes` connection")
     common.add_argument("--kubeconfig", help="a kubeconfig file instead of the connection's")
     common.add_argument("--context", help="the kubeconfig context")
-    common.add_argument("-n", "--namespace", default=None, help="namespace (default: 'default')")
+    common.add_argument("-n", "--namespace", default=None, help=f"namespace (default: {NAMESPACE!r})")
     actions = clusters.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", parents=[common], help="the clusters with their status and owner")
     listing.add_argument("-A", "--all-namespaces", action="store_true")
@@ -93,13 +95,13 @@ def _backend(args: argparse.Namespace) -> Backend:
 def _namespace(args: argparse.Namespace) -> str | None:
     if getattr(args, "all_namespaces", False):
         return None
-    return args.namespace or "default"
+    return args.namespace or NAMESPACE
 
 
 def _ref(args: argparse.Namespace) -> ClusterRef:
     from airflow_tfk.backends.base import ClusterRef
 
-    return ClusterRef(args.name, args.namespace or "default")
+    return ClusterRef(args.name, args.namespace or NAMESPACE)
 
 
 def _owner_text(owner: ClusterOwner | None) -> str:

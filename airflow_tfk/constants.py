@@ -1,7 +1,9 @@
 """Every default of the provider, in one table.
 
-Operators, the sensor, the trigger, the wait loop and the backends take their defaults
-from here, so a default is changed in one place and documented once. Import-free.
+Operators, the sensor, the trigger, the wait loop, the backends, the training files and
+the example DAGs take their defaults from here, so a default is changed in one place and
+documented once. What a deployment may override through its environment (``TFK_*``) is
+read in :mod:`airflow_tfk.dag_env`, which falls back to these values. Import-free.
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ UNSCHEDULABLE_TIMEOUT_SECONDS: Final = 300.0
 IMAGE_PULL_TIMEOUT_SECONDS: Final = 120.0
 #: Prefix of the cluster name derived from the task instance.
 NAME_PREFIX: Final = "tfk"
+#: Namespace of the clusters, TF Serving and TensorBoard when a spec names none.
+NAMESPACE: Final = "default"
+#: The training image (built from images/training/Dockerfile).
+IMAGE: Final = "airflow-tfk/training:2.21.0"
+#: The claims (PVCs on Kubernetes; shared directories with the local backend) the example
+#: DAGs keep logs and models on, so they outlive the clusters that wrote them.
+LOGS_CLAIM: Final = f"{NAME_PREFIX}-logs"
+MODELS_CLAIM: Final = f"{NAME_PREFIX}-models"
 #: The task whose URL the "TensorBoard" extra link opens.
 TENSORBOARD_TASK_ID: Final = "tensorboard"
 #: Seconds between two pokes of the blocking sensor.
@@ -34,7 +44,10 @@ SENSOR_POKE_INTERVAL_SECONDS: Final = 10
 
 BackendKind = Literal["kubernetes", "local"]
 BACKEND_KINDS: Final[tuple[BackendKind, ...]] = ("kubernetes", "local")
-#: The backend an operator runs on unless told otherwise.
+#: The backend an operator or a training file runs on unless told otherwise. Kubernetes is
+#: the product: a training meant for the cluster must never quietly run as processes
+#: beside the scheduler. The local backend is always chosen by name (``backend: local``,
+#: or ``TFK_BACKEND=local``, which ``airflow-tfk airflow`` sets for a local Airflow).
 BACKEND: Final[BackendKind] = "kubernetes"
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from airflow_tfk.admission import Layout
 from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.constants import PS_GRACE_SECONDS
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import Mode, TFClusterSpec
 
@@ -22,14 +23,15 @@ class ClusterHandle:
     backend_config: dict[str, Any] = field(default_factory=dict)
     mode: Mode = Mode.BETWEEN_GRAPH
     replicas: dict[str, int] = field(default_factory=dict)
-    ps_grace_seconds: int = 30
+    ps_grace_seconds: int = PS_GRACE_SECONDS
     # The task instance that created the cluster: a later delete (a teardown task, on_kill)
     # checks the cluster still belongs to it. None: created outside Airflow.
     owner: RunIdentity | None = None
-    # False only for a handle from before owners were recorded: it cannot be checked.
+    # False for a handle without an ``owner`` key (written by hand, e.g. a sensor's
+    # ``cluster`` argument): there is nothing to check the cluster's owner against.
     owner_known: bool = True
     # What the clean-up after success may find: a JobSet ends the leftover roles itself.
-    # A handle from before the layout was recorded reads as ``jobs``.
+    # A handle that names no layout (written by hand) has the default one, ``jobs``.
     layout: Layout = Layout.JOBS
     # parameter_server: workers that may fail for good before the training fails
     max_lost_workers: int = 0
@@ -109,7 +111,7 @@ class ClusterHandle:
             dict(data.get("backend_config") or {}),
             Mode(data.get("mode", Mode.BETWEEN_GRAPH)),
             dict(data.get("replicas") or {}),
-            int(data.get("ps_grace_seconds", 30)),
+            int(data.get("ps_grace_seconds", PS_GRACE_SECONDS)),
             RunIdentity.from_dict(data["owner"]) if data.get("owner") else None,
             "owner" in data,
             Layout(data.get("layout", Layout.JOBS)),

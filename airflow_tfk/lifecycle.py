@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
+from airflow_tfk.constants import NAME_PREFIX
 from airflow_tfk.ending import RunResult, decisive_succeeded, end_run
 from airflow_tfk.errors import ClusterOwnershipError, SpecError
 from airflow_tfk.handle import ClusterHandle
@@ -29,7 +30,7 @@ Emit = Callable[[str], None]
 def resolve_spec(
     cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
     identity: RunIdentity | None,
-    name_prefix: str = "tfk",
+    name_prefix: str = NAME_PREFIX,
 ) -> TFClusterSpec:
     """A validated spec. A spec without a name gets the deterministic name of its task
     instance, so a retry or restart finds the same cluster.

@@ -62,6 +62,9 @@ class LocalAirflowEnv:
         env["AIRFLOW__CORE__DAGS_FOLDER"] = str(self.dags_folder)
         env["TFK_LOCAL_ROOT"] = str(self.local_root)
         env.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+        # A local Airflow runs its trainings as local processes unless told otherwise; the
+        # provider's own default is Kubernetes, so this is where local is chosen.
+        env.setdefault("TFK_BACKEND", "local")
         # Airflow's unit-test mode resets the database behind the user's back.
         env.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
         # TensorFlow's C++ start-up chatter (oneDNN, CUDA probing) hides the training's lines.

@@ -10,6 +10,8 @@ import hashlib
 import re
 from dataclasses import asdict, dataclass
 
+from airflow_tfk.constants import NAME_PREFIX
+
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
 LABEL_VALUE_MAX = 63
@@ -36,9 +38,9 @@ ANNOTATION_TASK = LABEL_TASK
 ANNOTATION_RUN = LABEL_RUN
 ANNOTATION_MAP_INDEX = LABEL_MAP_INDEX
 ANNOTATION_SPEC_HASH = f"{LABEL_PREFIX}/spec-hash"
-# max_duration_seconds on every object: what the sweeper enforces on objects Kubernetes
-# does not time out itself (a PS StatefulSet made by an earlier version, the local
-# backend's processes); every Job also carries it as activeDeadlineSeconds.
+# max_duration_seconds on every object: what the sweeper enforces where Kubernetes does not
+# time out by itself (the local backend's processes); every Job also carries it as
+# activeDeadlineSeconds.
 ANNOTATION_MAX_DURATION = f"{LABEL_PREFIX}/max-duration-seconds"
 # Airflow stores the map index in a 32-bit integer column.
 MAP_INDEX_MAX = 2**31 - 1
@@ -102,7 +104,12 @@ def safe_label_value(value: str) -> str:
 
 
 def cluster_name_for(
-    dag_id: str, task_id: str, run_id: str, map_index: int = -1, prefix: str = "tfk", max_length: int = 30
+    dag_id: str,
+    task_id: str,
+    run_id: str,
+    map_index: int = -1,
+    prefix: str = NAME_PREFIX,
+    max_length: int = 30,
 ) -> str:
     """Deterministic cluster name for one Airflow task instance.
 
@@ -201,7 +208,7 @@ class RunIdentity:
         except ValueError:
             return None
 
-    def cluster_name(self, prefix: str = "tfk") -> str:
+    def cluster_name(self, prefix: str = NAME_PREFIX) -> str:
         return cluster_name_for(self.dag_id, self.task_id, self.run_id, self.map_index, prefix)
 
     def to_dict(self) -> dict[str, object]:

@@ -209,6 +209,17 @@ def str_map_of_ints(value: object, field: str) -> None:
             raise SpecError(f"{field}.{key}", "must be a non-negative integer", count)
 
 
+def deferrable_arg(value: object) -> bool:
+    """``deferrable`` as given, or Airflow's ``[operators] default_deferrable`` for None."""
+    if value is None:
+        from airflow_tfk._airflow import default_deferrable
+
+        return default_deferrable()
+    if not isinstance(value, bool):
+        raise SpecError("deferrable", "must be true or false", value)
+    return value
+
+
 def waiting_args(deferrable: object, progress_interval: object) -> None:
     """The arguments of a wait (the training operator, the sensor): how, and how often
     it reports progress."""

@@ -6,8 +6,7 @@ A cluster is an orphan when it still runs something (a task Running or Pending) 
   that would have cleaned up was SIGKILLed, the worker lost, the DAG deleted), or
 - its cluster-side deadline (creation + ``max_duration_seconds``) has passed. Every Job
   already stops there by itself (``activeDeadlineSeconds``); this is the deadline of what
-  Kubernetes cannot time out: a PS StatefulSet made by an earlier version, and the local
-  backend's processes.
+  Kubernetes cannot time out: the local backend's processes.
 
 A training whose decisive role (the chief, else every worker) succeeded, and whose task
 instance is still active or succeeded, loses only what still runs (the PS, and the workers

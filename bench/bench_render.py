@@ -24,6 +24,7 @@ from jinja2 import DictLoader, StrictUndefined  # noqa: E402
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
 
 from airflow_tfk import render as tfk_render  # noqa: E402
+from airflow_tfk import templating  # noqa: E402
 from airflow_tfk.spec import TFClusterSpec  # noqa: E402
 
 SIZES = [(2, 1), (100, 4), (600, 8)]
@@ -80,9 +81,9 @@ def _seed_env() -> dict:
         loader=DictLoader(SEED_TEMPLATES),
         undefined=StrictUndefined,
         autoescape=False,
-        finalize=tfk_render._finalize,
+        finalize=templating._finalize,
     )
-    env.filters["tojson"] = tfk_render._tojson
+    env.filters["tojson"] = templating._tojson
     return {name: env.get_template(name) for name in SEED_TEMPLATES}
 
 

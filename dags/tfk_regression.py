@@ -17,7 +17,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, Param
 
-from airflow_tfk.defaults import DEFAULT_ARGS, IMAGE, NAMESPACE, STORAGE
+from airflow_tfk.dag_env import DEFAULT_ARGS, IMAGE, NAMESPACE, STORAGE
 from airflow_tfk.operators.serving import PublishModelOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 

@@ -23,7 +23,7 @@ import os
 import pendulum
 from airflow.sdk import DAG, Param
 
-from airflow_tfk.defaults import (
+from airflow_tfk.dag_env import (
     BACKEND,
     DIGITS_APP,
     IMAGE,

@@ -17,8 +17,8 @@ import pendulum
 from airflow.sdk import Param, task
 
 from airflow_tfk.capacity import local_max_tasks
+from airflow_tfk.dag_env import BACKEND, DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, STORAGE
 from airflow_tfk.dagfactory.sandbox import SandboxedDAG
-from airflow_tfk.defaults import BACKEND, DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, STORAGE
 from airflow_tfk.operators.tensorboard import TensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 

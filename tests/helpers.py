@@ -71,6 +71,11 @@ MODE_SHAPES: dict[str, dict] = {
 NIGHTLY = RunIdentity("nightly", "train", "scheduled__2026-01-01T00:00:00+00:00")
 
 
+def local_state(backend: LocalBackend, ref: ClusterRef) -> dict[str, Any]:
+    """A local cluster's ``state.json``, as the JSON a person reads on disk."""
+    return json.loads((backend.cluster_dir(ref) / "state.json").read_text())
+
+
 def shaped_spec(shape: dict, **fields: Any) -> TFClusterSpec:
     """A spec in namespace ``ml`` with the roles of ``shape`` (one of MODE_SHAPES, say);
     ``fields`` add to or replace the rest."""

@@ -23,7 +23,7 @@ from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.lifecycle import create_or_reattach, kill_previous
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
-from tests.helpers import local_backend, task_context
+from tests.helpers import local_backend, local_state, task_context
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -171,13 +171,13 @@ PATHS: dict[str, Callable[[ClusterHandle, list[str]], None]] = {
 def test_no_path_ends_a_cluster_it_does_not_own(backend, capfd, path: str) -> None:
     spec = owned_spec()
     ref = create_or_reattach(backend, spec, OWNER, lambda m: None)
-    before = backend._state(ref)
+    before = local_state(backend, ref)
     foreign = ClusterHandle.for_spec(spec, backend, OTHER)
     said: list[str] = []
     PATHS[path](foreign, said)
     told = "\n".join(said) + capfd.readouterr().out
     assert NAMED in told, told[-3000:]
-    after = backend._state(ref)
+    after = local_state(backend, ref)
     assert backend.exists(ref) and after["uid"] == before["uid"]
     assert after["tasks"] == before["tasks"]  # the same processes
     status = backend.status(ref)

@@ -21,7 +21,7 @@ from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.lifecycle import create_or_reattach
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
-from tests.helpers import local_backend
+from tests.helpers import local_backend, local_state
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -58,7 +58,7 @@ def spec(**kw) -> TFClusterSpec:
 def test_only_the_owner_reattaches_and_nobody_else_deletes(backend, intruder) -> None:
     s = spec()
     ref = create_or_reattach(backend, s, OWNER, lambda m: None)
-    before = backend._state(ref)["uid"]
+    before = local_state(backend, ref)["uid"]
 
     with pytest.raises(ClusterOwnershipError) as err:
         create_or_reattach(backend, s, intruder, lambda m: None)
@@ -72,12 +72,12 @@ def test_only_the_owner_reattaches_and_nobody_else_deletes(backend, intruder) ->
     assert end_run(foreign, "killed", remove=Remove.ALL, emit=said.append).owned is False
     assert end_run(foreign, "failed", remove=Remove.KEEP_FAILED, emit=said.append).owned is False
     assert "belongs to dag 'dag'" in said[0] and len(said) == 2
-    assert backend.exists(ref) and backend._state(ref)["uid"] == before
+    assert backend.exists(ref) and local_state(backend, ref)["uid"] == before
 
     # The owner reattaches (same cluster) and may delete it.
     said.clear()
     assert create_or_reattach(backend, s, OWNER, said.append) == ref
-    assert "reattaching" in said[0] and backend._state(ref)["uid"] == before
+    assert "reattaching" in said[0] and local_state(backend, ref)["uid"] == before
     assert end_run(ClusterHandle.for_spec(s, backend, OWNER), "done", emit=said.append).deleted
     assert not backend.exists(ref)
 
@@ -85,12 +85,12 @@ def test_only_the_owner_reattaches_and_nobody_else_deletes(backend, intruder) ->
 def test_same_owner_with_another_spec_replaces_the_cluster(backend) -> None:
     s = spec()
     ref = create_or_reattach(backend, s, OWNER, lambda m: None)
-    first = backend._state(ref)["uid"]
+    first = local_state(backend, ref)["uid"]
     changed = dataclasses.replace(s, worker=RoleSpec(replicas=2))
     said: list[str] = []
     create_or_reattach(backend, changed, OWNER, said.append)
     assert any("created from another spec" in m for m in said), said
-    state = backend._state(ref)
+    state = local_state(backend, ref)
     assert state["uid"] != first and state["spec_hash"] == changed.fingerprint()
     assert len(state["tasks"]) == 2
 
@@ -106,8 +106,8 @@ def test_handle_round_trip_keeps_the_owner(backend) -> None:
     h = ClusterHandle.for_spec(spec(), backend, OWNER)
     again = ClusterHandle.from_dict(h.to_dict())
     assert again.owner == OWNER and again.owner_known
-    legacy = {k: v for k, v in h.to_dict().items() if k != "owner"}
-    assert ClusterHandle.from_dict(legacy).owner_known is False
+    by_hand = {k: v for k, v in h.to_dict().items() if k != "owner"}
+    assert ClusterHandle.from_dict(by_hand).owner_known is False
 
 
 def test_handle_round_trip_keeps_the_layout(backend) -> None:
@@ -154,12 +154,12 @@ def test_retry_after_the_deadline_keeps_a_finished_training(backend) -> None:
         max_duration_seconds=2,
     )
     ref = create_or_reattach(backend, s, OWNER, lambda m: None)
-    uid = backend._state(ref)["uid"]
+    uid = local_state(backend, ref)["uid"]
     deadline = time.monotonic() + 30
     while backend.status(ref).task("ps", 0).reason != "DeadlineExceeded":
         assert time.monotonic() < deadline, backend.status(ref).summary()
         time.sleep(0.1)
     said: list[str] = []
     assert create_or_reattach(backend, s, OWNER, said.append) == ref
-    assert "reattaching" in said[0] and backend._state(ref)["uid"] == uid  # nothing retrained
+    assert "reattaching" in said[0] and local_state(backend, ref)["uid"] == uid  # nothing retrained
     assert evaluate(s.mode, replicas_of(s), backend.status(ref)).outcome is Outcome.SUCCEEDED

@@ -25,6 +25,8 @@ def test_defaults_are_the_checkouts_folders():
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(ROOT / "dags")
     assert env["TFK_LOCAL_ROOT"] == str(ROOT / ".tfk-local")
     assert env["TF_CPP_MIN_LOG_LEVEL"] == "2"
+    # a local Airflow is where the local backend is chosen (the provider's default is Kubernetes)
+    assert env["TFK_BACKEND"] == "local"
 
 
 def test_the_users_environment_wins_and_relative_paths_are_taken_from_cwd(tmp_path: Path):
@@ -33,12 +35,14 @@ def test_the_users_environment_wins_and_relative_paths_are_taken_from_cwd(tmp_pa
         "DAGS_FOLDER": "plain",
         "TFK_LOCAL_ROOT": str(tmp_path / "state"),
         "TF_CPP_MIN_LOG_LEVEL": "0",
+        "TFK_BACKEND": "kubernetes",
     }
     where = resolve(env, cwd=str(tmp_path))
     assert where.airflow_home == tmp_path / "home"
     assert where.dags_folder == tmp_path / "plain"  # DAGS_FOLDER counts
     assert where.local_root == tmp_path / "state"
     assert where.environ(env)["TF_CPP_MIN_LOG_LEVEL"] == "0"
+    assert where.environ(env)["TFK_BACKEND"] == "kubernetes"
     # Airflow's own variable beats the plain one; the command-line option beats both.
     env["AIRFLOW__CORE__DAGS_FOLDER"] = "airflows"
     assert resolve(env, cwd=str(tmp_path)).dags_folder == tmp_path / "airflows"

@@ -19,8 +19,9 @@ from airflow_tfk import naming
 from airflow_tfk.errors import SpecError
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
-from airflow_tfk.render import RenderError, k8s_escape, render, template_dirs, to_yaml_stream
+from airflow_tfk.render import render, to_yaml_stream
 from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.templating import RenderError, k8s_escape, template_dirs
 from tests.helpers import IMAGENET, IMAGENET_OBJECTS, IMAGENET_STORAGE
 
 K8S_VERSIONS = ("1.29", "1.37")
@@ -246,8 +247,8 @@ def test_service_selectors_match_their_pods_only():
 
 def test_ps_is_an_indexed_job_with_the_deadline_behind_its_service():
     """The PS Job has the cluster-side deadline (a StatefulSet cannot), all its tasks start
-    at once, and its pods keep the StatefulSet's DNS names: hostname <N>-ps-<i> (an
-    Indexed Job's) in the subdomain of the PS Service."""
+    at once, and its pods have stable DNS names: hostname <N>-ps-<i> (an Indexed Job's)
+    in the subdomain of the PS Service."""
     manifests = render(make(SPECS["parameter_server"]))
     ps, worker = by(manifests, "Job", "imagenet-ps"), by(manifests, "Job", "imagenet-worker")
     assert ps["spec"]["completionMode"] == "Indexed"

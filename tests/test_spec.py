@@ -206,7 +206,7 @@ def test_name_length_limit_counts_replicas():
 
 def test_the_ps_name_is_bounded_by_its_hostname_only():
     # The PS is an Indexed Job: its pods' hostname <name>-ps-<i> is the longest name it
-    # makes (the 11 characters a StatefulSet's revision label needed are gone).
+    # makes.
     spec = TFClusterSpec.from_dict(spec_with(name="n" * 54, worker={"replicas": 1}, ps={"replicas": 1}))
     assert len(f"{spec.name}-worker-0") == 63
     err = error_of(spec_with(name="n" * 55, worker={"replicas": 1}))

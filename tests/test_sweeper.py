@@ -24,7 +24,7 @@ from airflow_tfk.naming import RunIdentity
 from airflow_tfk.operators.sweeper import TFOrphanSweeperOperator, task_state
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
 from airflow_tfk.sweeper import sweep
-from tests.helpers import local_backend, python_cluster
+from tests.helpers import local_backend, local_state, python_cluster
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -148,7 +148,7 @@ def test_a_finished_run_of_a_failed_task_loses_its_exports(backend, mode, state)
     while {t.phase.value for t in backend.status(ref).tasks if t.role == "worker"} != {"Succeeded"}:
         assert time.monotonic() < deadline, backend.logs(ref, "worker", 0)
         time.sleep(0.1)
-    models = Path(backend._state(ref)["volumes"]["models"]) / "m"
+    models = Path(local_state(backend, ref)["volumes"]["models"]) / "m"
     assert (models / "1").is_dir()
     said: list[str] = []
     swept = sweep(backend, "default", states({"scheduled__1": state}), emit=said.append)
@@ -179,7 +179,7 @@ def test_a_finished_run_of_a_succeeded_task_keeps_its_exports(backend) -> None:
         time.sleep(0.1)
     swept = sweep(backend, "default", states({"scheduled__1": "success"}), now=time.time() + 3601)
     assert [r.ref for r in swept] == [ref] and backend._marked(ref) == []  # the PS is stopped
-    models = Path(backend._state(ref)["volumes"]["models"]) / "m"
+    models = Path(local_state(backend, ref)["volumes"]["models"]) / "m"
     assert [p.name for p in models.iterdir()] == ["1"]
     assert backend.exists(ref)
 
@@ -304,7 +304,7 @@ def test_sigkilled_task_then_its_orphan_exports_then_the_sweeper_sets_it_aside(b
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     ref = ClusterRef("killed-exports", "default")
-    models = Path(backend._state(ref)["volumes"]["models"])
+    models = Path(local_state(backend, ref)["volumes"]["models"])
     (models / "go").touch()  # the orphan trains on and exports
     deadline = time.monotonic() + 30
     while {t.phase.value for t in backend.status(ref).tasks if t.role == "worker"} != {"Succeeded"}:

@@ -289,11 +289,6 @@ class ClusterTracker:
         is_job = self.interp.known.get(key)
         if not self._exists or is_job is None:
             return None, None
-        if not is_job:
-            # A StatefulSet pod vanished (the PS of an earlier version's cluster):
-            # the controller recreates it unless the StatefulSet itself went away.
-            message = "pod deleted; waiting for it to be recreated"
-            return TaskStatus(role, index, Phase.PENDING, "Deleted", message), None
         if self.jobs is not None and role not in self.jobs:
             message = f"the {role} Job was deleted while the task ran"
             return TaskStatus(role, index, Phase.FAILED, "Deleted", message), None

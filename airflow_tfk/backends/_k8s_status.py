@@ -22,7 +22,6 @@ from airflow_tfk.status import Phase
 ANN_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 ANN_INDEX_FAILURES = "batch.kubernetes.io/job-index-failure-count"
 ANN_INDEX_IGNORED = "batch.kubernetes.io/job-index-ignored-failure-count"
-LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 # Waiting reasons that never resolve on their own: fail at once.
@@ -159,22 +158,14 @@ def failure_action(job: JobInfo | None, pod: dict[str, Any]) -> str:
 
 # -- pods -----------------------------------------------------------------------------
 def task_key(pod: dict[str, Any]) -> tuple[str, int] | None:
-    """(role, index) of a pod, from its role label and Job index (or the StatefulSet's,
-    for the PS of a cluster an earlier version made)."""
+    """(role, index) of a pod, from its role label and its Job completion index."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     role = labels.get(naming.LABEL_ROLE)
     if not role:
         return None
     annotations = meta.get("annotations") or {}
-    raw = (
-        annotations.get(ANN_COMPLETION_INDEX)
-        or labels.get(LABEL_COMPLETION_INDEX)
-        or labels.get(LABEL_POD_INDEX)
-    )
-    if raw is None:
-        # Older StatefulSets: the index is the pod name's ordinal suffix.
-        raw = meta.get("name", "").rpartition("-")[2]
+    raw = annotations.get(ANN_COMPLETION_INDEX) or labels.get(LABEL_COMPLETION_INDEX) or ""
     try:
         return role, int(raw)
     except ValueError:

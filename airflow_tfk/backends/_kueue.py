@@ -2,8 +2,7 @@
 for the task log. Pure: the backend lists the Workloads.
 
 Kueue makes one Workload per object it manages (the JobSet; or, in the Jobs layout, each
-Job, the PS Job included; an earlier version's PS StatefulSet with Kueue's ``statefulset``
-integration), owned by that object. While the cluster waits, the Workload's
+Job, the PS Job included), owned by that object. While the cluster waits, the Workload's
 ``QuotaReserved`` condition is False with Kueue's reason and message, e.g. "couldn't
 assign flavors to pod set worker: insufficient quota for cpu in flavor default, 4 more
 needed".
@@ -25,7 +24,7 @@ def _owned_by_cluster(workload: Mapping[str, Any], cluster: str) -> bool:
     names = {naming.role_resource_name(cluster, r) for r in ROLES}
     for owner in (workload.get("metadata") or {}).get("ownerReferences") or []:
         kind, name = owner.get("kind"), owner.get("name")
-        if (kind == "JobSet" and name == cluster) or (kind in ("Job", "StatefulSet") and name in names):
+        if (kind == "JobSet" and name == cluster) or (kind == "Job" and name in names):
             return True
     return False
 

@@ -62,19 +62,17 @@ def container_env(env_list: list[dict[str, Any]], fields: Mapping[str, str]) -> 
 
 
 def pod_fields(index: int) -> dict[str, str]:
-    """The downward-API fields the templates read for the task index (Job and StatefulSet)."""
+    """The downward-API fields the templates read for the task index (a Job's pods carry both)."""
     return {
         "metadata.annotations['batch.kubernetes.io/job-completion-index']": str(index),
-        "metadata.labels['apps.kubernetes.io/pod-index']": str(index),
     }
 
 
 def role_containers(manifests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """role -> the container of its pod template (Jobs and the PS StatefulSet, or the
-    JobSet's replicated Jobs)."""
+    """role -> the container of its pod template (the Jobs, or the JobSet's replicated Jobs)."""
     templates = []
     for m in manifests:
-        if m["kind"] in ("Job", "StatefulSet"):
+        if m["kind"] == "Job":
             templates.append(m["spec"]["template"])
         elif m["kind"] == "JobSet":
             templates += [rj["template"]["spec"]["template"] for rj in m["spec"]["replicatedJobs"]]

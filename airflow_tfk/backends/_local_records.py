@@ -12,9 +12,9 @@ reads ``task.json`` and writes its three files by hand, with these keys: loading
 module there (dataclasses and all) made it start measurably later, and a task's deadline
 counts from the cluster's creation. ``tests/backends/test_local_records.py`` pins the keys.
 
-The files stay plain JSON objects with the keys they always had, so state written by an
-earlier version reads back: a key a record does not know is ignored, a missing one takes
-the field's default.
+The files are plain JSON objects, read leniently: a key a record does not know is ignored
+and a missing one takes the field's default, so a record written by hand (the
+supervisor's) needs only the keys it has a value for.
 """
 
 from __future__ import annotations

@@ -27,6 +27,13 @@ from typing import Any
 from airflow_tfk import naming
 from airflow_tfk.admission import Layout
 from airflow_tfk.backends._k8s_cluster import Interpreter
+from airflow_tfk.backends._k8s_objects import (
+    BACKGROUND,
+    delete_plan,
+    delete_roles_plan,
+    exists_plan,
+    owner_plan,
+)
 from airflow_tfk.backends._k8s_plan import (
     Plan,
     Request,
@@ -43,11 +50,9 @@ from airflow_tfk.backends._k8s_status import (
     JobInfo,
     is_job_pod,
     newest_pod,
-    parse_time,
     task_key,
 )
 from airflow_tfk.backends._k8s_watch import (
-    LABEL_DELETED_CLUSTER,
     WatchSession,
     deleted_reason_plan,
     jobs_of,
@@ -74,7 +79,6 @@ from airflow_tfk.kube.api import (
 from airflow_tfk.kube.connection import KubeConnection
 from airflow_tfk.kube.retry import api_status
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.protocol.digits import plain_int
 from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.status import Activity, ClusterStatus
 
@@ -82,22 +86,6 @@ __all__ = ["KubernetesApiError", "KubernetesBackend"]
 
 log = logging.getLogger(__name__)
 
-# Kinds deleted by ``delete``, in order: controllers first so they stop replacing pods,
-# storage last. Only the kinds render() can produce (plus their pods): every kind here is
-# a permission the identity Airflow runs as must hold (deploy/rbac/). The per-training
-# namespace is deleted after everything in it (see ``_namespace_plan``).
-# The NetworkPolicy goes last, so pods still terminating stay isolated; it is not an
-# EXISTS kind: a policy alone is no cluster to reattach to (create re-applies it).
-# A JobSet (layout: jobset) goes first, so its controller stops making Jobs; where the
-# JobSet API is not installed its requests answer 404, which is "none". Every role is a
-# Job now; StatefulSets stay in these lists for clusters an earlier version made (its PS
-# was a StatefulSet), so they are still found, reattached to and deleted.
-DELETE_ORDER = ("JobSet", "Job", "StatefulSet", "Pod", "Service", "PersistentVolumeClaim", "NetworkPolicy")
-EXISTS_KINDS = ("Pod", "Job", "StatefulSet", "JobSet", "Service", "PersistentVolumeClaim")
-# Where the owner annotations are read from: the objects every layout has, pods last.
-OWNER_KINDS = ("Job", "StatefulSet", "Service", "PersistentVolumeClaim", "Pod")
-BACKGROUND = {"propagationPolicy": "Background"}
-EVENT_REASON_DELETED = "TFClusterDeleted"
 EXPORT_LOG_LINES = 5000
 
 
@@ -238,43 +226,12 @@ class KubernetesBackend(Backend):
         return interp
 
     def exists(self, ref: ClusterRef) -> bool:
-        return bool(self._run(self._exists_plan(ref)))
+        return bool(self._run(exists_plan(ref)))
 
     def owner(self, ref: ClusterRef) -> ClusterOwner | None:
         """The owner annotations of the first labelled object found (controllers first)."""
-        owner: ClusterOwner | None = self._run(self._owner_plan(ref))
+        owner: ClusterOwner | None = self._run(owner_plan(ref))
         return owner
-
-    def _owner_plan(self, ref: ClusterRef) -> Plan:
-        item = yield from _first_labelled(ref, OWNER_KINDS)
-        if item is None:
-            return None
-        meta = item.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
-        max_duration = annotations.get(naming.ANNOTATION_MAX_DURATION, "")
-        return ClusterOwner(
-            RunIdentity.from_annotations(annotations),
-            annotations.get(naming.ANNOTATION_SPEC_HASH),
-            parse_time(meta.get("creationTimestamp")),
-            plain_int(max_duration),
-        )
-
-    def _exists_plan(self, ref: ClusterRef) -> Plan:
-        if (yield from _first_labelled(ref, EXISTS_KINDS)) is not None:
-            return True
-        return bool((yield from self._own_namespace_plan(ref)))
-
-    def _own_namespace_plan(self, ref: ClusterRef) -> Plan:
-        """The cluster's per-training namespace, or None: ``ref.namespace`` if it carries
-        the cluster's label. One GET of that namespace, never a list of all namespaces:
-        an identity confined to its namespace by a Role may not read it (403), and then
-        it cannot have created it either."""
-        result = yield Request(
-            "GET", BY_KIND["Namespace"].item(None, ref.namespace), forbidden_is_absent=True
-        )
-        ns = result[1] if result else None
-        labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
-        return ns if labels.get(naming.LABEL_CLUSTER) == ref.name else None
 
     def status(self, ref: ClusterRef) -> ClusterStatus:
         """One pod list; the Jobs (retry settings) are listed once and when a Job task vanished."""
@@ -328,7 +285,7 @@ class KubernetesBackend(Backend):
             # the index label is set by the Job controller (>= 1.28).
             pods, _ = self._run(list_plan(ref, "Pod", f"{selector},{LABEL_COMPLETION_INDEX}={index}"))
             pod = newest_pod(p for p in pods if task_key(p) == (role, index))
-        if pod is None:  # an older controller without the label, or an earlier PS StatefulSet
+        if pod is None:  # a controller that does not set the index label
             pods, _ = self._run(list_plan(ref, "Pod", selector))
             pod = newest_pod(p for p in pods if task_key(p) == (role, index))
         if pod is None:
@@ -348,22 +305,14 @@ class KubernetesBackend(Backend):
     # -- delete ---------------------------------------------------------------------------
     def delete_roles(self, ref: ClusterRef, roles: list[str]) -> None:
         """Delete the roles' Jobs (the garbage collector removes the pods) and Services."""
-        self._run(self._delete_roles_plan(ref, roles))
+        self._run(delete_roles_plan(ref, roles))
         self._interpreter(ref).ignored_roles.update(roles)
 
     def ends_roles_after_success(self, layout: Layout) -> str | None:
         # The JobSet's success policy (the decisive role) completes it, and its controller
         # then deletes the Jobs still running, the PS's among them. That layout has no
-        # Job, StatefulSet or Service named for a role, so deleting those would only 404.
+        # Job or Service named for a role, so deleting those would only 404.
         return "the JobSet's success policy" if Layout(layout) is Layout.JOBSET else None
-
-    def _delete_roles_plan(self, ref: ClusterRef, roles: list[str]) -> Plan:
-        for role in roles:
-            name = naming.role_resource_name(ref.name, role)
-            gone = yield Request("DELETE", BY_KIND["Job"].item(ref.namespace, name), BACKGROUND)
-            if gone is None and role == "ps":  # 404: a PS StatefulSet of an earlier version?
-                yield Request("DELETE", BY_KIND["StatefulSet"].item(ref.namespace, name), BACKGROUND)
-            yield Request("DELETE", BY_KIND["Service"].item(ref.namespace, name), BACKGROUND)
 
     def delete(self, ref: ClusterRef, reason: str = "") -> None:
         """Delete everything with the cluster's label, and its per-training namespace.
@@ -373,7 +322,7 @@ class KubernetesBackend(Backend):
         the cluster gone reports it as ``ClusterStatus.deleted_reason``. (A per-training
         namespace takes the Event along with it.)
         """
-        deleted = self._run(self._delete_plan(ref, reason))
+        deleted = self._run(delete_plan(ref, reason))
         log.info(
             "kubernetes: deleted cluster %s in namespace %s (%s)",
             ref.name,
@@ -384,44 +333,13 @@ class KubernetesBackend(Backend):
 
     async def adelete(self, ref: ClusterRef, reason: str = "") -> None:
         async with self._aapi() as api:
-            await arun(api, self._delete_plan(ref, reason))
+            await arun(api, delete_plan(ref, reason))
         self._forget(ref)
 
     def _forget(self, ref: ClusterRef) -> None:
         self._interpreters.pop(ref, None)
         self._jobs.pop(ref, None)
         self._sessions.pop(ref, None)
-
-    def _delete_plan(self, ref: ClusterRef, reason: str = "") -> Plan:
-        if reason:
-            yield Request(
-                "POST",
-                BY_KIND["Event"].collection(ref.namespace),
-                None,
-                _deleted_event(ref, reason),
-                optional=True,
-            )
-        query = {"labelSelector": ref.label_selector, **BACKGROUND}
-        deleted: list[str] = []
-        for name in DELETE_ORDER:
-            kind = BY_KIND[name]
-            if kind.collection_delete:
-                result = yield Request("DELETE", kind.collection(ref.namespace), query)
-                items = (result[1] or {}).get("items") or [] if result else []
-                if items:
-                    deleted.append(f"{len(items)} {kind.plural}")
-                continue
-            namespace = ref.namespace if kind.namespaced else None
-            result = yield Request("GET", kind.collection(namespace), {"labelSelector": ref.label_selector})
-            items = (result[1] or {}).get("items") or [] if result else []
-            for item in items:
-                yield Request("DELETE", kind.item(namespace, item["metadata"]["name"]), BACKGROUND)
-            if items:
-                deleted.append(f"{len(items)} {kind.plural}")
-        if (yield from self._own_namespace_plan(ref)) is not None:
-            yield Request("DELETE", BY_KIND["Namespace"].item(None, ref.namespace), BACKGROUND)
-            deleted.append(f"namespace {ref.namespace}")
-        return ", ".join(deleted)
 
     # -- a failed run's exports ---------------------------------------------------------------
     def run_exports(self, ref: ClusterRef) -> list[RunExport]:
@@ -490,29 +408,15 @@ class KubernetesBackend(Backend):
         return list(found)
 
     def clusters(self, namespace: str | None) -> list[ClusterRef]:
-        """Clusters with a Job left, or the PS StatefulSet of an earlier version's cluster."""
+        """Clusters with a Job left (every role of every layout runs in Jobs)."""
+        kind = BY_KIND["Job"]
+        path = kind.everywhere() if namespace is None else kind.collection(namespace)
+        result = self._run(single(Request("GET", path, {"labelSelector": naming.LABEL_CLUSTER})))
         found: dict[ClusterRef, None] = {}
-        for kind_name in ("Job", "StatefulSet"):
-            kind = BY_KIND[kind_name]
-            path = kind.everywhere() if namespace is None else kind.collection(namespace)
-            result = self._run(single(Request("GET", path, {"labelSelector": naming.LABEL_CLUSTER})))
-            for obj in (result[1] or {}).get("items") or [] if result else []:
-                meta = obj["metadata"]
-                found[ClusterRef(meta["labels"][naming.LABEL_CLUSTER], meta["namespace"])] = None
+        for obj in (result[1] or {}).get("items") or [] if result else []:
+            meta = obj["metadata"]
+            found[ClusterRef(meta["labels"][naming.LABEL_CLUSTER], meta["namespace"])] = None
         return list(found)
-
-
-def _first_labelled(ref: ClusterRef, kinds: tuple[str, ...]) -> Plan:
-    """The first object with the cluster's label, trying ``kinds`` in order (one GET of
-    at most one item each), or None."""
-    for kind in kinds:
-        result = yield Request(
-            "GET", BY_KIND[kind].collection(ref.namespace), {"labelSelector": ref.label_selector, "limit": 1}
-        )
-        items = (result[1] or {}).get("items") or [] if result else []
-        if items:
-            return items[0]
-    return None
 
 
 def _jobs_stale(interp: Interpreter, pods: list[dict[str, Any]], jobs: dict[str, JobInfo]) -> bool:
@@ -525,33 +429,6 @@ def _jobs_stale(interp: Interpreter, pods: list[dict[str, Any]], jobs: dict[str,
         if is_job and key not in present and key[0] not in interp.ignored_roles:
             return True
     return any(is_job_pod(p) and (task_key(p) or ("", 0))[0] not in jobs for p in pods)
-
-
-def _deleted_event(ref: ClusterRef, reason: str) -> dict[str, Any]:
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": f"{ref.name}.deleted.{time.time_ns():x}",
-            "namespace": ref.namespace,
-            "labels": {LABEL_DELETED_CLUSTER: ref.name},
-        },
-        "involvedObject": {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "name": naming.role_resource_name(ref.name, "worker"),
-            "namespace": ref.namespace,
-        },
-        "reason": EVENT_REASON_DELETED,
-        "message": reason[:1024],
-        "type": "Normal",
-        "source": {"component": "airflow-tfk"},
-        "reportingComponent": "airflow-tfk",
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
 
 
 def _items(result: tuple[int, Any] | None) -> list[dict[str, Any]]:

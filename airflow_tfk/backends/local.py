@@ -49,7 +49,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -57,34 +57,28 @@ import psutil
 
 from airflow_tfk import capacity, naming
 from airflow_tfk._kwargs import init_kwargs
-from airflow_tfk.backends import _local_loopback, _local_pod
+from airflow_tfk.backends import _local_loopback
 from airflow_tfk.backends import _local_records as records
 from airflow_tfk.backends._local_files import (
     DEFAULT_ENV_ALLOWLIST,
-    LOCALHOST,
-    MARKER_ENV,
-    MINIMAL_ENV,
-    TASK_ENV,
     _private_dir,
     _tail,
 )
 from airflow_tfk.backends._local_host import LocalHostChecks
 from airflow_tfk.backends._local_procs import LocalProcesses
-from airflow_tfk.backends._local_records import PRIVATE_FILE, ClusterState, TaskConfig, TaskEntry
+from airflow_tfk.backends._local_records import PRIVATE_FILE, ClusterState, TaskEntry
+from airflow_tfk.backends._local_start import LocalStart
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
 from airflow_tfk.errors import ClusterOwnershipError, LocalMachineError
 from airflow_tfk.local_env import default_local_root as default_root
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
 from airflow_tfk.spec import ROLES, TFClusterSpec
 from airflow_tfk.status import Activity, ClusterStatus
 
 log = logging.getLogger(__name__)
 
-_VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MODEL_DIR"}
 
-
-class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
+class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
     """Runs clusters as local processes; see the module docstring for the on-disk layout.
 
     :param root: directory of every cluster's state (default
@@ -203,11 +197,6 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
     def _cluster(self, ref: ClusterRef) -> ClusterState | None:
         return records.read(self.cluster_dir(ref) / "state.json", ClusterState)
 
-    def _state(self, ref: ClusterRef) -> dict[str, Any] | None:
-        """``state.json`` as the JSON object it is on disk (what tests and a person read)."""
-        state = self._cluster(ref)
-        return asdict(state) if state is not None else None
-
     def _tasks(self, ref: ClusterRef) -> tuple[TaskEntry, ...]:
         state = self._cluster(ref)
         return state.tasks if state is not None else ()
@@ -306,124 +295,6 @@ class LocalBackend(LocalProcesses, LocalHostChecks, Backend):
         )
         for p in old[: max(0, len(old) - self.keep_history)]:
             shutil.rmtree(p, ignore_errors=True)
-
-    def _task_env(
-        self, spec: TFClusterSpec, role: str, index: int, pod_env: dict[str, str], preload: str | None
-    ) -> dict[str, str]:
-        """What the process gets: the allow-listed part of this environment, then the pod's
-        environment (kubelet-expanded), then the tags that find the process again."""
-        allowed = self.env_allowlist if self.inherit_env else MINIMAL_ENV
-        env = {
-            k: os.environ[k]
-            for k in allowed
-            if k in os.environ and not (k.startswith(("TFK_", "AIRFLOW")) or k == "TF_CONFIG")
-        }
-        env["PYTHONUNBUFFERED"] = "1"  # progress lines reach the log as they are printed
-        env.update(pod_env)
-        env[MARKER_ENV] = self._marker(ClusterRef(spec.name, spec.namespace_name))
-        env[TASK_ENV] = f"{role}-{index}"
-        if preload is not None:
-            env["LD_PRELOAD"] = preload
-        return env
-
-    def _start(
-        self,
-        ref: ClusterRef,
-        spec: TFClusterSpec,
-        identity: RunIdentity | None,
-        commands: dict[str, list[str]],
-        ports: dict[str, int],
-        workdir: str,
-        preload: str | None = None,
-    ) -> None:
-        cdir = self.cluster_dir(ref)
-        _private_dir(cdir / "logs")
-        volumes: dict[str, str] = {}
-        for vol, vspec in spec.storage.volumes().items():
-            vdir = self.claim_path(ref.namespace, vspec.claim) if vspec.claim else cdir / "volumes" / vol
-            _private_dir(vdir)
-            volumes[vol] = str(vdir)
-        cluster = {
-            role: [f"{LOCALHOST}:{ports[f'{role}-{i}']}" for i in range(rs.replicas)]
-            for role, rs in spec.cluster_roles().items()
-        }
-        # One source of truth: the pods the Kubernetes backend would create.
-        from airflow_tfk.render import render, runs_through_launcher
-
-        containers = _local_pod.role_containers(render(spec, identity))
-        created_at = time.time()
-        deadline = created_at + spec.max_duration_seconds if spec.max_duration_seconds is not None else None
-        tasks: list[TaskEntry] = []
-        for role, rspec in spec.roles().items():
-            for index in range(rspec.replicas):
-                name = f"{role}-{index}"
-                tdir = cdir / "tasks" / name
-                _private_dir(tdir)
-                scratch = cdir / "scratch" / name
-                _private_dir(scratch)
-                pod_argv, pod_env = _local_pod.local_setup(
-                    spec, containers[role], index, cluster, volumes, str(scratch)
-                )
-                # The executables as this machine resolved them (python -> this interpreter).
-                argv = _local_pod.local_argv(pod_argv, commands[role][0], runs_through_launcher(spec, role))
-                task = TaskConfig(
-                    role=role,
-                    index=index,
-                    argv=argv,
-                    cwd=workdir,
-                    env=self._task_env(spec, role, index, pod_env, preload),
-                    log=str(cdir / "logs" / f"{name}.log"),
-                    retries=spec.retries_per_index,
-                    permanent_exit_codes=list(spec.permanent_exit_codes),
-                    free_retry_exit_codes=[EXIT_PREEMPTED],
-                    max_duration_seconds=spec.max_duration_seconds,
-                    deadline=deadline,
-                    kill_grace_seconds=(
-                        spec.termination_grace_seconds
-                        if self.kill_grace_seconds is None
-                        else self.kill_grace_seconds
-                    ),
-                    restart_backoff_seconds=self.restart_backoff_seconds,
-                    scratch=str(scratch),
-                )
-                records.write(tdir / "task.json", task)
-                os.close(os.open(cdir / "logs" / f"{name}.log", os.O_CREAT | os.O_WRONLY, PRIVATE_FILE))
-                tasks.append(TaskEntry(role, index, ports.get(name)))
-        state = ClusterState(
-            kind=self.kind,
-            uid=uuid.uuid4().hex,
-            name=ref.name,
-            namespace=ref.namespace,
-            created_at=created_at,
-            spec=spec.to_dict(),
-            spec_hash=spec.fingerprint(),
-            labels=self._labels(spec, identity),
-            identity=identity.to_dict() if identity is not None else None,
-            cluster=cluster,
-            volumes=volumes,
-            workdir=workdir,
-            tasks=tuple(tasks),
-        )
-        # Written before the supervisors start, so a failed start finds what to stop.
-        records.write(cdir / "state.json", state)
-        records.write(cdir / "state.json", replace(state, tasks=self._launch(ref, cdir, state.tasks)))
-        log.info(
-            "local backend: started %s/%s (%d tasks) under %s", ref.namespace, ref.name, len(tasks), cdir
-        )
-
-    @staticmethod
-    def _labels(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, str]:
-        """The labels every Kubernetes object of this cluster would carry (for :meth:`find`)."""
-        labels = {
-            "app.kubernetes.io/name": "tensorflow",
-            "app.kubernetes.io/instance": spec.name,
-            "app.kubernetes.io/managed-by": naming.MANAGED_BY,
-            naming.LABEL_CLUSTER: spec.name,
-        }
-        if identity is not None:
-            labels.update(identity.labels())
-        labels.update(spec.labels)
-        return labels
 
     # -- the Backend interface ----------------------------------------------------------
     def owner(self, ref: ClusterRef) -> ClusterOwner | None:

@@ -140,7 +140,7 @@ def _check_operator_blocks(t: TrainingFile, common: dict[str, Any]) -> None:
     """``publish`` and ``tensorboard``, checked by their operators on probes built with
     the Params' defaults in place of ``{{ params.NAME }}`` (the DAG's own operators keep the
     templates, rendered on the worker)."""
-    from airflow_tfk.dagfactory.training import with_param_defaults
+    from airflow_tfk.dagfactory.params import with_param_defaults
     from airflow_tfk.operators.serving import PublishModelOperator
     from airflow_tfk.operators.tensorboard import TensorBoardOperator
     from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk.dagfactory.printable import control_character, printable
 from airflow_tfk.dagfactory.strict_yaml import MAX_BYTES, load_mapping
-from airflow_tfk.dagfactory.training import TrainingFile, control_character, parse_training, printable
+from airflow_tfk.dagfactory.training import TrainingFile, parse_training
 from airflow_tfk.errors import SpecError
 
 if TYPE_CHECKING:

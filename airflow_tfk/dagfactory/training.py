@@ -10,7 +10,7 @@ max_duration_minutes: 60          # execution_timeout + the cluster's max_durati
 retries: 1
 owners: [ml-platform]
 tags: [digits]
-backend: kubernetes               # kubernetes | local (default: $TFK_BACKEND)
+backend: kubernetes               # kubernetes (default) | local; $TFK_BACKEND overrides the default
 kubernetes_conn_id: kubernetes_default
 params:                           # the "Trigger DAG" form; refer to them as {{ params.NAME }}
   steps: {default: 600, type: integer, minimum: 1, title: Training steps}
@@ -47,14 +47,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tfk import defaults
+from airflow_tfk import dag_env
 from airflow_tfk.constants import (
+    BACKEND,
+    BACKEND_KINDS,
     CLEANUP,
     KUBERNETES_CONN_ID,
     PROGRESS_INTERVAL_SECONDS,
     STALL_SECONDS,
     Cleanup,
 )
+from airflow_tfk.dagfactory.params import param_refs, parse_params, with_param_defaults
+from airflow_tfk.dagfactory.printable import control_character
 from airflow_tfk.errors import SpecError
 from airflow_tfk.run_policy import PreviousRunPolicy
 from airflow_tfk.stall import check_stall_seconds
@@ -63,48 +67,11 @@ from airflow_tfk.stall import check_stall_seconds
 TRAIN_TASK, PUBLISH_TASK, TENSORBOARD_TASK, SWEEP_TASK = "train", "publish", "tensorboard", "sweep"
 
 PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
-BACKENDS = ("kubernetes", "local")
+BACKENDS = BACKEND_KINDS
 # Airflow's dag_id alphabet (KEY_REGEX), at most 250 characters.
 # Matched with fullmatch: "$" would also accept a trailing newline.
 _DAG_ID = re.compile(r"[\w.-]{1,250}")
-_PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
-_PARAM_REF = re.compile(r"\bparams\.([A-Za-z_][A-Za-z0-9_]*)")
-_WHOLE_PARAM = re.compile(r"^\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 DEFAULT_START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-
-#: JSON-schema and Airflow form keywords a Param may carry (a typo such as ``minimun``
-#: would otherwise be ignored by jsonschema and let any value through).
-PARAM_KEYS = frozenset(
-    {
-        "default",
-        "type",
-        "enum",
-        "const",
-        "minimum",
-        "maximum",
-        "exclusiveMinimum",
-        "exclusiveMaximum",
-        "multipleOf",
-        "minLength",
-        "maxLength",
-        "pattern",
-        "format",
-        "items",
-        "minItems",
-        "maxItems",
-        "uniqueItems",
-        "properties",
-        "required",
-        "additionalProperties",
-        "examples",
-        "title",
-        "description",
-        "description_md",
-        "section",
-        "values_display",
-    }
-)
-_JSON_TYPE = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
 # Keys of the operators' __init__ that the training file sets itself.
 _MANAGED = frozenset({"backend", "backend_config", "kubernetes_conn_id", "task_id", "action", "kwargs"})
@@ -141,10 +108,10 @@ class TrainingFile:
     retry_delay_seconds: int = 300
     owners: tuple[str, ...] = ("airflow",)
     tags: tuple[str, ...] = ()
-    backend: str = "kubernetes"
+    backend: str = BACKEND
     kubernetes_conn_id: str = KUBERNETES_CONN_ID
     backend_config: dict[str, Any] | None = None
-    deferrable: bool = False
+    deferrable: bool | None = None  # None: Airflow's [operators] default_deferrable
     progress_interval: float = PROGRESS_INTERVAL_SECONDS
     stall_seconds: float = STALL_SECONDS
     cleanup: str = "ps"
@@ -179,23 +146,6 @@ def _int(data: Mapping[str, Any], key: str, default: int | None, lo: int, hi: in
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise SpecError(key, f"must be an integer between {lo} and {hi}", value)
     return value
-
-
-def control_character(text: str, *, multiline: bool = False) -> str | None:
-    """The first character of ``text`` a terminal, a log line or the UI would not show as
-    itself (control, format such as a bidi override, unassigned), or None."""
-    for ch in text:
-        if not ch.isprintable() and not (multiline and ch in "\n\t"):
-            return ch
-    return None
-
-
-def printable(text: str) -> str:
-    """``text`` with every character :func:`control_character` would name escaped
-    (``\\n``, ``\\x1b``, ``\\u202e``), so it prints as one line that shows what it holds."""
-    if control_character(text) is None:
-        return text
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def _str(
@@ -266,70 +216,6 @@ def _schedule(value: object) -> str | None:
 # -- the blocks -----------------------------------------------------------------------------
 
 
-def _params(value: object) -> dict[str, dict[str, Any]]:
-    from airflow_tfk.dagfactory.patterns import check_schema_patterns
-
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise SpecError("params", "must be a mapping of name -> default or {default: ..., type: ...}", value)
-    out: dict[str, dict[str, Any]] = {}
-    for name, definition in value.items():
-        where = f"params.{name}"
-        if not isinstance(name, str) or not _PARAM_NAME.fullmatch(name):
-            raise SpecError(where, "must be a name of letters, digits and '_' (used as params.NAME)")
-        if isinstance(definition, Mapping):
-            unknown = sorted(set(definition) - PARAM_KEYS)
-            if unknown:
-                raise SpecError(
-                    f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(PARAM_KEYS))})"
-                )
-            check_schema_patterns({k: v for k, v in definition.items() if k != "default"}, where)
-            out[name] = dict(definition)
-        elif definition is None or isinstance(definition, (bool, int, float, str)):
-            # Shorthand ``steps: 600``: the default, typed after it.
-            out[name] = {"default": definition}
-            if definition is not None:
-                out[name]["type"] = _JSON_TYPE[type(definition)]
-        else:
-            raise SpecError(where, "must be a default value or a mapping such as {default: 1, type: integer}")
-    return out
-
-
-def param_refs(value: Any, where: str) -> list[tuple[str, str]]:
-    """``(field, param name)`` of every ``params.NAME`` in the strings of ``value``."""
-    found: list[tuple[str, str]] = []
-    if isinstance(value, str):
-        if "{{" in value or "{%" in value:
-            found.extend((where, m.group(1)) for m in _PARAM_REF.finditer(value))
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            found.extend(param_refs(v, f"{where}.{k}" if where else str(k)))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            found.extend(param_refs(v, f"{where}[{i}]"))
-    return found
-
-
-def with_param_defaults(value: Any, params: Mapping[str, Mapping[str, Any]]) -> Any:
-    """``value`` with every whole-value ``"{{ params.NAME }}"`` replaced by that Param's
-    default, so the spec can be validated at parse time without rendering a template.
-
-    (At run time Airflow renders the real values natively and the operator validates the
-    rendered spec again, before anything is created.)
-    """
-    if isinstance(value, str):
-        m = _WHOLE_PARAM.match(value)
-        if m and m.group(1) in params and "default" in params[m.group(1)]:
-            return params[m.group(1)]["default"]
-        return value
-    if isinstance(value, Mapping):
-        return {k: with_param_defaults(v, params) for k, v in value.items()}
-    if isinstance(value, list):
-        return [with_param_defaults(v, params) for v in value]
-    return value
-
-
 @functools.cache
 def _keywords(operator: type) -> frozenset[str]:
     """The keyword-only parameters of an operator's ``__init__`` the file may set."""
@@ -389,7 +275,7 @@ def _with_namespace(options: object, where: str) -> dict[str, Any]:
         options = {}
     if not isinstance(options, Mapping):
         raise SpecError(where, "must be a mapping", options)
-    return {"namespace": defaults.NAMESPACE, **options}
+    return {"namespace": dag_env.NAMESPACE, **options}
 
 
 def _claim_of(cluster: Mapping[str, Any], volume: str) -> str | None:
@@ -438,7 +324,7 @@ def _run_options(data: Mapping[str, Any]) -> tuple[str, str, str, float]:
         raise SpecError(
             "previous_run_policy", f"must be one of {', '.join(p.value for p in PreviousRunPolicy)}", policy
         )
-    backend = data.get("backend", defaults.BACKEND)
+    backend = data.get("backend", dag_env.BACKEND)
     if backend not in BACKENDS:
         raise SpecError("backend", f"must be one of {', '.join(BACKENDS)}", backend)
     cleanup = data.get("cleanup", CLEANUP.value)
@@ -468,7 +354,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
         raise SpecError("dag_id", "must be letters, digits, '_', '.' and '-' (at most 250)", dag_id)
     policy, backend, cleanup, progress = _run_options(data)
     max_minutes = _int(data, "max_duration_minutes", None, 1, 366 * 24 * 60)
-    params = _params(data.get("params"))
+    params = parse_params(data.get("params"))
 
     cluster = _mapping(data, "cluster")
     if cluster is None:
@@ -517,10 +403,10 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
         owners=_str_list(data, "owners", ("airflow",)),
         tags=_str_list(data, "tags", ()),
         backend=backend,
-        kubernetes_conn_id=_str(data, "kubernetes_conn_id", defaults.KUBERNETES_CONN_ID, 250)
-        or defaults.KUBERNETES_CONN_ID,
+        kubernetes_conn_id=_str(data, "kubernetes_conn_id", dag_env.KUBERNETES_CONN_ID, 250)
+        or dag_env.KUBERNETES_CONN_ID,
         backend_config=_backend_config(data, backend),
-        deferrable=_bool(data, "deferrable", defaults.DEFERRABLE),
+        deferrable=None if data.get("deferrable") is None else _bool(data, "deferrable", False),
         progress_interval=progress,
         stall_seconds=check_stall_seconds(data.get("stall_seconds", STALL_SECONDS)),
         cleanup=cleanup,
@@ -564,7 +450,7 @@ def _cluster(
                 f"must not exceed max_duration_minutes ({max_minutes} min = {limit} s)",
                 given,
             )
-    cluster.setdefault("namespace", defaults.NAMESPACE)
+    cluster.setdefault("namespace", dag_env.NAMESPACE)
     probe = with_param_defaults(cluster, params)
     if not probe.get("name"):
         # The name the train task will derive (same length for every run), so the

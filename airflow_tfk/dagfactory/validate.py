@@ -25,7 +25,7 @@ EXIT_USAGE = 2
 def _collect(paths: Sequence[str], err: TextIO) -> tuple[list[Path], list, int | None]:
     """The files to check, the folders' own errors, and an exit status on a usage error."""
     from airflow_tfk.dagfactory.loader import SUFFIXES, TrainingFileError, training_files
-    from airflow_tfk.dagfactory.training import printable
+    from airflow_tfk.dagfactory.printable import printable
 
     files: list[Path] = []
     errors: list[TrainingFileError] = []
@@ -46,7 +46,7 @@ def _collect(paths: Sequence[str], err: TextIO) -> tuple[list[Path], list, int |
 
 def run(paths: Sequence[str], out: TextIO, err: TextIO, *, quiet: bool = False) -> int:
     from airflow_tfk.dagfactory.loader import FILES_PER_DAG_FILE, load_folder
-    from airflow_tfk.dagfactory.training import printable
+    from airflow_tfk.dagfactory.printable import printable
 
     files, folder_errors, usage = _collect(paths, err)
     if usage is not None:

@@ -63,7 +63,6 @@ _KINDS = [
     # Services only gained DeleteCollection recently; delete them one by one.
     Kind("Service", "v1", "services", collection_delete=False),
     Kind("Pod", "v1", "pods"),
-    Kind("StatefulSet", "apps/v1", "statefulsets"),
     Kind("Deployment", "apps/v1", "deployments"),
     Kind("Job", "batch/v1", "jobs"),
     Kind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets"),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_tfk import operator_args as args
+from airflow_tfk.constants import NAME_PREFIX
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
 
@@ -40,7 +41,7 @@ class CreateTFClusterOperator(OnBackendOperator):
         self,
         *,
         cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
-        name_prefix: str = "tfk",
+        name_prefix: str = NAME_PREFIX,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk import operator_args as args
+from airflow_tfk.constants import backend_kind
 from airflow_tfk.errors import SpecError
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
@@ -84,8 +85,7 @@ class PublishModelOperator(OnBackendOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if self.backend not in ("kubernetes", "local"):
-            raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {self.backend!r})")
+        backend_kind(self.backend)
         args.str_arg(model_name, "model_name")
         for field, value in (("claim", claim), ("base_path", base_path)):
             args.str_arg(value, field, optional=True)
@@ -250,8 +250,7 @@ class StopModelServerOperator(OnBackendOperator):
     ) -> None:
         kwargs.setdefault("task_id", "stop_model_server")
         super().__init__(**kwargs)
-        if self.backend not in ("kubernetes", "local"):
-            raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {self.backend!r})")
+        backend_kind(self.backend)
         args.str_arg(model_name, "model_name")
         args.mapping_arg(serving, "serving")
         self.model_name = model_name

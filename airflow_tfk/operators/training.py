@@ -49,7 +49,8 @@ class TFTrainingOperator(OnBackendOperator):
     :param backend: ``kubernetes`` (default) or ``local``.
     :param backend_config: backend options. (templated)
     :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
-    :param deferrable: wait in the triggerer, holding no worker slot.
+    :param deferrable: wait in the triggerer, holding no worker slot. Default: Airflow's
+        ``[operators] default_deferrable``.
     :param cleanup: after success, delete ``ps`` (the roles that never exit, after the
         grace period; the finished Jobs go after the spec's ``ttl_seconds_after_finished``)
         or ``all`` (the whole cluster; logs are copied first).
@@ -83,7 +84,7 @@ class TFTrainingOperator(OnBackendOperator):
         self,
         *,
         cluster_spec: TFClusterSpec | Mapping[str, Any] | str,
-        deferrable: bool = False,
+        deferrable: bool | None = None,
         cleanup: Cleanup | str = CLEANUP,
         on_failure: str = "delete",
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
@@ -95,6 +96,7 @@ class TFTrainingOperator(OnBackendOperator):
     ) -> None:
         super().__init__(**kwargs)
         args.cluster_spec_arg(cluster_spec)
+        deferrable = args.deferrable_arg(deferrable)
         args.waiting_args(deferrable, progress_interval)
         args.name_prefix_arg(name_prefix)
         args.str_arg(tensorboard_task_id, "tensorboard_task_id", max_len=250)

@@ -64,7 +64,8 @@ from typing import Any
 
 from airflow_tfk.runtime import cluster as _cluster
 from airflow_tfk.runtime import notice as _notice
-from airflow_tfk.runtime import progress as _progress
+from airflow_tfk.runtime.app_cluster import ClusterTask
+from airflow_tfk.runtime.app_finish import FinishSteps
 from airflow_tfk.runtime.exits import (
     EXIT_APP_ERROR,
     EXIT_OK,
@@ -76,14 +77,13 @@ from airflow_tfk.runtime.exits import (
     is_transient,
     log,
 )
-from airflow_tfk.runtime.export import METRICS_FILE, SAMPLE_REQUEST, export_model, next_version
+from airflow_tfk.runtime.export import METRICS_FILE, SAMPLE_REQUEST, next_version
 from airflow_tfk.runtime.flags import PlatformFlags, add_platform_flags
 from airflow_tfk.runtime.loops import (
     ALL_REDUCE,
     BETWEEN_GRAPH,
     LOCAL,
     PARAMETER_SERVER,
-    server_inter_op_threads,
 )
 from airflow_tfk.runtime.reporter import Reporter
 
@@ -122,7 +122,7 @@ def infer_mode(info: _cluster.TaskInfo | None) -> str:
     return ALL_REDUCE
 
 
-class TrainingApp:
+class TrainingApp(ClusterTask, FinishSteps):
     """Subclass, override the hooks, and call ``MyApp.main()``."""
 
     #: model name under the export base, unless ``--tfk_model_name`` says otherwise
@@ -447,127 +447,3 @@ class TrainingApp:
         self._reporter.report(self.step, None, status="done", force=True)
         self._reporter.close()
         return EXIT_OK
-
-    def _metrics(self) -> Any:
-        """The task's Prometheus metrics, served on ``--tfk_metrics_port`` (else None)."""
-        if not self.flags.metrics_port:
-            return None
-        from airflow_tfk.runtime import metrics
-
-        role, index = ("local", "0") if self.task is None else (self.task.role, str(self.task.index))
-        labels = {"role": role, "index": index, "cluster": os.environ.get("TFK_CLUSTER_NAME", "")}
-        exported = metrics.TrainingMetrics(labels, self.flags.steps, self.flags.batch_size)
-        metrics.serve(exported, self.flags.metrics_port, self.flags.metrics_path)
-        return exported
-
-    def _summary_dir(self) -> str | None:
-        if not self.flags.log_dir or not self.is_chief:
-            return None
-        return self.summary_dir_for("local" if self.task is None else self.task.role)
-
-    def summary_dir_for(self, role: str) -> str:
-        """``<log dir>/<cluster or model name>/<role>-<index>``: TensorBoard shows each
-        task of a training as its own run."""
-        assert self.flags.log_dir
-        name = os.environ.get("TFK_CLUSTER_NAME") or self.flags.model_name or "train"
-        task = role if self.task is None else f"{role}-{self.task.index}"
-        return os.path.join(self.flags.log_dir, name, task)
-
-    def server(self) -> Any:
-        """This task's ``tf.distribute.Server`` (started)."""
-        import tensorflow as tf
-
-        info = self.task
-        assert info is not None
-        config = None
-        threads = server_inter_op_threads(self.mode, info.role)
-        if threads is not None:
-            log(
-                f"{info.role}:{info.index}: {threads} inter-op threads for the server "
-                "(a parameter_server task with one never runs the coordinator's steps)"
-            )
-            config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads)
-        return tf.distribute.Server(
-            tf.train.ClusterSpec(info.cluster),
-            job_name=info.role,
-            task_index=info.index,
-            protocol="grpc",
-            config=config,
-            start=True,
-        )
-
-    def _serve_forever(self) -> None:
-        """ps (and parameter_server workers): serve until killed. By design: the
-        provider deletes these tasks once training has succeeded."""
-        assert self.task is not None
-        server = self.server()
-        log(f"{self.task.role}:{self.task.index} serving at {self.task.address}")
-        server.join()
-
-    def wait_for(self, roles: Sequence[str], tcp: bool = True) -> None:
-        """Wait (``--tfk_cluster_wait`` at most) until the tasks of ``roles`` are reachable."""
-        assert self.task is not None
-        _cluster.wait_for_cluster(self.task, roles=roles, tcp=tcp, timeout=self.flags.cluster_wait)
-
-    # ==== after training: evaluate and export ===============================================
-    def finish(self, model: Any, fresh_copy: bool = True) -> None:
-        """On the exporting task: :meth:`after_train` on a plain local copy of ``model``,
-        its metrics as a ``metrics`` line, then :meth:`export`."""
-        if not self.is_chief:
-            return
-        local = self.local_copy(model) if fresh_copy else model
-        metrics = self.after_train(local)
-        if metrics:
-            print(_progress.event_line("metrics", **metrics), flush=True)
-        self.export(local, metrics)
-
-    def local_copy(self, model: Any) -> Any:
-        """A fresh, undistributed model with ``model``'s weights: what is exported."""
-        fresh = self.local_copy_for_eval()
-        fresh.set_weights(model.get_weights())
-        return fresh
-
-    def local_copy_for_eval(self) -> Any:
-        """A fresh, built, undistributed model (weights to be restored or set)."""
-        fresh = self.build_model()
-        if not fresh.built:
-            sample = self.sample_input()
-            if sample is not None:
-                fresh(sample)
-        return fresh
-
-    def serving_input_signature(self, model: Any) -> list[Any]:
-        """The ``serving_default`` input: from :meth:`sample_input`, else the model's input."""
-        import tensorflow as tf
-
-        sample = self.sample_input()
-        if sample is not None:
-            import numpy as np
-
-            sample = np.asarray(sample)
-            return [tf.TensorSpec([None, *sample.shape[1:]], tf.as_dtype(sample.dtype), name="inputs")]
-        inputs = getattr(model, "inputs", None)
-        if not inputs or len(inputs) != 1:
-            raise UsageError(
-                "cannot tell the serving input: define sample_input() or serving_input_signature()"
-            )
-        shape = list(inputs[0].shape)
-        return [tf.TensorSpec([None, *shape[1:]], inputs[0].dtype, name="inputs")]
-
-    def export(self, model: Any, metrics: dict[str, Any] | None = None) -> str | None:
-        """Write ``model`` as ``<export_dir>/<model_name>/<version>/`` with a
-        ``serving_default`` signature and the sample request; returns the version dir.
-
-        Written to a temporary sibling first and renamed, so TF Serving never sees a
-        half-written version.
-        """
-        return export_model(
-            model,
-            base=self.flags.export_dir,
-            name=self.flags.model_name or self.model_name,
-            version=self.flags.model_version,
-            signature=self.serving_input_signature(model) if self.flags.export_dir else [],
-            serve=self.serve,
-            sample=self.sample_input(),
-            metrics=metrics,
-        )

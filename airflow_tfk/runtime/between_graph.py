@@ -7,7 +7,8 @@ global step reaches ``--tfk_steps``; ps serve until the provider deletes them.
 Asynchronous by default: every replica's step updates the variables. With ``--tfk_sync``
 the optimizer is wrapped in ``SyncReplicasOptimizer``: the gradients of all replicas are
 averaged into one update, so the global step advances once per aggregated update and
-``--tfk_steps`` counts updates. Its end of training used to deadlock; here it cannot:
+``--tfk_steps`` counts updates. Left alone, its end of training deadlocks (replicas wait
+for tokens or updates that never come); here it cannot:
 
 - every replica stops at the same global step: each waits for a token after pushing its
   gradients, and the update that reaches the last step hands one token to each;

@@ -23,7 +23,8 @@ class TFWorkersSensor(BaseSensorOperator):
     """Wait on the workers (or the chief, in ``parameter_server`` mode) of a cluster.
 
     :param cluster: the create task's XCom. (templated)
-    :param deferrable: wait in the triggerer, holding no worker slot.
+    :param deferrable: wait in the triggerer, holding no worker slot. Default: Airflow's
+        ``[operators] default_deferrable``.
     :param progress_interval: seconds between progress lines (step/total/%/ETA).
     :param stall_seconds: fail as stalled when the progress stands still this long while
         the tasks run, naming the silent task(s); 0 turns it off.
@@ -35,7 +36,7 @@ class TFWorkersSensor(BaseSensorOperator):
         self,
         *,
         cluster: Any,
-        deferrable: bool = False,
+        deferrable: bool | None = None,
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         stall_seconds: float = STALL_SECONDS,
         **kwargs: Any,
@@ -43,6 +44,7 @@ class TFWorkersSensor(BaseSensorOperator):
         kwargs.setdefault("poke_interval", SENSOR_POKE_INTERVAL_SECONDS)
         super().__init__(**kwargs)
         args.cluster_arg(cluster)
+        deferrable = args.deferrable_arg(deferrable)
         args.waiting_args(deferrable, progress_interval)
         self.cluster = cluster
         self.deferrable = deferrable

@@ -12,13 +12,6 @@ from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.render import (
-    RenderError,
-    k8s_escape,
-    template_dirs,
-    template_environment,
-    yaml_loader,
-)
 from airflow_tfk.serving.spec import (
     CONFIG_FILE,
     LOGS_MOUNT,
@@ -28,6 +21,13 @@ from airflow_tfk.serving.spec import (
     TensorBoardSpec,
     batching_text,
     monitoring_text,
+)
+from airflow_tfk.templating import (
+    RenderError,
+    k8s_escape,
+    template_dirs,
+    template_environment,
+    yaml_loader,
 )
 
 LABEL_SERVING = f"{naming.LABEL_PREFIX}/serving"

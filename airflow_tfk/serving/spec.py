@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk import naming
+from airflow_tfk.constants import NAMESPACE
 from airflow_tfk.errors import SpecError
 from airflow_tfk.network import ServiceNetworkPolicy
 from airflow_tfk.spec import (
@@ -227,7 +228,7 @@ class _ServerSpec:
     claim: str | None = None
     sub_path: str = ""
     base_path: str | None = None
-    namespace: str = "default"
+    namespace: str = NAMESPACE
     image_pull_policy: str = "IfNotPresent"
     image_pull_secrets: tuple[str, ...] = ()
     resources: Resources | Mapping[str, Any] | None = None

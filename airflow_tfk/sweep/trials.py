@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_tfk import naming
+from airflow_tfk.constants import NAME_PREFIX
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import ROLES, TFClusterSpec
 
@@ -24,7 +25,7 @@ ENV_TRIAL = "SWEEP_TRIAL_NUMBER"
 ENV_PARAMS = "SWEEP_TRIAL_PARAMS"
 
 
-def base_name(identity: RunIdentity, prefix: str = "tfk") -> str:
+def base_name(identity: RunIdentity, prefix: str = NAME_PREFIX) -> str:
     """The sweep's deterministic base name (a retry finds its trials' clusters by it),
     short enough for the trial suffix."""
     return naming.cluster_name_for(

@@ -1,7 +1,6 @@
 """Pod and Job JSON as the API server returns them, built by hand for the pure status code
 (no server needed): only the fields the interpretation reads, with the labels and
-annotations the Job controller sets (and the StatefulSet controller, for the PS of
-clusters an earlier version made: ``owner="StatefulSet"``)."""
+annotations the Job controller sets."""
 
 from __future__ import annotations
 
@@ -26,19 +25,15 @@ def pod(
     conditions: list[dict[str, Any]] | None = None,
     reason: str = "",
     message: str = "",
-    owner: str | None = None,
 ) -> dict[str, Any]:
-    """One pod of task ``role``-``index`` (a Job pod unless ``owner`` says otherwise)."""
-    owner = owner or "Job"
+    """One pod of task ``role``-``index``, as the Job controller makes it."""
     labels = {naming.LABEL_CLUSTER: cluster, naming.LABEL_ROLE: role}
-    annotations = {}
-    if owner == "Job":
-        labels["batch.kubernetes.io/job-completion-index"] = str(index)
-        annotations["batch.kubernetes.io/job-completion-index"] = str(index)
-        annotations["batch.kubernetes.io/job-index-failure-count"] = str(attempt)
-    else:
-        labels["apps.kubernetes.io/pod-index"] = str(index)
-    name = f"{cluster}-{role}-{index}" + (f"-a{attempt}" if owner == "Job" else "")
+    labels["batch.kubernetes.io/job-completion-index"] = str(index)
+    annotations = {
+        "batch.kubernetes.io/job-completion-index": str(index),
+        "batch.kubernetes.io/job-index-failure-count": str(attempt),
+    }
+    name = f"{cluster}-{role}-{index}-a{attempt}"
     status: dict[str, Any] = {"phase": phase, "conditions": conditions or []}
     if containers is not None:
         status["containerStatuses"] = containers
@@ -53,7 +48,7 @@ def pod(
             "creationTimestamp": T0,
             "labels": labels,
             "annotations": annotations,
-            "ownerReferences": [{"kind": owner, "name": f"{cluster}-{role}"}],
+            "ownerReferences": [{"kind": "Job", "name": f"{cluster}-{role}"}],
         },
         "spec": {"containers": [{"name": "tensorflow"}]},
         "status": status,

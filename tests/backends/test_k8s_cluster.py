@@ -117,12 +117,8 @@ def test_a_failed_pod_with_retries_left_is_retrying_then_failed() -> None:
 def test_deleted_tasks_and_roles_deleted_on_purpose() -> None:
     i = interp()
     tracker = ClusterTracker(i)
-    # a PS StatefulSet (an earlier version's cluster) recreates a deleted pod
-    ps, worker = pod("ps", 0, "Running", owner="StatefulSet"), pod("worker", 0, "Running")
-    tracker.reset([ps, worker], jobs(job("worker", 1)), NOW)
-    tracker.remove(ps, NOW)
-    task = tracker.status(NOW).task("ps", 0)
-    assert task is not None and (task.phase, task.reason) == (Phase.PENDING, "Deleted")
+    worker = pod("worker", 0, "Running")
+    tracker.reset([worker], jobs(job("worker", 1)), NOW)
     tracker.remove(worker, NOW)
     tracker.set_jobs({}, NOW)  # the worker Job went away while its task ran
     tracker.upsert(pod("chief", 0, "Running"), NOW)

@@ -167,8 +167,8 @@ def test_job_info_reads_retries_and_outcome() -> None:
 def test_task_key_from_the_controllers_index() -> None:
     assert task_key(pod("worker", 7)) == ("worker", 7)
     assert task_key(pod("ps", 2)) == ("ps", 2)
-    sts = pod("ps", 1, owner="StatefulSet")  # the PS of a cluster an earlier version made
-    assert task_key(sts) == ("ps", 1)
-    del sts["metadata"]["labels"]["apps.kubernetes.io/pod-index"]
-    assert task_key(sts) == ("ps", 1)  # older StatefulSets: the name's ordinal
+    unindexed = pod("ps", 1)
+    del unindexed["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
+    del unindexed["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+    assert task_key(unindexed) is None  # not a task of an Indexed Job
     assert task_key({"metadata": {"labels": {}}}) is None

@@ -7,7 +7,7 @@ It is here for: injected HTTP faults (429 with Retry-After, 5xx, 409, 403, a fai
 apply), a watch that expires (410 Gone), counting every request the backend sends, pod
 logs (KWOK runs no containers), and pod states KWOK does not produce (every waiting
 reason, a preempted pod's DisruptionTarget, a Job deleted under a running watch). What a
-real API server does - create and re-apply every object, the Job, StatefulSet and garbage
+real API server does - create and re-apply every object, the Job and garbage
 collector controllers, deadlines, retries of an index, deletion, ownership, per-training
 namespaces, the deferrable path - is tested there (test_lifecycle, test_failures,
 test_fault_suite, test_ownership, test_rbac, test_kill_safety).

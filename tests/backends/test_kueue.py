@@ -1,5 +1,5 @@
 """Kueue's pending reason, as the task log shows it while a cluster is queued: only the
-cluster's own Workloads (owned by its JobSet, or its Jobs/StatefulSet), admitted or
+cluster's own Workloads (owned by its JobSet, or its Jobs), admitted or
 finished ones say nothing; and the wait loop asks only while there is no task yet."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_pending_jobset_is_reported_with_kueues_reason():
 def test_jobs_layout_workloads_and_admitted_ones():
     wls = [
         workload("Job", "t-worker", pending()),
-        workload("StatefulSet", "t-ps", [{"type": "Admitted", "status": "True"}]),
+        workload("Job", "t-ps", [{"type": "Admitted", "status": "True"}]),
         workload("Job", "t-chief", [{"type": "QuotaReserved", "status": "False", "reason": "Pending"}]),
         workload("Job", "t-workers", pending()),  # not a role object of cluster t
     ]

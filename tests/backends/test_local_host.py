@@ -9,7 +9,7 @@ import pytest
 
 from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.spec import StorageSpec, VolumeSpec
-from tests.helpers import python_cluster
+from tests.helpers import local_state, python_cluster
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,7 +39,7 @@ def test_only_integer_version_directories_are_set_aside(tmp_path: Path) -> None:
         while backend.status(ref).tasks[0].phase.value != "Failed":
             assert time.monotonic() < deadline, backend.logs(ref, "worker", 0)
             time.sleep(0.1)
-        models = Path(backend._state(ref)["volumes"]["models"]) / "m"
+        models = Path(local_state(backend, ref)["volumes"]["models"]) / "m"
         moved = backend.discard_exports(ref, backend.run_exports(ref))
         assert moved == [str((models / "1").resolve())]
         names = sorted(p.name for p in models.iterdir())

@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 
 from airflow_tfk import naming
+from airflow_tfk.backends._local_files import DEFAULT_ENV_ALLOWLIST, MARKER_ENV
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.local import DEFAULT_ENV_ALLOWLIST, MARKER_ENV, LocalBackend
+from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.render import render
 from airflow_tfk.spec import RoleSpec, StorageSpec, TFClusterSpec, VolumeSpec
+from tests.helpers import local_state
 
 pytestmark = pytest.mark.timeout(60)
 HOST_EXTRAS = {"PYTHONUNBUFFERED", MARKER_ENV, "TFK_LOCAL_TASK", "LD_PRELOAD", *DEFAULT_ENV_ALLOWLIST}
@@ -92,7 +94,7 @@ def test_local_task_setup_is_the_kubelet_expansion_of_the_rendered_pod(tmp_path:
     backend = LocalBackend(str(tmp_path / "root"), workdir=str(tmp_path), kill_grace_seconds=0.3)
     ref = backend.create(spec, identity)
     try:
-        state = backend._state(ref)
+        state = local_state(backend, ref)
         local_cluster, volumes = state["cluster"], state["volumes"]
         jobset = spec.layout.value == "jobset"
         kube_to_local = {
@@ -185,7 +187,7 @@ def test_a_bare_tf1_command_runs_behind_the_launcher_with_the_shim(tmp_path: Pat
         log = backend.logs(ref, "worker", 0)
         shim = re.search(r"^SHIM=(.*)$", log, re.M)
         assert shim and shim.group(1).endswith("airflow_tfk/runtime/tf1_shim/sitecustomize.py"), log
-        cluster = backend._state(ref)["cluster"]
+        cluster = local_state(backend, ref)["cluster"]
         want = f"--ps_hosts={cluster['ps'][0]} --worker_hosts={cluster['worker'][0]} --job_name=worker"
         assert f"\nARGV={want} --task_index=0" in log, log
     finally:

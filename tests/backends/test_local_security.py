@@ -15,10 +15,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from airflow_tfk.backends._local_files import MARKER_ENV
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.local import MARKER_ENV, LocalBackend
+from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
-from tests.helpers import python_cluster, wait_for
+from tests.helpers import local_state, python_cluster, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -138,8 +139,8 @@ def test_tensorflow_grpc_servers_listen_on_loopback_only(backend, tmp_path) -> N
         timeout=90,
         what="both gRPC servers up",
     )
-    ports = {int(a.rsplit(":", 1)[1]) for a in backend._state(ref)["cluster"]["ps"]}
-    ports |= {int(a.rsplit(":", 1)[1]) for a in backend._state(ref)["cluster"]["worker"]}
+    ports = {int(a.rsplit(":", 1)[1]) for a in local_state(backend, ref)["cluster"]["ps"]}
+    ports |= {int(a.rsplit(":", 1)[1]) for a in local_state(backend, ref)["cluster"]["worker"]}
     listening = [
         (c.laddr.ip, c.laddr.port)
         for pid in marked(backend, ref)
@@ -226,7 +227,7 @@ def test_a_failed_run_leaves_no_publishable_model_version(backend, tmp_path) -> 
     )
     ref = backend.create(s)
     wait_for(lambda: backend.status(ref).tasks[0].phase.value == "Failed", what="the failure")
-    models = Path(backend._state(ref)["volumes"]["models"]) / "m"
+    models = Path(local_state(backend, ref)["volumes"]["models"]) / "m"
     assert [p.name for p in models.iterdir()] == ["1"]
     said: list[str] = []
     end_run(ClusterHandle.for_spec(s, backend), "the training failed", emit=said.append)

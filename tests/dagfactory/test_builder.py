@@ -135,3 +135,27 @@ def test_publish_quality_gate_is_passed_through_and_checked() -> None:
     assert dag.get_task("publish").quality_gate == {"thresholds": {"accuracy": 0.9}}
     exc = build_error(publish={"model_name": "m", "quality_gate": {"tresholds": {"accuracy": 0.9}}})
     assert exc.field == "publish.quality_gate.tresholds", str(exc)
+
+
+def test_a_training_file_without_backend_targets_kubernetes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no ``backend:`` and no ``TFK_BACKEND``, every task of the DAG runs on the
+    cluster, never as processes beside the scheduler; local is chosen only by name."""
+    import importlib
+
+    from airflow_tfk import dag_env
+
+    monkeypatch.delenv("TFK_BACKEND", raising=False)
+    importlib.reload(dag_env)
+    try:
+        dag = build(tensorboard=True, publish={"model_name": "m"})
+        assert {t.task_id: t.backend for t in dag.tasks} == dict.fromkeys(
+            ("tensorboard", "train", "publish"), "kubernetes"
+        )
+        assert build(backend="local").get_task("train").backend == "local"
+        monkeypatch.setenv("TFK_BACKEND", "local")  # what `airflow-tfk airflow` sets
+        importlib.reload(dag_env)
+        assert build().get_task("train").backend == "local"
+        assert build(backend="kubernetes").get_task("train").backend == "kubernetes"
+    finally:
+        monkeypatch.undo()
+        importlib.reload(dag_env)

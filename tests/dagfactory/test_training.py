@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from airflow_tfk.dagfactory.loader import TrainingFileError, read_training
-from airflow_tfk.dagfactory.training import parse_training, with_param_defaults
+from airflow_tfk.dagfactory.params import with_param_defaults
+from airflow_tfk.dagfactory.training import parse_training
 from airflow_tfk.errors import SpecError
 
 CLUSTER = {
@@ -129,9 +130,9 @@ def test_publish_and_tensorboard_claims_default_to_the_cluster_volumes() -> None
 
 
 def test_namespace_defaults_to_the_deployments(monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_tfk import defaults
+    from airflow_tfk import dag_env
 
-    monkeypatch.setattr(defaults, "NAMESPACE", "tfk")
+    monkeypatch.setattr(dag_env, "NAMESPACE", "tfk")
     t = parse(publish={"model_name": "m", "serving": {"replicas": 2}}, tensorboard={"claim": "c"})
     assert t.cluster["namespace"] == "tfk"
     assert t.publish["serving"] == {"namespace": "tfk", "replicas": 2}

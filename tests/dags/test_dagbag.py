@@ -18,10 +18,19 @@ def dagbag(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.
 
 @pytest.fixture(scope="module")
 def monkeypatch_module():
+    """The example DAGs as the quickstart's ``airflow-tfk airflow`` parses them: on the
+    local backend, which it chooses by name (the provider's default is Kubernetes)."""
+    import importlib
+
+    from airflow_tfk import dag_env
+
     mp = pytest.MonkeyPatch()
     mp.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    mp.setenv("TFK_BACKEND", "local")
+    importlib.reload(dag_env)
     yield mp
     mp.undo()
+    importlib.reload(dag_env)
 
 
 def test_no_import_errors(dagbag) -> None:
@@ -85,8 +94,9 @@ print(json.dumps({
 
 
 def test_the_environment_reaches_every_operator_through_default_args() -> None:
-    """TFK_BACKEND, TFK_KUBERNETES_CONN_ID and TFK_DEFERRABLE are read once
-    (airflow_tfk.defaults) and reach each operator as its DAG's default_args."""
+    """TFK_BACKEND and TFK_KUBERNETES_CONN_ID are read once (airflow_tfk.dag_env) and reach
+    each operator as its DAG's default_args; Airflow's [operators] default_deferrable
+    reaches every training."""
     import json
     import os
     import subprocess
@@ -97,7 +107,7 @@ def test_the_environment_reaches_every_operator_through_default_args() -> None:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "TFK_BACKEND": "kubernetes",
         "TFK_KUBERNETES_CONN_ID": "k8s_team",
-        "TFK_DEFERRABLE": "true",
+        "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "true",
     }
     out = subprocess.run(
         [sys.executable, "-c", LIST_OPERATORS], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
@@ -122,7 +132,7 @@ def test_sweep_dag_publishes_the_best_trial_behind_a_quality_gate(dagbag) -> Non
 
 
 def test_ui_training_form_caps_what_the_local_backend_runs(dagbag) -> None:
-    """On the local backend (the default) every task is a process of this machine: the
+    """On the local backend (chosen by the fixture) every task is a process of this machine: the
     form offers no more than the backend's cap, and validate refuses a sum over it."""
     from airflow.sdk.definitions.param import ParamValidationError
 

@@ -41,5 +41,8 @@ def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowEnv
     base = tmp_path_factory.mktemp("airflow")
     home, local_root = base / "home", base / "tfk-local"
     home.mkdir()
-    env = migrated_airflow_home(home, TFK_LOCAL_ROOT=str(local_root), TF_CPP_MIN_LOG_LEVEL="2")
+    # The example DAGs as `airflow-tfk airflow` runs them: the local backend, chosen by name.
+    env = migrated_airflow_home(
+        home, TFK_BACKEND="local", TFK_LOCAL_ROOT=str(local_root), TF_CPP_MIN_LOG_LEVEL="2"
+    )
     yield AirflowEnv(home, local_root, env)

@@ -361,7 +361,7 @@ def _folder(case: Case, folder: Path) -> None:
 
 def _cli(case: Case, folder: Path) -> None:
     from airflow_tfk.dagfactory import validate
-    from airflow_tfk.dagfactory.training import printable
+    from airflow_tfk.dagfactory.printable import printable
 
     _prepare(case, folder)
     out, err = io.StringIO(), io.StringIO()

@@ -506,11 +506,24 @@ _FORM: dict[str, Any] = {}
 
 
 def _form_dag() -> Any:
+    """tfk_ui_training as ``airflow-tfk airflow`` parses it: on the local backend, chosen
+    by name (the provider's default is Kubernetes), so the form carries the local cap."""
     if "dag" not in _FORM:
+        import importlib
+
         from airflow.dag_processing.dagbag import DagBag
 
+        from airflow_tfk import dag_env
+
         root = Path(__file__).resolve().parents[2]
-        bag = DagBag(dag_folder=str(root / "dags" / "tfk_ui_training.py"))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TFK_BACKEND", "local")
+            importlib.reload(dag_env)
+            try:
+                bag = DagBag(dag_folder=str(root / "dags" / "tfk_ui_training.py"))
+            finally:
+                mp.undo()
+                importlib.reload(dag_env)
         _FORM["dag"] = bag.dags["tfk_ui_training"]
     return _FORM["dag"]
 

@@ -31,15 +31,12 @@ IMAGE = "registry.invalid/tfk/train:1"  # KWOK never pulls anything
 CONN_ID = "tfk_k8s"
 
 # (api group/version, plural, namespaced) of everything that may carry a cluster's label:
-# what render() produces, and what the Job/EndpointSlice controllers derive (StatefulSets
-# and their ControllerRevisions: the PS of clusters an earlier version made).
+# what render() produces, and what the Job/EndpointSlice controllers derive.
 LABELLED_KINDS = [
     ("batch/v1", "jobs"),
-    ("apps/v1", "statefulsets"),
     ("v1", "services"),
     ("v1", "persistentvolumeclaims"),
     ("v1", "pods"),
-    ("apps/v1", "controllerrevisions"),
     ("discovery.k8s.io/v1", "endpointslices"),
     ("networking.k8s.io/v1", "networkpolicies"),
 ]

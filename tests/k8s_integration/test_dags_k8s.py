@@ -1,5 +1,6 @@
 """`airflow dags test` of an example DAG on the kubernetes backend against the real API
-server: the DAG reads TFK_BACKEND / TFK_KUBERNETES_CONN_ID / TFK_NAMESPACE, the
+server: the DAG reads TFK_BACKEND / TFK_KUBERNETES_CONN_ID / TFK_NAMESPACE and Airflow's
+default_deferrable, the
 ``kubernetes`` connection comes from ``AIRFLOW_CONN_<ID>`` built from the generated
 kubeconfig, and a background thread plays the training containers (KWOK annotations).
 
@@ -75,7 +76,7 @@ def test_dags_test_ui_training_on_kubernetes(
         "TFK_BACKEND": "kubernetes",
         "TFK_KUBERNETES_CONN_ID": conn_id,
         "TFK_NAMESPACE": ns,
-        "TFK_DEFERRABLE": str(deferrable).lower(),
+        "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": str(deferrable).lower(),
     }
     conf = {"mode": "all_reduce", "ps": 0, "workers": 3, "steps": 50}
     try:

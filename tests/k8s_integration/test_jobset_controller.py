@@ -164,8 +164,8 @@ def test_after_success_no_request_goes_to_objects_the_jobset_layout_lacks(
 ):
     """The clean-up after success (TFTrainingOperator, cleanup=ps) of a JobSet training:
     JobSet's success policy ends the PS, so the provider neither waits the PS grace period
-    nor deletes anything. (Before: after the grace, DELETEs of the Jobs layout's Job, then
-    StatefulSet, then Service ``<name>-ps``, each answered 404, and "deleted ps".)"""
+    nor deletes anything: no request goes to the Jobs layout's ``<name>-ps`` Job or Service,
+    which this layout does not have."""
     sent: list[tuple[str, str, Any]] = []  # every request of the provider's sync client
     send = SyncApi._send
 

@@ -4,8 +4,8 @@
 - the waiting process killed (SIGKILL: nothing can clean up) and the task restarted ->
   it reattaches to the running cluster and finishes it;
 - ``on_kill`` (mark failed), ``execution_timeout`` and ``dagrun_timeout`` leave zero
-  objects with the cluster's label (Jobs, StatefulSets, Services, PVCs, pods,
-  ControllerRevisions, EndpointSlices, the namespace), blocking and deferred.
+  objects with the cluster's label (Jobs, Services, PVCs, pods, EndpointSlices, the
+  namespace), blocking and deferred.
 
 How each kill reaches the provider (Airflow 3.3):
 - blocking ``on_kill`` / ``dagrun_timeout``: the supervisor sends the task process SIGTERM;

@@ -434,8 +434,8 @@ def test_the_jobset_layout_is_admitted_as_one_workload(k8s_api, quota, tfk_ns, t
 
 def test_the_jobs_layout_with_a_ps_needs_only_the_job_integration(k8s_api, quota, tfk_ns, tfk_conn, capfd):
     """between_graph in the ``jobs`` layout, 2 workers + 1 PS of 1 CPU, 3 CPU of quota:
-    the PS is a Job, so Kueue's batch/job integration queues it like the workers (it was
-    a StatefulSet, which needed the pod and statefulset integrations). Each Job is one
+    the PS is a Job, so Kueue's batch/job integration queues it like the workers, with no
+    pod or statefulset integration. Each Job is one
     Workload; both are admitted, the training succeeds, and the PS Job is cleaned up."""
     lq = quota("3")
     ctx = _tfk.task_context("manual__jobsps")

@@ -34,7 +34,6 @@ tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 
 RENDERED = [
     ("batch/v1", "jobs"),
-    ("apps/v1", "statefulsets"),
     ("v1", "services"),
     ("v1", "persistentvolumeclaims"),
     ("networking.k8s.io/v1", "networkpolicies"),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -294,79 +293,3 @@ def test_namespace_per_training_identity_is_confined_to_its_own_namespaces(
             admin.delete_namespaced_config_map("kept", "kube-system")
         except client.ApiException:
             pass
-
-
-def _earlier_version_objects(namespace: str, name: str, run_id: str) -> list[dict]:
-    """What the previous version applied for a between_graph cluster: today's objects,
-    but the PS a StatefulSet (restartPolicy Always, its index from the pod-index label,
-    no deadline but the max-duration annotation the sweeper reads)."""
-    from airflow_tfk.render import render
-    from airflow_tfk.spec import TFClusterSpec
-
-    spec = TFClusterSpec.from_dict(
-        {**_tfk.spec(namespace, workers=1, ps=1), "name": name, "max_duration_seconds": 3600}
-    )
-    out = []
-    for m in render(spec, naming.RunIdentity("k8s_it", "train", run_id, -1)):
-        if m["kind"] == "Job" and m["metadata"]["name"] == f"{name}-ps":
-            pod = m["spec"]["template"]
-            pod["spec"]["restartPolicy"] = "Always"
-            del pod["spec"]["subdomain"]
-            (index,) = [e for e in pod["spec"]["containers"][0]["env"] if e["name"] == "TFK_INDEX"]
-            index["valueFrom"] = {
-                "fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}
-            }
-            selector = {naming.LABEL_CLUSTER: name, naming.LABEL_ROLE: "ps"}
-            m = {
-                "apiVersion": "apps/v1",
-                "kind": "StatefulSet",
-                "metadata": m["metadata"],
-                "spec": {
-                    "serviceName": f"{name}-ps",
-                    "replicas": 1,
-                    "podManagementPolicy": "Parallel",
-                    "selector": {"matchLabels": selector},
-                    "template": pod,
-                },
-            }
-        out.append(m)
-    return out
-
-
-def test_clusters_with_an_earlier_versions_ps_statefulset_are_still_cleaned_up(
-    k8s_cluster, k8s_api, tfk_ns, tmp_path, caplog
-) -> None:
-    """Before the PS ran as a Job it was a StatefulSet. Such clusters, left running by an
-    upgrade, are still stopped and deleted by this identity (which may no longer create
-    StatefulSets): the sweeper stops the PS of a finished one, deletes an orphan whole,
-    and the operator's delete removes what is left."""
-    from airflow_tfk.backends.base import ClusterRef
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.sweeper import sweep
-
-    _apply(k8s_api, rbac.manifests(tfk_ns), tfk_ns)
-    states = {"scheduled__done": "up_for_retry", "scheduled__orphan": "failed"}
-    for name, run_id in (("old-done", "scheduled__done"), ("old-orphan", "scheduled__orphan")):
-        _apply(k8s_api, _earlier_version_objects(tfk_ns, name, run_id), tfk_ns)
-    with _tfk.PodDriver(k8s_api, tfk_ns, "old-done"):
-        _tfk.wait_for(
-            "old-done's worker finished",
-            lambda: (
-                (w := _tfk.pods(k8s_api, tfk_ns, "old-done", "worker")) and w[0].status.phase == "Succeeded"
-            ),
-        )
-    for name in ("old-done", "old-orphan"):
-        _tfk.wait_for(f"{name}'s PS running", lambda n=name: _tfk.pods(k8s_api, tfk_ns, n, "ps"))
-    kubeconfig = _identity(k8s_cluster, tfk_ns, tmp_path, "tfk_rbac_old")
-    with _tfk.use_connection(kubeconfig, "tfk_rbac_old"):
-        backend = KubernetesBackend("tfk_rbac_old")
-        # an hour later: both past their deadline; old-done's training had succeeded
-        swept = sweep(backend, tfk_ns, lambda i: states[i.run_id], now=time.time() + 3601)
-        assert sorted(s.ref.name for s in swept) == ["old-done", "old-orphan"], swept
-        _tfk.wait_no_leftovers(k8s_api, tfk_ns, "old-orphan")  # StatefulSet, revisions, pods
-        left = _tfk.leftovers(k8s_api, tfk_ns, "old-done")
-        assert "statefulsets/old-done-ps" not in left and "jobs/old-done-worker" in left, left
-        _tfk.wait_for("old-done's PS pod gone", lambda: not _tfk.pods(k8s_api, tfk_ns, "old-done", "ps"))
-        backend.delete(ClusterRef("old-done", tfk_ns))
-        _tfk.wait_no_leftovers(k8s_api, tfk_ns, "old-done")
-    _no_forbidden(caplog.text)

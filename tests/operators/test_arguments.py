@@ -265,3 +265,21 @@ def test_sweep_refuses_a_namespace_that_is_not_one(tmp_path) -> None:
         with pytest.raises(SpecError) as err:
             sweep(LocalBackend(str(tmp_path)), bad, lambda identity: None)
         assert err.value.field == "namespace"
+
+
+@pytest.mark.parametrize("setting", ["true", "false"])
+def test_deferrable_defaults_to_airflows_operators_setting(monkeypatch: pytest.MonkeyPatch, setting) -> None:
+    """Like the cncf provider's operators, every wait takes ``[operators]
+    default_deferrable`` when its DAG says nothing; an explicit argument wins."""
+    from airflow_tfk.dagfactory.builder import build_dag
+    from airflow_tfk.dagfactory.training import parse_training
+
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", setting)
+    expected = setting == "true"
+    dag = build_dag(
+        parse_training({"cluster": SPEC, "backend": "local"}, default_dag_id="d", source="d.yaml")
+    )
+    waits = [training(), TFWorkersSensor(task_id="wait", cluster=HANDLE), dag.get_task("train")]
+    assert [w.deferrable for w in waits] == [expected] * 3
+    assert training(deferrable=not expected).deferrable is (not expected)
+    assert TFWorkersSensor(task_id="w", cluster=HANDLE, deferrable=not expected).deferrable is (not expected)

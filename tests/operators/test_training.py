@@ -23,6 +23,7 @@ from tests.helpers import (
     assert_no_processes,
     cluster_processes,
     execute_in_thread,
+    local_state,
     spec_dict,
     task_context,
     wait_for,
@@ -284,13 +285,13 @@ def test_fixed_name_cannot_be_taken_over_by_another_run(local_root) -> None:
     while not (backend.exists(ref) and cluster_processes(local_root)):
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    uid = backend._state(ref)["uid"]
+    uid = local_state(backend, ref)["uid"]
 
     second = make_op(dict(spec, env={**spec["env"], "OTHER": "params"}))
     with pytest.raises(ClusterOwnershipError, match="run 'run-1'"):
         second.execute(task_context("run-2"))
     second.on_kill()  # what Airflow does when the failed try is killed
-    assert backend.exists(ref) and backend._state(ref)["uid"] == uid
+    assert backend.exists(ref) and local_state(backend, ref)["uid"] == uid
     assert backend.status(ref).tasks and all(t.reason != "Deleted" for t in backend.status(ref).tasks)
 
     first.on_kill()

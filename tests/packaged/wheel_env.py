@@ -416,7 +416,7 @@ def check_render(venv: WheelVenv, expected: str, spec: Path = EXAMPLE_SPEC) -> s
     expect(proc.returncode == 0, f"airflow-tfk render: {_tail(proc)}")
     expect(proc.stdout == expected, "the installed package renders differently from the checkout")
     where = venv.python_json(
-        "import json; from airflow_tfk.render import template_dirs\n"
+        "import json; from airflow_tfk.templating import template_dirs\n"
         "print(json.dumps(str(template_dirs()[0])))"
     )
     expect(
