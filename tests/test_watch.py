@@ -148,7 +148,7 @@ def test_summaries_come_at_a_change_of_phase_and_at_most_every_few_seconds(monke
     monkeypatch.setattr(watch, "_monotonic", lambda: clock[0])
     lines: list[str] = []
     backend: Any = object()  # step() judges the statuses it is given; nothing is read
-    loop = watch.WaitLoop(
+    loop = watch.Wait(
         backend, ClusterRef("default", "c"), Mode.ALL_REDUCE, {"worker": 600}, emit=lines.append
     )
     n = 600

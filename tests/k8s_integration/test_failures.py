@@ -156,10 +156,10 @@ def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_w
     k8s_api, tfk_ns, tfk_conn
 ) -> None:
     """A worker killed for memory fails the training with reason OOMKilled and exit code
-    137, in the same words whether the blocking wait (operator and sensor: the backend's
-    ``watch``, ``drive_watch``) or the deferrable one (the trigger's ``await_cluster``:
-    ``awatch``, ``adrive_watch``) sees it. Both wait on the cluster at the same time, so
-    each sees the pods change through its own watch request, not a fresh list.
+    137, in the same words whether the blocking wait (the operator's ``wait_for_cluster``:
+    the wait on an event loop of its own) or the deferrable one (the trigger's
+    ``Wait.run`` awaited) sees it. Both wait on the cluster at the same time, so each sees
+    the pods change through its own watch, not a fresh list.
 
     These assertions were in the HTTP double's async test until session 4 deleted it;
     KWOK now writes the pod's real OOMKilled status (exit code 137, reason annotation)."""
@@ -167,7 +167,7 @@ def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_w
     from airflow_tfk.naming import RunIdentity
     from airflow_tfk.policies import Outcome
     from airflow_tfk.spec import Mode, TFClusterSpec
-    from airflow_tfk.watch import WaitLoop, await_cluster, failure_of, wait_for_cluster, wait_result
+    from airflow_tfk.watch import Wait, failure_of, wait_for_cluster, wait_result
 
     spec = TFClusterSpec.from_dict(_tfk.spec(tfk_ns, "between_graph", workers=2, ps=1, name="oom"))
     ref = KubernetesBackend(conn_id=tfk_conn).create(spec, RunIdentity("k8s_it", "train", "manual__oom", -1))
@@ -192,7 +192,7 @@ def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_w
         )
 
     def deferrable() -> None:
-        loop = WaitLoop(
+        wait = Wait(
             backends["deferrable"],
             ref,
             Mode.BETWEEN_GRAPH,
@@ -201,7 +201,7 @@ def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_w
             progress_interval=3600,
             emit=lines["deferrable"].append,
         )
-        verdicts["deferrable"] = asyncio.run(await_cluster(loop))
+        verdicts["deferrable"] = asyncio.run(wait.run())
 
     def both_say(summary: str) -> bool:
         return all(f"cluster: {summary}" in said for said in lines.values())
