@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from airflow_tfk.backends.base import Backend, ClusterRef, ClusterWatcher
 from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS as DEFAULT_PROGRESS_INTERVAL
@@ -30,6 +30,7 @@ from airflow_tfk.stall import DEFAULT_STALL_SECONDS, ProgressStall, StallDetecto
 from airflow_tfk.status import Activity, ClusterStatus, Phase, TaskStatus
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: The longest the loop sleeps when nothing changes and nothing is due: it then judges the
 #: last status again (a deadline of the cluster's own may have passed).
@@ -312,7 +313,42 @@ def wait_for_cluster(
         stall_seconds=stall_seconds,
         max_lost_workers=max_lost_workers,
     )
-    return asyncio.run(wait.run())
+    return run_blocking(wait.run())
+
+
+def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine of the wait to its end on an event loop of this thread's own (the
+    blocking operator, a sensor's poke)."""
+    return asyncio.run(_raising_escapes(coro))
+
+
+async def _raising_escapes(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro``, ending it with a BaseException that escapes one of the loop's callbacks.
+
+    A signal handler raises in whatever code runs when the signal comes: Airflow's
+    ``execution_timeout`` raises AirflowTaskTimeout from SIGALRM. In a coroutine that ends
+    the wait as it would end blocking code; in a callback of the loop itself the loop would
+    log it and go on, and the wait would outlive the task's timeout.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    escaped: list[BaseException] = []
+
+    def on_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, BaseException) and not isinstance(exc, Exception) and task is not None:
+            escaped.append(exc)
+            task.cancel()
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(on_error)
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        if escaped:
+            raise escaped[0] from None
+        raise
 
 
 # -- the one translation of a wait's end -------------------------------------------------------

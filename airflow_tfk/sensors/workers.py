@@ -70,11 +70,9 @@ class TFWorkersSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> bool:
         """One status judged by the wait's own check (:meth:`~airflow_tfk.watch.Wait.poke`)."""
-        import asyncio
-
         from airflow_tfk.handle import ClusterHandle
         from airflow_tfk.policies import Outcome
-        from airflow_tfk.watch import Wait, failure_of, wait_result
+        from airflow_tfk.watch import Wait, failure_of, run_blocking, wait_result
 
         handle = ClusterHandle.from_dict(self.cluster)
         if self._wait is None:
@@ -88,7 +86,7 @@ class TFWorkersSensor(BaseSensorOperator):
                 stall_seconds=self.stall_seconds,
                 max_lost_workers=handle.max_lost_workers,
             )
-        verdict = asyncio.run(self._wait.poke())
+        verdict = run_blocking(self._wait.poke())
         if verdict.outcome is Outcome.FAILED:
             error = failure_of(wait_result(verdict), handle.ref.name)
             if error is not None:
