@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 
 # A Job task vanished: look at the Jobs again, but not more often than this.
 JOB_REFRESH_INTERVAL = 2.0
+# A Job can change with no pod event (deleted or failed while queued, with no pod): the
+# Jobs (a few objects, not the pods) are listed again this often, and sooner while the
+# cluster has no pod at all.
+JOB_RELIST_SECONDS = 60.0
+JOB_RELIST_PODLESS_SECONDS = 10.0
 MAX_WATCH_SECONDS = 300
 STREAM_RETRIES = 5
 LABEL_DELETED_CLUSTER = f"{LABEL_PREFIX}/deleted-cluster"
@@ -111,7 +116,12 @@ class WatchSession:
 
     # jobs
     def needs_jobs(self) -> bool:
-        return self._jobs_due and time.monotonic() - self._jobs_listed_at >= JOB_REFRESH_INTERVAL
+        return time.monotonic() >= self._jobs_listed_at + self._jobs_every()
+
+    def _jobs_every(self) -> float:
+        if self._jobs_due:
+            return JOB_REFRESH_INTERVAL
+        return JOB_RELIST_SECONDS if self.tracker.has_pods else JOB_RELIST_PODLESS_SECONDS
 
     def jobs_missing(self) -> None:
         """No pod and no Job, but the cluster is there (its JobSet): list the Jobs again."""
@@ -179,8 +189,7 @@ class WatchSession:
         wait = min(left, MAX_WATCH_SECONDS)
         if self._deadline is not None:
             wait = min(wait, max(0.0, self._deadline - time.time()) + 0.5)
-        if self._jobs_due:
-            wait = min(wait, max(0.0, self._jobs_listed_at + JOB_REFRESH_INTERVAL - time.monotonic()))
+        wait = min(wait, max(0.0, self._jobs_listed_at + self._jobs_every() - time.monotonic()))
         return max(1, math.ceil(wait))
 
     def should_reopen(self) -> bool:
