@@ -92,6 +92,12 @@ class StallDetector:
                     )
         return out
 
+    def due_in(self) -> float | None:
+        """Seconds until a role's peers have been done for the bound (None: no such role
+        waits), so a wait with no news still looks at that moment."""
+        due = [since + self.bound - self.clock() for since in self._first_done.values()]
+        return min((d for d in due if d > 0), default=None)
+
     def blame(self, verdict: Verdict) -> Verdict:
         """A failed verdict that names the stalled tasks as well."""
         if verdict.outcome is not Outcome.FAILED or not self.stalled:
@@ -149,6 +155,14 @@ class ProgressStall:
             f"{self.last.step}/{self.last.total_steps}; the training fails as stalled after "
             f"{self.bound:.0f} s without a new step (stall_seconds)"
         )
+
+    def due_in(self) -> float | None:
+        """Seconds until the standstill reaches half the bound (the warning) or the bound
+        (the failure); None when neither is ahead."""
+        if self.bound <= 0 or self._moved is None or self.last is None or self.last.status != "running":
+            return None
+        still = self.still_for()
+        return next((at - still for at in (self.bound / 2, self.bound) if at > still), None)
 
     def stalled(self, status: ClusterStatus) -> bool:
         return self._armed(status) and self.still_for() >= self.bound

@@ -1,10 +1,13 @@
-"""Waiting on a cluster: status changes -> verdicts, log lines -> progress with ETA.
+"""Waiting on a training: one async loop, for every way of waiting.
 
-One wait loop for every way of waiting: :meth:`WaitLoop.plan` is driven by
-:func:`wait_for_cluster` (the blocking operator), by ``WorkersDoneTrigger`` through
-:func:`await_cluster` (deferrable operator and sensor), and the sensor's ``poke`` takes
-one :meth:`WaitLoop.step` of it per poke. :func:`wait_result` and :func:`failure_of`
-are the one translation of a verdict into the trigger event and of that into the task's
+:meth:`Wait.run` is the loop: the statuses of the backend's watcher
+(:class:`~airflow_tfk.backends.base.ClusterWatcher`), each judged by the success policy,
+a summary line when the picture changes, the progress task's step/ETA, Kueue's reason
+while the cluster is queued, and the stall bounds. ``WorkersDoneTrigger`` awaits it in
+the triggerer; the blocking operator runs the same coroutine with :func:`asyncio.run`
+(:func:`wait_for_cluster`); a sensor's poke judges one status with the same
+:meth:`Wait.check` (:meth:`Wait.poke`). :func:`wait_result` and :func:`failure_of` are
+the one translation of a verdict into the trigger event and of that into the task's
 outcome. Backend-agnostic; no Airflow import at module level, so the worker and the
 triggerer share it.
 """
@@ -14,12 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from airflow_tfk._plan_driver import PlanIO, afinish, finish
-from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.backends.base import Backend, ClusterRef, ClusterWatcher
 from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS as DEFAULT_PROGRESS_INTERVAL
 from airflow_tfk.policies import Outcome, Verdict, evaluate
 from airflow_tfk.protocol.progress import Progress, last_progress
@@ -28,12 +30,13 @@ from airflow_tfk.stall import DEFAULT_STALL_SECONDS, ProgressStall, StallDetecto
 from airflow_tfk.status import Activity, ClusterStatus, Phase, TaskStatus
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-#: The longest a single watch request of the loop stays open; the loop then starts another.
-WATCH_WINDOW_SECONDS = 60.0
-#: A queued cluster has no pod, so its pod watch sees no change: while it waits, the watch
-#: window ends when Kueue's reason is due again (never shorter than this).
-MIN_WATCH_WINDOW_SECONDS = 1.0
+#: The longest the loop sleeps when nothing changes and nothing is due: it then judges the
+#: last status again (a deadline of the cluster's own may have passed).
+WAKE_SECONDS_MAX = 60.0
+#: The shortest: a read that is due keeps being due until it is done.
+WAKE_SECONDS_MIN = 0.05
 #: Kueue's first answer: read again this soon, this many times, until there is one.
 QUEUE_QUICK_READ_SECONDS = 5.0
 QUEUE_QUICK_READS = 3
@@ -71,16 +74,15 @@ def progress_task(mode: Mode, replicas: dict[str, int]) -> tuple[str, int]:
 
 @dataclass
 class ProgressReporter:
-    """Reads the newest progress line of one task, at most every ``interval`` seconds.
+    """When to read the newest progress line of one task, and what to say about it.
 
-    Reading logs costs an API request on Kubernetes, so it is rate-limited; an unchanged
-    step is not logged again. Until the task has printed its first progress line the log
-    is read every ``first_interval`` seconds instead, so the first line shows within the
-    first interval rather than one whole interval after a read that came too early.
+    Reading logs costs an API request on Kubernetes, so it is rate-limited to one per
+    ``interval``; an unchanged step is not logged again. Until the task has printed its
+    first progress line the log is read every ``first_interval`` seconds instead, so the
+    first line shows within the first interval rather than one whole interval after a
+    read that came too early.
     """
 
-    backend: Backend
-    ref: ClusterRef
     role: str
     index: int
     interval: float = DEFAULT_PROGRESS_INTERVAL
@@ -89,19 +91,21 @@ class ProgressReporter:
     _last_read: float = float("-inf")
     _last_step: int | None = None
 
-    def due(self, now: float | None = None) -> bool:
+    def due_in(self) -> float:
         interval = self.interval if self._last_step is not None else min(self.interval, self.first_interval)
-        return (time.monotonic() if now is None else now) - self._last_read >= interval
+        return self._last_read + interval - time.monotonic()
 
-    def report(self, text: str | None = None) -> Progress | None:
-        """Parse ``text`` (or fetch the task's log tail) and emit a progress line if it moved."""
+    def due(self) -> bool:
+        return self.due_in() <= 0
+
+    async def read(self, watcher: ClusterWatcher) -> Progress | None:
+        """Read the task's log tail and emit a progress line if the step moved."""
         self._last_read = time.monotonic()
-        if text is None:
-            try:
-                text = self.backend.logs(self.ref, self.role, self.index, tail_lines=50)
-            except Exception as exc:  # progress is best effort; the status watch decides
-                log.debug("cannot read progress of %s-%s: %s", self.role, self.index, exc)
-                return None
+        try:
+            text = await watcher.logs(self.role, self.index, tail_lines=50)
+        except Exception as exc:  # progress is best effort; the status decides
+            log.debug("cannot read progress of %s-%s: %s", self.role, self.index, exc)
+            return None
         p = last_progress(text)
         if p is not None and p.step != self._last_step:
             self._last_step = p.step
@@ -115,8 +119,6 @@ class QueueReporter:
     cluster has no pod at all). Asked at most every ``interval`` seconds; logged when it
     changes."""
 
-    backend: Backend
-    ref: ClusterRef
     interval: float = 30.0
     emit: Callable[[str], None] = log.info
     _last_read: float = float("-inf")
@@ -139,13 +141,13 @@ class QueueReporter:
         return max(0.0, self._last_read + self.every() - time.monotonic())
 
     def wants(self, status: ClusterStatus) -> bool:
-        """Whether :meth:`report` should run for ``status`` now: nothing has started yet,
+        """Whether :meth:`read` should run for ``status`` now: nothing has started yet,
         and a read is due."""
         return self.waiting(status) and self.due_in() <= 0
 
-    def report(self) -> str | None:
+    async def read(self, watcher: ClusterWatcher) -> str | None:
         self._last_read = time.monotonic()
-        message = self.backend.queue_message(self.ref)
+        message = await watcher.queue_message()
         if message and message != self._last:
             self.emit(f"queued: {message}")
         self._unanswered = 0 if message else self._unanswered + 1
@@ -153,47 +155,9 @@ class QueueReporter:
         return message
 
 
-# -- the one wait loop ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Watch:
-    """Start watching the cluster for ``seconds``; then :data:`NEXT_STATUS` until None."""
-
-    seconds: float
-
-
-@dataclass(frozen=True)
-class NextStatus:
-    """The watch's next status; answered with it, or None when the watch ended."""
-
-
-@dataclass(frozen=True)
-class ReadProgress:
-    """Read the progress task's log (blocking I/O: in a thread when async)."""
-
-
-@dataclass(frozen=True)
-class ReadQueue:
-    """Ask why the cluster is still queued (blocking I/O: in a thread when async)."""
-
-
-@dataclass(frozen=True)
-class JudgeStall:
-    """The progress stood still past the bound: ask the backend for each running task's
-    life signs and answer the failure that names the silent ones (blocking I/O)."""
-
-    status: ClusterStatus
-
-
-NEXT_STATUS = NextStatus()
-READ_PROGRESS = ReadProgress()
-READ_QUEUE = ReadQueue()
-WaitOp = Watch | NextStatus | ReadProgress | ReadQueue | JudgeStall
-# Sent back: the next status (or None) for NEXT_STATUS, the verdict for a JudgeStall.
-WaitPlan = Generator[WaitOp, Any, Verdict]
-
-
+# -- the one wait -----------------------------------------------------------------------------
 @dataclass
-class WaitLoop:
+class Wait:
     """Wait until the training succeeds or fails, or ``deadline`` (UNIX time) passes.
 
     Logs a one-line summary when it changes and the progress task's step/ETA at most every
@@ -220,30 +184,60 @@ class WaitLoop:
     _phases: frozenset[tuple[str, Phase]] = field(default=frozenset(), init=False)
     _summary_at: float = field(default=0.0, init=False)  # monotonic time of the last summary line
     _waiting: bool = field(default=False, init=False)  # the last status: nothing started yet
-    _window_end: float = field(default=0.0, init=False)  # monotonic end of the current watch
 
     def __post_init__(self) -> None:
         self.stalls = StallDetector(self.mode, self.replicas, self.stall_seconds or float("inf"))
         role, index = progress_task(self.mode, self.replicas)
         self.progress = ProgressStall((role, index), self.stall_seconds)
-        self.reporter = ProgressReporter(
-            self.backend, self.ref, role, index, self.progress_interval, self.emit
-        )
-        self.queue = QueueReporter(self.backend, self.ref, min(self.progress_interval, 60.0), self.emit)
+        self.reporter = ProgressReporter(role, index, self.progress_interval, self.emit)
+        self.queue = QueueReporter(min(self.progress_interval, 60.0), self.emit)
 
-    def window(self) -> float:
-        window = WATCH_WINDOW_SECONDS
-        if self._waiting:  # no pod event will come: end the window when the queue is due
-            window = min(window, max(MIN_WATCH_WINDOW_SECONDS, self.queue.due_in()))
-        if self.deadline is None:
-            return window
-        return max(0.0, min(window, self.deadline - time.time()))
+    async def run(self) -> Verdict:
+        """The loop: judge every status as it changes, and the last one again whenever a
+        read or a bound comes due while nothing changes."""
+        async with self.backend.watcher(self.ref) as watcher:
+            status: ClusterStatus | None = None
+            while not self.timed_out():
+                status = await watcher.next(self.wake_in(status is not None)) or status
+                if status is not None:
+                    verdict = await self.check(watcher, status)
+                    if verdict.outcome is not Outcome.RUNNING:
+                        return verdict
+            return Verdict(Outcome.RUNNING, self.timeout_message)
 
-    def _rewatch_for_queue(self) -> bool:
-        """A cluster found queued during a long watch window: end the window now, so the
-        next one ends when Kueue's reason is due (no pod event would end it sooner)."""
-        left = self._window_end - time.monotonic()
-        return self._waiting and left > self.queue.due_in() + MIN_WATCH_WINDOW_SECONDS
+    async def poke(self) -> Verdict:
+        """One status, judged as :meth:`run` judges each (a sensor's poke)."""
+        async with self.backend.watcher(self.ref) as watcher:
+            return await self.check(watcher, await watcher.status())
+
+    async def check(self, watcher: ClusterWatcher, status: ClusterStatus) -> Verdict:
+        """Judge one status, and do the reads that are due: the stall's life signs, the
+        last progress line before a verdict, Kueue's reason, the progress line."""
+        verdict = self.step(status)
+        if verdict.outcome is Outcome.RUNNING and self.progress.stalled(status):
+            verdict = await self.judge_stall(watcher, status)
+        self._waiting = self.queue.waiting(status)
+        if verdict.outcome is not Outcome.RUNNING:
+            await self.read_progress(watcher)
+            return verdict
+        if self.queue.wants(status):
+            await self.queue.read(watcher)
+        if self.reporter.due():
+            await self.read_progress(watcher)
+        return verdict
+
+    def wake_in(self, seen: bool) -> float:
+        """Seconds until the loop must look again though nothing changed: a read or a
+        stall bound comes due, or the deadline passes."""
+        due = [WAKE_SECONDS_MAX]
+        if seen:  # the reads wait for the first status
+            due.append(self.reporter.due_in())
+            if self._waiting:
+                due.append(self.queue.due_in())
+        due += [d for d in (self.stalls.due_in(), self.progress.due_in()) if d is not None]
+        if self.deadline is not None:
+            due.append(self.deadline - time.time())
+        return max(WAKE_SECONDS_MIN, min(due))
 
     def timed_out(self) -> bool:
         return self.deadline is not None and time.time() >= self.deadline
@@ -272,46 +266,23 @@ class WaitLoop:
             self.emit(f"cluster: {summary}")
             self._summary, self._phases, self._summary_at = summary, phases, now
 
-    def read_progress(self) -> Progress | None:
-        """Read the progress task's newest line (blocking), and note whether it moved."""
-        p = self.reporter.report()
+    async def read_progress(self, watcher: ClusterWatcher) -> Progress | None:
+        """Read the progress task's newest line, and note whether it moved."""
+        p = await self.reporter.read(watcher)
         self.progress.saw(p)
         return p
 
-    def judge_stall(self, status: ClusterStatus) -> Verdict:
-        """The failure of a training whose progress stood still (blocking: asks the backend
-        for each running task's activity, a log read per task on Kubernetes)."""
+    async def judge_stall(self, watcher: ClusterWatcher, status: ClusterStatus) -> Verdict:
+        """The failure of a training whose progress stood still, naming the silent tasks
+        from each running task's life signs (a log read per task on Kubernetes)."""
         activity: dict[str, Activity] = {}
         for t in running_tasks(status):
             try:
-                activity[t.name] = self.backend.task_activity(self.ref, t.role, t.index)
+                activity[t.name] = await watcher.task_activity(t.role, t.index)
             except Exception as exc:  # best effort: the failure is reported either way
                 log.debug("cannot read the activity of %s: %s", t.name, exc)
                 activity[t.name] = Activity()
         return self.progress.verdict(status, activity, time.time())
-
-    def plan(self) -> WaitPlan:
-        """The loop itself, for a driver to run (see :func:`wait_for_cluster`)."""
-        while True:
-            window = self.window()
-            self._window_end = time.monotonic() + window
-            yield Watch(window)
-            while (status := (yield NEXT_STATUS)) is not None:
-                verdict = self.step(status)
-                if verdict.outcome is Outcome.RUNNING and self.progress.stalled(status):
-                    verdict = yield JudgeStall(status)
-                self._waiting = self.queue.waiting(status)
-                if verdict.outcome is not Outcome.RUNNING:
-                    yield READ_PROGRESS
-                    return verdict
-                if self.queue.wants(status):
-                    yield READ_QUEUE
-                if self.reporter.due():
-                    yield READ_PROGRESS
-                if self.timed_out() or self._rewatch_for_queue():
-                    break
-            if self.timed_out():
-                return Verdict(Outcome.RUNNING, self.timeout_message)
 
 
 def wait_for_cluster(
@@ -325,11 +296,12 @@ def wait_for_cluster(
     stall_seconds: float = DEFAULT_STALL_SECONDS,
     max_lost_workers: int = 0,
 ) -> Verdict:
-    """Block until the training succeeds or fails, or ``timeout`` seconds pass.
+    """Block until the training succeeds or fails, or ``timeout`` seconds pass: the
+    trigger's :meth:`Wait.run`, on an event loop of this thread's own.
 
     Returns a :class:`Verdict`; a timeout is ``Outcome.RUNNING`` with a message.
     """
-    loop = WaitLoop(
+    wait = Wait(
         backend,
         ref,
         mode,
@@ -341,82 +313,42 @@ def wait_for_cluster(
         stall_seconds=stall_seconds,
         max_lost_workers=max_lost_workers,
     )
-    return finish(loop.plan(), _BlockingIO(loop))
+    return run_blocking(wait.run())
 
 
-async def await_cluster(loop: WaitLoop) -> Verdict:
-    """:func:`wait_for_cluster`'s loop in the triggerer: the backend's async watch, and
-    the log reads of progress in a thread."""
-    return await afinish(loop.plan(), _TriggererIO(loop))
+def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine of the wait to its end on an event loop of this thread's own (the
+    blocking operator, a sensor's poke)."""
+    return asyncio.run(_raising_escapes(coro))
 
 
-class _WaitIO(PlanIO):
-    """What the wait loop's operations do (see :mod:`airflow_tfk._plan_driver`)."""
+async def _raising_escapes(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro``, ending it with a BaseException that escapes one of the loop's callbacks.
 
-    OPS = {
-        Watch: "watch",
-        NextStatus: "next_status",
-        ReadProgress: "read_progress",
-        ReadQueue: "read_queue",
-        JudgeStall: "judge_stall",
-    }
+    A signal handler raises in whatever code runs when the signal comes: Airflow's
+    ``execution_timeout`` raises AirflowTaskTimeout from SIGALRM. In a coroutine that ends
+    the wait as it would end blocking code; in a callback of the loop itself the loop would
+    log it and go on, and the wait would outlive the task's timeout.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    escaped: list[BaseException] = []
 
-    def __init__(self, loop: WaitLoop) -> None:
-        self.loop = loop
-        self.statuses: Any = None  # the current watch of the backend
+    def on_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, BaseException) and not isinstance(exc, Exception) and task is not None:
+            escaped.append(exc)
+            task.cancel()
+        else:
+            loop.default_exception_handler(context)
 
-
-class _BlockingIO(_WaitIO):
-    """In the worker (blocking operator): the backend's watch, log reads in this thread."""
-
-    def watch(self, op: Watch) -> None:
-        self.close()
-        self.statuses = iter(self.loop.backend.watch(self.loop.ref, timeout=op.seconds))
-
-    def next_status(self, _: NextStatus) -> ClusterStatus | None:
-        return None if self.statuses is None else next(self.statuses, None)
-
-    def read_progress(self, _: ReadProgress) -> None:
-        self.loop.read_progress()
-
-    def read_queue(self, _: ReadQueue) -> None:
-        self.loop.queue.report()
-
-    def judge_stall(self, op: JudgeStall) -> Verdict:
-        return self.loop.judge_stall(op.status)
-
-    def close(self) -> None:
-        statuses, self.statuses = self.statuses, None
-        close = getattr(statuses, "close", None)  # a backend may return a plain iterable
-        if close is not None:
-            close()
-
-
-class _TriggererIO(_WaitIO):
-    """In the triggerer: the backend's async watch; the blocking log reads in a thread so
-    the event loop of every other trigger keeps running."""
-
-    async def watch(self, op: Watch) -> None:
-        await self.aclose()
-        self.statuses = aiter(self.loop.backend.awatch(self.loop.ref, timeout=op.seconds))
-
-    async def next_status(self, _: NextStatus) -> ClusterStatus | None:
-        return None if self.statuses is None else await anext(self.statuses, None)
-
-    async def read_progress(self, _: ReadProgress) -> None:
-        await asyncio.to_thread(self.loop.read_progress)
-
-    async def read_queue(self, _: ReadQueue) -> None:
-        await asyncio.to_thread(self.loop.queue.report)
-
-    async def judge_stall(self, op: JudgeStall) -> Verdict:
-        return await asyncio.to_thread(self.loop.judge_stall, op.status)
-
-    async def aclose(self) -> None:
-        statuses, self.statuses = self.statuses, None
-        aclose = getattr(statuses, "aclose", None)
-        if aclose is not None:
-            await aclose()
+    loop.set_exception_handler(on_error)
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        if escaped:
+            raise escaped[0] from None
+        raise
 
 
 # -- the one translation of a wait's end -------------------------------------------------------

@@ -266,16 +266,20 @@ def wait_no_pods(api: Any, ns: str, timeout: float = 300) -> float:
     return time.monotonic() - t0
 
 
-def install_async(counter: RequestCounter) -> RequestCounter:
-    """Count every request of every ``kubernetes_asyncio`` client (the deferrable trigger's
-    AsyncKubernetesHook makes its own), in this process."""
+def install_async(counter: RequestCounter, thread: str | None = None) -> RequestCounter:
+    """Count every request of every ``kubernetes_asyncio`` client (each wait makes its
+    own), in this process, or only those sent from the thread named ``thread`` (each wait
+    on an event loop of its own thread)."""
+    import threading
+
     from kubernetes_asyncio.client import rest
 
     original = rest.RESTClientObject.request
 
     async def counted(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        with counter._lock:
-            counter.log.append((time.monotonic(), method, url))
+        if thread is None or threading.current_thread().name == thread:
+            with counter._lock:
+                counter.log.append((time.monotonic(), method, url))
         return await original(self, method, url, *args, **kwargs)
 
     rest.RESTClientObject.request = counted  # type: ignore[method-assign]

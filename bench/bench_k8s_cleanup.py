@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from airflow_tfk.backends import _k8s_watch
     from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.watch import WaitLoop
+    from airflow_tfk.watch import Wait
 
     counter = install(RequestCounter())
     # The operator builds its backend inside execute: count the requests of every
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     busy = Busy()
     busy.wrap(_k8s_watch.WatchSession, "on_event", counts=True)
     busy.wrap(_k8s_watch.WatchSession, "changed_status", counts=False)
-    busy.wrap(WaitLoop, "step", counts=False)
+    busy.wrap(Wait, "step", counts=False)
 
     loads = ("idle", "busy") if a.load == "both" else (a.load,)
     print(f"PS clean-up latency, {a.workers} workers + {a.ps} PS, grace {a.grace} s (kube-apiserver, KWOK):")

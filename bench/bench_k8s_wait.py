@@ -1,21 +1,21 @@
 """API requests while waiting 60 s on a running TF cluster, on a real API server.
 
-- airflow-tfk: the backend's ``watch`` (one Job list, one pod list, then one pod watch for
-  the whole cluster), measured on a running cluster of 600 workers + 8 PS and, in the same
-  window, on one of 60 workers (the count must not depend on the size); and the
-  operator's blocking wait (``watch.wait_for_cluster``) with its default progress
+- airflow-tfk: the wait's watcher (one Job list, one pod list, then one pod watch for the
+  whole cluster and the whole wait), measured on a running cluster of 600 workers + 8 PS
+  and, in the same window, on one of 60 workers (the count must not depend on the size);
+  and the operator's blocking wait (``watch.wait_for_cluster``) with its default progress
   interval (30 s: a log read of the progress task, which KWOK's fake kubelets answer with
   500, retried once).
-- airflow-tfk deferrable: the real ``WorkersDoneTrigger`` (``awatch`` through the cncf
-  AsyncKubernetesHook) on the 600-worker cluster, with a 60 s deadline; its async
-  client's requests are counted (its progress reads use the sync client, as above).
+- airflow-tfk deferrable: the real ``WorkersDoneTrigger`` (the same wait, awaited; its
+  client is the cncf AsyncKubernetesHook's) on the 600-worker cluster, with a 60 s deadline.
 - baseline: the seeds' layout (one Job per worker) waited on with the cncf provider's
   ``KubernetesHook.wait_until_job_complete`` (one GET per Job every ``job_poll_interval``
   = 10 s, its default), one call per worker Job, as a DAG with a sensor per Job would.
   The baseline's Jobs are created suspended: its request count does not depend on their
   pods, and 600 more pods would only slow the 2-core machine.
 
-Requests are counted per ApiClient at the urllib3 layer; a watch request counts once.
+Requests are counted per client at the HTTP layer (each wait: by the thread its event
+loop runs in); a watch request counts once.
 Target: airflow-tfk <= 3 requests/minute whatever the task count.
 
     .venv/bin/python bench/bench_k8s_wait.py [--workers 600] [--seconds 60]
@@ -86,18 +86,21 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda d: create_from_dict(admin, d, namespace=ns_seeds), jobs))
 
-        counters = {
-            k: install(RequestCounter()) for k in ("watch-big", "watch-small", "operator-wait-big", "cncf")
-        }
+        counters = {"cncf": install(RequestCounter())}
+        for k in ("watch-big", "watch-small", "operator-wait-big"):
+            counters[k] = install_async(RequestCounter(), thread=k)
         backends = {k: KubernetesBackend(conn_id=CONN_ID) for k in counters if k != "cncf"}
-        for k, b in backends.items():
-            counters[k].watch(b.hook.api_client)
         hook = KubernetesHook(conn_id=CONN_ID)
         counters["cncf"].watch(hook.api_client)
 
         def watch_only(key: str, cluster: str) -> None:
-            for _ in backends[key].watch(ClusterRef(cluster, ns), timeout=a.seconds):
-                pass
+            async def statuses() -> None:
+                async with backends[key].watcher(ClusterRef(cluster, ns)) as watcher:
+                    end = time.monotonic() + a.seconds
+                    while time.monotonic() < end:
+                        await watcher.next(end - time.monotonic())
+
+            asyncio.run(statuses())
 
         def operator_wait(key: str, cluster: str) -> None:
             wait_for_cluster(
@@ -111,9 +114,11 @@ def main(argv: list[str] | None = None) -> int:
             )
 
         threads = [
-            threading.Thread(target=watch_only, args=("watch-big", "big")),
-            threading.Thread(target=watch_only, args=("watch-small", "small")),
-            threading.Thread(target=operator_wait, args=("operator-wait-big", "big")),
+            threading.Thread(target=watch_only, args=("watch-big", "big"), name="watch-big"),
+            threading.Thread(target=watch_only, args=("watch-small", "small"), name="watch-small"),
+            threading.Thread(
+                target=operator_wait, args=("operator-wait-big", "big"), name="operator-wait-big"
+            ),
         ]
         threads += [
             threading.Thread(
@@ -123,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         from airflow_tfk.triggers.workers import WorkersDoneTrigger
 
-        counters["trigger-big"] = install_async(RequestCounter())
+        counters["trigger-big"] = install_async(RequestCounter(), thread="trigger-big")
         trigger = WorkersDoneTrigger(
             cluster={"name": "big", "namespace": ns},
             backend_kind="kubernetes",
@@ -140,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                 events.append(event.payload)
                 return
 
-        threads.append(threading.Thread(target=lambda: asyncio.run(run_trigger())))
+        threads.append(threading.Thread(target=lambda: asyncio.run(run_trigger()), name="trigger-big"))
         t0 = time.monotonic()
         for t in threads:
             t.start()
@@ -170,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{counters['operator-wait-big'].summary(t0, t1)}"
     )
     print(
-        f"  airflow-tfk deferrable trigger, its async client (awatch), {a.workers} workers: "
+        f"  airflow-tfk deferrable trigger (the same wait, awaited), {a.workers} workers: "
         f"{per_min['trigger-big']:6.1f} req/min  {counters['trigger-big'].summary(t0, t1)}"
     )
     print(

@@ -148,7 +148,7 @@ def test_summaries_come_at_a_change_of_phase_and_at_most_every_few_seconds(monke
     monkeypatch.setattr(watch, "_monotonic", lambda: clock[0])
     lines: list[str] = []
     backend: Any = object()  # step() judges the statuses it is given; nothing is read
-    loop = watch.WaitLoop(
+    loop = watch.Wait(
         backend, ClusterRef("default", "c"), Mode.ALL_REDUCE, {"worker": 600}, emit=lines.append
     )
     n = 600
@@ -166,3 +166,42 @@ def test_summaries_come_at_a_change_of_phase_and_at_most_every_few_seconds(monke
     assert 4 <= len(summaries) <= 4 + 20 / watch.SUMMARY_INTERVAL_SECONDS + 1, summaries
     assert summaries[-1] == "cluster: worker 600 succeeded"
     assert "cluster: worker 600 running" in summaries
+
+
+def test_a_timeout_raised_in_a_callback_of_the_loop_ends_the_blocking_wait() -> None:
+    """Airflow's execution_timeout raises from a SIGALRM handler, in whatever runs at that
+    moment; when that is one of the event loop's own callbacks, the blocking wait still
+    ends with it (the loop alone would log it and wait on)."""
+    import asyncio
+    import contextlib
+    import time
+
+    import pytest
+
+    from airflow_tfk.backends.base import ClusterRef, ClusterWatcher
+    from airflow_tfk.spec import Mode
+    from airflow_tfk.watch import wait_for_cluster
+
+    class Timeout(BaseException):
+        pass
+
+    def alarm() -> None:
+        raise Timeout("Timeout, PID: 1")
+
+    class Watcher(ClusterWatcher):
+        async def next(self, timeout: float) -> ClusterStatus | None:
+            asyncio.get_running_loop().call_later(0.2, alarm)
+            await asyncio.sleep(timeout)
+            return ClusterStatus(tasks=(TaskStatus("worker", 0, Phase.RUNNING),))
+
+        async def logs(self, role: str, index: int, tail_lines: int | None = None) -> str:
+            return ""
+
+    class Backend:
+        def watcher(self, ref: ClusterRef) -> Any:
+            return contextlib.nullcontext(Watcher(self, ref))  # type: ignore[arg-type]
+
+    started = time.monotonic()
+    with pytest.raises(Timeout):
+        wait_for_cluster(Backend(), ClusterRef("c", "ns"), Mode.ALL_REDUCE, {"worker": 1}, timeout=20)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 5

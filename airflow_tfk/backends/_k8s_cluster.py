@@ -223,6 +223,10 @@ class ClusterTracker:
         return list((self._groups.get(key) or {}).values())
 
     @property
+    def has_pods(self) -> bool:
+        return bool(self._pods)
+
+    @property
     def exists(self) -> bool:
         return self._exists
 

@@ -1,8 +1,8 @@
 """One pod (plain API JSON) -> its verdict; one Job -> what a pod cannot tell. Pure: no I/O.
 
 The whole cluster's status is built from these by :mod:`._k8s_cluster`. Why not in the
-watch loop: the same interpretation serves ``status`` (one list), ``watch`` and
-``awatch`` (one pod watch), and is table-tested on hand-written JSON.
+watch loop: the same interpretation serves ``status`` (one list) and the wait's pod
+watch, and is table-tested on hand-written JSON.
 
 Rules (see docs/architecture.md, "Status model"): a task is ``(role, index)``; its newest
 pod decides its phase. A failed pod whose Job index still has retries left is not failed

@@ -1,48 +1,57 @@
-"""The Kubernetes watch of one cluster, written once: :func:`watch_plan` drives both
-``KubernetesBackend.watch`` and ``awatch`` (see :mod:`._k8s_plan`).
+"""What a wait reads from Kubernetes: one pod watch for the whole wait, the status, a
+task's log, Kueue's reason.
 
-One Job list and one pod list per session, then a single pod watch on the cluster's
-label selector, re-opened only when a timeout is due, the Jobs must be listed again, or
-the server ends it. Each event updates the :class:`ClusterTracker` in O(1) of the
-cluster's size; a status is yielded only when a task changed.
+:class:`KubernetesWatcher` lists the Jobs and the pods once, then keeps a single pod watch
+on the cluster's label selector open for as long as the wait lasts, re-opening it from
+its resourceVersion only when a timeout is due, the Jobs must be listed again, or the
+server ends it (a 410 lists again). Each event updates the :class:`ClusterTracker` in O(1)
+of the cluster's size; a status is queued for the wait only when a task changed. The
+one-shot reads are request plans (:mod:`._k8s_plan`) that the backend's blocking
+``status``/``logs`` run with the sync client and the watcher with the async one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import math
 import time
+from contextlib import aclosing
 from typing import Any
 
+from airflow_tfk import naming
 from airflow_tfk.backends._k8s_cluster import ClusterTracker, Interpreter
-from airflow_tfk.backends._k8s_plan import (
-    CLOSE_WATCH,
-    NEXT_EVENT,
-    WATCH_ENDED,
-    OpenWatch,
-    Plan,
-    Request,
-    Sleep,
-    StreamFailed,
-    WatchPlan,
-    list_plan,
-    reraise,
+from airflow_tfk.backends._k8s_plan import Plan, Request, arun, list_plan, reraise
+from airflow_tfk.backends._k8s_status import (
+    LABEL_COMPLETION_INDEX,
+    JobInfo,
+    is_job_pod,
+    job_info,
+    log_line_time,
+    newest_pod,
+    task_key,
 )
-from airflow_tfk.backends._k8s_status import JobInfo, is_job_pod, job_info, task_key
-from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.kube.api import BY_KIND, error_message
+from airflow_tfk.backends.base import Backend, ClusterRef, ClusterWatcher
+from airflow_tfk.kube.api import BY_KIND, AsyncApi, Kind, error_message
 from airflow_tfk.kube.retry import is_transient
 from airflow_tfk.naming import LABEL_PREFIX
-from airflow_tfk.status import ClusterStatus
+from airflow_tfk.status import Activity, ClusterStatus
 
 log = logging.getLogger(__name__)
 
 # A Job task vanished: look at the Jobs again, but not more often than this.
 JOB_REFRESH_INTERVAL = 2.0
+# A Job can change with no pod event (deleted or failed while queued, with no pod): the
+# Jobs (a few objects, not the pods) are listed again this often, and sooner while the
+# cluster has no pod at all.
+JOB_RELIST_SECONDS = 60.0
+JOB_RELIST_PODLESS_SECONDS = 10.0
 MAX_WATCH_SECONDS = 300
 STREAM_RETRIES = 5
 LABEL_DELETED_CLUSTER = f"{LABEL_PREFIX}/deleted-cluster"
+# Statuses the watch may run ahead of the wait before it stops reading the stream.
+QUEUED_STATUSES = 256
 
 
 def jobs_of(items: list[dict[str, Any]]) -> dict[str, JobInfo]:
@@ -107,7 +116,12 @@ class WatchSession:
 
     # jobs
     def needs_jobs(self) -> bool:
-        return self._jobs_due and time.monotonic() - self._jobs_listed_at >= JOB_REFRESH_INTERVAL
+        return time.monotonic() >= self._jobs_listed_at + self._jobs_every()
+
+    def _jobs_every(self) -> float:
+        if self._jobs_due:
+            return JOB_REFRESH_INTERVAL
+        return JOB_RELIST_SECONDS if self.tracker.has_pods else JOB_RELIST_PODLESS_SECONDS
 
     def jobs_missing(self) -> None:
         """No pod and no Job, but the cluster is there (its JobSet): list the Jobs again."""
@@ -175,8 +189,7 @@ class WatchSession:
         wait = min(left, MAX_WATCH_SECONDS)
         if self._deadline is not None:
             wait = min(wait, max(0.0, self._deadline - time.time()) + 0.5)
-        if self._jobs_due:
-            wait = min(wait, max(0.0, self._jobs_listed_at + JOB_REFRESH_INTERVAL - time.monotonic()))
+        wait = min(wait, max(0.0, self._jobs_listed_at + self._jobs_every() - time.monotonic()))
         return max(1, math.ceil(wait))
 
     def should_reopen(self) -> bool:
@@ -200,55 +213,202 @@ class WatchSession:
         return min(2.0**self._failures / 4, 5.0)
 
 
-def watch_plan(
-    ref: ClusterRef,
-    session: WatchSession,
-    timeout: float,
-    job_cache: dict[ClusterRef, dict[str, JobInfo]],
-) -> WatchPlan:
-    """Yield the status on every change, from one pod watch, for ``timeout`` seconds.
+# -- one-shot reads, for both clients ----------------------------------------------------------
+def status_plan(
+    ref: ClusterRef, interp: Interpreter, job_cache: dict[ClusterRef, dict[str, JobInfo]]
+) -> Plan:
+    """One pod list; the Jobs (retry settings) are listed once and when a Job task vanished."""
+    pods, _ = yield from list_plan(ref, "Pod")
+    jobs = job_cache.get(ref)
+    if jobs is None or jobs_stale(interp, pods, jobs):
+        items, _ = yield from list_plan(ref, "Job")
+        jobs = job_cache[ref] = jobs_of(items)
+    status, _ = interp.status(pods, jobs, time.time())
+    if not status.exists and (yield from jobset_exists_plan(ref)):
+        job_cache.pop(ref, None)  # its JobSet is (re)making the Jobs: list them next time
+        return dataclasses.replace(status, exists=True)
+    if not status.exists:
+        reason = yield from deleted_reason_plan(ref)
+        status = dataclasses.replace(status, deleted_reason=reason)
+    return status
+
+
+def jobs_stale(interp: Interpreter, pods: list[dict[str, Any]], jobs: dict[str, JobInfo]) -> bool:
+    """Do the cached Jobs still explain these pods? (Spec fields are immutable; only
+    outcomes change, and a Job's outcome shows as its pods going away.)"""
+    if not pods:
+        return True
+    present = {task_key(p) for p in pods}
+    for key, is_job in interp.known.items():
+        if is_job and key not in present and key[0] not in interp.ignored_roles:
+            return True
+    return any(is_job_pod(p) and (task_key(p) or ("", 0))[0] not in jobs for p in pods)
+
+
+def pod_log_plan(
+    ref: ClusterRef, role: str, index: int, params: dict[str, Any], seen: WatchSession | None = None
+) -> Plan:
+    """The log of a task's newest pod ("" when it has none yet). The pod comes from the
+    watch ``seen`` when one is current, else from a list of the task's pods only."""
+    selector = f"{ref.label_selector},{naming.LABEL_ROLE}={role}"
+    pod = None
+    if seen is not None and seen.rv is not None:
+        pod = newest_pod(seen.tracker.pods_of((role, index)))
+    if pod is None:
+        # List the task's pods only, not the role's (600 workers: a few MB per read);
+        # the index label is set by the Job controller (>= 1.28).
+        pods, _ = yield from list_plan(ref, "Pod", f"{selector},{LABEL_COMPLETION_INDEX}={index}")
+        pod = newest_pod(p for p in pods if task_key(p) == (role, index))
+    if pod is None:  # an older controller without the label, or an earlier PS StatefulSet
+        pods, _ = yield from list_plan(ref, "Pod", selector)
+        pod = newest_pod(p for p in pods if task_key(p) == (role, index))
+    if pod is None:
+        return ""
+    containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+    container = "tensorflow" if "tensorflow" in containers else (containers[0] if containers else None)
+    path = BY_KIND["Pod"].item(ref.namespace, pod["metadata"]["name"]) + "/log"
+    # 400: the container has not started yet; 404: the pod just went away.
+    result = yield Request(
+        "GET", path, {"container": container, **params}, text=True, what=f"logs of {role}-{index}"
+    )
+    return str(result[1]) if result else ""
+
+
+ACTIVITY_LOG = {"tailLines": 1, "timestamps": "true"}
+
+
+def queue_plan(ref: ClusterRef) -> Plan:
+    """Kueue's pending reason for the cluster's Workloads; None when nothing waits or
+    Kueue is not installed (its API answers 404)."""
+    from airflow_tfk.backends._kueue import WORKLOAD_API_VERSIONS, queue_message
+
+    for version in WORKLOAD_API_VERSIONS:
+        kind = Kind("Workload", version, "workloads")
+        result = yield Request("GET", kind.collection(ref.namespace), optional=True)
+        if result is not None:
+            return queue_message((result[1] or {}).get("items") or [], ref.name)
+    return None
+
+
+# -- the wait's watcher ---------------------------------------------------------------------
+class KubernetesWatcher(ClusterWatcher):
+    """A wait's reads through one async client: statuses from one pod watch that a task
+    reads into a queue while the wait does its other reads; the one-shot reads by plan.
 
     ``job_cache`` is the backend's: the Jobs listed here serve its later ``status``.
     """
-    end = time.monotonic() + timeout
-    while True:
-        if session.needs_jobs():
-            items, _ = yield from list_plan(ref, "Job")
-            session.set_jobs(jobs_of(items))
-            job_cache[ref] = session.jobs or {}
-        if session.rv is None:
-            pods, rv = yield from list_plan(ref, "Pod")
-            session.reset(pods, rv)
-        yield from _emit(ref, session)
-        left = end - time.monotonic()
-        if left <= 0:
-            return
-        yield OpenWatch(
-            BY_KIND["Pod"].collection(ref.namespace), session.watch_query(ref), session.watch_seconds(left)
+
+    def __init__(
+        self,
+        backend: Backend,
+        ref: ClusterRef,
+        api: AsyncApi,
+        interp: Interpreter,
+        job_cache: dict[ClusterRef, dict[str, JobInfo]],
+    ) -> None:
+        super().__init__(backend, ref)
+        self.api = api
+        self.interp = interp
+        self.job_cache = job_cache
+        self.session = WatchSession(interp)
+        self._statuses: asyncio.Queue[ClusterStatus | Exception] = asyncio.Queue(QUEUED_STATUSES)
+        self._reader: asyncio.Task[None] | None = None
+        self._getter: asyncio.Future[ClusterStatus | Exception] | None = None
+
+    async def status(self) -> ClusterStatus:
+        status: ClusterStatus = await arun(self.api, status_plan(self.ref, self.interp, self.job_cache))
+        return status
+
+    async def next(self, timeout: float) -> ClusterStatus | None:
+        if self._reader is None:
+            self._reader = asyncio.create_task(self._read(), name=f"watch of cluster {self.ref.name}")
+        # The get outlives a timeout (it is awaited again next time): cancelling it could
+        # drop a status it had just taken.
+        if self._getter is None:
+            self._getter = asyncio.ensure_future(self._statuses.get())
+        done, _ = await asyncio.wait({self._getter}, timeout=timeout)
+        if not done:
+            return None
+        item, self._getter = self._getter.result(), None
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    async def logs(self, role: str, index: int, tail_lines: int | None = None) -> str:
+        text: str = await arun(
+            self.api, pod_log_plan(self.ref, role, index, {"tailLines": tail_lines}, self.session)
         )
+        return text
+
+    async def task_activity(self, role: str, index: int) -> Activity:
+        """When the task's container last wrote a line (the kubelet's timestamp)."""
+        line = await arun(self.api, pod_log_plan(self.ref, role, index, ACTIVITY_LOG, self.session))
+        return Activity(last_output=log_line_time(line))
+
+    async def queue_message(self) -> str | None:
+        message: str | None = await arun(self.api, queue_plan(self.ref))
+        return message
+
+    async def aclose(self) -> None:
+        for task in (self._getter, self._reader):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+        self._getter = self._reader = None
+
+    # the watch, until the wait ends
+    async def _read(self) -> None:
+        try:
+            while True:
+                await self._list()
+                await self._emit()
+                await self._watch()
+        except Exception as exc:  # the wait raises it
+            await self._statuses.put(exc)
+
+    async def _list(self) -> None:
+        session = self.session
+        if session.needs_jobs():
+            items, _ = await arun(self.api, list_plan(self.ref, "Job"))
+            session.set_jobs(jobs_of(items))
+            self.job_cache[self.ref] = session.jobs or {}
+        if session.rv is None:
+            pods, rv = await arun(self.api, list_plan(self.ref, "Pod"))
+            session.reset(pods, rv)
+
+    async def _watch(self) -> None:
+        """One watch request, until the server ends it or something is due first; after
+        a broken one, a pause before the list that starts the next."""
+        session = self.session
+        path = BY_KIND["Pod"].collection(self.ref.namespace)
+        seconds = session.watch_seconds(MAX_WATCH_SECONDS)
         delay = 0.0
-        while True:
-            event = yield NEXT_EVENT
-            if event == WATCH_ENDED:
-                break
-            if isinstance(event, StreamFailed):
-                delay = session.stream_failed(event.error)
-                break
-            if session.on_event(event):
-                yield from _emit(ref, session)
-            if time.monotonic() >= end or session.should_reopen():
-                break
-        yield CLOSE_WATCH
+        async with aclosing(self.api.watch(path, session.watch_query(self.ref), seconds)) as events:
+            while True:
+                try:
+                    event = await anext(events)
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    delay = session.stream_failed(exc)
+                    break
+                if session.on_event(event):
+                    await self._emit()
+                if session.should_reopen():
+                    break
         if delay:
-            yield Sleep(delay)
+            await asyncio.sleep(delay)
 
-
-def _emit(ref: ClusterRef, session: WatchSession) -> WatchPlan:
-    if not session.tracker.exists and session.deleted_reason is None:
-        if (yield from jobset_exists_plan(ref)):
-            session.jobs_missing()  # not gone: its Jobs are being made; nothing to say yet
-            return
-        session.deleted_reason = yield from deleted_reason_plan(ref)
-    status = session.changed_status()
-    if status is not None:
-        yield status
+    async def _emit(self) -> None:
+        session = self.session
+        if not session.tracker.exists and session.deleted_reason is None:
+            if await arun(self.api, jobset_exists_plan(self.ref)):
+                session.jobs_missing()  # not gone: its Jobs are being made; nothing to say yet
+                return
+            session.deleted_reason = await arun(self.api, deleted_reason_plan(self.ref))
+        status = session.changed_status()
+        if status is not None:
+            await self._statuses.put(status)

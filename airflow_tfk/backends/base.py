@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import contextlib
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -123,31 +124,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def status(self, ref: ClusterRef) -> ClusterStatus: ...
 
-    def watch(self, ref: ClusterRef, timeout: float) -> Iterator[ClusterStatus]:
-        """Yield the status whenever it may have changed, for at most ``timeout`` seconds.
-
-        Backends with a change feed override this; the default polls.
-        """
-        import time
-
-        deadline = time.monotonic() + timeout
-        while True:
-            yield self.status(ref)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            time.sleep(min(self.poll_interval, left))
-
-    async def awatch(self, ref: ClusterRef, timeout: float) -> AsyncIterator[ClusterStatus]:
-        """Async form of :meth:`watch` for triggers; the default runs ``status`` in a thread."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            yield await asyncio.to_thread(self.status, ref)
-            left = deadline - loop.time()
-            if left <= 0:
-                return
-            await asyncio.sleep(min(self.poll_interval, left))
+    def watcher(self, ref: ClusterRef) -> contextlib.AbstractAsyncContextManager[ClusterWatcher]:
+        """The async reads of one wait on ``ref`` (see :class:`ClusterWatcher`), open for
+        the whole wait. Backends with a change feed return their own."""
+        return contextlib.nullcontext(ClusterWatcher(self, ref))
 
     poll_interval: float = 2.0
 
@@ -212,3 +192,51 @@ class Backend(abc.ABC):
 
         Used to find earlier runs of the same training (dag-id and task-id labels).
         """
+
+
+class ClusterWatcher:
+    """What a wait reads from a backend, as async calls: the statuses as they change, the
+    progress task's log, a task's life signs, Kueue's reason.
+
+    This one polls :meth:`Backend.status` every ``poll_interval`` seconds and runs the
+    backend's blocking reads in threads, so the triggerer's event loop never blocks on
+    them; the Kubernetes backend answers from one pod watch and its async client.
+    """
+
+    def __init__(self, backend: Backend, ref: ClusterRef) -> None:
+        self.backend = backend
+        self.ref = ref
+        self._last: ClusterStatus | None = None
+        self._polled = -float("inf")  # monotonic time of the last poll
+
+    async def status(self) -> ClusterStatus:
+        """The cluster as it is now."""
+        return await asyncio.to_thread(self.backend.status, self.ref)
+
+    async def next(self, timeout: float) -> ClusterStatus | None:
+        """The next status that differs from the last one returned (the first call: the
+        current one), or None when ``timeout`` seconds pass first."""
+        end = time.monotonic() + timeout
+        while True:
+            wait = self._polled + self.backend.poll_interval - time.monotonic()
+            if wait > 0:
+                if time.monotonic() + wait > end:
+                    await asyncio.sleep(max(0.0, end - time.monotonic()))
+                    return None
+                await asyncio.sleep(wait)
+            self._polled = time.monotonic()
+            status = await self.status()
+            if status != self._last:
+                self._last = status
+                return status
+            if time.monotonic() >= end:
+                return None
+
+    async def logs(self, role: str, index: int, tail_lines: int | None = None) -> str:
+        return await asyncio.to_thread(self.backend.logs, self.ref, role, index, tail_lines)
+
+    async def task_activity(self, role: str, index: int) -> Activity:
+        return await asyncio.to_thread(self.backend.task_activity, self.ref, role, index)
+
+    async def queue_message(self) -> str | None:
+        return await asyncio.to_thread(self.backend.queue_message, self.ref)

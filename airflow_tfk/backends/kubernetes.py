@@ -8,19 +8,17 @@ lazily: importing this module costs nothing at DAG parse time.
 Request budget (what keeps 600 workers cheap):
 
 - ``create``: one server-side apply per rendered object (O(roles), not O(tasks)).
-- ``watch``/``awatch``: one Job list and one pod list per session, then a single pod
-  watch on the cluster's label selector, re-opened only when a timeout is due or the
-  server ends it. No GET per Job per poll.
+- ``watcher`` (a wait): one Job list and one pod list, then a single pod watch on the
+  cluster's label selector for the whole wait, re-opened from its resourceVersion only
+  when a timeout is due or the server ends it. No GET per Job per poll.
 - ``status``: one pod list (plus a Job list on first use, or when a Job task vanished).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from functools import cached_property
 from typing import Any
 
@@ -34,32 +32,16 @@ from airflow_tfk.backends._k8s_objects import (
     exists_plan,
     owner_plan,
 )
-from airflow_tfk.backends._k8s_plan import (
-    Plan,
-    Request,
-    adrive_watch,
-    arun,
-    drive_watch,
-    list_plan,
-    reraise,
-    run,
-    single,
-)
-from airflow_tfk.backends._k8s_status import (
-    LABEL_COMPLETION_INDEX,
-    JobInfo,
-    is_job_pod,
-    newest_pod,
-    task_key,
-)
+from airflow_tfk.backends._k8s_plan import Plan, Request, arun, list_plan, reraise, run, single
+from airflow_tfk.backends._k8s_status import JobInfo, log_line_time
 from airflow_tfk.backends._k8s_watch import (
-    WatchSession,
-    deleted_reason_plan,
-    jobs_of,
-    jobset_exists_plan,
-    watch_plan,
+    ACTIVITY_LOG,
+    KubernetesWatcher,
+    pod_log_plan,
+    queue_plan,
+    status_plan,
 )
-from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef, RunExport
+from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef, ClusterWatcher, RunExport
 from airflow_tfk.constants import (
     FIELD_MANAGER,
     IMAGE_PULL_TIMEOUT_SECONDS,
@@ -77,7 +59,6 @@ from airflow_tfk.kube.api import (
     kind_of,
 )
 from airflow_tfk.kube.connection import KubeConnection
-from airflow_tfk.kube.retry import api_status
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.status import Activity, ClusterStatus
@@ -121,9 +102,6 @@ class KubernetesBackend(Backend):
         self.field_manager = field_manager
         self._interpreters: dict[ClusterRef, Interpreter] = {}
         self._jobs: dict[ClusterRef, dict[str, JobInfo]] = {}
-        # The pods the current watch of each cluster sees: a progress read finds its pod
-        # there instead of listing pods again.
-        self._sessions: dict[ClusterRef, WatchSession] = {}
 
     def config(self) -> dict[str, Any]:
         return {
@@ -235,72 +213,28 @@ class KubernetesBackend(Backend):
 
     def status(self, ref: ClusterRef) -> ClusterStatus:
         """One pod list; the Jobs (retry settings) are listed once and when a Job task vanished."""
-        pods, _ = self._run(list_plan(ref, "Pod"))
-        interp = self._interpreter(ref)
-        jobs = self._jobs.get(ref)
-        if jobs is None or _jobs_stale(interp, pods, jobs):
-            items, _ = self._run(list_plan(ref, "Job"))
-            jobs = self._jobs[ref] = jobs_of(items)
-        status, _ = interp.status(pods, jobs, time.time())
-        if not status.exists and self._run(jobset_exists_plan(ref)):
-            self._jobs.pop(ref, None)  # its JobSet is (re)making the Jobs: list them next time
-            return dataclasses.replace(status, exists=True)
-        if not status.exists:
-            reason = self._run(deleted_reason_plan(ref))
-            status = dataclasses.replace(status, deleted_reason=reason)
+        status: ClusterStatus = self._run(status_plan(ref, self._interpreter(ref), self._jobs))
         return status
 
-    def watch(self, ref: ClusterRef, timeout: float) -> Iterator[ClusterStatus]:
-        """Yield the status on every change, from one pod watch, for ``timeout`` seconds."""
-        session = self._sessions[ref] = WatchSession(self._interpreter(ref))
-        return drive_watch(self._api, watch_plan(ref, session, timeout, self._jobs))
-
-    async def awatch(self, ref: ClusterRef, timeout: float) -> AsyncIterator[ClusterStatus]:
-        """:meth:`watch` through :class:`AsyncKubernetesHook`, for the deferrable trigger."""
-        session = self._sessions[ref] = WatchSession(self._interpreter(ref))
+    @contextlib.asynccontextmanager
+    async def watcher(self, ref: ClusterRef) -> AsyncIterator[ClusterWatcher]:
+        """One async client and one pod watch for a whole wait (see :mod:`._k8s_watch`)."""
         async with self._aapi() as api:
-            async for status in adrive_watch(api, watch_plan(ref, session, timeout, self._jobs)):
-                yield status
+            watcher = KubernetesWatcher(self, ref, api, self._interpreter(ref), self._jobs)
+            try:
+                yield watcher
+            finally:
+                await watcher.aclose()
 
     # -- logs -----------------------------------------------------------------------------
     def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
-        return self._pod_log(ref, role, index, {"tailLines": tail_lines})
+        text: str = self._run(pod_log_plan(ref, role, index, {"tailLines": tail_lines}))
+        return text
 
     def task_activity(self, ref: ClusterRef, role: str, index: int) -> Activity:
         """When the task's container last wrote a line: the kubelet's timestamp of its
         newest log line (one line read). A frozen process is not visible from here."""
-        from airflow_tfk.backends._k8s_status import log_line_time
-
-        line = self._pod_log(ref, role, index, {"tailLines": 1, "timestamps": "true"})
-        return Activity(last_output=log_line_time(line))
-
-    def _pod_log(self, ref: ClusterRef, role: str, index: int, params: dict[str, Any]) -> str:
-        selector = f"{ref.label_selector},{naming.LABEL_ROLE}={role}"
-        pod = None
-        session = self._sessions.get(ref)
-        if session is not None and session.rv is not None:  # a watch is current
-            pod = newest_pod(session.tracker.pods_of((role, index)))
-        if pod is None:
-            # List the task's pods only, not the role's (600 workers: a few MB per read);
-            # the index label is set by the Job controller (>= 1.28).
-            pods, _ = self._run(list_plan(ref, "Pod", f"{selector},{LABEL_COMPLETION_INDEX}={index}"))
-            pod = newest_pod(p for p in pods if task_key(p) == (role, index))
-        if pod is None:  # a controller that does not set the index label
-            pods, _ = self._run(list_plan(ref, "Pod", selector))
-            pod = newest_pod(p for p in pods if task_key(p) == (role, index))
-        if pod is None:
-            return ""
-        containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-        container = "tensorflow" if "tensorflow" in containers else (containers[0] if containers else None)
-        path = BY_KIND["Pod"].item(ref.namespace, pod["metadata"]["name"]) + "/log"
-        try:
-            return self._api.text(path, {"container": container, **params})
-        except Exception as exc:
-            # 400: the container has not started yet; 404: the pod just went away.
-            if api_status(exc) in (400, 404):
-                return ""
-            reraise(f"logs of {role}-{index}", exc)
-            raise
+        return Activity(last_output=log_line_time(self._run(pod_log_plan(ref, role, index, ACTIVITY_LOG))))
 
     # -- delete ---------------------------------------------------------------------------
     def delete_roles(self, ref: ClusterRef, roles: list[str]) -> None:
@@ -339,7 +273,6 @@ class KubernetesBackend(Backend):
     def _forget(self, ref: ClusterRef) -> None:
         self._interpreters.pop(ref, None)
         self._jobs.pop(ref, None)
-        self._sessions.pop(ref, None)
 
     # -- a failed run's exports ---------------------------------------------------------------
     def run_exports(self, ref: ClusterRef) -> list[RunExport]:
@@ -369,14 +302,8 @@ class KubernetesBackend(Backend):
     def queue_message(self, ref: ClusterRef) -> str | None:
         """Kueue's pending reason for the cluster's Workloads; None when nothing waits or
         Kueue is not installed (its API answers 404)."""
-        from airflow_tfk.backends._kueue import WORKLOAD_API_VERSIONS, queue_message
-
-        for version in WORKLOAD_API_VERSIONS:
-            kind = Kind("Workload", version, "workloads")
-            result = self._run(single(Request("GET", kind.collection(ref.namespace), optional=True)))
-            if result is not None:
-                return queue_message((result[1] or {}).get("items") or [], ref.name)
-        return None
+        message: str | None = self._run(queue_plan(ref))
+        return message
 
     # -- capacity -------------------------------------------------------------------------
     def capacity_snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -417,18 +344,6 @@ class KubernetesBackend(Backend):
             meta = obj["metadata"]
             found[ClusterRef(meta["labels"][naming.LABEL_CLUSTER], meta["namespace"])] = None
         return list(found)
-
-
-def _jobs_stale(interp: Interpreter, pods: list[dict[str, Any]], jobs: dict[str, JobInfo]) -> bool:
-    """Do the cached Jobs still explain these pods? (Spec fields are immutable; only
-    outcomes change, and a Job's outcome shows as its pods going away.)"""
-    if not pods:
-        return True
-    present = {task_key(p) for p in pods}
-    for key, is_job in interp.known.items():
-        if is_job and key not in present and key[0] not in interp.ignored_roles:
-            return True
-    return any(is_job_pod(p) and (task_key(p) or ("", 0))[0] not in jobs for p in pods)
 
 
 def _items(result: tuple[int, Any] | None) -> list[dict[str, Any]]:

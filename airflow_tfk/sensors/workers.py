@@ -52,7 +52,7 @@ class TFWorkersSensor(BaseSensorOperator):
         from airflow_tfk.stall import check_stall_seconds
 
         self.stall_seconds = check_stall_seconds(stall_seconds)
-        self._loop: Any = None  # the WaitLoop of the pokes, built on the first
+        self._wait: Any = None  # the Wait of the pokes, built on the first
 
     def execute(self, context: Context) -> Any:
         args.cluster_arg(self.cluster)  # as rendered
@@ -71,14 +71,14 @@ class TFWorkersSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> bool:
-        """One step of the wait loop (:class:`~airflow_tfk.watch.WaitLoop`) per poke."""
+        """One status judged by the wait's own check (:meth:`~airflow_tfk.watch.Wait.poke`)."""
         from airflow_tfk.handle import ClusterHandle
         from airflow_tfk.policies import Outcome
-        from airflow_tfk.watch import WaitLoop, failure_of, wait_result
+        from airflow_tfk.watch import Wait, failure_of, run_blocking, wait_result
 
         handle = ClusterHandle.from_dict(self.cluster)
-        if self._loop is None:
-            self._loop = WaitLoop(
+        if self._wait is None:
+            self._wait = Wait(
                 handle.backend(),
                 handle.ref,
                 handle.mode,
@@ -88,17 +88,11 @@ class TFWorkersSensor(BaseSensorOperator):
                 stall_seconds=self.stall_seconds,
                 max_lost_workers=handle.max_lost_workers,
             )
-        status = self._loop.backend.status(handle.ref)
-        verdict = self._loop.step(status)
-        if verdict.outcome is Outcome.RUNNING and self._loop.progress.stalled(status):
-            verdict = self._loop.judge_stall(status)
-        error = (
-            failure_of(wait_result(verdict), handle.ref.name) if verdict.outcome is Outcome.FAILED else None
-        )
-        if error is not None:
-            raise error
-        if self._loop.reporter.due() or verdict.outcome is Outcome.SUCCEEDED:
-            self._loop.read_progress()
+        verdict = run_blocking(self._wait.poke())
+        if verdict.outcome is Outcome.FAILED:
+            error = failure_of(wait_result(verdict), handle.ref.name)
+            if error is not None:
+                raise error
         return verdict.outcome is Outcome.SUCCEEDED
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from airflow_tfk.errors import SpecError
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import Mode
-from airflow_tfk.watch import WaitLoop, await_cluster, wait_result
+from airflow_tfk.watch import Wait, wait_result
 
 
 def _check(
@@ -186,7 +186,7 @@ class WorkersDoneTrigger(BaseTrigger):
             return
         ref = ClusterRef.from_dict(self.cluster)
         try:
-            loop = WaitLoop(
+            wait = Wait(
                 self._backend(),
                 ref,
                 Mode(self.mode),
@@ -197,7 +197,7 @@ class WorkersDoneTrigger(BaseTrigger):
                 stall_seconds=self.stall_seconds,
                 max_lost_workers=self.max_lost_workers,
             )
-            result = wait_result(await await_cluster(loop))
+            result = wait_result(await wait.run())
         except Exception as exc:  # reported as an event; the operator raises and cleans up
             self.log.exception("error while waiting on cluster %s", ref.name)
             yield self._event("error", f"{type(exc).__name__}: {exc}")

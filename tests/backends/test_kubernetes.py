@@ -277,13 +277,32 @@ FAILURES = {
 }
 
 
+def watch(
+    backend: KubernetesBackend, ref, until=lambda status: False, timeout: float = 10.0
+) -> list[ClusterStatus]:
+    """The statuses a wait's watcher yields, until ``until(status)`` holds or ``timeout``
+    passes without one."""
+
+    async def collect() -> list[ClusterStatus]:
+        seen: list[ClusterStatus] = []
+        async with backend.watcher(ref) as watcher:
+            end = time.monotonic() + timeout
+            while (status := await watcher.next(max(0.0, end - time.monotonic()))) is not None:
+                seen.append(status)
+                if until(status):
+                    break
+        return seen
+
+    return asyncio.run(collect())
+
+
 @pytest.mark.parametrize("case", sorted(FAILURES))
 def test_status_and_watch_name_each_failure_reason(double, backend, case):
     how, reason, exit_code = FAILURES[case]
     spec = make_spec(workers=2)
     ref = backend.create(spec)
     _fail_worker0(double, spec.name, how)
-    for status in (backend.status(ref), next(iter(make_backend().watch(ref, timeout=1)))):
+    for status in (backend.status(ref), watch(make_backend(), ref, until=bool, timeout=1)[0]):
         t = task(status, "worker", 0)
         assert (t.phase, t.reason, t.exit_code) == (Phase.FAILED, reason, exit_code), t
         assert task(status, "worker", 1).phase is Phase.PENDING
@@ -308,12 +327,8 @@ def test_watch_turns_an_unschedulable_task_failed_when_its_timeout_passes(double
     spec = make_spec(workers=1)
     ref = backend.create(spec)
     double.set_unschedulable(double.pod_name(spec.name, "worker", 0))
-    phases = []
-    for status in backend.watch(ref, timeout=6):
-        phases.append(task(status, "worker", 0).phase)
-        if phases[-1] is Phase.FAILED:
-            break
-    assert phases == [Phase.PENDING, Phase.FAILED]
+    seen = watch(backend, ref, until=lambda s: task(s, "worker", 0).phase is Phase.FAILED, timeout=6)
+    assert [task(s, "worker", 0).phase for s in seen] == [Phase.PENDING, Phase.FAILED]
 
 
 def test_task_missing_after_its_job_is_deleted_is_failed_deleted(double, backend):
@@ -417,13 +432,10 @@ def test_delete_reason_is_reported_once_the_cluster_is_gone(double, backend):
     watcher = make_backend()
     seen: list[ClusterStatus] = []
 
-    def watch() -> None:
-        for status in watcher.watch(ref, timeout=10):
-            seen.append(status)
-            if not status.exists:
-                return
+    def wait() -> None:
+        seen.extend(watch(watcher, ref, until=lambda s: not s.exists))
 
-    thread = threading.Thread(target=watch)
+    thread = threading.Thread(target=wait)
     thread.start()
     time.sleep(0.5)
     backend.delete(ref, reason="killed by run scheduled__2026-01-02 (kill_previous)")
@@ -465,11 +477,9 @@ def test_waiting_on_600_workers_costs_a_handful_of_requests(double, backend):
     started = time.monotonic()
     runner = threading.Thread(target=cluster_runs)
     runner.start()
-    seen = []
-    for status in backend.watch(ref, timeout=30):
-        seen.append(status)
-        if sum(t.phase is Phase.SUCCEEDED for t in status.of_role("worker")) == 300:
-            break
+    seen = watch(
+        backend, ref, until=lambda s: sum(t.phase is Phase.SUCCEEDED for t in s.of_role("worker")) == 300
+    )
     runner.join()
     elapsed = time.monotonic() - started
     counts = double.summary(since=mark)
@@ -491,14 +501,17 @@ def test_watch_relists_after_410_gone(double, backend):
     spec = make_spec(workers=2)
     ref = backend.create(spec)
     mark = double.mark()
-    statuses = []
-    for status in backend.watch(ref, timeout=6):
-        statuses.append(status)
-        if len(statuses) == 1:  # listed; the watch from this resourceVersion will be too old
+    first = True
+
+    def until(status: ClusterStatus) -> bool:
+        nonlocal first
+        if first:  # listed; the watch from this resourceVersion will be too old
+            first = False
             double.compact()
             threading.Timer(0.5, double.set_running, (double.pod_name(spec.name, "worker", 1),)).start()
-        if task(status, "worker", 1).phase is Phase.RUNNING:
-            break
+        return task(status, "worker", 1).phase is Phase.RUNNING
+
+    statuses = watch(backend, ref, until=until, timeout=6)
     assert task(statuses[-1], "worker", 1).phase is Phase.RUNNING
     assert double.summary(since=mark) == {"list jobs": 1, "list pods": 2, "watch pods": 2}
 
@@ -571,22 +584,44 @@ def test_retry_decorator_async_and_not_found():
 # -- async: the deferrable trigger's path -----------------------------------------------------
 
 
-def test_watch_and_awatch_both_keep_the_job_cache(double, backend):
-    """One watch plan drives both: after either, a status reads the Jobs from the cache
-    (one pod list, no Job list). The async watch used to skip the cache."""
+def test_the_watcher_fills_the_job_cache_of_status(double, backend):
+    """After a wait's watch, a blocking status reads the Jobs from the cache (one pod
+    list, no Job list)."""
     spec = make_spec(workers=2)
     ref = backend.create(spec)
+    backend._forget(ref)
+    watch(backend, ref, until=bool, timeout=5)
+    mark = double.mark()
+    backend.status(ref)
+    assert double.summary(since=mark) == {"list pods": 1}
+    backend.delete(ref)
 
-    async def first_status() -> None:
-        async for _ in backend.awatch(ref, 5):
-            break
 
-    for wait in (lambda: next(iter(backend.watch(ref, 5))), lambda: asyncio.run(first_status())):
-        backend._forget(ref)
-        wait()
-        mark = double.mark()
-        backend.status(ref)
-        assert double.summary(since=mark) == {"list pods": 1}
+def test_one_watch_serves_the_whole_wait(double, backend):
+    """A wait that sees no change for longer than a watch request lasts keeps its session:
+    the next request starts from the resourceVersion, with no new Job or pod list, and
+    its progress reads find the pod in the watch instead of listing pods."""
+    from airflow_tfk.backends import _k8s_watch
+
+    spec = make_spec(workers=2)
+    ref = backend.create(spec)
+    for i in range(2):
+        double.set_running(double.pod_name(spec.name, "worker", i))
+
+    async def wait_quietly() -> None:
+        async with backend.watcher(ref) as watcher:
+            assert await watcher.next(5) is not None
+            for _ in range(3):  # each watch request ends after a second
+                assert await watcher.next(1.5) is None
+                await watcher.logs("worker", 0, tail_lines=5)
+
+    mark = double.mark()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_k8s_watch, "MAX_WATCH_SECONDS", 1)
+        asyncio.run(wait_quietly())
+    counts = double.summary(since=mark)
+    assert counts["list jobs"] == 1 and counts["list pods"] == 1, counts
+    assert counts["watch pods"] >= 3, counts
     backend.delete(ref)
 
 

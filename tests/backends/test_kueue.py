@@ -4,6 +4,8 @@ finished ones say nothing; and the wait loop asks only while there is no task ye
 
 from __future__ import annotations
 
+import asyncio
+
 from airflow_tfk.backends._kueue import queue_message
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
@@ -56,19 +58,39 @@ def test_jobs_layout_workloads_and_admitted_ones():
     )
 
 
-class _Backend:
-    def __init__(self, answers):
-        self.answers, self.asked = list(answers), 0
+class _Watcher:
+    """The reads a wait makes, answered from a script: Kueue's answers in order; no
+    status change ever after the ``statuses`` given, each wait for one moving ``now``."""
 
-    def queue_message(self, ref):
+    def __init__(self, answers, statuses=(), now=None):
+        self.answers, self.asked = list(answers), 0
+        self.statuses, self.now, self.waits = list(statuses), now, []
+
+    async def queue_message(self):
         self.asked += 1
         return self.answers.pop(0)
+
+    async def logs(self, role, index, tail_lines=None):
+        return ""
+
+    async def next(self, timeout):
+        self.waits.append(timeout)
+        if self.statuses:
+            return self.statuses.pop(0)
+        if len(self.waits) > 6:
+            raise _Enough
+        self.now[0] += timeout
+        return None
+
+
+class _Enough(Exception):
+    pass
 
 
 def test_reporter_asks_only_while_no_task_exists_and_logs_changes():
     lines: list[str] = []
-    backend = _Backend(["JobSet t queued: A", "JobSet t queued: A", "JobSet t queued: B"])
-    rep = QueueReporter(backend, ClusterRef("t", "ns"), interval=0.0, emit=lines.append)  # type: ignore[arg-type]
+    watcher = _Watcher(["JobSet t queued: A", "JobSet t queued: A", "JobSet t queued: B"])
+    rep = QueueReporter(interval=0.0, emit=lines.append)
     empty = ClusterStatus(tasks=(TaskStatus("worker", 0, Phase.PENDING),))  # a suspended Job's task
     running = ClusterStatus(
         tasks=(TaskStatus("worker", 0, Phase.RUNNING), TaskStatus("worker", 1, Phase.PENDING))
@@ -77,50 +99,44 @@ def test_reporter_asks_only_while_no_task_exists_and_logs_changes():
     assert rep.wants(ClusterStatus())
     for _ in range(3):
         assert rep.wants(empty)
-        rep.report()
+        asyncio.run(rep.read(watcher))  # type: ignore[arg-type]
     assert lines == ["queued: JobSet t queued: A", "queued: JobSet t queued: B"]
-    slow = QueueReporter(_Backend([None]), ClusterRef("t", "ns"), interval=3600.0)  # type: ignore[arg-type]
+    slow = QueueReporter(interval=3600.0)
     assert slow.wants(empty)
-    slow.report()
+    asyncio.run(slow.read(_Watcher([None])))  # type: ignore[arg-type]
     assert not slow.wants(empty)  # rate-limited
 
 
-def test_kueues_first_answer_is_asked_for_sooner_and_a_queued_watch_ends_when_it_is_due(monkeypatch):
+def test_kueues_first_answer_is_asked_for_sooner_and_a_queued_wait_wakes_when_it_is_due(monkeypatch):
     """Right after the create Kueue has not looked yet: three quick reads (5 s apart), then
-    the interval. A queued cluster has no pod, so no watch event: while it waits, the
-    loop's watch window ends when the next read is due instead of after 60 s."""
+    the interval. A queued cluster has no pod, so no status change: while it waits, the
+    loop wakes when the next read is due instead of after its longest sleep."""
+    import contextlib
+
+    import pytest
+
     from airflow_tfk import watch
     from airflow_tfk.spec import Mode
 
     now = [1000.0]
     monkeypatch.setattr(watch.time, "monotonic", lambda: now[0])
     empty = ClusterStatus(tasks=(TaskStatus("worker", 0, Phase.PENDING),))
-    rep = QueueReporter(_Backend([None] * 4 + ["A"]), ClusterRef("t", "ns"), interval=60.0)  # type: ignore[arg-type]
-    for read in range(watch.QUEUE_QUICK_READS):
-        assert rep.wants(empty)
-        rep.report()
-        quick = read < watch.QUEUE_QUICK_READS - 1
-        assert rep.due_in() == (watch.QUEUE_QUICK_READ_SECONDS if quick else 60.0)
-        now[0] += watch.QUEUE_QUICK_READ_SECONDS
-    assert not rep.wants(empty)  # Kueue (or no Kueue) never answered: back to the interval
+    watcher = _Watcher([None] * 4 + ["A"] * 3, [empty], now)
 
-    backend = _Backend([None])
-    loop = watch.WaitLoop(
-        backend, ClusterRef("t", "ns"), Mode.ALL_REDUCE, {"worker": 1}, progress_interval=60.0
+    class Backend:
+        def watcher(self, ref):
+            return contextlib.nullcontext(watcher)
+
+    wait = watch.Wait(
+        Backend(), ClusterRef("t", "ns"), Mode.ALL_REDUCE, {"worker": 1}, progress_interval=60.0
     )  # type: ignore[arg-type]
-    monkeypatch.setattr(loop.reporter, "due", lambda: False)  # no progress reads here
-    plan = loop.plan()
-    assert next(plan) == watch.Watch(watch.WATCH_WINDOW_SECONDS)  # nothing known yet
-    assert plan.send(None) == watch.NEXT_STATUS
-    assert plan.send(empty) == watch.READ_QUEUE
-    loop.queue.report()
-    assert plan.send(None) == watch.Watch(watch.QUEUE_QUICK_READ_SECONDS)  # the 60 s window is cut short
-    assert plan.send(None) == watch.NEXT_STATUS
-    assert plan.send(empty) == watch.NEXT_STATUS  # the new watch's first status: nothing due yet
-    now[0] += watch.QUEUE_QUICK_READ_SECONDS
-    assert plan.send(None) == watch.Watch(watch.MIN_WATCH_WINDOW_SECONDS)  # window over: due now
-    assert plan.send(None) == watch.NEXT_STATUS
-    assert plan.send(empty) == watch.READ_QUEUE
+    monkeypatch.setattr(wait.reporter, "due_in", lambda: 3600.0)  # no progress reads here
+    with pytest.raises(_Enough):
+        asyncio.run(wait.run())
+    quick, slow = watch.QUEUE_QUICK_READ_SECONDS, 60.0
+    # nothing known yet; then three unanswered quick reads, then the interval
+    assert watcher.waits == [watch.WAKE_SECONDS_MAX, quick, quick, slow, slow, slow, slow], watcher.waits
+    assert watcher.asked == 6  # one read per wake-up: none in between
 
 
 def test_a_jobset_whose_jobs_are_being_made_is_not_a_deleted_cluster():
@@ -128,32 +144,33 @@ def test_a_jobset_whose_jobs_are_being_made_is_not_a_deleted_cluster():
     no Job and no pod. While its JobSet exists that is not "deleted from outside"; without
     one it is."""
     from airflow_tfk.backends._k8s_cluster import Interpreter
-    from airflow_tfk.backends._k8s_watch import WatchSession, _emit
+    from airflow_tfk.backends._k8s_watch import KubernetesWatcher
 
     ref = ClusterRef("t", "ns")
 
-    def run(jobsets: list[dict]) -> tuple[list[str], list[ClusterStatus], WatchSession]:
-        session = WatchSession(Interpreter(unschedulable_timeout=300, image_pull_timeout=120))
-        session.set_jobs({})
-        session.reset([], "1")
-        asked, out = [], []
-        plan = _emit(ref, session)
-        answer = None
-        try:
-            while True:
-                step = plan.send(answer)
-                if isinstance(step, ClusterStatus):
-                    out.append(step)
-                    answer = None
-                    continue
-                asked.append(step.path.rsplit("/", 1)[-1])
-                answer = (200, {"items": jobsets if step.path.endswith("/jobsets") else []})
-        except StopIteration:
-            pass
-        return asked, out, session
+    class Api:
+        def __init__(self, jobsets):
+            self.jobsets, self.asked = jobsets, []
 
-    asked, out, session = run([{"metadata": {"name": "t"}}])
-    assert asked == ["jobsets"] and out == [] and session.deleted_reason is None
-    assert session._jobs_due  # the Jobs are listed again soon
-    asked, out, session = run([])
+        async def request(self, method, path, query=None, body=None):
+            self.asked.append(path.rsplit("/", 1)[-1])
+            return 200, {"items": self.jobsets if path.endswith("/jobsets") else []}
+
+    def run(jobsets: list[dict]) -> tuple[list[str], list[ClusterStatus], KubernetesWatcher]:
+        api = Api(jobsets)
+        watcher = KubernetesWatcher(None, ref, api, Interpreter(300, 120), {})  # type: ignore[arg-type]
+        watcher.session.set_jobs({})
+        watcher.session.reset([], "1")
+
+        async def emit() -> list[ClusterStatus]:
+            await watcher._emit()
+            queued = watcher._statuses
+            return [queued.get_nowait() for _ in range(queued.qsize())]  # type: ignore[misc]
+
+        return api.asked, asyncio.run(emit()), watcher
+
+    asked, out, watcher = run([{"metadata": {"name": "t"}}])
+    assert asked == ["jobsets"] and out == [] and watcher.session.deleted_reason is None
+    assert watcher.session._jobs_due  # the Jobs are listed again soon
+    asked, out, watcher = run([])
     assert asked == ["jobsets", "events"] and [s.exists for s in out] == [False]

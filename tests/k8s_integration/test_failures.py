@@ -153,21 +153,22 @@ OOM_MESSAGE = "task worker-1 failed (OOMKilled, exit code 137): the container ex
 
 
 def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_wait(
-    k8s_api, tfk_ns, tfk_conn
+    k8s_api, tfk_ns, tfk_conn, monkeypatch
 ) -> None:
     """A worker killed for memory fails the training with reason OOMKilled and exit code
-    137, in the same words whether the blocking wait (operator and sensor: the backend's
-    ``watch``, ``drive_watch``) or the deferrable one (the trigger's ``await_cluster``:
-    ``awatch``, ``adrive_watch``) sees it. Both wait on the cluster at the same time, so
-    each sees the pods change through its own watch request, not a fresh list.
+    137, in the same words whether the blocking wait (the operator's ``wait_for_cluster``:
+    the wait on an event loop of its own) or the deferrable one (the trigger's
+    ``Wait.run`` awaited) sees it. Both wait on the cluster at the same time, so each sees
+    the pods change through its own watch, not a fresh list.
 
     These assertions were in the HTTP double's async test until session 4 deleted it;
     KWOK now writes the pod's real OOMKilled status (exit code 137, reason annotation)."""
+    from airflow_tfk.backends._k8s_watch import WatchSession
     from airflow_tfk.backends.kubernetes import KubernetesBackend
     from airflow_tfk.naming import RunIdentity
     from airflow_tfk.policies import Outcome
     from airflow_tfk.spec import Mode, TFClusterSpec
-    from airflow_tfk.watch import WaitLoop, await_cluster, failure_of, wait_for_cluster, wait_result
+    from airflow_tfk.watch import Wait, failure_of, wait_for_cluster, wait_result
 
     spec = TFClusterSpec.from_dict(_tfk.spec(tfk_ns, "between_graph", workers=2, ps=1, name="oom"))
     ref = KubernetesBackend(conn_id=tfk_conn).create(spec, RunIdentity("k8s_it", "train", "manual__oom", -1))
@@ -192,7 +193,7 @@ def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_w
         )
 
     def deferrable() -> None:
-        loop = WaitLoop(
+        wait = Wait(
             backends["deferrable"],
             ref,
             Mode.BETWEEN_GRAPH,
@@ -201,11 +202,21 @@ def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_w
             progress_interval=3600,
             emit=lines["deferrable"].append,
         )
-        verdicts["deferrable"] = asyncio.run(await_cluster(loop))
+        verdicts["deferrable"] = asyncio.run(wait.run())
 
     def both_say(summary: str) -> bool:
         return all(f"cluster: {summary}" in said for said in lines.values())
 
+    # Pod events each wait applied: each runs its event loop in a thread named for it.
+    events = dict.fromkeys(lines, 0)
+    on_event = WatchSession.on_event
+
+    def counted(session: WatchSession, event: dict[str, Any]) -> bool:
+        changed = on_event(session, event)
+        events[threading.current_thread().name] += changed
+        return changed
+
+    monkeypatch.setattr(WatchSession, "on_event", counted)
     waiters = [threading.Thread(target=fn, name=fn.__name__) for fn in (blocking, deferrable)]
     for w in waiters:
         w.start()
@@ -229,7 +240,7 @@ def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_w
         assert lines[how][-1] == "cluster: ps 1 running; worker 1 failed, 1 succeeded", (how, lines[how])
         # Each saw the two workers change through its own pod watch (events applied), not
         # only through lists.
-        assert backends[how]._sessions[ref].events >= 2, (how, backends[how]._sessions[ref].events)
+        assert events[how] >= 2, (how, events)
     # The two drivers are one loop: the same summaries in the same order, the same event
     # payload, the same exception for the task.
     assert lines["blocking"] == lines["deferrable"], lines
