@@ -400,32 +400,34 @@ def _claim_of(cluster: Mapping[str, Any], volume: str) -> str | None:
     return None
 
 
-TOP_LEVEL = (
-    "dag_id",
-    "description",
-    "schedule",
-    "start_date",
-    "catchup",
-    "max_active_runs",
-    "previous_run_policy",
-    "max_duration_minutes",
-    "retries",
-    "retry_delay_seconds",
-    "owners",
-    "tags",
-    "backend",
-    "kubernetes_conn_id",
-    "backend_config",
-    "deferrable",
-    "progress_interval",
-    "stall_seconds",
-    "cleanup",
-    "params",
-    "cluster",
-    "publish",
-    "tensorboard",
-    "sweep",
-)
+#: the training file's own keys and what each means (the JSON Schema's descriptions)
+TOP_LEVEL_HELP = {
+    "dag_id": "the DAG's id (default: the file name without .yaml)",
+    "description": "the DAG's description",
+    "schedule": "a cron expression, a preset (@daily, @hourly, @once...), or null: manual only",
+    "start_date": "the first date the schedule counts from (default 2026-01-01)",
+    "catchup": "run the missed intervals since start_date",
+    "max_active_runs": "runs of this DAG at once",
+    "previous_run_policy": "allow | kill_previous | skip | wait",
+    "max_duration_minutes": "execution_timeout, and the cluster's max_duration_seconds",
+    "retries": "retries of the train task",
+    "retry_delay_seconds": "wait between retries",
+    "owners": "the DAG's owners",
+    "tags": "the DAG's tags",
+    "backend": "kubernetes | local (default: $TFK_BACKEND)",
+    "kubernetes_conn_id": "the Kubernetes connection",
+    "backend_config": "options of the chosen backend",
+    "deferrable": "wait in the triggerer",
+    "progress_interval": "seconds between progress lines",
+    "stall_seconds": "a training whose step does not move for this long is reported as stalled",
+    "cleanup": "ps | all: what is deleted after success",
+    "params": 'the "Trigger DAG" form; refer to them as {{ params.NAME }}',
+    "cluster": "a TFClusterSpec (airflow-tfk render's format); name optional",
+    "publish": "the PublishModelOperator's options",
+    "tensorboard": "true, or the TensorBoardOperator's options",
+    "sweep": "a hyperparameter sweep instead of one training (TFSweepOperator's settings)",
+}
+TOP_LEVEL = tuple(TOP_LEVEL_HELP)
 
 #: the blocks that reach the operators' templated fields: rendered on the worker
 TEMPLATED = ("cluster", "backend_config", "publish", "tensorboard")
