@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.errors import SpecError, SpecErrors
 
 __all__ = [
     "MAX_BYTES",
@@ -34,6 +34,7 @@ __all__ = [
     "load_yaml_mapping",
     "check_plain_scalar",
     "parser_error",
+    "raise_misread",
     "yaml12_bool",
 ]
 
@@ -178,10 +179,15 @@ def _check_nodes(root: Any) -> None:
     import yaml
 
     todo: list[tuple[Any, str]] = [(root, "")]
+    misread: list[SpecError] = []  # every easily-misread value at once, in file order
     while todo:
         node, path = todo.pop()
         if isinstance(node, yaml.ScalarNode):
-            _check_scalar(node, path)
+            try:
+                _check_scalar(node, path)
+            except SpecError as exc:
+                exc.line = node.start_mark.line + 1
+                misread.append(exc)
         elif isinstance(node, yaml.SequenceNode):
             if node.tag != _SEQ:
                 raise SpecError(path or "spec", f"is a YAML {node.tag} ({_at(node.start_mark)})")
@@ -213,6 +219,16 @@ def _check_nodes(root: Any) -> None:
                     )
                 seen[key] = line
                 todo.append((value_node, _join(path, key)))
+    raise_misread(misread)
+
+
+def raise_misread(misread: list[SpecError]) -> None:
+    """Raise the scalar errors of a document together, in file order (both readers)."""
+    misread.sort(key=lambda e: e.line or 0)
+    if len(misread) == 1:
+        raise misread[0]
+    if misread:
+        raise SpecErrors(misread)
 
 
 def load_yaml_mapping(text: str | bytes) -> dict[str, Any]:

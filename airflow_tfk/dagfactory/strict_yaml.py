@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_tfk.errors import SpecError
-from airflow_tfk.spec_yaml import check_plain_scalar, parser_error
+from airflow_tfk.spec_yaml import check_plain_scalar, parser_error, raise_misread
 
 MAX_BYTES = 1 << 20  # a training file is a page of settings, not a data set
 MAX_DEPTH = 64
@@ -44,6 +44,7 @@ class _Builder:
     def __init__(self, loader: Any) -> None:
         self.loader = loader
         self.lines: dict[str, int] = {}
+        self.misread: list[SpecError] = []
         self._seen: set[int] = set()
 
     def value(self, node: Any, path: str, depth: int) -> Any:
@@ -106,8 +107,14 @@ class _Builder:
     def _scalar(self, node: Any, path: str) -> Any:
         import yaml
 
-        # As the spec reader: `off` is text, `15:00` and `010` are refused, not 900 and 8.
-        check_plain_scalar(node, path or "spec")
+        # As the spec reader: `off` is text, `15:00` and `010` are refused, not 900 and 8;
+        # each such value is reported with its line, all of them in one pass.
+        try:
+            check_plain_scalar(node, path or "spec")
+        except SpecError as exc:
+            exc.line = node.start_mark.line + 1
+            self.misread.append(exc)
+            return node.value
         try:
             return self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
@@ -165,6 +172,7 @@ def load_mapping(text: str | bytes) -> tuple[dict[str, Any], dict[str, int]]:
             raise SpecError("spec", "is empty; a training file is a YAML mapping")
         builder = _Builder(loader)
         data = builder.value(root, "", 0)
+        raise_misread(builder.misread)
     finally:
         loader.dispose()
     if not isinstance(data, dict):

@@ -55,7 +55,7 @@ from airflow_tfk.constants import (
     STALL_SECONDS,
     Cleanup,
 )
-from airflow_tfk.errors import SpecError
+from airflow_tfk.errors import SpecError, SpecErrors
 from airflow_tfk.run_policy import PreviousRunPolicy
 from airflow_tfk.stall import check_stall_seconds
 
@@ -575,5 +575,6 @@ def _cluster(
     try:
         TFClusterSpec.from_dict(probe)
     except SpecError as exc:
-        raise SpecError(f"cluster.{exc.field}", exc.rule, exc.value) from None
+        moved = [SpecError(f"cluster.{e.field}", e.rule, e.value) for e in getattr(exc, "errors", [exc])]
+        raise (moved[0] if len(moved) == 1 else SpecErrors(moved)) from None
     return cluster
