@@ -105,7 +105,7 @@ class Decl:
     required: bool = False
 
     def bounds(self, role: str | None) -> tuple[int | None, int | None]:
-        if self.roles and role in self.roles:
+        if self.roles and role is not None and role in self.roles:
             return self.roles[role]
         return self.lo, self.hi
 
@@ -265,7 +265,7 @@ def from_mapping(cls: type, data: Any, path: str, errors: Errors) -> Any:
 
 def _unchecked(cls: type, kwargs: Mapping[str, Any]) -> Any:
     """An instance without running ``__post_init__``: the caller checks its fields."""
-    obj = object.__new__(cls)
+    obj: Any = object.__new__(cls)
     for f in dataclasses.fields(cls):
         value = kwargs[f.name] if f.name in kwargs else default_of(f)
         object.__setattr__(obj, f.name, value)

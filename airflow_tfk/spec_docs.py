@@ -86,6 +86,20 @@ def readme_table(root: type | None = None) -> str:
 
 
 def _field_schema(f: dataclasses.Field[Any], decl: Decl, role: str | None) -> dict[str, Any]:
+    out = _kind_schema(f, decl, role)
+    if decl.kind != "custom" and decl.schema:
+        out.update(decl.schema)
+    if f.default is None and "type" in out:
+        types = out["type"] if isinstance(out["type"], list) else [out["type"]]
+        out["type"] = [*types, "null"]
+    out["description"] = decl.help
+    default = default_of(f)
+    if default is not dataclasses.MISSING and decl.kind not in ("section", "sections", "custom"):
+        out["default"] = _plain(default)
+    return out
+
+
+def _kind_schema(f: dataclasses.Field[Any], decl: Decl, role: str | None) -> dict[str, Any]:  # noqa: C901
     kind = decl.kind
     lo, hi = decl.bounds(role)
     out: dict[str, Any]
@@ -118,15 +132,6 @@ def _field_schema(f: dataclasses.Field[Any], decl: Decl, role: str | None) -> di
         out = {"type": "array", "items": _object_schema(decl.section, role)}
     else:
         out = dict(decl.schema or {})
-    if kind != "custom" and decl.schema:
-        out.update(decl.schema)
-    if f.default is None and "type" in out:
-        types = out["type"] if isinstance(out["type"], list) else [out["type"]]
-        out["type"] = [*types, "null"]
-    out["description"] = decl.help
-    default = default_of(f)
-    if default is not dataclasses.MISSING and kind not in ("section", "sections", "custom"):
-        out["default"] = _plain(default)
     return out
 
 
@@ -171,8 +176,8 @@ def schema_text(root: type | None = None) -> str:
     return json.dumps(training_schema(root), indent=2, sort_keys=False) + "\n"
 
 
-def _forms(cls: type, prefix: str) -> list[tuple[str, str, Form, dataclasses.Field[Any], Decl]]:
-    found = []
+def _forms(cls: type, prefix: str) -> list[tuple[str, str | None, Form, dataclasses.Field[Any], Decl]]:
+    found: list[tuple[str, str | None, Form, dataclasses.Field[Any], Decl]] = []
     for f, decl in declared(cls):
         path = join(prefix, f.name)
         if isinstance(decl.form, Form):
@@ -181,8 +186,8 @@ def _forms(cls: type, prefix: str) -> list[tuple[str, str, Form, dataclasses.Fie
             found += [(join(role, f.name), role, form, f, decl) for role, form in decl.form.items()]
         if decl.kind == "section" and decl.section is not None and prefix == "":
             if decl.prefix != "<role>." or f.name == "worker":
-                found += [x for x in _forms(decl.section, "" if decl.prefix == "<role>." else path)]
-    return found  # type: ignore[return-value]
+                found += _forms(decl.section, "" if decl.prefix == "<role>." else path)
+    return found
 
 
 def form_params(

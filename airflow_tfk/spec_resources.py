@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,7 +57,7 @@ class Resources:
     def _rules(self, where: str, errors: Errors) -> None:
         for req, lim in (("cpu", "cpu_limit"), ("memory", "memory_limit")):
             errors.run(
-                lambda req=req, lim=lim: self._not_below(where, req, lim), f"{where}.{req}", f"{where}.{lim}"
+                functools.partial(self._not_below, where, req, lim), f"{where}.{req}", f"{where}.{lim}"
             )
 
     def _not_below(self, where: str, req: str, lim: str) -> None:
