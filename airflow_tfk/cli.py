@@ -232,8 +232,8 @@ def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         manifests = _render(args)
     except SpecError as exc:
         for one in getattr(exc, "errors", None) or [exc]:  # every error, each with its line
-            at = f"{args.spec}:{one.line}: " if one.line else ""
-            print(f"error: {at}{one}", file=sys.stderr)
+            at = f" ({args.spec}, line {one.line})" if one.line else ""
+            print(f"error: {one}{at}", file=sys.stderr)
         return EXIT_SPEC_ERROR
     except (OSError, UnicodeDecodeError) as exc:
         print(f"error: {args.spec}: cannot read the spec: {exc}", file=sys.stderr)

@@ -63,5 +63,6 @@ def test_the_training_file_and_the_spec_file_report_the_misread_numbers_the_same
     for out in (training, spec):
         assert "worker.replicas: is a YAML 1.1 number form" in out and "(got '010')" in out
         assert "ps_grace_seconds: is a YAML 1.1 number form" in out and "(got '1:30')" in out
-    assert f"{tmp_path / 's.yaml'}:5: worker.replicas" in spec
+    assert "error: worker.replicas: is a YAML 1.1" in spec and f"({tmp_path / 's.yaml'}, line 5)" in spec
+    assert f"({tmp_path / 's.yaml'}, line 6)" in spec
     assert f"{tmp_path / 't.yaml'}:5: cluster.worker.replicas" in training
