@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfk.dagfactory.strict_yaml import load_mapping
+from airflow_tfk.dagfactory.loader import load_yaml_lines as load_mapping
 from airflow_tfk.errors import SpecError
 from airflow_tfk.spec_yaml import load_yaml_mapping
 

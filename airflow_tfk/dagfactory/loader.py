@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk.dagfactory.strict_yaml import MAX_BYTES, load_mapping
 from airflow_tfk.dagfactory.training import TrainingFile, control_character, parse_training, printable
 from airflow_tfk.errors import SpecError, short_repr
+from airflow_tfk.spec_yaml import MAX_BYTES, load_yaml_lines
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -180,7 +180,7 @@ def read_training(path: Path, root: Path | None = None) -> tuple[TrainingFile, s
     try:
         raw = _read_bounded(path, root)
         text = raw.decode("utf-8")
-        data, lines = load_mapping(text)
+        data, lines = load_yaml_lines(text)
         training = parse_training(data, default_dag_id=default_dag_id(path), source=str(path))
     except SpecError as exc:
         raise _error(path, exc, lines) from None
