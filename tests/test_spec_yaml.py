@@ -1,8 +1,8 @@
 """Deep nesting gets the project's own message, whichever YAML parser meets it first.
 
 The reader (spec and training files alike) is run with libyaml's parser and with PyYAML's
-pure-Python one, on flow and block nesting: a libyaml build with its own nesting limit (0.2.6, in PyYAML 6.0.4) refuses some of these
-before the project's check does, others it never sees.
+pure-Python one, on flow and block nesting: a libyaml build with its own nesting limit
+(0.2.6, in PyYAML 6.0.4) refuses some of these before the project's check does, others it never sees.
 """
 
 from __future__ import annotations
