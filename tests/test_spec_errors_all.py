@@ -66,3 +66,13 @@ def test_the_training_file_and_the_spec_file_report_the_misread_numbers_the_same
     assert "error: worker.replicas: is a YAML 1.1" in spec and f"({tmp_path / 's.yaml'}, line 5)" in spec
     assert f"({tmp_path / 's.yaml'}, line 6)" in spec
     assert f"{tmp_path / 't.yaml'}:5: cluster.worker.replicas" in training
+
+
+def test_the_training_files_own_settings_and_its_cluster_are_reported_together(tmp_path: Path):
+    (tmp_path / "t.yaml").write_text(
+        "retries: -1\nschedule: '@sometimes'\ncatchup: maybe\n"
+        "cluster:\n  image: tf:1\n  command: [python]\n  ps: {replicas: 1}\n  worker: {replicas: 0}\n"
+    )
+    done = _cli("validate", str(tmp_path / "t.yaml"))
+    fields = [line.split(": ")[2] for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert fields == ["retries", "schedule", "catchup", "cluster.worker.replicas"], done.stderr

@@ -41,9 +41,8 @@ through). Nothing is built here; Airflow-side checks (Params, the schedule) happ
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,8 +54,13 @@ from airflow_tfk.constants import (
     STALL_SECONDS,
     Cleanup,
 )
+from airflow_tfk.dagfactory.blocks import backend_config as _backend_config
+from airflow_tfk.dagfactory.blocks import operator_blocks as _operator_blocks
+from airflow_tfk.dagfactory.params import param_refs, with_param_defaults
+from airflow_tfk.dagfactory.params import parse_params as _params
 from airflow_tfk.errors import SpecError, SpecErrors
 from airflow_tfk.run_policy import PreviousRunPolicy
+from airflow_tfk.spec_decl import Errors
 from airflow_tfk.stall import check_stall_seconds
 
 #: the task ids of the generated DAG
@@ -67,47 +71,7 @@ BACKENDS = ("kubernetes", "local")
 # Airflow's dag_id alphabet (KEY_REGEX), at most 250 characters.
 # Matched with fullmatch: "$" would also accept a trailing newline.
 _DAG_ID = re.compile(r"[\w.-]{1,250}")
-_PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
-_PARAM_REF = re.compile(r"\bparams\.([A-Za-z_][A-Za-z0-9_]*)")
-_WHOLE_PARAM = re.compile(r"^\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 DEFAULT_START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-
-#: JSON-schema and Airflow form keywords a Param may carry (a typo such as ``minimun``
-#: would otherwise be ignored by jsonschema and let any value through).
-PARAM_KEYS = frozenset(
-    {
-        "default",
-        "type",
-        "enum",
-        "const",
-        "minimum",
-        "maximum",
-        "exclusiveMinimum",
-        "exclusiveMaximum",
-        "multipleOf",
-        "minLength",
-        "maxLength",
-        "pattern",
-        "format",
-        "items",
-        "minItems",
-        "maxItems",
-        "uniqueItems",
-        "properties",
-        "required",
-        "additionalProperties",
-        "examples",
-        "title",
-        "description",
-        "description_md",
-        "section",
-        "values_display",
-    }
-)
-_JSON_TYPE = {bool: "boolean", int: "integer", float: "number", str: "string"}
-
-# Keys of the operators' __init__ that the training file sets itself.
-_MANAGED = frozenset({"backend", "backend_config", "kubernetes_conn_id", "task_id", "action", "kwargs"})
 
 
 @dataclass(frozen=True)
@@ -266,140 +230,6 @@ def _schedule(value: object) -> str | None:
 # -- the blocks -----------------------------------------------------------------------------
 
 
-def _params(value: object) -> dict[str, dict[str, Any]]:
-    from airflow_tfk.dagfactory.patterns import check_schema_patterns
-
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise SpecError("params", "must be a mapping of name -> default or {default: ..., type: ...}", value)
-    out: dict[str, dict[str, Any]] = {}
-    for name, definition in value.items():
-        where = f"params.{name}"
-        if not isinstance(name, str) or not _PARAM_NAME.fullmatch(name):
-            raise SpecError(where, "must be a name of letters, digits and '_' (used as params.NAME)")
-        if isinstance(definition, Mapping):
-            unknown = sorted(set(definition) - PARAM_KEYS)
-            if unknown:
-                raise SpecError(
-                    f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(PARAM_KEYS))})"
-                )
-            check_schema_patterns({k: v for k, v in definition.items() if k != "default"}, where)
-            out[name] = dict(definition)
-        elif definition is None or isinstance(definition, (bool, int, float, str)):
-            # Shorthand ``steps: 600``: the default, typed after it.
-            out[name] = {"default": definition}
-            if definition is not None:
-                out[name]["type"] = _JSON_TYPE[type(definition)]
-        else:
-            raise SpecError(where, "must be a default value or a mapping such as {default: 1, type: integer}")
-    return out
-
-
-def param_refs(value: Any, where: str) -> list[tuple[str, str]]:
-    """``(field, param name)`` of every ``params.NAME`` in the strings of ``value``."""
-    found: list[tuple[str, str]] = []
-    if isinstance(value, str):
-        if "{{" in value or "{%" in value:
-            found.extend((where, m.group(1)) for m in _PARAM_REF.finditer(value))
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            found.extend(param_refs(v, f"{where}.{k}" if where else str(k)))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            found.extend(param_refs(v, f"{where}[{i}]"))
-    return found
-
-
-def with_param_defaults(value: Any, params: Mapping[str, Mapping[str, Any]]) -> Any:
-    """``value`` with every whole-value ``"{{ params.NAME }}"`` replaced by that Param's
-    default, so the spec can be validated at parse time without rendering a template.
-
-    (At run time Airflow renders the real values natively and the operator validates the
-    rendered spec again, before anything is created.)
-    """
-    if isinstance(value, str):
-        m = _WHOLE_PARAM.match(value)
-        if m and m.group(1) in params and "default" in params[m.group(1)]:
-            return params[m.group(1)]["default"]
-        return value
-    if isinstance(value, Mapping):
-        return {k: with_param_defaults(v, params) for k, v in value.items()}
-    if isinstance(value, list):
-        return [with_param_defaults(v, params) for v in value]
-    return value
-
-
-@functools.cache
-def _keywords(operator: type) -> frozenset[str]:
-    """The keyword-only parameters of an operator's ``__init__`` the file may set."""
-    import inspect
-
-    return (
-        frozenset(
-            name
-            for name, p in inspect.signature(operator).parameters.items()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY
-        )
-        - _MANAGED
-    )
-
-
-def _operator_options(value: object, key: str, operator: type, *, true_means: dict[str, Any]) -> dict | None:
-    """The keyword arguments of one operator block; unknown keys are errors."""
-
-    if value is None or value is False:
-        return None
-    if value is True:
-        return dict(true_means)
-    if not isinstance(value, Mapping):
-        raise SpecError(key, "must be true, false or a mapping of the operator's options", value)
-    accepted = _keywords(operator)
-    unknown = sorted(set(value) - accepted)
-    if unknown:
-        raise SpecError(f"{key}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(accepted))})")
-    if "base_path" in value:  # a local directory instead of the cluster's claim
-        return dict(value)
-    return {**true_means, **dict(value)}
-
-
-def _backend_config(data: Mapping[str, Any], backend: str) -> dict[str, Any] | None:
-    """``backend_config``: only the options of the chosen backend (a typo is not ignored)."""
-    import inspect
-
-    config = _mapping(data, "backend_config")
-    if not config:
-        return config
-    if backend == "kubernetes":
-        from airflow_tfk.backends.kubernetes import KubernetesBackend as cls
-    else:
-        from airflow_tfk.backends.local import LocalBackend as cls  # type: ignore[assignment]
-    allowed = set(inspect.signature(cls).parameters)
-    unknown = sorted(str(k) for k in set(config) - allowed)
-    if unknown:
-        raise SpecError(
-            f"backend_config.{unknown[0]}",
-            f"unknown option of the {backend} backend (allowed: {', '.join(sorted(allowed))})",
-        )
-    return config
-
-
-def _with_namespace(options: object, where: str) -> dict[str, Any]:
-    if options is None:
-        options = {}
-    if not isinstance(options, Mapping):
-        raise SpecError(where, "must be a mapping", options)
-    return {"namespace": defaults.NAMESPACE, **options}
-
-
-def _claim_of(cluster: Mapping[str, Any], volume: str) -> str | None:
-    storage = cluster.get("storage")
-    if isinstance(storage, Mapping) and isinstance(storage.get(volume), Mapping):
-        claim = storage[volume].get("claim")
-        return claim if isinstance(claim, str) else None
-    return None
-
-
 #: the training file's own keys and what each means (the JSON Schema's descriptions)
 TOP_LEVEL_HELP = {
     "dag_id": "the DAG's id (default: the file name without .yaml)",
@@ -456,8 +286,6 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     """Validate a training file's mapping. Raises :class:`SpecError` naming the field
     (``cluster.worker.replicas``, ``publish.serving.replicas``, ``params.steps.minimun``...)."""
     from airflow_tfk.dagfactory.sandbox import check_templates
-    from airflow_tfk.operators.serving import PublishModelOperator
-    from airflow_tfk.operators.tensorboard import TensorBoardOperator
 
     unknown = sorted(set(data) - set(TOP_LEVEL))
     if unknown:
@@ -468,69 +296,67 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     assert dag_id is not None
     if not _DAG_ID.fullmatch(dag_id):
         raise SpecError("dag_id", "must be letters, digits, '_', '.' and '-' (at most 250)", dag_id)
-    policy, backend, cleanup, progress = _run_options(data)
-    max_minutes = _int(data, "max_duration_minutes", None, 1, 366 * 24 * 60)
-    params = _params(data.get("params"))
+    # Every independent error of the file at once: each setting is checked on its own, and a
+    # block that depends on another (publish on cluster) is checked only when that one is valid.
+    errors = Errors()
 
-    cluster = _mapping(data, "cluster")
-    if cluster is None:
-        raise SpecError("cluster", "is required: the TFClusterSpec of the training")
-    cluster = _cluster(cluster, params, max_minutes, dag_id)
-    for block in ("publish", "tensorboard", "backend_config", "sweep"):
-        for where, name in param_refs(data.get(block), block):
-            if name not in params:
-                raise SpecError(where, f"refers to params.{name}, which is not declared under params")
-    publish = _operator_options(
-        data.get("publish"),
-        "publish",
-        PublishModelOperator,
-        true_means={"claim": _claim_of(cluster, "models")} if _claim_of(cluster, "models") else {},
-    )
-    if publish is not None and "model_name" not in publish:
-        raise SpecError("publish.model_name", "is required: the model's name in TF Serving")
-    tensorboard = _operator_options(
-        data.get("tensorboard"),
-        "tensorboard",
-        TensorBoardOperator,
-        true_means={"claim": _claim_of(cluster, "logs")} if _claim_of(cluster, "logs") else {},
-    )
-    if tensorboard is not None and not (tensorboard.get("claim") or tensorboard.get("base_path")):
-        raise SpecError("tensorboard.claim", "is required (or give cluster.storage.logs.claim, or base_path)")
-    # Like the example DAGs, a file that names no namespace uses the deployment's ($TFK_NAMESPACE).
-    if publish is not None:
-        publish["serving"] = _with_namespace(publish.get("serving"), "publish.serving")
-    if tensorboard is not None:
-        tensorboard["tensorboard"] = _with_namespace(
-            tensorboard.get("tensorboard"), "tensorboard.tensorboard"
-        )
+    def take(check: Callable[[], Any], fallback: Any = None) -> Any:
+        try:
+            return check()
+        except SpecError as exc:
+            errors.add(exc)
+            return fallback
+
+    run_defaults = (PreviousRunPolicy.ALLOW.value, defaults.BACKEND, CLEANUP.value, PROGRESS_INTERVAL_SECONDS)
+    policy, backend, cleanup, progress = take(lambda: _run_options(data), run_defaults)
+    max_minutes = take(lambda: _int(data, "max_duration_minutes", None, 1, 366 * 24 * 60))
+    params = take(lambda: _params(data.get("params")), {})
+    cluster = take(lambda: _required_cluster(data, params, max_minutes, dag_id), None)
+    blocks = take(lambda: _operator_blocks(data, params, cluster)) if cluster is not None else None
+    publish, tensorboard = blocks or (None, None)
+    settings = {
+        "description": lambda: _str(data, "description", None, multiline=True),
+        "schedule": lambda: _schedule(data.get("schedule")),
+        "start_date": lambda: _start_date(data.get("start_date")),
+        "catchup": lambda: _bool(data, "catchup", False),
+        "max_active_runs": lambda: _int(data, "max_active_runs", 1 if policy == "allow" else 2, 1, 100) or 1,
+        "retries": lambda: _int(data, "retries", 0, 0, 100) or 0,
+        "retry_delay_seconds": lambda: _int(data, "retry_delay_seconds", 300, 0, 24 * 3600) or 0,
+        "owners": lambda: _str_list(data, "owners", ("airflow",)),
+        "tags": lambda: _str_list(data, "tags", ()),
+        "kubernetes_conn_id": lambda: (
+            _str(data, "kubernetes_conn_id", defaults.KUBERNETES_CONN_ID, 250) or defaults.KUBERNETES_CONN_ID
+        ),
+        "backend_config": lambda: _backend_config(data, backend),
+        "deferrable": lambda: _bool(data, "deferrable", defaults.DEFERRABLE),
+        "stall_seconds": lambda: check_stall_seconds(data.get("stall_seconds", STALL_SECONDS)),
+        "sweep": lambda: _sweep(data.get("sweep"), params),
+    }
+    checked = {name: take(check) for name, check in settings.items()}
+    errors.raise_if_any()
     return TrainingFile(
         dag_id=dag_id,
         source=source,
         cluster=cluster,
-        description=_str(data, "description", None, multiline=True),
-        schedule=_schedule(data.get("schedule")),
-        start_date=_start_date(data.get("start_date")),
-        catchup=_bool(data, "catchup", False),
-        max_active_runs=_int(data, "max_active_runs", 1 if policy == "allow" else 2, 1, 100) or 1,
         previous_run_policy=policy,
         max_duration_minutes=max_minutes,
-        retries=_int(data, "retries", 0, 0, 100) or 0,
-        retry_delay_seconds=_int(data, "retry_delay_seconds", 300, 0, 24 * 3600) or 0,
-        owners=_str_list(data, "owners", ("airflow",)),
-        tags=_str_list(data, "tags", ()),
         backend=backend,
-        kubernetes_conn_id=_str(data, "kubernetes_conn_id", defaults.KUBERNETES_CONN_ID, 250)
-        or defaults.KUBERNETES_CONN_ID,
-        backend_config=_backend_config(data, backend),
-        deferrable=_bool(data, "deferrable", defaults.DEFERRABLE),
         progress_interval=progress,
-        stall_seconds=check_stall_seconds(data.get("stall_seconds", STALL_SECONDS)),
         cleanup=cleanup,
         params=params,
         publish=publish,
         tensorboard=tensorboard,
-        sweep=_sweep(data.get("sweep"), params),
+        **checked,
     )
+
+
+def _required_cluster(
+    data: Mapping[str, Any], params: Mapping[str, Mapping[str, Any]], max_minutes: int | None, dag_id: str
+) -> dict[str, Any]:
+    cluster = _mapping(data, "cluster")
+    if cluster is None:
+        raise SpecError("cluster", "is required: the TFClusterSpec of the training")
+    return _cluster(cluster, params, max_minutes, dag_id)
 
 
 def _sweep(value: object, params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
