@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,12 +121,10 @@ def spec_field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses
     return dataclasses.field(default=default, metadata=meta)
 
 
-def declared(cls: type) -> Iterator[tuple[dataclasses.Field[Any], Decl]]:
-    """The declared fields of a spec class, in order."""
-    for f in dataclasses.fields(cls):
-        decl = f.metadata.get("tfk")
-        if decl is not None:
-            yield f, decl
+@functools.cache
+def declared(cls: type) -> tuple[tuple[dataclasses.Field[Any], Decl], ...]:
+    """The declared fields of a spec class, in order (cached: a class's fields are fixed)."""
+    return tuple((f, f.metadata["tfk"]) for f in dataclasses.fields(cls) if "tfk" in f.metadata)
 
 
 def default_of(f: dataclasses.Field[Any]) -> Any:
