@@ -274,7 +274,8 @@ def _unchecked(cls: type, kwargs: Mapping[str, Any]) -> Any:
 def check_fields(obj: Any, where: str, errors: Errors, role: str | None = None) -> None:
     """Check and coerce every declared field of ``obj`` (a spec dataclass), sections
     included, adding each error to ``errors``; then the class's own ``_rules``."""
-    for f, decl in declared(type(obj)):
+    cls: type = type(obj)
+    for f, decl in declared(cls):
         path = join(where, f.name)
         value = getattr(obj, f.name)
         try:
