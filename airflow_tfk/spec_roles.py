@@ -105,6 +105,8 @@ class RoleSpec:
     args: tuple[str, ...] | None = spec_field(None, kind="str_list", help="overrides `args` for this role")
 
     def validate(self, where: str, lo: int = 1, hi: int = MAX_REPLICAS) -> None:
+        """Check the role as the role ``where``; its bounds are the declaration's for that
+        role (``lo`` and ``hi`` are kept for callers of the older signature)."""
         errors = Errors()
         check_fields(self, where, errors, where)
         errors.raise_if_any()
@@ -169,7 +171,7 @@ class VolumeSpec:
         errors.raise_if_any()
 
 
-def _volume(mount: str, what: str) -> Any:
+def _volume(what: str) -> Any:
     return spec_field(
         None,
         kind="section",
@@ -183,12 +185,11 @@ def _volume(mount: str, what: str) -> Any:
 class StorageSpec:
     """Data, logs and models volumes, mounted at ``/tfk/data``, ``/tfk/logs``, ``/tfk/models``."""
 
-    data: VolumeSpec | None = _volume("data", "data volume, mounted at `/tfk/data` (`$TFK_DATA_DIR`)")
+    data: VolumeSpec | None = _volume("data volume, mounted at `/tfk/data` (`$TFK_DATA_DIR`)")
     logs: VolumeSpec | None = _volume(
-        "logs", "logs volume, mounted at `/tfk/logs` (`$TFK_LOG_DIR`; TensorBoard reads it)"
+        "logs volume, mounted at `/tfk/logs` (`$TFK_LOG_DIR`; TensorBoard reads it)"
     )
     models: VolumeSpec | None = _volume(
-        "models",
         "models volume, mounted at `/tfk/models` (`$TFK_MODEL_DIR`; checkpoints and exported SavedModels)",
     )
     storage_class: str | None = spec_field(
