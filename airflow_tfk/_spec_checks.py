@@ -7,10 +7,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence, Sized
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_tfk import naming
 from airflow_tfk.errors import SpecError
+
+if TYPE_CHECKING:
+    from airflow_tfk.network import TrainingNetworkPolicy
 
 # Characters that have no business in a name, image or command and that would change
 # the meaning of YAML or Jinja if they were ever spliced into text.
@@ -183,3 +186,66 @@ def reserved_label(key: str) -> str | None:
             owner = "the platform" if domain == naming.LABEL_PREFIX else "Kubernetes and its add-ons"
             return f"is reserved for {owner} (labels under {domain}/ are set or selected on by them)"
     return None
+
+
+# -- the checks of TFClusterSpec's own fields (declared in airflow_tfk.spec) ---------
+
+
+def cluster_name(value: Any, path: str) -> str:
+    _text(value, path, max_len=63)
+    if not naming.is_dns1035_label(value):
+        raise SpecError(
+            path, "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a letter", value
+        )
+    return str(value)
+
+
+def image_text(value: Any, path: str) -> str:
+    return _text(value, path, max_len=1024)
+
+
+def must_run(value: Any, path: str) -> tuple[str, ...]:
+    if not value:
+        raise SpecError(path, "must not be empty: which program does each task run?")
+    return tuple(value)
+
+
+def not_reserved_labels(value: Any, path: str) -> dict[str, str]:
+    for key in sorted(value):
+        why = reserved_label(key)
+        if why:
+            raise SpecError(f"{path}.{key}", why)
+    return dict(value)
+
+
+def secret_names(value: Any, path: str) -> tuple[str, ...]:
+    for i, secret in enumerate(value):
+        if not naming.is_dns1123_subdomain(secret):
+            raise SpecError(f"{path}[{i}]", "is not a valid Secret name", secret)
+    return tuple(value)
+
+
+def exit_codes(value: Any, path: str) -> tuple[int, ...]:
+    from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
+
+    codes = tuple(sorted(set(value)))
+    if EXIT_PREEMPTED in codes:
+        raise SpecError(
+            path,
+            f"must not contain {EXIT_PREEMPTED}: the exit code of a task stopped on notice "
+            "after a checkpoint, which is always restarted",
+            list(codes),
+        )
+    return codes
+
+
+def queue(value: Any, path: str) -> str | None:
+    from airflow_tfk import admission
+
+    return admission.queue_name(value)
+
+
+def network_policy(value: Any, path: str) -> TrainingNetworkPolicy:
+    from airflow_tfk.network import TrainingNetworkPolicy
+
+    return TrainingNetworkPolicy.from_value(value, path)

@@ -231,7 +231,9 @@ def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     try:
         manifests = _render(args)
     except SpecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        for one in getattr(exc, "errors", None) or [exc]:  # every error, each with its line
+            at = f" ({args.spec}, line {one.line})" if one.line else ""
+            print(f"error: {one}{at}", file=sys.stderr)
         return EXIT_SPEC_ERROR
     except (OSError, UnicodeDecodeError) as exc:
         print(f"error: {args.spec}: cannot read the spec: {exc}", file=sys.stderr)

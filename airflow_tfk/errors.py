@@ -59,6 +59,24 @@ class SpecError(_FieldError, ValueError):
     """Invalid cluster spec. Raised before anything is created."""
 
 
+class SpecErrors(SpecError):
+    """Several independent errors of one spec or file, found in one pass.
+
+    ``field``, ``rule``, ``value`` and ``line`` are the first error's, so code that handles
+    one :class:`SpecError` keeps working; ``errors`` holds them all, each with its path.
+    """
+
+    def __init__(self, errors: list[SpecError]) -> None:
+        first = errors[0]
+        super().__init__(first.field, first.rule, first.value)
+        self.errors = list(errors)
+        self.line = first.line
+        self.args = ("; ".join(str(e) for e in self.errors),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class ClusterOwnershipError(SpecError):
     """A cluster of this name exists and belongs to another task instance (or to no
     Airflow task at all). Raised before anything is created or deleted; the field is

@@ -23,6 +23,7 @@ from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.errors import SpecError
+from airflow_tfk.spec_decl import spec_field
 
 __all__ = ["Egress", "Peer", "ServiceNetworkPolicy", "TrainingNetworkPolicy", "cidr", "host_cidr"]
 
@@ -132,11 +133,20 @@ class Peer:
     :param ports: egress peers only: the destination TCP ports (all when empty).
     """
 
-    namespace_labels: Mapping[str, str] | None = None
-    pod_labels: Mapping[str, str] | None = None
-    cidr: str | None = None
-    except_cidrs: tuple[str, ...] = ()
-    ports: tuple[int, ...] = ()
+    namespace_labels: Mapping[str, str] | None = spec_field(
+        None, kind="str_map", keys="label", help="namespaces whose labels match (`{}`: every namespace)"
+    )
+    pod_labels: Mapping[str, str] | None = spec_field(
+        None,
+        kind="str_map",
+        keys="label",
+        help="pods whose labels match (in those namespaces, else in the cluster's own)",
+    )
+    cidr: str | None = spec_field(None, kind="str", help="or an IP block (`10.20.0.0/16`)")
+    except_cidrs: tuple[str, ...] = spec_field((), kind="str_list", help="blocks inside `cidr` left out")
+    ports: tuple[int, ...] = spec_field(
+        (), kind="int_list", lo=1, hi=65535, help="destination TCP ports (all when empty)"
+    )
 
     def validate(self, where: str, *, egress: bool) -> None:
         object.__setattr__(
@@ -282,11 +292,41 @@ class TrainingNetworkPolicy:
         {app.kubernetes.io/name: prometheus}}]``. Empty (default): nobody.
     """
 
-    enabled: bool = True
-    egress: Egress = Egress.OPEN
-    egress_to: tuple[Peer, ...] = ()
-    dns_to: tuple[Peer, ...] | None = None
-    metrics_from: tuple[Peer, ...] = ()
+    enabled: bool = spec_field(
+        True,
+        kind="bool",
+        help="the cluster's NetworkPolicy: its TF port admits only the cluster's own pods "
+        "([docs/network-isolation.md](docs/network-isolation.md)); `network_policy: false` switches it off",
+    )
+    egress: Egress = spec_field(
+        Egress.OPEN,
+        kind="enum",
+        choices=Egress,
+        help="`open`, or `restricted`: the cluster's tasks, DNS and `egress_to` only",
+    )
+    egress_to: tuple[Peer, ...] = spec_field(
+        (),
+        kind="sections",
+        section=Peer,
+        prefix="network_policy.egress_to[].",
+        help="with restricted egress, more destinations (fields under `network_policy.egress_to[].`)",
+    )
+    dns_to: tuple[Peer, ...] | None = spec_field(
+        None,
+        kind="sections",
+        section=Peer,
+        prefix="network_policy.egress_to[].",
+        help="with restricted egress, where DNS queries (port 53) may go: peers as in `egress_to`, without "
+        "`ports`; none: the cluster DNS, the `k8s-app: kube-dns` pods of `kube-system`",
+    )
+    metrics_from: tuple[Peer, ...] = spec_field(
+        (),
+        kind="sections",
+        section=Peer,
+        prefix="network_policy.egress_to[].",
+        help="who may scrape `metrics_port` (peers as in `egress_to`, without `ports`), e.g. the Prometheus "
+        "pods; empty: nobody",
+    )
 
     def validate(self, where: str = "network_policy") -> None:
         _bool(self.enabled, f"{where}.enabled")

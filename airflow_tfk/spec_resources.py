@@ -2,47 +2,73 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_tfk import naming
-from airflow_tfk._spec_checks import _check_gpu_resource, _fields, _int, _reject_unknown
+from airflow_tfk._spec_checks import _check_gpu_resource
 from airflow_tfk.errors import SpecError
 from airflow_tfk.quantity import parse_quantity, quantity_value
+from airflow_tfk.spec_decl import Errors, check_fields, from_mapping, spec_field
+
+QUANTITY = {"type": ["string", "number"]}
+
+
+def _quantity(help: str) -> Any:
+    return spec_field(None, kind="custom", check=parse_quantity, schema=QUANTITY, help=help)
+
+
+def _gpu_resource(value: Any, path: str) -> str:
+    _check_gpu_resource(value, path)
+    return str(value)
+
+
+def _label_key(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not naming.is_label_key(value):
+        raise SpecError(path, "is not a valid label key", value)
+    return str(value)
+
+
+def _label_value(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not naming.is_label_value(value):
+        raise SpecError(
+            path, "must be a string that is a valid label value (quote numbers and booleans)", value
+        )
+    return str(value)
 
 
 @dataclass(frozen=True)
 class Resources:
-    """CPU, memory and GPUs of one task, as Kubernetes quantities.
+    """CPU, memory and GPUs of one task, as Kubernetes quantities."""
 
-    :param cpu: CPU request, e.g. ``"1"`` or ``"500m"``.
-    :param memory: memory request, e.g. ``"2Gi"``.
-    :param cpu_limit: CPU limit; none when omitted.
-    :param memory_limit: memory limit; defaults to the memory request, so an OOM is an
-        OOMKilled of this task rather than of its neighbours.
-    :param gpus: number of GPUs (``gpu_resource`` limit).
-    :param gpu_resource: extended resource name of the GPU.
-    """
+    cpu: str | None = _quantity('CPU request (`"500m"`, `"2"`)')
+    memory: str | None = _quantity(
+        "memory request (`4Gi`); also the memory limit unless `memory_limit` is set"
+    )
+    cpu_limit: str | None = _quantity("CPU limit")
+    memory_limit: str | None = _quantity("memory limit (default: the memory request)")
+    gpus: int = spec_field(0, kind="int", lo=0, hi=64, help="GPUs per task, as a limit on `gpu_resource`")
+    gpu_resource: str = spec_field(
+        "nvidia.com/gpu", kind="str", check=_gpu_resource, help="the extended resource name of a GPU"
+    )
 
-    cpu: str | None = None
-    memory: str | None = None
-    cpu_limit: str | None = None
-    memory_limit: str | None = None
-    gpus: int = 0
-    gpu_resource: str = "nvidia.com/gpu"
+    def _rules(self, where: str, errors: Errors) -> None:
+        for req, lim in (("cpu", "cpu_limit"), ("memory", "memory_limit")):
+            errors.run(
+                functools.partial(self._not_below, where, req, lim), f"{where}.{req}", f"{where}.{lim}"
+            )
+
+    def _not_below(self, where: str, req: str, lim: str) -> None:
+        low, high = getattr(self, req), getattr(self, lim)
+        if low is not None and high is not None and quantity_value(high) < quantity_value(low):
+            raise SpecError(f"{where}.{lim}", f"must not be lower than {req} ({low})", high)
 
     def validate(self, where: str) -> None:
-        for name in ("cpu", "memory", "cpu_limit", "memory_limit"):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, parse_quantity(value, f"{where}.{name}"))
-        _int(self.gpus, f"{where}.gpus", 0, 64)
-        for req, lim in (("cpu", "cpu_limit"), ("memory", "memory_limit")):
-            low, high = getattr(self, req), getattr(self, lim)
-            if low is not None and high is not None and quantity_value(high) < quantity_value(low):
-                raise SpecError(f"{where}.{lim}", f"must not be lower than {req} ({low})", high)
-        _check_gpu_resource(self.gpu_resource, f"{where}.gpu_resource")
+        errors = Errors()
+        check_fields(self, where, errors)
+        errors.raise_if_any()
 
     @property
     def requests(self) -> dict[str, str]:
@@ -66,47 +92,69 @@ class Resources:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> Resources:
-        if data is None:
-            return cls()
-        _reject_unknown(data, _fields(cls), where)
-        return cls(**data)
+        errors = Errors()
+        built: Resources = from_mapping(cls, data, where, errors)
+        errors.raise_if_any()
+        return built
 
 
 @dataclass(frozen=True)
 class Toleration:
-    key: str | None = None
-    operator: str = "Equal"
-    value: str | None = None
-    effect: str | None = None
-    toleration_seconds: int | None = None
+    """A taint the role's pods tolerate (Kubernetes' ``tolerations[]``)."""
 
-    def validate(self, where: str) -> None:
-        if self.operator not in ("Equal", "Exists"):
-            raise SpecError(f"{where}.operator", "must be Equal or Exists", self.operator)
-        if self.effect not in (None, "NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise SpecError(
-                f"{where}.effect", "must be NoSchedule, PreferNoSchedule or NoExecute", self.effect
-            )
-        if self.key is not None and (not isinstance(self.key, str) or not naming.is_label_key(self.key)):
-            raise SpecError(f"{where}.key", "is not a valid label key", self.key)
-        if self.value is not None and (
-            not isinstance(self.value, str) or not naming.is_label_value(self.value)
-        ):
-            raise SpecError(
-                f"{where}.value",
-                "must be a string that is a valid label value (quote numbers and booleans)",
-                self.value,
-            )
+    key: str | None = spec_field(
+        None,
+        kind="str",
+        check=_label_key,
+        help="taint key (none with `operator: Exists` tolerates every taint)",
+    )
+    operator: str = spec_field(
+        "Equal",
+        kind="str",
+        pattern="Equal|Exists",
+        rule="must be Equal or Exists",
+        help="`Equal` or `Exists`",
+    )
+    value: str | None = spec_field(
+        None, kind="custom", check=_label_value, schema={"type": "string"}, help="taint value (with `Equal`)"
+    )
+    effect: str | None = spec_field(
+        None,
+        kind="str",
+        pattern="NoSchedule|PreferNoSchedule|NoExecute",
+        rule="must be NoSchedule, PreferNoSchedule or NoExecute",
+        help="`NoSchedule`, `PreferNoSchedule` or `NoExecute`; none matches all",
+    )
+    toleration_seconds: int | None = spec_field(
+        None,
+        kind="int",
+        lo=0,
+        hi=10**9,
+        help="with `NoExecute`: how long the pod stays after the taint appears",
+    )
+
+    def _rules(self, where: str, errors: Errors) -> None:
+        errors.run(
+            lambda: self._combination(where),
+            f"{where}.key",
+            f"{where}.operator",
+            f"{where}.value",
+            f"{where}.effect",
+            f"{where}.toleration_seconds",
+        )
+
+    def _combination(self, where: str) -> None:
         if self.key is None and self.operator != "Exists":
             raise SpecError(f"{where}.operator", "must be Exists when no key is given", self.operator)
         if self.operator == "Exists" and self.value not in (None, ""):
             raise SpecError(f"{where}.value", "must be empty when operator is Exists", self.value)
-        if self.toleration_seconds is not None:
-            _int(self.toleration_seconds, f"{where}.toleration_seconds", 0, 10**9)
-            if self.effect != "NoExecute":
-                raise SpecError(
-                    f"{where}.toleration_seconds", "needs effect NoExecute", self.toleration_seconds
-                )
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise SpecError(f"{where}.toleration_seconds", "needs effect NoExecute", self.toleration_seconds)
+
+    def validate(self, where: str) -> None:
+        errors = Errors()
+        check_fields(self, where, errors)
+        errors.raise_if_any()
 
     def to_k8s(self) -> dict[str, Any]:
         out: dict[str, Any] = {"operator": self.operator}

@@ -1,22 +1,29 @@
-"""Spec files: YAML read strictly, with bounds, so hostile text fails fast and clearly.
+"""The one YAML reader of the project: spec files, training files and the CLI read YAML
+here, strictly and with bounds, so hostile text fails fast and clearly, and a value means
+the same in every kind of file.
 
 What the plain safe loader lets through, and this module refuses with a
-:class:`~airflow_tfk.errors.SpecError` naming the field:
+:class:`~airflow_tfk.errors.SpecError` naming the field (and its line):
 
-- alias bombs (a few hundred bytes expanding to billions of nodes): the expanded size is
-  counted from the event stream, before anything is built;
-- too large (over 1 MiB) or too deep (over 64 levels) documents; the depth is checked on
-  the event stream too, so a 10,000-level document never reaches the recursive composer;
+- anchors and aliases: a value defined far from where it is used, and the "billion laughs"
+  bomb (a few hundred bytes expanding to billions of nodes: its expanded size is counted
+  from the event stream and refused before anything is composed);
+- too large (over 1 MiB), too many values (over 20,000) or too deep (over 64 levels)
+  documents; the depth is checked on the event stream too, so a 10,000-level document
+  never reaches the recursive composer;
 - duplicate keys (the plain loader keeps the last one silently; Kubernetes' strict field
-  validation refuses them), keys that are not strings, merge keys (``<<``);
-- YAML 1.1 surprises: ``010`` (octal 8), ``1:30`` (sexagesimal 90), ``1_000``, ``0b11``,
-  dates; and integers of more than 30 digits.
+  validation refuses them), keys that are not strings, merge keys (``<<``), tags other
+  than YAML's own plain types;
+- YAML 1.1 surprises: ``010`` (octal 8), ``1:30`` (sexagesimal 90), ``1_000``, ``0b11``;
+  and integers of more than 30 digits. All of them are reported at once, each with its line.
 
 A plain ``yes``/``no``/``on``/``off``/``y``/``n`` is read as YAML 1.2 reads it: as text, not
 a boolean (:func:`yaml12_bool`). ``capacity_check: off`` means ``"off"``; a field that takes a
-boolean refuses the text, naming itself, and says to write ``true`` or ``false``.
+boolean refuses the text, naming itself, and says to write ``true`` or ``false``. An unquoted
+date is a date: ``start_date`` takes it, a field that wants text refuses it by name.
 
-Each is an error on the dotted path of the field, e.g. ``worker.replicas``.
+Errors are on the dotted path of the field, e.g. ``worker.replicas``; :func:`load_yaml_lines`
+also returns the line of every key and item, so later errors can point at their line too.
 """
 
 from __future__ import annotations
@@ -25,21 +32,25 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.errors import SpecError, SpecErrors
 
 __all__ = [
     "MAX_BYTES",
     "MAX_DEPTH",
     "MAX_NODES",
+    "load_yaml_lines",
     "load_yaml_mapping",
     "check_plain_scalar",
     "parser_error",
+    "raise_misread",
     "yaml12_bool",
 ]
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
-MAX_NODES = 100_000
+# Keys, values and items: bounds the parse time of a file (a 1 MiB file of 60,000 keys
+# took 0.9 CPU-s to build); a spec or a training file is a page of settings.
+MAX_NODES = 20_000
 MAX_INT_DIGITS = 30
 
 _STR = "tag:yaml.org,2002:str"
@@ -49,7 +60,8 @@ _BOOL = "tag:yaml.org,2002:bool"
 _NULL = "tag:yaml.org,2002:null"
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
-_ALLOWED_TAGS = {_STR, _INT, _FLOAT, _BOOL, _NULL, _MAP, _SEQ}
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_ALLOWED_TAGS = {_STR, _INT, _FLOAT, _BOOL, _NULL, _MAP, _SEQ, _TIMESTAMP}
 _PLAIN_BOOLS = {"true", "True", "TRUE", "false", "False", "FALSE"}
 _PLAIN_INT = re.compile(r"^[-+]?(0|[1-9][0-9]*)$", re.ASCII)
 _PLAIN_FLOAT = re.compile(
@@ -127,21 +139,10 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _check_scalar(node: Any, path: str) -> None:
-    where = path or "spec"
-    if node.tag not in _ALLOWED_TAGS:
-        kind = node.tag.rsplit(":", 1)[-1]
-        raise SpecError(
-            where, f"is a YAML {kind} ({_at(node.start_mark)}); quote it to mean text", node.value
-        )
-    check_plain_scalar(node, where)
-
-
 def check_plain_scalar(node: Any, where: str) -> None:
     """A plain scalar as YAML 1.2 reads it: refuse the YAML 1.1 number forms that are easily
     misread (``010``, ``1:30``, ``1_000``, ``0b11``) and over-long integers, and read YAML 1.1
-    boolean words as text (:func:`yaml12_bool`). The spec reader and the training-file
-    reader both call it, so a value means the same in a spec file and under ``cluster:``."""
+    boolean words as text (:func:`yaml12_bool`)."""
     if node.style:  # quoted or block text: always a string (plain is None, or "" in libyaml)
         return
     value = node.value
@@ -172,53 +173,116 @@ def yaml12_bool(node: Any) -> None:
         node.tag = _STR
 
 
-def _check_nodes(root: Any) -> None:
-    """Keys, duplicates and scalars, on the composed tree (aliases share nodes, and the
-    event check bounded how often they are visited)."""
-    import yaml
+class _Builder:
+    """Turns the composed node tree into plain values: every rule on the way, the line of
+    each key path recorded, the misread scalars collected."""
 
-    todo: list[tuple[Any, str]] = [(root, "")]
-    while todo:
-        node, path = todo.pop()
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.lines: dict[str, int] = {}
+        self.misread: list[SpecError] = []
+        self._seen: set[int] = set()
+
+    def value(self, node: Any, path: str) -> Any:
+        import yaml
+
+        # The composer hands out the very same node object for every alias of an anchor:
+        # meeting a node twice means the file used an alias.
+        if id(node) in self._seen:
+            err = SpecError(path or "spec", "uses a YAML alias (*name); anchors and aliases are not allowed")
+            key_path = path
+            while key_path.endswith("]"):  # an alias node carries its anchor's position
+                key_path = key_path[: key_path.rfind("[")]
+            err.line = self.lines.get(path) or self.lines.get(key_path)
+            raise err
+        self._seen.add(id(node))
         if isinstance(node, yaml.ScalarNode):
-            _check_scalar(node, path)
-        elif isinstance(node, yaml.SequenceNode):
+            return self._scalar(node, path)
+        if isinstance(node, yaml.SequenceNode):
             if node.tag != _SEQ:
-                raise SpecError(path or "spec", f"is a YAML {node.tag} ({_at(node.start_mark)})")
-            todo.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
-        elif isinstance(node, yaml.MappingNode):
-            if node.tag != _MAP:
-                raise SpecError(path or "spec", f"is a YAML {node.tag} ({_at(node.start_mark)})")
-            seen: dict[str, int] = {}
-            for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag not in (
-                    _STR,
-                    "tag:yaml.org,2002:merge",
-                ):
-                    shown = key_node.value if isinstance(key_node, yaml.ScalarNode) else key_node.tag
-                    raise SpecError(
-                        path or "spec",
-                        f"has a key that is not a string ({_at(key_node.start_mark)}); quote it",
-                        shown,
-                    )
-                key = key_node.value
-                if key_node.tag != _STR:
-                    raise SpecError(
-                        path or "spec", f"uses a YAML merge key '<<' ({_at(key_node.start_mark)})"
-                    )
-                line = key_node.start_mark.line + 1
-                if key in seen:
-                    raise SpecError(
-                        _join(path, key), f"is given twice (lines {seen[key]} and {line}): duplicate key"
-                    )
-                seen[key] = line
-                todo.append((value_node, _join(path, key)))
+                raise _refusal(path, f"has a non-standard tag {node.tag!r}", node)
+            out = []
+            for i, item in enumerate(node.value):
+                where = f"{path}[{i}]"
+                self.lines.setdefault(where, item.start_mark.line + 1)
+                out.append(self.value(item, where))
+            return out
+        if not isinstance(node, yaml.MappingNode) or node.tag != _MAP:
+            raise _refusal(path, f"has a non-standard tag {node.tag!r}", node)
+        return self._mapping(node, path)
+
+    def _mapping(self, node: Any, path: str) -> dict[str, Any]:
+        import yaml
+
+        mapping: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise _refusal(path, "uses a merge key (<<); write the keys out", key_node)
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR:
+                shown = key_node.value if isinstance(key_node, yaml.ScalarNode) else key_node.tag
+                raise _refusal(path, "keys must be strings (quote it)", key_node, shown)
+            key = key_node.value
+            where = _join(path, key)
+            line = key_node.start_mark.line + 1
+            if key in mapping:
+                err = SpecError(
+                    where, f"is defined twice (lines {self.lines.get(where, '?')} and {line}); remove one"
+                )
+                err.line = line
+                raise err
+            self.lines[where] = line
+            mapping[key] = self.value(value_node, where)
+        return mapping
+
+    def _scalar(self, node: Any, path: str) -> Any:
+        import yaml
+
+        where = path or "spec"
+        if node.tag not in _ALLOWED_TAGS:
+            kind = node.tag.rsplit(":", 1)[-1]
+            raise _refusal(
+                path,
+                f"has a non-standard tag {node.tag!r} (a YAML {kind}); quote it to mean text",
+                node,
+                node.value,
+            )
+        try:
+            check_plain_scalar(node, where)
+        except SpecError as exc:
+            exc.line = node.start_mark.line + 1
+            self.misread.append(exc)
+            return node.value
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            raise _refusal(path, f"is not a plain YAML value: {' '.join(str(exc).split())}", node) from None
+
+
+def _refusal(path: str, rule: str, node: Any, value: object = ...) -> SpecError:
+    err = SpecError(path or "spec", rule, value)
+    err.line = node.start_mark.line + 1 if node.start_mark is not None else None
+    return err
+
+
+def raise_misread(misread: list[SpecError]) -> None:
+    """Raise the scalar errors of a document together, in file order (both readers)."""
+    misread.sort(key=lambda e: e.line or 0)
+    if len(misread) == 1:
+        raise misread[0]
+    if misread:
+        raise SpecErrors(misread)
 
 
 def load_yaml_mapping(text: str | bytes) -> dict[str, Any]:
-    """A spec file's top-level mapping, read strictly (see the module docstring).
+    """A spec file's top-level mapping, read strictly (see the module docstring)."""
+    return load_yaml_lines(text)[0]
 
-    Malformed YAML is a :class:`SpecError` on ``spec``; a bad value, on its field.
+
+def load_yaml_lines(text: str | bytes) -> tuple[dict[str, Any], dict[str, int]]:
+    """The top-level mapping of a YAML document and the line (1-based) of each key path
+    (``cluster.worker.replicas``, ``cluster.args[1]``).
+
+    Every refusal is a :class:`SpecError`: ``spec`` for the file as a whole, else the field.
     """
     import yaml
 
@@ -239,13 +303,14 @@ def load_yaml_mapping(text: str | bytes) -> dict[str, Any]:
         try:
             node = loader.get_single_node()
             if node is None:
-                raise SpecError("spec", "must be a YAML mapping", "an empty document")
-            _check_nodes(node)
-            data = loader.construct_document(node)
+                raise SpecError("spec", "is empty: it must be a YAML mapping")
+            builder = _Builder(loader)
+            data = builder.value(node, "")
         finally:
             loader.dispose()
     except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: a shape the bounds missed
         raise parser_error(exc) from None
+    raise_misread(builder.misread)
     if not isinstance(data, Mapping):
         raise SpecError("spec", "must be a YAML mapping", type(data).__name__)
-    return dict(data)
+    return dict(data), builder.lines

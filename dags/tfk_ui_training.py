@@ -21,6 +21,7 @@ from airflow_tfk.dag_env import BACKEND, DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESP
 from airflow_tfk.dagfactory.sandbox import SandboxedDAG
 from airflow_tfk.operators.tensorboard import TensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
+from airflow_tfk.spec_docs import apply_form, form_params
 
 # On the local backend every task is a process of this machine: the form offers no more
 # than the backend's cap (validate checks the sum of the roles against it too).
@@ -28,6 +29,11 @@ LOCAL_CAP = local_max_tasks() if BACKEND == "local" else None
 MAX_WORKERS = 600 if LOCAL_CAP is None else LOCAL_CAP
 MAX_PS = 64 if LOCAL_CAP is None else LOCAL_CAP
 CAP_NOTE = "" if LOCAL_CAP is None else f" The local backend runs at most {LOCAL_CAP} tasks on this machine."
+SPEC_FORM = form_params(
+    maximum={"worker.replicas": MAX_WORKERS, "ps.replicas": MAX_PS}, defaults={"image": IMAGE}
+)
+for _name in ("workers", "ps"):
+    SPEC_FORM[_name][1]["description"] += CAP_NOTE
 
 # SandboxedDAG: native rendering (ints stay ints) in a sandbox; Airflow's own native
 # environment is not sandboxed, and form values are data.
@@ -38,37 +44,9 @@ with SandboxedDAG(
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     tags=["airflow-tfk", "ui"],
     params={
-        "workers": Param(
-            2,
-            type="integer",
-            minimum=1,
-            maximum=MAX_WORKERS,
-            title="Workers",
-            description="Worker replicas (one Indexed Job)." + CAP_NOTE,
-        ),
-        "ps": Param(
-            1,
-            type="integer",
-            minimum=0,
-            maximum=MAX_PS,
-            title="Parameter servers",
-            description="0 for all_reduce." + CAP_NOTE,
-        ),
+        # The spec's fields come from their declarations (type, bounds, title, help).
+        **{name: Param(**kwargs) for name, (_, kwargs) in SPEC_FORM.items()},
         "steps": Param(600, type="integer", minimum=1, maximum=10_000_000, title="Training steps"),
-        "image": Param(
-            IMAGE, type="string", minLength=1, maxLength=512, pattern=r"^[^\s{}]+$", title="Training image"
-        ),
-        "mode": Param(
-            "parameter_server", enum=["parameter_server", "between_graph", "all_reduce"], title="Mode"
-        ),
-        "ps_grace_seconds": Param(
-            30,
-            type="integer",
-            minimum=0,
-            maximum=3600,
-            title="PS grace seconds",
-            description="After success, how long the parameter servers stay before they are deleted.",
-        ),
         "tensorboard": Param(
             False,
             type="boolean",
@@ -87,17 +65,14 @@ with SandboxedDAG(
 
         spec = {
             "name": "validation-only",  # the training task names the real cluster
-            "image": params["image"],
             "namespace": NAMESPACE,
-            "mode": params["mode"],
             "command": DIGITS_APP,
             "args": ["--tfk_steps", str(params["steps"])],
-            "worker": {"replicas": params["workers"]},
             "storage": STORAGE,
-            "ps_grace_seconds": params["ps_grace_seconds"],
         }
-        if params["ps"]:
-            spec["ps"] = {"replicas": params["ps"]}
+        apply_form(spec, params)  # every form field at its spec path
+        if not params["ps"]:
+            del spec["ps"]  # 0 parameter servers: none (all_reduce)
         if params["mode"] == "parameter_server":
             spec["chief"] = {"replicas": 1}
         cluster = TFClusterSpec.from_dict(spec)

@@ -29,3 +29,18 @@ def test_value_in_message_is_bounded():
     exc = SpecError("env", "too big", {"k": "v" * 10_000, "n": 10**5000})
     assert len(str(exc)) < 300
     assert len(short_repr(list(range(10**5)))) <= 200
+
+
+def test_several_spec_errors_travel_as_one_with_every_path():
+    import pickle
+
+    from airflow_tfk.errors import SpecError, SpecErrors
+
+    errors = SpecErrors(
+        [SpecError("worker.replicas", "must be between 1 and 10000", 0), SpecError("port", "bad")]
+    )
+    errors.errors[1].line = 7
+    back = pickle.loads(pickle.dumps(errors))
+    assert isinstance(back, SpecError) and back.field == "worker.replicas"
+    assert [(e.field, e.line) for e in back.errors] == [("worker.replicas", None), ("port", 7)]
+    assert str(back) == "worker.replicas: must be between 1 and 10000 (got 0); port: bad"

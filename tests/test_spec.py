@@ -235,10 +235,11 @@ def test_yaml_that_is_not_a_mapping_is_a_spec_error(text):
     assert info.value.field == "spec"
 
 
-def test_yaml_anchors_and_tags_are_plain_data():
+def test_yaml_anchors_and_tags_are_refused():
     text = "name: imagenet\nimage: tf:2\ncommand: [python, x.py]\nps: &role {replicas: 2}\nworker: *role\n"
-    spec = TFClusterSpec.from_yaml(text)
-    assert spec.worker.replicas == 2
+    with pytest.raises(SpecError, match="alias") as info:
+        TFClusterSpec.from_yaml(text)
+    assert info.value.field == "worker" and info.value.line == 5
     with pytest.raises(SpecError):
         TFClusterSpec.from_yaml("name: !!python/object/apply:os.system ['true']\n")
 

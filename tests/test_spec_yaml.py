@@ -1,9 +1,8 @@
 """Deep nesting gets the project's own message, whichever YAML parser meets it first.
 
-Both readers (spec files: ``spec_yaml``; training files: ``dagfactory.strict_yaml``) are
-run with libyaml's parser and with PyYAML's pure-Python one, on flow and block nesting: a
-libyaml build with its own nesting limit (0.2.6, in PyYAML 6.0.4) refuses some of these
-before the project's check does, others it never sees.
+The reader (spec and training files alike) is run with libyaml's parser and with PyYAML's
+pure-Python one, on flow and block nesting: a libyaml build with its own nesting limit
+(0.2.6, in PyYAML 6.0.4) refuses some of these before the project's check does, others it never sees.
 """
 
 from __future__ import annotations
@@ -15,12 +14,10 @@ import pytest
 import yaml
 
 from airflow_tfk import spec_yaml
-from airflow_tfk.dagfactory import strict_yaml
 from airflow_tfk.errors import SpecError
 
 READERS: dict[str, tuple[Any, str, Callable[[str], Any]]] = {
     "spec": (spec_yaml, "_loader", spec_yaml.load_yaml_mapping),
-    "training": (strict_yaml, "_loader_class", strict_yaml.load_mapping),
 }
 LOADERS = {"libyaml": getattr(yaml, "CSafeLoader", None), "python": yaml.SafeLoader}
 N = 200_000

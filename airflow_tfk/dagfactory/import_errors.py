@@ -91,7 +91,7 @@ def report(errors: Sequence[TrainingFileError]) -> bool:
         result.errors.append(
             DagImportError(
                 file_path=shown,
-                message=error.describe(shown),
+                message="\n".join(e.describe(shown) for e in error.all()),
                 error_type=ERROR_TYPE,
                 line_number=error.line,
             )

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.dagfactory.printable import control_character, printable
-from airflow_tfk.dagfactory.strict_yaml import MAX_BYTES, load_mapping
 from airflow_tfk.dagfactory.training import TrainingFile, parse_training
-from airflow_tfk.errors import SpecError
+from airflow_tfk.errors import SpecError, short_repr
+from airflow_tfk.spec_yaml import MAX_BYTES, load_yaml_lines
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -49,7 +49,13 @@ class TrainingFileError(Exception):
         self.field = field
         self.message = message
         self.line = line
+        #: the file's other errors, found in the same pass (``validate`` prints them all)
+        self.more: list[TrainingFileError] = []
         super().__init__(self.describe())
+
+    def all(self) -> list[TrainingFileError]:
+        """This error and the file's others, in file order."""
+        return [self, *self.more]
 
     def describe(self, shown_path: str | None = None) -> str:
         """One line, whatever the file's name or content: control characters are escaped,
@@ -175,7 +181,7 @@ def read_training(path: Path, root: Path | None = None) -> tuple[TrainingFile, s
     try:
         raw = _read_bounded(path, root)
         text = raw.decode("utf-8")
-        data, lines = load_mapping(text)
+        data, lines = load_yaml_lines(text)
         training = parse_training(data, default_dag_id=default_dag_id(path), source=str(path))
     except SpecError as exc:
         raise _error(path, exc, lines) from None
@@ -187,9 +193,16 @@ def read_training(path: Path, root: Path | None = None) -> tuple[TrainingFile, s
 
 
 def _error(path: Path, exc: SpecError, lines: dict[str, int]) -> TrainingFileError:
-    shown = "" if exc.value is ... else f" (got {exc.value!r})"
-    line = getattr(exc, "line", None) or _line(lines, exc.field)  # the YAML reader's own, if any
-    return TrainingFileError(path, exc.field, f"{exc.rule}{shown}", line)
+    """The file's error; every error of a :class:`SpecErrors`, each with its line."""
+    found = []
+    for one in getattr(exc, "errors", None) or [exc]:
+        shown = "" if one.value is ... else f" (got {short_repr(one.value)})"
+        line = getattr(one, "line", None) or _line(lines, one.field)  # the YAML reader's own, if any
+        found.append(TrainingFileError(path, one.field, f"{one.rule}{shown}", line))
+    found.sort(key=lambda e: e.line or 0)
+    first, *rest = found
+    first.more = rest
+    return first
 
 
 def _root_of(path: Path, folder: Path) -> Path:

@@ -1,9 +1,6 @@
-"""A training file's ``params`` block: the trigger form's Params as plain data (a default
-and JSON-schema keywords each), the ``params.NAME`` references in the templated blocks,
-and the Params' defaults put in place of whole-value references so a spec can be checked
-at parse time without rendering a template. :mod:`airflow_tfk.dagfactory.builder` turns
-the data into Airflow's ``Param`` objects.
-"""
+"""The ``params`` block of a training file (the "Trigger DAG" form) and the ``params.NAME``
+references in the other blocks: checked, and resolved to their defaults so the cluster can
+be validated at parse time without rendering a template."""
 
 from __future__ import annotations
 
@@ -13,11 +10,11 @@ from typing import Any
 
 from airflow_tfk.errors import SpecError
 
-# Matched with fullmatch: "$" would also accept a trailing newline.
+__all__ = ["PARAM_KEYS", "param_refs", "parse_params", "with_param_defaults"]
+
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 _PARAM_REF = re.compile(r"\bparams\.([A-Za-z_][A-Za-z0-9_]*)")
 _WHOLE_PARAM = re.compile(r"^\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
-
 #: JSON-schema and Airflow form keywords a Param may carry (a typo such as ``minimun``
 #: would otherwise be ignored by jsonschema and let any value through).
 PARAM_KEYS = frozenset(

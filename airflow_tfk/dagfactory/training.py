@@ -10,7 +10,7 @@ max_duration_minutes: 60          # execution_timeout + the cluster's max_durati
 retries: 1
 owners: [ml-platform]
 tags: [digits]
-backend: kubernetes               # kubernetes (default) | local; $TFK_BACKEND overrides the default
+backend: kubernetes               # kubernetes | local (default: $TFK_BACKEND)
 kubernetes_conn_id: kubernetes_default
 params:                           # the "Trigger DAG" form; refer to them as {{ params.NAME }}
   steps: {default: 600, type: integer, minimum: 1, title: Training steps}
@@ -41,9 +41,8 @@ through). Nothing is built here; Airflow-side checks (Params, the schedule) happ
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,10 +56,14 @@ from airflow_tfk.constants import (
     STALL_SECONDS,
     Cleanup,
 )
-from airflow_tfk.dagfactory.params import param_refs, parse_params, with_param_defaults
+from airflow_tfk.dagfactory.blocks import backend_config as _backend_config
+from airflow_tfk.dagfactory.blocks import operator_blocks as _operator_blocks
+from airflow_tfk.dagfactory.params import param_refs, with_param_defaults
+from airflow_tfk.dagfactory.params import parse_params as _params
 from airflow_tfk.dagfactory.printable import control_character
-from airflow_tfk.errors import SpecError
+from airflow_tfk.errors import SpecError, SpecErrors
 from airflow_tfk.run_policy import PreviousRunPolicy
+from airflow_tfk.spec_decl import Errors
 from airflow_tfk.stall import check_stall_seconds
 
 #: the task ids of the generated DAG
@@ -72,9 +75,6 @@ BACKENDS = BACKEND_KINDS
 # Matched with fullmatch: "$" would also accept a trailing newline.
 _DAG_ID = re.compile(r"[\w.-]{1,250}")
 DEFAULT_START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-
-# Keys of the operators' __init__ that the training file sets itself.
-_MANAGED = frozenset({"backend", "backend_config", "kubernetes_conn_id", "task_id", "action", "kwargs"})
 
 
 @dataclass(frozen=True)
@@ -216,102 +216,34 @@ def _schedule(value: object) -> str | None:
 # -- the blocks -----------------------------------------------------------------------------
 
 
-@functools.cache
-def _keywords(operator: type) -> frozenset[str]:
-    """The keyword-only parameters of an operator's ``__init__`` the file may set."""
-    import inspect
-
-    return (
-        frozenset(
-            name
-            for name, p in inspect.signature(operator).parameters.items()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY
-        )
-        - _MANAGED
-    )
-
-
-def _operator_options(value: object, key: str, operator: type, *, true_means: dict[str, Any]) -> dict | None:
-    """The keyword arguments of one operator block; unknown keys are errors."""
-
-    if value is None or value is False:
-        return None
-    if value is True:
-        return dict(true_means)
-    if not isinstance(value, Mapping):
-        raise SpecError(key, "must be true, false or a mapping of the operator's options", value)
-    accepted = _keywords(operator)
-    unknown = sorted(set(value) - accepted)
-    if unknown:
-        raise SpecError(f"{key}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(accepted))})")
-    if "base_path" in value:  # a local directory instead of the cluster's claim
-        return dict(value)
-    return {**true_means, **dict(value)}
-
-
-def _backend_config(data: Mapping[str, Any], backend: str) -> dict[str, Any] | None:
-    """``backend_config``: only the options of the chosen backend (a typo is not ignored)."""
-    import inspect
-
-    config = _mapping(data, "backend_config")
-    if not config:
-        return config
-    if backend == "kubernetes":
-        from airflow_tfk.backends.kubernetes import KubernetesBackend as cls
-    else:
-        from airflow_tfk.backends.local import LocalBackend as cls  # type: ignore[assignment]
-    allowed = set(inspect.signature(cls).parameters)
-    unknown = sorted(str(k) for k in set(config) - allowed)
-    if unknown:
-        raise SpecError(
-            f"backend_config.{unknown[0]}",
-            f"unknown option of the {backend} backend (allowed: {', '.join(sorted(allowed))})",
-        )
-    return config
-
-
-def _with_namespace(options: object, where: str) -> dict[str, Any]:
-    if options is None:
-        options = {}
-    if not isinstance(options, Mapping):
-        raise SpecError(where, "must be a mapping", options)
-    return {"namespace": dag_env.NAMESPACE, **options}
-
-
-def _claim_of(cluster: Mapping[str, Any], volume: str) -> str | None:
-    storage = cluster.get("storage")
-    if isinstance(storage, Mapping) and isinstance(storage.get(volume), Mapping):
-        claim = storage[volume].get("claim")
-        return claim if isinstance(claim, str) else None
-    return None
-
-
-TOP_LEVEL = (
-    "dag_id",
-    "description",
-    "schedule",
-    "start_date",
-    "catchup",
-    "max_active_runs",
-    "previous_run_policy",
-    "max_duration_minutes",
-    "retries",
-    "retry_delay_seconds",
-    "owners",
-    "tags",
-    "backend",
-    "kubernetes_conn_id",
-    "backend_config",
-    "deferrable",
-    "progress_interval",
-    "stall_seconds",
-    "cleanup",
-    "params",
-    "cluster",
-    "publish",
-    "tensorboard",
-    "sweep",
-)
+#: the training file's own keys and what each means (the JSON Schema's descriptions)
+TOP_LEVEL_HELP = {
+    "dag_id": "the DAG's id (default: the file name without .yaml)",
+    "description": "the DAG's description",
+    "schedule": "a cron expression, a preset (@daily, @hourly, @once...), or null: manual only",
+    "start_date": "the first date the schedule counts from (default 2026-01-01)",
+    "catchup": "run the missed intervals since start_date",
+    "max_active_runs": "runs of this DAG at once",
+    "previous_run_policy": "allow | kill_previous | skip | wait",
+    "max_duration_minutes": "execution_timeout, and the cluster's max_duration_seconds",
+    "retries": "retries of the train task",
+    "retry_delay_seconds": "wait between retries",
+    "owners": "the DAG's owners",
+    "tags": "the DAG's tags",
+    "backend": "kubernetes | local (default: $TFK_BACKEND)",
+    "kubernetes_conn_id": "the Kubernetes connection",
+    "backend_config": "options of the chosen backend",
+    "deferrable": "wait in the triggerer",
+    "progress_interval": "seconds between progress lines",
+    "stall_seconds": "a training whose step does not move for this long is reported as stalled",
+    "cleanup": "ps | all: what is deleted after success",
+    "params": 'the "Trigger DAG" form; refer to them as {{ params.NAME }}',
+    "cluster": "a TFClusterSpec (airflow-tfk render's format); name optional",
+    "publish": "the PublishModelOperator's options",
+    "tensorboard": "true, or the TensorBoardOperator's options",
+    "sweep": "a hyperparameter sweep instead of one training (TFSweepOperator's settings)",
+}
+TOP_LEVEL = tuple(TOP_LEVEL_HELP)
 
 #: the blocks that reach the operators' templated fields: rendered on the worker
 TEMPLATED = ("cluster", "backend_config", "publish", "tensorboard")
@@ -340,8 +272,6 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     """Validate a training file's mapping. Raises :class:`SpecError` naming the field
     (``cluster.worker.replicas``, ``publish.serving.replicas``, ``params.steps.minimun``...)."""
     from airflow_tfk.dagfactory.sandbox import check_templates
-    from airflow_tfk.operators.serving import PublishModelOperator
-    from airflow_tfk.operators.tensorboard import TensorBoardOperator
 
     unknown = sorted(set(data) - set(TOP_LEVEL))
     if unknown:
@@ -352,69 +282,67 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     assert dag_id is not None
     if not _DAG_ID.fullmatch(dag_id):
         raise SpecError("dag_id", "must be letters, digits, '_', '.' and '-' (at most 250)", dag_id)
-    policy, backend, cleanup, progress = _run_options(data)
-    max_minutes = _int(data, "max_duration_minutes", None, 1, 366 * 24 * 60)
-    params = parse_params(data.get("params"))
+    # Every independent error of the file at once: each setting is checked on its own, and a
+    # block that depends on another (publish on cluster) is checked only when that one is valid.
+    errors = Errors()
 
-    cluster = _mapping(data, "cluster")
-    if cluster is None:
-        raise SpecError("cluster", "is required: the TFClusterSpec of the training")
-    cluster = _cluster(cluster, params, max_minutes, dag_id)
-    for block in ("publish", "tensorboard", "backend_config", "sweep"):
-        for where, name in param_refs(data.get(block), block):
-            if name not in params:
-                raise SpecError(where, f"refers to params.{name}, which is not declared under params")
-    publish = _operator_options(
-        data.get("publish"),
-        "publish",
-        PublishModelOperator,
-        true_means={"claim": _claim_of(cluster, "models")} if _claim_of(cluster, "models") else {},
-    )
-    if publish is not None and "model_name" not in publish:
-        raise SpecError("publish.model_name", "is required: the model's name in TF Serving")
-    tensorboard = _operator_options(
-        data.get("tensorboard"),
-        "tensorboard",
-        TensorBoardOperator,
-        true_means={"claim": _claim_of(cluster, "logs")} if _claim_of(cluster, "logs") else {},
-    )
-    if tensorboard is not None and not (tensorboard.get("claim") or tensorboard.get("base_path")):
-        raise SpecError("tensorboard.claim", "is required (or give cluster.storage.logs.claim, or base_path)")
-    # Like the example DAGs, a file that names no namespace uses the deployment's ($TFK_NAMESPACE).
-    if publish is not None:
-        publish["serving"] = _with_namespace(publish.get("serving"), "publish.serving")
-    if tensorboard is not None:
-        tensorboard["tensorboard"] = _with_namespace(
-            tensorboard.get("tensorboard"), "tensorboard.tensorboard"
-        )
+    def take(check: Callable[[], Any], fallback: Any = None) -> Any:
+        try:
+            return check()
+        except SpecError as exc:
+            errors.add(exc)
+            return fallback
+
+    run_defaults = (PreviousRunPolicy.ALLOW.value, dag_env.BACKEND, CLEANUP.value, PROGRESS_INTERVAL_SECONDS)
+    policy, backend, cleanup, progress = take(lambda: _run_options(data), run_defaults)
+    max_minutes = take(lambda: _int(data, "max_duration_minutes", None, 1, 366 * 24 * 60))
+    params = take(lambda: _params(data.get("params")), {})
+    cluster = take(lambda: _required_cluster(data, params, max_minutes, dag_id), None)
+    blocks = take(lambda: _operator_blocks(data, params, cluster)) if cluster is not None else None
+    publish, tensorboard = blocks or (None, None)
+    settings = {
+        "description": lambda: _str(data, "description", None, multiline=True),
+        "schedule": lambda: _schedule(data.get("schedule")),
+        "start_date": lambda: _start_date(data.get("start_date")),
+        "catchup": lambda: _bool(data, "catchup", False),
+        "max_active_runs": lambda: _int(data, "max_active_runs", 1 if policy == "allow" else 2, 1, 100) or 1,
+        "retries": lambda: _int(data, "retries", 0, 0, 100) or 0,
+        "retry_delay_seconds": lambda: _int(data, "retry_delay_seconds", 300, 0, 24 * 3600) or 0,
+        "owners": lambda: _str_list(data, "owners", ("airflow",)),
+        "tags": lambda: _str_list(data, "tags", ()),
+        "kubernetes_conn_id": lambda: (
+            _str(data, "kubernetes_conn_id", dag_env.KUBERNETES_CONN_ID, 250) or dag_env.KUBERNETES_CONN_ID
+        ),
+        "backend_config": lambda: _backend_config(data, backend),
+        "deferrable": lambda: None if data.get("deferrable") is None else _bool(data, "deferrable", False),
+        "stall_seconds": lambda: check_stall_seconds(data.get("stall_seconds", STALL_SECONDS)),
+        "sweep": lambda: _sweep(data.get("sweep"), params),
+    }
+    checked = {name: take(check) for name, check in settings.items()}
+    errors.raise_if_any()
     return TrainingFile(
         dag_id=dag_id,
         source=source,
         cluster=cluster,
-        description=_str(data, "description", None, multiline=True),
-        schedule=_schedule(data.get("schedule")),
-        start_date=_start_date(data.get("start_date")),
-        catchup=_bool(data, "catchup", False),
-        max_active_runs=_int(data, "max_active_runs", 1 if policy == "allow" else 2, 1, 100) or 1,
         previous_run_policy=policy,
         max_duration_minutes=max_minutes,
-        retries=_int(data, "retries", 0, 0, 100) or 0,
-        retry_delay_seconds=_int(data, "retry_delay_seconds", 300, 0, 24 * 3600) or 0,
-        owners=_str_list(data, "owners", ("airflow",)),
-        tags=_str_list(data, "tags", ()),
         backend=backend,
-        kubernetes_conn_id=_str(data, "kubernetes_conn_id", dag_env.KUBERNETES_CONN_ID, 250)
-        or dag_env.KUBERNETES_CONN_ID,
-        backend_config=_backend_config(data, backend),
-        deferrable=None if data.get("deferrable") is None else _bool(data, "deferrable", False),
         progress_interval=progress,
-        stall_seconds=check_stall_seconds(data.get("stall_seconds", STALL_SECONDS)),
         cleanup=cleanup,
         params=params,
         publish=publish,
         tensorboard=tensorboard,
-        sweep=_sweep(data.get("sweep"), params),
+        **checked,
     )
+
+
+def _required_cluster(
+    data: Mapping[str, Any], params: Mapping[str, Mapping[str, Any]], max_minutes: int | None, dag_id: str
+) -> dict[str, Any]:
+    cluster = _mapping(data, "cluster")
+    if cluster is None:
+        raise SpecError("cluster", "is required: the TFClusterSpec of the training")
+    return _cluster(cluster, params, max_minutes, dag_id)
 
 
 def _sweep(value: object, params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -459,5 +387,6 @@ def _cluster(
     try:
         TFClusterSpec.from_dict(probe)
     except SpecError as exc:
-        raise SpecError(f"cluster.{exc.field}", exc.rule, exc.value) from None
+        moved = [SpecError(f"cluster.{e.field}", e.rule, e.value) for e in getattr(exc, "errors", [exc])]
+        raise (moved[0] if len(moved) == 1 else SpecErrors(moved)) from None
     return cluster

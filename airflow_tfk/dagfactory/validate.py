@@ -64,7 +64,8 @@ def run(paths: Sequence[str], out: TextIO, err: TextIO, *, quiet: bool = False) 
     result = load_folder(Path("."), files=files)
     errors = [*folder_errors, *result.errors]
     for error in errors:
-        print(f"error: {error.describe()}", file=err)
+        for one in error.all():  # every error of the file, each with its field and line
+            print(f"error: {one.describe()}", file=err)
     if not quiet:
         for path, training in result.trainings.items():
             dag = result.dags[training.dag_id]

@@ -1,0 +1,218 @@
+"""The sections of :class:`~airflow_tfk.spec.TFClusterSpec`: a role, the storage and its
+volumes, each field declared once with :func:`~airflow_tfk.spec_decl.spec_field`."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_tfk import naming
+from airflow_tfk.errors import SpecError
+from airflow_tfk.quantity import parse_quantity
+from airflow_tfk.spec_decl import Errors, Form, check_fields, from_mapping, spec_field
+from airflow_tfk.spec_resources import QUANTITY, Resources, Toleration
+
+MAX_REPLICAS = 10_000
+MAX_TOLERATIONS = 256
+ROLES = ("chief", "ps", "worker", "evaluator")
+
+
+class Mode(str, enum.Enum):
+    """How the cluster trains, and therefore what success means.
+
+    - ``between_graph``: TF1-style replicas; success = every worker succeeded; PS never
+      exit and are deleted after the grace period.
+    - ``parameter_server``: TF2 ``ParameterServerStrategy``; success = the chief succeeded.
+    - ``all_reduce``: ``MultiWorkerMirroredStrategy``; success = every worker succeeded; no PS.
+    """
+
+    BETWEEN_GRAPH = "between_graph"
+    PARAMETER_SERVER = "parameter_server"
+    ALL_REDUCE = "all_reduce"
+
+
+class AccessMode(str, enum.Enum):
+    """A PVC's access mode, by its Kubernetes name; what the cluster's storage class
+    supports decides which one a training's claims can use."""
+
+    RWX = "ReadWriteMany"
+    RWO = "ReadWriteOnce"
+    ROX = "ReadOnlyMany"
+    RWOP = "ReadWriteOncePod"
+
+
+def subdomain(what: str) -> Any:
+    """A check: a DNS-1123 subdomain (a PVC, Secret, storage class or account name)."""
+
+    def check(value: Any, path: str) -> str:
+        if not naming.is_dns1123_subdomain(value):
+            raise SpecError(path, f"is not a valid {what}", value)
+        return str(value)
+
+    return check
+
+
+def _command(value: Any, path: str) -> tuple[str, ...]:
+    if not value:
+        raise SpecError(path, "must not be empty when given")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """One role of the cluster (ps, worker, chief or evaluator)."""
+
+    replicas: int = spec_field(
+        1,
+        kind="int",
+        lo=1,
+        roles={"worker": (1, MAX_REPLICAS), "ps": (1, 1000), "chief": (1, 1), "evaluator": (1, 1)},
+        form={
+            "worker": Form("workers", "Workers", "Worker replicas (one Indexed Job).", default=2),
+            "ps": Form("ps", "Parameter servers", "0 for all_reduce.", default=1, minimum=0),
+        },
+        help="tasks of this role (workers 1-10000, PS 1-1000)",
+    )
+    resources: Resources = spec_field(
+        factory=Resources,
+        kind="section",
+        section=Resources,
+        prefix="<role>.resources.",
+        help="requests and limits of each task",
+    )
+    env: Mapping[str, str] = spec_field(
+        factory=dict,
+        kind="str_map",
+        keys="env",
+        help="extra environment of this role's tasks, added to `env`",
+    )
+    node_selector: Mapping[str, str] = spec_field(
+        factory=dict, kind="str_map", keys="label", help="node labels this role's pods must run on"
+    )
+    tolerations: tuple[Toleration, ...] = spec_field(
+        (),
+        kind="sections",
+        section=Toleration,
+        hi=MAX_TOLERATIONS,
+        prefix="<role>.tolerations[].",
+        help="taints this role's pods tolerate (fields under `<role>.tolerations[].`)",
+    )
+    command: tuple[str, ...] | None = spec_field(
+        None, kind="str_list", check=_command, help="overrides `command` for this role"
+    )
+    args: tuple[str, ...] | None = spec_field(None, kind="str_list", help="overrides `args` for this role")
+
+    def validate(self, where: str, lo: int = 1, hi: int = MAX_REPLICAS) -> None:
+        """Check the role as the role ``where``; its bounds are the declaration's for that
+        role (``lo`` and ``hi`` are kept for callers of the older signature)."""
+        errors = Errors()
+        check_fields(self, where, errors, where)
+        errors.raise_if_any()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> RoleSpec | None:
+        if data is None:
+            return None
+        errors = Errors()
+        built: RoleSpec = from_mapping(cls, data, where, errors)
+        errors.raise_if_any()
+        return built
+
+
+def _volume_size(value: Any, path: str) -> str:
+    return parse_quantity(value, path)
+
+
+@dataclass(frozen=True)
+class VolumeSpec:
+    """One storage volume: an existing claim, or a new PVC of ``size``."""
+
+    claim: str | None = spec_field(
+        None,
+        kind="str",
+        check=subdomain("PVC name (DNS-1123 subdomain)"),
+        help="mount this existing PersistentVolumeClaim (locally: the shared folder "
+        "`<root>/<namespace>/.claims/<claim>/`)",
+    )
+    size: str | None = spec_field(
+        None,
+        kind="custom",
+        check=_volume_size,
+        schema=QUANTITY,
+        help="or create a new PVC of this size (`10Gi`), deleted with the cluster",
+    )
+    storage_class: str | None = spec_field(
+        None,
+        kind="str",
+        check=subdomain("storage class name"),
+        help="storage class of this new PVC (default: `storage.storage_class`)",
+    )
+    access_mode: AccessMode = spec_field(
+        AccessMode.RWX,
+        kind="enum",
+        choices=AccessMode,
+        help="access mode of a new PVC; every task mounts it, so ReadWriteMany",
+    )
+
+    def _rules(self, where: str, errors: Errors) -> None:
+        errors.run(lambda: self._one_source(where), f"{where}.claim", f"{where}.size")
+
+    def _one_source(self, where: str) -> None:
+        if self.claim is None and self.size is None:
+            raise SpecError(where, "needs either 'claim' (existing PVC) or 'size' (new PVC)")
+        if self.claim is not None and self.size is not None:
+            raise SpecError(f"{where}.claim", "and 'size' are exclusive: mount a claim or create one")
+
+    def validate(self, where: str) -> None:
+        errors = Errors()
+        check_fields(self, where, errors)
+        errors.raise_if_any()
+
+
+def _volume(what: str) -> Any:
+    return spec_field(
+        None,
+        kind="section",
+        section=VolumeSpec,
+        prefix="storage.<volume>.",
+        help=f"the {what}",
+    )
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    """Data, logs and models volumes, mounted at ``/tfk/data``, ``/tfk/logs``, ``/tfk/models``."""
+
+    data: VolumeSpec | None = _volume("data volume, mounted at `/tfk/data` (`$TFK_DATA_DIR`)")
+    logs: VolumeSpec | None = _volume(
+        "logs volume, mounted at `/tfk/logs` (`$TFK_LOG_DIR`; TensorBoard reads it)"
+    )
+    models: VolumeSpec | None = _volume(
+        "models volume, mounted at `/tfk/models` (`$TFK_MODEL_DIR`; checkpoints and exported SavedModels)",
+    )
+    storage_class: str | None = spec_field(
+        None,
+        kind="str",
+        check=subdomain("storage class name"),
+        help="storage class of every new volume (none: the cluster's default class)",
+    )
+
+    VOLUMES = ("data", "logs", "models")
+    MOUNT_ROOT = "/tfk"
+
+    def validate(self, where: str) -> None:
+        errors = Errors()
+        check_fields(self, where, errors)
+        errors.raise_if_any()
+
+    def volumes(self) -> dict[str, VolumeSpec]:
+        return {n: getattr(self, n) for n in self.VOLUMES if getattr(self, n) is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> StorageSpec:
+        errors = Errors()
+        built: StorageSpec = from_mapping(cls, data, where, errors)
+        errors.raise_if_any()
+        return built

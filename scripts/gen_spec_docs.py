@@ -1,0 +1,43 @@
+"""Write what the spec's declarations generate: the README's field table (between its
+markers) and the training files' JSON Schema (airflow_tfk/training-file.schema.json).
+
+Usage: python scripts/gen_spec_docs.py [--check]   (--check: exit 1 when either is stale)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from airflow_tfk.spec_docs import README_BEGIN, README_END, SCHEMA_FILE, readme_table, schema_text
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_with_table(readme: str, table: str) -> str:
+    head, rest = readme.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_BEGIN}\n{table}\n{README_END}{tail}"
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    targets = {
+        ROOT / "README.md": lambda text: readme_with_table(text, readme_table()),
+        ROOT / "airflow_tfk" / SCHEMA_FILE: lambda text: schema_text(),
+    }
+    stale = []
+    for path, make in targets.items():
+        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        new = make(old)
+        if new != old:
+            stale.append(path.name)
+            if not check:
+                path.write_text(new, encoding="utf-8")
+    if stale:
+        print(("stale: " if check else "wrote: ") + ", ".join(stale))
+    return 1 if check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
