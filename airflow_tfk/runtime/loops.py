@@ -171,11 +171,13 @@ def train_parameter_server(app: TrainingApp) -> None:
     app.finish(app.model)
 
 
-#: Seconds of steps the parameter_server loop keeps queued for the workers. Enough that a
-#: chief descheduled for a moment (a busy node) never leaves the workers without work;
-#: short enough that a checkpoint, or a notice, waits for little (the steps in flight
-#: finish first, so none is lost).
-PS_QUEUE_SECONDS = 1.0
+#: Seconds of steps the parameter_server loop keeps queued for the workers. The chief
+#: schedules every step from Python and has to be on a CPU to do it: on a busy node (2
+#: cores at load ~20, bench/bench_trainingapp.py) 1 s of queue still left the workers
+#: waiting for it (0.87 of the hand-written loop, which queues every step at once), 3 s did
+#: not (1.04). Still short enough for a checkpoint, or a notice, to wait for: the steps in
+#: flight finish first, so none is lost.
+PS_QUEUE_SECONDS = 3.0
 
 
 class _PSLoop:
