@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from k8s_integration._tfk import index_of
 from kubernetes import client
 
 from airflow_tfk.errors import TrainingFailed
@@ -83,7 +84,7 @@ def _pod(api, ns: str, cluster: str, role: str, index: int, running: bool = True
     found = [
         p
         for p in _tfk.pods(api, ns, cluster, role)
-        if _tfk.index_of(p) == index
+        if index_of(p) == index
         and not p.metadata.deletion_timestamp
         and (not running or p.status.phase == "Running")
     ]
@@ -118,9 +119,7 @@ def _evict(api, ns: str, pod: str, grace: int | None = None) -> None:
 
 
 def _restarted_log(api, ns: str, cluster: str, role: str, index: int, gone: str) -> str:
-    pods = [
-        p for p in _tfk.pods(api, ns, cluster, role) if _tfk.index_of(p) == index and p.metadata.name != gone
-    ]
+    pods = [p for p in _tfk.pods(api, ns, cluster, role) if index_of(p) == index and p.metadata.name != gone]
     assert pods, f"{role}-{index} was not restarted"
     return _tfk.pod_log(api, ns, max(pods, key=lambda p: p.metadata.creation_timestamp).metadata.name)
 
