@@ -139,9 +139,9 @@ def train_parameter_server(app: TrainingApp) -> None:
 
     def count(loss: Any) -> None:
         # Counted where the step ran: the counter is the true number of finished steps.
-        # Nothing is returned: the coordinator copies a closure's outputs back to the
-        # chief, a round trip that holds up that worker's next step, and the chief reads
-        # the loss from the ps anyway.
+        # Nothing is returned: every output costs the chief ~0.3 ms of CPU (a remote
+        # tensor handle to track and release), a marker's output is copied back on that
+        # worker's dispatch thread before its next step, and the loss is read from the ps.
         step_var.assign_add(spc)
         last_loss.assign(tf.cast(loss, tf.float32))
 
