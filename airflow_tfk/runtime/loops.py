@@ -10,8 +10,10 @@ newest checkpoint, and a first progress line.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import shutil
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -135,27 +137,29 @@ def train_parameter_server(app: TrainingApp) -> None:
 
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
 
-    def count(loss: Any) -> Any:
-        # counted where the step ran: the counter is the true number of finished steps
+    def count(loss: Any) -> None:
+        # Counted where the step ran: the counter is the true number of finished steps.
+        # Nothing is returned: every output costs the chief ~0.3 ms of CPU (a remote
+        # tensor handle to track and release), a marker's output is copied back on that
+        # worker's dispatch thread before its next step, and the loss is read from the ps.
         step_var.assign_add(spc)
         last_loss.assign(tf.cast(loss, tf.float32))
-        return loss
 
     if spc == 1:
 
         @tf.function
-        def worker_fn(it: Any) -> Any:
+        def worker_fn(it: Any) -> None:
             per_replica = strategy.run(app.train_step, args=(next(it),))
-            return count(strategy.reduce("MEAN", per_replica, axis=None))
+            count(strategy.reduce("MEAN", per_replica, axis=None))
     else:
 
         @tf.function
-        def worker_fn(it: Any) -> Any:
+        def worker_fn(it: Any) -> None:
             loss = tf.constant(0.0)
             for _ in tf.range(spc):
                 per_replica = strategy.run(app.train_step, args=(next(it),))
                 loss = strategy.reduce("MEAN", per_replica, axis=None)
-            return count(loss)
+            count(loss)
 
     @tf.function
     def read_both() -> Any:  # one call: the two reads go out together
@@ -167,6 +171,15 @@ def train_parameter_server(app: TrainingApp) -> None:
     app.finish(app.model)
 
 
+#: Seconds of steps the parameter_server loop keeps queued for the workers. The chief
+#: schedules every step from Python and has to be on a CPU to do it: on a busy node (2
+#: cores at load ~20, bench/bench_trainingapp.py) 1 s of queue still left the workers
+#: waiting for it (0.87 of the hand-written loop, which queues every step at once), 3 s did
+#: not (1.04). Still short enough for a checkpoint, or a notice, to wait for: the steps in
+#: flight finish first, so none is lost.
+PS_QUEUE_SECONDS = 3.0
+
+
 class _PSLoop:
     """Schedules the steps of a parameter_server training and keeps it paced, reported,
     checkpointed and stoppable on notice.
@@ -174,9 +187,9 @@ class _PSLoop:
     Scheduling is asynchronous, and the coordinator's queue would take every step at once.
     Every ``pace`` steps (10, or the progress interval if smaller) the closure just
     scheduled becomes a marker; waiting for the marker from ``lag`` paces earlier keeps
-    the workers fed with ``lag`` paces of work (at least ~8 closures per worker) and paces
-    this loop to them, so it wakes up evenly and the steps in flight that a checkpoint (or
-    a notice) waits for stay few. At each wake-up the progress is read from the ps (the
+    the workers fed with ``lag`` paces of work and paces this loop to them, so it wakes up
+    evenly. ``lag`` follows the measured step rate: :data:`PS_QUEUE_SECONDS` of work, and
+    at least ~8 closures per worker. At each wake-up the progress is read from the ps (the
     counter the workers advance), both variables in one call: a line shows the step the
     cluster has finished at that moment. A coarser pace wakes the loop in bursts, and the
     counter then jumps past progress lines.
@@ -188,20 +201,41 @@ class _PSLoop:
         self.schedule, self.read = schedule, read
         self.total, self.spc = app.flags.steps, app.flags.steps_per_call
         self.pace = max(self.spc, min(app.flags.progress_every, 10))
-        self.lag = max(4, -(-8 * max(1, app.task.num("worker")) * self.spc // self.pace))
+        self.min_lag = max(4, -(-8 * max(1, app.task.num("worker")) * self.spc // self.pace))
+        self.lag = self.min_lag
         self.every_ckpt = app.flags.checkpoint_every if state.manager is not None else 0
         self.markers: collections.deque[Any] = collections.deque()
+        self.readings: collections.deque[tuple[float, int]] = collections.deque(maxlen=32)
 
     def progress(self) -> None:
         step, loss = (v.numpy() for v in self.read())
         loss = float(loss)
+        self.follow_rate(int(step))
         self.app.report(min(self.total, int(step)), None if loss != loss else loss)  # NaN: no step yet
 
-    def drain_and_save(self) -> None:
-        # what is in flight finishes (it is not lost); the counter is then exact
+    def follow_rate(self, step: int) -> None:
+        """Size the queue to :data:`PS_QUEUE_SECONDS` of steps at the recent rate."""
+        now = time.monotonic()
+        if self.readings and step < self.readings[-1][1]:
+            self.readings.clear()  # the counter went back (restored): a new run of readings
+        self.readings.append((now, step))
+        (t0, s0), (t1, s1) = self.readings[0], self.readings[-1]
+        if t1 - t0 < 0.2 or s1 <= s0:
+            return  # too short a window to tell a rate
+        rate = (s1 - s0) / (t1 - t0)
+        self.lag = max(self.min_lag, math.ceil(rate * PS_QUEUE_SECONDS / self.pace))
+
+    def drain(self) -> None:
+        """Wait until every step scheduled has run (none is lost; the counter is then
+        exact), still waking up at each marker so no progress line is skipped."""
+        while self.markers:
+            self.markers.popleft().fetch()
+            self.progress()
         self.coordinator.join()
-        self.markers.clear()
         self.progress()
+
+    def drain_and_save(self) -> None:
+        self.drain()
         self.state.save(self.app.step)
 
     def crossed(self, scheduled: int, every: int) -> bool:
@@ -217,14 +251,12 @@ class _PSLoop:
             scheduled += self.spc
             if self.crossed(scheduled, self.pace) or scheduled >= self.total:
                 self.markers.append(rv)
-                if len(self.markers) > self.lag:
+                while len(self.markers) > self.lag:
                     self.markers.popleft().fetch()  # waits until that closure has run
                 self.progress()  # printed when a line is due
             if scheduled < self.total and self.crossed(scheduled, self.every_ckpt):
                 self.drain_and_save()
-        self.coordinator.join()
-        self.progress()
-        self.state.save(app.step)
+        self.drain_and_save()
 
 
 # ---- all_reduce and local ---------------------------------------------------------------
