@@ -7,6 +7,7 @@ restarted task's own log) and the time from the disruption to progress again.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -22,6 +23,14 @@ from airflow_tfk.runtime.progress import parse_line
 from . import _tfk
 
 pytestmark = pytest.mark.k8s_node
+# The cases whose recovery is a restart from a checkpoint take 90-150 s each on two cores;
+# together they would double the real-node lane past CI's time budget. CI runs the two
+# that need no restart (an evicted parameter_server worker, workers lost past the bound);
+# the rest run with TFK_NODE_PREEMPTION=1 (figures in tests/k8s_node/README.md).
+restarts = pytest.mark.skipif(
+    os.environ.get("TFK_NODE_PREEMPTION") != "1",
+    reason="a restart-from-checkpoint case: set TFK_NODE_PREEMPTION=1 to run it",
+)
 
 EVERY_CKPT = 500
 #: the step after which a task is disrupted: between two periodic checkpoints, so a resume
@@ -132,7 +141,14 @@ def _losses(log: str) -> tuple[int, int, str, int, float]:
     return int(resumed[1]), int(resumed[2]), resumed[3], int(resumed[4]), float(again[2])
 
 
-@pytest.mark.parametrize("mode", ["all_reduce", "parameter_server", "between_graph"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param("all_reduce", marks=restarts),
+        "parameter_server",
+        pytest.param("between_graph", marks=restarts),
+    ],
+)
 def test_worker_evicted_mid_training_succeeds(
     k8s_node, node_api, node_ns, node_conn, local_volumes, mode
 ) -> None:
@@ -178,6 +194,7 @@ def test_worker_evicted_mid_training_succeeds(
     )
 
 
+@restarts
 def test_ps_deleted_mid_training_resumes_from_a_checkpoint(
     k8s_node, node_api, node_ns, node_conn, local_volumes
 ) -> None:
@@ -198,6 +215,7 @@ def test_ps_deleted_mid_training_resumes_from_a_checkpoint(
     )
 
 
+@restarts
 def test_drain_resumes_from_the_checkpoint_saved_on_notice(
     k8s_node, node_api, node_ns, node_conn, local_volumes
 ) -> None:
