@@ -103,6 +103,12 @@ class PublishModelOperator(OnBackendOperator):
         self.quality_gate = quality_gate
         self.metrics = metrics
         self._upstream_metrics: dict[str, Any] | None = None
+        if not self.inlets and not self.outlets:
+            from airflow_tfk.assets import publish_assets
+
+            self.inlets, self.outlets = publish_assets(
+                model_name, claim, sub_path, base_path, serving, self.backend
+            )
 
     def spec(self) -> Any:
         """The validated :class:`ServingSpec` (raises ``SpecError`` naming the field)."""
@@ -191,6 +197,14 @@ class PublishModelOperator(OnBackendOperator):
             version, task_id = next(iter(found.items()))
             self.log.info("publishing version %s, exported by %s in this run", version, task_id)
             return version
+        from airflow_tfk.asset_events import triggering_model_event
+
+        event = triggering_model_event(context, self.model_name)
+        if event is not None:  # a run scheduled on the model asset publishes what it announced
+            self.log.info("publishing version %s, announced by the model asset event", event["version"])
+            metrics = event.get("metrics")
+            self._upstream_metrics = dict(metrics) if isinstance(metrics, Mapping) and metrics else None
+            return int(event["version"])
         self.log.info("no upstream training exported %s: publishing the newest version", self.model_name)
         return None
 
@@ -209,7 +223,7 @@ class PublishModelOperator(OnBackendOperator):
             version = self._upstream_version(context)
             if metrics is None and self._upstream_metrics:
                 metrics = self._upstream_metrics
-                self.log.info("candidate metrics from the training task's XCom: %s", metrics)
+                self.log.info("candidate metrics from the training (its XCom or model event): %s", metrics)
         config = self.backend_options()
         if self.backend == "kubernetes":
             config["identity"] = identity_from_context(context)
@@ -222,7 +236,12 @@ class PublishModelOperator(OnBackendOperator):
             if exc.on_failure == "skip":
                 raise AirflowSkipException(str(exc)) from exc
             raise
-        return result.to_dict()
+        from airflow_tfk.asset_events import record_publish
+
+        out = result.to_dict()
+        self._lineage_result = {**out, "metrics": metrics or {}}
+        record_publish(context, self.outlets, self._lineage_result)
+        return out
 
 
 class StopModelServerOperator(OnBackendOperator):
