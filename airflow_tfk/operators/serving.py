@@ -243,6 +243,19 @@ class PublishModelOperator(OnBackendOperator):
         record_publish(context, self.outlets, self._lineage_result)
         return out
 
+    def get_openlineage_facets_on_start(self) -> Any:
+        """The model in, the serving model out (the ``openlineage`` provider calls this;
+        without it nothing here is imported)."""
+        from airflow_tfk.lineage import publish_lineage
+
+        return publish_lineage(self, None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """As at start, plus the version that serves, its metrics and endpoint."""
+        from airflow_tfk.lineage import publish_lineage
+
+        return publish_lineage(self, getattr(self, "_lineage_result", None))
+
 
 class StopModelServerOperator(OnBackendOperator):
     """Stop a model's TF Serving: the local model server process (the local backend), or

@@ -338,6 +338,19 @@ class TFTrainingOperator(OnBackendOperator):
         self.log.info("%s", results.summary())
         return results.to_xcom()
 
+    def get_openlineage_facets_on_start(self) -> Any:
+        """Data in, model out, the cluster's shape and image (the ``openlineage`` provider
+        calls this; without it nothing here is imported)."""
+        from airflow_tfk.lineage import training_lineage
+
+        return training_lineage(self, None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """As at start, plus the exported version and metrics on the model dataset."""
+        from airflow_tfk.lineage import training_lineage
+
+        return training_lineage(self, getattr(self, "_lineage_result", None))
+
     def _teardown(self, handle: ClusterHandle, why: str, keep: bool = False) -> None:
         from airflow_tfk.lifecycle import keep_after_failure, teardown_after_failure
 

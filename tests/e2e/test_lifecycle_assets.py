@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT, dags_test, migrated_airflow_home
+from tests.openlineage_events import check_event
 
 # Three Airflow commands and a real training: minutes on a loaded two-core machine.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -67,6 +68,11 @@ def test_model_event_triggers_the_publish_dag(tmp_path: Path) -> None:
         TF_CPP_MIN_LOG_LEVEL="2",
         # A consumer DAG that is paused gets no queued run from an event.
         AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+        # OpenLineage's file transport: one JSON event per line.
+        AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps(
+            {"type": "file", "log_file_path": str(tmp_path / "lineage.jsonl"), "append": True}
+        ),
+        AIRFLOW__OPENLINEAGE__NAMESPACE="tfk-e2e",
     )
     try:
         run = dags_test(env, "tfk_retrain_on_data", conf={"steps": 60}, timeout=900)
@@ -99,5 +105,28 @@ def test_model_event_triggers_the_publish_dag(tmp_path: Path) -> None:
         assert serving[0]["extra"]["version"] == extra["version"]
         assert serving[0]["extra"]["endpoint"].endswith("/v1/models/digits/labels/stable")
         assert serving[0]["extra"]["metrics"]["accuracy"] == extra["metrics"]["accuracy"]
+        _check_lineage(tmp_path / "lineage.jsonl", extra["version"])
     finally:
         LocalServing(ServingSpec(model_name="digits", claim="tfk-models"), str(local_root)).delete(print)
+
+
+def _check_lineage(path: Path, version: int) -> None:
+    """START and COMPLETE of the training and of the publish, schema-valid, with the
+    datasets, the cluster's shape and the model's version and metrics."""
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for event in events:
+        check_event(event)
+    by = {(e["job"]["name"], e["eventType"]): e for e in events}
+    for job in ("tfk_retrain_on_data.train", "tfk_publish_on_model.publish"):
+        assert {(job, "START"), (job, "COMPLETE")} <= set(by), sorted(by)
+    train = by[("tfk_retrain_on_data.train", "COMPLETE")]
+    assert [(d["namespace"], d["name"]) for d in train["inputs"]] == [
+        ("x-tfk-pvc://default", "tfk-data/digits")
+    ]
+    cluster = train["job"]["facets"]["tfkCluster"]
+    assert cluster["replicas"] == {"chief": 1, "ps": 1, "worker": 2} and cluster["mode"] == "parameter_server"
+    model = train["outputs"][0]["outputFacets"]["tfkModel"]
+    assert model["version"] == version and "accuracy" in model["metrics"]
+    publish = by[("tfk_publish_on_model.publish", "COMPLETE")]
+    assert [(d["namespace"], d["name"]) for d in publish["outputs"]] == [("x-tfk-serving://local", "digits")]
+    assert publish["outputs"][0]["outputFacets"]["tfkModel"]["version"] == version
