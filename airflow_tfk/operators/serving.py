@@ -50,6 +50,11 @@ class PublishModelOperator(OnBackendOperator):
         ``metrics`` of the upstream training task whose XCom exported the version, else the
         ``tfk_metrics.json`` the training app exported with it. Recorded next to the model
         config when published. (templated)
+    :param approval: a person approves before exposure: ``true`` or ``{timeout_seconds,
+        poll_seconds, subject}``. After the gate and the candidate's smoke test, the task
+        asks through Airflow's human-in-the-loop records (candidate's metrics against the
+        serving version's) and promotes only on ``Approve``; ``Reject`` or no answer rolls
+        back, and the task fails. See :mod:`airflow_tfk.operators._approval`.
     :return: (XCom) ``model_name``, ``version``, ``previous_version``, ``endpoint`` (REST
         URL of the serving version; on Kubernetes through the API server's service proxy),
         ``predict_url``, ``kept_versions``, ``backend``.
@@ -81,11 +86,15 @@ class PublishModelOperator(OnBackendOperator):
         sample_request: dict[str, Any] | None = None,
         quality_gate: Mapping[str, Any] | None = None,
         metrics: Mapping[str, Any] | str | None = None,
+        approval: bool | Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if self.backend not in ("kubernetes", "local"):
             raise ValueError(f"backend: must be 'kubernetes' or 'local' (got {self.backend!r})")
+        from airflow_tfk.operators._approval import HumanApproval
+
+        self.approval = HumanApproval.from_option(approval)
         args.str_arg(model_name, "model_name")
         for field, value in (("claim", claim), ("base_path", base_path)):
             args.str_arg(value, field, optional=True)
@@ -228,9 +237,20 @@ class PublishModelOperator(OnBackendOperator):
         if self.backend == "kubernetes":
             config["identity"] = identity_from_context(context)
         target = get_serving_target(self.backend, spec, **config)
+        approve = None
+        if self.approval is not None:
+            from airflow_tfk.operators._approval import hitl_approver
+
+            approve = hitl_approver(context, self.approval, self.log.info)
         try:
             result = publish(
-                target, version, self.sample_request, emit=self.log.info, gate=gate, metrics=metrics
+                target,
+                version,
+                self.sample_request,
+                emit=self.log.info,
+                gate=gate,
+                metrics=metrics,
+                approve=approve,
             )
         except NotBlessed as exc:
             if exc.on_failure == "skip":

@@ -21,6 +21,7 @@ changed, and no request to the model's name ever reached the candidate.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,15 @@ def _check_answer(answer: Any, request: dict[str, Any]) -> Any:
     if isinstance(rows, list) and isinstance(out, list) and len(out) != len(rows):
         raise PredictError(f"{len(rows)} instances sent, {len(out)} predictions received")
     return out
+
+
+class NotApproved(ServingError):
+    """The person asked refused the candidate (or did not answer in time); it was rolled
+    back before any client could reach it."""
+
+
+#: Asked after the candidate answered its smoke test, before promotion: True promotes.
+Approve = Callable[[dict[str, Any]], bool]
 
 
 class ServerDown(ServingError):
@@ -231,13 +241,17 @@ def publish(
     *,
     gate: QualityGate | None = None,
     metrics: dict[str, Any] | None = None,
+    approve: Approve | None = None,
 ) -> PublishResult:
     """Publish ``version`` (default: the newest exported) of ``target``'s model.
 
     :param gate: the quality gate; None publishes without one.
     :param metrics: the candidate's metrics (e.g. from the training's XCom); default: the
         metrics file the training app exported with the version.
+    :param approve: asked, once the candidate answered its smoke test under its candidate
+        name, with the candidate's and the serving version's metrics; False rolls back.
     :raises NotBlessed: the gate refused the version; nothing was touched.
+    :raises NotApproved: ``approve`` refused it; rolled back, no client saw it.
     :raises ServingError: the version did not load or answer; the previous serving
         version (if any) is serving, and never stopped.
     """
@@ -306,6 +320,7 @@ def publish(
         )
         predictions = _check_answer(answer, body)
         emit(f"smoke {spec.smoke_protocol} predict of version {version} answered: {str(predictions)[:200]}")
+        _ask(approve, target, name, version, cand.name, metrics, previous, emit)
         # promote: the model's own entry loads the validated version, then the label moves
         loading = current.with_versions((*current.versions, version))
         target.write_config(clean.put(cand).put(loading))
@@ -313,7 +328,8 @@ def publish(
     except (ServingError, OSError) as exc:
         _rollback(target, restore, version, previous, emit)
         now = _what_serves(target, previous, server, emit, poll, clock)
-        raise ServingError(f"{name} version {version} was not published: {exc}; {now}") from exc
+        kind = NotApproved if isinstance(exc, NotApproved) else ServingError
+        raise kind(f"{name} version {version} was not published: {exc}; {now}") from exc
     except BaseException:
         _rollback(target, restore, version, previous, emit)
         raise
@@ -331,6 +347,33 @@ def publish(
     return PublishResult(
         name, version, previous, target.endpoint(STABLE_LABEL), keep, target.kind, predictions
     )
+
+
+def _ask(
+    approve: Approve | None,
+    target: ServingTarget,
+    name: str,
+    version: int,
+    candidate: str,
+    metrics: dict[str, Any] | None,
+    previous: int | None,
+    emit: Emit,
+) -> None:
+    if approve is None:
+        return
+    serving_metrics = _baseline(target, previous) if previous is not None else None
+    request = {
+        "model_name": name,
+        "version": version,
+        "candidate": candidate,
+        "metrics": metrics or {},
+        "serving_version": previous,
+        "serving_metrics": serving_metrics or {},
+    }
+    emit(f"{candidate} version {version} answered its smoke test; asking for approval before promotion")
+    if not approve(request):
+        raise NotApproved("the candidate was not approved")
+    emit(f"{name} version {version} approved: promoting it")
 
 
 def _what_serves(
