@@ -1,17 +1,17 @@
 """A person's approval of a publish candidate, through Airflow's human-in-the-loop records.
 
 The publish task writes a HITL request (options ``Approve``/``Reject``; the body shows the
-candidate's metrics next to the serving version's) and waits for the answer while the
-candidate stays loaded as ``<model>-tfk-candidate``, where no client calls it. The answer
-comes from Airflow's UI ("Required actions") or its REST API
-(``PATCH /api/v2/dags/{dag}/dagRuns/{run}/taskInstances/{task}/{map_index}/hitlDetails``).
-The task keeps running while it waits (the candidate is state of this very task), so
-the wait is bounded by ``timeout_seconds``; no answer by then is a rejection.
+candidate's metrics next to the serving version's) and parks, holding no worker slot,
+while the candidate stays loaded as ``<model>-tfk-candidate``, where no client calls it.
+The answer comes from Airflow's UI ("Required actions") or its REST API
+(``PATCH /api/v2/dags/{dag}/dagRuns/{run}/taskInstances/{task}/{map_index}/hitlDetails``);
+no answer within ``timeout_seconds`` is a rejection. On resume, an approval publishes the
+same version again (the loaded candidate answers at once) and promotes it; anything else
+withdraws the candidate.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,36 +77,69 @@ def body(request: Mapping[str, Any]) -> str:
     )
 
 
-def hitl_approver(
-    context: Mapping[str, Any],
-    config: HumanApproval,
-    emit: Callable[[str], None],
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+def request_approval(
+    context: Mapping[str, Any], config: HumanApproval, emit: Callable[[str], None]
 ) -> Callable[[dict[str, Any]], bool]:
     """The ``approve`` callback of :func:`~airflow_tfk.serving.publish.publish` for this
-    task instance."""
+    task instance: writes the HITL request and stops the publish with the candidate loaded
+    (:class:`~airflow_tfk.serving.publish.AwaitApproval`); the operator then parks."""
 
     def approve(request: dict[str, Any]) -> bool:
-        from airflow.sdk.execution_time.hitl import get_hitl_detail_content_detail, upsert_hitl_detail
+        from airflow.sdk.execution_time.hitl import upsert_hitl_detail
 
-        ti_id = context["task_instance"].id
+        from airflow_tfk.serving.publish import AwaitApproval
+
         subject = config.subject or f"Promote {request['model_name']} version {request['version']}?"
         upsert_hitl_detail(
-            ti_id=ti_id, options=[APPROVE, REJECT], subject=subject, body=body(request), defaults=[REJECT]
+            ti_id=context["task_instance"].id,
+            options=[APPROVE, REJECT],
+            subject=subject,
+            body=body(request),
+            defaults=[REJECT],
+            params={},  # no form: the API refuses None
         )
         emit(f"waiting up to {config.timeout_seconds:.0f} s for a person to approve or reject: {subject}")
-        deadline = clock() + config.timeout_seconds
-        while True:
-            answer = get_hitl_detail_content_detail(ti_id)
-            if answer.response_received:
-                who = getattr(answer.responded_by_user, "name", None) or "someone"
-                chosen = list(answer.chosen_options or [])
-                emit(f"{who} answered {chosen}")
-                return chosen == [APPROVE]
-            if clock() >= deadline:
-                emit(f"no answer within {config.timeout_seconds:.0f} s: rejected")
-                return False
-            sleep(config.poll_seconds)
+        raise AwaitApproval(request)
 
     return approve
+
+
+def park(operator: Any, context: Mapping[str, Any], request: dict[str, Any], config: HumanApproval) -> None:
+    """Wait for the answer without a worker slot: Airflow 3.3's awaiting-input state, or a
+    deferral to the standard provider's HITL trigger before it. Resumes in
+    ``execute_approved(context, event, request)``."""
+    from datetime import timedelta
+
+    timeout = timedelta(seconds=config.timeout_seconds)
+    try:
+        from airflow.sdk.exceptions import TaskAwaitingInput
+    except ImportError:  # Airflow 3.1/3.2: the triggerer polls the answer
+        from airflow.providers.standard.triggers.hitl import HITLTrigger
+        from airflow.sdk.timezone import utcnow
+
+        operator.defer(
+            trigger=HITLTrigger(
+                ti_id=context["task_instance"].id,
+                options=[APPROVE, REJECT],
+                defaults=[REJECT],
+                params={},
+                multiple=False,
+                timeout_datetime=utcnow() + timeout,
+            ),
+            method_name="execute_approved",
+            kwargs={"request": request},
+        )
+    raise TaskAwaitingInput(method_name="execute_approved", kwargs={"request": request}, timeout=timeout)
+
+
+def approved(event: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether the resume event approves, and what it says."""
+    if "error" in event:
+        kind = event.get("error_type", "error")
+        return False, (
+            "nobody answered in time" if kind == "timeout" else f"the approval failed: {event['error']}"
+        )
+    chosen = list(event.get("chosen_options") or [])
+    who = event.get("responded_by_user") or {}
+    name = who.get("name") if isinstance(who, Mapping) else getattr(who, "name", None)
+    return chosen == [APPROVE], f"{name or 'someone'} chose {chosen}"

@@ -218,9 +218,6 @@ class PublishModelOperator(OnBackendOperator):
         return None
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_tfk._airflow import AirflowSkipException
-        from airflow_tfk.serving.base import NotBlessed
-        from airflow_tfk.serving.publish import publish
         from airflow_tfk.serving.targets import get_serving_target
 
         _options(self.serving, self.sample_request, self.quality_gate, self.metrics, rendered=True)
@@ -239,9 +236,18 @@ class PublishModelOperator(OnBackendOperator):
         target = get_serving_target(self.backend, spec, **config)
         approve = None
         if self.approval is not None:
-            from airflow_tfk.operators._approval import hitl_approver
+            from airflow_tfk.operators._approval import request_approval
 
-            approve = hitl_approver(context, self.approval, self.log.info)
+            approve = request_approval(context, self.approval, self.log.info)
+        return self._publish(context, target, version, gate, metrics, approve)
+
+    def _publish(
+        self, context: Context, target: Any, version: int | None, gate: Any, metrics: Any, approve: Any
+    ) -> dict[str, Any]:
+        from airflow_tfk._airflow import AirflowSkipException
+        from airflow_tfk.serving.base import NotBlessed
+        from airflow_tfk.serving.publish import AwaitApproval, publish
+
         try:
             result = publish(
                 target,
@@ -252,6 +258,12 @@ class PublishModelOperator(OnBackendOperator):
                 metrics=metrics,
                 approve=approve,
             )
+        except AwaitApproval as wait:
+            from airflow_tfk.operators._approval import park
+
+            assert self.approval is not None  # only its callback raises AwaitApproval
+            park(self, context, wait.request, self.approval)
+            raise  # park raised; for the type checker
         except NotBlessed as exc:
             if exc.on_failure == "skip":
                 raise AirflowSkipException(str(exc)) from exc
@@ -262,6 +274,30 @@ class PublishModelOperator(OnBackendOperator):
         self._lineage_result = {**out, "metrics": metrics or {}}
         record_publish(context, self.outlets, self._lineage_result)
         return out
+
+    def execute_approved(
+        self, context: Context, event: dict[str, Any], request: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The person's answer: promote the waiting candidate, or withdraw it."""
+        from airflow_tfk.operators._approval import approved
+        from airflow_tfk.serving.publish import NotApproved, withdraw_candidate
+        from airflow_tfk.serving.targets import get_serving_target
+
+        if request is None:
+            raise NotApproved("resumed without the approval request; the candidate is not promoted")
+        config = self.backend_options()
+        if self.backend == "kubernetes":
+            config["identity"] = identity_from_context(context)
+        target = get_serving_target(self.backend, self.spec(), **config)
+        yes, why = approved(event)
+        self.log.info("approval of %s version %s: %s", request["model_name"], request["version"], why)
+        if not yes:
+            withdraw_candidate(target, self.log.info)
+            raise NotApproved(
+                f"{request['model_name']} version {request['version']} was not published: {why}"
+            )
+        metrics = request.get("metrics") or None
+        return self._publish(context, target, int(request["version"]), self.gate(), metrics, lambda _: True)
 
     def get_openlineage_facets_on_start(self) -> Any:
         """The model in, the serving model out (the ``openlineage`` provider calls this;

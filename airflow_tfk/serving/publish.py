@@ -94,7 +94,26 @@ class NotApproved(ServingError):
 
 
 #: Asked after the candidate answered its smoke test, before promotion: True promotes.
+#: It may raise :class:`AwaitApproval` to leave the candidate loaded for a later answer.
 Approve = Callable[[dict[str, Any]], bool]
+
+
+class AwaitApproval(BaseException):  # noqa: N818 - a signal, like Airflow's TaskDeferred
+    """Raised by an ``approve`` callback whose answer comes later: publish returns at once,
+    leaving the candidate loaded (where no client calls it) and the serving version as it
+    was; then :func:`publish` again with the answer, or :func:`withdraw_candidate`."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        super().__init__(request)
+        self.request = request
+
+
+def withdraw_candidate(target: ServingTarget, emit: Emit) -> None:
+    """Remove the candidate entry a publish left for an approval; the serving entry stays."""
+    config = target.read_config() or ModelServerConfig()
+    name = candidate_name(target.spec.model_name)
+    target.write_config(ModelServerConfig(tuple(m for m in config.models if m.name != name)))
+    emit(f"withdrew {name}: the version that served before still serves")
 
 
 class ServerDown(ServingError):
@@ -284,20 +303,7 @@ def publish(
             return PublishResult(
                 name, version, previous, target.endpoint(STABLE_LABEL), current.versions, target.kind
             )
-    body = sample_request if sample_request is not None else target.sample_request(version)
-    if not isinstance(body, dict) or not body:
-        exported = target.exported_versions()  # only on this error path: it may cost a Job
-        if version not in exported:
-            listed = ", ".join(str(v) for v in exported[-10:]) or "none"
-            raise ServingError(
-                f"{name} version {version} is not in the model store ({target.model_base_path()}); "
-                f"exported versions: {listed}"
-            )
-        raise ServingError(
-            f"no sample request for {name} version {version}: the training app "
-            "exports assets.extra/tfk_sample_request.json when it defines "
-            "sample_input(); or pass sample_request"
-        )
+    body = _sample_request(target, version, sample_request)
     emit(
         f"publishing {name} version {version} on the {target.kind} backend "
         f"(serving now: {previous if previous is not None else 'none'}); validating it as "
@@ -325,6 +331,8 @@ def publish(
         loading = current.with_versions((*current.versions, version))
         target.write_config(clean.put(cand).put(loading))
         wait_available(target, version, spec.load_timeout_seconds, emit, poll, clock, server=server)
+    except AwaitApproval:
+        raise
     except (ServingError, OSError) as exc:
         _rollback(target, restore, version, previous, emit)
         now = _what_serves(target, previous, server, emit, poll, clock)
@@ -347,6 +355,26 @@ def publish(
     return PublishResult(
         name, version, previous, target.endpoint(STABLE_LABEL), keep, target.kind, predictions
     )
+
+
+def _sample_request(target: ServingTarget, version: int, given: dict[str, Any] | None) -> dict[str, Any]:
+    """The smoke test's body: the one given, else the one the training app exported."""
+    name = target.spec.model_name
+    body = given if given is not None else target.sample_request(version)
+    if not isinstance(body, dict) or not body:
+        exported = target.exported_versions()  # only on this error path: it may cost a Job
+        if version not in exported:
+            listed = ", ".join(str(v) for v in exported[-10:]) or "none"
+            raise ServingError(
+                f"{name} version {version} is not in the model store ({target.model_base_path()}); "
+                f"exported versions: {listed}"
+            )
+        raise ServingError(
+            f"no sample request for {name} version {version}: the training app "
+            "exports assets.extra/tfk_sample_request.json when it defines "
+            "sample_input(); or pass sample_request"
+        )
+    return body
 
 
 def _ask(

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_tfk.errors import SpecError
 from airflow_tfk.operators import _approval
-from airflow_tfk.operators._approval import HumanApproval, hitl_approver
+from airflow_tfk.operators._approval import HumanApproval
 from airflow_tfk.operators.serving import PublishModelOperator
 
 REQUEST = {
@@ -50,61 +50,82 @@ def test_body_shows_candidate_against_serving() -> None:
     assert "serving v1" in text and "digits-tfk-candidate" in text
 
 
-class FakeHITL:
-    def __init__(self, answers) -> None:
-        self.answers = list(answers)
-        self.requests: list[dict] = []
-
-    def upsert(self, **kw) -> None:
-        self.requests.append(kw)
-
-    def get(self, ti_id):
-        answer = self.answers.pop(0) if self.answers else None
-        if answer is None:
-            return SimpleNamespace(response_received=False, chosen_options=None, responded_by_user=None)
-        return SimpleNamespace(
-            response_received=True, chosen_options=[answer], responded_by_user=SimpleNamespace(name="ana")
-        )
-
-
 @pytest.fixture
-def hitl(monkeypatch):
-    def install(answers):
-        fake = FakeHITL(answers)
-        import airflow.sdk.execution_time.hitl as module
+def served(monkeypatch):
+    """Model ``digits`` on an in-memory server, version 1 serving; HITL requests recorded."""
+    from airflow.sdk.execution_time import hitl
 
-        monkeypatch.setattr(module, "upsert_hitl_detail", fake.upsert)
-        monkeypatch.setattr(module, "get_hitl_detail_content_detail", fake.get)
-        return fake
+    from airflow_tfk.serving import targets
+    from airflow_tfk.serving.publish import publish
+    from airflow_tfk.serving.spec import ServingSpec
+    from tests.serving.fakes import FakeServing
 
-    return install
+    target = FakeServing(ServingSpec(model_name="digits", claim="m"), {1: "ok", 2: "ok"})
+    publish(target, 1, emit=lambda _: None, metrics={"accuracy": 0.9})
+    requests: list[dict] = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
+    monkeypatch.setattr(targets, "get_serving_target", lambda kind, spec, **config: target)
+    return target, requests
 
 
-def _approver(timeout: float = 30.0):
-    now = [0.0]
+def _context() -> dict:
+    from tests.helpers import task_context
 
-    def sleep(seconds: float) -> None:
-        now[0] += seconds
+    return {**task_context(task_id="publish"), "task_instance": SimpleNamespace(id="ti-1")}
 
-    context = {"task_instance": SimpleNamespace(id="ti-1")}
-    return hitl_approver(context, HumanApproval(timeout, 5.0), lambda _: None, lambda: now[0], sleep)
+
+def _park(served):
+    from airflow.sdk.exceptions import TaskAwaitingInput
+
+    target, requests = served
+    op = PublishModelOperator(
+        task_id="publish",
+        model_name="digits",
+        claim="m",
+        backend="local",
+        version=2,
+        metrics={"accuracy": 0.93},
+        approval={"timeout_seconds": 600},
+    )
+    with pytest.raises(TaskAwaitingInput) as info:
+        op.execute(_context())
+    # parked with the candidate loaded under its own name only; version 1 still serves
+    assert target.config.get("digits-tfk-candidate").versions == (2,)
+    assert target.config.get("digits").versions == (1,) and target.label_version("stable") == 1
+    (request,) = requests
+    assert request["options"] == ["Approve", "Reject"] and request["defaults"] == ["Reject"]
+    assert request["params"] == {} and request["ti_id"] == "ti-1"  # Airflow's API refuses None
+    assert "| accuracy | 0.93 | 0.9 |" in request["body"]
+    assert info.value.method_name == "execute_approved" and info.value.timeout.total_seconds() == 600
+    return op, info.value.kwargs
+
+
+def test_approved_candidate_is_promoted(served) -> None:
+    target, _ = served
+    op, kwargs = _park(served)
+    event = {"chosen_options": ["Approve"], "params_input": {}, "responded_by_user": {"name": "ana"}}
+    result = op.execute_approved(_context(), event, **kwargs)
+    assert result["version"] == 2 and target.label_version("stable") == 2
+    assert target.config.get("digits-tfk-candidate") is None
 
 
 @pytest.mark.parametrize(
-    ("answers", "approved"), [([None, "Approve"], True), ([None, None, "Reject"], False)]
+    ("event", "why"),
+    [
+        ({"chosen_options": ["Reject"], "params_input": {}, "responded_by_user": {"name": "bo"}}, "bo chose"),
+        ({"error": "timed out", "error_type": "timeout"}, "nobody answered in time"),
+    ],
 )
-def test_the_answer_decides(hitl, answers, approved) -> None:
-    fake = hitl(answers)
-    assert _approver()(dict(REQUEST)) is approved
-    (request,) = fake.requests
-    assert request["options"] == ["Approve", "Reject"] and request["defaults"] == ["Reject"]
-    assert request["ti_id"] == "ti-1" and "Promote digits version 2?" == request["subject"]
+def test_rejected_or_unanswered_candidate_is_withdrawn(served, event, why) -> None:
+    from airflow_tfk.serving.publish import NotApproved
 
-
-def test_no_answer_in_time_rejects(hitl) -> None:
-    fake = hitl([None] * 100)
-    assert _approver(timeout=12)(dict(REQUEST)) is False
-    assert len(fake.answers) < 100  # it stopped asking at the deadline
+    target, _ = served
+    op, kwargs = _park(served)
+    with pytest.raises(NotApproved, match=why):
+        op.execute_approved(_context(), event, **kwargs)
+    assert target.config.get("digits-tfk-candidate") is None
+    assert target.config.get("digits").versions == (1,) and target.label_version("stable") == 1
+    assert not any(model == "digits" and version == 2 for model, version in target.predicted)
 
 
 def test_a_training_files_publish_block_takes_approval() -> None:
