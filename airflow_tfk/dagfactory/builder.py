@@ -176,8 +176,13 @@ def _doc(training: TrainingFile, text: str) -> str:
 def _dag(t: TrainingFile, params: dict[str, Param], text: str, run_timeout: timedelta | None) -> DAG:
     from airflow_tfk.dagfactory.sandbox import SandboxedDAG
 
+    fields = _passed_on(t, _DAG_FIELDS)
+    if isinstance(t.schedule, dict):
+        from airflow_tfk.dagfactory.asset_schedule import airflow_schedule
+
+        fields["schedule"] = airflow_schedule(t.schedule)
     return SandboxedDAG(
-        **_passed_on(t, _DAG_FIELDS),
+        **fields,
         dagrun_timeout=run_timeout,
         tags=["airflow-tfk", "dag-as-code", *t.tags],
         params=params,

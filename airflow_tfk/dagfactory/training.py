@@ -85,7 +85,8 @@ class TrainingFile:
     :param source: the file it came from (shown in the DAG's docs and in errors).
     :param cluster: the cluster spec's fields as written (templates kept; ``name``
         optional: derived from the task instance, so a retry reattaches).
-    :param schedule: a cron expression, a preset, or ``None`` (manual only).
+    :param schedule: a cron expression, a preset, assets (see
+        :mod:`~airflow_tfk.dagfactory.asset_schedule`) or ``None`` (manual only).
     :param params: name -> ``{"default": ..., <JSON schema keywords>}``.
     :param publish: the PublishModelOperator's keyword arguments, or ``None``.
     :param tensorboard: the TensorBoardOperator's keyword arguments, or ``None``.
@@ -98,7 +99,7 @@ class TrainingFile:
     source: str
     cluster: dict[str, Any]
     description: str | None = None
-    schedule: str | None = None
+    schedule: str | dict[str, Any] | None = None
     start_date: dt.datetime = DEFAULT_START
     catchup: bool = False
     max_active_runs: int = 1
@@ -201,9 +202,13 @@ def _start_date(value: object) -> dt.datetime:
     raise SpecError("start_date", "must be a date such as 2026-01-01", value)
 
 
-def _schedule(value: object) -> str | None:
+def _schedule(value: object) -> str | dict[str, Any] | None:
     if value is None:
         return None
+    from airflow_tfk.dagfactory.asset_schedule import is_asset_schedule, parse_asset_schedule
+
+    if is_asset_schedule(value):
+        return parse_asset_schedule(value)
     if not isinstance(value, str) or not value.strip():
         raise SpecError("schedule", "must be a cron expression, a preset such as @daily, or null", value)
     value = value.strip()

@@ -51,6 +51,11 @@ class PublishModelOperator(OnBackendOperator):
         ``metrics`` of the upstream training task whose XCom exported the version, else the
         ``tfk_metrics.json`` the training app exported with it. Recorded next to the model
         config when published. (templated)
+    :param approval: a person approves before exposure: ``true`` or ``{timeout_seconds,
+        poll_seconds, subject}``. After the gate and the candidate's smoke test, the task
+        asks through Airflow's human-in-the-loop records (candidate's metrics against the
+        serving version's) and promotes only on ``Approve``; ``Reject`` or no answer rolls
+        back, and the task fails. See :mod:`airflow_tfk.operators._approval`.
     :return: (XCom) ``model_name``, ``version``, ``previous_version``, ``endpoint`` (REST
         URL of the serving version; on Kubernetes through the API server's service proxy),
         ``predict_url``, ``kept_versions``, ``backend``.
@@ -82,10 +87,14 @@ class PublishModelOperator(OnBackendOperator):
         sample_request: dict[str, Any] | None = None,
         quality_gate: Mapping[str, Any] | None = None,
         metrics: Mapping[str, Any] | str | None = None,
+        approval: bool | Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         backend_kind(self.backend)
+        from airflow_tfk.operators._approval import HumanApproval
+
+        self.approval = HumanApproval.from_option(approval)
         args.str_arg(model_name, "model_name")
         for field, value in (("claim", claim), ("base_path", base_path)):
             args.str_arg(value, field, optional=True)
@@ -103,6 +112,12 @@ class PublishModelOperator(OnBackendOperator):
         self.quality_gate = quality_gate
         self.metrics = metrics
         self._upstream_metrics: dict[str, Any] | None = None
+        if not self.inlets and not self.outlets:
+            from airflow_tfk.assets import publish_assets
+
+            self.inlets, self.outlets = publish_assets(
+                model_name, claim, sub_path, base_path, serving, self.backend
+            )
 
     def spec(self) -> Any:
         """The validated :class:`ServingSpec` (raises ``SpecError`` naming the field)."""
@@ -191,13 +206,18 @@ class PublishModelOperator(OnBackendOperator):
             version, task_id = next(iter(found.items()))
             self.log.info("publishing version %s, exported by %s in this run", version, task_id)
             return version
+        from airflow_tfk.asset_events import triggering_model_event
+
+        event = triggering_model_event(context, self.model_name)
+        if event is not None:  # a run scheduled on the model asset publishes what it announced
+            self.log.info("publishing version %s, announced by the model asset event", event["version"])
+            metrics = event.get("metrics")
+            self._upstream_metrics = dict(metrics) if isinstance(metrics, Mapping) and metrics else None
+            return int(event["version"])
         self.log.info("no upstream training exported %s: publishing the newest version", self.model_name)
         return None
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_tfk._airflow import AirflowSkipException
-        from airflow_tfk.serving.base import NotBlessed
-        from airflow_tfk.serving.publish import publish
         from airflow_tfk.serving.targets import get_serving_target
 
         _options(self.serving, self.sample_request, self.quality_gate, self.metrics, rendered=True)
@@ -209,20 +229,88 @@ class PublishModelOperator(OnBackendOperator):
             version = self._upstream_version(context)
             if metrics is None and self._upstream_metrics:
                 metrics = self._upstream_metrics
-                self.log.info("candidate metrics from the training task's XCom: %s", metrics)
+                self.log.info("candidate metrics from the training (its XCom or model event): %s", metrics)
         config = self.backend_options()
         if self.backend == "kubernetes":
             config["identity"] = identity_from_context(context)
         target = get_serving_target(self.backend, spec, **config)
+        approve = None
+        if self.approval is not None:
+            from airflow_tfk.operators._approval import request_approval
+
+            approve = request_approval(context, self.approval, self.log.info)
+        return self._publish(context, target, version, gate, metrics, approve)
+
+    def _publish(
+        self, context: Context, target: Any, version: int | None, gate: Any, metrics: Any, approve: Any
+    ) -> dict[str, Any]:
+        from airflow_tfk._airflow import AirflowSkipException
+        from airflow_tfk.serving.base import NotBlessed
+        from airflow_tfk.serving.publish import AwaitApproval, publish
+
         try:
             result = publish(
-                target, version, self.sample_request, emit=self.log.info, gate=gate, metrics=metrics
+                target,
+                version,
+                self.sample_request,
+                emit=self.log.info,
+                gate=gate,
+                metrics=metrics,
+                approve=approve,
             )
+        except AwaitApproval as wait:
+            from airflow_tfk.operators._approval import park
+
+            assert self.approval is not None  # only its callback raises AwaitApproval
+            park(self, context, wait.request, self.approval)
+            raise  # park raised; for the type checker
         except NotBlessed as exc:
             if exc.on_failure == "skip":
                 raise AirflowSkipException(str(exc)) from exc
             raise
-        return result.to_dict()
+        from airflow_tfk.asset_events import record_publish
+
+        out = result.to_dict()
+        self._lineage_result = {**out, "metrics": metrics or {}}
+        record_publish(context, self.outlets, self._lineage_result)
+        return out
+
+    def execute_approved(
+        self, context: Context, event: dict[str, Any], request: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The person's answer: promote the waiting candidate, or withdraw it."""
+        from airflow_tfk.operators._approval import approved
+        from airflow_tfk.serving.publish import NotApproved, withdraw_candidate
+        from airflow_tfk.serving.targets import get_serving_target
+
+        if request is None:
+            raise NotApproved("resumed without the approval request; the candidate is not promoted")
+        config = self.backend_options()
+        if self.backend == "kubernetes":
+            config["identity"] = identity_from_context(context)
+        target = get_serving_target(self.backend, self.spec(), **config)
+        yes, why = approved(event)
+        self.log.info("approval of %s version %s: %s", request["model_name"], request["version"], why)
+        if not yes:
+            withdraw_candidate(target, self.log.info)
+            raise NotApproved(
+                f"{request['model_name']} version {request['version']} was not published: {why}"
+            )
+        metrics = request.get("metrics") or None
+        return self._publish(context, target, int(request["version"]), self.gate(), metrics, lambda _: True)
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """The model in, the serving model out (the ``openlineage`` provider calls this;
+        without it nothing here is imported)."""
+        from airflow_tfk.lineage import publish_lineage
+
+        return publish_lineage(self, None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """As at start, plus the version that serves, its metrics and endpoint."""
+        from airflow_tfk.lineage import publish_lineage
+
+        return publish_lineage(self, getattr(self, "_lineage_result", None))
 
 
 class StopModelServerOperator(OnBackendOperator):

@@ -123,6 +123,12 @@ class TFTrainingOperator(OnBackendOperator):
         self.name_prefix = name_prefix
         self._handle: ClusterHandle | None = None
         self._created = False  # this try created or reattached to its cluster
+        if not self.inlets and not self.outlets:
+            # The data and model the spec names literally, so Airflow knows them at parse
+            # time: a DAG scheduled on the model asset runs after each success.
+            from airflow_tfk.assets import training_assets
+
+            self.inlets, self.outlets = training_assets(cluster_spec)
 
     # -- the steps --------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
@@ -178,7 +184,7 @@ class TFTrainingOperator(OnBackendOperator):
             # SIGTERM-driven exits and every other error: nothing may be left.
             self._teardown(handle, "the task stopped before the training finished")
             raise
-        return self._finish(handle, wait_result(verdict))
+        return self._record(context, self._finish(handle, wait_result(verdict)))
 
     def _defer(self, handle: ClusterHandle) -> None:
         from airflow_tfk.triggers.workers import WorkersDoneTrigger
@@ -246,7 +252,19 @@ class TFTrainingOperator(OnBackendOperator):
         h = ClusterHandle.from_dict(handle)
         self._handle = h
         self._created = True
-        return self._finish(h, event)
+        return self._record(context, self._finish(h, event))
+
+    def _record(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
+        """The model outlets' events carry the exported version, metrics and run."""
+        from airflow_tfk.asset_events import record_training
+
+        self._lineage_result = result
+        filled = record_training(context, self.outlets, result)
+        if filled:
+            self.log.info(
+                "asset event(s) for %s carry version %s", ", ".join(filled), result.get("model_version")
+            )
+        return result
 
     def _resolve(self, context: Context) -> tuple[Any, TFClusterSpec, Any]:
         """Identity, validated spec and backend of this task instance (deterministic, so a
@@ -325,6 +343,19 @@ class TFTrainingOperator(OnBackendOperator):
             self.log.warning("the evaluator failed (the training did not): %s", results.evaluator_error)
         self.log.info("%s", results.summary())
         return results.to_xcom()
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        """Data in, model out, the cluster's shape and image (the ``openlineage`` provider
+        calls this; without it nothing here is imported)."""
+        from airflow_tfk.lineage import training_lineage
+
+        return training_lineage(self, None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """As at start, plus the exported version and metrics on the model dataset."""
+        from airflow_tfk.lineage import training_lineage
+
+        return training_lineage(self, getattr(self, "_lineage_result", None))
 
     def _teardown(self, handle: ClusterHandle, why: str, keep: bool = False) -> None:
         from airflow_tfk.ending import Remove, end_run

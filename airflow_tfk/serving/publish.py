@@ -21,6 +21,7 @@ changed, and no request to the model's name ever reached the candidate.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,34 @@ def _check_answer(answer: Any, request: dict[str, Any]) -> Any:
     if isinstance(rows, list) and isinstance(out, list) and len(out) != len(rows):
         raise PredictError(f"{len(rows)} instances sent, {len(out)} predictions received")
     return out
+
+
+class NotApproved(ServingError):
+    """The person asked refused the candidate (or did not answer in time); it was rolled
+    back before any client could reach it."""
+
+
+#: Asked after the candidate answered its smoke test, before promotion: True promotes.
+#: It may raise :class:`AwaitApproval` to leave the candidate loaded for a later answer.
+Approve = Callable[[dict[str, Any]], bool]
+
+
+class AwaitApproval(BaseException):  # noqa: N818 - a signal, like Airflow's TaskDeferred
+    """Raised by an ``approve`` callback whose answer comes later: publish returns at once,
+    leaving the candidate loaded (where no client calls it) and the serving version as it
+    was; then :func:`publish` again with the answer, or :func:`withdraw_candidate`."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        super().__init__(request)
+        self.request = request
+
+
+def withdraw_candidate(target: ServingTarget, emit: Emit) -> None:
+    """Remove the candidate entry a publish left for an approval; the serving entry stays."""
+    config = target.read_config() or ModelServerConfig()
+    name = candidate_name(target.spec.model_name)
+    target.write_config(ModelServerConfig(tuple(m for m in config.models if m.name != name)))
+    emit(f"withdrew {name}: the version that served before still serves")
 
 
 class ServerDown(ServingError):
@@ -231,13 +260,17 @@ def publish(
     *,
     gate: QualityGate | None = None,
     metrics: dict[str, Any] | None = None,
+    approve: Approve | None = None,
 ) -> PublishResult:
     """Publish ``version`` (default: the newest exported) of ``target``'s model.
 
     :param gate: the quality gate; None publishes without one.
     :param metrics: the candidate's metrics (e.g. from the training's XCom); default: the
         metrics file the training app exported with the version.
+    :param approve: asked, once the candidate answered its smoke test under its candidate
+        name, with the candidate's and the serving version's metrics; False rolls back.
     :raises NotBlessed: the gate refused the version; nothing was touched.
+    :raises NotApproved: ``approve`` refused it; rolled back, no client saw it.
     :raises ServingError: the version did not load or answer; the previous serving
         version (if any) is serving, and never stopped.
     """
@@ -270,20 +303,7 @@ def publish(
             return PublishResult(
                 name, version, previous, target.endpoint(STABLE_LABEL), current.versions, target.kind
             )
-    body = sample_request if sample_request is not None else target.sample_request(version)
-    if not isinstance(body, dict) or not body:
-        exported = target.exported_versions()  # only on this error path: it may cost a Job
-        if version not in exported:
-            listed = ", ".join(str(v) for v in exported[-10:]) or "none"
-            raise ServingError(
-                f"{name} version {version} is not in the model store ({target.model_base_path()}); "
-                f"exported versions: {listed}"
-            )
-        raise ServingError(
-            f"no sample request for {name} version {version}: the training app "
-            "exports assets.extra/tfk_sample_request.json when it defines "
-            "sample_input(); or pass sample_request"
-        )
+    body = _sample_request(target, version, sample_request)
     emit(
         f"publishing {name} version {version} on the {target.kind} backend "
         f"(serving now: {previous if previous is not None else 'none'}); validating it as "
@@ -306,14 +326,18 @@ def publish(
         )
         predictions = _check_answer(answer, body)
         emit(f"smoke {spec.smoke_protocol} predict of version {version} answered: {str(predictions)[:200]}")
+        _ask(approve, target, name, version, cand.name, metrics, previous, emit)
         # promote: the model's own entry loads the validated version, then the label moves
         loading = current.with_versions((*current.versions, version))
         target.write_config(clean.put(cand).put(loading))
         wait_available(target, version, spec.load_timeout_seconds, emit, poll, clock, server=server)
+    except AwaitApproval:
+        raise
     except (ServingError, OSError) as exc:
         _rollback(target, restore, version, previous, emit)
         now = _what_serves(target, previous, server, emit, poll, clock)
-        raise ServingError(f"{name} version {version} was not published: {exc}; {now}") from exc
+        kind = NotApproved if isinstance(exc, NotApproved) else ServingError
+        raise kind(f"{name} version {version} was not published: {exc}; {now}") from exc
     except BaseException:
         _rollback(target, restore, version, previous, emit)
         raise
@@ -331,6 +355,53 @@ def publish(
     return PublishResult(
         name, version, previous, target.endpoint(STABLE_LABEL), keep, target.kind, predictions
     )
+
+
+def _sample_request(target: ServingTarget, version: int, given: dict[str, Any] | None) -> dict[str, Any]:
+    """The smoke test's body: the one given, else the one the training app exported."""
+    name = target.spec.model_name
+    body = given if given is not None else target.sample_request(version)
+    if not isinstance(body, dict) or not body:
+        exported = target.exported_versions()  # only on this error path: it may cost a Job
+        if version not in exported:
+            listed = ", ".join(str(v) for v in exported[-10:]) or "none"
+            raise ServingError(
+                f"{name} version {version} is not in the model store ({target.model_base_path()}); "
+                f"exported versions: {listed}"
+            )
+        raise ServingError(
+            f"no sample request for {name} version {version}: the training app "
+            "exports assets.extra/tfk_sample_request.json when it defines "
+            "sample_input(); or pass sample_request"
+        )
+    return body
+
+
+def _ask(
+    approve: Approve | None,
+    target: ServingTarget,
+    name: str,
+    version: int,
+    candidate: str,
+    metrics: dict[str, Any] | None,
+    previous: int | None,
+    emit: Emit,
+) -> None:
+    if approve is None:
+        return
+    serving_metrics = _baseline(target, previous) if previous is not None else None
+    request = {
+        "model_name": name,
+        "version": version,
+        "candidate": candidate,
+        "metrics": metrics or {},
+        "serving_version": previous,
+        "serving_metrics": serving_metrics or {},
+    }
+    emit(f"{candidate} version {version} answered its smoke test; asking for approval before promotion")
+    if not approve(request):
+        raise NotApproved("the candidate was not approved")
+    emit(f"{name} version {version} approved: promoting it")
 
 
 def _what_serves(

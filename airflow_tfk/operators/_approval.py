@@ -1,0 +1,145 @@
+"""A person's approval of a publish candidate, through Airflow's human-in-the-loop records.
+
+The publish task writes a HITL request (options ``Approve``/``Reject``; the body shows the
+candidate's metrics next to the serving version's) and parks, holding no worker slot,
+while the candidate stays loaded as ``<model>-tfk-candidate``, where no client calls it.
+The answer comes from Airflow's UI ("Required actions") or its REST API
+(``PATCH /api/v2/dags/{dag}/dagRuns/{run}/taskInstances/{task}/{map_index}/hitlDetails``);
+no answer within ``timeout_seconds`` is a rejection. On resume, an approval publishes the
+same version again (the loaded candidate answers at once) and promotes it; anything else
+withdraws the candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_tfk.errors import SpecError
+
+APPROVE = "Approve"
+REJECT = "Reject"
+
+
+@dataclass(frozen=True)
+class HumanApproval:
+    """:param timeout_seconds: how long to wait for an answer; none by then rejects.
+    :param poll_seconds: how often to look for the answer.
+    :param subject: the request's headline (default: names the model and version)."""
+
+    timeout_seconds: float = 3600.0
+    poll_seconds: float = 5.0
+    subject: str | None = None
+
+    @classmethod
+    def from_option(cls, value: object) -> HumanApproval | None:
+        """``approval`` of the operator: None/False (none), True, or a mapping of fields."""
+        if value is None or value is False:
+            return None
+        if value is True:
+            return cls()
+        if not isinstance(value, Mapping):
+            raise SpecError(
+                "approval",
+                "must be true, false or a mapping of timeout_seconds, poll_seconds, subject",
+                value,
+            )
+        unknown = sorted(str(k) for k in set(value) - {"timeout_seconds", "poll_seconds", "subject"})
+        if unknown:
+            raise SpecError(
+                f"approval.{unknown[0]}", "unknown key (allowed: poll_seconds, subject, timeout_seconds)"
+            )
+        for key, lo, hi in (("timeout_seconds", 1, 7 * 24 * 3600), ("poll_seconds", 0.1, 600)):
+            number = value.get(key, getattr(cls, key))
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or not lo <= number <= hi:
+                raise SpecError(f"approval.{key}", f"must be a number of seconds from {lo} to {hi}", number)
+        subject = value.get("subject")
+        if subject is not None and (not isinstance(subject, str) or not 0 < len(subject) <= 200):
+            raise SpecError("approval.subject", "must be text of 1 to 200 characters", subject)
+        return cls(float(value.get("timeout_seconds", 3600)), float(value.get("poll_seconds", 5)), subject)
+
+
+def body(request: Mapping[str, Any]) -> str:
+    """The request's Markdown: candidate against serving version, metric by metric."""
+    cand, serving = request.get("metrics") or {}, request.get("serving_metrics") or {}
+    previous = request.get("serving_version")
+    head = f"| metric | candidate v{request['version']} | serving " + (
+        f"v{previous} |" if previous is not None else "(none) |"
+    )
+    rows = [head, "|---|---|---|"]
+    for metric in sorted(set(cand) | set(serving)):
+        rows.append(f"| {metric} | {cand.get(metric, '-')} | {serving.get(metric, '-')} |")
+    return (
+        f"`{request['candidate']}` (version {request['version']} of `{request['model_name']}`) answered its "
+        "smoke test; no client can reach it yet.\n\n" + "\n".join(rows) + "\n\nApprove to promote it; reject "
+        "(or no answer in time) rolls it back."
+    )
+
+
+def request_approval(
+    context: Mapping[str, Any], config: HumanApproval, emit: Callable[[str], None]
+) -> Callable[[dict[str, Any]], bool]:
+    """The ``approve`` callback of :func:`~airflow_tfk.serving.publish.publish` for this
+    task instance: writes the HITL request and stops the publish with the candidate loaded
+    (:class:`~airflow_tfk.serving.publish.AwaitApproval`); the operator then parks."""
+
+    def approve(request: dict[str, Any]) -> bool:
+        from airflow.sdk.execution_time.hitl import upsert_hitl_detail
+
+        from airflow_tfk.serving.publish import AwaitApproval
+
+        subject = config.subject or f"Promote {request['model_name']} version {request['version']}?"
+        upsert_hitl_detail(
+            ti_id=context["task_instance"].id,
+            options=[APPROVE, REJECT],
+            subject=subject,
+            body=body(request),
+            defaults=[REJECT],
+            params={},  # no form: the API refuses None
+        )
+        emit(f"waiting up to {config.timeout_seconds:.0f} s for a person to approve or reject: {subject}")
+        raise AwaitApproval(request)
+
+    return approve
+
+
+def park(operator: Any, context: Mapping[str, Any], request: dict[str, Any], config: HumanApproval) -> None:
+    """Wait for the answer without a worker slot: Airflow 3.3's awaiting-input state, or a
+    deferral to the standard provider's HITL trigger before it. Resumes in
+    ``execute_approved(context, event, request)``."""
+    from datetime import timedelta
+
+    timeout = timedelta(seconds=config.timeout_seconds)
+    try:
+        from airflow.sdk.exceptions import TaskAwaitingInput
+    except ImportError:  # Airflow 3.1/3.2: the triggerer polls the answer
+        from airflow.providers.standard.triggers.hitl import HITLTrigger
+        from airflow.sdk.timezone import utcnow
+
+        operator.defer(
+            trigger=HITLTrigger(
+                ti_id=context["task_instance"].id,
+                options=[APPROVE, REJECT],
+                defaults=[REJECT],
+                params={},
+                multiple=False,
+                timeout_datetime=utcnow() + timeout,
+            ),
+            method_name="execute_approved",
+            kwargs={"request": request},
+        )
+    raise TaskAwaitingInput(method_name="execute_approved", kwargs={"request": request}, timeout=timeout)
+
+
+def approved(event: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether the resume event approves, and what it says."""
+    if "error" in event:
+        kind = event.get("error_type", "error")
+        return False, (
+            "nobody answered in time" if kind == "timeout" else f"the approval failed: {event['error']}"
+        )
+    chosen = list(event.get("chosen_options") or [])
+    who = event.get("responded_by_user") or {}
+    name = who.get("name") if isinstance(who, Mapping) else getattr(who, "name", None)
+    return chosen == [APPROVE], f"{name or 'someone'} chose {chosen}"

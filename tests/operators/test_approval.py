@@ -1,0 +1,148 @@
+"""The publish operator's ``approval`` option: checked at parse time, naming the field;
+the HITL request it writes and how each answer (or none) decides."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from airflow_tfk.errors import SpecError
+from airflow_tfk.operators import _approval
+from airflow_tfk.operators._approval import HumanApproval
+from airflow_tfk.operators.serving import PublishModelOperator
+
+REQUEST = {
+    "model_name": "digits",
+    "version": 2,
+    "candidate": "digits-tfk-candidate",
+    "metrics": {"accuracy": 0.93},
+    "serving_version": 1,
+    "serving_metrics": {"accuracy": 0.9, "loss": 0.3},
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ("yes", "approval"),
+        ({"timeout": 5}, "approval.timeout"),
+        ({"timeout_seconds": 0}, "approval.timeout_seconds"),
+        ({"poll_seconds": True}, "approval.poll_seconds"),
+        ({"subject": ""}, "approval.subject"),
+    ],
+)
+def test_bad_options_name_their_field(value, field) -> None:
+    with pytest.raises(SpecError) as info:
+        PublishModelOperator(task_id="p", model_name="digits", claim="m", backend="local", approval=value)
+    assert info.value.field == field
+
+
+def test_options() -> None:
+    assert HumanApproval.from_option(None) is None and HumanApproval.from_option(False) is None
+    assert HumanApproval.from_option(True) == HumanApproval()
+    assert HumanApproval.from_option({"timeout_seconds": 60}).timeout_seconds == 60.0
+
+
+def test_body_shows_candidate_against_serving() -> None:
+    text = _approval.body(REQUEST)
+    assert "| accuracy | 0.93 | 0.9 |" in text and "| loss | - | 0.3 |" in text
+    assert "serving v1" in text and "digits-tfk-candidate" in text
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """Model ``digits`` on an in-memory server, version 1 serving; HITL requests recorded."""
+    from airflow.sdk.execution_time import hitl
+
+    from airflow_tfk.serving import targets
+    from airflow_tfk.serving.publish import publish
+    from airflow_tfk.serving.spec import ServingSpec
+    from tests.serving.fakes import FakeServing
+
+    target = FakeServing(ServingSpec(model_name="digits", claim="m"), {1: "ok", 2: "ok"})
+    publish(target, 1, emit=lambda _: None, metrics={"accuracy": 0.9})
+    requests: list[dict] = []
+    monkeypatch.setattr(hitl, "upsert_hitl_detail", lambda **kw: requests.append(kw))
+    monkeypatch.setattr(targets, "get_serving_target", lambda kind, spec, **config: target)
+    return target, requests
+
+
+def _context() -> dict:
+    from tests.helpers import task_context
+
+    return {**task_context(task_id="publish"), "task_instance": SimpleNamespace(id="ti-1")}
+
+
+def _park(served):
+    from airflow.sdk.exceptions import TaskAwaitingInput
+
+    target, requests = served
+    op = PublishModelOperator(
+        task_id="publish",
+        model_name="digits",
+        claim="m",
+        backend="local",
+        version=2,
+        metrics={"accuracy": 0.93},
+        approval={"timeout_seconds": 600},
+    )
+    with pytest.raises(TaskAwaitingInput) as info:
+        op.execute(_context())
+    # parked with the candidate loaded under its own name only; version 1 still serves
+    assert target.config.get("digits-tfk-candidate").versions == (2,)
+    assert target.config.get("digits").versions == (1,) and target.label_version("stable") == 1
+    (request,) = requests
+    assert request["options"] == ["Approve", "Reject"] and request["defaults"] == ["Reject"]
+    assert request["params"] == {} and request["ti_id"] == "ti-1"  # Airflow's API refuses None
+    assert "| accuracy | 0.93 | 0.9 |" in request["body"]
+    assert info.value.method_name == "execute_approved" and info.value.timeout.total_seconds() == 600
+    return op, info.value.kwargs
+
+
+def test_approved_candidate_is_promoted(served) -> None:
+    target, _ = served
+    op, kwargs = _park(served)
+    event = {"chosen_options": ["Approve"], "params_input": {}, "responded_by_user": {"name": "ana"}}
+    result = op.execute_approved(_context(), event, **kwargs)
+    assert result["version"] == 2 and target.label_version("stable") == 2
+    assert target.config.get("digits-tfk-candidate") is None
+
+
+@pytest.mark.parametrize(
+    ("event", "why"),
+    [
+        ({"chosen_options": ["Reject"], "params_input": {}, "responded_by_user": {"name": "bo"}}, "bo chose"),
+        ({"error": "timed out", "error_type": "timeout"}, "nobody answered in time"),
+    ],
+)
+def test_rejected_or_unanswered_candidate_is_withdrawn(served, event, why) -> None:
+    from airflow_tfk.serving.publish import NotApproved
+
+    target, _ = served
+    op, kwargs = _park(served)
+    with pytest.raises(NotApproved, match=why):
+        op.execute_approved(_context(), event, **kwargs)
+    assert target.config.get("digits-tfk-candidate") is None
+    assert target.config.get("digits").versions == (1,) and target.label_version("stable") == 1
+    assert not any(model == "digits" and version == 2 for model, version in target.predicted)
+
+
+def test_a_training_files_publish_block_takes_approval() -> None:
+    from airflow_tfk.dagfactory.builder import build_dag
+    from airflow_tfk.dagfactory.training import parse_training
+
+    cluster = {
+        "image": "x:1",
+        "mode": "all_reduce",
+        "command": ["python", "t.py"],
+        "worker": {"replicas": 1},
+        "storage": {"models": {"claim": "tfk-models"}},
+    }
+    data = {"cluster": cluster, "publish": {"model_name": "digits", "approval": {"timeout_seconds": 600}}}
+    dag = build_dag(parse_training(data, default_dag_id="t", source="t.yaml"))
+    assert dag.get_task("publish").approval == HumanApproval(600.0)
+    data["publish"]["approval"] = {"timeout_seconds": -1}
+    with pytest.raises(SpecError) as info:
+        build_dag(parse_training(data, default_dag_id="t", source="t.yaml"))
+    assert info.value.field == "publish.approval.timeout_seconds"
