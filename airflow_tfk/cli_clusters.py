@@ -11,7 +11,7 @@ connection ``--conn-id``, or a ``--kubeconfig``), and applies their rules: ``del
 removes a cluster only for the task instance that owns it (named with ``--dag-id`` ...),
 or one created outside Airflow when no owner is named, through the same end-of-run path
 (its exports set aside, a reason recorded). ``sweep`` is the orphan sweeper of
-``TFOrphanSweeperOperator``; it reads the task instances' states from the Airflow
+``TFSweepOrphansOperator``; it reads the task instances' states from the Airflow
 metadata database of the environment it runs in (``AIRFLOW_HOME``).
 
 ``--backend local`` runs the same commands on the local backend's root.

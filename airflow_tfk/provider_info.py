@@ -37,13 +37,13 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [
             {
                 "integration-name": "TensorFlow on Kubernetes",
-                "python-modules": ["airflow_tfk.sensors.workers"],
+                "python-modules": ["airflow_tfk.sensors.cluster"],
             }
         ],
         "triggers": [
             {
                 "integration-name": "TensorFlow on Kubernetes",
-                "python-modules": ["airflow_tfk.triggers.workers"],
+                "python-modules": ["airflow_tfk.triggers.cluster"],
             }
         ],
         # The cluster connection is the cncf provider's `kubernetes` connection type and

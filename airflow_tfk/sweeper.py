@@ -24,7 +24,7 @@ stays until then (its exports were set aside when it was kept). Clusters created
 Airflow are only swept past their deadline.
 
 Pure logic over the :class:`Backend` interface and a ``ti_state`` callable, so it runs
-the same on both backends and in tests; :class:`~airflow_tfk.operators.sweeper.TFOrphanSweeperOperator`
+the same on both backends and in tests; :class:`~airflow_tfk.operators.sweeper.TFSweepOrphansOperator`
 asks Airflow for the states.
 """
 

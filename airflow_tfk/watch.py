@@ -3,7 +3,7 @@
 :meth:`Wait.run` is the loop: the statuses of the backend's watcher
 (:class:`~airflow_tfk.backends.base.ClusterWatcher`), each judged by the success policy,
 a summary line when the picture changes, the progress task's step/ETA, Kueue's reason
-while the cluster is queued, and the stall bounds. ``WorkersDoneTrigger`` awaits it in
+while the cluster is queued, and the stall bounds. ``TFClusterDoneTrigger`` awaits it in
 the triggerer; the blocking operator runs the same coroutine with :func:`asyncio.run`
 (:func:`wait_for_cluster`); a sensor's poke judges one status with the same
 :meth:`Wait.check` (:meth:`Wait.poke`). :func:`wait_result` and :func:`failure_of` are

@@ -58,8 +58,8 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import DAG, Param
 
-from airflow_tfk.operators.serving import PublishModelOperator
-from airflow_tfk.operators.tensorboard import TensorBoardOperator
+from airflow_tfk.operators.serving import TFPublishModelOperator
+from airflow_tfk.operators.tensorboard import TFStartTensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 
 with DAG(
@@ -76,7 +76,7 @@ with DAG(
     render_template_as_native_obj=True,
 ):
     common = {{"backend": "local", "kubernetes_conn_id": "kubernetes_default"}}
-    TensorBoardOperator(task_id="tensorboard", claim="tfk-logs", **common)
+    TFStartTensorBoardOperator(task_id="tensorboard", claim="tfk-logs", **common)
     train = TFTrainingOperator(
         task_id="train",
         previous_run_policy="kill_previous",
@@ -94,7 +94,7 @@ with DAG(
         }},
         **common,
     )
-    publish = PublishModelOperator(task_id="publish", model_name="digits{i}", claim="tfk-models", **common)
+    publish = TFPublishModelOperator(task_id="publish", model_name="digits{i}", claim="tfk-models", **common)
     train >> publish
 """
 

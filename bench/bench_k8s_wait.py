@@ -6,7 +6,7 @@
   and the operator's blocking wait (``watch.wait_for_cluster``) with its default progress
   interval (30 s: a log read of the progress task, which KWOK's fake kubelets answer with
   500, retried once).
-- airflow-tfk deferrable: the real ``WorkersDoneTrigger`` (the same wait, awaited; its
+- airflow-tfk deferrable: the real ``TFClusterDoneTrigger`` (the same wait, awaited; its
   client is the cncf AsyncKubernetesHook's) on the 600-worker cluster, with a 60 s deadline.
 - baseline: the seeds' layout (one Job per worker) waited on with the cncf provider's
   ``KubernetesHook.wait_until_job_complete`` (one GET per Job every ``job_poll_interval``
@@ -126,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             for d in jobs
         ]
-        from airflow_tfk.triggers.workers import WorkersDoneTrigger
+        from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 
         counters["trigger-big"] = install_async(RequestCounter(), thread="trigger-big")
-        trigger = WorkersDoneTrigger(
+        trigger = TFClusterDoneTrigger(
             cluster={"name": "big", "namespace": ns},
             backend_kind="kubernetes",
             backend_config={"conn_id": CONN_ID},

@@ -22,7 +22,7 @@ from airflow.sdk import DAG, Param, task
 
 from airflow_tfk.assets import data_asset, model_asset
 from airflow_tfk.dag_env import DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, PROXY_POLICY, STORAGE
-from airflow_tfk.operators.serving import PublishModelOperator
+from airflow_tfk.operators.serving import TFPublishModelOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 
 MODEL = "digits"
@@ -83,7 +83,7 @@ with DAG(
     tags=["airflow-tfk", "lifecycle", "serving"],
     doc_md=__doc__,
 ):
-    PublishModelOperator(
+    TFPublishModelOperator(
         task_id="publish",
         model_name=MODEL,
         claim=MODELS_CLAIM,

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import DAG, Param
 
-from airflow_tfk.operators.sweeper import TFOrphanSweeperOperator
+from airflow_tfk.operators.sweeper import TFSweepOrphansOperator
 
 with DAG(
     dag_id="tfk_orphan_sweeper",
@@ -31,7 +31,7 @@ with DAG(
     render_template_as_native_obj=True,
     doc_md=__doc__,
 ):
-    TFOrphanSweeperOperator(
+    TFSweepOrphansOperator(
         task_id="sweep",
         backend="{{ params.backend }}",
         namespace="{{ params.namespace or None }}",

@@ -18,7 +18,7 @@ import pendulum
 from airflow.sdk import DAG, Param
 
 from airflow_tfk.dag_env import DEFAULT_ARGS, IMAGE, NAMESPACE, STORAGE
-from airflow_tfk.operators.serving import PublishModelOperator
+from airflow_tfk.operators.serving import TFPublishModelOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 
 MODEL = "diabetes"
@@ -64,7 +64,7 @@ with DAG(
     )
     # no version: the one `train` exported in this run (its XCom), never a newer one
     # of another run
-    train >> PublishModelOperator(
+    train >> TFPublishModelOperator(
         task_id="publish",
         model_name=MODEL,
         claim=STORAGE["models"]["claim"],

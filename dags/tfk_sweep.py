@@ -32,8 +32,8 @@ from airflow_tfk.dag_env import (
     PROXY_POLICY,
     STORAGE,
 )
-from airflow_tfk.operators.serving import PublishModelOperator
-from airflow_tfk.operators.sweep import TFSweepOperator
+from airflow_tfk.operators.serving import TFPublishModelOperator
+from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
 
 MODEL = "digits_sweep"
 
@@ -51,7 +51,7 @@ with DAG(
     render_template_as_native_obj=True,
     doc_md=__doc__,
 ):
-    sweep = TFSweepOperator(
+    sweep = TFHyperparameterSweepOperator(
         task_id="sweep",
         backend=BACKEND,
         kubernetes_conn_id=KUBERNETES_CONN_ID,
@@ -89,7 +89,7 @@ with DAG(
             "storage": os.environ.get("TFK_SWEEP_STORAGE"),
         },
     )
-    publish = PublishModelOperator(
+    publish = TFPublishModelOperator(
         task_id="publish",
         backend=BACKEND,
         kubernetes_conn_id=KUBERNETES_CONN_ID,

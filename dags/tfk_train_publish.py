@@ -14,8 +14,8 @@ import pendulum
 from airflow.sdk import DAG, Param
 
 from airflow_tfk.dag_env import DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, PROXY_POLICY, STORAGE
-from airflow_tfk.operators.serving import PublishModelOperator
-from airflow_tfk.operators.tensorboard import TensorBoardOperator
+from airflow_tfk.operators.serving import TFPublishModelOperator
+from airflow_tfk.operators.tensorboard import TFStartTensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 
 MODEL = "digits"
@@ -34,7 +34,7 @@ with DAG(
     render_template_as_native_obj=True,
     doc_md=__doc__,
 ):
-    tensorboard = TensorBoardOperator(
+    tensorboard = TFStartTensorBoardOperator(
         claim=STORAGE["logs"]["claim"], tensorboard={"namespace": NAMESPACE, **PROXY_POLICY}
     )
     train = TFTrainingOperator(
@@ -53,7 +53,7 @@ with DAG(
         },
         progress_interval=10,
     )
-    publish = PublishModelOperator(
+    publish = TFPublishModelOperator(
         task_id="publish",
         model_name=MODEL,
         claim=STORAGE["models"]["claim"],

@@ -8,7 +8,7 @@ parameter servers) with an error naming the field - before anything is created.
 
 With "Start TensorBoard" ticked, a TensorBoard over the shared logs starts alongside the
 training, and the ``train`` task's "TensorBoard" button opens it. It keeps running after
-the run, so the curves stay visible; ``StopTensorBoardOperator`` (or the backend) stops it.
+the run, so the curves stay visible; ``TFStopTensorBoardOperator`` (or the backend) stops it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from airflow.sdk import Param, task
 from airflow_tfk.capacity import local_max_tasks
 from airflow_tfk.dag_env import BACKEND, DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, STORAGE
 from airflow_tfk.dagfactory.sandbox import SandboxedDAG
-from airflow_tfk.operators.tensorboard import TensorBoardOperator
+from airflow_tfk.operators.tensorboard import TFStartTensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 from airflow_tfk.spec_docs import apply_form, form_params
 
@@ -95,7 +95,7 @@ with SandboxedDAG(
     (
         spec
         >> tensorboard_wanted()
-        >> TensorBoardOperator(claim=STORAGE["logs"]["claim"], tensorboard={"namespace": NAMESPACE})
+        >> TFStartTensorBoardOperator(claim=STORAGE["logs"]["claim"], tensorboard={"namespace": NAMESPACE})
     )
     TFTrainingOperator(
         task_id="train",

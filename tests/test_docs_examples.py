@@ -130,9 +130,9 @@ PYTHON = blocks("python")
 _NEEDS = re.compile(r"^\s*(import|from)\s+(tensorflow|keras|grpc|tensorflow_serving)\b", re.M)
 PRELUDE = """
 from airflow.sdk import DAG
-from airflow_tfk.operators.serving import PublishModelOperator
-from airflow_tfk.operators.sweep import TFSweepOperator
-from airflow_tfk.operators.tensorboard import StopTensorBoardOperator, TensorBoardOperator
+from airflow_tfk.operators.serving import TFPublishModelOperator
+from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
+from airflow_tfk.operators.tensorboard import TFStopTensorBoardOperator, TFStartTensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 """
 RUNNER = """

@@ -26,7 +26,7 @@ from airflow_tfk.naming import RunIdentity
 from airflow_tfk.operators.training import TFTrainingOperator
 from airflow_tfk.run_policy import PreviousRunPolicy
 from airflow_tfk.spec import TFClusterSpec
-from airflow_tfk.triggers.workers import WorkersDoneTrigger
+from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 from tests.helpers import assert_no_processes, execute_in_thread, task_context, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -199,9 +199,9 @@ def test_the_triggers_on_kill_sets_the_export_aside(local_root) -> None:
     ref = create_or_reattach(backend, spec, OWNER, lambda m: None)
     exported(local_root)
     handle = ClusterHandle.for_spec(spec, backend, OWNER)
-    trigger = WorkersDoneTrigger.for_handle(handle, progress_interval=1)
+    trigger = TFClusterDoneTrigger.for_handle(handle, progress_interval=1)
     # The trigger is rebuilt from its serialized form in the triggerer: the owner with it.
-    trigger = WorkersDoneTrigger(**trigger.serialize()[1])
+    trigger = TFClusterDoneTrigger(**trigger.serialize()[1])
     asyncio.run(trigger.on_kill())
     assert not backend.exists(ref) and "killed while deferred" in backend.status(ref).deleted_reason
     assert published(local_root) == [] and len(set_aside(local_root)) == 1
@@ -209,9 +209,9 @@ def test_the_triggers_on_kill_sets_the_export_aside(local_root) -> None:
 
 
 def teardown(local_root: Path, then: str, name: str) -> ClusterRef:
-    """DeleteTFClusterOperator, which runs whatever happened upstream, on a run that
+    """TFDeleteClusterOperator, which runs whatever happened upstream, on a run that
     exported and then did ``then``."""
-    from airflow_tfk.operators.cluster import DeleteTFClusterOperator
+    from airflow_tfk.operators.cluster import TFDeleteClusterOperator
 
     backend = LocalBackend(str(local_root))
     spec = TFClusterSpec.from_dict({**exporter(then), "name": name})
@@ -221,7 +221,7 @@ def teardown(local_root: Path, then: str, name: str) -> ClusterRef:
     else:
         wait_for(lambda: backend.status(ref).tasks[0].phase.value == "Succeeded", 30, "the success")
     handle = ClusterHandle.for_spec(spec, backend, OWNER).to_dict()
-    DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(task_context())
+    TFDeleteClusterOperator(task_id="delete", cluster=handle).execute(task_context())
     assert not backend.exists(ref)
     return ref
 
@@ -254,12 +254,12 @@ def test_one_backend_per_handle(local_root, monkeypatch) -> None:
     assert built == ["local"] and len(set_aside(local_root)) == 1
 
     # A handle from an XCom builds its backend on first use, then keeps it.
-    from airflow_tfk.operators.cluster import DeleteTFClusterOperator
+    from airflow_tfk.operators.cluster import TFDeleteClusterOperator
 
     built.clear()
     backend = real("local", root=str(local_root))
     spec = TFClusterSpec.from_dict({**exporter("train on"), "name": "xcom"})
     create_or_reattach(backend, spec, OWNER, lambda m: None)
     handle = ClusterHandle.for_spec(spec, backend, OWNER).to_dict()
-    DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(task_context())
+    TFDeleteClusterOperator(task_id="delete", cluster=handle).execute(task_context())
     assert built == ["local"]

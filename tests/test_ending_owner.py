@@ -93,23 +93,26 @@ def _kill_previous(foreign: ClusterHandle, said: list[str]) -> None:
 
 
 def _trigger_on_kill(foreign: ClusterHandle, said: list[str]) -> None:
-    from airflow_tfk.triggers.workers import WorkersDoneTrigger
+    from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 
-    trigger = WorkersDoneTrigger.for_handle(foreign, progress_interval=1)
-    trigger = WorkersDoneTrigger(**trigger.serialize()[1])  # as the triggerer rebuilds it
+    trigger = TFClusterDoneTrigger.for_handle(foreign, progress_interval=1)
+    trigger = TFClusterDoneTrigger(**trigger.serialize()[1])  # as the triggerer rebuilds it
     asyncio.run(trigger.on_kill())
 
 
 def _teardown_task(foreign: ClusterHandle, said: list[str]) -> None:
-    from airflow_tfk.operators.cluster import DeleteTFClusterOperator
+    from airflow_tfk.operators.cluster import TFDeleteClusterOperator
 
-    DeleteTFClusterOperator(task_id="delete", cluster=foreign.to_dict()).execute(task_context())
+    TFDeleteClusterOperator(task_id="delete", cluster=foreign.to_dict()).execute(task_context())
 
 
 def _cleanup_ps_task(foreign: ClusterHandle, said: list[str]) -> None:
-    from airflow_tfk.operators.cluster import CleanupPSOperator
+    from airflow_tfk.operators.cluster import TFDeleteParameterServersOperator
 
-    assert CleanupPSOperator(task_id="ps", cluster=foreign.to_dict()).execute(task_context()) == []
+    assert (
+        TFDeleteParameterServersOperator(task_id="ps", cluster=foreign.to_dict()).execute(task_context())
+        == []
+    )
 
 
 def _sweeper(foreign: ClusterHandle, said: list[str]) -> None:

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from airflow_tfk.lineage import dataset_name
-from airflow_tfk.operators.serving import PublishModelOperator
+from airflow_tfk.operators.serving import TFPublishModelOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 from tests.openlineage_events import check_event
 
@@ -74,7 +74,7 @@ def test_training_facets() -> None:
 
 
 def test_publish_facets() -> None:
-    op = PublishModelOperator(
+    op = TFPublishModelOperator(
         task_id="publish",
         model_name="digits",
         claim="tfk-models",
@@ -113,7 +113,7 @@ def test_the_operators_import_nothing_of_openlineage() -> None:
     code = (
         "import sys, airflow.sdk\n"
         "from airflow_tfk.operators.training import TFTrainingOperator\n"
-        "from airflow_tfk.operators.serving import PublishModelOperator\n"
+        "from airflow_tfk.operators.serving import TFPublishModelOperator\n"
         "TFTrainingOperator(task_id='t', backend='local',\n"
         "                   cluster_spec={'image': 'x', 'worker': {'replicas': 1}})\n"
         "import json; print(json.dumps(sorted(m for m in sys.modules if 'openlineage' in m)))"

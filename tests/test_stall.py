@@ -147,25 +147,25 @@ def test_a_moving_step_rearms_and_done_or_off_never_stalls() -> None:
 @pytest.mark.parametrize("value", [-1, 0.5, 10**400, float("nan"), float("inf"), True, "60", None, [60]])
 def test_stall_seconds_is_checked_before_anything_is_created(value) -> None:
     from airflow_tfk.operators.training import TFTrainingOperator
-    from airflow_tfk.sensors.workers import TFWorkersSensor
+    from airflow_tfk.sensors.cluster import TFClusterSensor
 
     with pytest.raises(SpecError) as err:
         TFTrainingOperator(task_id="t", cluster_spec={"image": "x:1"}, stall_seconds=value)
     assert err.value.field == "stall_seconds"
     with pytest.raises(SpecError):
-        TFWorkersSensor(task_id="s", cluster={}, stall_seconds=value)
+        TFClusterSensor(task_id="s", cluster={}, stall_seconds=value)
 
 
 def test_stall_seconds_reaches_the_trigger_and_the_training_file() -> None:
     from airflow_tfk.dagfactory.training import parse_training
     from airflow_tfk.handle import ClusterHandle
-    from airflow_tfk.triggers.workers import WorkersDoneTrigger
+    from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 
     spec = python_cluster("t", "pass")
     handle = ClusterHandle.for_spec(spec, LocalBackend("/nonexistent"), None)
-    trigger = WorkersDoneTrigger.for_handle(handle, progress_interval=5, stall_seconds=42)
+    trigger = TFClusterDoneTrigger.for_handle(handle, progress_interval=5, stall_seconds=42)
     assert trigger.serialize()[1]["stall_seconds"] == 42
-    assert WorkersDoneTrigger(**trigger.serialize()[1]).stall_seconds == 42
+    assert TFClusterDoneTrigger(**trigger.serialize()[1]).stall_seconds == 42
     data = {
         "cluster": {"image": "x:1", "command": ["python"], "mode": "all_reduce", "worker": {}},
         "stall_seconds": 120,

@@ -21,7 +21,7 @@ import pytest
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.operators.sweeper import TFOrphanSweeperOperator, task_state
+from airflow_tfk.operators.sweeper import TFSweepOrphansOperator, task_state
 from airflow_tfk.spec import RoleSpec, TFClusterSpec
 from airflow_tfk.sweeper import sweep
 from tests.helpers import local_backend, local_state, python_cluster
@@ -232,7 +232,7 @@ def test_operator_asks_airflow_for_the_owner_state(backend) -> None:
     ti = SimpleNamespace(get_task_states=get_task_states)
     assert task_state(ti, RunIdentity("dag", "train", "r1", 3)) == "failed"
     assert asked[0] == {"dag_id": "dag", "task_ids": ["train"], "run_ids": ["r1"], "map_index": 3}
-    op = TFOrphanSweeperOperator(task_id="sweep", backend="local", backend_config=backend.config())
+    op = TFSweepOrphansOperator(task_id="sweep", backend="local", backend_config=backend.config())
     out = op.execute({"ti": ti})
     assert out == [{"name": "c-op", "namespace": "default", "reason": out[0]["reason"], "deleted": True}]
     assert "is failed" in out[0]["reason"]

@@ -92,8 +92,8 @@ def operator_blocks(
     data: Mapping[str, Any], params: Mapping[str, Mapping[str, Any]], cluster: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The publish and tensorboard blocks, against their operators' signatures."""
-    from airflow_tfk.operators.serving import PublishModelOperator
-    from airflow_tfk.operators.tensorboard import TensorBoardOperator
+    from airflow_tfk.operators.serving import TFPublishModelOperator
+    from airflow_tfk.operators.tensorboard import TFStartTensorBoardOperator
 
     for block in ("publish", "tensorboard", "backend_config", "sweep"):
         for where, name in param_refs(data.get(block), block):
@@ -102,7 +102,7 @@ def operator_blocks(
     publish = _operator_options(
         data.get("publish"),
         "publish",
-        PublishModelOperator,
+        TFPublishModelOperator,
         true_means={"claim": _claim_of(cluster, "models")} if _claim_of(cluster, "models") else {},
     )
     if publish is not None and "model_name" not in publish:
@@ -110,7 +110,7 @@ def operator_blocks(
     tensorboard = _operator_options(
         data.get("tensorboard"),
         "tensorboard",
-        TensorBoardOperator,
+        TFStartTensorBoardOperator,
         true_means={"claim": _claim_of(cluster, "logs")} if _claim_of(cluster, "logs") else {},
     )
     if tensorboard is not None and not (tensorboard.get("claim") or tensorboard.get("base_path")):

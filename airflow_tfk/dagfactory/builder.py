@@ -27,7 +27,7 @@ from airflow_tfk.errors import SpecError
 if TYPE_CHECKING:
     from airflow.sdk import DAG, BaseOperator, Param
 
-# Operator parameters of PublishModelOperator / TensorBoardOperator that are fields of the
+# Operator parameters of TFPublishModelOperator / TFStartTensorBoardOperator that are fields of the
 # spec they build; any other spec field comes from the nested ``serving``/``tensorboard``.
 _DIRECT_SPEC_FIELDS = frozenset({"model_name", "claim", "sub_path", "base_path", "name"})
 # TrainingFile fields that go unchanged to the parameter of the same name: of the DAG, of
@@ -141,15 +141,15 @@ def _check_operator_blocks(t: TrainingFile, common: dict[str, Any]) -> None:
     the Params' defaults in place of ``{{ params.NAME }}`` (the DAG's own operators keep the
     templates, rendered on the worker)."""
     from airflow_tfk.dagfactory.params import with_param_defaults
-    from airflow_tfk.operators.serving import PublishModelOperator
-    from airflow_tfk.operators.tensorboard import TensorBoardOperator
+    from airflow_tfk.operators.serving import TFPublishModelOperator
+    from airflow_tfk.operators.tensorboard import TFStartTensorBoardOperator
     from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
 
     if t.publish is not None:
         options = with_param_defaults(t.publish, t.params)
         _check_keys("publish.serving", options.get("serving"), ServingSpec)
         publish = _in_block(
-            "publish", lambda: PublishModelOperator(task_id=PUBLISH_TASK, **common, **options)
+            "publish", lambda: TFPublishModelOperator(task_id=PUBLISH_TASK, **common, **options)
         )
         _check_spec("publish", "serving", options, publish.spec)
         _check_gate(options, publish)
@@ -158,7 +158,7 @@ def _check_operator_blocks(t: TrainingFile, common: dict[str, Any]) -> None:
         options = with_param_defaults(t.tensorboard, t.params)
         _check_keys("tensorboard.tensorboard", options.get("tensorboard"), TensorBoardSpec)
         tensorboard = _in_block(
-            "tensorboard", lambda: TensorBoardOperator(task_id=TENSORBOARD_TASK, **common, **options)
+            "tensorboard", lambda: TFStartTensorBoardOperator(task_id=TENSORBOARD_TASK, **common, **options)
         )
         _check_spec("tensorboard", "tensorboard", options, lambda: tensorboard.spec(t.dag_id))
 
@@ -206,8 +206,8 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
     """
     from airflow.sdk.exceptions import AirflowException
 
-    from airflow_tfk.operators.serving import PublishModelOperator
-    from airflow_tfk.operators.tensorboard import TensorBoardOperator
+    from airflow_tfk.operators.serving import TFPublishModelOperator
+    from airflow_tfk.operators.tensorboard import TFStartTensorBoardOperator
     from airflow_tfk.operators.training import TFTrainingOperator
 
     t = training
@@ -225,12 +225,14 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
     _check_operator_blocks(t, common)
     with dag:
         if t.tensorboard is not None:
-            TensorBoardOperator(task_id=TENSORBOARD_TASK, **common, **t.tensorboard)
+            TFStartTensorBoardOperator(task_id=TENSORBOARD_TASK, **common, **t.tensorboard)
         train: BaseOperator
         if t.sweep is not None:
-            from airflow_tfk.operators.sweep import TFSweepOperator
+            from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
 
-            train = TFSweepOperator(task_id=SWEEP_TASK, cluster_spec=t.cluster, sweep=t.sweep, **common)
+            train = TFHyperparameterSweepOperator(
+                task_id=SWEEP_TASK, cluster_spec=t.cluster, sweep=t.sweep, **common
+            )
         else:
             train = TFTrainingOperator(
                 task_id=TRAIN_TASK,
@@ -241,7 +243,7 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
                 **_passed_on(t, _TRAIN_FIELDS),
             )
         if t.publish is not None:
-            train >> PublishModelOperator(task_id=PUBLISH_TASK, **common, **t.publish)
+            train >> TFPublishModelOperator(task_id=PUBLISH_TASK, **common, **t.publish)
     try:
         dag.validate()  # what the DagBag would do; here the error still knows its file
     except AirflowException as exc:

@@ -22,10 +22,10 @@ cluster:                          # a TFClusterSpec (airflow-tfk render's format
   chief: {replicas: 1}
   ps: {replicas: 1}
   worker: {replicas: 2}
-tensorboard: true                 # or the TensorBoardOperator's options
-publish: {model_name: digits}     # the PublishModelOperator's options
+tensorboard: true                 # or the TFStartTensorBoardOperator's options
+publish: {model_name: digits}     # the TFPublishModelOperator's options
 sweep:                            # optional: a hyperparameter sweep instead of one training
-  n_trials: 12                    # (TFSweepOperator's settings; task "sweep" replaces "train")
+  n_trials: 12                    # (TFHyperparameterSweepOperator's settings; task "sweep" replaces "train")
   search_space: {tfk_learning_rate: {type: float, low: 0.0001, high: 0.3, log: true}}
 ```
 
@@ -88,8 +88,8 @@ class TrainingFile:
     :param schedule: a cron expression, a preset, assets (see
         :mod:`~airflow_tfk.dagfactory.asset_schedule`) or ``None`` (manual only).
     :param params: name -> ``{"default": ..., <JSON schema keywords>}``.
-    :param publish: the PublishModelOperator's keyword arguments, or ``None``.
-    :param tensorboard: the TensorBoardOperator's keyword arguments, or ``None``.
+    :param publish: the TFPublishModelOperator's keyword arguments, or ``None``.
+    :param tensorboard: the TFStartTensorBoardOperator's keyword arguments, or ``None``.
     :param sweep: a :class:`~airflow_tfk.sweep.config.SweepConfig` mapping: the DAG runs a
         sweep of the cluster (task ``sweep``) instead of one training; ``max_duration_minutes``
         then bounds each trial, not the task.
@@ -244,9 +244,9 @@ TOP_LEVEL_HELP = {
     "cleanup": "ps | all: what is deleted after success",
     "params": 'the "Trigger DAG" form; refer to them as {{ params.NAME }}',
     "cluster": "a TFClusterSpec (airflow-tfk render's format); name optional",
-    "publish": "the PublishModelOperator's options",
-    "tensorboard": "true, or the TensorBoardOperator's options",
-    "sweep": "a hyperparameter sweep instead of one training (TFSweepOperator's settings)",
+    "publish": "the TFPublishModelOperator's options",
+    "tensorboard": "true, or the TFStartTensorBoardOperator's options",
+    "sweep": "a hyperparameter sweep instead of one training (TFHyperparameterSweepOperator's settings)",
 }
 TOP_LEVEL = tuple(TOP_LEVEL_HELP)
 

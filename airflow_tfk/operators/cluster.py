@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from airflow_tfk.spec import TFClusterSpec
 
 
-class CreateTFClusterOperator(OnBackendOperator):
+class TFCreateClusterOperator(OnBackendOperator):
     """Create a distributed TensorFlow cluster, or reattach to this task's existing one.
 
     :param cluster_spec: the cluster: a ``TFClusterSpec``, a mapping of its fields, or YAML
@@ -63,7 +63,7 @@ class CreateTFClusterOperator(OnBackendOperator):
         return ClusterHandle.for_spec(spec, backend, identity).to_dict()
 
 
-class CleanupPSOperator(BaseOperator):
+class TFDeleteParameterServersOperator(BaseOperator):
     """After the grace period, copy the PS logs into this task's log and delete the PS
     (and, in ``parameter_server`` mode, the workers): they never exit by themselves.
 
@@ -100,7 +100,7 @@ class CleanupPSOperator(BaseOperator):
         return list(ended.removed)
 
 
-class DeleteTFClusterOperator(BaseOperator):
+class TFDeleteClusterOperator(BaseOperator):
     """Delete every object of a cluster (everything with its label). Idempotent; use it as
     a teardown task: ``delete.as_teardown(setups=create)``. What a training that did not
     succeed exported is set aside, so it is never published.

@@ -1,4 +1,4 @@
-"""`PublishModelOperator`: publish an exported SavedModel version to TF Serving, safely.
+"""`TFPublishModelOperator`: publish an exported SavedModel version to TF Serving, safely.
 
 Adds the version to the model's version policy, waits until TF Serving reports it
 AVAILABLE, smoke-tests ``:predict`` with the sample request the training app exported,
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class PublishModelOperator(OnBackendOperator):
+class TFPublishModelOperator(OnBackendOperator):
     """Publish one version of a model to TensorFlow Serving.
 
     :param model_name: the model (``/v1/models/NAME``; directory under the model store). (templated)
@@ -313,7 +313,7 @@ class PublishModelOperator(OnBackendOperator):
         return publish_lineage(self, getattr(self, "_lineage_result", None))
 
 
-class StopModelServerOperator(OnBackendOperator):
+class TFStopModelServerOperator(OnBackendOperator):
     """Stop a model's TF Serving: the local model server process (the local backend), or
     its Deployment, Service and ConfigMaps (Kubernetes). The model store is left alone.
     Use it as a teardown of a DAG that published to a server it should not leave running.

@@ -1,7 +1,7 @@
-"""`TFSweepOperator`: a hyperparameter sweep of distributed trainings, in one task.
+"""`TFHyperparameterSweepOperator`: a hyperparameter sweep of distributed trainings, in one task.
 
 DAG shape: ``sweep >> publish``. The sweep's XCom carries the best trial's ``export``
-and ``metrics`` in the same keys as a training's, so :class:`PublishModelOperator`
+and ``metrics`` in the same keys as a training's, so :class:`TFPublishModelOperator`
 downstream (with its ``quality_gate``) publishes the winner and nothing else.
 """
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from airflow_tfk.sweep.runner import SweepRunner
 
 
-class TFSweepOperator(OnBackendOperator):
+class TFHyperparameterSweepOperator(OnBackendOperator):
     """Run ``n_trials`` trainings of one cluster spec with Optuna-chosen hyperparameters,
     at most ``max_concurrent_trials`` at a time, stopping losing trials early.
 
@@ -38,7 +38,7 @@ class TFSweepOperator(OnBackendOperator):
         model_version, note per trial), ``best`` (the best completed trial with its
         ``metrics`` and ``export``), ``study_name``, ``storage``, ``peak_concurrency``, and
         the best trial's ``export``, ``metrics``, ``model_name``, ``model_version``,
-        ``model_path`` (what :class:`PublishModelOperator` reads). Fails when no trial
+        ``model_path`` (what :class:`TFPublishModelOperator` reads). Fails when no trial
         completed.
 
     Limits: the task never has more than ``max_concurrent_trials`` trial clusters; on

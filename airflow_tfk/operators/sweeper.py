@@ -1,4 +1,4 @@
-"""`TFOrphanSweeperOperator`: the Airflow side of :mod:`airflow_tfk.sweeper`.
+"""`TFSweepOrphansOperator`: the Airflow side of :mod:`airflow_tfk.sweeper`.
 
 Schedule it (``dags/tfk_orphan_sweeper.py`` does, every 10 minutes): it asks Airflow, through
 the task SDK, for the state of each cluster's owning task instance and deletes the
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from airflow_tfk.naming import RunIdentity
 
 
-class TFOrphanSweeperOperator(OnBackendOperator):
+class TFSweepOrphansOperator(OnBackendOperator):
     """Delete orphaned TF clusters.
 
     :param backend: ``kubernetes`` (default) or ``local``.

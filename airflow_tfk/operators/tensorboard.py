@@ -1,9 +1,9 @@
-"""`TensorBoardOperator` and `TensorBoardLink`: TensorBoard over a training's logs, and a
+"""`TFStartTensorBoardOperator` and `TensorBoardLink`: TensorBoard over a training's logs, and a
 button on the training task (and on this one) that opens it.
 
 TensorBoard keeps running after the task (Kubernetes: a Deployment + Service reached
 through the API server's service proxy; local: a ``tensorboard`` process on a free port);
-``StopTensorBoardOperator`` (or ``action="stop"``) stops it. Import-light.
+``TFStopTensorBoardOperator`` (or ``action="stop"``) stops it. Import-light.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class TensorBoardLink(BaseOperatorLink):
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
         from airflow.sdk.execution_time.xcom import XCom
 
-        if isinstance(operator, TensorBoardOperator):
+        if isinstance(operator, TFStartTensorBoardOperator):
             value = XCom.get_value(ti_key=ti_key, key=XCOM_KEY)
         else:
             task_id = getattr(operator, "tensorboard_task_id", None) or DEFAULT_TASK_ID
@@ -55,7 +55,7 @@ class TensorBoardLink(BaseOperatorLink):
         return str(value or "")
 
 
-class TensorBoardOperator(OnBackendOperator):
+class TFStartTensorBoardOperator(OnBackendOperator):
     """Start (or stop) a TensorBoard over a training's log directory.
 
     :param name: name of the Deployment/Service or local process; default derived from
@@ -154,8 +154,8 @@ class TensorBoardOperator(OnBackendOperator):
         return value
 
 
-class StopTensorBoardOperator(TensorBoardOperator):
-    """Stop the TensorBoard a :class:`TensorBoardOperator` started (use it as a teardown)."""
+class TFStopTensorBoardOperator(TFStartTensorBoardOperator):
+    """Stop the TensorBoard a :class:`TFStartTensorBoardOperator` started (use it as a teardown)."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("task_id", "stop_tensorboard")

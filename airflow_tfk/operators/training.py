@@ -69,7 +69,7 @@ class TFTrainingOperator(OnBackendOperator):
         ``metrics`` (what the app's ``after_train`` returned), ``eval_metrics`` (the
         evaluator's last, with its ``step``), ``export`` (``model_name``, ``version``,
         ``path``; also as ``model_name``, ``model_version``, ``model_path``) and
-        ``evaluator_error``. :class:`PublishModelOperator` downstream publishes
+        ``evaluator_error``. :class:`TFPublishModelOperator` downstream publishes
         ``model_version`` by default.
 
     Maximum duration: set ``execution_timeout`` (Airflow side; also enforced while
@@ -187,7 +187,7 @@ class TFTrainingOperator(OnBackendOperator):
         return self._record(context, self._finish(handle, wait_result(verdict)))
 
     def _defer(self, handle: ClusterHandle) -> None:
-        from airflow_tfk.triggers.workers import WorkersDoneTrigger
+        from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 
         deadline = None
         timeout = None
@@ -195,7 +195,7 @@ class TFTrainingOperator(OnBackendOperator):
             deadline = time.time() + self.execution_timeout.total_seconds()
             timeout = self.execution_timeout + _DEFER_TIMEOUT_MARGIN
         self.defer(
-            trigger=WorkersDoneTrigger.for_handle(
+            trigger=TFClusterDoneTrigger.for_handle(
                 handle,
                 deadline=deadline,
                 progress_interval=self.progress_interval,
@@ -212,13 +212,13 @@ class TFTrainingOperator(OnBackendOperator):
         slot, until the earlier run's cluster has finished or is gone; then start again
         (:meth:`execute_after_previous_run`), which looks for the next earlier run."""
         from airflow_tfk.lifecycle import previous_runs
-        from airflow_tfk.triggers.workers import WorkersDoneTrigger
+        from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 
         alive = previous_runs(backend, spec, identity)
         if not alive:
             return
         self.log.info("waiting (deferred) for the earlier run's cluster %s to finish", alive[0].name)
-        trigger = WorkersDoneTrigger(
+        trigger = TFClusterDoneTrigger(
             cluster=alive[0].to_dict(),
             backend_kind=backend.kind,
             backend_config=backend.config(),

@@ -89,7 +89,7 @@ class SweepResult:
             "trials": self.trials,
             "best": self.best,
             "peak_concurrency": self.peak_concurrency,
-            # what PublishModelOperator reads from an upstream training's XCom
+            # what TFPublishModelOperator reads from an upstream training's XCom
             "export": export or None,
             "metrics": best.get("metrics"),
             "model_name": export.get("model_name"),

@@ -141,14 +141,14 @@ def test_namespace_defaults_to_the_deployments(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_publish_accepts_every_keyword_of_the_operator() -> None:
-    """Options added to PublishModelOperator (e.g. a quality gate) pass through unchanged."""
+    """Options added to TFPublishModelOperator (e.g. a quality gate) pass through unchanged."""
     import inspect
 
-    from airflow_tfk.operators.serving import PublishModelOperator
+    from airflow_tfk.operators.serving import TFPublishModelOperator
 
     keywords = {
         n
-        for n, p in inspect.signature(PublishModelOperator.__init__).parameters.items()
+        for n, p in inspect.signature(TFPublishModelOperator.__init__).parameters.items()
         if p.kind is inspect.Parameter.KEYWORD_ONLY
     } - {"backend", "backend_config", "kubernetes_conn_id"}
     options = {k: None for k in keywords} | {"model_name": "m", "serving": {"namespace": "ns"}}

@@ -49,9 +49,9 @@ def _operator(value: object) -> Callable[[Path], Any]:
 
 def _sensor(value: object) -> Callable[[Path], Any]:
     def run(_: Path) -> Any:
-        from airflow_tfk.sensors.workers import TFWorkersSensor
+        from airflow_tfk.sensors.cluster import TFClusterSensor
 
-        return TFWorkersSensor(task_id="s", cluster={}, stall_seconds=value)
+        return TFClusterSensor(task_id="s", cluster={}, stall_seconds=value)
 
     return run
 
@@ -273,7 +273,7 @@ def test_every_case_is_refused_naming_its_field_or_accepted(tmp_path: Path, monk
     # Importing Airflow is a one-time cost of the process, not of a case.
     import airflow_tfk.dagfactory.loader
     import airflow_tfk.operators.training
-    import airflow_tfk.sensors.workers  # noqa: F401
+    import airflow_tfk.sensors.cluster  # noqa: F401
 
     for warm in (CASES[0], next(c for c in CASES if c.interface == "dag-folder")):
         _measure(warm, tmp_path)

@@ -1,7 +1,7 @@
 """Hostile inputs to the serving path (issue 22: the quality gate, model versions, the
 stand-in model server's requests), through every interface that reaches it:
 
-* the Python API: ``QualityGate.from_dict`` and ``PublishModelOperator``;
+* the Python API: ``QualityGate.from_dict`` and ``TFPublishModelOperator``;
 * DAG-as-code folders: a training file's ``publish`` block, through ``airflow-tfk validate``;
 * the UI form's conf: a training file whose gate and version come from ``params``,
   rendered with the submitted conf as Airflow renders it, then checked by the operator;
@@ -220,13 +220,13 @@ def fake_targets(monkeypatch):
 def test_publish_operator(case: Case, fake_targets) -> None:
     from types import SimpleNamespace
 
-    from airflow_tfk.operators.serving import PublishModelOperator
+    from airflow_tfk.operators.serving import TFPublishModelOperator
 
     ti = SimpleNamespace(dag_id="d", task_id="publish", run_id="r", map_index=-1, try_number=1)
     ti.xcom_pull = lambda **_: None
 
     def run() -> Any:
-        op = PublishModelOperator(task_id="publish", model_name="digits", claim="models", **case.value)
+        op = TFPublishModelOperator(task_id="publish", model_name="digits", claim="models", **case.value)
         return op.execute({"ti": ti})
 
     _check(case, run)
@@ -356,7 +356,7 @@ def test_ui_form_conf(case: Case, ui_dag) -> None:
     env = ui_dag.get_template_env()
 
     def run() -> Any:
-        from airflow_tfk.operators.serving import PublishModelOperator
+        from airflow_tfk.operators.serving import TFPublishModelOperator
 
         rendered = {
             name: task.render_template(getattr(task, name), {"params": params}, env)
@@ -364,7 +364,7 @@ def test_ui_form_conf(case: Case, ui_dag) -> None:
         }
         if rendered["quality_gate"].get("max_regression") is None:
             del rendered["quality_gate"]["max_regression"]
-        op = PublishModelOperator(task_id="p", model_name="digits", claim="models", **rendered)
+        op = TFPublishModelOperator(task_id="p", model_name="digits", claim="models", **rendered)
         return op._version(), op.gate()
 
     _check(case, run)

@@ -197,7 +197,7 @@ def _serving_spec(data: dict[Any, Any]) -> Callable[[], Any]:
 
 
 def _python_other_cases() -> list[Case]:
-    from airflow_tfk.operators.serving import PublishModelOperator
+    from airflow_tfk.operators.serving import TFPublishModelOperator
     from airflow_tfk.operators.training import TFTrainingOperator
 
     def training(**kw: Any) -> Callable[[], Any]:
@@ -205,7 +205,7 @@ def _python_other_cases() -> list[Case]:
         return lambda: TFTrainingOperator(task_id="t", backend="local", **kw)
 
     def publish(**kw: Any) -> Callable[[], Any]:
-        return lambda: PublishModelOperator(
+        return lambda: TFPublishModelOperator(
             task_id="p", backend="local", model_name="m", base_path="/m", **kw
         )
 

@@ -44,9 +44,9 @@ def _ti(state: str):
 
 
 def _sweep(ns: str, state: str) -> list[dict]:
-    from airflow_tfk.operators.sweeper import TFOrphanSweeperOperator
+    from airflow_tfk.operators.sweeper import TFSweepOrphansOperator
 
-    op = TFOrphanSweeperOperator(
+    op = TFSweepOrphansOperator(
         task_id="sweep", backend="kubernetes", kubernetes_conn_id=_tfk.CONN_ID, namespace=ns
     )
     return op.execute({"ti": _ti(state)})

@@ -289,7 +289,7 @@ def test_parameter_server_deferrable_chief_done_deletes_workers_and_ps(
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     path, kwargs = deferred.value.trigger.serialize()  # what the triggerer gets
-    assert path == "airflow_tfk.triggers.workers.WorkersDoneTrigger"
+    assert path == "airflow_tfk.triggers.cluster.TFClusterDoneTrigger"
     trigger = type(deferred.value.trigger)(**kwargs)
 
     # Only the chief's success decides (workers in PS mode serve until told to stop).

@@ -24,7 +24,7 @@ from airflow_tfk.lifecycle import create_or_reattach, kill_previous
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.sweeper import sweep
-from airflow_tfk.triggers.workers import WorkersDoneTrigger
+from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s
@@ -59,7 +59,7 @@ def test_takeover_refused_replace_on_new_spec_and_sweeper(k8s_api, tfk_ns, tfk_c
     foreign = ClusterHandle.for_spec(spec, backend, OTHER)
     assert end_run(foreign, "killed", emit=said.append).owned is False
     assert "belongs to dag 'k8s_it', task 'train', run 'scheduled__1'" in said[-1], said
-    asyncio.run(WorkersDoneTrigger.for_handle(foreign, progress_interval=1).on_kill())
+    asyncio.run(TFClusterDoneTrigger.for_handle(foreign, progress_interval=1).on_kill())
     # kill_previous ends only earlier runs of its own task: another task's run is refused.
     said.clear()
     kill_previous(

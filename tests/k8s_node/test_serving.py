@@ -1,5 +1,5 @@
 """Serving and TensorBoard as real pods on the node: a training exports a SavedModel into
-a claim bound to a local PersistentVolume; PublishModelOperator runs the serving
+a claim bound to a local PersistentVolume; TFPublishModelOperator runs the serving
 Deployment (the project's stand-in model server, since no TF Serving image can be fetched:
 the tier's image maps ``tensorflow_model_server`` to ``airflow_tfk.runtime.model_server``),
 waits until the version is AVAILABLE, smoke-predicts through the API server's service
@@ -101,8 +101,8 @@ def _proxy_get(api, ns: str, service: str, port: int, path: str) -> str:
 def test_train_publish_rollback_and_tensorboard(
     k8s_node, node_api, node_ns, node_conn, local_volumes, capfd
 ) -> None:
-    from airflow_tfk.operators.serving import PublishModelOperator
-    from airflow_tfk.operators.tensorboard import TensorBoardOperator
+    from airflow_tfk.operators.serving import TFPublishModelOperator
+    from airflow_tfk.operators.tensorboard import TFStartTensorBoardOperator
 
     _claim(node_api, node_ns, local_volumes, "tfk-models")
     _claim(node_api, node_ns, local_volumes, "tfk-logs")
@@ -131,7 +131,7 @@ def test_train_publish_rollback_and_tensorboard(
         "load_timeout_seconds": 240,
         "network_policy": PROXY_SOURCE,
     }
-    publish = PublishModelOperator(
+    publish = TFPublishModelOperator(
         task_id="publish",
         model_name=MODEL,
         claim="tfk-models",
@@ -157,7 +157,7 @@ def test_train_publish_rollback_and_tensorboard(
     bad = store / str(version + 1)
     bad.mkdir()
     (bad / "saved_model.pb").write_bytes(b"not a SavedModel")
-    bad_publish = PublishModelOperator(
+    bad_publish = TFPublishModelOperator(
         task_id="publish_bad",
         model_name=MODEL,
         claim="tfk-models",
@@ -206,9 +206,9 @@ def test_train_publish_rollback_and_tensorboard(
         time.monotonic(),
     )
 
-    def board(task_id: str, **kwargs) -> TensorBoardOperator:
+    def board(task_id: str, **kwargs) -> TFStartTensorBoardOperator:
         """TensorBoard over the logs claim, on the node's image, reachable by the proxy."""
-        return TensorBoardOperator(
+        return TFStartTensorBoardOperator(
             task_id=task_id,
             claim="tfk-logs",
             kubernetes_conn_id=_tfk.CONN_ID,

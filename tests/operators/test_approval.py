@@ -10,7 +10,7 @@ import pytest
 from airflow_tfk.errors import SpecError
 from airflow_tfk.operators import _approval
 from airflow_tfk.operators._approval import HumanApproval
-from airflow_tfk.operators.serving import PublishModelOperator
+from airflow_tfk.operators.serving import TFPublishModelOperator
 
 REQUEST = {
     "model_name": "digits",
@@ -34,7 +34,7 @@ REQUEST = {
 )
 def test_bad_options_name_their_field(value, field) -> None:
     with pytest.raises(SpecError) as info:
-        PublishModelOperator(task_id="p", model_name="digits", claim="m", backend="local", approval=value)
+        TFPublishModelOperator(task_id="p", model_name="digits", claim="m", backend="local", approval=value)
     assert info.value.field == field
 
 
@@ -78,7 +78,7 @@ def _park(served):
     from airflow.sdk.exceptions import TaskAwaitingInput
 
     target, requests = served
-    op = PublishModelOperator(
+    op = TFPublishModelOperator(
         task_id="publish",
         model_name="digits",
         claim="m",

@@ -11,13 +11,17 @@ import pytest
 
 from airflow_tfk.errors import SpecError
 from airflow_tfk.operator_args import BACKEND_OPTIONS
-from airflow_tfk.operators.cluster import CleanupPSOperator, CreateTFClusterOperator, DeleteTFClusterOperator
-from airflow_tfk.operators.serving import PublishModelOperator, StopModelServerOperator
-from airflow_tfk.operators.sweeper import TFOrphanSweeperOperator
-from airflow_tfk.operators.tensorboard import TensorBoardOperator
+from airflow_tfk.operators.cluster import (
+    TFCreateClusterOperator,
+    TFDeleteClusterOperator,
+    TFDeleteParameterServersOperator,
+)
+from airflow_tfk.operators.serving import TFPublishModelOperator, TFStopModelServerOperator
+from airflow_tfk.operators.sweeper import TFSweepOrphansOperator
+from airflow_tfk.operators.tensorboard import TFStartTensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
-from airflow_tfk.sensors.workers import TFWorkersSensor
-from airflow_tfk.triggers.workers import WorkersDoneTrigger
+from airflow_tfk.sensors.cluster import TFClusterSensor
+from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 from tests.helpers import spec_dict, task_context
 
 SPEC = {"image": "x", "command": ["python", "t.py"], "ps": {"replicas": 1}, "worker": {"replicas": 1}}
@@ -30,7 +34,7 @@ def training(**kw):
 
 
 def publish(**kw):
-    return PublishModelOperator(task_id="publish", backend="local", model_name="m", base_path="/m", **kw)
+    return TFPublishModelOperator(task_id="publish", backend="local", model_name="m", base_path="/m", **kw)
 
 
 CASES = [
@@ -74,40 +78,40 @@ CASES = [
     ("conn-id-int", lambda: training(kubernetes_conn_id=5), "kubernetes_conn_id"),
     (
         "create-spec-none",
-        lambda: CreateTFClusterOperator(task_id="c", backend="local", cluster_spec=None),
+        lambda: TFCreateClusterOperator(task_id="c", backend="local", cluster_spec=None),
         "cluster_spec",
     ),
-    ("cleanup-cluster-int", lambda: CleanupPSOperator(task_id="c", cluster=42), "cluster"),
+    ("cleanup-cluster-int", lambda: TFDeleteParameterServersOperator(task_id="c", cluster=42), "cluster"),
     (
         "cleanup-grace-str",
-        lambda: CleanupPSOperator(task_id="c", cluster=HANDLE, grace_seconds="1"),
+        lambda: TFDeleteParameterServersOperator(task_id="c", cluster=HANDLE, grace_seconds="1"),
         "grace_seconds",
     ),
-    ("delete-cluster-list", lambda: DeleteTFClusterOperator(task_id="d", cluster=[1]), "cluster"),
+    ("delete-cluster-list", lambda: TFDeleteClusterOperator(task_id="d", cluster=[1]), "cluster"),
     (
         "delete-capture-str",
-        lambda: DeleteTFClusterOperator(task_id="d", cluster=HANDLE, capture_logs="no"),
+        lambda: TFDeleteClusterOperator(task_id="d", cluster=HANDLE, capture_logs="no"),
         "capture_logs",
     ),
-    ("sensor-cluster-none", lambda: TFWorkersSensor(task_id="s", cluster=None), "cluster"),
+    ("sensor-cluster-none", lambda: TFClusterSensor(task_id="s", cluster=None), "cluster"),
     (
         "sensor-progress-abc",
-        lambda: TFWorkersSensor(task_id="s", cluster=HANDLE, progress_interval="abc"),
+        lambda: TFClusterSensor(task_id="s", cluster=HANDLE, progress_interval="abc"),
         "progress_interval",
     ),
     (
         "sweep-namespace-int",
-        lambda: TFOrphanSweeperOperator(task_id="w", backend="local", namespace=5),
+        lambda: TFSweepOrphansOperator(task_id="w", backend="local", namespace=5),
         "namespace",
     ),
     (
         "sweep-namespace-bad",
-        lambda: TFOrphanSweeperOperator(task_id="w", backend="local", namespace="Bad NS"),
+        lambda: TFSweepOrphansOperator(task_id="w", backend="local", namespace="Bad NS"),
         "namespace",
     ),
     (
         "sweep-report-only-str",
-        lambda: TFOrphanSweeperOperator(task_id="w", backend="local", report_only="no"),
+        lambda: TFSweepOrphansOperator(task_id="w", backend="local", report_only="no"),
         "report_only",
     ),
     ("publish-serving-mixed", lambda: publish(serving={1: "a", "b": 2}), "serving"),
@@ -132,7 +136,7 @@ CASES = [
     ("publish-sample-list", lambda: publish(sample_request=[1]), "sample_request"),
     (
         "publish-model-name-int",
-        lambda: PublishModelOperator(task_id="p", backend="local", model_name=5),
+        lambda: TFPublishModelOperator(task_id="p", backend="local", model_name=5),
         "model_name",
     ),
     ("publish-version-float", lambda: publish(version=1.5), "version"),
@@ -140,15 +144,15 @@ CASES = [
     ("publish-config-unknown", lambda: publish(backend_config={"nope": 1}), "backend_config.nope"),
     (
         "stop-serving-mixed",
-        lambda: StopModelServerOperator(backend="local", model_name="m", serving={1: "x", "a": 1}),
+        lambda: TFStopModelServerOperator(backend="local", model_name="m", serving={1: "x", "a": 1}),
         "serving",
     ),
     (
         "tb-options-mixed",
-        lambda: TensorBoardOperator(backend="local", base_path="/l", tensorboard={1: "x", "a": 1}),
+        lambda: TFStartTensorBoardOperator(backend="local", base_path="/l", tensorboard={1: "x", "a": 1}),
         "tensorboard",
     ),
-    ("tb-claim-int", lambda: TensorBoardOperator(backend="local", claim=5), "claim"),
+    ("tb-claim-int", lambda: TFStartTensorBoardOperator(backend="local", claim=5), "claim"),
 ]
 
 
@@ -213,10 +217,10 @@ def test_valid_arguments_still_pass() -> None:
         task_id="k", cluster_spec="name: x\n", backend="kubernetes", backend_config={"conn_id": "k"}
     )
     publish(version="{{ ti.xcom_pull('train')['model_version'] }}", quality_gate={"thresholds": {"acc": 0.9}})
-    TFOrphanSweeperOperator(
+    TFSweepOrphansOperator(
         task_id="w", backend="local", namespace="{{ params.ns }}", report_only="{{ params.r }}"
     )
-    DeleteTFClusterOperator(task_id="d", cluster=None)
+    TFDeleteClusterOperator(task_id="d", cluster=None)
 
 
 @pytest.mark.parametrize(
@@ -246,7 +250,7 @@ def test_trigger_arguments_are_an_error_event_naming_them(changes, field) -> Non
         "replicas": {"worker": 1},
         **changes,
     }
-    trigger = WorkersDoneTrigger(**kwargs)
+    trigger = TFClusterDoneTrigger(**kwargs)
     assert trigger.invalid is not None and trigger.invalid.field == field
 
     async def first():
@@ -279,7 +283,7 @@ def test_deferrable_defaults_to_airflows_operators_setting(monkeypatch: pytest.M
     dag = build_dag(
         parse_training({"cluster": SPEC, "backend": "local"}, default_dag_id="d", source="d.yaml")
     )
-    waits = [training(), TFWorkersSensor(task_id="wait", cluster=HANDLE), dag.get_task("train")]
+    waits = [training(), TFClusterSensor(task_id="wait", cluster=HANDLE), dag.get_task("train")]
     assert [w.deferrable for w in waits] == [expected] * 3
     assert training(deferrable=not expected).deferrable is (not expected)
-    assert TFWorkersSensor(task_id="w", cluster=HANDLE, deferrable=not expected).deferrable is (not expected)
+    assert TFClusterSensor(task_id="w", cluster=HANDLE, deferrable=not expected).deferrable is (not expected)

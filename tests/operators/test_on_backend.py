@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tfk.operators.cluster import CreateTFClusterOperator
-from airflow_tfk.operators.serving import StopModelServerOperator
-from airflow_tfk.operators.sweeper import TFOrphanSweeperOperator
-from airflow_tfk.operators.tensorboard import TensorBoardOperator
+from airflow_tfk.operators.cluster import TFCreateClusterOperator
+from airflow_tfk.operators.serving import TFStopModelServerOperator
+from airflow_tfk.operators.sweeper import TFSweepOrphansOperator
+from airflow_tfk.operators.tensorboard import TFStartTensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 
 SPEC = {"name": "c", "image": "i:1", "command": ["python"], "worker": {}}
@@ -17,11 +17,11 @@ SPEC = {"name": "c", "image": "i:1", "command": ["python"], "worker": {}}
 @pytest.mark.parametrize(
     "make",
     [
-        lambda **kw: CreateTFClusterOperator(task_id="t", cluster_spec=SPEC, **kw),
+        lambda **kw: TFCreateClusterOperator(task_id="t", cluster_spec=SPEC, **kw),
         lambda **kw: TFTrainingOperator(task_id="t", cluster_spec=SPEC, **kw),
-        lambda **kw: TFOrphanSweeperOperator(task_id="t", **kw),
-        lambda **kw: StopModelServerOperator(model_name="m", **kw),
-        lambda **kw: TensorBoardOperator(claim="logs", **kw),
+        lambda **kw: TFSweepOrphansOperator(task_id="t", **kw),
+        lambda **kw: TFStopModelServerOperator(model_name="m", **kw),
+        lambda **kw: TFStartTensorBoardOperator(claim="logs", **kw),
     ],
 )
 def test_every_backend_operator_passes_the_connection_on_kubernetes_only(make) -> None:

@@ -10,7 +10,7 @@ import pytest
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from airflow_tfk.assets import data_asset, model_asset, serving_asset
-from airflow_tfk.operators.serving import PublishModelOperator
+from airflow_tfk.operators.serving import TFPublishModelOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 from airflow_tfk.serving import targets
 from tests.helpers import task_context
@@ -61,7 +61,7 @@ def fake(monkeypatch):
 
 
 def test_a_publish_on_the_model_asset_publishes_the_announced_version(fake) -> None:
-    op = PublishModelOperator(task_id="publish", model_name="digits", claim="tfk-models", backend="local")
+    op = TFPublishModelOperator(task_id="publish", model_name="digits", claim="tfk-models", backend="local")
     assert op.outlets == [serving_asset("digits", backend="local")]
     assert [a.uri for a in op.inlets] == [model_asset("digits", claim="tfk-models").uri]
     event = SimpleNamespace(

@@ -1,4 +1,4 @@
-"""PublishModelOperator: validation before anything is created, the XCom, backend wiring."""
+"""TFPublishModelOperator: validation before anything is created, the XCom, backend wiring."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_tfk.errors import SpecError
-from airflow_tfk.operators.serving import PublishModelOperator
+from airflow_tfk.operators.serving import TFPublishModelOperator
 from airflow_tfk.serving import targets
 from airflow_tfk.serving.base import NotBlessed, ServingError
 from tests.serving.fakes import FakeServing
@@ -22,9 +22,9 @@ def context(task_id: str = "publish") -> dict:
     }
 
 
-def publish(**kwargs) -> PublishModelOperator:
+def publish(**kwargs) -> TFPublishModelOperator:
     """The task that publishes model ``digits`` from claim ``models``."""
-    return PublishModelOperator(task_id="publish", model_name="digits", claim="models", **kwargs)
+    return TFPublishModelOperator(task_id="publish", model_name="digits", claim="models", **kwargs)
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_default_version_is_the_newest_good_one_and_failure_fails_the_task(fake)
 )
 def test_invalid_input_fails_before_anything_is_created(fake, kwargs, field):
     args = {"task_id": "publish", "model_name": "digits", "claim": "models", **kwargs}
-    op = PublishModelOperator(**args)
+    op = TFPublishModelOperator(**args)
     with pytest.raises(SpecError) as err:
         op.execute(context())
     assert err.value.field == field
@@ -95,12 +95,12 @@ def test_invalid_input_fails_before_anything_is_created(fake, kwargs, field):
 
 def test_bad_backend_is_rejected_at_parse_time():
     with pytest.raises(ValueError, match="backend"):
-        PublishModelOperator(task_id="p", model_name="d", claim="m", backend="docker")
+        TFPublishModelOperator(task_id="p", model_name="d", claim="m", backend="docker")
 
 
 def test_templated_fields():
     assert {"model_name", "version", "claim", "serving", "sample_request"} <= set(
-        PublishModelOperator.template_fields
+        TFPublishModelOperator.template_fields
     )
 
 

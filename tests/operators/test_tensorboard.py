@@ -10,9 +10,9 @@ import psutil
 import pytest
 
 from airflow_tfk.operators.tensorboard import (
-    StopTensorBoardOperator,
     TensorBoardLink,
-    TensorBoardOperator,
+    TFStartTensorBoardOperator,
+    TFStopTensorBoardOperator,
 )
 from airflow_tfk.serving.spec import TensorBoardSpec
 from airflow_tfk.tensorboard.local import LocalTensorBoard
@@ -36,14 +36,14 @@ def context(task_id: str) -> dict:
 def test_local_tensorboard_serves_the_logs_and_stops(tmp_path):
     logdir = tmp_path / "root" / "default" / ".claims" / "logs" / "run-1"
     logdir.mkdir(parents=True)
-    start = TensorBoardOperator(
+    start = TFStartTensorBoardOperator(
         task_id="tensorboard",
         claim="logs",
         sub_path="run-1",
         backend="local",
         backend_config={"root": str(tmp_path / "root")},
     )
-    stop = StopTensorBoardOperator(
+    stop = TFStopTensorBoardOperator(
         claim="logs", sub_path="run-1", backend="local", backend_config={"root": str(tmp_path / "root")}
     )
     ctx = context("tensorboard")
@@ -84,7 +84,7 @@ def test_link_reads_the_url_from_the_tensorboard_task(monkeypatch):
     assert seen == {"key": "tensorboard", "dag_id": "d", "run_id": "r", "task_id": "tb_task"}
     assert TensorBoardLink().get_link(SimpleNamespace(), ti_key=key) == "http://tb.example/"
     assert seen["task_id"] == "tensorboard"
-    own = TensorBoardOperator(task_id="tensorboard", claim="logs")
+    own = TFStartTensorBoardOperator(task_id="tensorboard", claim="logs")
     assert TensorBoardLink().get_link(own, ti_key=key) == "http://own/"
     monkeypatch.setattr(XCom, "get_one", lambda **kw: None)
     assert TensorBoardLink().get_link(training, ti_key=key) == ""
@@ -93,11 +93,11 @@ def test_link_reads_the_url_from_the_tensorboard_task(monkeypatch):
 def test_spec_errors_and_defaults():
     from airflow_tfk.errors import SpecError
 
-    op = TensorBoardOperator(claim="logs", backend="local")
+    op = TFStartTensorBoardOperator(claim="logs", backend="local")
     assert op.task_id == "tensorboard"
     assert op.spec("digits_daily").name == "tb-digits-daily-" + op.spec("digits_daily").name[-6:]
     with pytest.raises(SpecError):
-        TensorBoardOperator(claim=None, backend="local").spec("d")
+        TFStartTensorBoardOperator(claim=None, backend="local").spec("d")
     with pytest.raises(ValueError, match="action"):
-        TensorBoardOperator(claim="logs", action="restart")
+        TFStartTensorBoardOperator(claim="logs", action="restart")
     assert LocalTensorBoard(TensorBoardSpec(name="tb", base_path="/x")).logdir() == "/x"

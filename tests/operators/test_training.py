@@ -166,7 +166,7 @@ def test_deferrable_success_then_cleanup(local_root) -> None:
     trigger = deferred.value.trigger
     # The trigger must survive serialisation to the triggerer.
     path, kwargs = trigger.serialize()
-    assert path == "airflow_tfk.triggers.workers.WorkersDoneTrigger"
+    assert path == "airflow_tfk.triggers.cluster.TFClusterDoneTrigger"
     event = run_trigger(type(trigger)(**kwargs))
     assert event["status"] == "success"
     # The triggerer ended the PS itself: a paused DAG, or no free worker slot, would not

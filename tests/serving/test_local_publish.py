@@ -158,9 +158,9 @@ def test_default_version_is_the_newest_and_republishing_changes_nothing(serving,
 def test_operator_publishes_on_the_local_backend(serving, model_store):
     from types import SimpleNamespace
 
-    from airflow_tfk.operators.serving import PublishModelOperator
+    from airflow_tfk.operators.serving import TFPublishModelOperator
 
-    op = PublishModelOperator(
+    op = TFPublishModelOperator(
         task_id="publish",
         model_name="linear",
         claim="models",

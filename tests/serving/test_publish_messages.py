@@ -24,13 +24,13 @@ def test_publishing_a_missing_version_says_it_is_missing() -> None:
 
 @pytest.mark.parametrize("bad", [3.9, "3.9", "3.0", "1e3", "٣", "", "v3", True, -1, 10**30])
 def test_a_version_that_is_not_an_integer_is_refused(bad) -> None:
-    from airflow_tfk.operators.serving import PublishModelOperator
+    from airflow_tfk.operators.serving import TFPublishModelOperator
 
     if bad == "":
-        op = PublishModelOperator(task_id="publish", model_name="digits", version=bad)
+        op = TFPublishModelOperator(task_id="publish", model_name="digits", version=bad)
         assert op._version() is None  # empty: the newest exported
         return
     # Refused where it is given when its type is wrong already, else (a string, possibly
     # a template) as rendered: both before anything is published, naming the field.
     with pytest.raises(SpecError, match="^version"):
-        PublishModelOperator(task_id="publish", model_name="digits", version=bad)._version()
+        TFPublishModelOperator(task_id="publish", model_name="digits", version=bad)._version()

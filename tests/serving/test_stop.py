@@ -1,5 +1,5 @@
 """Stopping the local servers that outlive their DAG runs: ``airflow-tfk stop`` and
-``StopModelServerOperator``, on real stand-in model server processes."""
+``TFStopModelServerOperator``, on real stand-in model server processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from airflow_tfk import cli
 from airflow_tfk.errors import SpecError
-from airflow_tfk.operators.serving import StopModelServerOperator
+from airflow_tfk.operators.serving import TFStopModelServerOperator
 from airflow_tfk.serving.local import LocalServing
 from airflow_tfk.serving.spec import ServingSpec
 
@@ -39,7 +39,7 @@ def test_cli_lists_and_stops_and_the_operator_stops(tmp_path, capsys) -> None:
         assert cli.main(["stop", "model-server", "alpha", "--root", str(tmp_path)]) == cli.EXIT_SPEC_ERROR
         assert "no local model-server alpha recorded" in capsys.readouterr().err
 
-        op = StopModelServerOperator(
+        op = TFStopModelServerOperator(
             model_name="beta", backend="local", backend_config={"root": str(tmp_path)}
         )
         op.execute(
@@ -54,7 +54,7 @@ def test_cli_lists_and_stops_and_the_operator_stops(tmp_path, capsys) -> None:
 
 
 def test_stop_operator_validates_before_touching_anything() -> None:
-    op = StopModelServerOperator(model_name="m", backend="local", serving={"replicas": 2})
+    op = TFStopModelServerOperator(model_name="m", backend="local", serving={"replicas": 2})
     with pytest.raises(SpecError) as err:
         op.execute({})
     assert err.value.field == "serving.replicas"

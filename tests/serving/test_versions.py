@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from airflow_tfk.errors import SpecError
-from airflow_tfk.operators.serving import PublishModelOperator
+from airflow_tfk.operators.serving import TFPublishModelOperator
 from airflow_tfk.protocol.digits import MAX_VERSION, model_version
 from airflow_tfk.runtime.export import next_version, version_of
 from airflow_tfk.runtime.model_server.manager import version_dirs
@@ -27,8 +27,8 @@ def test_int64_bounds() -> None:
         assert model_version(bad) is None, bad
 
 
-def _op(version: object) -> PublishModelOperator:
-    return PublishModelOperator(task_id="publish", model_name="digits", claim="models", version=version)
+def _op(version: object) -> TFPublishModelOperator:
+    return TFPublishModelOperator(task_id="publish", model_name="digits", claim="models", version=version)
 
 
 @pytest.mark.parametrize(

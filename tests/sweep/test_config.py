@@ -72,10 +72,12 @@ def test_bad_settings_name_their_field(change: dict, field: str) -> None:
 
 
 def test_the_operator_rejects_bad_settings_when_the_dag_is_parsed() -> None:
-    from airflow_tfk.operators.sweep import TFSweepOperator
+    from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
 
     with pytest.raises(SpecError, match="sweep.max_concurrent_trials"):
-        TFSweepOperator(task_id="s", cluster_spec={}, sweep={**GOOD, "max_concurrent_trials": -2})
+        TFHyperparameterSweepOperator(
+            task_id="s", cluster_spec={}, sweep={**GOOD, "max_concurrent_trials": -2}
+        )
 
 
 def test_a_trial_spec_appends_its_flags_to_every_args_and_names_the_trial() -> None:
@@ -160,8 +162,8 @@ def test_a_dag_with_a_sweep_imports_no_optuna() -> None:
     """Parse time: building a sweep task imports neither Optuna nor the sweep loop."""
     code = (
         "import sys\n"
-        "from airflow_tfk.operators.sweep import TFSweepOperator\n"
-        f"TFSweepOperator(task_id='s', backend='local', cluster_spec={{}}, sweep={GOOD!r})\n"
+        "from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator\n"
+        f"TFHyperparameterSweepOperator(task_id='s', backend='local', cluster_spec={{}}, sweep={GOOD!r})\n"
         "bad = [m for m in ('optuna', 'airflow_tfk.sweep.runner', 'airflow_tfk.sweep.study', 'tensorflow')"
         " if m in sys.modules]\n"
         "print(bad)\n"

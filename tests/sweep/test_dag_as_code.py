@@ -8,7 +8,7 @@ import pytest
 from airflow_tfk.dagfactory.builder import build_dag
 from airflow_tfk.dagfactory.training import parse_training
 from airflow_tfk.errors import SpecError
-from airflow_tfk.operators.sweep import TFSweepOperator
+from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
 
 CLUSTER = {
     "image": "airflow-tfk/training:2.21.0",
@@ -43,7 +43,7 @@ def test_a_sweep_block_gives_the_sweep_dag() -> None:
     dag = build_dag(parse_training(training(), default_dag_id="s", source="s.yaml"))
     assert set(dag.task_ids) == {"sweep", "publish"}
     sweep = dag.get_task("sweep")
-    assert isinstance(sweep, TFSweepOperator)
+    assert isinstance(sweep, TFHyperparameterSweepOperator)
     assert sweep.sweep == SWEEP
     assert dag.get_task("publish").upstream_task_ids == {"sweep"}
     # Each trial's cluster keeps the deadline; the sweep task and its run are not cut at 30 min.

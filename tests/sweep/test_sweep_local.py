@@ -1,4 +1,4 @@
-"""TFSweepOperator on the local backend: real trial clusters (processes), a real Optuna
+"""TFHyperparameterSweepOperator on the local backend: real trial clusters (processes), a real Optuna
 study in SQLite, the real operator code. The trials run a stand-in training
 (tasks/sweep_trainer.py) whose loss tells a bad learning rate from a good one at every
 step, so pruning decisions are checkable; the real-TensorFlow sweep is bench/bench_sweep.py.
@@ -16,7 +16,7 @@ import pytest
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.naming import RunIdentity
-from airflow_tfk.operators.sweep import TFSweepOperator
+from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.trials import base_name
 from tests.helpers import (
@@ -63,8 +63,8 @@ def sweep_config(n_trials: int, **extra) -> dict:
     }
 
 
-def make_op(tmp_path: Path, n_trials: int, steps: int = 30, **sweep) -> TFSweepOperator:
-    return TFSweepOperator(
+def make_op(tmp_path: Path, n_trials: int, steps: int = 30, **sweep) -> TFHyperparameterSweepOperator:
+    return TFHyperparameterSweepOperator(
         task_id="sweep",
         backend="local",
         cluster_spec=trainer_spec(tmp_path, steps=steps),
@@ -139,7 +139,7 @@ def test_pruning_ends_losing_trials_and_the_limit_holds(local_root, tmp_path, ca
     best = max(complete, key=lambda r: r["value"])
     assert result["best"]["number"] == best["number"]
     assert result["best"]["value"] == pytest.approx(-((best["params"]["lr"] - 0.3) ** 2))
-    # The winner's export is what a PublishModelOperator downstream publishes.
+    # The winner's export is what a TFPublishModelOperator downstream publishes.
     assert result["model_name"] == "toy"
     assert result["model_version"] == best["model_version"]
     assert Path(result["model_path"]).is_dir()
@@ -305,7 +305,7 @@ def test_execution_timeout_deletes_every_running_trial(local_root, tmp_path) -> 
     from airflow.sdk.exceptions import AirflowTaskTimeout
     from airflow.sdk.execution_time.timeout import timeout
 
-    op = TFSweepOperator(
+    op = TFHyperparameterSweepOperator(
         task_id="sweep",
         backend="local",
         cluster_spec=trainer_spec(tmp_path, steps=100000),

@@ -1,4 +1,4 @@
-"""`TFWorkersSensor`: succeeds when the training succeeded, by the cluster's mode.
+"""`TFClusterSensor`: succeeds when the training succeeded, by the cluster's mode.
 
 Fails at once, with the failed task's own reason, when any task failed permanently.
 Deferrable mode waits in the triggerer (one watch for the whole cluster).
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class TFWorkersSensor(BaseSensorOperator):
+class TFClusterSensor(BaseSensorOperator):
     """Wait on the workers (or the chief, in ``parameter_server`` mode) of a cluster.
 
     :param cluster: the create task's XCom. (templated)
@@ -59,11 +59,11 @@ class TFWorkersSensor(BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         from airflow_tfk.handle import ClusterHandle
-        from airflow_tfk.triggers.workers import WorkersDoneTrigger
+        from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 
         handle = ClusterHandle.from_dict(self.cluster)
         self.defer(
-            trigger=WorkersDoneTrigger.for_handle(
+            trigger=TFClusterDoneTrigger.for_handle(
                 handle, progress_interval=self.progress_interval, stall_seconds=self.stall_seconds
             ),
             method_name="execute_complete",

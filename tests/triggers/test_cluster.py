@@ -1,4 +1,4 @@
-"""WorkersDoneTrigger on the local backend (real processes running the stand-in trainer),
+"""TFClusterDoneTrigger on the local backend (real processes running the stand-in trainer),
 run in an asyncio loop as the triggerer runs it: one event per run, with a ``status``
 instead of an exception, and the cluster deleted when its task is killed while deferred."""
 
@@ -11,15 +11,15 @@ from pathlib import Path
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.spec import TFClusterSpec
-from airflow_tfk.triggers.workers import WorkersDoneTrigger
+from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 from tests.helpers import assert_no_processes, python_cluster, spec_dict, wait_for
 
 
-def start(root: Path, name: str, **env: str) -> tuple[LocalBackend, ClusterRef, WorkersDoneTrigger]:
+def start(root: Path, name: str, **env: str) -> tuple[LocalBackend, ClusterRef, TFClusterDoneTrigger]:
     backend = LocalBackend(str(root))
     spec = TFClusterSpec.from_dict({**spec_dict("between_graph", workers=2, **env), "name": name})
     ref = backend.create(spec)
-    trigger = WorkersDoneTrigger(
+    trigger = TFClusterDoneTrigger(
         cluster=ref.to_dict(),
         backend_kind="local",
         backend_config=backend.config(),
@@ -30,7 +30,7 @@ def start(root: Path, name: str, **env: str) -> tuple[LocalBackend, ClusterRef, 
     return backend, ref, trigger
 
 
-def events(trigger: WorkersDoneTrigger) -> list[dict]:
+def events(trigger: TFClusterDoneTrigger) -> list[dict]:
     async def collect() -> list[dict]:
         return [event.payload async for event in trigger.run()]
 
@@ -40,8 +40,8 @@ def events(trigger: WorkersDoneTrigger) -> list[dict]:
 def test_serializes_to_what_rebuilds_it(local_root: Path) -> None:
     _, ref, trigger = start(local_root, "trig-ser", STEPS="1")
     path, kwargs = trigger.serialize()
-    assert path == "airflow_tfk.triggers.workers.WorkersDoneTrigger"
-    assert WorkersDoneTrigger(**kwargs).serialize() == (path, kwargs)
+    assert path == "airflow_tfk.triggers.cluster.TFClusterDoneTrigger"
+    assert TFClusterDoneTrigger(**kwargs).serialize() == (path, kwargs)
     assert kwargs["cluster"] == ref.to_dict()
 
 
@@ -74,7 +74,7 @@ def test_the_deadline_is_a_timeout_event(local_root: Path) -> None:
 
 
 def test_an_error_is_an_event_not_an_exception(local_root: Path) -> None:
-    trigger = WorkersDoneTrigger(
+    trigger = TFClusterDoneTrigger(
         cluster={"name": "x", "namespace": "default"},
         backend_kind="nonsense",
         backend_config={},
@@ -117,7 +117,7 @@ def test_killed_while_deferred_sets_the_runs_export_aside(local_root: Path) -> N
     ref = backend.create(spec)
     models = backend.claim_path(ref.namespace, "models") / "m"
     wait_for(lambda: (models / "1" / "saved_model.pb").exists(), what="the export")
-    trigger = WorkersDoneTrigger(
+    trigger = TFClusterDoneTrigger(
         cluster=ref.to_dict(),
         backend_kind="local",
         backend_config=backend.config(),

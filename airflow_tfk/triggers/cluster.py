@@ -1,4 +1,4 @@
-"""`WorkersDoneTrigger`: waits in the triggerer until a training succeeds or fails.
+"""`TFClusterDoneTrigger`: waits in the triggerer until a training succeeds or fails.
 
 Yields exactly one event with a ``status`` (``success`` | ``failed`` | ``timeout`` |
 ``error``) instead of raising; the operator turns a non-success event into an exception.
@@ -55,7 +55,7 @@ def _check(
             raise SpecError("owner", f"must be a task instance identity ({exc})", owner) from None
 
 
-class WorkersDoneTrigger(BaseTrigger):
+class TFClusterDoneTrigger(BaseTrigger):
     """Wait on a TF cluster without holding a worker slot.
 
     :param cluster: the cluster reference (``ClusterRef.to_dict()``).
@@ -133,7 +133,7 @@ class WorkersDoneTrigger(BaseTrigger):
         progress_interval: float,
         release_after_success: bool = False,
         stall_seconds: float = STALL_SECONDS,
-    ) -> WorkersDoneTrigger:
+    ) -> TFClusterDoneTrigger:
         """The trigger that waits on the cluster of ``handle`` (a create task's XCom);
         with ``release_after_success`` it also ends the PS after a success. Raises
         SpecError, naming the argument, when one is invalid."""

@@ -1,4 +1,4 @@
-"""TFWorkersSensor on the local backend, with the create and clean-up operators around it:
+"""TFClusterSensor on the local backend, with the create and clean-up operators around it:
 the step-by-step form of what TFTrainingOperator does in one task."""
 
 from __future__ import annotations
@@ -12,21 +12,21 @@ from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.errors import TrainingFailed
 from airflow_tfk.operators.cluster import (
-    CleanupPSOperator,
-    CreateTFClusterOperator,
-    DeleteTFClusterOperator,
+    TFCreateClusterOperator,
+    TFDeleteClusterOperator,
+    TFDeleteParameterServersOperator,
 )
-from airflow_tfk.sensors.workers import TFWorkersSensor
+from airflow_tfk.sensors.cluster import TFClusterSensor
 from airflow_tfk.status import Phase
 from tests.helpers import assert_no_processes, spec_dict, task_context
 
 
 def create(spec: dict, run_id: str = "manual__1") -> dict:
-    op = CreateTFClusterOperator(task_id="create", backend="local", cluster_spec=spec)
+    op = TFCreateClusterOperator(task_id="create", backend="local", cluster_spec=spec)
     return op.execute(task_context(run_id, task_id="create"))
 
 
-def poke_until_done(sensor: TFWorkersSensor, ctx: dict, timeout: float = 30.0) -> None:
+def poke_until_done(sensor: TFClusterSensor, ctx: dict, timeout: float = 30.0) -> None:
     import time
 
     deadline = time.monotonic() + timeout
@@ -40,13 +40,13 @@ def test_create_sense_cleanup_delete(local_root, capfd) -> None:
     assert handle["backend"] == "local" and handle["label_selector"].endswith(handle["name"])
     ref = ClusterRef(handle["name"], handle["namespace"])
     ctx = task_context(task_id="wait")
-    poke_until_done(TFWorkersSensor(task_id="wait", cluster=handle, progress_interval=0.1), ctx)
+    poke_until_done(TFClusterSensor(task_id="wait", cluster=handle, progress_interval=0.1), ctx)
     assert "step 4/4 (100.0%)" in capfd.readouterr().out
-    deleted = CleanupPSOperator(task_id="cleanup", cluster=handle).execute(ctx)
+    deleted = TFDeleteParameterServersOperator(task_id="cleanup", cluster=handle).execute(ctx)
     assert deleted == ["ps"]
     backend = LocalBackend(str(local_root))
     assert backend.status(ref).task("ps", 0).reason == "Deleted"
-    DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(ctx)
+    TFDeleteClusterOperator(task_id="delete", cluster=handle).execute(ctx)
     assert not backend.exists(ref)
     assert_no_processes(local_root)
 
@@ -54,17 +54,17 @@ def test_create_sense_cleanup_delete(local_root, capfd) -> None:
 def test_sensor_fails_with_the_task_reason(local_root) -> None:
     spec = spec_dict("all_reduce", workers=2, STEPS="1", EXIT_CODE_0="1")
     handle = create(spec)
-    sensor = TFWorkersSensor(task_id="wait", cluster=handle)
+    sensor = TFClusterSensor(task_id="wait", cluster=handle)
     with pytest.raises(TrainingFailed) as err:
         poke_until_done(sensor, task_context(task_id="wait"))
     assert err.value.task == "worker-0" and err.value.reason == "ExitCode"
-    DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(task_context())
+    TFDeleteClusterOperator(task_id="delete", cluster=handle).execute(task_context())
     assert_no_processes(local_root)
 
 
 def test_deferrable_sensor_waits_in_the_trigger(local_root) -> None:
     handle = create(spec_dict("parameter_server", workers=1, STEPS="3"))
-    sensor = TFWorkersSensor(task_id="wait", cluster=handle, deferrable=True)
+    sensor = TFClusterSensor(task_id="wait", cluster=handle, deferrable=True)
     ctx = task_context(task_id="wait")
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(ctx)
@@ -78,12 +78,12 @@ def test_deferrable_sensor_waits_in_the_trigger(local_root) -> None:
     sensor.execute_complete(ctx, event)  # success: no exception
     status = LocalBackend(str(local_root)).status(ClusterRef(handle["name"], handle["namespace"]))
     assert status.task("chief", 0).phase is Phase.SUCCEEDED
-    DeleteTFClusterOperator(task_id="delete", cluster=handle).execute(ctx)
+    TFDeleteClusterOperator(task_id="delete", cluster=handle).execute(ctx)
     assert_no_processes(local_root)
 
 
 def test_failed_event_becomes_training_failed() -> None:
-    sensor = TFWorkersSensor(task_id="wait", cluster={}, deferrable=True)
+    sensor = TFClusterSensor(task_id="wait", cluster={}, deferrable=True)
     event = {
         "status": "failed",
         "message": "task worker-1 failed (OOMKilled, exit code 137)",
@@ -103,4 +103,4 @@ def test_failed_event_becomes_training_failed() -> None:
 
 
 def test_delete_without_cluster_is_a_no_op() -> None:
-    DeleteTFClusterOperator(task_id="delete", cluster=None).execute(task_context())
+    TFDeleteClusterOperator(task_id="delete", cluster=None).execute(task_context())
