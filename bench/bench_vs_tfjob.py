@@ -106,7 +106,9 @@ class Result:
 
 
 def _get(api: Any, path: str) -> Any:
-    resp = api.call_api(path, "GET", auth_settings=["BearerToken"], _preload_content=False)
+    resp = api.call_api(
+        path, "GET", auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True
+    )
     return (resp[0] if isinstance(resp, tuple) else resp).data
 
 

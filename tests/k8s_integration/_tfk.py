@@ -116,6 +116,7 @@ def apply_dry_run(api: client.ApiClient, manifest: dict, namespace: str) -> tupl
         body=manifest,
         auth_settings=["BearerToken"],
         _preload_content=False,
+        _return_http_data_only=True,
     )
     return resp.status, resp.getheader("Warning")
 
@@ -198,6 +199,7 @@ def _list(
         header_params={"Accept": "application/json"},
         auth_settings=["BearerToken"],
         _preload_content=False,
+        _return_http_data_only=True,
     )
     return json.loads(resp.data)["items"]
 

@@ -116,6 +116,7 @@ def _dry_run(api, manifest: dict, strict: bool = True):
         body=manifest,
         auth_settings=["BearerToken"],
         _preload_content=False,
+        _return_http_data_only=True,
     )
 
 

@@ -64,6 +64,7 @@ def _call(api, method: str, path: str, body=None, query=None):
         body=body,
         auth_settings=["BearerToken"],
         _preload_content=False,
+        _return_http_data_only=True,
     )
     return resp, json.loads(resp.data or b"{}")
 

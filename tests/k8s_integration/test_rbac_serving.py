@@ -153,7 +153,9 @@ def _raise_on(answer: tuple[int, Any]) -> None:
 
 def _get(tb: KubernetesTensorBoard) -> None:
     path = tb.url.split(tb.api.client.configuration.host.rstrip("/"), 1)[1]
-    resp = tb.api.client.call_api(path, "GET", auth_settings=["BearerToken"], _preload_content=False)
+    resp = tb.api.client.call_api(
+        path, "GET", auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True
+    )
     if resp.status >= 400:
         raise _Status(resp.status, resp.data)
 

@@ -84,6 +84,7 @@ def _proxy_post(api, ns: str, service: str, port: int, path: str, body: dict) ->
         body=body,
         auth_settings=["BearerToken"],
         _preload_content=False,
+        _return_http_data_only=True,
     )
     return json.loads(resp.data.decode())
 
@@ -94,6 +95,7 @@ def _proxy_get(api, ns: str, service: str, port: int, path: str) -> str:
         "GET",
         auth_settings=["BearerToken"],
         _preload_content=False,
+        _return_http_data_only=True,
     )
     return resp.data.decode()
 
