@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from airflow_tfk.backends.base import Backend, ClusterRef, ClusterWatcher
 from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS as DEFAULT_PROGRESS_INTERVAL
@@ -28,6 +28,9 @@ from airflow_tfk.protocol.progress import Progress, last_progress
 from airflow_tfk.spec import Mode
 from airflow_tfk.stall import DEFAULT_STALL_SECONDS, ProgressStall, StallDetector, running_tasks
 from airflow_tfk.status import Activity, ClusterStatus, Phase, TaskStatus
+
+if TYPE_CHECKING:
+    from airflow_tfk.handle import ClusterHandle
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -191,6 +194,18 @@ class Wait:
         self.progress = ProgressStall((role, index), self.stall_seconds)
         self.reporter = ProgressReporter(role, index, self.progress_interval, self.emit)
         self.queue = QueueReporter(min(self.progress_interval, 60.0), self.emit)
+
+    @classmethod
+    def of_handle(cls, handle: ClusterHandle, backend: Backend, **options: Any) -> Wait:
+        """The wait on a handle's cluster, with its shape and its bound on lost workers."""
+        return cls(
+            backend,
+            handle.ref,
+            handle.mode,
+            handle.replicas,
+            max_lost_workers=handle.max_lost_workers,
+            **options,
+        )
 
     async def run(self) -> Verdict:
         """The loop: judge every status as it changes, and the last one again whenever a

@@ -138,7 +138,7 @@ class TFTrainingOperator(OnBackendOperator):
             apply_previous_run_policy,
             create_or_reattach,
         )
-        from airflow_tfk.watch import TIMEOUT_MESSAGE, wait_for_cluster, wait_result
+        from airflow_tfk.watch import TIMEOUT_MESSAGE, Wait, run_blocking, wait_result
 
         identity, spec, backend = self._resolve(context)
         handle = ClusterHandle.for_spec(spec, backend, identity)
@@ -163,16 +163,14 @@ class TFTrainingOperator(OnBackendOperator):
             self._created = True
             if self.deferrable:
                 self._defer(handle)
-            verdict = wait_for_cluster(
+            wait = Wait.of_handle(
+                handle,
                 backend,
-                handle.ref,
-                handle.mode,
-                handle.replicas,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
                 stall_seconds=self.stall_seconds,
-                max_lost_workers=handle.max_lost_workers,
             )
+            verdict = run_blocking(wait.run())
         except TaskDeferred:
             raise
         except AirflowTaskTimeout as exc:

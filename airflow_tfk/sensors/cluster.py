@@ -78,15 +78,12 @@ class TFClusterSensor(BaseSensorOperator):
 
         handle = ClusterHandle.from_dict(self.cluster)
         if self._wait is None:
-            self._wait = Wait(
+            self._wait = Wait.of_handle(
+                handle,
                 handle.backend(),
-                handle.ref,
-                handle.mode,
-                handle.replicas,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
                 stall_seconds=self.stall_seconds,
-                max_lost_workers=handle.max_lost_workers,
             )
         verdict = run_blocking(self._wait.poke())
         if verdict.outcome is Outcome.FAILED:
