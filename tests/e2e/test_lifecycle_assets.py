@@ -64,6 +64,8 @@ def test_model_event_triggers_the_publish_dag(tmp_path: Path) -> None:
     local_root = tmp_path / "tfk-local"
     env = migrated_airflow_home(
         tmp_path / "home",
+        # The example DAGs on the local backend, chosen by name (the default is kubernetes).
+        TFK_BACKEND="local",
         TFK_LOCAL_ROOT=str(local_root),
         TF_CPP_MIN_LOG_LEVEL="2",
         # A consumer DAG that is paused gets no queued run from an event.
