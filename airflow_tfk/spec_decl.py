@@ -32,12 +32,14 @@ import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_tfk._spec_checks import _bounded, _reject_unknown, _str_list, _str_map
 from airflow_tfk.errors import SpecError, SpecErrors
 
-__all__ = ["Decl", "Errors", "Form", "check_fields", "declared", "spec_field", "from_mapping"]
+_T = TypeVar("_T")
+
+__all__ = ["Decl", "Errors", "Form", "check_fields", "declared", "spec_field", "from_mapping", "section_from"]
 
 KINDS = (
     "int",
@@ -239,6 +241,15 @@ _KINDS: dict[str, Callable[[Decl, Any, str, str | None], Any]] = {
     "int_list": _int_list,
     "str_map": lambda decl, value, path, role: _str_map(value, path, keys=decl.keys),
 }
+
+
+def section_from(cls: type[_T], data: Any, where: str) -> _T:
+    """A section built on its own, outside a whole spec: its unknown keys are raised
+    together, as a whole spec raises all of its errors at once."""
+    errors = Errors()
+    built: _T = from_mapping(cls, data, where, errors)
+    errors.raise_if_any()
+    return built
 
 
 def from_mapping(cls: type, data: Any, path: str, errors: Errors) -> Any:

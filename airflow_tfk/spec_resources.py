@@ -11,7 +11,7 @@ from airflow_tfk import naming
 from airflow_tfk._spec_checks import _check_gpu_resource
 from airflow_tfk.errors import SpecError
 from airflow_tfk.quantity import parse_quantity, quantity_value
-from airflow_tfk.spec_decl import Errors, check_fields, from_mapping, spec_field
+from airflow_tfk.spec_decl import Errors, check_fields, section_from, spec_field
 
 QUANTITY = {"type": ["string", "number"]}
 
@@ -92,10 +92,7 @@ class Resources:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> Resources:
-        errors = Errors()
-        built: Resources = from_mapping(cls, data, where, errors)
-        errors.raise_if_any()
-        return built
+        return section_from(cls, data, where)
 
 
 @dataclass(frozen=True)
