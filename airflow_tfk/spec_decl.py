@@ -39,7 +39,17 @@ from airflow_tfk.errors import SpecError, SpecErrors
 
 _T = TypeVar("_T")
 
-__all__ = ["Decl", "Errors", "Form", "check_fields", "declared", "spec_field", "from_mapping", "section_from"]
+__all__ = [
+    "Decl",
+    "Errors",
+    "Form",
+    "check_fields",
+    "declared",
+    "spec_field",
+    "from_mapping",
+    "section_from",
+    "choice_field",
+]
 
 KINDS = (
     "int",
@@ -121,6 +131,22 @@ def spec_field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses
     if default is dataclasses.MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def choice_field(default: str | None, choices: Sequence[str], *, help_tail: str = "") -> Any:
+    """A string field holding one of ``choices``: its pattern, its error and its help are
+    written from the one list, so they cannot disagree."""
+
+    def either(words: Sequence[str]) -> str:
+        return f"{', '.join(words[:-1])} or {words[-1]}"
+
+    return spec_field(
+        default,
+        kind="str",
+        pattern="|".join(choices),
+        rule=f"must be {either(choices)}",
+        help=either([f"`{c}`" for c in choices]) + help_tail,
+    )
 
 
 @functools.cache
