@@ -133,6 +133,12 @@ def spec_field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses
     return dataclasses.field(default=default, metadata=meta)
 
 
+def str_map_field(keys: str, help: str, **decl: Any) -> Any:
+    """A mapping of strings to strings, empty when left out; ``keys`` names the rule its keys
+    follow (``env``: environment variable names, ``label``: label keys)."""
+    return spec_field(factory=dict, kind="str_map", keys=keys, help=help, **decl)
+
+
 def choice_field(default: str | None, choices: Sequence[str], *, help_tail: str = "") -> Any:
     """A string field holding one of ``choices``: its pattern, its error and its help are
     written from the one list, so they cannot disagree."""
