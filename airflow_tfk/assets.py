@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.errors import SpecError
+from airflow_tfk.operator_args import holds_jinja
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
@@ -128,16 +129,6 @@ def serving_asset(model_name: str, *, namespace: str | None = None, backend: str
 # -- what an operator's arguments say about its assets --------------------------------------
 
 
-def _templated(value: object) -> bool:
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
-    if isinstance(value, Mapping):
-        return any(_templated(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_templated(v) for v in value)
-    return False
-
-
 def model_name_of_args(args: object) -> str | None:
     """The model name a training's ``args`` pass to the runtime (``--tfk_model_name X``
     or ``--tfk_model_name=X``), if written literally."""
@@ -152,14 +143,14 @@ def model_name_of_args(args: object) -> str | None:
             value = arg.split("=", 1)[1]
         else:
             continue
-        return None if _templated(value) or not _SEGMENT.fullmatch(value) else value
+        return None if holds_jinja(value) or not _SEGMENT.fullmatch(value) else value
     return None
 
 
 def _claim(storage: object, volume: str) -> str | None:
     if isinstance(storage, Mapping) and isinstance(storage.get(volume), Mapping):
         claim = storage[volume].get("claim")
-        return claim if isinstance(claim, str) and not _templated(claim) else None
+        return claim if isinstance(claim, str) and not holds_jinja(claim) else None
     return None
 
 
@@ -194,7 +185,7 @@ def publish_assets(
     model_name: object, claim: object, sub_path: object, base_path: object, serving: object, backend: object
 ) -> tuple[list[Asset], list[Asset]]:
     """A publish reads the model from the store and produces the serving model."""
-    if not isinstance(model_name, str) or _templated(
+    if not isinstance(model_name, str) or holds_jinja(
         [model_name, claim, sub_path, base_path, serving, backend]
     ):
         return [], []

@@ -24,6 +24,7 @@ __all__ = [
     "bool_arg",
     "cluster_arg",
     "cluster_spec_arg",
+    "holds_jinja",
     "mapping_arg",
     "name_prefix_arg",
     "namespace_arg",
@@ -77,6 +78,18 @@ def templated(value: object) -> bool:
     if isinstance(value, str):
         return "{{" in value or "{%" in value
     return callable(getattr(value, "resolve", None)) and callable(getattr(value, "iter_references", None))
+
+
+def holds_jinja(value: object) -> bool:
+    """A string anywhere in ``value`` (through mappings, lists and tuples) carries Jinja, so
+    what it says is known only after rendering: a parse-time check must leave it be."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping):
+        return any(holds_jinja(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(holds_jinja(v) for v in value)
+    return False
 
 
 def plain(value: object, field: str) -> None:

@@ -37,7 +37,16 @@ from airflow_tfk.admission import CapacityCheck, Layout
 from airflow_tfk.errors import SpecError
 from airflow_tfk.network import TrainingNetworkPolicy
 from airflow_tfk.quantity import parse_quantity, quantity_value
-from airflow_tfk.spec_decl import Errors, Form, check_fields, from_mapping, spec_field, validate
+from airflow_tfk.spec_decl import (
+    Errors,
+    Form,
+    check_fields,
+    choice_field,
+    from_mapping,
+    spec_field,
+    str_map_field,
+    validate,
+)
 from airflow_tfk.spec_resources import Resources, Toleration
 from airflow_tfk.spec_roles import (
     MAX_REPLICAS,
@@ -146,28 +155,17 @@ class TFClusterSpec:
     storage: StorageSpec = spec_field(
         factory=StorageSpec, kind="section", section=StorageSpec, help="data, logs and models volumes"
     )
-    env: Mapping[str, str] = spec_field(
-        factory=dict,
-        kind="str_map",
-        keys="env",
-        help="environment of every task (`TF_CONFIG` and `TFK_*` are reserved)",
+    env: Mapping[str, str] = str_map_field(
+        "env", help="environment of every task (`TF_CONFIG` and `TFK_*` are reserved)"
     )
-    labels: Mapping[str, str] = spec_field(
-        factory=dict,
-        kind="str_map",
-        keys="label",
+    labels: Mapping[str, str] = str_map_field(
+        "label",
         check=not_reserved_labels,
         help="extra labels on every object (keys under `tfk.airflow.apache.org/`, `kubernetes.io/`, "
         "`k8s.io/` and `x-k8s.io/` and their subdomains, e.g. `app.kubernetes.io/`, `kueue.x-k8s.io/`, "
         "are reserved)",
     )
-    image_pull_policy: str = spec_field(
-        "IfNotPresent",
-        kind="str",
-        pattern="IfNotPresent|Always|Never",
-        rule="must be IfNotPresent, Always or Never",
-        help="`IfNotPresent`, `Always` or `Never`",
-    )
+    image_pull_policy: str = choice_field("IfNotPresent", ("IfNotPresent", "Always", "Never"))
     image_pull_secrets: tuple[str, ...] = spec_field(
         (), kind="str_list", check=secret_names, help="names of Secrets to pull the image with"
     )

@@ -32,12 +32,24 @@ import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_tfk._spec_checks import _bounded, _reject_unknown, _str_list, _str_map
 from airflow_tfk.errors import SpecError, SpecErrors
 
-__all__ = ["Decl", "Errors", "Form", "check_fields", "declared", "spec_field", "from_mapping"]
+_T = TypeVar("_T")
+
+__all__ = [
+    "Decl",
+    "Errors",
+    "Form",
+    "check_fields",
+    "declared",
+    "spec_field",
+    "from_mapping",
+    "section_from",
+    "choice_field",
+]
 
 KINDS = (
     "int",
@@ -119,6 +131,28 @@ def spec_field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses
     if default is dataclasses.MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def str_map_field(keys: str, help: str, **decl: Any) -> Any:
+    """A mapping of strings to strings, empty when left out; ``keys`` names the rule its keys
+    follow (``env``: environment variable names, ``label``: label keys)."""
+    return spec_field(factory=dict, kind="str_map", keys=keys, help=help, **decl)
+
+
+def choice_field(default: str | None, choices: Sequence[str], *, help_tail: str = "") -> Any:
+    """A string field holding one of ``choices``: its pattern, its error and its help are
+    written from the one list, so they cannot disagree."""
+
+    def either(words: Sequence[str]) -> str:
+        return f"{', '.join(words[:-1])} or {words[-1]}"
+
+    return spec_field(
+        default,
+        kind="str",
+        pattern="|".join(choices),
+        rule=f"must be {either(choices)}",
+        help=either([f"`{c}`" for c in choices]) + help_tail,
+    )
 
 
 @functools.cache
@@ -239,6 +273,15 @@ _KINDS: dict[str, Callable[[Decl, Any, str, str | None], Any]] = {
     "int_list": _int_list,
     "str_map": lambda decl, value, path, role: _str_map(value, path, keys=decl.keys),
 }
+
+
+def section_from(cls: type[_T], data: Any, where: str) -> _T:
+    """A section built on its own, outside a whole spec: its unknown keys are raised
+    together, as a whole spec raises all of its errors at once."""
+    errors = Errors()
+    built: _T = from_mapping(cls, data, where, errors)
+    errors.raise_if_any()
+    return built
 
 
 def from_mapping(cls: type, data: Any, path: str, errors: Errors) -> Any:

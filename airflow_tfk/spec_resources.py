@@ -11,7 +11,7 @@ from airflow_tfk import naming
 from airflow_tfk._spec_checks import _check_gpu_resource
 from airflow_tfk.errors import SpecError
 from airflow_tfk.quantity import parse_quantity, quantity_value
-from airflow_tfk.spec_decl import Errors, check_fields, from_mapping, spec_field
+from airflow_tfk.spec_decl import Errors, check_fields, choice_field, section_from, spec_field
 
 QUANTITY = {"type": ["string", "number"]}
 
@@ -92,10 +92,7 @@ class Resources:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> Resources:
-        errors = Errors()
-        built: Resources = from_mapping(cls, data, where, errors)
-        errors.raise_if_any()
-        return built
+        return section_from(cls, data, where)
 
 
 @dataclass(frozen=True)
@@ -108,22 +105,12 @@ class Toleration:
         check=_label_key,
         help="taint key (none with `operator: Exists` tolerates every taint)",
     )
-    operator: str = spec_field(
-        "Equal",
-        kind="str",
-        pattern="Equal|Exists",
-        rule="must be Equal or Exists",
-        help="`Equal` or `Exists`",
-    )
+    operator: str = choice_field("Equal", ("Equal", "Exists"))
     value: str | None = spec_field(
         None, kind="custom", check=_label_value, schema={"type": "string"}, help="taint value (with `Equal`)"
     )
-    effect: str | None = spec_field(
-        None,
-        kind="str",
-        pattern="NoSchedule|PreferNoSchedule|NoExecute",
-        rule="must be NoSchedule, PreferNoSchedule or NoExecute",
-        help="`NoSchedule`, `PreferNoSchedule` or `NoExecute`; none matches all",
+    effect: str | None = choice_field(
+        None, ("NoSchedule", "PreferNoSchedule", "NoExecute"), help_tail="; none matches all"
     )
     toleration_seconds: int | None = spec_field(
         None,

@@ -11,7 +11,7 @@ from typing import Any
 from airflow_tfk import naming
 from airflow_tfk.errors import SpecError
 from airflow_tfk.quantity import parse_quantity
-from airflow_tfk.spec_decl import Errors, Form, check_fields, from_mapping, spec_field
+from airflow_tfk.spec_decl import Errors, Form, check_fields, section_from, spec_field, str_map_field
 from airflow_tfk.spec_resources import QUANTITY, Resources, Toleration
 
 MAX_REPLICAS = 10_000
@@ -82,15 +82,10 @@ class RoleSpec:
         prefix="<role>.resources.",
         help="requests and limits of each task",
     )
-    env: Mapping[str, str] = spec_field(
-        factory=dict,
-        kind="str_map",
-        keys="env",
-        help="extra environment of this role's tasks, added to `env`",
+    env: Mapping[str, str] = str_map_field(
+        "env", help="extra environment of this role's tasks, added to `env`"
     )
-    node_selector: Mapping[str, str] = spec_field(
-        factory=dict, kind="str_map", keys="label", help="node labels this role's pods must run on"
-    )
+    node_selector: Mapping[str, str] = str_map_field("label", help="node labels this role's pods must run on")
     tolerations: tuple[Toleration, ...] = spec_field(
         (),
         kind="sections",
@@ -115,10 +110,7 @@ class RoleSpec:
     def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> RoleSpec | None:
         if data is None:
             return None
-        errors = Errors()
-        built: RoleSpec = from_mapping(cls, data, where, errors)
-        errors.raise_if_any()
-        return built
+        return section_from(cls, data, where)
 
 
 def _volume_size(value: Any, path: str) -> str:
@@ -212,7 +204,4 @@ class StorageSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> StorageSpec:
-        errors = Errors()
-        built: StorageSpec = from_mapping(cls, data, where, errors)
-        errors.raise_if_any()
-        return built
+        return section_from(cls, data, where)

@@ -11,7 +11,8 @@ client). The watch itself is plain async code (:mod:`._k8s_watch`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from airflow_tfk.backends.base import ClusterRef
@@ -68,37 +69,55 @@ def list_plan(ref: ClusterRef, kind: str, selector: str | None = None) -> Plan:
     return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion")
 
 
+class _Steps:
+    """Steps a plan: iterating yields each request, whose answer the caller sets in
+    :attr:`answer` inside :meth:`answering`; :attr:`value` is the plan's return value.
+    The sync and async runners differ only in how they call the client."""
+
+    def __init__(self, plan: Plan) -> None:
+        self._plan = plan
+        self.answer: tuple[int, Any] | None = None
+        self.value: Any = None
+
+    def __iter__(self) -> Iterator[Request]:
+        while True:
+            try:
+                req = self._plan.send(self.answer)
+            except StopIteration as stop:
+                self.value = stop.value
+                return
+            self.answer = None  # stays None when the request fails and failed() lets it pass
+            yield req
+
+    @contextmanager
+    def answering(self, req: Request) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            failed(req, exc)
+
+
 def run(api: SyncApi, plan: Plan) -> Any:
     """Run a plan with the sync client; its return value."""
-    answer: tuple[int, Any] | None = None
-    try:
-        while True:
-            req = plan.send(answer)
-            try:
-                if req.text:
-                    answer = 200, api.text(req.path, req.query)
-                else:
-                    answer = api.request(req.method, req.path, req.query, req.body)
-            except Exception as exc:
-                failed(req, exc)
-                answer = None
-    except StopIteration as stop:
-        return stop.value
+    steps = _Steps(plan)
+    for req in steps:
+        with steps.answering(req):
+            steps.answer = (
+                (200, api.text(req.path, req.query))
+                if req.text
+                else api.request(req.method, req.path, req.query, req.body)
+            )
+    return steps.value
 
 
 async def arun(api: AsyncApi, plan: Plan) -> Any:
     """:func:`run` with the async client."""
-    answer: tuple[int, Any] | None = None
-    try:
-        while True:
-            req = plan.send(answer)
-            try:
-                if req.text:
-                    answer = 200, await api.text(req.path, req.query)
-                else:
-                    answer = await api.request(req.method, req.path, req.query, req.body)
-            except Exception as exc:
-                failed(req, exc)
-                answer = None
-    except StopIteration as stop:
-        return stop.value
+    steps = _Steps(plan)
+    for req in steps:
+        with steps.answering(req):
+            steps.answer = (
+                (200, await api.text(req.path, req.query))
+                if req.text
+                else await api.request(req.method, req.path, req.query, req.body)
+            )
+    return steps.value

@@ -23,6 +23,7 @@ from airflow_tfk.dagfactory.training import (
     TrainingFile,
 )
 from airflow_tfk.errors import SpecError
+from airflow_tfk.operator_args import holds_jinja
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG, BaseOperator, Param
@@ -70,19 +71,9 @@ def check_params(params: dict[str, Param]) -> None:
             raise SpecError(f"params.{name}", f"invalid default or schema: {detail}") from None
 
 
-def _has_template(value: Any) -> bool:
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
-    if isinstance(value, dict):
-        return any(_has_template(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_has_template(v) for v in value)
-    return False
-
-
 def _check_spec(block: str, nested: str, options: dict[str, Any], make_spec: Any) -> None:
     """Run an operator's own spec validation now, naming the field as written in the file."""
-    if _has_template({k: v for k, v in options.items() if k in _DIRECT_SPEC_FIELDS or k == nested}):
+    if holds_jinja({k: v for k, v in options.items() if k in _DIRECT_SPEC_FIELDS or k == nested}):
         return  # checked by the operator after rendering, before anything is created
     try:
         make_spec()
@@ -119,7 +110,7 @@ def _check_gate(options: dict[str, Any], publish: Any) -> None:
     """The publish step's quality gate, by its own validation (its fields are named
     ``quality_gate.*`` already); left to run time when templated or not supported."""
     gate = getattr(publish, "gate", None)
-    if not callable(gate) or _has_template(options.get("quality_gate")):
+    if not callable(gate) or holds_jinja(options.get("quality_gate")):
         return
     try:
         gate()
@@ -128,7 +119,7 @@ def _check_gate(options: dict[str, Any], publish: Any) -> None:
 
 
 def _check_version(options: dict[str, Any], publish: Any) -> None:
-    if _has_template(options.get("version")):
+    if holds_jinja(options.get("version")):
         return
     try:
         publish._version()

@@ -78,6 +78,18 @@ def _reject_unknown(data: Mapping[str, Any], known: tuple[str, ...], where: str)
         raise SpecError(f"{where}.{unknown[0]}", f"is not a field; known: {', '.join(known)}")
 
 
+def _named_choice(data: object, where: str, known: tuple[str, ...]) -> Mapping[str, Any]:
+    """The fields of a sampler or pruner, which may be left out (every default), given by
+    name alone (``tpe``), or given as a mapping of the ``known`` fields."""
+    if data is None:
+        return {}
+    if isinstance(data, str):
+        return {"name": data}
+    data = _mapping(data, where)
+    _reject_unknown(data, known, where)
+    return data
+
+
 @dataclass(frozen=True)
 class ParamSpec:
     """One hyperparameter: its range, and the app flag it is passed as.
@@ -156,12 +168,7 @@ class PrunerSpec:
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> PrunerSpec:
-        if data is None:
-            return cls()
-        if isinstance(data, str):
-            data = {"name": data}
-        data = _mapping(data, where)
-        _reject_unknown(data, ("name", "n_startup_trials", "n_warmup_steps", "interval_steps"), where)
+        data = _named_choice(data, where, ("name", "n_startup_trials", "n_warmup_steps", "interval_steps"))
         d = cls()
         return cls(
             _choice(PrunerKind, data.get("name", d.name.value), f"{where}.name"),
@@ -184,12 +191,7 @@ class SamplerSpec:
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> SamplerSpec:
-        if data is None:
-            return cls()
-        if isinstance(data, str):
-            data = {"name": data}
-        data = _mapping(data, where)
-        _reject_unknown(data, ("name", "seed"), where)
+        data = _named_choice(data, where, ("name", "seed"))
         seed = data.get("seed")
         if seed is not None:
             seed = _count(seed, f"{where}.seed", 0, 2**32 - 1)
