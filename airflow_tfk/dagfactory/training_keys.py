@@ -48,7 +48,8 @@ class Key:
     :param choices: the values an ``enum`` takes.
     :param pattern: a regular expression a string must match whole; ``rule`` says it in words.
     :param rule: the error's rule where the kind's own wording is not the clearest.
-    :param check: a ``custom`` key's check: ``check(value) -> value`` (null included).
+    :param check: a ``custom`` key's check: ``check(value) -> value`` (null included; the
+        default when absent).
     :param schema: the JSON Schema of a ``custom`` or ``block`` key.
     """
 
@@ -67,10 +68,10 @@ class Key:
     def parse(self, data: Mapping[str, Any], default: Any = None) -> Any:
         """The key's value in ``data``, checked; ``default`` (else the declared one) when
         absent or null. Raises :class:`SpecError` naming the key."""
-        value = data.get(self.name)
         if self.kind == "custom":
             assert self.check is not None
-            return self.check(value)
+            return self.check(data.get(self.name, self.default))
+        value = data.get(self.name)
         if value is None:
             return self.default if default is None else default
         return _CHECKS[self.kind](self, value)
@@ -186,7 +187,7 @@ def _schedule(value: object) -> Any:
 def _stall_seconds(value: object) -> float:
     from airflow_tfk.stall import check_stall_seconds
 
-    return check_stall_seconds(STALL_SECONDS if value is None else value)
+    return check_stall_seconds(value)
 
 
 _OBJECT = {"type": ["object", "null"]}
@@ -261,6 +262,7 @@ KEYS: tuple[Key, ...] = (
         "stall_seconds",
         "a training whose step does not move for this long is reported as stalled",
         "custom",
+        STALL_SECONDS,
         check=_stall_seconds,
         schema={"type": "number", "minimum": 0, "maximum": 7 * 24 * 3600, "default": STALL_SECONDS},
     ),
