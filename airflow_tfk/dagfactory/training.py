@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +50,6 @@ from typing import Any
 from airflow_tfk import dag_env
 from airflow_tfk.constants import (
     BACKEND,
-    BACKEND_KINDS,
     KUBERNETES_CONN_ID,
     PROGRESS_INTERVAL_SECONDS,
     STALL_SECONDS,
@@ -59,17 +59,13 @@ from airflow_tfk.dagfactory.blocks import backend_config as _backend_config
 from airflow_tfk.dagfactory.blocks import operator_blocks as _operator_blocks
 from airflow_tfk.dagfactory.params import param_refs, with_param_defaults
 from airflow_tfk.dagfactory.params import parse_params as _params
-from airflow_tfk.dagfactory.training_keys import KEYS
+from airflow_tfk.dagfactory.training_keys import DEFAULT_START, KEYS
 from airflow_tfk.errors import SpecError, SpecErrors
 from airflow_tfk.run_policy import PreviousRunPolicy
 from airflow_tfk.spec_decl import Errors
 
 #: the task ids of the generated DAG
 TRAIN_TASK, PUBLISH_TASK, TENSORBOARD_TASK, SWEEP_TASK = "train", "publish", "tensorboard", "sweep"
-
-PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
-BACKENDS = BACKEND_KINDS
-DEFAULT_START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -137,38 +133,6 @@ def _mapping(data: Mapping[str, Any], key: str) -> dict[str, Any] | None:
     return dict(value)
 
 
-def _start_date(value: object) -> dt.datetime:
-    if value is None:
-        return DEFAULT_START
-    if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    if isinstance(value, dt.date):
-        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC)
-    if isinstance(value, str):
-        try:
-            parsed = dt.datetime.fromisoformat(value)
-        except ValueError:
-            raise SpecError("start_date", "must be a date such as 2026-01-01", value) from None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-    raise SpecError("start_date", "must be a date such as 2026-01-01", value)
-
-
-def _schedule(value: object) -> str | dict[str, Any] | None:
-    if value is None:
-        return None
-    from airflow_tfk.dagfactory.asset_schedule import is_asset_schedule, parse_asset_schedule
-
-    if is_asset_schedule(value):
-        return parse_asset_schedule(value)
-    if not isinstance(value, str) or not value.strip():
-        raise SpecError("schedule", "must be a cron expression, a preset such as @daily, or null", value)
-    value = value.strip()
-    if value.startswith("@") and value not in PRESETS:
-        raise SpecError("schedule", f"unknown preset (known: {', '.join(PRESETS)})", value)
-    # Cron syntax is checked by Airflow's own timetable when the DAG is built.
-    return value
-
-
 # -- the blocks -----------------------------------------------------------------------------
 
 
@@ -206,7 +170,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     # Defaults read from the deployment's environment when the DAG file is parsed.
     env = {"backend": dag_env.BACKEND, "kubernetes_conn_id": dag_env.KUBERNETES_CONN_ID}
     checked = {
-        key.name: take(lambda key=key: key.parse(data, env.get(key.name)), env.get(key.name, key.default))
+        key.name: take(functools.partial(key.parse, data, env.get(key.name)), env.get(key.name, key.default))
         for key in keys
         if key.kind != "block" and key.name != "dag_id"
     }

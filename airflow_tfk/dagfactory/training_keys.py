@@ -13,6 +13,7 @@ type and help; their checks stay with the code that owns them.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,7 +32,10 @@ from airflow_tfk.dagfactory.printable import control_character
 from airflow_tfk.errors import SpecError
 from airflow_tfk.run_policy import PreviousRunPolicy
 
-__all__ = ["KEYS", "Key", "key_schema"]
+__all__ = ["DEFAULT_START", "KEYS", "PRESETS", "Key", "key_schema"]
+
+PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
+DEFAULT_START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 #: ``block``: checked by its owner (declared for its type and help only)
 KINDS = ("int", "number", "bool", "str", "text", "enum", "str_list", "custom", "block")
@@ -172,16 +176,36 @@ def key_schema(key: Key) -> dict[str, Any]:
     return out
 
 
-def _start_date(value: object) -> Any:
-    from airflow_tfk.dagfactory.training import _start_date as check
+def _start_date(value: object) -> dt.datetime:
+    if value is None:
+        return DEFAULT_START
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    if isinstance(value, dt.date):
+        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC)
+    if isinstance(value, str):
+        try:
+            parsed = dt.datetime.fromisoformat(value)
+        except ValueError:
+            raise SpecError("start_date", "must be a date such as 2026-01-01", value) from None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    raise SpecError("start_date", "must be a date such as 2026-01-01", value)
 
-    return check(value)
 
+def _schedule(value: object) -> str | dict[str, Any] | None:
+    if value is None:
+        return None
+    from airflow_tfk.dagfactory.asset_schedule import is_asset_schedule, parse_asset_schedule
 
-def _schedule(value: object) -> Any:
-    from airflow_tfk.dagfactory.training import _schedule as check
-
-    return check(value)
+    if is_asset_schedule(value):
+        return parse_asset_schedule(value)
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError("schedule", "must be a cron expression, a preset such as @daily, or null", value)
+    value = value.strip()
+    if value.startswith("@") and value not in PRESETS:
+        raise SpecError("schedule", f"unknown preset (known: {', '.join(PRESETS)})", value)
+    # Cron syntax is checked by Airflow's own timetable when the DAG is built.
+    return value
 
 
 def _stall_seconds(value: object) -> float:
