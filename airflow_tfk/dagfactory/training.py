@@ -29,12 +29,14 @@ sweep:                            # optional: a hyperparameter sweep instead of 
   search_space: {tfk_learning_rate: {type: float, low: 0.0001, high: 0.3, log: true}}
 ```
 
-This module checks the file's own keys and delegates each block to the class that owns
-it: the ``cluster`` block is validated by :class:`TFClusterSpec` itself (so fields other
-engineers add to the spec work here unchanged), and ``publish``/``tensorboard`` accept
-exactly the keyword arguments of their operators' ``__init__`` (read from the signature,
-so an option added to an operator, such as a publish quality gate, passes straight
-through). Nothing is built here; Airflow-side checks (Params, the schedule) happen in
+The file's own keys are declared once in :mod:`airflow_tfk.dagfactory.training_keys`
+(type, default, bounds, help), which checks them and gives the JSON Schema their entries.
+This module runs those checks and delegates each block to the class that owns it: the
+``cluster`` block is validated by :class:`TFClusterSpec` itself (so fields other engineers
+add to the spec work here unchanged), and ``publish``/``tensorboard`` accept exactly the
+keyword arguments of their operators' ``__init__`` (read from the signature, so an option
+added to an operator, such as a publish quality gate, passes straight through). Nothing is
+built here; Airflow-side checks (Params, the schedule) happen in
 :mod:`airflow_tfk.dagfactory.builder`, and ``airflow-tfk validate`` runs both.
 """
 
@@ -119,9 +121,6 @@ class TrainingFile:
         if self.max_duration_minutes is None or self.sweep is not None:
             return None
         return self.max_duration_minutes + 10
-
-
-# -- small checks, each naming the field ---------------------------------------------------
 
 
 def _mapping(data: Mapping[str, Any], key: str) -> dict[str, Any] | None:
