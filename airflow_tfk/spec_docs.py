@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_tfk.spec_decl import Decl, Form, declared, default_of, join
@@ -153,15 +153,17 @@ def spec_schema(root: type | None = None) -> dict[str, Any]:
     return schema
 
 
-def training_schema(root: type | None = None) -> dict[str, Any]:
-    """The JSON Schema of a training file: its own keys, and ``cluster`` (a spec whose
-    ``name`` is optional: the DAG derives it)."""
-    from airflow_tfk.dagfactory.training import TOP_LEVEL_HELP
+def training_schema(root: type | None = None, keys: Sequence[Any] | None = None) -> dict[str, Any]:
+    """The JSON Schema of a training file: its own keys (from their declarations,
+    :data:`~airflow_tfk.dagfactory.training_keys.KEYS` unless ``keys`` is given) and
+    ``cluster`` (a spec whose ``name`` is optional: the DAG derives it)."""
+    from airflow_tfk.dagfactory import training_keys
 
     cluster = _object_schema(root or _root())
     cluster["required"] = [r for r in cluster["required"] if r != "name"]
-    properties: dict[str, Any] = {key: {"description": text} for key, text in TOP_LEVEL_HELP.items()}
-    properties["cluster"] = {**cluster, "description": TOP_LEVEL_HELP["cluster"]}
+    declared_keys = training_keys.KEYS if keys is None else keys
+    properties = {key.name: training_keys.key_schema(key) for key in declared_keys}
+    properties["cluster"] = {**cluster, "description": properties["cluster"]["description"]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "airflow-tfk training file",

@@ -29,19 +29,22 @@ sweep:                            # optional: a hyperparameter sweep instead of 
   search_space: {tfk_learning_rate: {type: float, low: 0.0001, high: 0.3, log: true}}
 ```
 
-This module checks the file's own keys and delegates each block to the class that owns
-it: the ``cluster`` block is validated by :class:`TFClusterSpec` itself (so fields other
-engineers add to the spec work here unchanged), and ``publish``/``tensorboard`` accept
-exactly the keyword arguments of their operators' ``__init__`` (read from the signature,
-so an option added to an operator, such as a publish quality gate, passes straight
-through). Nothing is built here; Airflow-side checks (Params, the schedule) happen in
+The file's own keys are declared once in :mod:`airflow_tfk.dagfactory.training_keys`
+(type, default, bounds, help), which checks them and gives the JSON Schema their entries.
+This module runs those checks and delegates each block to the class that owns it: the
+``cluster`` block is validated by :class:`TFClusterSpec` itself (so fields other engineers
+add to the spec work here unchanged), and ``publish``/``tensorboard`` accept exactly the
+keyword arguments of their operators' ``__init__`` (read from the signature, so an option
+added to an operator, such as a publish quality gate, passes straight through). Nothing is
+built here; Airflow-side checks (Params, the schedule) happen in
 :mod:`airflow_tfk.dagfactory.builder`, and ``airflow-tfk validate`` runs both.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-import re
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,32 +52,22 @@ from typing import Any
 from airflow_tfk import dag_env
 from airflow_tfk.constants import (
     BACKEND,
-    BACKEND_KINDS,
-    CLEANUP,
     KUBERNETES_CONN_ID,
     PROGRESS_INTERVAL_SECONDS,
     STALL_SECONDS,
-    Cleanup,
 )
+from airflow_tfk.dagfactory import training_keys
 from airflow_tfk.dagfactory.blocks import backend_config as _backend_config
 from airflow_tfk.dagfactory.blocks import operator_blocks as _operator_blocks
 from airflow_tfk.dagfactory.params import param_refs, with_param_defaults
 from airflow_tfk.dagfactory.params import parse_params as _params
-from airflow_tfk.dagfactory.printable import control_character
+from airflow_tfk.dagfactory.training_keys import DEFAULT_START, KEYS
 from airflow_tfk.errors import SpecError, SpecErrors
 from airflow_tfk.run_policy import PreviousRunPolicy
 from airflow_tfk.spec_decl import Errors
-from airflow_tfk.stall import check_stall_seconds
 
 #: the task ids of the generated DAG
 TRAIN_TASK, PUBLISH_TASK, TENSORBOARD_TASK, SWEEP_TASK = "train", "publish", "tensorboard", "sweep"
-
-PRESETS = ("@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly")
-BACKENDS = BACKEND_KINDS
-# Airflow's dag_id alphabet (KEY_REGEX), at most 250 characters.
-# Matched with fullmatch: "$" would also accept a trailing newline.
-_DAG_ID = re.compile(r"[\w.-]{1,250}")
-DEFAULT_START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -130,53 +123,6 @@ class TrainingFile:
         return self.max_duration_minutes + 10
 
 
-# -- small checks, each naming the field ---------------------------------------------------
-
-
-def _bool(data: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = data.get(key, default)
-    if not isinstance(value, bool):
-        raise SpecError(key, "must be true or false", value)
-    return value
-
-
-def _int(data: Mapping[str, Any], key: str, default: int | None, lo: int, hi: int) -> int | None:
-    value = data.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise SpecError(key, f"must be an integer between {lo} and {hi}", value)
-    return value
-
-
-def _str(
-    data: Mapping[str, Any], key: str, default: str | None, max_len: int = 4096, *, multiline: bool = False
-) -> str | None:
-    value = data.get(key, default)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip() or len(value) > max_len:
-        raise SpecError(key, f"must be a non-empty string of at most {max_len} characters", value)
-    bad = control_character(value, multiline=multiline)
-    if bad is not None:
-        raise SpecError(key, f"must not contain the control character {bad!r}", value)
-    return value
-
-
-def _str_list(data: Mapping[str, Any], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
-    value = data.get(key)
-    if value is None:
-        return default
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list):
-        raise SpecError(key, "must be a list of strings", value)
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not 1 <= len(item) <= 100 or control_character(item) is not None:
-            raise SpecError(f"{key}[{i}]", "must be a non-empty string of at most 100 characters", item)
-    return tuple(value)
-
-
 def _mapping(data: Mapping[str, Any], key: str) -> dict[str, Any] | None:
     value = data.get(key)
     if value is None:
@@ -186,91 +132,14 @@ def _mapping(data: Mapping[str, Any], key: str) -> dict[str, Any] | None:
     return dict(value)
 
 
-def _start_date(value: object) -> dt.datetime:
-    if value is None:
-        return DEFAULT_START
-    if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    if isinstance(value, dt.date):
-        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC)
-    if isinstance(value, str):
-        try:
-            parsed = dt.datetime.fromisoformat(value)
-        except ValueError:
-            raise SpecError("start_date", "must be a date such as 2026-01-01", value) from None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-    raise SpecError("start_date", "must be a date such as 2026-01-01", value)
-
-
-def _schedule(value: object) -> str | dict[str, Any] | None:
-    if value is None:
-        return None
-    from airflow_tfk.dagfactory.asset_schedule import is_asset_schedule, parse_asset_schedule
-
-    if is_asset_schedule(value):
-        return parse_asset_schedule(value)
-    if not isinstance(value, str) or not value.strip():
-        raise SpecError("schedule", "must be a cron expression, a preset such as @daily, or null", value)
-    value = value.strip()
-    if value.startswith("@") and value not in PRESETS:
-        raise SpecError("schedule", f"unknown preset (known: {', '.join(PRESETS)})", value)
-    # Cron syntax is checked by Airflow's own timetable when the DAG is built.
-    return value
-
-
 # -- the blocks -----------------------------------------------------------------------------
 
 
-#: the training file's own keys and what each means (the JSON Schema's descriptions)
-TOP_LEVEL_HELP = {
-    "dag_id": "the DAG's id (default: the file name without .yaml)",
-    "description": "the DAG's description",
-    "schedule": "a cron expression, a preset (@daily, @hourly, @once...), or null: manual only",
-    "start_date": "the first date the schedule counts from (default 2026-01-01)",
-    "catchup": "run the missed intervals since start_date",
-    "max_active_runs": "runs of this DAG at once",
-    "previous_run_policy": "allow | kill_previous | skip | wait",
-    "max_duration_minutes": "execution_timeout, and the cluster's max_duration_seconds",
-    "retries": "retries of the train task",
-    "retry_delay_seconds": "wait between retries",
-    "owners": "the DAG's owners",
-    "tags": "the DAG's tags",
-    "backend": "kubernetes | local (default: $TFK_BACKEND)",
-    "kubernetes_conn_id": "the Kubernetes connection",
-    "backend_config": "options of the chosen backend",
-    "deferrable": "wait in the triggerer",
-    "progress_interval": "seconds between progress lines",
-    "stall_seconds": "a training whose step does not move for this long is reported as stalled",
-    "cleanup": "ps | all: what is deleted after success",
-    "params": 'the "Trigger DAG" form; refer to them as {{ params.NAME }}',
-    "cluster": "a TFClusterSpec (airflow-tfk render's format); name optional",
-    "publish": "the TFPublishModelOperator's options",
-    "tensorboard": "true, or the TFStartTensorBoardOperator's options",
-    "sweep": "a hyperparameter sweep instead of one training (TFHyperparameterSweepOperator's settings)",
-}
-TOP_LEVEL = tuple(TOP_LEVEL_HELP)
+#: the training file's own keys, from their declarations
+TOP_LEVEL = tuple(key.name for key in KEYS)
 
 #: the blocks that reach the operators' templated fields: rendered on the worker
 TEMPLATED = ("cluster", "backend_config", "publish", "tensorboard")
-
-
-def _run_options(data: Mapping[str, Any]) -> tuple[str, str, str, float]:
-    """previous_run_policy, backend, cleanup and progress_interval, checked."""
-    policy = data.get("previous_run_policy", PreviousRunPolicy.ALLOW.value)
-    if policy not in {p.value for p in PreviousRunPolicy}:
-        raise SpecError(
-            "previous_run_policy", f"must be one of {', '.join(p.value for p in PreviousRunPolicy)}", policy
-        )
-    backend = data.get("backend", dag_env.BACKEND)
-    if backend not in BACKENDS:
-        raise SpecError("backend", f"must be one of {', '.join(BACKENDS)}", backend)
-    cleanup = data.get("cleanup", CLEANUP.value)
-    if cleanup not in {c.value for c in Cleanup}:
-        raise SpecError("cleanup", "must be ps or all", cleanup)
-    progress = data.get("progress_interval", PROGRESS_INTERVAL_SECONDS)
-    if isinstance(progress, bool) or not isinstance(progress, (int, float)) or not 1 <= progress <= 3600:
-        raise SpecError("progress_interval", "must be a number of seconds between 1 and 3600", progress)
-    return policy, backend, cleanup, float(progress)
 
 
 def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str) -> TrainingFile:
@@ -278,16 +147,15 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     (``cluster.worker.replicas``, ``publish.serving.replicas``, ``params.steps.minimun``...)."""
     from airflow_tfk.dagfactory.sandbox import check_templates
 
-    unknown = sorted(set(data) - set(TOP_LEVEL))
+    keys = training_keys.KEYS
+    allowed = [key.name for key in keys]
+    unknown = sorted(set(data) - set(allowed))
     if unknown:
-        raise SpecError(unknown[0], f"unknown key (allowed: {', '.join(TOP_LEVEL)})")
+        raise SpecError(unknown[0], f"unknown key (allowed: {', '.join(allowed)})")
     for block in TEMPLATED:
         check_templates(data.get(block), block)
-    dag_id = _str(data, "dag_id", default_dag_id, 250)
-    assert dag_id is not None
-    if not _DAG_ID.fullmatch(dag_id):
-        raise SpecError("dag_id", "must be letters, digits, '_', '.' and '-' (at most 250)", dag_id)
-    # Every independent error of the file at once: each setting is checked on its own, and a
+    dag_id = next(key for key in keys if key.name == "dag_id").parse(data, default_dag_id)
+    # Every independent error of the file at once: each key is checked on its own, and a
     # block that depends on another (publish on cluster) is checked only when that one is valid.
     errors = Errors()
 
@@ -298,46 +166,33 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
             errors.add(exc)
             return fallback
 
-    run_defaults = (PreviousRunPolicy.ALLOW.value, dag_env.BACKEND, CLEANUP.value, PROGRESS_INTERVAL_SECONDS)
-    policy, backend, cleanup, progress = take(lambda: _run_options(data), run_defaults)
-    max_minutes = take(lambda: _int(data, "max_duration_minutes", None, 1, 366 * 24 * 60))
-    params = take(lambda: _params(data.get("params")), {})
-    cluster = take(lambda: _required_cluster(data, params, max_minutes, dag_id), None)
-    blocks = take(lambda: _operator_blocks(data, params, cluster)) if cluster is not None else None
-    publish, tensorboard = blocks or (None, None)
-    settings = {
-        "description": lambda: _str(data, "description", None, multiline=True),
-        "schedule": lambda: _schedule(data.get("schedule")),
-        "start_date": lambda: _start_date(data.get("start_date")),
-        "catchup": lambda: _bool(data, "catchup", False),
-        "max_active_runs": lambda: _int(data, "max_active_runs", 1 if policy == "allow" else 2, 1, 100) or 1,
-        "retries": lambda: _int(data, "retries", 0, 0, 100) or 0,
-        "retry_delay_seconds": lambda: _int(data, "retry_delay_seconds", 300, 0, 24 * 3600) or 0,
-        "owners": lambda: _str_list(data, "owners", ("airflow",)),
-        "tags": lambda: _str_list(data, "tags", ()),
-        "kubernetes_conn_id": lambda: (
-            _str(data, "kubernetes_conn_id", dag_env.KUBERNETES_CONN_ID, 250) or dag_env.KUBERNETES_CONN_ID
-        ),
-        "backend_config": lambda: _backend_config(data, backend),
-        "deferrable": lambda: None if data.get("deferrable") is None else _bool(data, "deferrable", False),
-        "stall_seconds": lambda: check_stall_seconds(data.get("stall_seconds", STALL_SECONDS)),
-        "sweep": lambda: _sweep(data.get("sweep"), params),
+    # Defaults read from the deployment's environment when the DAG file is parsed.
+    env = {"backend": dag_env.BACKEND, "kubernetes_conn_id": dag_env.KUBERNETES_CONN_ID}
+    checked = {
+        key.name: take(functools.partial(key.parse, data, env.get(key.name)), env.get(key.name, key.default))
+        for key in keys
+        if key.kind != "block" and key.name != "dag_id"
     }
-    checked = {name: take(check) for name, check in settings.items()}
+    if (
+        data.get("max_active_runs") is None
+        and checked["previous_run_policy"] != PreviousRunPolicy.ALLOW.value
+    ):
+        checked["max_active_runs"] = 2  # room for the run that waits on, skips or kills the previous one
+    params = take(lambda: _params(data.get("params")), {})
+    cluster = take(lambda: _required_cluster(data, params, checked["max_duration_minutes"], dag_id), None)
+    blocks = take(lambda: _operator_blocks(data, params, cluster)) if cluster is not None else None
+    checked["publish"], checked["tensorboard"] = blocks or (None, None)
+    checked["backend_config"] = take(lambda: _backend_config(data, checked["backend"]))
+    checked["sweep"] = take(lambda: _sweep(data.get("sweep"), params))
     errors.raise_if_any()
+    # A declared key the DAG does not read is checked but not kept.
+    kept = {f.name for f in dataclasses.fields(TrainingFile)}
     return TrainingFile(
         dag_id=dag_id,
         source=source,
         cluster=cluster,
-        previous_run_policy=policy,
-        max_duration_minutes=max_minutes,
-        backend=backend,
-        progress_interval=progress,
-        cleanup=cleanup,
         params=params,
-        publish=publish,
-        tensorboard=tensorboard,
-        **checked,
+        **{name: value for name, value in checked.items() if name in kept},
     )
 
 
