@@ -30,7 +30,10 @@ elif ! "$py" scripts/node_lane_selects.py "$@"; then
   "$py" -m pytest "$@" --ignore=tests/k8s_node || status=$?
 else
   node_log=$(mktemp)
-  "$py" -m pytest "$@" tests/k8s_node tests/e2e >"$node_log" 2>&1 &
+  # Two local runtime files of restarts and lost tasks (~4 min) run in that lane too: it
+  # mostly waits on its kubelet, and the main lane is the longer one.
+  beside=(tests/runtime/test_preemption.py tests/runtime/test_lost_workers.py)
+  "$py" -m pytest "$@" tests/k8s_node tests/e2e "${beside[@]}" >"$node_log" 2>&1 &
   node_pid=$!
   # Ctrl-C reaches both lanes from the terminal: the node lane, started in the
   # background, begins with SIGINT ignored, and tests/conftest.py gives it back its
@@ -39,11 +42,11 @@ else
   # which it also turns into KeyboardInterrupt; it acts on the first INT or TERM only, so
   # its tear-down is never cut short (tests/k8s_node/conftest.py).
   trap 'kill "$node_pid" 2>/dev/null || true' INT TERM
-  "$py" -m pytest "$@" --ignore=tests/k8s_node --ignore=tests/e2e || status=$?
+  "$py" -m pytest "$@" --ignore=tests/k8s_node --ignore=tests/e2e "${beside[@]/#/--ignore=}" || status=$?
   node_status=0
   wait "$node_pid" || node_status=$?
   trap - INT TERM
-  echo "==================== the real-node and end-to-end tiers (tests/k8s_node, tests/e2e; run beside the above) ===================="
+  echo "==================== the real-node and end-to-end tiers (tests/k8s_node, tests/e2e, ${beside[*]}; run beside the above) ===================="
   cat "$node_log"
   rm -f "$node_log"
   # 5: that lane selected nothing (e.g. the fast lane's -m "not k8s_node" leaves the node
