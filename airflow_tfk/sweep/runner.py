@@ -159,8 +159,7 @@ class SweepRunner:
     def _loop(self, study: Any) -> None:
         distributions = studies.distributions(self.config)
         while True:
-            if self._stopping:
-                raise SweepStopped(f"sweep {self.study_name} stopped: {self._stopping}")
+            self._raise_if_stopped()
             finished = sum(studies.counted(t) for t in study.get_trials(deepcopy=False))
             while (
                 len(self._running) < self.config.max_concurrent_trials
@@ -168,11 +167,17 @@ class SweepRunner:
                 and not self._stopping
             ):
                 self._start(study, distributions)
+            # A stop empties the running trials: that is not the end of the sweep.
+            self._raise_if_stopped()
             if not self._running:
                 return
             self._sleep(self.config.poll_interval)
             for run in list(self._running.values()):
                 self._poll(study, run)
+
+    def _raise_if_stopped(self) -> None:
+        if self._stopping:
+            raise SweepStopped(f"sweep {self.study_name} stopped: {self._stopping}")
 
     def _start(self, study: Any, distributions: dict[str, Any]) -> None:
         trial = study.ask(distributions)

@@ -92,9 +92,15 @@ def test_model_event_triggers_the_publish_dag(tmp_path: Path) -> None:
         assert Path(extra["path"], "saved_model.pb").exists()
         assert db["queued"] == ["tfk_publish_on_model"]
 
-        # One loop of the real scheduler turns the queued event into a run. (It also hands
-        # the task to its executor, which has no API server here to run it.)
-        _airflow(env, "scheduler", "-n", "1", timeout=300)
+        # One loop of the real scheduler turns the queued event into a run. No task may
+        # leave it: with no API server here, its executor's task would wait on one, and the
+        # scheduler's exit waits on its executor. A pool of no slots holds the task back.
+        for slots in ("0", "128"):
+            pool = _airflow(env, "pools", "set", "default_pool", slots, "default pool", timeout=120)
+            assert pool.returncode == 0, pool.stderr[-3000:]
+            if slots == "0":
+                loop = _airflow(env, "scheduler", "-n", "1", timeout=300)
+                assert loop.returncode == 0, (loop.stdout + loop.stderr)[-6000:]
         runs = [r for r in _db(env)["runs"] if r[0] == "tfk_publish_on_model"]
         assert len(runs) == 1 and "asset_triggered" in runs[0][1], runs
         published = _airflow(env, "tasks", "test", "tfk_publish_on_model", "publish", runs[0][1])

@@ -242,6 +242,31 @@ def test_a_kill_while_a_trial_completes_leaves_it_completed_not_rerun(
     )
 
 
+def test_a_kill_while_a_trial_is_created_stops_the_sweep(local_root, tmp_path, monkeypatch) -> None:
+    """The race CI met next: the kill lands while the loop creates a trial, takes every
+    running trial and returns. The loop finds no trial running after that create, which
+    is not the sweep's end: it raises, and what the create made is deleted."""
+    import airflow_tfk.sweep.runner as runner
+
+    real = runner.create_or_reattach
+    op = make_op(tmp_path, n_trials=4, max_concurrent_trials=1)
+    killed: list[bool] = []
+
+    def create_while_killed(*args, **kwargs):
+        finished = [t for t in op._runner._study.trials if t.state.is_finished()]
+        if finished and not killed:  # the second trial's create: the kill comes, and returns, first
+            killed.append(True)
+            op.on_kill()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "create_or_reattach", create_while_killed)
+    with pytest.raises(Exception, match="stopped"):
+        op.execute(task_context(run_id="manual__create", task_id="sweep"))
+    assert killed, "the kill never came during a create"
+    assert LocalBackend(str(local_root)).find(None, {}) == []
+    assert_no_processes(local_root)
+
+
 def test_a_timeout_while_a_trial_completes_ends_and_requeues_it(local_root, tmp_path, monkeypatch) -> None:
     """The execution_timeout's signal lands inside the loop's own end of a trial: that end
     did not happen, so the stop that follows deletes the trial's cluster and queues it again."""
