@@ -19,8 +19,6 @@ import json
 import math
 import socket
 import subprocess
-import sys
-import time
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -388,43 +386,24 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(model_store, tmp_path_factory):  # noqa: F811 - the fixture imported above
-    from airflow_tfk import _process
-    from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig
+    from airflow_tfk.protocol.model_config import ModelConfig
+    from tests.serving.stand_in import stand_in_server
 
     store = model_store.ready()
-    d = tmp_path_factory.mktemp("hostile-server")
-    config = d / "models.config"
-    config.write_text(
-        ModelServerConfig((ModelConfig("linear", str(store / "linear"), versions=(1,)),)).to_text()
+    flags = (
+        f"--rest_api_max_body_bytes={BODY_LIMIT}",
+        "--rest_api_timeout_in_ms=1000",
+        "--rest_api_header_timeout_in_ms=1000",
     )
-    rest, grpc = _process.free_port(), _process.free_port()
-    with open(d / "server.log", "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "airflow_tfk.runtime.model_server",
-                f"--port={grpc}",
-                f"--rest_api_port={rest}",
-                "--rest_api_host=127.0.0.1",
-                f"--model_config_file={config}",
-                f"--rest_api_max_body_bytes={BODY_LIMIT}",
-                "--rest_api_timeout_in_ms=1000",
-                "--rest_api_header_timeout_in_ms=1000",
-            ],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    srv = Server(proc, rest, grpc)
-    deadline = time.monotonic() + 180
-    while _http(srv.rest, _post(b'{"instances": [[1.0, 2.0]]}'))[0] != 200:
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise AssertionError((d / "server.log").read_text()[-3000:])
-        time.sleep(0.3)
-    yield srv
-    proc.terminate()
-    proc.wait(timeout=20)
+    models = (ModelConfig("linear", str(store / "linear"), versions=(1,)),)
+    workdir = tmp_path_factory.mktemp("hostile-server")
+    with stand_in_server(
+        workdir,
+        models,
+        *flags,
+        ready=lambda s: _http(s.rest, _post(b'{"instances": [[1.0, 2.0]]}'))[0] == 200,
+    ) as s:
+        yield Server(s.proc, s.rest, s.grpc)
 
 
 def _post(body: bytes, path: str = "/v1/models/linear:predict", headers: str = "") -> bytes:

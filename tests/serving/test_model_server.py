@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfk import _process
 from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig
 from airflow_tfk.runtime.model_server.manager import ModelManager, poll, version_dirs
 from airflow_tfk.runtime.model_server.metrics import Metrics
 from airflow_tfk.serving._http import request_json
+from tests.serving.stand_in import stand_in_server
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = {"instances": [[1.0, 2.0]]}
@@ -66,44 +66,22 @@ def server(model_store, tmp_path_factory):
     shutil.copytree(store / "linear" / "1", twin / "1")
     for odd in ("²", "٣", "tmp-2", "-1"):  # isdigit() accepts the first two
         (twin / odd).mkdir()
-    config = d / "models.config"
-    config.write_text(
-        ModelServerConfig(
-            (
-                ModelConfig("linear", str(store / "linear"), versions=(1, 9), labels={"stable": 1}),
-                ModelConfig("twin", str(twin)),
-            )
-        ).to_text()
+    models = (
+        ModelConfig("linear", str(store / "linear"), versions=(1, 9), labels={"stable": 1}),
+        ModelConfig("twin", str(twin)),
     )
-    rest, grpc = _process.free_port(), _process.free_port()
-    log = d / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "airflow_tfk.runtime.model_server",
-                f"--port={grpc}",
-                f"--rest_api_port={rest}",
-                "--rest_api_host=127.0.0.1",
-                f"--model_config_file={config}",
-                "--model_config_file_poll_wait_seconds=0.2",
-                "--file_system_poll_wait_seconds=0.2",
-                "--rest_api_timeout_in_ms=500",
-                "--rest_api_max_body_bytes=4096",
-                "--rest_api_num_threads=4",
-            ],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    srv = Server(rest, grpc, twin, store, log)
-    try:
-        _wait("version 1 AVAILABLE", lambda: _available(f"{srv.url}/v1/models/linear/versions/1"))
-        yield srv
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    flags = (
+        "--model_config_file_poll_wait_seconds=0.2",
+        "--file_system_poll_wait_seconds=0.2",
+        "--rest_api_timeout_in_ms=500",
+        "--rest_api_max_body_bytes=4096",
+        "--rest_api_num_threads=4",
+    )
+    # Ready: version 1 AVAILABLE.
+    with stand_in_server(
+        d, models, *flags, ready=lambda s: _available(f"{s.url}/v1/models/linear/versions/1")
+    ) as s:
+        yield Server(s.rest, s.grpc, twin, store, s.log)
 
 
 def _raw(port: int, data: bytes, timeout: float = 10.0) -> tuple[str, float]:

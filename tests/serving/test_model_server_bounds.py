@@ -9,17 +9,15 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from airflow_tfk import _process
-from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig
+from airflow_tfk.protocol.model_config import ModelConfig
 from airflow_tfk.serving._http import request_json
+from tests.serving.stand_in import StandIn, stand_in_server
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = {"instances": [[1.0, 2.0]]}
@@ -76,9 +74,9 @@ def grpc_predict(port: int, request: bytes, timeout: float = 30.0) -> tuple[str,
 
 # -- the server -------------------------------------------------------------------------------
 class Server:
-    def __init__(self, proc: subprocess.Popen, rest: int, grpc: int) -> None:
-        self.proc, self.rest, self.grpc = proc, rest, grpc
-        self.url = f"http://127.0.0.1:{rest}"
+    def __init__(self, stand_in: StandIn) -> None:
+        self.proc, self.rest, self.grpc = stand_in.proc, stand_in.rest, stand_in.grpc
+        self.url = stand_in.url
 
     def rss_mib(self) -> float:
         with open(f"/proc/{self.proc.pid}/status") as fh:
@@ -95,48 +93,17 @@ class Server:
 def server(model_store, tmp_path_factory):
     store = model_store.ready()
     d = tmp_path_factory.mktemp("bounded")
-    config = d / "models.config"
-    config.write_text(
-        ModelServerConfig((ModelConfig("linear", str(store / "linear"), versions=(1,)),)).to_text()
+    flags = (
+        "--model_config_file_poll_wait_seconds=0.2",
+        f"--rest_api_max_body_bytes={BODY_LIMIT}",
+        "--rest_api_num_threads=4",
+        "--rest_api_timeout_in_ms=2000",
+        f"--rest_api_header_timeout_in_ms={int(HEADER_TIMEOUT * 1000)}",
+        "--rest_api_max_pending_per_client=32",
     )
-    rest, grpc = _process.free_port(), _process.free_port()
-    with open(d / "server.log", "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "airflow_tfk.runtime.model_server",
-                f"--port={grpc}",
-                f"--rest_api_port={rest}",
-                "--rest_api_host=127.0.0.1",
-                f"--model_config_file={config}",
-                "--model_config_file_poll_wait_seconds=0.2",
-                f"--rest_api_max_body_bytes={BODY_LIMIT}",
-                "--rest_api_num_threads=4",
-                "--rest_api_timeout_in_ms=2000",
-                f"--rest_api_header_timeout_in_ms={int(HEADER_TIMEOUT * 1000)}",
-                "--rest_api_max_pending_per_client=32",
-            ],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    srv = Server(proc, rest, grpc)
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            if srv.predict(timeout=5)[0] == 200:
-                break
-        except OSError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise AssertionError((d / "server.log").read_text()[-3000:])
-        time.sleep(0.3)
-    try:
-        yield srv
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    models = (ModelConfig("linear", str(store / "linear"), versions=(1,)),)
+    with stand_in_server(d, models, *flags, ready=lambda s: Server(s).predict(timeout=5)[0] == 200) as s:
+        yield Server(s)
 
 
 # -- item 3: what one request may allocate -----------------------------------------------------
