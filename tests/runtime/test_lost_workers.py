@@ -23,6 +23,7 @@ from tests.runtime.test_preemption import _child_pid, _wait_for_step
 pytestmark = pytest.mark.e2e
 
 STEPS = 3000
+RETURN_STEPS = 1000  # enough after the return to show the worker is back
 
 
 def _run(tmp_path, workers: int, kill: list[int], max_lost: int):

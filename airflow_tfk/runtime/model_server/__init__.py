@@ -38,10 +38,9 @@ import signal
 import threading
 from typing import Any
 
-from airflow_tfk.runtime.model_server.limits import Limits
 from airflow_tfk.runtime.model_server.manager import ModelManager, RequestError, log, poll, version_dirs
 from airflow_tfk.runtime.model_server.metrics import Metrics
-from airflow_tfk.runtime.model_server.rest import DEFAULT_METRICS_PATH, make_server
+from airflow_tfk.runtime.model_server.rest import DEFAULT_METRICS_PATH, ServerOptions, make_server
 from airflow_tfk.runtime.model_server.signature import run_signature
 
 __all__ = ["ModelManager", "RequestError", "main", "run_signature", "serve", "version_dirs"]
@@ -79,46 +78,23 @@ def serve(
     stop: threading.Event | None = None,
     *,
     grpc_port: int = -1,
-    workers: int = 16,
-    read_timeout: float = 10.0,
-    max_body_bytes: int = 64 << 20,
-    metrics_at: str = DEFAULT_METRICS_PATH,
+    options: ServerOptions | None = None,
     bound: dict[str, int] | None = None,
-    inflight_bytes: int | None = None,
-    header_timeout: float = 10.0,
-    max_connections: int = 1024,
-    max_pending_per_client: int = 64,
 ) -> None:
     """Serve until ``stop`` is set. ``bound`` (if given) receives the ports actually bound
-    (``rest``, ``grpc``), useful with port 0. ``max_body_bytes`` bounds a REST body, a
-    gRPC message and the inputs either declares; ``inflight_bytes`` (default: the same)
-    the requests decoded at once, over both APIs."""
+    (``rest``, ``grpc``), useful with port 0."""
     manager = ModelManager()
     metrics = Metrics()
-    limits = Limits(
-        max_request_bytes=max_body_bytes, inflight_bytes=inflight_bytes, wait_seconds=read_timeout
-    )
+    options = options or ServerOptions()
+    limits = options.limits()
     stop = stop or threading.Event()
-    server = make_server(
-        manager,
-        metrics,
-        host,
-        rest_port,
-        workers=workers,
-        read_timeout=read_timeout,
-        max_body_bytes=max_body_bytes,
-        metrics_path=metrics_at,
-        limits=limits,
-        header_timeout=header_timeout,
-        max_connections=max_connections,
-        max_pending_per_client=max_pending_per_client,
-    )
+    server = make_server(manager, metrics, host, rest_port, options, limits)
     grpc_server: Any = None
     if grpc_port >= 0:
         try:
             from airflow_tfk.runtime.model_server.grpc_api import start_grpc
 
-            grpc_server, grpc_port = start_grpc(manager, metrics, host, grpc_port, workers, limits)
+            grpc_server, grpc_port = start_grpc(manager, metrics, host, grpc_port, options.workers, limits)
         except ImportError as exc:  # REST still works; say why gRPC does not
             log(f"gRPC API off: {exc} (scripts/bootstrap.sh installs tensorflow-serving-api)")
     if bound is not None:
@@ -127,7 +103,7 @@ def serve(
     log(
         f"REST API at http://{host}:{server.server_address[1]}"
         + (f", gRPC at {host}:{grpc_port}" if grpc_server is not None else "")
-        + f", metrics at {metrics_at}, config {config_file}"
+        + f", metrics at {options.metrics_path}, config {config_file}"
     )
     poller = threading.Thread(
         target=poll, args=(manager, config_file, config_wait, fs_wait, stop), daemon=True, name="config-poll"
@@ -204,14 +180,16 @@ def main(argv: list[str] | None = None) -> int:
         args.file_system_poll_wait_seconds,
         stop=stop,
         grpc_port=args.port,
-        workers=max(1, args.rest_api_num_threads),
-        read_timeout=max(0.1, args.rest_api_timeout_in_ms / 1000.0),
-        max_body_bytes=max(1, args.rest_api_max_body_bytes),
-        metrics_at=metrics_path(args.monitoring_config_file),
-        inflight_bytes=args.max_inflight_bytes or None,
-        header_timeout=max(0.1, args.rest_api_header_timeout_in_ms / 1000.0),
-        max_connections=max(1, args.rest_api_max_connections),
-        max_pending_per_client=max(1, args.rest_api_max_pending_per_client),
+        options=ServerOptions(
+            workers=max(1, args.rest_api_num_threads),
+            read_timeout=max(0.1, args.rest_api_timeout_in_ms / 1000.0),
+            max_body_bytes=max(1, args.rest_api_max_body_bytes),
+            metrics_path=metrics_path(args.monitoring_config_file),
+            inflight_bytes=args.max_inflight_bytes or None,
+            header_timeout=max(0.1, args.rest_api_header_timeout_in_ms / 1000.0),
+            max_connections=max(1, args.rest_api_max_connections),
+            max_pending_per_client=max(1, args.rest_api_max_pending_per_client),
+        ),
     )
     log("stopped")
     return 0

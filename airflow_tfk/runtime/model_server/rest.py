@@ -18,6 +18,7 @@ import json
 import re
 import time
 from contextlib import nullcontext, suppress
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -179,28 +180,44 @@ class Handler(BaseHTTPRequestHandler):
         self._route("POST")
 
 
+@dataclass(frozen=True)
+class ServerOptions:
+    """The bounds and timeouts of the REST server, from the command line's flags.
+    ``max_body_bytes`` bounds a REST body, a gRPC message and the inputs either declares;
+    ``inflight_bytes`` (None: the same) the requests decoded at once, over both APIs."""
+
+    workers: int = 16
+    read_timeout: float = 10.0
+    max_body_bytes: int = 64 << 20
+    metrics_path: str = DEFAULT_METRICS_PATH
+    inflight_bytes: int | None = None
+    header_timeout: float = 10.0
+    max_connections: int = 1024
+    max_pending_per_client: int = 64
+
+    def limits(self) -> Limits:
+        return Limits(
+            max_request_bytes=self.max_body_bytes,
+            inflight_bytes=self.inflight_bytes,
+            wait_seconds=self.read_timeout,
+        )
+
+
 def make_server(
     manager: ModelManager,
     metrics: Metrics,
     host: str,
     port: int,
-    *,
-    workers: int = 16,
-    read_timeout: float = 10.0,
-    max_body_bytes: int = 64 << 20,
-    metrics_path: str = DEFAULT_METRICS_PATH,
-    limits: Limits | None = None,
-    header_timeout: float = 10.0,
-    max_connections: int = 1024,
-    max_pending_per_client: int = 64,
+    options: ServerOptions,
+    limits: Limits,
 ) -> ReactorHTTPServer:
     attrs = {
         "manager": manager,
         "metrics": metrics,
-        "limits": limits or Limits(max_request_bytes=max_body_bytes),
-        "timeout": read_timeout,
-        "max_body_bytes": max_body_bytes,
-        "metrics_path": metrics_path,
+        "limits": limits,
+        "timeout": options.read_timeout,
+        "max_body_bytes": options.max_body_bytes,
+        "metrics_path": options.metrics_path,
     }
     handler = type("RestHandler", (Handler,), attrs)
 
@@ -211,10 +228,10 @@ def make_server(
     server = ReactorHTTPServer(
         (host, port),
         serve,
-        workers=workers,
-        read_timeout=read_timeout,
-        header_timeout=header_timeout,
-        max_connections=max_connections,
-        max_pending_per_client=max_pending_per_client,
+        workers=options.workers,
+        read_timeout=options.read_timeout,
+        header_timeout=options.header_timeout,
+        max_connections=options.max_connections,
+        max_pending_per_client=options.max_pending_per_client,
     )
     return server
