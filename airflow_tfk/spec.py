@@ -34,6 +34,7 @@ from airflow_tfk._spec_checks import (
     secret_names,
 )
 from airflow_tfk.admission import CapacityCheck, Layout
+from airflow_tfk.constants import NAMESPACE, PS_GRACE_SECONDS
 from airflow_tfk.errors import SpecError
 from airflow_tfk.network import TrainingNetworkPolicy
 from airflow_tfk.quantity import parse_quantity, quantity_value
@@ -133,7 +134,7 @@ class TFClusterSpec:
         "`all_reduce` (`MultiWorkerMirroredStrategy`; no PS)",
     )
     namespace: str = spec_field(
-        "default", kind="str", check=_text, hi=63, help="namespace of the cluster's objects"
+        NAMESPACE, kind="str", check=_text, hi=63, help="namespace of the cluster's objects"
     )
     namespace_per_training: bool = spec_field(
         False,
@@ -200,7 +201,7 @@ class TFClusterSpec:
         help="exit codes that fail the training at once, without a retry",
     )
     ps_grace_seconds: int = spec_field(
-        30,
+        PS_GRACE_SECONDS,
         kind="int",
         lo=0,
         hi=_DAY,
