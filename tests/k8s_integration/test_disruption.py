@@ -1,14 +1,13 @@
-"""Eviction and drain against the real API server and Job controller: a worker pod evicted
-through the Eviction API (what ``kubectl drain`` sends for every pod of a node) is
-replaced, and the replacement's run finishes the training, with ``retries_per_index: 0``,
-so a disruption counted against the retry budget would fail it.
+"""Eviction and drain against the real API server and Job controller: a worker pod
+evicted through the Eviction API (what ``kubectl drain`` sends for every pod of a node),
+or stopped by its kubelet's graceful node shutdown, is replaced and the replacement
+finishes the training, with ``retries_per_index: 0``, so a disruption counted against
+the retry budget would fail it; the Job counts no failure.
 
-The API server adds the ``DisruptionTarget`` condition to an evicted pod; a kubelet then
-stops its containers (the pod ends ``Failed``) and the Job controller matches the
-rendered ``podFailurePolicy``. KWOK has no containers to stop and removes a deleted pod
-at once, so the test plays the kubelet's part on pods the Eviction API would take: the
-condition the API server writes, then the SIGTERM exit (143). A second case sends the
-real Eviction API request, which KWOK's pod removal then follows.
+KWOK has no containers: the test plays the kubelet's part. The kubelet marks the pod
+(``DisruptionTarget``) on a node shutdown, and ends a container stopped by SIGTERM with
+exit code 143 and phase ``Failed``; the Job controller replaces a pod being deleted only
+once it is terminal, so the evicted pod is given that end too.
 """
 
 from __future__ import annotations
@@ -66,9 +65,14 @@ def _job_status(api, ns: str, name: str) -> client.V1JobStatus:
     return _tfk.wait_for(f"{name} counted 2 succeeded", counted, 30)
 
 
-@pytest.mark.parametrize("reason", ["EvictionByEvictionAPI", "TerminationByKubelet"])
-def test_a_disrupted_worker_is_replaced_without_counting_a_failure(k8s_api, tfk_ns, tfk_conn, reason) -> None:
-    ctx = _tfk.task_context(f"manual__disrupt-{reason.lower()}")
+def test_a_worker_stopped_by_a_node_shutdown_is_replaced_without_counting_a_failure(
+    k8s_api, tfk_ns, tfk_conn
+) -> None:
+    """A kubelet's graceful node shutdown (what a spot node's reclaim or a node upgrade
+    does): the kubelet marks the pod (DisruptionTarget, TerminationByKubelet) and stops
+    its container on SIGTERM."""
+    reason = "TerminationByKubelet"
+    ctx = _tfk.task_context("manual__node-shutdown")
     name = _tfk.cluster_name(ctx)
     op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "all_reduce", workers=2, ps=0, retries_per_index=0))
     disrupted: list[str] = []
@@ -84,7 +88,7 @@ def test_a_disrupted_worker_is_replaced_without_counting_a_failure(k8s_api, tfk_
         thread, box = _run(op, ctx)
         victim = _running_worker(k8s_api, tfk_ns, name, 0)
         core = client.CoreV1Api(k8s_api)
-        # what the eviction (or the kubelet's graceful node shutdown) writes first ...
+        # what the kubelet writes first ...
         condition = {
             "type": "DisruptionTarget",
             "status": "True",
@@ -114,9 +118,32 @@ def test_a_disrupted_worker_is_replaced_without_counting_a_failure(k8s_api, tfk_
     assert len([p for p in pods if _tfk.index_of(p) == 0]) == 2  # the replacement ran index 0
 
 
+def _stopped_by_kubelet(api, ns: str, pod: client.V1Pod) -> None:
+    """What a kubelet writes once the container has ended on SIGTERM: phase Failed, exit
+    code 143 (KWOK has no container to stop, and the Job controller replaces a pod that
+    is being deleted only once it is terminal)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ended = {"exitCode": 143, "reason": "Error", "startedAt": now, "finishedAt": now}
+    statuses = [
+        {
+            "name": c.name,
+            "image": c.image,
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "state": {"terminated": ended},
+        }
+        for c in pod.spec.containers
+    ]
+    client.CoreV1Api(api).patch_namespaced_pod_status(
+        pod.metadata.name, ns, {"status": {"phase": "Failed", "containerStatuses": statuses}}
+    )
+
+
 def test_an_eviction_through_the_eviction_api_is_not_counted(k8s_api, tfk_ns, tfk_conn) -> None:
-    """The real Eviction API request on a running worker; KWOK then removes the pod as it
-    removes any deleted pod, and the Job controller replaces it."""
+    """The real Eviction API request on a running worker: the API server marks the pod
+    (DisruptionTarget, EvictionByEvictionAPI) and deletes it; the test then ends its
+    container as a kubelet would, and the Job controller replaces it without counting."""
     ctx = _tfk.task_context("manual__evict")
     name = _tfk.cluster_name(ctx)
     op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "all_reduce", workers=2, ps=0, retries_per_index=0))
@@ -129,12 +156,24 @@ def test_an_eviction_through_the_eviction_api_is_not_counted(k8s_api, tfk_ns, tf
             return None
         return {harness.EXIT_CODE: "0", harness.EXIT_DELAY: "1s"}
 
+    core = client.CoreV1Api(k8s_api)
     with _tfk.PodDriver(k8s_api, tfk_ns, name, rule=rule) as driver:
         thread, box = _run(op, ctx)
         victim = _running_worker(k8s_api, tfk_ns, name, 0)
         evicted.append(victim.metadata.name)
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=victim.metadata.name, namespace=tfk_ns))
-        client.CoreV1Api(k8s_api).create_namespaced_pod_eviction(victim.metadata.name, tfk_ns, body)
+        core.create_namespaced_pod_eviction(victim.metadata.name, tfk_ns, body)
+
+        def marked() -> client.V1Pod | None:
+            pod = core.read_namespaced_pod(victim.metadata.name, tfk_ns)
+            conditions = {c.type: c for c in pod.status.conditions or []}
+            disruption = conditions.get("DisruptionTarget")
+            return pod if pod.metadata.deletion_timestamp and disruption is not None else None
+
+        pod = _tfk.wait_for("the evicted pod marked and deleting", marked, 30)
+        reason = next(c.reason for c in pod.status.conditions if c.type == "DisruptionTarget")
+        assert reason == "EvictionByEvictionAPI", reason
+        _stopped_by_kubelet(k8s_api, tfk_ns, pod)
         thread.join(120)
         assert not thread.is_alive(), "the training did not end"
         assert not driver.errors, driver.errors
