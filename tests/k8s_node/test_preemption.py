@@ -195,6 +195,43 @@ def test_worker_evicted_mid_training_succeeds(
 
 
 @restarts
+def test_parameter_server_takes_back_a_returning_worker(
+    k8s_node, node_api, node_ns, node_conn, local_volumes
+) -> None:
+    """The only worker evicted: its replacement pod is the one worker left, so the chief's
+    progress past the step where it stalled, and the training's success, are steps run by
+    the returned worker (taken back by the ClusterCoordinator, the chief never restarted)."""
+    ctx, name, _ = _tfk.run_with_models_volume(local_volumes, node_ns)
+    training = Training(_spec(node_ns, "parameter_server", 1, 1, 1500, retries_per_index=0), ctx)
+    chief, seen = _wait_for_step(node_api, node_ns, name, "chief", 0, DISRUPT_AT)
+    victim = _pod(node_api, node_ns, name, "worker", 0)
+    assert victim is not None
+    _evict(node_api, node_ns, victim.metadata.name)
+    evicted = time.monotonic()
+
+    def returned() -> str | None:
+        pod = _pod(node_api, node_ns, name, "worker", 0)
+        return pod.metadata.name if pod is not None and pod.metadata.name != victim.metadata.name else None
+
+    replacement = _tfk.wait_for("worker-0's replacement Running", returned, 600, every=0.5)
+    back = time.monotonic() - evicted
+    stalled = _step(node_api, node_ns, chief)
+    _, again_at = _wait_for_step(node_api, node_ns, name, "chief", 0, stalled + 40)
+    again = time.monotonic() - evicted
+    result = training.outcome()
+    assert result["outcome"] == "succeeded", result
+    assert [p.metadata.name for p in _tfk.pods(node_api, node_ns, name, "chief")] == [chief], (
+        "chief restarted"
+    )
+    assert "serving at" in _tfk.pod_log(node_api, node_ns, replacement)
+    print(
+        f"parameter_server, the only worker evicted at step >= {seen}: its replacement Running "
+        f"{back:.1f}s after, the chief stalled at {stalled} and trained again (step {again_at}) "
+        f"{again:.1f}s after the eviction, on the returned worker; succeeded"
+    )
+
+
+@restarts
 def test_ps_deleted_mid_training_resumes_from_a_checkpoint(
     k8s_node, node_api, node_ns, node_conn, local_volumes
 ) -> None:
