@@ -160,7 +160,9 @@ def _directives(node: Any, where: str) -> None:
             if not isinstance(key, str):
                 raise SpecError(where, "keys must be strings", key)
             if key.startswith(_UNSUPPORTED_PREFIXES):
-                raise SpecError(f"{where}.{key}", "is a strategic merge directive this patch does not support")
+                raise SpecError(
+                    f"{where}.{key}", "is a strategic merge directive this patch does not support"
+                )
             if key == _PATCH and value not in ("delete", "replace", "merge"):
                 raise SpecError(f"{where}.{key}", "must be delete, replace or merge", value)
             _directives(value, f"{where}.{key}")
@@ -216,7 +218,9 @@ def _merge_list(base: list[Any], patch: list[Any], path: str) -> list[Any]:
         if not isinstance(item, Mapping):
             out.append(copy.deepcopy(item))
             continue
-        found = next((i for i, cur in enumerate(out) if isinstance(cur, dict) and cur.get(key) == item.get(key)), None)
+        found = next(
+            (i for i, cur in enumerate(out) if isinstance(cur, dict) and cur.get(key) == item.get(key)), None
+        )
         if item.get(_PATCH) == "delete":
             if found is not None:
                 del out[found]

@@ -41,7 +41,7 @@ FIELD_TYPES: dict[str, tuple[str, str]] = {
 @functools.cache
 def _validators() -> dict[str, Any] | None:
     try:
-        import jsonschema
+        import jsonschema  # type: ignore[import-untyped]
         from kubernetes_validate import utils
         from referencing import Registry, Resource
     except ImportError:

@@ -24,8 +24,9 @@ from airflow_tfk import naming
 from airflow_tfk.admission import KUEUE_QUEUE_LABEL, Layout
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
-from airflow_tfk.render_pods import patch_pod_templates, pod_context, role_rules
+from airflow_tfk.render_pods import patch_pod_templates, pod_context
 from airflow_tfk.spec import ROLES, Mode, TFClusterSpec
+from airflow_tfk.spec_pods import role_rules
 from airflow_tfk.templating import RenderError, k8s_escape, template_dirs, template_environment, yaml_loader
 
 __all__ = [

@@ -1,9 +1,8 @@
 """The pod rules of one role as the templates print them, and the pod template patch applied
 to what they rendered.
 
-:func:`role_rules` joins the cluster's ``pod:`` with the role's ``<role>.pod:`` (the role's
-scalars win; maps and lists add up, an item of the same name replacing the cluster's).
-:func:`pod_context` turns that into the plain data ``templates/_macros.yaml.j2`` prints,
+:func:`pod_context` turns the role's joined rules
+(:func:`~airflow_tfk.spec_pods.role_rules`) into the plain data ``templates/_macros.yaml.j2`` prints,
 every value through ``tojson``: the user's strings are never evaluated as templates.
 :func:`patch_pod_templates` applies the role's strategic merge patches to the pod templates
 of a rendered Job or JobSet, and checks that what the cluster relies on is unchanged.
@@ -11,14 +10,15 @@ of a rendered Job or JobSet, and checks that what the cluster relies on is uncha
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.pod_patch import MAIN_CONTAINER, apply_patch
+from airflow_tfk.spec_pods import role_rules
 from airflow_tfk.templating import RenderError
 
-__all__ = ["SHM_VOLUME", "patch_pod_templates", "pod_context", "role_rules"]
+__all__ = ["SHM_VOLUME", "patch_pod_templates", "pod_context"]
 
 SHM_VOLUME = "tfk-shm"
 # What a sidecar or init container gets when it says nothing of its own security context:
@@ -29,36 +29,6 @@ _SIDECAR_SECURITY = {
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
-
-
-def _by_name(first: Iterable[Mapping[str, Any]], then: Iterable[Mapping[str, Any]], key: str) -> list[Any]:
-    out: dict[Any, Any] = {item[key]: dict(item) for item in first}
-    for item in then:
-        out.pop(item[key], None)
-        out[item[key]] = dict(item)
-    return list(out.values())
-
-
-def role_rules(spec: Any, role: str) -> dict[str, Any]:
-    """The cluster's and the role's pod rules joined, as plain data."""
-    c, r = spec.pod, spec.roles()[role].pod
-    return {
-        "affinity": r.affinity if r.affinity is not None else c.affinity,
-        "topology_spread": list(r.topology_spread or c.topology_spread),
-        "priority_class": r.priority_class or c.priority_class,
-        "runtime_class": r.runtime_class or c.runtime_class,
-        "service_account": r.service_account or spec.service_account,
-        "labels": {**c.labels, **r.labels},
-        "annotations": {**c.annotations, **r.annotations},
-        "volumes": _by_name(c.volumes, r.volumes, "name"),
-        "volume_mounts": _by_name(c.volume_mounts, r.volume_mounts, "mountPath"),
-        "shm_size": r.shm_size if r.shm_size is not None else c.shm_size,
-        "env_from": [*c.env_from, *r.env_from],
-        "env_value_from": {**c.env_value_from, **r.env_value_from},
-        "sidecars": _by_name(c.sidecars, r.sidecars, "name"),
-        "init_containers": _by_name(c.init_containers, r.init_containers, "name"),
-        "patches": [p for p in (c.template_patch, r.template_patch) if p],
-    }
 
 
 def pod_context(spec: Any, role: str, selector: Mapping[str, str]) -> dict[str, Any]:
@@ -134,4 +104,6 @@ def _contract(template: Mapping[str, Any]) -> Any:
 def _same_contract(before: Mapping[str, Any], after: Mapping[str, Any], where: str) -> None:
     # The spec refuses such patches; this holds for a template override too.
     if _contract(before) != _contract(after):
-        raise RenderError(f"{where}: changes what the cluster relies on (labels, containers, ports, restartPolicy)")
+        raise RenderError(
+            f"{where}: changes what the cluster relies on (labels, containers, ports, restartPolicy)"
+        )

@@ -37,7 +37,6 @@ from airflow_tfk.admission import CapacityCheck, Layout
 from airflow_tfk.errors import SpecError
 from airflow_tfk.network import TrainingNetworkPolicy
 from airflow_tfk.quantity import parse_quantity, quantity_value
-from airflow_tfk.spec_pods import PodRules, pod_rules_rules
 from airflow_tfk.spec_decl import (
     Errors,
     Form,
@@ -48,6 +47,7 @@ from airflow_tfk.spec_decl import (
     str_map_field,
     validate,
 )
+from airflow_tfk.spec_pods import PodRules, pod_rules_rules
 from airflow_tfk.spec_resources import Resources, Toleration
 from airflow_tfk.spec_roles import (
     MAX_REPLICAS,

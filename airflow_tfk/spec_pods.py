@@ -17,7 +17,7 @@ platform's, an identity label, a Secret value spelled out. Pure: no Kubernetes c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from airflow_tfk.pod_patch import MAIN_CONTAINER, check_patch
 from airflow_tfk.quantity import parse_quantity
 from airflow_tfk.spec_decl import Errors, spec_field, str_map_field
 
-__all__ = ["PLATFORM_MOUNTS", "PLATFORM_VOLUMES", "PodRules", "RolePodRules", "pod_rules_rules"]
+__all__ = ["PLATFORM_MOUNTS", "PLATFORM_VOLUMES", "PodRules", "RolePodRules", "pod_rules_rules", "role_rules"]
 
 #: volumes and mount paths the templates give every pod (``templates/_macros.yaml.j2``)
 PLATFORM_VOLUMES = ("tfk-scratch", "tfk-tmp", "tfk-home", "tfk-shm", "data", "logs", "models")
@@ -184,7 +184,9 @@ def _env_value_from(value: Any, path: str) -> dict[str, dict[str, Any]]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise SpecError(path, "must map variable names to a valueFrom (secretKeyRef, configMapKeyRef...)", value)
+        raise SpecError(
+            path, "must map variable names to a valueFrom (secretKeyRef, configMapKeyRef...)", value
+        )
     _bounded(value, path, MAX_ITEMS)
     out: dict[str, dict[str, Any]] = {}
     for name, source in value.items():
@@ -242,7 +244,11 @@ class PodRules:
     beyond the training itself."""
 
     affinity: Mapping[str, Any] | None = spec_field(
-        None, kind="custom", check=k8s_object, schema=_OBJECT, help="a Kubernetes `affinity` (node, pod, anti)"
+        None,
+        kind="custom",
+        check=k8s_object,
+        schema=_OBJECT,
+        help="a Kubernetes `affinity` (node, pod, anti)",
     )
     topology_spread: tuple[Mapping[str, Any], ...] = spec_field(
         (),
@@ -264,12 +270,15 @@ class PodRules:
         help="per role only: this role's service account, instead of `service_account`",
     )
     labels: Mapping[str, str] = str_map_field(
-        "label", check=_labels, help="labels on the pods (the platform's prefixes are reserved, as in `labels`)"
+        "label",
+        check=_labels,
+        help="labels on the pods (the platform's prefixes are reserved, as in `labels`)",
     )
     annotations: Mapping[str, str] = str_map_field(
         "label-key",
         check=_annotations,
-        help="annotations on the pods (keys under `tfk.airflow.apache.org/` and `batch.kubernetes.io/` are reserved)",
+        help="annotations on the pods (keys under `tfk.airflow.apache.org/` and `batch.kubernetes.io/` "
+        "are reserved)",
     )
     volumes: tuple[Mapping[str, Any], ...] = spec_field(
         (),
@@ -337,29 +346,61 @@ class PodRules:
 RolePodRules = PodRules
 
 
+def _by_name(first: Iterable[Mapping[str, Any]], then: Iterable[Mapping[str, Any]], key: str) -> list[Any]:
+    out: dict[Any, Any] = {item[key]: dict(item) for item in first}
+    for item in then:
+        out.pop(item[key], None)
+        out[item[key]] = dict(item)
+    return list(out.values())
+
+
+def role_rules(spec: Any, role: str) -> dict[str, Any]:
+    """The cluster's and the role's pod rules joined, as plain data."""
+    c, r = spec.pod, spec.roles()[role].pod
+    return {
+        "affinity": r.affinity if r.affinity is not None else c.affinity,
+        "topology_spread": list(r.topology_spread or c.topology_spread),
+        "priority_class": r.priority_class or c.priority_class,
+        "runtime_class": r.runtime_class or c.runtime_class,
+        "service_account": r.service_account or spec.service_account,
+        "labels": {**c.labels, **r.labels},
+        "annotations": {**c.annotations, **r.annotations},
+        "volumes": _by_name(c.volumes, r.volumes, "name"),
+        "volume_mounts": _by_name(c.volume_mounts, r.volume_mounts, "mountPath"),
+        "shm_size": r.shm_size if r.shm_size is not None else c.shm_size,
+        "env_from": [*c.env_from, *r.env_from],
+        "env_value_from": {**c.env_value_from, **r.env_value_from},
+        "sidecars": _by_name(c.sidecars, r.sidecars, "name"),
+        "init_containers": _by_name(c.init_containers, r.init_containers, "name"),
+        "patches": [p for p in (c.template_patch, r.template_patch) if p],
+    }
+
+
 def pod_rules_rules(spec: Any, errors: Errors) -> None:
     """The rules that join the cluster's and the roles' pod sections with the rest of the
     spec (run by :class:`~airflow_tfk.spec.TFClusterSpec`)."""
     errors.run(lambda: _cluster_only(spec), "pod")
     for role, rs in spec.roles().items():
-        errors.run(lambda role=role, rs=rs: _joined(spec, role, rs), "pod", f"{role}.pod", "env", f"{role}.env")
+        errors.run(functools.partial(_joined, spec, role, rs), "pod", f"{role}.pod", "env", f"{role}.env")
 
 
 def _cluster_only(spec: Any) -> None:
     if spec.pod.service_account is not None:
-        raise SpecError("pod.service_account", "set service_account (the cluster's) or <role>.pod.service_account")
+        raise SpecError(
+            "pod.service_account", "set service_account (the cluster's) or <role>.pod.service_account"
+        )
 
 
 def _joined(spec: Any, role: str, rs: Any) -> None:
-    from airflow_tfk.render_pods import role_rules
-
     where = f"{role}.pod"
     joined = role_rules(spec, role)
     volumes = {v["name"] for v in joined["volumes"]}
-    for i, mount in enumerate(joined["volume_mounts"]):
+    for mount in joined["volume_mounts"]:
         if mount["name"] not in volumes:
             owner = where if mount in rs.pod.volume_mounts else "pod"
-            raise SpecError(f"{owner}.volume_mounts", f"mounts {mount['name']!r}, which no volume of pod.volumes names")
+            raise SpecError(
+                f"{owner}.volume_mounts", f"mounts {mount['name']!r}, which no volume of pod.volumes names"
+            )
         if joined["shm_size"] is not None and _under(mount["mountPath"], SHM_PATH):
             raise SpecError(f"{where}.volume_mounts", f"mounts over {SHM_PATH}, which shm_size sets", mount)
     names = [c["name"] for c in joined["init_containers"]] + [c["name"] for c in joined["sidecars"]]
