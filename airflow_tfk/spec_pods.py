@@ -17,6 +17,7 @@ platform's, an identity label, a Secret value spelled out. Pure: no Kubernetes c
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
