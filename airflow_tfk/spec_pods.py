@@ -299,7 +299,7 @@ class PodRules:
         None,
         kind="custom",
         check=_shm,
-        schema={"type": ["string", "integer", "null"]},
+        schema={"type": ["string", "integer"]},
         help="a memory `emptyDir` of this size at `/dev/shm` (`1Gi`; counts against the memory limit)",
     )
     env_from: tuple[Mapping[str, Any], ...] = spec_field(
@@ -334,7 +334,7 @@ class PodRules:
         None,
         kind="custom",
         check=_patch,
-        schema={"type": ["object", "null"]},
+        schema=_OBJECT,
         help="a strategic merge patch of the pod template for what no field names; refused where it "
         "touches what a field sets or the cluster relies on (port, command, identity labels, restartPolicy)",
     )
