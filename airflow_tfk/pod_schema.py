@@ -64,9 +64,16 @@ def _path(error: Any) -> str:
     return out
 
 
-def _errors(validator: Any, value: Any, where: str) -> Iterator[SpecError]:
+def _errors(validator: Any, value: Any, where: str, whole: str = "") -> Iterator[SpecError]:
+    """The schema errors of ``value``, on the field ``where`` and the path inside it; or,
+    with ``whole`` (what ``value`` is), on ``where`` itself, the path in the message."""
     for error in sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.absolute_path))):
-        yield SpecError(f"{where}{_path(error)}", f"is not valid for Kubernetes: {error.message}")
+        if whole:
+            yield SpecError(
+                where, f"makes {whole} that Kubernetes refuses: {_path(error)[1:]}: {error.message}"
+            )
+        else:
+            yield SpecError(f"{where}{_path(error)}", f"is not valid for Kubernetes: {error.message}")
 
 
 def _sections(spec: Any) -> Iterator[tuple[str, Any]]:
@@ -98,19 +105,20 @@ def check_pod_rules(spec: Any, manifests: list[dict[str, Any]]) -> None:
                     errors.add(exc)
     if not errors.items:
         for role, template in _templates(manifests):
-            for exc in _errors(validators["PodTemplateSpec"], template, _patch_field(spec, role)):
+            field, whole = _patch_field(spec, role)
+            for exc in _errors(validators["PodTemplateSpec"], template, field, whole):
                 errors.add(exc)
     errors.raise_if_any()
 
 
-def _patch_field(spec: Any, role: str) -> str:
-    """The field a pod template's schema error belongs to: the fields' own objects were
-    valid, so it is the patch's (the role's, else the cluster's)."""
+def _patch_field(spec: Any, role: str) -> tuple[str, str]:
+    """The field a pod template's schema error belongs to, and what it made: the fields'
+    own objects were valid, so it is the patch's (the role's, else the cluster's)."""
     if spec.roles()[role].pod.template_patch:
-        return f"{role}.pod.template_patch (the patched pod template)"
+        return f"{role}.pod.template_patch", f"a {role} pod"
     if spec.pod.template_patch:
-        return "pod.template_patch (the patched pod template)"
-    return f"{role}.pod (the rendered pod template)"
+        return "pod.template_patch", f"a {role} pod"
+    return f"{role}.pod", "a pod (with a template override?)"
 
 
 def _templates(manifests: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
