@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from airflow_tfk.backends import _local_pod
-from airflow_tfk.dagfactory.training import parse_training
 from airflow_tfk.errors import SpecError, SpecErrors
 from airflow_tfk.render import render
 from airflow_tfk.schema_check import validate_manifests
@@ -169,16 +168,6 @@ def test_template_dir_from_the_spec_overrides_the_builtins(tmp_path: Path) -> No
     spec = TFClusterSpec.from_dict({**BASE, "template_dir": str(tmp_path)})
     assert pod_templates(render(spec))["worker"]["spec"]["hostIPC"] is False
     assert "hostIPC" not in pod_templates(render(TFClusterSpec.from_dict(BASE)))["worker"]["spec"]
-
-
-def test_a_training_files_template_dir_is_beside_the_file(tmp_path: Path) -> None:
-    cluster = {k: v for k, v in BASE.items() if k != "name"}
-    training = parse_training(
-        {"cluster": {**cluster, "template_dir": "templates"}},
-        default_dag_id="t",
-        source=str(tmp_path / "t.yaml"),
-    )
-    assert training.cluster["template_dir"] == str(tmp_path / "templates")
 
 
 def test_the_local_backend_refuses_secret_references_naming_the_field() -> None:
