@@ -24,7 +24,9 @@ from airflow_tfk import naming
 from airflow_tfk.admission import KUEUE_QUEUE_LABEL, Layout
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
+from airflow_tfk.render_pods import patch_pod_templates, pod_context
 from airflow_tfk.spec import ROLES, Mode, TFClusterSpec
+from airflow_tfk.spec_pods import role_rules
 from airflow_tfk.templating import RenderError, k8s_escape, template_dirs, template_environment, yaml_loader
 
 __all__ = [
@@ -165,7 +167,11 @@ def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
 
 
 def _role_context(
-    spec: TFClusterSpec, role: str, identity: RunIdentity | None, addresses: Mapping[str, list[str]] | None
+    spec: TFClusterSpec,
+    role: str,
+    identity: RunIdentity | None,
+    addresses: Mapping[str, list[str]] | None,
+    pod_annotations: Mapping[str, str],
 ) -> dict[str, Any]:
     rs = spec.roles()[role]
     command = task_command(spec, role)
@@ -182,6 +188,8 @@ def _role_context(
     if rs.resources.limits:
         resources["limits"] = rs.resources.limits
     labels = _labels(spec, role, role, identity)
+    selector = {naming.LABEL_CLUSTER: spec.name, naming.LABEL_ROLE: role}
+    pod = pod_context(spec, role, selector)
     return {
         "name": role,
         # the objects Kueue admits carry its queue label; their pods do not need it
@@ -189,7 +197,11 @@ def _role_context(
         "resource_name": naming.role_resource_name(spec.name, role),
         "replicas": rs.replicas,
         "labels": labels,
-        "selector": {naming.LABEL_CLUSTER: spec.name, naming.LABEL_ROLE: role},
+        "selector": selector,
+        # the user's pod labels cannot shadow these: the spec refuses the platform's prefixes
+        "pod_labels": {**pod["labels"], **labels},
+        "pod_annotations": {**pod["annotations"], **pod_annotations},
+        "pod": pod,
         "command": [k8s_escape(c) for c in command],
         "args": args,
         "env": _env_list({**spec.env, **rs.env}),
@@ -274,6 +286,18 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
                 "env": _VOLUME_ENV[name],
             }
         )
+    pod_annotations = {
+        **annotations,
+        **(
+            {
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(spec.metrics_port),
+                "prometheus.io/path": spec.metrics_path,
+            }
+            if spec.metrics_port is not None
+            else {}
+        ),
+    }
     ctx: dict[str, Any] = {
         "name": spec.name,
         "namespace": spec.namespace_name,
@@ -299,22 +323,13 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         "metrics_port": spec.metrics_port,
         "metrics_path": spec.metrics_path,
         # the de-facto Prometheus convention; a scrape config keyed on them finds the pods
-        "pod_annotations": {
-            **annotations,
-            **(
-                {
-                    "prometheus.io/scrape": "true",
-                    "prometheus.io/port": str(spec.metrics_port),
-                    "prometheus.io/path": spec.metrics_path,
-                }
-                if spec.metrics_port is not None
-                else {}
-            ),
-        },
+        "pod_annotations": pod_annotations,
         "namespace_labels": _labels(spec, "namespace", None, identity),
         "storage_labels": _labels(spec, "storage", None, identity),
         "volumes": volumes,
-        "roles": {role: _role_context(spec, role, identity, addresses) for role in spec.roles()},
+        "roles": {
+            role: _role_context(spec, role, identity, addresses, pod_annotations) for role in spec.roles()
+        },
         "network_policy": _network_policy_context(spec, identity),
         "queue_name": spec.queue_name,
     }
@@ -370,6 +385,8 @@ def render(
         raise TypeError(f"render() needs a TFClusterSpec, got {type(spec).__name__}")
     from jinja2 import TemplateError
 
+    if template_dir is None:
+        template_dir = spec.template_dir
     try:
         templates = _templates(tuple(template_dirs(template_dir)))
     except TemplateError as exc:  # a user's template that does not parse, or is missing
@@ -379,6 +396,7 @@ def render(
         raise RenderError(f"a template failed to compile: {exc!r}"[:1000]) from None
     loader = yaml_loader()
     ctx = _context(spec, identity)
+    patches = {role: role_rules(spec, role)["patches"] for role in spec.roles()}
     manifests = []
     for kind, name, extra in _plan(spec, ctx):
         try:
@@ -394,8 +412,17 @@ def render(
         except yaml.YAMLError as exc:
             raise RenderError(f"{TEMPLATES[kind]} rendered invalid YAML for {name}: {exc}") from None
         _check(doc, kind, name, spec.namespace_name)
+        patch_pod_templates(doc, patches)
         manifests.append(doc)
+    if _uses_pod_rules(spec):
+        from airflow_tfk.pod_schema import check_pod_rules
+
+        check_pod_rules(spec, manifests)
     return manifests
+
+
+def _uses_pod_rules(spec: TFClusterSpec) -> bool:
+    return not spec.pod.is_empty() or any(not rs.pod.is_empty() for rs in spec.roles().values())
 
 
 def _template_name(exc: Exception) -> str:

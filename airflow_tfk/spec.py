@@ -48,6 +48,7 @@ from airflow_tfk.spec_decl import (
     str_map_field,
     validate,
 )
+from airflow_tfk.spec_pods import PodRules, pod_rules_rules
 from airflow_tfk.spec_resources import Resources, Toleration
 from airflow_tfk.spec_roles import (
     MAX_REPLICAS,
@@ -292,6 +293,23 @@ class TFClusterSpec:
         help="the cluster's NetworkPolicy",
     )
 
+    pod: PodRules = spec_field(
+        factory=PodRules,
+        kind="section",
+        section=PodRules,
+        prefix="[<role>.]pod.",
+        help="what every pod carries beyond the training (each role's `<role>.pod` adds to it)",
+    )
+    template_dir: str | None = spec_field(
+        None,
+        kind="str",
+        check=_text,
+        hi=4096,
+        help="a directory of templates overriding the built-ins of the same name (`job.yaml.j2`, "
+        "`_macros.yaml.j2`...), rendered in the same sandbox; a training file's relative path is "
+        "relative to the file",
+    )
+
     def __post_init__(self) -> None:
         validate(self)
 
@@ -303,6 +321,7 @@ class TFClusterSpec:
         errors.run(self._lost_workers, "max_lost_workers", "mode", "worker")
         errors.run(self._metrics, "metrics_port", "port", "network_policy")
         errors.run(self._generated_names, "name", "layout", "storage", *ROLES)
+        pod_rules_rules(self, errors)
 
     def _namespace(self) -> None:
         # checked as created: with namespace_per_training that is '<namespace>-<name>'

@@ -12,6 +12,7 @@ from airflow_tfk import naming
 from airflow_tfk.errors import SpecError
 from airflow_tfk.quantity import parse_quantity
 from airflow_tfk.spec_decl import Errors, Form, check_fields, section_from, spec_field, str_map_field
+from airflow_tfk.spec_pods import PodRules
 from airflow_tfk.spec_resources import QUANTITY, Resources, Toleration
 
 MAX_REPLICAS = 10_000
@@ -98,6 +99,13 @@ class RoleSpec:
         None, kind="str_list", check=_command, help="overrides `command` for this role"
     )
     args: tuple[str, ...] | None = spec_field(None, kind="str_list", help="overrides `args` for this role")
+    pod: PodRules = spec_field(
+        factory=PodRules,
+        kind="section",
+        section=PodRules,
+        prefix="[<role>.]pod.",
+        help="what this role's pods carry beyond the training, added to `pod`",
+    )
 
     def validate(self, where: str, lo: int = 1, hi: int = MAX_REPLICAS) -> None:
         """Check the role as the role ``where``; its bounds are the declaration's for that

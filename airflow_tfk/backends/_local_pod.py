@@ -21,6 +21,8 @@ from typing import Any
 from airflow_tfk import naming
 from airflow_tfk.admission import Layout
 from airflow_tfk.backends._local_host import _PYTHONS
+from airflow_tfk.errors import SpecError
+from airflow_tfk.pod_patch import MAIN_CONTAINER
 from airflow_tfk.spec import TFClusterSpec
 
 _REF = re.compile(r"\$\$|\$\(([-._a-zA-Z][-._a-zA-Z0-9]*)\)")
@@ -76,7 +78,28 @@ def role_containers(manifests: list[dict[str, Any]]) -> dict[str, dict[str, Any]
             templates.append(m["spec"]["template"])
         elif m["kind"] == "JobSet":
             templates += [rj["template"]["spec"]["template"] for rj in m["spec"]["replicatedJobs"]]
-    return {t["metadata"]["labels"][naming.LABEL_ROLE]: t["spec"]["containers"][0] for t in templates}
+    return {
+        t["metadata"]["labels"][naming.LABEL_ROLE]: next(
+            c for c in t["spec"]["containers"] if c["name"] == MAIN_CONTAINER
+        )
+        for t in templates
+    }
+
+
+def refuse_cluster_references(spec: TFClusterSpec) -> None:
+    """The pod rules a local task cannot honour without being wrong: its environment from
+    Secrets and ConfigMaps, which exist only in a Kubernetes cluster (a task started without
+    them would fail later, and less clearly). Scheduling rules, extra volumes, sidecars and
+    init containers concern the cluster's pods alone; here they change nothing."""
+    sections = [("pod", spec.pod), *((f"{r}.pod", rs.pod) for r, rs in spec.roles().items())]
+    for where, rules in sections:
+        for field in ("env_from", "env_value_from"):
+            if getattr(rules, field):
+                raise SpecError(
+                    f"{where}.{field}",
+                    "reads Secrets or ConfigMaps, which the local backend does not have: "
+                    "use the kubernetes backend, or env for a local run",
+                )
 
 
 def local_setup(

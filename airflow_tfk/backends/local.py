@@ -57,7 +57,7 @@ import psutil
 
 from airflow_tfk import capacity, naming
 from airflow_tfk._kwargs import init_kwargs
-from airflow_tfk.backends import _local_loopback
+from airflow_tfk.backends import _local_loopback, _local_pod
 from airflow_tfk.backends import _local_records as records
 from airflow_tfk.backends._local_files import (
     DEFAULT_ENV_ALLOWLIST,
@@ -203,6 +203,8 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
 
     # -- create -------------------------------------------------------------------------
     def _check_task_cap(self, spec: TFClusterSpec) -> None:
+        # the checks of what this machine can run, before any side effect
+        _local_pod.refuse_cluster_references(spec)
         too_big = capacity.check_local_tasks(spec, self.max_tasks)
         if too_big is not None:
             raise LocalMachineError(*too_big, spec.task_count())

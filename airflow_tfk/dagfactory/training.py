@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -180,6 +181,8 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
         checked["max_active_runs"] = 2  # room for the run that waits on, skips or kills the previous one
     params = take(lambda: _params(data.get("params")), {})
     cluster = take(lambda: _required_cluster(data, params, checked["max_duration_minutes"], dag_id), None)
+    if cluster is not None:
+        _file_relative_template_dir(cluster, source)
     blocks = take(lambda: _operator_blocks(data, params, cluster)) if cluster is not None else None
     checked["publish"], checked["tensorboard"] = blocks or (None, None)
     checked["backend_config"] = take(lambda: _backend_config(data, checked["backend"]))
@@ -203,6 +206,14 @@ def _required_cluster(
     if cluster is None:
         raise SpecError("cluster", "is required: the TFClusterSpec of the training")
     return _cluster(cluster, params, max_minutes, dag_id)
+
+
+def _file_relative_template_dir(cluster: dict[str, Any], source: str) -> None:
+    """A training file names its template overrides beside itself: a relative
+    ``template_dir`` is taken from the file's folder, whatever the worker's directory."""
+    value = cluster.get("template_dir")
+    if isinstance(value, str) and value and "{" not in value and not os.path.isabs(value):
+        cluster["template_dir"] = os.path.join(os.path.dirname(os.path.abspath(source)), value)
 
 
 def _sweep(value: object, params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:

@@ -164,3 +164,14 @@ def test_read_training_points_at_the_line(tmp_path: Path) -> None:
     path.write_bytes(b"cluster: \xff\n")
     with pytest.raises(TrainingFileError, match="is not UTF-8"):
         read_training(path)
+
+
+def test_a_relative_template_dir_is_beside_the_training_file(tmp_path: Path) -> None:
+    training = parse_training(
+        {"cluster": {**CLUSTER, "template_dir": "templates"}},
+        default_dag_id="t",
+        source=str(tmp_path / "t.yaml"),
+    )
+    assert training.cluster["template_dir"] == str(tmp_path / "templates")
+    absolute = parse(cluster={**CLUSTER, "template_dir": "/opt/tfk-templates"})
+    assert absolute.cluster["template_dir"] == "/opt/tfk-templates"
