@@ -55,10 +55,40 @@ def test_between_graph_success_deletes_ps_and_logs_progress(local_root, capfd) -
     assert_no_processes(local_root)
 
 
-def test_parameter_server_success_is_the_chief_and_deletes_workers(local_root) -> None:
+def test_parameter_server_success_is_the_chief_and_deletes_workers(local_root, capfd) -> None:
     ctx = task_context()
     op = make_op(spec_dict("parameter_server", workers=2, STEPS="3"), cleanup="all")
     assert op.execute(ctx)["outcome"] == "succeeded"
+    assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
+    assert_no_processes(local_root)
+    # cleanup="all" keeps nothing: every task's log is in the task log before its delete,
+    # the chief's (which finished by itself) first.
+    out = capfd.readouterr().out
+    copied = [
+        line.split("----- log of ")[1].split(" ")[0] for line in out.splitlines() if "----- log of " in line
+    ]
+    assert sorted(copied) == ["chief-0", "ps-0", "worker-0", "worker-1"], copied
+    chief = out.index("----- log of chief-0")
+    assert "chief-0 exiting with 0" in out[chief : out.index("----- end of chief-0")]
+    assert chief < out.index("deleted cluster")
+
+
+def test_deferred_cleanup_all_copies_the_finished_tasks_and_not_the_released_ps(local_root, capfd) -> None:
+    ctx = task_context()
+    op = make_op(spec_dict("between_graph", workers=2, STEPS="3"), deferrable=True, cleanup="all")
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    event = run_trigger(type(deferred.value.trigger)(**deferred.value.trigger.serialize()[1]))
+    assert event["released"] == ["ps"]
+    capfd.readouterr()
+    result = getattr(op, deferred.value.method_name)(ctx, event, **deferred.value.kwargs)
+    assert result["outcome"] == "succeeded"
+    out = capfd.readouterr().out
+    copied = [
+        line.split("----- log of ")[1].split(" ")[0] for line in out.splitlines() if "----- log of " in line
+    ]
+    assert sorted(copied) == ["worker-0", "worker-1"], copied  # the PS's went with the triggerer
+    assert "could not read the log" not in out and "deleting ps in" not in out
     assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
     assert_no_processes(local_root)
 
