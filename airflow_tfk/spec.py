@@ -242,8 +242,9 @@ class TFClusterSpec:
         lo=0,
         hi=_YEAR,
         help="the retention: how long what the clean-up policy keeps (after success or failure) stays. "
-        "Kubernetes deletes the finished Jobs (or JobSet) then (`ttlSecondsAfterFinished`; 7 days) and the orphan "
-        "sweeper the rest (Services, NetworkPolicy, claims made from `size:`, the per-training namespace)",
+        "Kubernetes deletes the finished Jobs (or JobSet) then (`ttlSecondsAfterFinished`; 7 days) "
+        "and the orphan sweeper the rest (Services, NetworkPolicy, claims made from `size:`, the "
+        "per-training namespace)",
     )
     metrics_port: int | None = spec_field(
         None,
