@@ -374,3 +374,32 @@ def test_wait_for_the_previous_run_defers_instead_of_holding_a_worker_slot(local
     assert own.value.trigger.cluster["name"] == cluster_of(ctx).name and backend.exists(cluster_of(ctx))
     backend.delete(cluster_of(ctx))
     assert_no_processes(local_root)
+
+
+def test_wait_for_the_previous_run_starts_when_it_succeeds_holding_no_slot_meanwhile(local_root) -> None:
+    """previous_run_policy='wait', deferrable: while the earlier run trains, the task is
+    deferred (no worker slot); the earlier run's own success ends the wait, and the
+    resumed task then trains its own run to success."""
+    earlier_ctx, ctx = task_context("scheduled__1"), task_context("scheduled__2")
+    spec = spec_dict("all_reduce", workers=1, STEPS="15", STEP_SECONDS="0.1")
+    earlier = make_op(spec, deferrable=True)
+    with pytest.raises(TaskDeferred) as earlier_deferred:
+        earlier.execute(earlier_ctx)
+    op = make_op(spec, deferrable=True, previous_run_policy="wait")
+    started = time.monotonic()
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    assert time.monotonic() - started < 5  # deferred at once, not polled in this thread
+    backend = LocalBackend(str(local_root))
+    assert not backend.exists(cluster_of(ctx))
+    event = run_trigger(type(deferred.value.trigger)(**deferred.value.trigger.serialize()[1]))
+    assert event["status"] == "success" and event["cluster"]["name"] == cluster_of(earlier_ctx).name
+    assert backend.exists(cluster_of(earlier_ctx))  # waited on, never touched
+    with pytest.raises(TaskDeferred) as own:
+        op.execute_after_previous_run(ctx, event)
+    own_event = run_trigger(own.value.trigger)
+    assert own_event["status"] == "success"
+    assert getattr(op, own.value.method_name)(ctx, own_event, **own.value.kwargs)["outcome"] == "succeeded"
+    earlier_event = run_trigger(earlier_deferred.value.trigger)
+    assert earlier.execute_complete(earlier_ctx, earlier_event, **earlier_deferred.value.kwargs)
+    assert_no_processes(local_root)
