@@ -18,6 +18,12 @@ from airflow_tfk.kube.api import BY_KIND
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.digits import plain_int
 
+# A cluster is one unit by its label, not by an owner object the garbage collector would
+# follow: an ownerReference cannot reach across namespaces nor make a namespaced object own
+# the per-training Namespace; it would need the owner's UID before the first apply (two
+# passes instead of one idempotent server-side apply); and the clean-up policy removes part
+# of a cluster (the PS, then the rest after the retention), which one owner cannot express.
+# One selector finds every kind on both layouts, and works for the local backend as well.
 # Kinds deleted by ``delete``, in order: controllers first so they stop replacing pods,
 # storage last. Only the kinds render() can produce (plus their pods): every kind here is
 # a permission the identity Airflow runs as must hold (deploy/rbac/). The per-training
