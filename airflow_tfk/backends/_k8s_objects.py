@@ -23,7 +23,7 @@ from airflow_tfk.protocol.digits import plain_int
 # the per-training Namespace; it would need the owner's UID before the first apply (two
 # passes instead of one idempotent server-side apply); and the clean-up policy removes part
 # of a cluster (the PS, then the rest after the retention), which one owner cannot express.
-# One selector finds every kind on both layouts, and works for the local backend as well.
+# One selector finds every kind, on both layouts.
 # Kinds deleted by ``delete``, in order: controllers first so they stop replacing pods,
 # storage last. Only the kinds render() can produce (plus their pods): every kind here is
 # a permission the identity Airflow runs as must hold (deploy/rbac/). The per-training
