@@ -33,11 +33,16 @@ from airflow_tfk.status import ClusterStatus, Phase
 log = logging.getLogger(__name__)
 Emit = Callable[[str], None]
 
-#: Log lines copied per task: a failed task's end says why; a leftover's is only context.
+#: Log lines copied per task: a failed task's end says why, a finished task's end holds its
+#: results (export, metrics); a leftover's is only context.
 FAILED_LOG_LINES = 100
+FINISHED_LOG_LINES = 100
 LEFTOVER_LOG_LINES = 50
 #: Failed tasks whose logs are copied at most (the first few say why; the rest repeat it).
 FAILED_LOGS_MAX = 5
+#: Finished tasks whose logs ``cleanup='all'`` copies at most: the chief and the first
+#: workers say what the run did; hundreds of workers' tails would bury it.
+FINISHED_LOGS_MAX = 8
 #: Roles a kept failed cluster still stops: they never exit by themselves.
 NEVER_EXITING = ("ps", "evaluator")
 
@@ -80,6 +85,7 @@ def end_run(
     status: ClusterStatus | None = None,
     grace_seconds: float | None = None,
     log_lines: int | None = None,
+    released: tuple[str, ...] = (),
     sleep: Callable[[float], None] = time.sleep,
 ) -> Ended:
     """End the run behind ``handle`` (see the module's doc for the steps).
@@ -91,10 +97,12 @@ def end_run(
     :param grace_seconds: after an accepted run, before the leftovers go (None: the
         handle's ``ps_grace_seconds``).
     :param log_lines: lines copied per task (None: the policy's; 0: none).
+    :param released: roles already ended after the success (by the triggerer, which
+        copied their logs then): neither waited for, nor copied, nor deleted again.
     """
     backend = handle.backend()
     ref = handle.ref
-    leftovers = _leftovers(handle, backend, result, remove, grace_seconds, emit, sleep)
+    leftovers = _leftovers(handle, backend, result, remove, grace_seconds, emit, sleep, released)
     if leftovers is None:
         return Ended()  # nothing of this policy's to remove
     owned, gone = _ownership(handle, backend, reason, emit)
@@ -124,11 +132,14 @@ def _leftovers(
     grace_seconds: float | None,
     emit: Emit,
     sleep: Callable[[float], None],
+    released: tuple[str, ...] = (),
 ) -> list[str] | None:
     """The roles an accepted run still runs, after their grace period; None when the
     policy removes only those and there is nothing of them to remove."""
     leftovers = (
-        roles_after_success(handle.mode, list(handle.replicas)) if result is RunResult.ACCEPTED else []
+        [r for r in roles_after_success(handle.mode, list(handle.replicas)) if r not in released]
+        if result is RunResult.ACCEPTED
+        else []
     )
     ended_by = backend.ends_roles_after_success(handle.layout) if leftovers else None
     if remove is Remove.LEFTOVERS:
@@ -217,6 +228,19 @@ def _copy_logs(
         tasks = [(r, i) for r in leftovers for i in range(handle.replicas.get(r, 0))]
         if tasks:
             log_task_logs(backend, handle.ref, tasks, emit, log_lines or LEFTOVER_LOG_LINES)
+        if remove is Remove.ALL:
+            # Nothing of the run stays: its finished tasks' logs (the chief's and the
+            # workers' results) go into the task log before their pods go.
+            finished = finished_tasks(handle)
+            if len(finished) > FINISHED_LOGS_MAX:
+                emit(
+                    f"copying the logs of {FINISHED_LOGS_MAX} of the {len(finished)} finished tasks "
+                    f"before deleting cluster {handle.ref.name}"
+                )
+            if finished:
+                log_task_logs(
+                    backend, handle.ref, finished[:FINISHED_LOGS_MAX], emit, log_lines or FINISHED_LOG_LINES
+                )
         return status
     try:
         if status is None:
@@ -241,6 +265,14 @@ def _roles(
     if remove is Remove.KEEP_FAILED:
         return [r for r in NEVER_EXITING if r in handle.replicas]
     return running_roles(status if status is not None else backend.status(handle.ref))
+
+
+def finished_tasks(handle: ClusterHandle) -> list[tuple[str, int]]:
+    """The tasks of a succeeded run that finished by themselves (not the leftovers, whose
+    logs go with theirs), the chief first: the ones whose logs say what the run did."""
+    leftovers = set(roles_after_success(handle.mode, list(handle.replicas)))
+    order = sorted((r for r in handle.replicas if r not in leftovers), key=lambda r: (r != "chief", r))
+    return [(r, i) for r in order for i in range(handle.replicas[r])]
 
 
 def running_roles(status: ClusterStatus) -> list[str]:

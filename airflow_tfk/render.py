@@ -55,9 +55,6 @@ _NAMESPACED = {"NetworkPolicy", "PersistentVolumeClaim", "Service", "Job", "JobS
 FULL_CLUSTER_MAX_BYTES = 16 * 1024
 # etcd's default request limit is 1.5 MiB; leave room for status and managedFields.
 MAX_OBJECT_BYTES = 1_000_000
-#: how long a finished JobSet stays when the provider did not delete it (e.g. Airflow was
-#: down): long enough to read its status and logs, short enough not to pile up
-JOBSET_TTL_SECONDS = 3600
 _VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MODEL_DIR"}
 
 
@@ -233,7 +230,9 @@ def _jobset_context(
     return {
         "labels": {**_labels(spec, "jobset", None, identity), **_queue_labels(spec)},
         "decisive_role": decisive_role(spec),
-        "ttl_seconds": JOBSET_TTL_SECONDS,
+        # The retention, as the Jobs of the other layout have it: the JobSet's Jobs and
+        # pods (the kept logs) go with it, and the sweeper removes what outlives them.
+        "ttl_seconds": spec.ttl_seconds_after_finished,
         "roles": [roles[r] for r in ROLES if r in roles],
     }
 

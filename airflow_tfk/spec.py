@@ -243,8 +243,10 @@ class TFClusterSpec:
         kind="int",
         lo=0,
         hi=_YEAR,
-        help="seconds after which Kubernetes deletes a finished Job (`ttlSecondsAfterFinished`; 7 days); "
-        "none keeps finished Jobs until the cluster is deleted",
+        help="the retention: how long what the clean-up policy keeps (after success or failure) stays. "
+        "Kubernetes deletes the finished Jobs (or JobSet) then (`ttlSecondsAfterFinished`; 7 days) "
+        "and the orphan sweeper the rest (Services, NetworkPolicy, claims made from `size:`, the "
+        "per-training namespace)",
     )
     metrics_port: int | None = spec_field(
         None,

@@ -18,10 +18,18 @@ instance succeeded: a run nobody accepted (its task failed, was killed, or is go
 leaves a publishable version behind, even when its cluster, orphaned, went on to finish
 and export after the task died. That holds for a cluster whose every task has exited too.
 
-A cluster whose training failed and whose every task exited is left alone: finished Jobs
-carry ``ttlSecondsAfterFinished``, and a run kept for debugging (``on_failure='keep'``)
-stays until then (its exports were set aside when it was kept). Clusters created outside
-Airflow are only swept past their deadline.
+A cluster whose training failed and whose every task exited is left alone for its
+retention: what the clean-up policy keeps (the finished Jobs and their logs, the Services,
+the NetworkPolicy, the claims made from ``size:``, a per-training namespace) stays until the
+finished Jobs reach ``ttl_seconds_after_finished`` and Kubernetes deletes them. A run kept
+for debugging (``on_failure='keep'``) stays that long too (its exports were set aside when
+it was kept), and so does a succeeded run's ``cleanup='ps'`` remainder.
+
+When the retention is over, nothing of the run's tasks is left but what outlives the Jobs;
+the sweeper then deletes all of that as one unit, by the cluster's label, namespace
+included. The Jobs' TTL is the clock, so the retention holds even while no sweeper runs,
+and the kept logs (the pods) and the rest end together. Clusters created outside Airflow
+are only swept past their deadline.
 
 Pure logic over the :class:`Backend` interface and a ``ti_state`` callable, so it runs
 the same on both backends and in tests; :class:`~airflow_tfk.operators.sweeper.TFSweepOrphansOperator`
@@ -96,6 +104,8 @@ def _sweep_one(
 ) -> SweepResult | None:
     """Sweep one orphan (see the module's doc); None when there is nothing to do."""
     status = backend.status(ref)
+    if not status.exists:
+        return _sweep_remains(backend, ref, owner, ti_state, reason, dry_run, emit)
     running = running_roles(status)
     finished = decisive_succeeded(status)
     rejected = finished and _rejected(owner, ti_state)
@@ -137,6 +147,34 @@ def _sweep_one(
         log_lines=0,
     )
     return SweepResult(ref, reason, ended.deleted)
+
+
+def _sweep_remains(
+    backend: Backend,
+    ref: ClusterRef,
+    owner: ClusterOwner,
+    ti_state: Callable[[RunIdentity], str | None],
+    reason: str,
+    dry_run: bool,
+    emit: Callable[[str], None],
+) -> SweepResult:
+    """The end of a retention: the run's Jobs are gone (their TTL, or a partial delete),
+    and what outlived them goes as one unit. There are no tasks left whose logs or
+    exports could be read."""
+    why = f"its tasks are gone (ttl_seconds_after_finished) and {reason}"
+    if dry_run:
+        emit(f"would delete the rest of cluster {ref.name} in {ref.namespace}: {why} (dry run, kept)")
+        return SweepResult(ref, why, False)
+    handle = ClusterHandle.for_ref(ref, backend, owner.identity)
+    ended = end_run(
+        handle,
+        f"the orphan sweeper: retention over: {why}",
+        result=RunResult.ACCEPTED if _owner_succeeded(owner, ti_state) else RunResult.UNDECIDED,
+        emit=emit,
+        grace_seconds=0,
+        log_lines=0,
+    )
+    return SweepResult(ref, why, ended.deleted)
 
 
 def sweep(

@@ -13,7 +13,7 @@ import pytest
 from airflow_tfk import naming
 from airflow_tfk.admission import JOBSET_API_VERSION, KUEUE_QUEUE_LABEL
 from airflow_tfk.errors import SpecError
-from airflow_tfk.render import JOBSET_TTL_SECONDS, render
+from airflow_tfk.render import render
 from airflow_tfk.spec import TFClusterSpec
 from tests.helpers import MODE_SHAPES, NIGHTLY, shaped_spec
 
@@ -90,8 +90,10 @@ def test_one_jobset_with_a_replicated_job_per_role(mode):
     decisive = "chief" if mode == "parameter_server" else "worker"
     assert s["successPolicy"] == {"operator": "All", "targetReplicatedJobs": [decisive]}
     assert s["failurePolicy"] == {"maxRestarts": 0}
-    assert s["ttlSecondsAfterFinished"] == JOBSET_TTL_SECONDS
+    assert s["ttlSecondsAfterFinished"] == spec.ttl_seconds_after_finished  # the retention
     assert "suspend" not in s
+    short = jobset_of(render(make(mode, layout="jobset", ttl_seconds_after_finished=60), IDENTITY))
+    assert short["spec"]["ttlSecondsAfterFinished"] == 60
     rjobs = {rj["name"]: rj for rj in s["replicatedJobs"]}
     assert list(rjobs) == list(spec.roles())
     for role, rj in rjobs.items():

@@ -18,6 +18,12 @@ from airflow_tfk.kube.api import BY_KIND
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.digits import plain_int
 
+# A cluster is one unit by its label, not by an owner object the garbage collector would
+# follow: an ownerReference cannot reach across namespaces nor make a namespaced object own
+# the per-training Namespace; it would need the owner's UID before the first apply (two
+# passes instead of one idempotent server-side apply); and the clean-up policy removes part
+# of a cluster (the PS, then the rest after the retention), which one owner cannot express.
+# One selector finds every kind, on both layouts.
 # Kinds deleted by ``delete``, in order: controllers first so they stop replacing pods,
 # storage last. Only the kinds render() can produce (plus their pods): every kind here is
 # a permission the identity Airflow runs as must hold (deploy/rbac/). The per-training
@@ -29,15 +35,22 @@ from airflow_tfk.protocol.digits import plain_int
 # Indexed Job, so no other controller kind can hold a cluster's pods.
 DELETE_ORDER = ("JobSet", "Job", "Pod", "Service", "PersistentVolumeClaim", "NetworkPolicy")
 EXISTS_KINDS = ("Pod", "Job", "JobSet", "Service", "PersistentVolumeClaim")
-# Where the owner annotations are read from: the objects every layout has, pods last.
-OWNER_KINDS = ("Job", "Service", "PersistentVolumeClaim", "Pod")
+# Where the owner annotations are read from: the objects every layout has, pods last,
+# then what outlives the Jobs (their TTL) until the sweeper ends the retention.
+OWNER_KINDS = ("Job", "Service", "PersistentVolumeClaim", "Pod", "NetworkPolicy")
+# What a cluster is found by (the sweeper, ``clusters list``): the Jobs while it has any,
+# and what stays after their TTL removed them. Pods always have a Job (or JobSet) above.
+CLUSTER_KINDS = ("Job", "Service", "PersistentVolumeClaim", "NetworkPolicy")
 BACKGROUND = {"propagationPolicy": "Background"}
 EVENT_REASON_DELETED = "TFClusterDeleted"
 
 
 def owner_plan(ref: ClusterRef) -> Plan:
-    """The owner annotations of the first labelled object found (controllers first)."""
+    """The owner annotations of the first labelled object found (controllers first; the
+    per-training namespace, which carries them too, when nothing is left in it)."""
     item = yield from first_labelled(ref, OWNER_KINDS)
+    if item is None:
+        item = yield from own_namespace_plan(ref)
     if item is None:
         return None
     meta = item.get("metadata") or {}
@@ -66,6 +79,28 @@ def own_namespace_plan(ref: ClusterRef) -> Plan:
     ns = result[1] if result else None
     labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
     return ns if labels.get(naming.LABEL_CLUSTER) == ref.name else None
+
+
+def clusters_plan(namespace: str | None) -> Plan:
+    """Every cluster with an object left in ``namespace`` (None: everywhere), per-training
+    namespaces included when looking everywhere (a namespace left empty is a cluster too)."""
+    found: dict[ClusterRef, None] = {}
+    query = {"labelSelector": naming.LABEL_CLUSTER}
+    for name in CLUSTER_KINDS:
+        kind = BY_KIND[name]
+        path = kind.everywhere() if namespace is None else kind.collection(namespace)
+        result = yield Request("GET", path, query)
+        for item in (result[1] or {}).get("items") or [] if result else []:
+            meta = item["metadata"]
+            found[ClusterRef(meta["labels"][naming.LABEL_CLUSTER], meta["namespace"])] = None
+    if namespace is None:
+        # An identity confined to namespaces by Roles may not list them (403): then it
+        # cannot have created a per-training namespace either.
+        result = yield Request("GET", BY_KIND["Namespace"].collection(None), query, forbidden_is_absent=True)
+        for item in (result[1] or {}).get("items") or [] if result else []:
+            meta = item["metadata"]
+            found[ClusterRef(meta["labels"][naming.LABEL_CLUSTER], meta["name"])] = None
+    return list(found)
 
 
 def delete_roles_plan(ref: ClusterRef, roles: list[str]) -> Plan:

@@ -27,6 +27,7 @@ from airflow_tfk.admission import Layout
 from airflow_tfk.backends._k8s_cluster import Interpreter
 from airflow_tfk.backends._k8s_objects import (
     BACKGROUND,
+    clusters_plan,
     delete_plan,
     delete_roles_plan,
     exists_plan,
@@ -335,15 +336,10 @@ class KubernetesBackend(Backend):
         return list(found)
 
     def clusters(self, namespace: str | None) -> list[ClusterRef]:
-        """Clusters with a Job left (every role of every layout runs in Jobs)."""
-        kind = BY_KIND["Job"]
-        path = kind.everywhere() if namespace is None else kind.collection(namespace)
-        result = self._run(single(Request("GET", path, {"labelSelector": naming.LABEL_CLUSTER})))
-        found: dict[ClusterRef, None] = {}
-        for obj in (result[1] or {}).get("items") or [] if result else []:
-            meta = obj["metadata"]
-            found[ClusterRef(meta["labels"][naming.LABEL_CLUSTER], meta["namespace"])] = None
-        return list(found)
+        """Clusters with anything left: Jobs, or what outlives their TTL (Services, claims,
+        the NetworkPolicy, a per-training namespace), so the sweeper ends the retention."""
+        found: list[ClusterRef] = self._run(clusters_plan(namespace))
+        return found
 
 
 def _items(result: tuple[int, Any] | None) -> list[dict[str, Any]]:

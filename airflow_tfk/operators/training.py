@@ -52,11 +52,16 @@ class TFTrainingOperator(OnBackendOperator):
     :param deferrable: wait in the triggerer, holding no worker slot. Default: Airflow's
         ``[operators] default_deferrable``.
     :param cleanup: after success, delete ``ps`` (the roles that never exit, after the
-        grace period; the finished Jobs go after the spec's ``ttl_seconds_after_finished``)
-        or ``all`` (the whole cluster; logs are copied first).
-    :param on_failure: after a failed training, ``delete`` the cluster (logs are copied
-        first), or ``keep`` the finished tasks for debugging until their TTL (the roles
+        grace period; deferred, the triggerer deletes them, without waiting for the task to
+        resume) and keep the rest for the retention, or ``all`` (the whole cluster, by its
+        label, namespace included; the logs of the chief and the first workers are copied
+        into the task log first).
+    :param on_failure: after a failed training, ``delete`` the cluster (the failed tasks'
+        logs are copied first), or ``keep`` it for debugging for the retention (the roles
         that never exit, the PS, are deleted all the same). A killed task always deletes.
+        The retention is the spec's ``ttl_seconds_after_finished``: Kubernetes deletes the
+        kept Jobs then, and :class:`TFSweepOrphansOperator` the rest (Services,
+        NetworkPolicy, the claims made from ``size:``, a per-training namespace).
     :param progress_interval: seconds between progress lines (step/total/%/ETA).
     :param stall_seconds: fail the training as stalled when its progress (the chief's, else
         worker 0's step) stands still this long while its tasks run, naming the task(s)
@@ -306,15 +311,15 @@ class TFTrainingOperator(OnBackendOperator):
         if released is not None:  # the trigger ended them already, without waiting for this resume
             self.log.info("the triggerer ended %s after the success", ", ".join(released) or "nothing")
         try:
-            if released is None or self.cleanup is Cleanup.ALL:
-                end_run(
-                    handle,
-                    f"the training succeeded (cleanup={self.cleanup.value})",
-                    result=RunResult.ACCEPTED,
-                    remove=Remove.ALL if self.cleanup is Cleanup.ALL else Remove.LEFTOVERS,
-                    emit=self.log.info,
-                    grace_seconds=grace if released is None else 0,
-                )
+            end_run(
+                handle,
+                f"the training succeeded (cleanup={self.cleanup.value})",
+                result=RunResult.ACCEPTED,
+                remove=Remove.ALL if self.cleanup is Cleanup.ALL else Remove.LEFTOVERS,
+                emit=self.log.info,
+                grace_seconds=grace,
+                released=tuple(released or ()),
+            )
         except BaseException:
             self._teardown(handle, "clean-up after success was interrupted")
             raise

@@ -28,6 +28,11 @@ class TFClusterSensor(BaseSensorOperator):
     :param progress_interval: seconds between progress lines (step/total/%/ETA).
     :param stall_seconds: fail as stalled when the progress stands still this long while
         the tasks run, naming the silent task(s); 0 turns it off.
+    :param release_parameter_servers: deferred, the triggerer ends the roles that never
+        exit (the PS) once the training succeeded, after the cluster's grace period, as
+        :class:`~airflow_tfk.operators.training.TFTrainingOperator` does: they do not wait
+        for this task to resume, or for a clean-up task downstream to run, which a paused
+        DAG or a full pool would hold back.
     """
 
     template_fields: Sequence[str] = ("cluster",)
@@ -39,6 +44,7 @@ class TFClusterSensor(BaseSensorOperator):
         deferrable: bool | None = None,
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         stall_seconds: float = STALL_SECONDS,
+        release_parameter_servers: bool = False,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", SENSOR_POKE_INTERVAL_SECONDS)
@@ -46,6 +52,8 @@ class TFClusterSensor(BaseSensorOperator):
         args.cluster_arg(cluster)
         deferrable = args.deferrable_arg(deferrable)
         args.waiting_args(deferrable, progress_interval)
+        args.bool_arg(release_parameter_servers, "release_parameter_servers")
+        self.release_parameter_servers = release_parameter_servers
         self.cluster = cluster
         self.deferrable = deferrable
         self.progress_interval = progress_interval
@@ -64,7 +72,10 @@ class TFClusterSensor(BaseSensorOperator):
         handle = ClusterHandle.from_dict(self.cluster)
         self.defer(
             trigger=TFClusterDoneTrigger.for_handle(
-                handle, progress_interval=self.progress_interval, stall_seconds=self.stall_seconds
+                handle,
+                progress_interval=self.progress_interval,
+                stall_seconds=self.stall_seconds,
+                release_after_success=self.release_parameter_servers,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,
@@ -99,3 +110,7 @@ class TFClusterSensor(BaseSensorOperator):
         if error is not None:
             raise error
         self.log.info("training succeeded: %s", event.get("message", ""))
+        if event.get("released") is not None:
+            self.log.info(
+                "the triggerer ended %s after the success", ", ".join(event["released"]) or "nothing"
+            )

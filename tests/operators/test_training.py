@@ -55,10 +55,40 @@ def test_between_graph_success_deletes_ps_and_logs_progress(local_root, capfd) -
     assert_no_processes(local_root)
 
 
-def test_parameter_server_success_is_the_chief_and_deletes_workers(local_root) -> None:
+def test_parameter_server_success_is_the_chief_and_deletes_workers(local_root, capfd) -> None:
     ctx = task_context()
     op = make_op(spec_dict("parameter_server", workers=2, STEPS="3"), cleanup="all")
     assert op.execute(ctx)["outcome"] == "succeeded"
+    assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
+    assert_no_processes(local_root)
+    # cleanup="all" keeps nothing: every task's log is in the task log before its delete,
+    # the chief's (which finished by itself) first.
+    out = capfd.readouterr().out
+    copied = [
+        line.split("----- log of ")[1].split(" ")[0] for line in out.splitlines() if "----- log of " in line
+    ]
+    assert sorted(copied) == ["chief-0", "ps-0", "worker-0", "worker-1"], copied
+    chief = out.index("----- log of chief-0")
+    assert "chief-0 exiting with 0" in out[chief : out.index("----- end of chief-0")]
+    assert chief < out.index("deleted cluster")
+
+
+def test_deferred_cleanup_all_copies_the_finished_tasks_and_not_the_released_ps(local_root, capfd) -> None:
+    ctx = task_context()
+    op = make_op(spec_dict("between_graph", workers=2, STEPS="3"), deferrable=True, cleanup="all")
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    event = run_trigger(type(deferred.value.trigger)(**deferred.value.trigger.serialize()[1]))
+    assert event["released"] == ["ps"]
+    capfd.readouterr()
+    result = getattr(op, deferred.value.method_name)(ctx, event, **deferred.value.kwargs)
+    assert result["outcome"] == "succeeded"
+    out = capfd.readouterr().out
+    copied = [
+        line.split("----- log of ")[1].split(" ")[0] for line in out.splitlines() if "----- log of " in line
+    ]
+    assert sorted(copied) == ["worker-0", "worker-1"], copied  # the PS's went with the triggerer
+    assert "could not read the log" not in out and "deleting ps in" not in out
     assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
     assert_no_processes(local_root)
 
@@ -343,4 +373,33 @@ def test_wait_for_the_previous_run_defers_instead_of_holding_a_worker_slot(local
     assert own.value.method_name == "execute_complete"
     assert own.value.trigger.cluster["name"] == cluster_of(ctx).name and backend.exists(cluster_of(ctx))
     backend.delete(cluster_of(ctx))
+    assert_no_processes(local_root)
+
+
+def test_wait_for_the_previous_run_starts_when_it_succeeds_holding_no_slot_meanwhile(local_root) -> None:
+    """previous_run_policy='wait', deferrable: while the earlier run trains, the task is
+    deferred (no worker slot); the earlier run's own success ends the wait, and the
+    resumed task then trains its own run to success."""
+    earlier_ctx, ctx = task_context("scheduled__1"), task_context("scheduled__2")
+    spec = spec_dict("all_reduce", workers=1, STEPS="15", STEP_SECONDS="0.1")
+    earlier = make_op(spec, deferrable=True)
+    with pytest.raises(TaskDeferred) as earlier_deferred:
+        earlier.execute(earlier_ctx)
+    op = make_op(spec, deferrable=True, previous_run_policy="wait")
+    started = time.monotonic()
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    assert time.monotonic() - started < 5  # deferred at once, not polled in this thread
+    backend = LocalBackend(str(local_root))
+    assert not backend.exists(cluster_of(ctx))
+    event = run_trigger(type(deferred.value.trigger)(**deferred.value.trigger.serialize()[1]))
+    assert event["status"] == "success" and event["cluster"]["name"] == cluster_of(earlier_ctx).name
+    assert backend.exists(cluster_of(earlier_ctx))  # waited on, never touched
+    with pytest.raises(TaskDeferred) as own:
+        op.execute_after_previous_run(ctx, event)
+    own_event = run_trigger(own.value.trigger)
+    assert own_event["status"] == "success"
+    assert getattr(op, own.value.method_name)(ctx, own_event, **own.value.kwargs)["outcome"] == "succeeded"
+    earlier_event = run_trigger(earlier_deferred.value.trigger)
+    assert earlier.execute_complete(earlier_ctx, earlier_event, **earlier_deferred.value.kwargs)
     assert_no_processes(local_root)

@@ -82,6 +82,35 @@ def test_deferrable_sensor_waits_in_the_trigger(local_root) -> None:
     assert_no_processes(local_root)
 
 
+def test_deferrable_sensor_can_release_the_ps_from_the_trigger(local_root) -> None:
+    """A paused DAG resumes neither the sensor nor the clean-up task after it: with
+    release_parameter_servers the trigger ends the PS itself, and the clean-up task, when it
+    runs, finds nothing left to end."""
+    handle = create(spec_dict("between_graph", workers=2, STEPS="3"))
+    ref = ClusterRef(handle["name"], handle["namespace"])
+    sensor = TFClusterSensor(task_id="wait", cluster=handle, deferrable=True, release_parameter_servers=True)
+    ctx = task_context(task_id="wait")
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(ctx)
+    trigger = type(deferred.value.trigger)(**deferred.value.trigger.serialize()[1])
+
+    async def first():
+        async for event in trigger.run():
+            return event.payload
+
+    event = asyncio.run(first())
+    assert event["status"] == "success" and event["released"] == ["ps"]
+    backend = LocalBackend(str(local_root))
+    assert backend.status(ref).task("ps", 0).reason == "Deleted"
+    assert_no_processes(local_root)  # the workers finished, the PS were ended: nothing runs
+    sensor.execute_complete(ctx, event)
+    assert TFDeleteParameterServersOperator(task_id="cleanup", cluster=handle).execute(ctx) == ["ps"]
+    TFDeleteClusterOperator(task_id="delete", cluster=handle).execute(ctx)
+    assert not backend.exists(ref)
+    with pytest.raises(ValueError, match="release_parameter_servers"):
+        TFClusterSensor(task_id="w", cluster=handle, release_parameter_servers="yes")
+
+
 def test_failed_event_becomes_training_failed() -> None:
     sensor = TFClusterSensor(task_id="wait", cluster={}, deferrable=True)
     event = {
