@@ -228,6 +228,19 @@ def test_operating_trainings_commands_run_as_written(shell: Shell) -> None:
             backend.delete(orphan_ref)
 
 
+START = """
+import sys
+from airflow_tfk.serving.local import LocalServing
+from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
+from airflow_tfk.tensorboard.local import LocalTensorBoard
+root = sys.argv[1]
+for model in ("digits", "iris"):
+    spec = ServingSpec(model_name=model, base_path=f"{root}/store")
+    LocalServing(spec, root=root, server="stand-in").ensure(print)
+LocalTensorBoard(TensorBoardSpec(name="tb-mnist", base_path=f"{root}/logs"), root).start(print)
+"""
+
+
 def test_stopping_local_servers_runs_as_written(shell: Shell) -> None:
     from airflow_tfk.serving.local import LocalServing
     from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
@@ -243,19 +256,21 @@ def test_stopping_local_servers_runs_as_written(shell: Shell) -> None:
     ], commands
     root = shell.env["TFK_LOCAL_ROOT"]
     # What the docs stop: the model server of model digits and TensorBoard tb-mnist, and
-    # one more model server for --all. Started from this thread: a server started from a
-    # thread that ends dies with it (the parent-death signal is per thread).
+    # one more model server for --all, started by a process that then exits, as a DAG
+    # run's task does (and so their parent is not this test, which would not reap them).
     servers = [
         LocalServing(ServingSpec(model_name=m, base_path=f"{root}/store"), root=root, server="stand-in")
         for m in ("digits", "iris")
     ] + [LocalTensorBoard(TensorBoardSpec(name="tb-mnist", base_path=f"{root}/logs"), root)]
     try:
         t0 = time.monotonic()
-        for s in servers:
-            (s.ensure if isinstance(s, LocalServing) else s.start)(print)
+        subprocess.run([sys.executable, "-c", START, root], cwd=ROOT, check=True, timeout=300)
         print(f"servers started in {time.monotonic() - t0:.1f}s")
+        assert all(s.running() for s in servers)
         for argv, comment in commands:
+            t0 = time.monotonic()
             out = shell(argv)
+            print(f"{shlex.join(argv)}: {time.monotonic() - t0:.1f}s")
             if argv[1:] == ["stop"]:  # "list what is running under the local root"
                 listed = [line.split()[:2] for line in out.splitlines()]
                 assert sorted(listed) == [
