@@ -4,7 +4,8 @@
 
 Kept as code so each panel's query names metrics the project exports (the runtime's
 ``tfk_training_*`` and the model server's ``:tensorflow:serving:*``), which
-tests/deploy/test_grafana_dashboard.py checks; the JSON is what Grafana imports
+tests/test_grafana_dashboard.py checks, and ``schema_check.py`` checks it against Grafana's
+own dashboard schema (tests/test_grafana_schema.py); the JSON is what Grafana imports
 (Dashboards > New > Import, with a Prometheus data source).
 """
 
@@ -134,7 +135,6 @@ def dashboard() -> dict[str, Any]:
             "type": "query",
             "datasource": DS,
             "query": {"query": query, "refId": name},
-            "definition": query,
             "includeAll": True,
             "multi": True,
             "current": {"text": "All", "value": "$__all"},
@@ -155,7 +155,7 @@ def dashboard() -> dict[str, Any]:
         "panels": panels,
         "templating": {
             "list": [
-                {"name": "datasource", "type": "datasource", "query": "prometheus", "current": {}},
+                {"name": "datasource", "type": "datasource", "query": "prometheus"},
                 var("cluster", "label_values(tfk_training_total_steps, cluster)"),
                 var("model", "label_values(:tensorflow:serving:request_count, model_name)"),
             ]
