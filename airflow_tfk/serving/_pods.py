@@ -30,6 +30,8 @@ LOG_LINES = 15
 CRASH_RESTARTS = 2
 # Pods that were taken away (node pressure, preemption, a drain) are replaced by the
 # ReplicaSet; their failure says nothing about the image or the model.
+# The scheduler's word for a claim that a provisioner has not bound yet (seconds, usually).
+_BINDING = "unbound immediate PersistentVolumeClaims"
 _REPLACED = frozenset({"Evicted", "Preempting", "DeletionByTaintManager", "TerminationByKubelet"})
 
 
@@ -63,6 +65,8 @@ def pod_problem(pod: dict[str, Any], now: float) -> PodVerdict | None:
     if verdict.phase is Phase.FAILED:
         if verdict.terminal and verdict.reason in _REPLACED:
             return None
+        if verdict.reason == "Unschedulable" and _BINDING in verdict.message:
+            return None  # a claim being provisioned: the scheduler places it once bound
         if verdict.reason == "CrashLoopBackOff" and last and last[0].get("reason") == "OOMKilled":
             # the back-off is the kubelet's answer; the kill is the cause
             return PodVerdict(

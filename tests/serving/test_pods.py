@@ -65,7 +65,7 @@ def pod(
                     "type": "PodScheduled",
                     "status": "False",
                     "reason": "Unschedulable",
-                    "message": "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.",
+                    "message": "0/1 nodes are available: 1 node(s) didn't match Pod's node selector.",
                 },
             ),
             "Unschedulable",
@@ -91,6 +91,15 @@ def test_a_pod_that_cannot_serve_fails_at_once_with_its_reason(
         pod(phase="Pending"),
         pod(running=True, last=("Error", 1), restarts=1),  # one restart: not yet a loop
         pod(phase="Failed", status_reason="Evicted"),  # replaced by its ReplicaSet
+        pod(  # a claim being provisioned
+            phase="Pending",
+            scheduled={
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims.",
+            },
+        ),
     ],
 )
 def test_a_pod_that_serves_or_may_still_start_is_no_problem(p: dict) -> None:
