@@ -138,7 +138,10 @@ class TFClusterSpec:
     namespace_per_training: bool = spec_field(
         False,
         kind="bool",
-        help="create the namespace `<namespace>-<name>` for this training, deleted with it",
+        help="create the namespace `<namespace>-<name>` for this training, deleted with it; the "
+        "`image_pull_secrets` and `service_account` are copied into it from `namespace` and the "
+        "LocalQueue `queue_name` is made there; an existing `storage.*.claim` is refused (a claim binds "
+        "its volume to its own namespace)",
     )
     ps: RoleSpec | None = _role(
         "parameter servers; required by `between_graph` and `parameter_server`, refused by `all_reduce`"
