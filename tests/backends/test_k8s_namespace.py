@@ -1,7 +1,7 @@
 """What a training's own namespace gets: pull secrets and the ServiceAccount copied from
 ``namespace``, a LocalQueue made; a missing or unfit source fails naming the field,
 before anything is written (the plan only reads). Driven with canned answers; the real
-API server and Kueue are in tests/k8s_integration/test_namespace_per_training.py."""
+API server and Kueue are in tests/k8s_integration/_kueue_own_namespace.py."""
 
 from __future__ import annotations
 

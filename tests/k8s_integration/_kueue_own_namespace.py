@@ -1,6 +1,7 @@
 """Namespace per training with what its pods need, on the KWOK control plane with the
-real Kueue controller (tests/k8s/kueue, started once for the module as in
-test_kueue_controller.py): the image pull secret and the ServiceAccount are copied from
+real Kueue controller. Collected in test_kueue_controller.py, whose ``controllers``
+fixture starts JobSet and Kueue once for both (a module of its own would start them a
+second time: ~35 s). The image pull secret and the ServiceAccount are copied from
 ``namespace`` into ``<namespace>-<name>``, the LocalQueue is made there pointing at the
 ClusterQueue its namesake points at, Kueue admits the training's Workload in the new
 namespace, and the training succeeds. With ``cleanup: all`` the namespace goes with the
@@ -21,16 +22,14 @@ from kubernetes import client
 
 from airflow_tfk.errors import SpecError
 from k8s_integration import _tfk
-from k8s_integration.test_kueue_controller import KUEUE, _owned, _true, controllers  # noqa: F401 - fixture
 
-pytestmark = [pytest.mark.k8s, pytest.mark.addons("jobset", "kueue")]
-tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
 CLUSTER = "own-ns"
 WORKLOAD_IDENTITY = {"iam.gke.io/gcp-service-account": "trainer@project.iam.gserviceaccount.com"}
 
 
 @pytest.fixture
-def sources(k8s_api, controllers: str, tfk_ns: str) -> Iterator[str]:  # noqa: F811 - the fixture
+def sources(k8s_api, controllers: str, tfk_ns: str) -> Iterator[str]:
     """In the spec's namespace: a pull secret, a ServiceAccount and the LocalQueue ``lq``,
     whose ClusterQueue admits from the training's own namespace. Yields that ClusterQueue."""
     core, custom = client.CoreV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
@@ -103,6 +102,22 @@ def sources(k8s_api, controllers: str, tfk_ns: str) -> Iterator[str]:  # noqa: F
     custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cq)
 
 
+def _true(obj: dict | None, kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in ((obj or {}).get("status") or {}).get("conditions") or []
+    )
+
+
+def _owned(api, ns: str, kind: str, name: str) -> list[dict]:
+    items = client.CustomObjectsApi(api).list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
+    return [
+        w
+        for w in items
+        if any(o["kind"] == kind and o["name"] == name for o in w["metadata"].get("ownerReferences") or [])
+    ]
+
+
 def _spec(ns: str, **extra) -> dict:
     data = _tfk.spec(
         ns,
@@ -166,7 +181,7 @@ def test_own_namespace_gets_pull_secret_account_and_queue_and_goes_with_the_run(
     print(f"namespace per training with Kueue: ran and cleaned up in {took:.1f}s")
 
 
-def test_copies_are_what_the_pods_need(k8s_api, sources, tfk_ns, tfk_conn) -> None:
+def test_own_namespace_copies_are_what_the_pods_need(k8s_api, sources, tfk_ns, tfk_conn) -> None:
     """The backend alone: what the new namespace holds right after create."""
     from airflow_tfk.backends.base import ClusterRef
     from airflow_tfk.backends.kubernetes import KubernetesBackend
