@@ -159,11 +159,16 @@ def test_own_namespace_gets_pull_secret_account_and_queue_and_goes_with_the_run(
     seen: dict = {}
 
     admitted: list[dict] = []
+    copies: dict = {}
+    core, custom = client.CoreV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
 
     def rule(pod: client.V1Pod) -> dict[str, str] | None:
         seen.setdefault(pod.metadata.name, pod)  # what the pods were made with
         if not admitted:  # the Jobs are made suspended: a pod means Kueue admitted them
             admitted.extend(_owned(k8s_api, own, "Job", f"{CLUSTER}-worker"))
+            copies["secret"] = core.read_namespaced_secret("regcred", own)
+            copies["account"] = core.read_namespaced_service_account("trainer", own)
+            copies["queue"] = custom.get_namespaced_custom_object(*KUEUE, own, "localqueues", "lq")
         return _tfk.default_rule(pod)
 
     with _tfk.PodDriver(k8s_api, own, CLUSTER, rule=rule):
@@ -177,37 +182,13 @@ def test_own_namespace_gets_pull_secret_account_and_queue_and_goes_with_the_run(
         assert [s.name for s in pod.spec.image_pull_secrets] == ["regcred"]
     (wl,) = admitted
     assert _true(wl, "Admitted") and wl["spec"]["queueName"] == "lq", wl.get("status")
+    # what the namespace held while the pods ran: copies of the sources, and the queue
+    secret, account, queue = copies["secret"], copies["account"], copies["queue"]
+    assert secret.type == "kubernetes.io/dockerconfigjson"
+    assert secret.data == core.read_namespaced_secret("regcred", tfk_ns).data
+    assert secret.metadata.labels["tfk.airflow.apache.org/cluster"] == CLUSTER
+    assert account.metadata.annotations == WORKLOAD_IDENTITY
+    assert account.automount_service_account_token is False
+    assert queue["spec"]["clusterQueue"] == sources
     _tfk.wait_for("the training's namespace gone", lambda: _namespace_gone(k8s_api, own), timeout=60)
     print(f"namespace per training with Kueue: ran and cleaned up in {took:.1f}s")
-
-
-def test_own_namespace_copies_are_what_the_pods_need(k8s_api, sources, tfk_ns, tfk_conn) -> None:
-    """The backend alone: what the new namespace holds right after create."""
-    from airflow_tfk.backends.base import ClusterRef
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.naming import RunIdentity
-    from airflow_tfk.spec import TFClusterSpec
-
-    core, custom = client.CoreV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
-    own = f"{tfk_ns}-{CLUSTER}"
-    backend = KubernetesBackend(conn_id=tfk_conn)
-    spec = TFClusterSpec.from_dict(_spec(tfk_ns))
-    ref = backend.create(spec, RunIdentity("k8s_it", "train", "manual__copies", -1))
-    try:
-        secret = core.read_namespaced_secret("regcred", own)
-        assert secret.type == "kubernetes.io/dockerconfigjson"
-        assert secret.data == core.read_namespaced_secret("regcred", tfk_ns).data
-        assert secret.metadata.labels["tfk.airflow.apache.org/cluster"] == CLUSTER
-        account = core.read_namespaced_service_account("trainer", own)
-        assert account.metadata.annotations == WORKLOAD_IDENTITY
-        assert account.automount_service_account_token is False
-        queue = custom.get_namespaced_custom_object(*KUEUE, own, "localqueues", "lq")
-        assert queue["spec"]["clusterQueue"] == sources
-        _tfk.wait_for(
-            "the LocalQueue active",
-            lambda: _true(custom.get_namespaced_custom_object(*KUEUE, own, "localqueues", "lq"), "Active"),
-            timeout=30,
-        )
-    finally:
-        backend.delete(ClusterRef(ref.name, ref.namespace))
-    _tfk.wait_for("the training's namespace gone", lambda: _namespace_gone(k8s_api, own), timeout=60)

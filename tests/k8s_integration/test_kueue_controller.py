@@ -466,6 +466,5 @@ def test_the_jobs_layout_with_a_ps_needs_only_the_job_integration(k8s_api, quota
 # started once for both modules.
 from k8s_integration._kueue_own_namespace import (  # noqa: E402, F401 - collected here
     sources,
-    test_own_namespace_copies_are_what_the_pods_need,
     test_own_namespace_gets_pull_secret_account_and_queue_and_goes_with_the_run,
 )
