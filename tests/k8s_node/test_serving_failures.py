@@ -85,3 +85,4 @@ def test_crash_looping_serving_and_a_missing_tensorboard_image_fail_with_their_r
     tb_took = time.monotonic() - t1
     assert ": ErrImageNeverPull" in str(tb_err.value), tb_err.value
     print(f"crash-looping serving: publish failed in {took:.1f}s; TensorBoard bad image in {tb_took:.1f}s")
+    print(f"the publish said: {text[:800]}\nTensorBoard said: {str(tb_err.value)[:400]}")
