@@ -140,7 +140,10 @@ class TFClusterSpec:
     namespace_per_training: bool = spec_field(
         False,
         kind="bool",
-        help="create the namespace `<namespace>-<name>` for this training, deleted with it",
+        help="create the namespace `<namespace>-<name>` for this training, deleted with it; the "
+        "`image_pull_secrets` and `service_account` are copied into it from `namespace` and the "
+        "LocalQueue `queue_name` is made there; an existing `storage.*.claim` is refused (a claim binds "
+        "its volume to its own namespace)",
     )
     ps: RoleSpec | None = _role(
         "parameter servers; required by `between_graph` and `parameter_server`, refused by `all_reduce`"
@@ -278,6 +281,14 @@ class TFClusterSpec:
         help="a Kueue LocalQueue: the workloads are created suspended with Kueue's queue label, and the task "
         "log gives Kueue's pending reason while queued",
     )
+    cluster_queue: str | None = spec_field(
+        None,
+        kind="str",
+        check=subdomain("ClusterQueue name"),
+        help="with `namespace_per_training` and `queue_name`: the Kueue ClusterQueue that the LocalQueue "
+        "`queue_name` made in the new namespace points at (default: the one `queue_name` points at in "
+        "`namespace`)",
+    )
     capacity_check: CapacityCheck = spec_field(
         CapacityCheck.OFF,
         kind="enum",
@@ -318,6 +329,7 @@ class TFClusterSpec:
     # -- rules that join fields: each skipped when a field it reads is already wrong ------
     def _rules(self, where: str, errors: Errors) -> None:
         errors.run(self._namespace, "name", "namespace", "namespace_per_training")
+        errors.run(self._own_namespace, "namespace_per_training", "storage", "queue_name", "cluster_queue")
         errors.run(self._env, "env", *(f"{r}.env" for r in ROLES))
         errors.run(self._mode_roles, "mode", *ROLES, "storage")
         errors.run(self._lost_workers, "max_lost_workers", "mode", "worker")
@@ -333,6 +345,32 @@ class TFClusterSpec:
                 "must be a DNS-1123 label (the per-training namespace is '<namespace>-<name>')",
                 self.namespace_name,
             )
+
+    def _own_namespace(self) -> None:
+        """What a training's own namespace can hold. Pull secrets, the ServiceAccount and
+        the LocalQueue are copied into it (or made) when it is created; an existing claim
+        cannot be: a PVC is bound to its PV one-to-one, so the PV would have to leave the
+        claim (and the namespace) that holds it, which may be another training's or the
+        data's owner's. A claim of the training's own (``size:``) is made in it."""
+        if self.cluster_queue is not None and not (self.namespace_per_training and self.queue_name):
+            raise SpecError(
+                "cluster_queue",
+                "needs namespace_per_training and queue_name: it is what the LocalQueue made "
+                "in the training's own namespace points at",
+                self.cluster_queue,
+            )
+        if not self.namespace_per_training:
+            return
+        for vol, spec in self.storage.volumes().items():
+            if spec.claim is not None:
+                raise SpecError(
+                    f"storage.{vol}.claim",
+                    "cannot be used with namespace_per_training: a claim lives in its own "
+                    f"namespace ({self.namespace}) and binds its volume to it alone; give "
+                    f"storage.{vol}.size for a claim made in the training's namespace, or set "
+                    "namespace_per_training: false",
+                    spec.claim,
+                )
 
     def _env(self) -> None:
         # Every pod carries the env: far below the API server's object size limit, checked

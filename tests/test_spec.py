@@ -428,3 +428,20 @@ def test_max_lost_workers_is_checked(fields, message):
     with pytest.raises(SpecError) as err:
         TFClusterSpec.from_dict({**base, **fields})
     assert err.value.field == "max_lost_workers" and message in str(err.value)
+
+
+@pytest.mark.parametrize("volume", ["data", "logs", "models"])
+def test_an_existing_claim_cannot_follow_a_training_into_its_own_namespace(volume):
+    # a PVC binds its PV to its own namespace alone: refused naming both fields
+    err = error_of(spec_with(namespace_per_training=True, storage={volume: {"claim": "shared"}}))
+    assert err.field == f"storage.{volume}.claim"
+    assert "namespace_per_training" in str(err) and f"storage.{volume}.size" in str(err)
+    own = TFClusterSpec.from_dict(spec_with(namespace_per_training=True, storage={volume: {"size": "1Gi"}}))
+    assert getattr(own.storage, volume).claim is None  # a claim of its own is fine
+
+
+def test_cluster_queue_needs_an_own_namespace_and_a_queue():
+    for changes in ({}, {"namespace_per_training": True}, {"queue_name": "lq"}):
+        assert error_of(spec_with(cluster_queue="cq", **changes)).field == "cluster_queue"
+    ok = spec_with(cluster_queue="cq", namespace_per_training=True, queue_name="lq")
+    assert TFClusterSpec.from_dict(ok).cluster_queue == "cq"

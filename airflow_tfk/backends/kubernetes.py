@@ -150,6 +150,8 @@ class KubernetesBackend(Backend):
         """
         ref = ClusterRef(spec.name, spec.namespace_name)
         manifests = self._render(spec, identity)
+        if spec.namespace_per_training:
+            manifests = self._with_namespace_needs(spec, manifests)
         for m in manifests:
             kind_of(m)  # unknown kinds fail before anything is created
             labels = (m.get("metadata") or {}).get("labels") or {}
@@ -184,6 +186,18 @@ class KubernetesBackend(Backend):
             len(created),
         )
         return ref
+
+    def _with_namespace_needs(
+        self, spec: TFClusterSpec, manifests: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The copies a training's own namespace needs (pull secrets, ServiceAccount,
+        LocalQueue), right after the Namespace: read before anything is created."""
+        from airflow_tfk.backends._k8s_namespace import needs_plan
+
+        namespace = next(m for m in manifests if m["kind"] == "Namespace")
+        needs = self._run(needs_plan(spec, dict(namespace["metadata"]["labels"])))
+        at = manifests.index(namespace) + 1
+        return [*manifests[:at], *needs, *manifests[at:]]
 
     def _rollback(self, created: list[tuple[Kind, str | None, str]]) -> None:
         for kind, namespace, name in reversed(created):

@@ -73,6 +73,10 @@ _KINDS = [
 ]
 KINDS: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in _KINDS}
 BY_KIND: dict[str, Kind] = {k.kind: k for k in _KINDS}
+# Kueue's LocalQueue, made in a training's own namespace, in whichever version the
+# cluster serves (Kueue >= 0.15: v1beta2); only by (version, kind), as BY_KIND has one.
+for _version in ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1"):
+    KINDS[(_version, "LocalQueue")] = Kind("LocalQueue", _version, "localqueues")
 
 
 def kind_of(manifest: dict[str, Any]) -> Kind:

@@ -22,6 +22,7 @@ from airflow_tfk.kube.target import KubeTarget
 from airflow_tfk.protocol.digits import model_version
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import answer
+from airflow_tfk.serving._pods import PodHealth
 from airflow_tfk.serving.base import (
     Emit,
     PredictError,
@@ -71,7 +72,7 @@ def parse_reader_log(text: str) -> tuple[list[int], int | None, dict[str, Any] |
     return versions, version, sample
 
 
-class KubernetesServing(KubeTarget, ServingTarget):
+class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
     """:param reader_timeout_seconds: how long the store-reader Job may take.
 
     ``config`` are :class:`~airflow_tfk.kube.target.KubeTarget`'s: the connection, the
@@ -145,6 +146,19 @@ class KubernetesServing(KubeTarget, ServingTarget):
     def model_base_path(self) -> str:
         return self.spec.pod_base_path
 
+    def server_selector(self) -> str:
+        """The serving pods (not the store reader's, which carry the same serving label)."""
+        from airflow_tfk.serving.render import LABEL_SERVING
+
+        return f"{LABEL_SERVING}={self.spec.name},app.kubernetes.io/component=serving"
+
+    def server_down(self) -> str | None:
+        """Why no serving pod can answer (a crash loop, a missing image, an OOM kill, no node
+        to run on), with the failing pod's log; None while one serves or may still start.
+        The publish asks it while the server does not answer, and fails on it at once."""
+        why = self.pod_failure(self.spec.namespace, self.server_selector())
+        return f"TF Serving of {self.spec.model_name} cannot run: {why}" if why else None
+
     def delete(self, emit: Emit) -> None:
         for kind, name in (
             ("Deployment", self.spec.resource),
@@ -189,7 +203,8 @@ class KubernetesServing(KubeTarget, ServingTarget):
             _, body = self.api.request(
                 "GET", pods_path, {"labelSelector": f"batch.kubernetes.io/job-name={job}"}
             )
-            for pod in (body or {}).get("items") or []:
+            pods = (body or {}).get("items") or []
+            for pod in pods:
                 phase = (pod.get("status") or {}).get("phase")
                 name = pod["metadata"]["name"]
                 if phase in ("Succeeded", "Failed"):
@@ -197,6 +212,11 @@ class KubernetesServing(KubeTarget, ServingTarget):
                     if phase == "Failed":
                         raise ServingError(f"the model store reader {job} failed: {text.strip()[-500:]}")
                     return text
+            # A reader that cannot start (the serving image missing, no node) never ends by
+            # itself before its deadline: say why now.
+            stuck = self.pod_failure(self.spec.namespace, "", pods)
+            if stuck is not None:
+                raise ServingError(f"the model store reader {job} cannot run: {stuck}")
             if time.monotonic() > deadline:
                 raise ServingError(
                     f"the model store reader {job} did not finish within {self.reader_timeout_seconds:.0f} s"

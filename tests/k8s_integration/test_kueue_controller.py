@@ -460,3 +460,11 @@ def test_the_jobs_layout_with_a_ps_needs_only_the_job_integration(k8s_api, quota
     )
     KubernetesBackend(conn_id=tfk_conn).delete(ClusterRef(name, tfk_ns))
     _gone(k8s_api, tfk_ns, name)
+
+
+# Namespace per training under Kueue (its copies and LocalQueue): with these controllers,
+# started once for both modules.
+from k8s_integration._kueue_own_namespace import (  # noqa: E402, F401 - collected here
+    sources,
+    test_own_namespace_gets_pull_secret_account_and_queue_and_goes_with_the_run,
+)

@@ -77,7 +77,7 @@ def _complete_readers(api: Any, namespace: str, stop: threading.Event) -> None:
 def _bound_claim(api: Any, namespace: str, claim: str) -> None:
     """A PVC bound to a static PV, so the reader pod can be scheduled (KWOK mounts nothing)."""
     core = client.CoreV1Api(api)
-    pv = f"tfk-rbac-{namespace}"
+    pv = f"tfk-rbac-{namespace}-{claim}"
     core.create_persistent_volume(
         {
             "metadata": {"name": pv},
@@ -168,6 +168,7 @@ def test_serving_and_tensorboard_need_no_more_than_the_role(k8s_cluster, k8s_api
         tmp_path / "sa.kubeconfig", token, rbac.SERVICE_ACCOUNT, tfk_ns
     )
     _bound_claim(k8s_api, tfk_ns, "models")  # the model store the reader Job mounts
+    _bound_claim(k8s_api, tfk_ns, "logs")  # TensorBoard's: its start waits for a Ready pod
     stop = threading.Event()
     driver = threading.Thread(target=_complete_readers, args=(k8s_api, tfk_ns, stop), daemon=True)
     driver.start()
@@ -184,6 +185,7 @@ def test_serving_and_tensorboard_need_no_more_than_the_role(k8s_cluster, k8s_api
             # the reader pod ran (KWOK) and its log was asked for: a status from the API
             # server, not the reader's own timeout
             assert here["store reader Job, its pod and its log"] != -1, here
+            assert here["TensorBoard start"] is None, here  # its pod was Ready
             forbidden = {call: s for call, s in here.items() if s == 403}
             assert forbidden == {}, here
             elsewhere = _lifecycle(other)
@@ -206,4 +208,5 @@ def test_serving_and_tensorboard_need_no_more_than_the_role(k8s_cluster, k8s_api
         stop.set()
         driver.join(timeout=5)
         core.delete_namespace(other)
-        core.delete_persistent_volume(f"tfk-rbac-{tfk_ns}")
+        for claim in ("models", "logs"):
+            core.delete_persistent_volume(f"tfk-rbac-{tfk_ns}-{claim}")
