@@ -42,6 +42,17 @@ def parse_time(value: str | None) -> float | None:
         return None
 
 
+def latest_instant(value: str | None) -> float | None:
+    """The latest moment an API timestamp can stand for. Conditions and creation times are
+    whole seconds, cut down (``...T01:45:34Z`` for 01:45:34.9): a timeout counted from the
+    parsed value could end up to a second early, so it is counted from the end of that
+    second. A timestamp with a fraction is exact."""
+    at = parse_time(value)
+    if at is None or "." in (value or ""):
+        return at
+    return at + 1.0
+
+
 def log_line_time(text: str) -> float | None:
     """The kubelet's timestamp of the newest line of a log read with ``timestamps=true``
     (``2026-11-25T18:40:17.117440123Z <line>``; RFC 3339 with nanoseconds)."""
@@ -231,16 +242,16 @@ def pod_verdict(
         return PodVerdict(Phase.SUCCEEDED, "Completed", exit_code=0, terminal=True)
     if phase == "Failed":
         return _failed_verdict(pod)
-    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp")) or now
+    created = latest_instant((pod.get("metadata") or {}).get("creationTimestamp")) or now
     waiting = _waiting_verdict(pod, now, created, image_pull_timeout)
     if waiting is not None:
         return waiting
     scheduled = _condition(pod, "PodScheduled")
     if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
-        since = parse_time(scheduled.get("lastTransitionTime")) or created
+        since = latest_instant(scheduled.get("lastTransitionTime")) or created
         deadline = since + unschedulable_timeout
         message = scheduled.get("message") or ""
-        if now >= deadline:
+        if unschedulable_timeout <= 0 or now >= deadline:  # 0: at once
             return PodVerdict(Phase.FAILED, "Unschedulable", message)
         return PodVerdict(Phase.PENDING, "Unschedulable", message, deadline=deadline)
     if phase == "Running":
@@ -268,9 +279,9 @@ def _waiting_verdict(
             return PodVerdict(Phase.FAILED, reason, message, code)
         if reason in IMAGE_PULL_WAITING:
             pulling_since = _condition(pod, "PodScheduled") or {}
-            since = parse_time(pulling_since.get("lastTransitionTime")) or created
+            since = latest_instant(pulling_since.get("lastTransitionTime")) or created
             deadline = since + image_pull_timeout
-            if now >= deadline:
+            if image_pull_timeout <= 0 or now >= deadline:  # 0: at once
                 return PodVerdict(
                     Phase.FAILED,
                     reason,

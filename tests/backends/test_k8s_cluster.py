@@ -148,7 +148,7 @@ def test_a_timeout_turns_a_task_failed_without_an_event() -> None:
     stuck = pod("worker", 0, "Pending", conditions=[scheduled("False", "Unschedulable", "0/4 nodes")])
     tracker.reset([stuck], jobs(job("worker", 1)), NOW)
     assert tracker.status(NOW).task("worker", 0).phase is Phase.PENDING
-    assert tracker.next_deadline() == T0_EPOCH + 300
+    assert tracker.next_deadline() == T0_EPOCH + 1 + 300  # the end of the condition's whole second
     tracker.snapshot()
     tracker.advance(T0_EPOCH + 301)
     assert tracker.changed

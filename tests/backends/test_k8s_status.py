@@ -92,9 +92,17 @@ VERDICTS = [
         (Phase.PENDING, "Unschedulable", None, False, True),
     ),
     (
-        "unschedulable past its timeout",
+        # The condition's time is a whole second, cut down: the pod may have become
+        # unschedulable up to a second later, so the timeout is not over yet.
+        "unschedulable for its timeout by a whole-second stamp",
         pod("worker", 0, "Pending", conditions=[scheduled("False", "Unschedulable", "0/4 nodes")]),
         T0_EPOCH + 300,
+        (Phase.PENDING, "Unschedulable", None, False, True),
+    ),
+    (
+        "unschedulable past its timeout",
+        pod("worker", 0, "Pending", conditions=[scheduled("False", "Unschedulable", "0/4 nodes")]),
+        T0_EPOCH + 301,
         (Phase.FAILED, "Unschedulable", None, False, False),
     ),
 ]
@@ -108,9 +116,9 @@ def test_pod_verdict(p, now, expected) -> None:
 
 def test_timeouts_count_from_the_scheduling_time() -> None:
     p = pod("worker", 0, "Pending", conditions=[scheduled("False", "Unschedulable")])
-    assert pod_verdict(p, NOW, **TIMEOUTS).deadline == T0_EPOCH + 300
+    assert pod_verdict(p, NOW, **TIMEOUTS).deadline == T0_EPOCH + 1 + 300  # the end of its whole-second stamp
     p = pod("worker", 0, "Pending", containers=waiting("ImagePullBackOff"), conditions=[scheduled()])
-    assert pod_verdict(p, NOW, **TIMEOUTS).deadline == T0_EPOCH + 120
+    assert pod_verdict(p, NOW, **TIMEOUTS).deadline == T0_EPOCH + 1 + 120
 
 
 RULES = [
@@ -172,3 +180,12 @@ def test_task_key_from_the_controllers_index() -> None:
     del unindexed["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
     assert task_key(unindexed) is None  # not a task of an Indexed Job
     assert task_key({"metadata": {"labels": {}}}) is None
+
+
+def test_a_whole_second_stamp_stands_for_the_end_of_its_second() -> None:
+    from airflow_tfk.backends._k8s_status import latest_instant, parse_time
+
+    whole, exact = "2026-11-26T01:45:34Z", "2026-11-26T01:45:34.250000Z"
+    assert latest_instant(whole) == parse_time(whole) + 1.0
+    assert latest_instant(exact) == parse_time(exact)
+    assert latest_instant(None) is None and latest_instant("not a time") is None
