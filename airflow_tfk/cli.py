@@ -342,12 +342,9 @@ def _migrate_once(airflow: str, env: dict[str, str], home: str) -> int:
 
     marker = os.path.join(home, MIGRATED_MARKER)
     wanted = version("apache-airflow")
-    # The first Airflow command writes airflow.cfg with a random JWT secret; the components
-    # of `up` must find it written, or each would sign and check tokens with its own.
-    config = env.get("AIRFLOW_CONFIG") or os.path.join(home, "airflow.cfg")
     try:
         with open(marker, encoding="utf-8") as fh:
-            if fh.read().strip() == wanted and os.path.exists(config):
+            if fh.read().strip() == wanted:
                 return 0
     except OSError:
         pass

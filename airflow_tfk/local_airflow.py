@@ -61,6 +61,28 @@ def services_environ(env: Mapping[str, str], host: str, port: int) -> dict[str, 
     return out
 
 
+def ensure_config(airflow: str, env: Mapping[str, str], home: Path) -> int:
+    """Have ``airflow.cfg`` written before the components start.
+
+    The first Airflow command of a home writes it, with a random JWT secret; four
+    components started at once without it would each write their own secret, and the
+    api-server would refuse the tokens the scheduler gives its tasks.
+    """
+    config = Path(env.get("AIRFLOW_CONFIG") or home / "airflow.cfg")
+    if config.exists():
+        return 0
+    out = subprocess.run(
+        [airflow, "config", "get-value", "core", "executor"],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0 or not config.exists():
+        print(f"error: Airflow did not write {config}: {out.stderr[-2000:]}", file=sys.stderr)
+        return out.returncode or 1
+    return 0
+
+
 def passwords_file(env: Mapping[str, str], home: Path) -> Path:
     given = env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE")
     return Path(given) if given else home / PASSWORDS_FILE
@@ -201,6 +223,9 @@ def main_up(
         print(f"airflow-tfk: {line}", file=sys.stderr)
     airflow = str(where.bin_dir / "airflow")
     code = migrate(airflow, env, str(where.airflow_home))
+    if code != 0:
+        return code
+    code = ensure_config(airflow, env, where.airflow_home)
     if code != 0:
         return code
 

@@ -121,3 +121,24 @@ def test_usage_errors_name_the_option(tmp_path: Path, argv: list[str], error: st
     )
     assert out.returncode == 2 and out.stderr.startswith(error), out.stderr
     assert not (tmp_path / "home").exists()  # nothing prepared before the check
+
+
+def test_the_config_is_written_once_before_the_components_start(tmp_path: Path) -> None:
+    """One airflow.cfg (one JWT secret) for all four: an Airflow command writes it first;
+    a command that does not is an error, and a home that has one is left alone."""
+    from airflow_tfk.local_airflow import ensure_config
+
+    home = tmp_path / "home"
+    home.mkdir()
+    writes = tmp_path / "writes"
+    writes.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/called\necho '[api_auth]' > {home}/airflow.cfg\n")
+    writes.chmod(0o755)
+    assert ensure_config(str(writes), {}, home) == 0
+    assert (tmp_path / "called").read_text().split() == ["config", "get-value", "core", "executor"]
+    (tmp_path / "called").unlink()
+    assert ensure_config(str(writes), {}, home) == 0
+    assert not (tmp_path / "called").exists()
+    silent = tmp_path / "silent"
+    silent.write_text("#!/bin/sh\nexit 0\n")
+    silent.chmod(0o755)
+    assert ensure_config(str(silent), {}, tmp_path / "other") == 1
