@@ -74,6 +74,15 @@ class RealAirflow:
         return self.base / "up.log"
 
     def start(self, timeout: float = 600) -> None:
+        # The database migrated once per test process, marked as `airflow-tfk` marks a
+        # home it migrated: `up` skips the migration (tests/test_cli_airflow.py runs it).
+        from importlib.metadata import version
+
+        from airflow_tfk.cli import MIGRATED_MARKER
+        from tests.helpers import migrated_airflow_home
+
+        migrated_airflow_home(self.home)
+        (self.home / MIGRATED_MARKER).write_text(version("apache-airflow") + "\n")
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
                 [str(BIN / "airflow-tfk"), "up", "--port", str(self.port), "--dags-folder", str(self.dags)],

@@ -15,6 +15,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -121,34 +124,96 @@ def _events(airflow: RealAirflow, uri: str) -> list[dict[str, Any]]:
     return [e for e in events if e["uri"] == uri]
 
 
-class StablePoller(threading.Thread):
-    """A client of the stable endpoint: predicts without pause and counts which version
-    answered each request."""
+# A client of the stable label over gRPC, whose answers name the version that served them
+# (REST's do not). One line per request on stdout: the version, or "error ...". It runs
+# until its stop file exists; TensorFlow loads in it, never in the test process.
+GRPC_POLLER = """
+import json, os, sys, time
+from airflow_tfk.runtime.model_server.grpc_client import predict, signature_inputs
+address, saved_model, request_file, stop = sys.argv[1:5]
+body, inputs = json.load(open(request_file)), signature_inputs(saved_model)
+import grpc
+channel = grpc.insecure_channel(address)
+while not os.path.exists(stop):
+    try:
+        answer = predict(address, "digits", body, inputs, label="stable", channel=channel)
+        print(answer["model_version"], flush=True)
+    except Exception as exc:
+        print("error", str(exc).replace(chr(10), " ")[:300], flush=True)
+    time.sleep(0.05)
+"""
 
-    def __init__(self, predict_url: str, body: bytes) -> None:
-        super().__init__(daemon=True)
-        self.url, self.body = predict_url, body
-        self.answers: list[int] = []
-        self.errors = 0
+
+class StablePoller:
+    """Clients of the stable label for the whole test: gRPC (which version answered) in a
+    subprocess, REST (that it answered) in a thread."""
+
+    def __init__(self, base: Path, grpc_address: str, rest_url: str, saved_model: Path) -> None:
+        self.stop_file = base / "poller.stop"
+        self.out = base / "poller.out"
+        self.request = saved_model / "assets.extra" / "tfk_sample_request.json"
+        with open(self.out, "wb") as out, open(base / "poller.err", "wb") as err:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    GRPC_POLLER,
+                    grpc_address,
+                    str(saved_model),
+                    str(self.request),
+                    str(self.stop_file),
+                ],
+                cwd=str(ROOT),
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        self.rest_url, self.rest_ok, self.rest_errors = rest_url, 0, []
         self.done = threading.Event()
+        self.thread = threading.Thread(target=self._rest, daemon=True)
+        self.thread.start()
 
-    def run(self) -> None:
+    def _rest(self) -> None:
+        body = self.request.read_bytes()
         while not self.done.is_set():
             req = urllib.request.Request(
-                self.url, data=self.body, method="POST", headers={"Content-Type": "application/json"}
+                self.rest_url, data=body, method="POST", headers={"Content-Type": "application/json"}
             )
             try:
                 with urllib.request.urlopen(req, timeout=30) as resp:
-                    self.answers.append(int(json.load(resp)["model_version"]))
-            except (urllib.error.URLError, OSError, KeyError, ValueError):
-                self.errors += 1
+                    json.load(resp)["predictions"]
+                self.rest_ok += 1
+            except Exception as exc:  # noqa: BLE001 - every failure is a finding
+                self.rest_errors.append(repr(exc)[:300])
             time.sleep(0.05)
 
-    def seen(self) -> set[int]:
-        return set(self.answers)
+    def lines(self) -> list[str]:
+        return self.out.read_text().splitlines()
+
+    def answers(self) -> list[int]:
+        return [int(line) for line in self.lines() if line.isdigit()]
+
+    def errors(self) -> list[str]:
+        return [line for line in self.lines() if not line.isdigit()]
+
+    def stop(self) -> None:
+        self.done.set()
+        self.stop_file.touch()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.thread.join(timeout=60)
 
 
-def _answer(airflow: RealAirflow, run: str, choice: str) -> dict[str, Any]:
+def _candidate_versions(rest: str) -> dict[int, str]:
+    """The versions loaded under the candidate's name, which no client calls."""
+    with urllib.request.urlopen(f"{rest}/v1/models/digits-tfk-candidate", timeout=30) as resp:
+        return {int(s["version"]): s["state"] for s in json.load(resp)["model_version_status"]}
+
+
+def _answer(airflow: RealAirflow, run: str, choice: str, rest: str, version: int) -> dict[str, Any]:
     dag = "tfk_e2e_approval"
     wait_for(
         f"the publish of {run} to await a person's input",
@@ -159,6 +224,8 @@ def _answer(airflow: RealAirflow, run: str, choice: str) -> dict[str, Any]:
     path = f"/dags/{dag}/dagRuns/{run}/taskInstances/publish/-1/hitlDetails"
     request = airflow.api("GET", path)
     assert request["options"] == ["Approve", "Reject"] and "| accuracy |" in request["body"], request
+    # loaded and smoke-tested under the candidate's name while the person decides
+    assert _candidate_versions(rest) == {version: "AVAILABLE"}
     answered = airflow.api("PATCH", path, {"chosen_options": [choice]})
     assert answered["chosen_options"] == [choice] and answered["responded_by"]["name"] == "admin"
     return dict(request)
@@ -207,13 +274,17 @@ def test_lifecycle_and_approval_on_a_real_deployment(tmp_path: Path) -> None:
         approve, reject = version + 1, version + 2
         for v in (approve, reject):
             shutil.copytree(model_dir / str(version), model_dir / str(v))
-        sample = (model_dir / str(version) / "assets.extra" / "tfk_sample_request.json").read_bytes()
-        poller = StablePoller(f"{stable}:predict", sample)
-        poller.start()
-        wait_for("the stable endpoint to answer", lambda: poller.answers, 60)
+        server = json.loads(
+            (airflow.local_root / "default" / ".serving" / "tfs-digits" / "server.json").read_text()
+        )
+        poller = StablePoller(
+            tmp_path, f"127.0.0.1:{server['grpc_port']}", f"{stable}:predict", model_dir / str(version)
+        )
+        wait_for("the stable label to answer over gRPC", lambda: poller.answers(), 300)
 
         run = airflow.trigger("tfk_e2e_approval", {"version": approve})
-        request = _answer(airflow, run, "Approve")
+        rest = f"http://127.0.0.1:{server['rest_port']}"
+        request = _answer(airflow, run, "Approve", rest, approve)
         assert request["subject"] == f"Promote digits version {approve}?"
         wait_for(
             "the approved publish",
@@ -221,30 +292,31 @@ def test_lifecycle_and_approval_on_a_real_deployment(tmp_path: Path) -> None:
             600,
             airflow,
         )
-        wait_for(f"version {approve} to answer the stable endpoint", lambda: approve in poller.seen(), 60)
+        wait_for(f"version {approve} to answer the stable label", lambda: approve in poller.answers(), 60)
 
         run = airflow.trigger("tfk_e2e_approval", {"version": reject})
-        _answer(airflow, run, "Reject")
+        _answer(airflow, run, "Reject", rest, reject)
         wait_for(
             "the rejected publish to fail",
             lambda: airflow.run_state("tfk_e2e_approval", run) == "failed",
             600,
         )
         assert _state(airflow, "tfk_e2e_approval", run, "publish") == "failed"
-        seen_after = len(poller.answers)
-        wait_for("more answers after the rejection", lambda: len(poller.answers) > seen_after + 20, 60)
-        poller.done.set()
-        poller.join(timeout=60)
-        assert reject not in poller.seen(), "the rejected version answered a client"
-        assert poller.answers[-1] == approve and {version, approve} <= poller.seen()
-        print(
-            f"stable endpoint: {len(poller.answers)} answers "
-            f"({ {v: poller.answers.count(v) for v in sorted(poller.seen())} }), {poller.errors} errors"
+        seen_after = len(poller.answers())
+        wait_for("more answers after the rejection", lambda: len(poller.answers()) > seen_after + 20, 120)
+        poller.stop()
+        answers = poller.answers()
+        counts = {v: answers.count(v) for v in sorted(set(answers))}
+        print(f"stable label: gRPC answers by version {counts}; REST {poller.rest_ok} answers")
+        assert reject not in counts, f"the rejected version answered a client: {counts}"
+        assert answers[-1] == approve and set(counts) == {version, approve}, counts
+        assert poller.errors() == [] and poller.rest_errors == [], (
+            poller.errors()[:5],
+            poller.rest_errors[:5],
         )
-        assert poller.errors == 0
     finally:
         if poller is not None:
-            poller.done.set()
+            poller.stop()
         airflow.stop()
         from airflow_tfk.serving.local import LocalServing
         from airflow_tfk.serving.spec import ServingSpec
