@@ -87,7 +87,7 @@ def test_deferred_training_through_the_rest_api(tmp_path: Path) -> None:
             airflow,
         )
         held_since = time.monotonic()
-        while time.monotonic() - held_since < 20:
+        while time.monotonic() - held_since < 12:
             assert _state(airflow, QUICKSTART, run, "train") == "scheduled"
             time.sleep(2)
         assert cluster_processes(airflow.local_root) == [], "the triggerer ended the parameter server"
