@@ -11,6 +11,8 @@ an object that version would reject exits with status 3, again with nothing on s
 ``airflow-tfk airflow [--dags-folder DIR] ARGS...`` runs Airflow's own CLI with the
 project's local Airflow home and local backend (``airflow_tfk.local_env``), so a newcomer
 runs their DAG folder with ``airflow-tfk airflow --dags-folder my_dags dags test my_dag``.
+``airflow-tfk up`` runs Airflow's api-server, scheduler, dag-processor and triggerer in that
+same environment (``airflow_tfk.local_airflow``).
 """
 
 from __future__ import annotations
@@ -192,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {
         "validate": _validate,
         "airflow": _run_airflow,
+        "up": _up,
         "env": _print_env,
         "render": lambda a: _render_command(parser, a),
         "stop": lambda a: _stop_command(parser, a),
@@ -291,6 +294,17 @@ def _add_airflow_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
     )
     run.add_argument("--quiet", action="store_true", help="do not print where things go")
     run.add_argument("airflow_args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments of `airflow`")
+    up = sub.add_parser(
+        "up",
+        help="run Airflow's api-server, scheduler, dag-processor and triggerer on this machine",
+        description=(
+            "Run Airflow's four components with the environment of `airflow-tfk airflow` "
+            "(LocalExecutor, simple auth manager) until Ctrl-C; each logs to <home>/logs/<component>.log."
+        ),
+    )
+    up.add_argument("--dags-folder", help="your DAGs folder (as for `airflow-tfk airflow`)")
+    up.add_argument("--port", type=int, default=8080, help="the api-server's port (default 8080)")
+    up.add_argument("--host", default="127.0.0.1", help="the api-server's address (default 127.0.0.1)")
     env = sub.add_parser(
         "env",
         help="print the environment of `airflow-tfk airflow` as shell exports",
@@ -352,6 +366,20 @@ def _migrate_once(airflow: str, env: dict[str, str], home: str) -> int:
     with open(marker, "w", encoding="utf-8") as fh:
         fh.write(wanted + "\n")
     return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    from airflow_tfk.local_airflow import main_up
+    from airflow_tfk.local_env import resolve
+
+    if not 0 < args.port < 65536:
+        print(f"error: --port: {args.port} is not a TCP port (1 to 65535)", file=sys.stderr)
+        return EXIT_USAGE
+    where = resolve(dags_folder=args.dags_folder)
+    if not where.dags_folder.is_dir():
+        print(f"error: --dags-folder: {where.dags_folder} is not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    return main_up(where, args.port, args.host, _migrate_once)
 
 
 def _run_airflow(args: argparse.Namespace) -> int:

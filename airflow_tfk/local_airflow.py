@@ -1,0 +1,235 @@
+"""``airflow-tfk up``: Airflow's four components on this machine, with the provider.
+
+The api-server, scheduler (LocalExecutor), dag-processor and triggerer run as child
+processes with the environment of ``airflow-tfk airflow`` (``local_env``): the same Airflow
+home, DAGs folder and local root, so a model server one of them starts is one
+``airflow-tfk stop`` finds. Each component logs to ``<home>/logs/<component>.log``.
+
+Why four processes and not ``airflow standalone``: a deferred training waits in the
+triggerer, and a person must be able to see that process, its log and the task's
+``deferred`` state apart from the scheduler's; the components also stop together here,
+by process group, when one of them dies, instead of leaving the others running.
+
+The REST API uses Airflow's simple auth manager with its own password flow: the
+api-server writes the password of each configured user (``admin`` unless
+``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS`` says otherwise) to
+``<home>/simple_auth_manager_passwords.json.generated``; ``POST /auth/token`` with that
+user and password returns the JWT that ``Authorization: Bearer`` carries.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from airflow_tfk.local_env import LocalAirflowEnv
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
+SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+
+
+def services_environ(env: Mapping[str, str], host: str, port: int) -> dict[str, str]:
+    """The settings the four components must agree on, added to ``env`` (the user's own
+    settings win, except the address, which the options give).
+
+    Tasks reach the api-server through ``execution_api_server_url``, so it follows the
+    port; the LocalExecutor runs tasks as processes of the scheduler, the only executor
+    that needs nothing more than this machine.
+    """
+    out = dict(env)
+    url = f"http://{host}:{port}"
+    out["AIRFLOW__API__HOST"] = host
+    out["AIRFLOW__API__PORT"] = str(port)
+    out["AIRFLOW__API__BASE_URL"] = url
+    out["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = f"{url}/execution/"
+    out.setdefault("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
+    out.setdefault("AIRFLOW__CORE__AUTH_MANAGER", SIMPLE_AUTH_MANAGER)
+    # One api-server worker: each extra one costs a whole Airflow import of memory and
+    # start-up time on a laptop, for load a single person does not make.
+    out.setdefault("AIRFLOW__API__WORKERS", "1")
+    # The first call of a task builds the execution API (about a minute on a busy
+    # two-core machine); Airflow's 5 s default fails that task although nothing is wrong.
+    out.setdefault("AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT", "120")
+    return out
+
+
+def ensure_config(airflow: str, env: Mapping[str, str], home: Path) -> int:
+    """Have ``airflow.cfg`` written before the components start.
+
+    The first Airflow command of a home writes it, with a random JWT secret; four
+    components started at once without it would each write their own secret, and the
+    api-server would refuse the tokens the scheduler gives its tasks.
+    """
+    config = Path(env.get("AIRFLOW_CONFIG") or home / "airflow.cfg")
+    if config.exists():
+        return 0
+    out = subprocess.run(
+        [airflow, "config", "get-value", "core", "executor"],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0 or not config.exists():
+        print(f"error: Airflow did not write {config}: {out.stderr[-2000:]}", file=sys.stderr)
+        return out.returncode or 1
+    return 0
+
+
+def passwords_file(env: Mapping[str, str], home: Path) -> Path:
+    given = env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE")
+    return Path(given) if given else home / PASSWORDS_FILE
+
+
+def wait_healthy(url: str, alive: Callable[[], str | None], timeout: float) -> str | None:
+    """Until the api-server answers its health check: None, else why not (a component
+    that exited, or the time it took)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        dead = alive()
+        if dead is not None:
+            return dead
+        try:
+            with urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=30) as resp:
+                if resp.status == 200:
+                    return None
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(1)
+    return f"the api-server did not answer {url}/api/v2/monitor/health within {timeout:.0f} s"
+
+
+class Services:
+    """The four components as children of this process, each in its own process group so
+    it is stopped with whatever it forked (the executor's task processes included)."""
+
+    def __init__(self, airflow: str, env: Mapping[str, str], home: Path) -> None:
+        self.airflow = airflow
+        self.env = dict(env)
+        self.logs = home / "logs"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for name in COMPONENTS:
+            with open(self.logs / f"{name}.log", "ab") as log:
+                self.procs[name] = subprocess.Popen(
+                    [self.airflow, name],
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+
+    def exited(self) -> str | None:
+        for name, proc in self.procs.items():
+            code = proc.poll()
+            if code is not None:
+                return f"airflow {name} exited with code {code}; see {self.logs / (name + '.log')}"
+        return None
+
+    def stop(self, grace: float = 30.0) -> None:
+        """TERM to every group, KILL to any still there after ``grace`` seconds."""
+        for proc in self.procs.values():
+            _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            # Task processes the scheduler forked share its group and may outlive it.
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run(
+    airflow: str,
+    env: Mapping[str, str],
+    home: Path,
+    url: str,
+    say: Callable[[str], None],
+    start_timeout: float = 600.0,
+) -> int:
+    """Start the four components, say where to find them, and keep them running until
+    SIGINT/SIGTERM or until one exits (then the others are stopped too: half a
+    deployment looks alive and runs nothing)."""
+    services = Services(airflow, env, home)
+    stopping: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        services.start()
+        say(f"started {', '.join(COMPONENTS)}; logs: {services.logs}/<component>.log")
+        problem = wait_healthy(
+            url, lambda: services.exited() or ("stopped" if stopping else None), start_timeout
+        )
+        if problem is None:
+            for line in _ready_lines(env, home, url):
+                say(line)
+            while not stopping:
+                problem = services.exited()
+                if problem is not None:
+                    break
+                time.sleep(1)
+        if problem is not None and not stopping:
+            say(f"error: {problem}; stopping the other components")
+            return 1
+        return 0
+    finally:
+        services.stop()
+        say("stopped Airflow's components")
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _ready_lines(env: Mapping[str, str], home: Path, url: str) -> list[str]:
+    users = env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin")
+    user = users.split(",")[0].split(":")[0].strip() or "admin"
+    return [
+        f"Airflow UI and REST API: {url}  (user {user!r}, password in {passwords_file(env, home)})",
+        f"a token for the REST API: curl -s -X POST {url}/auth/token -H 'Content-Type: application/json' "
+        f'-d \'{{"username": "{user}", "password": "<password>"}}\'',
+        "trainings defer to the triggerer with AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE=true",
+        "Ctrl-C stops all four",
+    ]
+
+
+def main_up(
+    where: LocalAirflowEnv, port: int, host: str, migrate: Callable[[str, dict[str, str], str], int]
+) -> int:
+    """The ``up`` command once its arguments are read; ``migrate`` prepares the database
+    (``airflow db migrate`` once per Airflow version, as ``airflow-tfk airflow`` does)."""
+    env = services_environ(where.environ(os.environ), host, port)
+    for line in where.describe():
+        print(f"airflow-tfk: {line}", file=sys.stderr)
+    airflow = str(where.bin_dir / "airflow")
+    code = migrate(airflow, env, str(where.airflow_home))
+    if code != 0:
+        return code
+    code = ensure_config(airflow, env, where.airflow_home)
+    if code != 0:
+        return code
+
+    def say(line: str) -> None:
+        print(f"airflow-tfk: {line}", file=sys.stderr, flush=True)
+
+    return run(airflow, env, where.airflow_home, env["AIRFLOW__API__BASE_URL"], say)

@@ -1,0 +1,144 @@
+"""``airflow-tfk up``: the settings the four components share, and how they stop together.
+
+The components here are a stand-in ``airflow`` executable (a script that records its
+argument and sleeps, or exits), so the start, the stop by process group and the "one
+exited, stop the rest" rule are checked without an Airflow start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from airflow_tfk.local_airflow import COMPONENTS, Services, run, services_environ
+
+BIN = Path(sys.executable).parent
+
+FAKE_AIRFLOW = """#!{python}
+import os, subprocess, sys, time
+name = sys.argv[1]
+if name == "scheduler":  # a task process: in the scheduler's group, deaf to SIGTERM
+    task = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                             "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+    open(os.path.join({dir!r}, "task.pid"), "w").write(str(task.pid))
+open(os.path.join({dir!r}, name + ".pid"), "w").write(str(os.getpid()))
+if name == {dies!r}:
+    time.sleep(1)
+    sys.exit(3)
+time.sleep(600)
+"""
+
+
+def fake_airflow(tmp_path: Path, dies: str = "") -> str:
+    path = tmp_path / "airflow"
+    path.write_text(FAKE_AIRFLOW.format(python=sys.executable, dir=str(tmp_path), dies=dies))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_the_address_follows_the_options_and_the_users_choices_stay() -> None:
+    env = services_environ(
+        {"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor", "AIRFLOW__API__PORT": "1"}, "127.0.0.1", 8123
+    )
+    assert env["AIRFLOW__API__PORT"] == "8123"  # the option wins: the tasks' URL follows it
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:8123/execution/"
+    assert env["AIRFLOW__API__BASE_URL"] == "http://127.0.0.1:8123"
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    assert services_environ({}, "127.0.0.1", 8080)["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert "SimpleAuthManager" in services_environ({}, "127.0.0.1", 8080)["AIRFLOW__CORE__AUTH_MANAGER"]
+
+
+def _pids(tmp_path: Path) -> dict[str, int]:
+    return {
+        n: int((tmp_path / f"{n}.pid").read_text()) for n in COMPONENTS if (tmp_path / f"{n}.pid").exists()
+    }
+
+
+def test_one_component_exiting_stops_the_others(tmp_path: Path) -> None:
+    said: list[str] = []
+    home = tmp_path / "home"
+    code = run(fake_airflow(tmp_path, dies="scheduler"), {}, home, "http://127.0.0.1:9", said.append, 60)
+    assert code == 1
+    assert any(line.startswith("error: airflow scheduler exited with code 3") for line in said), said
+    pids = _pids(tmp_path)
+    assert sorted(pids) == sorted(COMPONENTS)
+    assert [p for p in pids.values() if _alive_pid(p)] == []
+    assert (home / "logs" / "triggerer.log").exists()
+
+
+def test_stop_ends_every_component_and_what_it_forked(tmp_path: Path) -> None:
+    services = Services(fake_airflow(tmp_path), {**os.environ}, tmp_path / "home")
+    services.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(_pids(tmp_path)) < len(COMPONENTS) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert services.exited() is None
+        task = psutil.Process(int((tmp_path / "task.pid").read_text()))
+    finally:
+        services.stop(grace=2)
+    assert all(p.poll() is not None for p in services.procs.values())
+    # the task process ignored the TERM; the KILL to its group ended it
+    deadline = time.monotonic() + 10
+    while _alive(task) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(task)
+
+
+def _alive_pid(pid: int) -> bool:
+    try:
+        return _alive(psutil.Process(pid))
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["up", "--port", "0"], "error: --port: 0 is not a TCP port"),
+        (["up", "--dags-folder", "nowhere"], "error: --dags-folder:"),
+    ],
+)
+def test_usage_errors_name_the_option(tmp_path: Path, argv: list[str], error: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TFK_"))}
+    env["AIRFLOW_HOME"] = str(tmp_path / "home")
+    out = subprocess.run(
+        [str(BIN / "airflow-tfk"), *argv], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2 and out.stderr.startswith(error), out.stderr
+    assert not (tmp_path / "home").exists()  # nothing prepared before the check
+
+
+def test_the_config_is_written_once_before_the_components_start(tmp_path: Path) -> None:
+    """One airflow.cfg (one JWT secret) for all four: an Airflow command writes it first;
+    a command that does not is an error, and a home that has one is left alone."""
+    from airflow_tfk.local_airflow import ensure_config
+
+    home = tmp_path / "home"
+    home.mkdir()
+    writes = tmp_path / "writes"
+    writes.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/called\necho '[api_auth]' > {home}/airflow.cfg\n")
+    writes.chmod(0o755)
+    assert ensure_config(str(writes), {}, home) == 0
+    assert (tmp_path / "called").read_text().split() == ["config", "get-value", "core", "executor"]
+    (tmp_path / "called").unlink()
+    assert ensure_config(str(writes), {}, home) == 0
+    assert not (tmp_path / "called").exists()
+    silent = tmp_path / "silent"
+    silent.write_text("#!/bin/sh\nexit 0\n")
+    silent.chmod(0o755)
+    assert ensure_config(str(silent), {}, tmp_path / "other") == 1
