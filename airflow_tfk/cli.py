@@ -24,9 +24,100 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from airflow_tfk.cli_table import Command, add_commands, arg
+
 EXIT_SPEC_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INVALID_MANIFEST = 3  # --validate: an object the chosen Kubernetes version would reject
+
+
+_DAGS_FOLDER = "your DAGs folder (as for `airflow-tfk airflow`)"
+
+COMMANDS = (
+    Command(
+        "render",
+        "print the Kubernetes manifests of a cluster spec as a YAML stream",
+        "Print the manifests of SPEC as a YAML stream for `kubectl apply -f -`.",
+        (
+            arg("spec", metavar="SPEC.yaml", help="cluster spec file ('-' for stdin)"),
+            arg("--namespace", help="override the spec's namespace"),
+            arg("--dag-id", help="Airflow DAG id (labels and annotations)"),
+            arg("--task-id", help="Airflow task id"),
+            arg("--run-id", help="Airflow run id"),
+            arg("--map-index", type=int, default=-1, help="Airflow map index"),
+            arg("--template-dir", help="directory of templates overriding the built-ins"),
+            arg(
+                "--validate",
+                action="store_true",
+                help="check every object offline against Kubernetes' schemas (no cluster needed)",
+            ),
+            arg(
+                "--kubernetes-version",
+                metavar="X.Y",
+                help="the Kubernetes version --validate checks against (default: the oldest supported)",
+            ),
+        ),
+    ),
+    Command(
+        "validate",
+        "check training files (DAG-as-code) offline, with the errors Airflow would show",
+        "Check every training file (*.yaml, *.yml) under each PATH, offline. "
+        "Exit status: 0 all valid, 1 some invalid, 2 no such path or no training file.",
+        (
+            arg("paths", metavar="PATH", nargs="+", help="a folder of training files, or a file"),
+            arg("-q", "--quiet", action="store_true", help="print only the errors"),
+        ),
+    ),
+    Command(
+        "airflow",
+        "run Airflow's CLI with the project's local Airflow home and local backend",
+        "Run `airflow ARGS...` with the project's local Airflow home (SQLite, migrated on "
+        "first use), your DAGs folder, and the local backend's root; print where state, "
+        "logs and models go. Example: airflow-tfk airflow --dags-folder my_dags dags test my_dag",
+        (
+            arg(
+                "--dags-folder",
+                help="your DAGs folder (default: $AIRFLOW__CORE__DAGS_FOLDER, $DAGS_FOLDER, else dags/)",
+            ),
+            arg("--quiet", action="store_true", help="do not print where things go"),
+            arg("airflow_args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments of `airflow`"),
+        ),
+    ),
+    Command(
+        "up",
+        "run Airflow's api-server, scheduler, dag-processor and triggerer on this machine",
+        "Run Airflow's four components with the environment of `airflow-tfk airflow` "
+        "(LocalExecutor, simple auth manager) until Ctrl-C; each logs to <home>/logs/<component>.log.",
+        (
+            arg("--dags-folder", help=_DAGS_FOLDER),
+            arg("--port", type=int, default=8080, help="the api-server's port (default 8080)"),
+            arg("--host", default="127.0.0.1", help="the api-server's address (default 127.0.0.1)"),
+        ),
+    ),
+    Command(
+        "env",
+        "print the environment of `airflow-tfk airflow` as shell exports",
+        'Print export lines for `eval "$(airflow-tfk env)"`, with where things go as comments.',
+        (arg("--dags-folder", help=_DAGS_FOLDER),),
+    ),
+    Command(
+        "stop",
+        "stop local model servers or TensorBoards (they outlive their DAG runs)",
+        "Stop a local model server or TensorBoard started by the local backend, "
+        "found through its record under the local root. Without a name: list them.",
+        (
+            arg("kind", nargs="?", choices=["model-server", "tensorboard"], help="what to stop"),
+            arg("name", nargs="?", help="server name, or a model name (its server tfs-<model>)"),
+            arg("--all", action="store_true", help="stop every one (of KIND, if given)"),
+            arg("--namespace", help="only this namespace of the local root"),
+            arg(
+                "--root",
+                help="the local backend's root (default $TFK_LOCAL_ROOT, else .tfk-local in the "
+                "checkout, else ~/.airflow-tfk/.tfk-local)",
+            ),
+        ),
+    ),
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,31 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_PrintVersion, help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    render = sub.add_parser(
-        "render",
-        help="print the Kubernetes manifests of a cluster spec as a YAML stream",
-        description="Print the manifests of SPEC as a YAML stream for `kubectl apply -f -`.",
-    )
-    render.add_argument("spec", metavar="SPEC.yaml", help="cluster spec file ('-' for stdin)")
-    render.add_argument("--namespace", help="override the spec's namespace")
-    render.add_argument("--dag-id", help="Airflow DAG id (labels and annotations)")
-    render.add_argument("--task-id", help="Airflow task id")
-    render.add_argument("--run-id", help="Airflow run id")
-    render.add_argument("--map-index", type=int, default=-1, help="Airflow map index")
-    render.add_argument("--template-dir", help="directory of templates overriding the built-ins")
-    render.add_argument(
-        "--validate",
-        action="store_true",
-        help="check every object offline against Kubernetes' schemas (no cluster needed)",
-    )
-    render.add_argument(
-        "--kubernetes-version",
-        metavar="X.Y",
-        help="the Kubernetes version --validate checks against (default: the oldest supported)",
-    )
-    _add_validate(sub)
-    _add_airflow_commands(sub)
-    _add_stop_parser(sub)
+    add_commands(sub, COMMANDS)
     from airflow_tfk import cli_clusters
 
     cli_clusters.add_parser(sub)
@@ -97,39 +164,10 @@ class _PrintVersion(argparse.Action):
         parser.exit()
 
 
-def _add_validate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    validate = sub.add_parser(
-        "validate",
-        help="check training files (DAG-as-code) offline, with the errors Airflow would show",
-        description="Check every training file (*.yaml, *.yml) under each PATH, offline. "
-        "Exit status: 0 all valid, 1 some invalid, 2 no such path or no training file.",
-    )
-    validate.add_argument("paths", metavar="PATH", nargs="+", help="a folder of training files, or a file")
-    validate.add_argument("-q", "--quiet", action="store_true", help="print only the errors")
-
-
 def _validate(args: argparse.Namespace) -> int:
     from airflow_tfk.dagfactory.validate import run
 
     return run(args.paths, sys.stdout, sys.stderr, quiet=args.quiet)
-
-
-def _add_stop_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    stop = sub.add_parser(
-        "stop",
-        help="stop local model servers or TensorBoards (they outlive their DAG runs)",
-        description="Stop a local model server or TensorBoard started by the local backend, "
-        "found through its record under the local root. Without a name: list them.",
-    )
-    stop.add_argument("kind", nargs="?", choices=["model-server", "tensorboard"], help="what to stop")
-    stop.add_argument("name", nargs="?", help="server name, or a model name (its server tfs-<model>)")
-    stop.add_argument("--all", action="store_true", help="stop every one (of KIND, if given)")
-    stop.add_argument("--namespace", help="only this namespace of the local root")
-    stop.add_argument(
-        "--root",
-        help="the local backend's root (default $TFK_LOCAL_ROOT, else .tfk-local in the checkout, "
-        "else ~/.airflow-tfk/.tfk-local)",
-    )
 
 
 def _stop_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -276,41 +314,6 @@ def _report_validation(manifests: list[dict], version: str) -> bool:
 
 # -- a local Airflow: `airflow-tfk airflow ...` and `airflow-tfk env` -------------------
 MIGRATED_MARKER = ".airflow-tfk-migrated"
-
-
-def _add_airflow_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    run = sub.add_parser(
-        "airflow",
-        help="run Airflow's CLI with the project's local Airflow home and local backend",
-        description=(
-            "Run `airflow ARGS...` with the project's local Airflow home (SQLite, migrated on "
-            "first use), your DAGs folder, and the local backend's root; print where state, "
-            "logs and models go. Example: airflow-tfk airflow --dags-folder my_dags dags test my_dag"
-        ),
-    )
-    run.add_argument(
-        "--dags-folder",
-        help="your DAGs folder (default: $AIRFLOW__CORE__DAGS_FOLDER, $DAGS_FOLDER, else dags/)",
-    )
-    run.add_argument("--quiet", action="store_true", help="do not print where things go")
-    run.add_argument("airflow_args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments of `airflow`")
-    up = sub.add_parser(
-        "up",
-        help="run Airflow's api-server, scheduler, dag-processor and triggerer on this machine",
-        description=(
-            "Run Airflow's four components with the environment of `airflow-tfk airflow` "
-            "(LocalExecutor, simple auth manager) until Ctrl-C; each logs to <home>/logs/<component>.log."
-        ),
-    )
-    up.add_argument("--dags-folder", help="your DAGs folder (as for `airflow-tfk airflow`)")
-    up.add_argument("--port", type=int, default=8080, help="the api-server's port (default 8080)")
-    up.add_argument("--host", default="127.0.0.1", help="the api-server's address (default 127.0.0.1)")
-    env = sub.add_parser(
-        "env",
-        help="print the environment of `airflow-tfk airflow` as shell exports",
-        description='Print export lines for `eval "$(airflow-tfk env)"`, with where things go as comments.',
-    )
-    env.add_argument("--dags-folder", help="your DAGs folder (as for `airflow-tfk airflow`)")
 
 
 def _print_env(args: argparse.Namespace) -> int:

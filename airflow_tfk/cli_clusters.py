@@ -24,6 +24,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk.cli_table import Command, add_commands, arg
 from airflow_tfk.constants import BACKEND, BACKEND_KINDS, KUBERNETES_CONN_ID, NAMESPACE
 
 if TYPE_CHECKING:
@@ -34,6 +35,49 @@ if TYPE_CHECKING:
 EXIT_ERROR = 1
 
 
+_ALL_NAMESPACES = arg("-A", "--all-namespaces", action="store_true")
+COMMON = (
+    arg("--backend", choices=BACKEND_KINDS, default=BACKEND),
+    arg("--conn-id", default=KUBERNETES_CONN_ID, help="Airflow `kubernetes` connection"),
+    arg("--kubeconfig", help="a kubeconfig file instead of the connection's"),
+    arg("--context", help="the kubeconfig context"),
+    arg("-n", "--namespace", default=None, help=f"namespace (default: {NAMESPACE!r})"),
+)
+ACTIONS = (
+    Command("list", "the clusters with their status and owner", None, (_ALL_NAMESPACES,)),
+    Command("status", "roles, progress and owner of one cluster", None, (arg("name"),)),
+    Command(
+        "logs",
+        "one task's log (default: the progress task)",
+        None,
+        (
+            arg("name"),
+            arg("task", nargs="?", help="ROLE-INDEX, e.g. worker-1 (default: chief-0, else worker-0)"),
+            arg("--tail", type=int, default=None, help="only the last N lines"),
+        ),
+    ),
+    Command(
+        "delete",
+        "delete a cluster its owner names",
+        None,
+        (
+            arg("name"),
+            arg("--dag-id"),
+            arg("--task-id"),
+            arg("--run-id"),
+            arg("--map-index", type=int, default=-1),
+            arg("--reason", default="deleted with airflow-tfk clusters delete"),
+        ),
+    ),
+    Command(
+        "sweep",
+        "delete clusters no task instance waits on",
+        None,
+        (_ALL_NAMESPACES, arg("--dry-run", action="store_true", help="only say what would be deleted")),
+    ),
+)
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     clusters = sub.add_parser(
         "clusters",
@@ -42,30 +86,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "as the operators see them.",
     )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--backend", choices=BACKEND_KINDS, default=BACKEND)
-    common.add_argument("--conn-id", default=KUBERNETES_CONN_ID, help="Airflow `kubernetes` connection")
-    common.add_argument("--kubeconfig", help="a kubeconfig file instead of the connection's")
-    common.add_argument("--context", help="the kubeconfig context")
-    common.add_argument("-n", "--namespace", default=None, help=f"namespace (default: {NAMESPACE!r})")
-    actions = clusters.add_subparsers(dest="action", required=True)
-    listing = actions.add_parser("list", parents=[common], help="the clusters with their status and owner")
-    listing.add_argument("-A", "--all-namespaces", action="store_true")
-    status = actions.add_parser("status", parents=[common], help="roles, progress and owner of one cluster")
-    status.add_argument("name")
-    logs = actions.add_parser("logs", parents=[common], help="one task's log (default: the progress task)")
-    logs.add_argument("name")
-    logs.add_argument("task", nargs="?", help="ROLE-INDEX, e.g. worker-1 (default: chief-0, else worker-0)")
-    logs.add_argument("--tail", type=int, default=None, help="only the last N lines")
-    delete = actions.add_parser("delete", parents=[common], help="delete a cluster its owner names")
-    delete.add_argument("name")
-    delete.add_argument("--dag-id")
-    delete.add_argument("--task-id")
-    delete.add_argument("--run-id")
-    delete.add_argument("--map-index", type=int, default=-1)
-    delete.add_argument("--reason", default="deleted with airflow-tfk clusters delete")
-    sweep = actions.add_parser("sweep", parents=[common], help="delete clusters no task instance waits on")
-    sweep.add_argument("-A", "--all-namespaces", action="store_true")
-    sweep.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
+    for flags, options in COMMON:
+        common.add_argument(*flags, **options)
+    add_commands(clusters.add_subparsers(dest="action", required=True), ACTIONS, parents=[common])
 
 
 def run(args: argparse.Namespace) -> int:
