@@ -58,9 +58,11 @@ def test_trigger_start_to_event_never_blocks_the_loop(k8s_api, tfk_ns, tfk_conn,
     assert proc.returncode == 0, stderr[-4000:]
     out = json.loads(stdout.strip().splitlines()[-1])
     assert out["event"]["status"] == "success", out["event"]
-    if out["slow"]:  # the loop thread's stack while it was blocked: what to fix
+    if out["slow"]:  # wall time: reported; the OS may have run others meanwhile
+        print("\n".join(["asyncio's slow-callback warnings:", *out["slow"]]))
+    if out["busy"]:  # the loop thread's stack while it was blocked: what to fix
         stacks = (tmp_path / "stacks.txt").read_text() if (tmp_path / "stacks.txt").exists() else ""
-        pytest.fail("\n".join(out["slow"]) + "\n" + stacks[:12000], pytrace=False)
+        pytest.fail("\n".join(out["busy"] + out["slow"]) + "\n" + stacks[:12000], pytrace=False)
     assert out["sessions"] == 1, out
     requests = out["requests"]
     assert requests.get("GET pods") == 1, requests  # one list; the watch resumes after it
