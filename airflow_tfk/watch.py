@@ -45,6 +45,8 @@ QUEUE_QUICK_READ_SECONDS = 5.0
 QUEUE_QUICK_READS = 3
 #: Why a wait ended at the task's execution_timeout: the same words blocking and deferred.
 TIMEOUT_MESSAGE = "the training exceeded the task's execution_timeout"
+#: A progress read that keeps finding the same step backs off to this many intervals.
+STILL_BACKOFF = 4
 #: A summary line whose only news is a count comes at most this often.
 SUMMARY_INTERVAL_SECONDS = 5.0
 _monotonic = time.monotonic  # tests move the clock of the summary lines
@@ -81,9 +83,12 @@ class ProgressReporter:
 
     Reading logs costs an API request on Kubernetes, so it is rate-limited to one per
     ``interval``; an unchanged step is not logged again. Until the task has printed its
-    first progress line the log is read every ``first_interval`` seconds instead, so the
-    first line shows within the first interval rather than one whole interval after a
-    read that came too early.
+    first progress line the log is read every ``first_interval`` seconds instead, for the
+    first ``quick_reads`` reads, so the first line shows within the first interval rather
+    than one whole interval after a read that came too early. A step that stands still
+    (or a task that prints no progress) is read less and less often, up to
+    ``STILL_BACKOFF`` intervals apart: a triggerer waits on hundreds of trainings, and a
+    read that finds nothing new is a request per training for nothing.
     """
 
     role: str
@@ -91,12 +96,20 @@ class ProgressReporter:
     interval: float = DEFAULT_PROGRESS_INTERVAL
     emit: Callable[[str], None] = log.info
     first_interval: float = 2.0
+    quick_reads: int = 15
     _last_read: float = float("-inf")
     _last_step: int | None = None
+    _reads: int = 0
+    _still: int = 0  # reads in a row that found no new step
+
+    def every(self) -> float:
+        """Seconds between reads, as the last reads found the progress moving or not."""
+        if self._last_step is None and self._reads < self.quick_reads:
+            return min(self.interval, self.first_interval)
+        return self.interval * min(STILL_BACKOFF, 2 ** max(0, self._still - 1))
 
     def due_in(self) -> float:
-        interval = self.interval if self._last_step is not None else min(self.interval, self.first_interval)
-        return self._last_read + interval - time.monotonic()
+        return self._last_read + self.every() - time.monotonic()
 
     def due(self) -> bool:
         return self.due_in() <= 0
@@ -104,6 +117,8 @@ class ProgressReporter:
     async def read(self, watcher: ClusterWatcher) -> Progress | None:
         """Read the task's log tail and emit a progress line if the step moved."""
         self._last_read = time.monotonic()
+        self._reads += 1
+        self._still += 1
         try:
             text = await watcher.logs(self.role, self.index, tail_lines=50)
         except Exception as exc:  # progress is best effort; the status decides
@@ -112,6 +127,7 @@ class ProgressReporter:
         p = last_progress(text)
         if p is not None and p.step != self._last_step:
             self._last_step = p.step
+            self._still = 0
             self.emit(f"[{self.role}-{self.index}] {format_progress(p)}")
         return p
 

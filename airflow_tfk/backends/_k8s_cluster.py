@@ -26,6 +26,7 @@ from airflow_tfk.backends._k8s_status import (
     is_job_pod,
     pod_id,
     pod_verdict,
+    slim_pod,
     task_key,
 )
 from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
@@ -263,6 +264,7 @@ class ClusterTracker:
 
     # -- inside ----------------------------------------------------------------------------
     def _store(self, pod: dict[str, Any]) -> TaskKey | None:
+        pod = slim_pod(pod)
         uid = pod_id(pod)
         old = self._pods.get(uid)
         if old is not None and old[0] is not None:

@@ -60,13 +60,24 @@ def single(req: Request) -> Plan:
     return (yield req)
 
 
+#: Objects per page of a list: a 2,000-pod list comes in pages the event loop decodes in
+#: small steps, and the server never builds the whole answer at once.
+LIST_PAGE = 500
+
+
 def list_plan(ref: ClusterRef, kind: str, selector: str | None = None) -> Plan:
-    """(items, resourceVersion) of one kind, by the cluster's label or ``selector``."""
-    result = yield Request(
-        "GET", BY_KIND[kind].collection(ref.namespace), {"labelSelector": selector or ref.label_selector}
-    )
-    body = result[1] if result else {}
-    return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion")
+    """(items, resourceVersion) of one kind, by the cluster's label or ``selector``, read
+    page by page (``limit``/``continue``; every page is of the same snapshot)."""
+    items: list[dict[str, Any]] = []
+    query: dict[str, Any] = {"labelSelector": selector or ref.label_selector, "limit": LIST_PAGE}
+    while True:
+        result = yield Request("GET", BY_KIND[kind].collection(ref.namespace), query)
+        body = (result[1] if result else None) or {}
+        items += body.get("items") or []
+        meta = body.get("metadata") or {}
+        if not meta.get("continue"):
+            return items, meta.get("resourceVersion")
+        query = {**query, "continue": meta["continue"]}
 
 
 class _Steps:

@@ -183,6 +183,32 @@ def task_key(pod: dict[str, Any]) -> tuple[str, int] | None:
         return None
 
 
+#: Annotations a pod's verdict reads; a pod kept by a watch keeps only these.
+_KEPT_ANNOTATIONS = (ANN_COMPLETION_INDEX, ANN_INDEX_FAILURES, ANN_INDEX_IGNORED)
+
+
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """The part of a pod that its verdict and its log read need: identity, owner kinds,
+    the Job's annotations, container names, and the status. A watch keeps one per pod for
+    the whole wait, and a pod's spec (a TF1 worker's argv names every host: tens of kB at
+    2,000 workers) and managed fields would make the waiter grow with the cluster."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    spec = pod.get("spec") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "labels": meta.get("labels") or {},
+            "annotations": {k: annotations[k] for k in _KEPT_ANNOTATIONS if k in annotations},
+            "creationTimestamp": meta.get("creationTimestamp"),
+            "ownerReferences": [{"kind": r.get("kind")} for r in meta.get("ownerReferences") or []],
+        },
+        "spec": {"containers": [{"name": c.get("name")} for c in spec.get("containers") or []]},
+        "status": pod.get("status") or {},
+    }
+
+
 def pod_id(pod: dict[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return meta.get("uid") or meta.get("name", "")

@@ -44,8 +44,10 @@ log = logging.getLogger(__name__)
 JOB_REFRESH_INTERVAL = 2.0
 # A Job can change with no pod event (deleted or failed while queued, with no pod): the
 # Jobs (a few objects, not the pods) are listed again this often, and sooner while the
-# cluster has no pod at all.
-JOB_RELIST_SECONDS = 60.0
+# cluster has no pod at all. With pods, a Job's end or deletion also ends or deletes its
+# pods, which the watch sees: the relist is a backstop, and each one also re-opens the
+# pod watch, so it sets what a waiting training costs the API server while nothing moves.
+JOB_RELIST_SECONDS = 240.0
 JOB_RELIST_PODLESS_SECONDS = 10.0
 MAX_WATCH_SECONDS = 300
 STREAM_RETRIES = 5

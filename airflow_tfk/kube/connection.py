@@ -7,7 +7,9 @@ connection and its overrides) and hands out the raw-JSON :class:`~.api.SyncApi` 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import importlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -15,6 +17,25 @@ from typing import Any
 from airflow_tfk._kwargs import init_kwargs
 from airflow_tfk.constants import KUBERNETES_CONN_ID
 from airflow_tfk.kube.api import AsyncApi, SyncApi
+
+HOOKS_MODULE = "airflow.providers.cncf.kubernetes.hooks.kubernetes"
+#: What the async hook's first connection lookup imports inside its functions (Airflow's
+#: task SDK): a second or more of imports, on the event loop, in a triggerer that has not
+#: looked up a connection yet. Names that an Airflow version lacks are skipped.
+CONNECTION_LOOKUP_MODULES = (
+    "asgiref.sync",
+    "airflow.sdk.execution_time.cache",
+    "airflow.sdk.execution_time.supervisor",
+)
+
+
+def _import_client_modules() -> Any:
+    """The hooks module, with what its first use would import on the event loop."""
+    hooks = importlib.import_module(HOOKS_MODULE)
+    for name in CONNECTION_LOOKUP_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    return hooks
 
 
 @dataclass
@@ -68,8 +89,13 @@ class KubeConnection:
     @contextlib.asynccontextmanager
     async def async_api(self) -> AsyncIterator[AsyncApi]:
         """Raw-JSON requests through an ``AsyncKubernetesHook`` client, for one session
-        (the client's connection pool belongs to the running event loop)."""
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+        (the client's connection pool belongs to the running event loop).
+
+        The hook's module pulls in both Kubernetes clients (seconds on a busy machine):
+        it and what its connection lookup imports are loaded in a thread, so a
+        triggerer's first wait does not stall every other trigger on the loop."""
+        hooks = await asyncio.to_thread(_import_client_modules)
+        AsyncKubernetesHook = hooks.AsyncKubernetesHook  # noqa: N806 - a class
 
         kwargs: dict[str, Any] = {
             "conn_id": self.conn_id,

@@ -176,6 +176,14 @@ class TFClusterDoneTrigger(BaseTrigger):
     def _backend(self) -> Backend:
         return get_backend(self.backend_kind, **self.backend_config)
 
+    def _prepare(self) -> Backend:
+        """The backend, built in a thread: its modules and the ones the trigger's end
+        imports take seconds to load on a busy triggerer, which must not stall its loop."""
+        import airflow_tfk.ending  # noqa: F401
+        import airflow_tfk.policies  # noqa: F401
+
+        return self._backend()
+
     def _event(self, status: str, message: str, **extra: Any) -> TriggerEvent:
         self._fired = True
         return TriggerEvent({"status": status, "message": message, "cluster": self.cluster, **extra})
@@ -186,8 +194,9 @@ class TFClusterDoneTrigger(BaseTrigger):
             return
         ref = ClusterRef.from_dict(self.cluster)
         try:
+            backend = await asyncio.to_thread(self._prepare)
             wait = Wait(
-                self._backend(),
+                backend,
                 ref,
                 Mode(self.mode),
                 self.replicas,

@@ -13,7 +13,7 @@ Implemented:
 - server-side apply (``PATCH`` ``application/apply-patch+yaml``, ``fieldManager``
   required): creates (201) or updates (200); an apply that changes nothing leaves the
   ``resourceVersion`` alone, like the real server;
-- GET of one object; list with ``labelSelector`` (``k=v``, ``k!=v``, ``k``) and ``limit``;
+- GET of one object; list with ``labelSelector`` (``k=v``, ``k!=v``, ``k``), ``limit`` and ``continue``;
 - watch (``watch=true``) streaming JSON lines from a ``resourceVersion``, with
   ``timeoutSeconds``; an expired version gets an ``ERROR`` event with code 410;
 - DELETE of one object and DeleteCollection, with ``propagationPolicy`` (a Job's default
@@ -134,6 +134,7 @@ class KubeApiDouble:
     """The double: start it, point a kubeconfig at :attr:`url`, drive it from tests."""
 
     def __init__(self) -> None:
+        self.pages: dict[str, tuple[list[dict[str, Any]], str]] = {}  # continue token -> rest of a list
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -737,15 +738,19 @@ class _Handler(BaseHTTPRequestHandler):
             with api.lock:
                 items = api.list(plural, selector, ns or None)
                 rv = str(api.rv)
+            # Pages as the API server serves them: every page of one list is of the same
+            # snapshot (its resourceVersion), kept under the ``continue`` token.
             limit = int(query.get("limit") or 0)
-            if limit:
+            token = query.get("continue")
+            if token:
+                items, rv = api.pages.pop(token)
+            meta: dict[str, Any] = {"resourceVersion": rv}
+            if limit and len(items) > limit:
+                token = uuid.uuid4().hex
+                api.pages[token] = (items[limit:], rv)
+                meta["continue"] = token
                 items = items[:limit]
-            return 200, {
-                "kind": f"{kind}List",
-                "apiVersion": api_version,
-                "metadata": {"resourceVersion": rv},
-                "items": items,
-            }
+            return 200, {"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta, "items": items}
         if method == "DELETE":
             propagation = query.get("propagationPolicy")
             if body:

@@ -1,0 +1,296 @@
+"""What waiting costs one triggerer process: N trainings at once, and one training of W workers.
+
+Part 1, per N (default 1, 20, 200 trainings of ``--workers`` workers + 1 PS each, KWOK),
+in a fresh process per (N, waiter), on the same Jobs:
+
+- RSS per training: the process's RSS with N waits established, less its RSS before the
+  first (imports done), divided by N;
+- API requests per minute per training over ``--idle`` seconds in which nothing changes
+  (every pod running), counted in the async client (``kubernetes_asyncio``'s request);
+- seconds from the last worker told to exit (its KWOK annotation, set by this script) to
+  each verdict: the worst and the median.
+
+The waiters: ``tfk`` is ``TFClusterDoneTrigger.run`` (the provider's deferrable wait);
+``cncf`` is the cncf provider's ``KubernetesJobTrigger`` (``KubernetesJobOperator``'s
+deferrable wait) on each training's worker Job, at its default poll interval.
+
+Part 2 (``--scale 60,2000``): one training of W workers + 16 PS, created, waited on from
+its create to its verdict (all workers exit), deleted; the waiting process's peak RSS
+growth and the bytes it read from the API server, side by side for each W in one run.
+
+Not part of CI: minutes of KWOK. Run: ``nice -n 19 .venv/bin/python bench/bench_triggerer.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _k8s_bench as kb  # noqa: E402
+from _common import parser  # noqa: E402
+
+HERE = Path(__file__).resolve()
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class _Bytes:
+    """Bytes of HTTP bodies the process received (aiohttp's stream reader)."""
+
+    total = 0
+
+    @classmethod
+    def install(cls) -> None:
+        import aiohttp.streams
+
+        original = aiohttp.streams.StreamReader.feed_data
+
+        def feed(self: Any, data: bytes, *args: Any) -> Any:
+            cls.total += len(data)
+            return original(self, data, *args)
+
+        aiohttp.streams.StreamReader.feed_data = feed  # type: ignore[method-assign]
+
+
+# -- the child: N waits in one process ------------------------------------------------------
+def _tfk_trigger(job: dict[str, Any]) -> Any:
+    from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
+
+    return TFClusterDoneTrigger(**job["trigger"])
+
+
+def _cncf_trigger(job: dict[str, Any]) -> Any:
+    from airflow.providers.cncf.kubernetes.triggers.job import KubernetesJobTrigger
+
+    return KubernetesJobTrigger(
+        job_name=f"{job['name']}-worker",
+        job_namespace=job["namespace"],
+        pod_names=[],
+        pod_namespace=job["namespace"],
+        base_container_name="tensorflow",
+        kubernetes_conn_id=kb.CONN_ID,
+        get_logs=False,
+    )
+
+
+async def _child(args: dict[str, Any]) -> dict[str, Any]:
+    import logging
+
+    logging.disable(logging.INFO)  # a line per poll is not what is measured
+    make = _tfk_trigger if args["waiter"] == "tfk" else _cncf_trigger
+    counter = kb.install_async(kb.RequestCounter())
+    _Bytes.install()
+    import airflow.providers.cncf.kubernetes.triggers.job  # noqa: F401 - both waiters' imports
+
+    import airflow_tfk.backends.kubernetes  # noqa: F401
+    import airflow_tfk.triggers.cluster  # noqa: F401
+
+    base = rss_mb()
+    verdicts: dict[str, float] = {}
+
+    failures: list[str] = []
+
+    async def one(job: dict[str, Any]) -> None:
+        try:
+            async for event in make(job).run():
+                if event.payload["status"] != "success":
+                    failures.append(str(event.payload.get("message")))
+                verdicts[job["name"]] = time.time()
+                return
+        except Exception as exc:  # counted and reported, not the end of the measurement
+            failures.append(f"{type(exc).__name__}: {exc}")
+
+    tasks = [asyncio.create_task(one(job)) for job in args["jobs"]]
+    await asyncio.sleep(args["settle"])
+    established = rss_mb()
+    t0, bytes0 = time.monotonic(), _Bytes.total
+    await asyncio.sleep(args["idle"])
+    idle_requests = counter.count(since=t0)
+    summary = counter.summary(since=t0)
+    idle_bytes = _Bytes.total - bytes0
+    print("@@idle-done", flush=True)
+    await asyncio.gather(*tasks)
+    return {
+        "rss_base_mb": base,
+        "rss_established_mb": established,
+        "idle_requests": idle_requests,
+        "idle_summary": summary,
+        "idle_bytes": idle_bytes,
+        "verdicts": verdicts,
+        "failures": failures,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "bytes_read": _Bytes.total,
+    }
+
+
+def child_main(path: str) -> None:
+    args = json.loads(Path(path).read_text())
+    print("@@" + json.dumps(asyncio.run(_child(args))), flush=True)
+
+
+# -- the parent -----------------------------------------------------------------------------
+def create_trainings(ns: str, count: int, workers: int, ps: int) -> list[dict[str, Any]]:
+    from airflow_tfk.backends.kubernetes import KubernetesBackend
+    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
+
+    backend = KubernetesBackend(conn_id=kb.CONN_ID)
+    jobs = []
+    for i in range(count):
+        spec = TFClusterSpec.from_dict(
+            {**kb.cluster_spec(ns, workers, ps), "name": f"t{i}-{uuid.uuid4().hex[:4]}"}
+        )
+        ref = backend.create(spec)
+        trigger = TFClusterDoneTrigger(
+            cluster=ref.to_dict(),
+            backend_kind="kubernetes",
+            backend_config={"conn_id": kb.CONN_ID},
+            mode="between_graph",
+            replicas={"worker": workers, "ps": ps},
+            progress_interval=30.0,
+        )
+        jobs.append({"name": ref.name, "namespace": ns, "trigger": trigger.serialize()[1]})
+    return jobs
+
+
+def finish_workers(api: Any, ns: str) -> float:
+    """Tell every worker pod of the namespace to exit 0 now; the time of the last."""
+    from kubernetes import client
+
+    from airflow_tfk import naming
+
+    core = client.CoreV1Api(api)
+    pods = core.list_namespaced_pod(ns, label_selector=f"{naming.LABEL_ROLE}=worker").items
+    for p in pods:
+        core.patch_namespaced_pod(
+            p.metadata.name, ns, {"metadata": {"annotations": {kb.harness.EXIT_CODE: "0"}}}
+        )
+    return time.time()
+
+
+def _said(proc: subprocess.Popen[str]) -> str:
+    """The child's next protocol line (``@@``...); its log lines pass through."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("@@"):
+            return line[2:].strip()
+    raise RuntimeError(f"the waiting process ended early (exit {proc.wait()})")
+
+
+def part1(cp: Any, api: Any, sizes: list[int], opts: Any, workdir: Path) -> None:
+    """Every size at once on one control plane, each waited on by both waiters in
+    processes of their own: one idle window for all (what the waiters cost while nothing
+    changes does not depend on what the others do), then each size's workers exit in turn."""
+    from kubernetes import client
+
+    trainings = {}
+    for n in sizes:
+        ns = kb.namespace(api, f"trig-{n}")
+        trainings[n] = (ns, create_trainings(ns, n, opts.workers, 1))
+    for n, (ns, _) in trainings.items():
+        kb.wait_pods_running(api, ns, n * (opts.workers + 1), timeout=900)
+    procs: dict[tuple[int, str], subprocess.Popen[str]] = {}
+    for n, (_ns, jobs) in trainings.items():
+        for waiter in ("tfk", "cncf"):
+            path = workdir / f"child-{n}-{waiter}.json"
+            path.write_text(
+                json.dumps({"jobs": jobs, "settle": opts.settle, "idle": opts.idle, "waiter": waiter})
+            )
+            procs[n, waiter] = subprocess.Popen(
+                [sys.executable, str(HERE), "--child", str(path)], stdout=subprocess.PIPE, text=True
+            )
+    for proc in procs.values():
+        assert _said(proc) == "idle-done"
+    rows = []
+    for n, (ns, _) in trainings.items():
+        told = finish_workers(api, ns)
+        for waiter in ("tfk", "cncf"):
+            proc = procs[n, waiter]
+            try:
+                out = json.loads(_said(proc))
+            except RuntimeError as exc:  # a waiter that failed is a figure too
+                print(f"N={n} {waiter}: {exc}", flush=True)
+                continue
+            proc.wait()
+            late = sorted(t - told for t in out["verdicts"].values()) or [float("nan")]
+            per = (out["rss_established_mb"] - out["rss_base_mb"]) / n
+            rate = out["idle_requests"] / n * 60 / opts.idle
+            rows.append((n, waiter, per, rate, late[-1], statistics.median(late)))
+            print(
+                f"N={n} {waiter}: {rows[-1][2:]} idle requests {out['idle_summary']};"
+                f" {len(out['failures'])} waits failed {out['failures'][:3]}",
+                flush=True,
+            )
+        client.CoreV1Api(api).delete_namespace(ns)
+    print(
+        f"\nN      waiter  RSS/training MB  req/min/training  verdict max s  median s"
+        f"   ({opts.idle:.0f} s idle window after {opts.settle:.0f} s settling)"
+    )
+    for n, waiter, per, rate, worst, median in rows:
+        print(f"{n:<6d} {waiter:<7s} {per:15.3f} {rate:17.2f} {worst:14.2f} {median:9.2f}")
+
+
+def part2(cp: Any, api: Any, widths: list[int], opts: Any, workdir: Path) -> None:
+    print("\nworkers  +PS  waiter peak RSS growth MB  bytes read MB  verdict after last exit s")
+    for w in widths:
+        ns = kb.namespace(api, f"scale-{w}")
+        jobs = create_trainings(ns, 1, w, 16)
+        t0 = time.monotonic()
+        # The wait starts at the create: it sees every pod come up.
+        out_holder: dict[str, Any] = {}
+        path = workdir / f"scale-{w}.json"
+        path.write_text(json.dumps({"waiter": "tfk", "jobs": jobs, "settle": 0.1, "idle": 0.1}))
+        with subprocess.Popen(
+            [sys.executable, str(HERE), "--child", str(path)], stdout=subprocess.PIPE, text=True
+        ) as proc:
+            assert _said(proc) == "idle-done"
+            running = kb.wait_pods_running(api, ns, w + 16, timeout=900)
+            time.sleep(5)
+            told = finish_workers(api, ns)
+            out_holder = json.loads(_said(proc))
+        verdict = max(out_holder["verdicts"].values()) - told
+        growth = out_holder["peak_rss_mb"] - out_holder["rss_base_mb"]
+        print(
+            f"{w:7d} {16:4d} {growth:25.1f} {out_holder['bytes_read'] / 2**20:14.1f} {verdict:26.2f}"
+            f"   (all running {running:.0f} s after create; total {time.monotonic() - t0:.0f} s)",
+            flush=True,
+        )
+        from kubernetes import client
+
+        client.CoreV1Api(api).delete_namespace(ns)
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        child_main(sys.argv[2])
+        return
+    p = parser(__doc__, sizes="1,20,200", workers=2, idle=300.0, settle=15.0, scale="60,2000", nodes=8)
+    opts = p.parse_args()
+    import tempfile
+
+    workdir = Path(tempfile.mkdtemp(prefix="tfk-bench-trig-"))
+    with kb.control_plane(nodes=opts.nodes) as cp:
+        api = cp.api_client()
+        sizes = [int(x) for x in opts.sizes.split(",") if x]
+        if sizes:
+            part1(cp, api, sizes, opts, workdir)
+        widths = [int(x) for x in opts.scale.split(",") if x]
+        if widths:
+            part2(cp, api, widths, opts, workdir)
+
+
+if __name__ == "__main__":
+    main()

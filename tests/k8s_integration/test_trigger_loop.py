@@ -1,0 +1,69 @@
+"""The trigger never blocks the triggerer's event loop, and waits through one client.
+
+A deferred training's trigger runs in a fresh interpreter (``_trigger_debug``) from its
+start to its event under asyncio's debug mode, with a slow-callback threshold of 0.1 s:
+any "Executing ... took" warning fails the test. The Jobs' relist comes every 0.5 s there
+(a minute by default), so the few seconds the workers take cross several of those
+windows: they must all go through the one client, with the pods listed once and the pod
+watch resumed from its resourceVersion rather than listed again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from k8s import harness
+
+from airflow_tfk import naming
+from k8s_integration import _tfk
+
+pytestmark = pytest.mark.k8s
+tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
+
+HERE = Path(__file__).resolve().parent
+RELIST_SECONDS = 0.5
+
+
+def test_trigger_start_to_event_never_blocks_the_loop(k8s_api, tfk_ns, tfk_conn, tmp_path) -> None:
+    from airflow_tfk._airflow import TaskDeferred
+
+    ctx = _tfk.task_context("manual__loop")
+    name = _tfk.cluster_name(ctx)
+    op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "between_graph", workers=3, ps=1), deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    _, kwargs = deferred.value.trigger.serialize()
+
+    def workers_after_a_while(pod):
+        role = pod.metadata.labels.get(naming.LABEL_ROLE)
+        return {harness.EXIT_CODE: "0", harness.EXIT_DELAY: "3s"} if role == "worker" else None
+
+    env = {
+        **os.environ,
+        "TFK_LOOP_STACKS": str(tmp_path / "stacks.txt"),
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    argv = [sys.executable, "-m", "k8s_integration._trigger_debug", json.dumps(kwargs), str(RELIST_SECONDS)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # the trigger's start: imports done in the process
+        assert first.strip() == "started", first + proc.communicate(timeout=60)[1][-4000:]
+        with _tfk.PodDriver(k8s_api, tfk_ns, name, rule=workers_after_a_while):
+            stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-4000:]
+    out = json.loads(stdout.strip().splitlines()[-1])
+    assert out["event"]["status"] == "success", out["event"]
+    if out["slow"]:  # wall time: reported; the OS may have run others meanwhile
+        print("\n".join(["asyncio's slow-callback warnings:", *out["slow"]]))
+    if out["busy"]:  # the loop thread's stack while it was blocked: what to fix
+        stacks = (tmp_path / "stacks.txt").read_text() if (tmp_path / "stacks.txt").exists() else ""
+        pytest.fail("\n".join(out["busy"] + out["slow"]) + "\n" + stacks[:12000], pytrace=False)
+    assert out["sessions"] == 1, out
+    requests = out["requests"]
+    assert requests.get("GET pods") == 1, requests  # one list; the watch resumes after it
+    assert requests.get("GET jobs", 0) + requests.get("WATCH jobs", 0) >= 2, requests  # windows crossed
