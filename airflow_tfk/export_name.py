@@ -76,3 +76,14 @@ def publish_name_mismatch(cluster: Mapping[str, Any], model_name: object, prefix
         f"exports <export_dir>/{name}/<version>/, so the publish would find no version of "
         f"{model_name!r} from this run. Use the same name in both places"
     )
+
+
+def spec_view(spec: Any) -> dict[str, Any]:
+    """The fields of a ``TFClusterSpec`` that :func:`known_export_name` reads, as a mapping."""
+    view: dict[str, Any] = {"command": list(spec.command or ()), "args": list(spec.args or ())}
+    for role in ("chief", "worker"):
+        role_spec = getattr(spec, role, None)
+        if role_spec is not None:
+            args = None if role_spec.args is None else list(role_spec.args)
+            view[role] = {"replicas": role_spec.replicas, "args": args}
+    return view
