@@ -138,9 +138,8 @@ class TFTrainingOperator(OnBackendOperator):
             apply_previous_run_policy,
             create_or_reattach,
         )
-        from airflow_tfk.watch import TIMEOUT_MESSAGE, Wait, run_blocking, wait_result
-
         from airflow_tfk.operators._publish_names import check_downstream_publish
+        from airflow_tfk.watch import TIMEOUT_MESSAGE, Wait, run_blocking, wait_result
 
         identity, spec, backend = self._resolve(context)
         check_downstream_publish(self, spec)
