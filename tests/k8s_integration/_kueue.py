@@ -251,12 +251,12 @@ def active(workload: dict) -> bool:
 
 class ConcurrencySampler:
     """Samples a namespace every ``every`` seconds on a thread: the Workloads holding quota,
-    the running pods and the clusters that have Jobs, each at its highest, and every
+    those waiting for it, the running pods and the clusters that have Jobs, each at its highest, and every
     cluster name seen with Jobs (in order of first sight)."""
 
     def __init__(self, api, ns: str, every: float = 0.1) -> None:
         self.api, self.ns, self.every = api, ns, every
-        self.peak_admitted = self.peak_pods = self.peak_clusters = 0
+        self.peak_admitted = self.peak_pending = self.peak_pods = self.peak_clusters = 0
         self.samples = 0
         self.seen: dict[str, None] = {}
         self.errors: list[BaseException] = []
@@ -267,7 +267,9 @@ class ConcurrencySampler:
         core, batch = client.CoreV1Api(self.api), client.BatchV1Api(self.api)
         while not self._stop.is_set():
             try:
-                admitted = sum(active(w) for w in workloads(self.api, self.ns))
+                found = workloads(self.api, self.ns)
+                admitted = sum(active(w) for w in found)
+                pending = sum(not true(w, "QuotaReserved") and not true(w, "Finished") for w in found)
                 pods = core.list_namespaced_pod(self.ns, label_selector=naming.LABEL_CLUSTER).items
                 running = sum(p.status.phase == "Running" for p in pods)
                 jobs = batch.list_namespaced_job(self.ns, label_selector=naming.LABEL_CLUSTER).items
@@ -276,6 +278,7 @@ class ConcurrencySampler:
                 self.errors.append(exc)
             else:
                 self.peak_admitted = max(self.peak_admitted, admitted)
+                self.peak_pending = max(self.peak_pending, pending)
                 self.peak_pods = max(self.peak_pods, running)
                 self.peak_clusters = max(self.peak_clusters, len(clusters))
                 self.seen.update(dict.fromkeys(sorted(clusters)))
