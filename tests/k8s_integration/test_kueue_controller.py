@@ -399,7 +399,8 @@ def test_a_sweep_stays_within_the_queue_and_a_killed_sweep_resumes(
     assert set(reruns) == interrupted
     assert all(t.params == before[n].params for n, t in reruns.items())
     # try 2 started exactly the trials that were not finished before it, a cluster each
-    started = {n for n in after if n not in before}
+    # (the kill queued the interrupted trials' parameters as new, waiting trials already)
+    started = {n for n in after if n not in before or before[n].state.name == "WAITING"}
     assert len(started) == SWEEP_TRIALS - len(done_before), sorted(started)
     assert set(retry.seen) <= {f"{base}-t{n}" for n in started}, list(retry.seen)
     for r in rows.values():
