@@ -143,9 +143,11 @@ class TFTrainingOperator(OnBackendOperator):
             apply_previous_run_policy,
             create_or_reattach,
         )
+        from airflow_tfk.operators._publish_names import check_downstream_publish
         from airflow_tfk.watch import TIMEOUT_MESSAGE, Wait, run_blocking, wait_result
 
         identity, spec, backend = self._resolve(context)
+        check_downstream_publish(self, spec)
         handle = ClusterHandle.for_spec(spec, backend, identity)
         wait_limit = self.execution_timeout.total_seconds() if self.execution_timeout else None
         policy = _previous_run_policy(self.previous_run_policy)

@@ -175,3 +175,18 @@ def test_a_relative_template_dir_is_beside_the_training_file(tmp_path: Path) -> 
     assert training.cluster["template_dir"] == str(tmp_path / "templates")
     absolute = parse(cluster={**CLUSTER, "template_dir": "/opt/tfk-templates"})
     assert absolute.cluster["template_dir"] == "/opt/tfk-templates"
+
+
+def test_a_publish_of_another_model_than_the_args_export_is_refused() -> None:
+    """Both names are written in the file: the run could only fail after its training (or
+    publish an older version left under the publish's name), so the file is refused."""
+    cluster = {**CLUSTER, "args": ["--tfk_model_name", "digits_v2"], "storage": {"models": {"claim": "m"}}}
+    data = {"cluster": cluster, "publish": {"model_name": "digits"}}
+    with pytest.raises(SpecError) as info:
+        parse_training(data, default_dag_id="t", source="t.yaml")
+    assert info.value.field == "publish.model_name"
+    assert "but cluster.args gives --tfk_model_name 'digits_v2'" in info.value.rule
+    assert parse_training({**data, "publish": {"model_name": "digits_v2"}}, default_dag_id="t", source="t")
+    # a sweep whose search space names the model: each trial's own, nothing to compare
+    sweep = {"n_trials": 2, "search_space": {"tfk_model_name": {"type": "categorical", "choices": ["a"]}}}
+    assert parse_training({**data, "sweep": sweep}, default_dag_id="t", source="t").sweep

@@ -102,3 +102,22 @@ def test_usage_errors_exit_2(repo: Path, args: list[str], message: str) -> None:
     (repo / "empty").mkdir(exist_ok=True)
     out = validate(*args, cwd=repo)
     assert out.returncode == 2 and out.stderr.strip() == message
+
+
+def test_a_publish_name_the_training_does_not_export_is_an_error(tmp_path: Path, validate_here) -> None:
+    (tmp_path / "digits.yaml").write_text(
+        "cluster:\n"
+        "  image: i\n"
+        "  mode: all_reduce\n"
+        "  command: [python, -m, airflow_tfk.runtime.examples.digits_app]\n"
+        "  args: [--tfk_steps, '100', --tfk_model_name, digits_v2]\n"
+        "  worker: {replicas: 2}\n"
+        "  storage: {models: {claim: tfk-models}}\n"
+        "publish: {model_name: digits}\n"
+    )
+    out = validate_here("digits.yaml", cwd=tmp_path)
+    assert out.returncode == 1, out
+    assert out.stderr.startswith(
+        "error: digits.yaml:8: publish.model_name: is 'digits', but cluster.args gives "
+        "--tfk_model_name 'digits_v2'"
+    ), out.stderr

@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 
 from airflow_tfk.errors import SpecError
-from k8s_integration import _tfk
+from k8s_integration import _kueue, _tfk
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 CLUSTER = "own-ns"
@@ -94,28 +94,12 @@ def sources(k8s_api, controllers: str, tfk_ns: str) -> Iterator[str]:
     )
     _tfk.wait_for(
         "the ClusterQueue to be active",
-        lambda: _true(custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cq), "Active"),
+        lambda: _kueue.true(custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cq), "Active"),
         timeout=30,
     )
     yield cq
     custom.delete_namespaced_custom_object(*KUEUE, tfk_ns, "localqueues", "lq")
     custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cq)
-
-
-def _true(obj: dict | None, kind: str) -> bool:
-    return any(
-        c.get("type") == kind and c.get("status") == "True"
-        for c in ((obj or {}).get("status") or {}).get("conditions") or []
-    )
-
-
-def _owned(api, ns: str, kind: str, name: str) -> list[dict]:
-    items = client.CustomObjectsApi(api).list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
-    return [
-        w
-        for w in items
-        if any(o["kind"] == kind and o["name"] == name for o in w["metadata"].get("ownerReferences") or [])
-    ]
 
 
 def _spec(ns: str, **extra) -> dict:
@@ -165,7 +149,7 @@ def test_own_namespace_gets_pull_secret_account_and_queue_and_goes_with_the_run(
     def rule(pod: client.V1Pod) -> dict[str, str] | None:
         seen.setdefault(pod.metadata.name, pod)  # what the pods were made with
         if not admitted:  # the Jobs are made suspended: a pod means Kueue admitted them
-            admitted.extend(_owned(k8s_api, own, "Job", f"{CLUSTER}-worker"))
+            admitted.extend(_kueue.owned(k8s_api, own, "Job", f"{CLUSTER}-worker"))
             copies["secret"] = core.read_namespaced_secret("regcred", own)
             copies["account"] = core.read_namespaced_service_account("trainer", own)
             copies["queue"] = custom.get_namespaced_custom_object(*KUEUE, own, "localqueues", "lq")
@@ -181,7 +165,7 @@ def test_own_namespace_gets_pull_secret_account_and_queue_and_goes_with_the_run(
         assert pod.spec.service_account_name == "trainer"
         assert [s.name for s in pod.spec.image_pull_secrets] == ["regcred"]
     (wl,) = admitted
-    assert _true(wl, "Admitted") and wl["spec"]["queueName"] == "lq", wl.get("status")
+    assert _kueue.true(wl, "Admitted") and wl["spec"]["queueName"] == "lq", wl.get("status")
     # what the namespace held while the pods ran: copies of the sources, and the queue
     secret, account, queue = copies["secret"], copies["account"], copies["queue"]
     assert secret.type == "kubernetes.io/dockerconfigjson"

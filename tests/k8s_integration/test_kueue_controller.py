@@ -19,33 +19,40 @@ KWOK pods run no containers: the tests finish them through the stage annotations
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-import threading
-from collections.abc import Callable, Iterator
+import contextlib
+import json
+import math
+import os
+import sqlite3
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferred
-from k8s import addons
+from k8s import harness
 from kubernetes import client
 
+from airflow_tfk import naming
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.kubernetes import KubernetesBackend
 from airflow_tfk.errors import TrainingFailed
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.policies import Outcome
+from airflow_tfk.protocol.progress import event_line
 from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.sweep import study as studies
+from airflow_tfk.sweep.runner import SweepStopped
+from airflow_tfk.sweep.trials import ENV_PARAMS, base_name
 from airflow_tfk.watch import wait_for_cluster
-from k8s_integration import _tfk
+from k8s_integration import _kueue, _tfk
 
 pytestmark = [pytest.mark.k8s, pytest.mark.addons("jobset", "kueue")]
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
+controllers, quota = _kueue.controllers, _kueue.quota  # fixtures
 IDENTITY = RunIdentity("k8s_it", "train", "scheduled__2026-01-01T00:00:00+00:00", -1)
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
-JOBSETS = ("jobset.x-k8s.io/v1alpha2", "jobsets")
 
 
 def _spec(ns: str, mode: str, workers: int, ps: int = 0, **extra: Any) -> dict[str, Any]:
@@ -67,225 +74,6 @@ def _queued_jobset(
     return backend, spec, backend.create(spec, IDENTITY)
 
 
-@pytest.fixture(scope="module")
-def controllers(request, k8s_cluster, k8s_api) -> Iterator[str]:
-    """JobSet, then Kueue (it sets up its JobSet integration only if JobSet's API is
-    served), and one ResourceFlavor; yields the flavor's name. Their logs are kept (and
-    named) when a test failed."""
-    workdir = Path(tempfile.mkdtemp(prefix="tfk-kueue-"))
-    failed_before = request.session.testsfailed
-    try:
-        yield from _controllers(k8s_cluster, k8s_api, workdir)
-    finally:
-        if request.session.testsfailed > failed_before:
-            print(f"JobSet and Kueue controller logs kept in {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _controllers(k8s_cluster, k8s_api, workdir: Path) -> Iterator[str]:
-    jobset = addons.JobSetController(k8s_cluster, workdir / "jobset", addons.jobset_binary())
-    kueue = addons.KueueController(k8s_cluster, workdir / "kueue", addons.kueue_binary())
-    custom = client.CustomObjectsApi(k8s_api)
-    flavor = f"tfk-flavor-{kueue.suffix.rsplit('-', 1)[-1]}"
-    (workdir / "jobset").mkdir(parents=True)
-    (workdir / "kueue").mkdir(parents=True)
-    jobset.start(k8s_api)
-    try:
-        kueue.start(k8s_api)
-        try:
-            custom.create_cluster_custom_object(
-                *KUEUE,
-                "resourceflavors",
-                {"apiVersion": "/".join(KUEUE), "kind": "ResourceFlavor", "metadata": {"name": flavor}},
-            )
-            yield flavor
-            # while Kueue runs: it holds a finalizer on the flavor while a queue uses it
-            custom.delete_cluster_custom_object(*KUEUE, "resourceflavors", flavor)
-            _tfk.wait_for(
-                "the flavor gone",
-                lambda: (
-                    not _exists(lambda: custom.get_cluster_custom_object(*KUEUE, "resourceflavors", flavor))
-                ),
-            )
-        finally:
-            kueue.stop(k8s_api)
-    finally:
-        jobset.stop(k8s_api)
-
-
-def _exists(read: Callable[[], Any]) -> bool:
-    try:
-        read()
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
-
-
-@pytest.fixture
-def quota(k8s_api, controllers: str, tfk_ns: str) -> Iterator[Callable[[str], str]]:
-    """``quota(cpu)``: a ClusterQueue with that much CPU (memory plenty) for this namespace
-    only, and the LocalQueue ``lq`` pointing at it. Removed after the test, while Kueue
-    still runs (it finalizes them)."""
-    custom = client.CustomObjectsApi(k8s_api)
-    made: list[tuple[str, str | None]] = []
-
-    def make(cpu: str) -> str:
-        cq = f"tfk-cq-{tfk_ns}"
-        custom.create_cluster_custom_object(
-            *KUEUE,
-            "clusterqueues",
-            {
-                "apiVersion": "/".join(KUEUE),
-                "kind": "ClusterQueue",
-                "metadata": {"name": cq},
-                "spec": {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tfk_ns}},
-                    "resourceGroups": [
-                        {
-                            "coveredResources": ["cpu", "memory"],
-                            "flavors": [
-                                {
-                                    "name": controllers,
-                                    "resources": [
-                                        {"name": "cpu", "nominalQuota": cpu},
-                                        {"name": "memory", "nominalQuota": "64Gi"},
-                                    ],
-                                }
-                            ],
-                        }
-                    ],
-                },
-            },
-        )
-        made.append(("clusterqueues", cq))
-        custom.create_namespaced_custom_object(
-            *KUEUE,
-            tfk_ns,
-            "localqueues",
-            {
-                "apiVersion": "/".join(KUEUE),
-                "kind": "LocalQueue",
-                "metadata": {"name": "lq", "namespace": tfk_ns},
-                "spec": {"clusterQueue": cq},
-            },
-        )
-        made.append(("localqueues", "lq"))
-        _tfk.wait_for(
-            "the ClusterQueue to be active",
-            lambda: _true(custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cq), "Active"),
-            timeout=30,
-        )
-        return "lq"
-
-    yield make
-    # A failed test may leave clusters behind: their Workloads would keep the ClusterQueue
-    # (Kueue's finalizer) after Kueue stops.
-    for version, plural in (JOBSETS, ("batch/v1", "jobs")):
-        group, ver = version.split("/")
-        if plural == "jobs":
-            client.BatchV1Api(k8s_api).delete_collection_namespaced_job(
-                tfk_ns, propagation_policy="Background"
-            )
-        else:
-            custom.delete_collection_namespaced_custom_object(group, ver, tfk_ns, plural)
-    _no_workloads(k8s_api, tfk_ns)
-    for plural, name in reversed(made):
-        if plural == "localqueues":
-            custom.delete_namespaced_custom_object(*KUEUE, tfk_ns, plural, name)
-        else:
-            custom.delete_cluster_custom_object(*KUEUE, plural, name)
-            _tfk.wait_for(
-                f"ClusterQueue {name} gone",
-                lambda n=name: (
-                    not _exists(lambda: custom.get_cluster_custom_object(*KUEUE, "clusterqueues", n))
-                ),
-                timeout=60,
-            )
-
-
-def _true(obj: dict | None, kind: str) -> bool:
-    return any(
-        c.get("type") == kind and c.get("status") == "True"
-        for c in ((obj or {}).get("status") or {}).get("conditions") or []
-    )
-
-
-def _workloads(api, ns: str) -> list[dict]:
-    return client.CustomObjectsApi(api).list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
-
-
-def _owned(api, ns: str, kind: str, name: str) -> list[dict]:
-    return [
-        w
-        for w in _workloads(api, ns)
-        if any(o["kind"] == kind and o["name"] == name for o in w["metadata"].get("ownerReferences") or [])
-    ]
-
-
-def _pending_reason(api, ns: str, kind: str, name: str) -> str | None:
-    """Kueue's message on the owner's Workload while it has no quota reserved."""
-    for w in _owned(api, ns, kind, name):
-        for c in (w.get("status") or {}).get("conditions") or []:
-            if c["type"] == "QuotaReserved" and c["status"] == "False" and c.get("message"):
-                return c["message"]
-    return None
-
-
-def _gone(api, ns: str, cluster: str) -> None:
-    """Nothing of the cluster left: its labelled objects, its JobSet, and Kueue's Workloads
-    for it (the garbage collector removes them with their owners)."""
-    _tfk.wait_no_leftovers(api, ns, cluster, timeout=90)
-    _tfk.wait_for("no JobSet left", lambda: not _tfk.objects(api, ns, cluster, kinds=[JOBSETS]), timeout=60)
-    _no_workloads(api, ns, cluster)
-
-
-def _of_cluster(workload: dict, cluster: str | None) -> bool:
-    owners = workload["metadata"].get("ownerReferences") or []
-    return cluster is None or any(o["name"] == cluster or o["name"].startswith(f"{cluster}-") for o in owners)
-
-
-def _no_workloads(api, ns: str, cluster: str | None = None, timeout: float = 60) -> None:
-    def left() -> list[dict]:
-        return [w for w in _workloads(api, ns) if _of_cluster(w, cluster)]
-
-    try:
-        _tfk.wait_for("no Workload left", lambda: not left(), timeout=timeout)
-    except AssertionError:
-        summary = [
-            (
-                w["metadata"]["name"],
-                w["metadata"].get("ownerReferences"),
-                (w.get("status") or {}).get("conditions"),
-            )
-            for w in left()
-        ]
-        raise AssertionError(f"Workloads of {cluster or 'any cluster'} left in {ns}: {summary}") from None
-
-
-class _Op:
-    """The operator's blocking ``execute`` in a thread (as a worker runs it)."""
-
-    def __init__(self, op, ctx) -> None:
-        self.op, self.ctx = op, ctx
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.result = self.op.execute(self.ctx)
-        except BaseException as exc:  # noqa: BLE001 - asserted by the test
-            self.error = exc
-
-    def join(self, timeout: float = 90) -> None:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "the operator did not return"
-
-
 def test_a_second_cluster_queues_until_the_first_finishes(
     k8s_api, controllers, quota, tfk_ns, tfk_conn, capfd
 ):
@@ -297,16 +85,16 @@ def test_a_second_cluster_queues_until_the_first_finishes(
     _tfk.wait_for(
         "the first cluster's 2 pods", lambda: len(_tfk.pods(k8s_api, tfk_ns, "first")) == 2, timeout=60
     )
-    assert all(_true(w, "Admitted") for w in _owned(k8s_api, tfk_ns, "Job", "first-worker"))
+    assert all(_kueue.true(w, "Admitted") for w in _kueue.owned(k8s_api, tfk_ns, "Job", "first-worker"))
 
     ctx = _tfk.task_context("manual__second")
     second = _tfk.cluster_name(ctx)
     spec = _spec(tfk_ns, "all_reduce", workers=2, ps=0, queue_name=lq)
     with _tfk.PodDriver(k8s_api, tfk_ns, second):
-        run = _Op(_tfk.make_op(tfk_ns, spec, progress_interval=1), ctx)
+        run = _kueue.OperatorThread(_tfk.make_op(tfk_ns, spec, progress_interval=1), ctx)
         reason = _tfk.wait_for(
             "Kueue's pending reason on the second cluster",
-            lambda: _pending_reason(k8s_api, tfk_ns, "Job", f"{second}-worker"),
+            lambda: _kueue.pending_reason(k8s_api, tfk_ns, "Job", f"{second}-worker"),
             timeout=60,
         )
         assert f"insufficient unused quota for cpu in flavor {controllers}, 2 more needed" in reason, reason
@@ -335,8 +123,8 @@ def test_a_second_cluster_queues_until_the_first_finishes(
     assert started >= done, (started, done)  # admitted only once the first released its quota
     backend.delete(first_ref)
     backend.delete(ClusterRef(second, tfk_ns))  # the operator's default clean-up keeps finished Jobs
-    _gone(k8s_api, tfk_ns, "first")
-    _gone(k8s_api, tfk_ns, second)
+    _kueue.gone(k8s_api, tfk_ns, "first")
+    _kueue.gone(k8s_api, tfk_ns, second)
 
 
 def test_a_cluster_bigger_than_the_quota_never_starts_a_pod(k8s_api, controllers, quota, tfk_ns, tfk_conn):
@@ -344,7 +132,7 @@ def test_a_cluster_bigger_than_the_quota_never_starts_a_pod(k8s_api, controllers
     lq = quota("3")
     backend, spec, ref = _queued_jobset(tfk_conn, tfk_ns, "big", 3, lq)
     reason = _tfk.wait_for(
-        "Kueue's pending reason", lambda: _pending_reason(k8s_api, tfk_ns, "JobSet", "big"), timeout=60
+        "Kueue's pending reason", lambda: _kueue.pending_reason(k8s_api, tfk_ns, "JobSet", "big"), timeout=60
     )
     # Kueue's own words (v0.19: the PS's 1 CPU, then the workers' 3, against the 3 of the quota).
     assert f"insufficient quota for cpu in flavor {controllers}, " in reason, reason
@@ -356,10 +144,10 @@ def test_a_cluster_bigger_than_the_quota_never_starts_a_pod(k8s_api, controllers
     assert verdict.outcome is Outcome.RUNNING  # still waiting
     assert f"queued: JobSet big queued in LocalQueue {lq}: {reason}" in lines, lines
     assert _tfk.pods(k8s_api, tfk_ns, "big") == []
-    js = _tfk.objects(k8s_api, tfk_ns, "big", kinds=[JOBSETS])["jobsets/big"]
+    js = _tfk.objects(k8s_api, tfk_ns, "big", kinds=[_kueue.JOBSETS])["jobsets/big"]
     assert js["spec"]["suspend"] is True
     backend.delete(ref)
-    _gone(k8s_api, tfk_ns, "big")
+    _kueue.gone(k8s_api, tfk_ns, "big")
 
 
 def test_a_queued_cluster_killed_or_timed_out_leaves_nothing(k8s_api, quota, tfk_ns, tfk_conn):
@@ -370,14 +158,18 @@ def test_a_queued_cluster_killed_or_timed_out_leaves_nothing(k8s_api, quota, tfk
 
     ctx = _tfk.task_context("manual__killqueued")
     name = _tfk.cluster_name(ctx)
-    run = _Op(_tfk.make_op(tfk_ns, spec, progress_interval=2), ctx)  # a queued wait re-looks every 2 s
+    run = _kueue.OperatorThread(
+        _tfk.make_op(tfk_ns, spec, progress_interval=2), ctx
+    )  # a queued wait re-looks every 2 s
     _tfk.wait_for(
-        "the cluster queued", lambda: _pending_reason(k8s_api, tfk_ns, "Job", f"{name}-worker"), timeout=60
+        "the cluster queued",
+        lambda: _kueue.pending_reason(k8s_api, tfk_ns, "Job", f"{name}-worker"),
+        timeout=60,
     )
     run.op.on_kill()
     run.join(60)
     assert isinstance(run.error, TrainingFailed), run.error
-    _gone(k8s_api, tfk_ns, name)
+    _kueue.gone(k8s_api, tfk_ns, name)
 
     ctx = _tfk.task_context("manual__timeoutqueued")
     name = _tfk.cluster_name(ctx)
@@ -385,7 +177,9 @@ def test_a_queued_cluster_killed_or_timed_out_leaves_nothing(k8s_api, quota, tfk
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     _tfk.wait_for(
-        "the cluster queued", lambda: _pending_reason(k8s_api, tfk_ns, "Job", f"{name}-worker"), timeout=60
+        "the cluster queued",
+        lambda: _kueue.pending_reason(k8s_api, tfk_ns, "Job", f"{name}-worker"),
+        timeout=60,
     )
     trigger = type(deferred.value.trigger)(
         **deferred.value.trigger.serialize()[1]
@@ -401,7 +195,7 @@ def test_a_queued_cluster_killed_or_timed_out_leaves_nothing(k8s_api, quota, tfk
     with pytest.raises(AirflowTaskTimeout):
         op.execute_complete(ctx, event, **deferred.value.kwargs)
     assert not _tfk.pods(k8s_api, tfk_ns, name)
-    _gone(k8s_api, tfk_ns, name)
+    _kueue.gone(k8s_api, tfk_ns, name)
 
 
 def test_the_jobset_layout_is_admitted_as_one_workload(k8s_api, quota, tfk_ns, tfk_conn):
@@ -410,12 +204,12 @@ def test_the_jobset_layout_is_admitted_as_one_workload(k8s_api, quota, tfk_ns, t
     lq = quota("3")
     backend, spec, ref = _queued_jobset(tfk_conn, tfk_ns, "whole", 2, lq)
     _tfk.wait_for("3 pods", lambda: len(_tfk.pods(k8s_api, tfk_ns, "whole")) == 3, timeout=60)
-    workloads = _workloads(k8s_api, tfk_ns)
+    workloads = _kueue.workloads(k8s_api, tfk_ns)
     assert len(workloads) == 1, [w["metadata"]["name"] for w in workloads]
     (wl,) = workloads
     assert [(o["kind"], o["name"]) for o in wl["metadata"]["ownerReferences"]] == [("JobSet", "whole")]
     assert {p["name"]: p["count"] for p in wl["spec"]["podSets"]} == {"ps": 1, "worker": 2}
-    assert _true(wl, "Admitted"), wl["status"]
+    assert _kueue.true(wl, "Admitted"), wl["status"]
     usage = {a["name"]: a["resourceUsage"]["cpu"] for a in wl["status"]["admission"]["podSetAssignments"]}
     assert usage == {"ps": "1", "worker": "2"}, usage
     _tfk.finish(k8s_api, tfk_ns, "whole", "worker", 0, count=2)
@@ -425,11 +219,11 @@ def test_the_jobset_layout_is_admitted_as_one_workload(k8s_api, quota, tfk_ns, t
     assert verdict.outcome is Outcome.SUCCEEDED, verdict
     _tfk.wait_for(
         "Kueue to mark the Workload finished",
-        lambda: _true(_owned(k8s_api, tfk_ns, "JobSet", "whole")[0], "Finished"),
+        lambda: _kueue.true(_kueue.owned(k8s_api, tfk_ns, "JobSet", "whole")[0], "Finished"),
         timeout=60,
     )
     backend.delete(ref)
-    _gone(k8s_api, tfk_ns, "whole")
+    _kueue.gone(k8s_api, tfk_ns, "whole")
 
 
 def test_the_jobs_layout_with_a_ps_needs_only_the_job_integration(k8s_api, quota, tfk_ns, tfk_conn, capfd):
@@ -442,12 +236,12 @@ def test_the_jobs_layout_with_a_ps_needs_only_the_job_integration(k8s_api, quota
     name = _tfk.cluster_name(ctx)
     spec = _spec(tfk_ns, "between_graph", workers=2, ps=1, queue_name=lq)
     with _tfk.PodDriver(k8s_api, tfk_ns, name):
-        run = _Op(_tfk.make_op(tfk_ns, spec), ctx)
+        run = _kueue.OperatorThread(_tfk.make_op(tfk_ns, spec), ctx)
         _tfk.wait_for("3 pods", lambda: len(_tfk.pods(k8s_api, tfk_ns, name)) == 3, timeout=60)
         usage = {}
         for role in ("ps", "worker"):
-            (wl,) = _owned(k8s_api, tfk_ns, "Job", f"{name}-{role}")
-            assert _true(wl, "Admitted"), wl["status"]
+            (wl,) = _kueue.owned(k8s_api, tfk_ns, "Job", f"{name}-{role}")
+            assert _kueue.true(wl, "Admitted"), wl["status"]
             (assignment,) = wl["status"]["admission"]["podSetAssignments"]
             usage[role] = assignment["resourceUsage"]["cpu"]
         assert usage == {"ps": "1", "worker": "2"}, usage
@@ -456,10 +250,172 @@ def test_the_jobs_layout_with_a_ps_needs_only_the_job_integration(k8s_api, quota
     assert f"deleted ps of cluster {name}" in capfd.readouterr().out
     _tfk.wait_for("the PS pod gone", lambda: not _tfk.pods(k8s_api, tfk_ns, name, "ps"), timeout=60)
     _tfk.wait_for(
-        "the PS Job's Workload gone", lambda: not _owned(k8s_api, tfk_ns, "Job", f"{name}-ps"), timeout=60
+        "the PS Job's Workload gone",
+        lambda: not _kueue.owned(k8s_api, tfk_ns, "Job", f"{name}-ps"),
+        timeout=60,
     )
     KubernetesBackend(conn_id=tfk_conn).delete(ClusterRef(name, tfk_ns))
-    _gone(k8s_api, tfk_ns, name)
+    _kueue.gone(k8s_api, tfk_ns, name)
+
+
+# -- a sweep under a queue ------------------------------------------------------------------
+# The issue's must-show is 20 trials (TFK_KWOK_SWEEP_TRIALS=20: ~40 s at load 16 on 2
+# cores); CI runs 10, as the sweep loop's own creates and deletes take ~1 s a trial there.
+SWEEP_TRIALS = int(os.environ.get("TFK_KWOK_SWEEP_TRIALS", "10"))
+SWEEP_QUOTA = 4  # trials of 1 CPU that Kueue admits at once
+SWEEP_CLUSTERS = 6  # max_concurrent_trials: trial clusters the task keeps, queued or not
+KILL_AFTER = SWEEP_TRIALS * 2 // 5  # trials completed when the sweep task is killed
+
+
+def _trial_loss(params: dict[str, float]) -> float:
+    """What a trial 'trains' to: best at lr = 1e-2."""
+    return round((math.log10(params["lr"]) + 2) ** 2, 6)
+
+
+def _trial_logs(k8s_api):
+    """``KubernetesBackend.logs`` for KWOK, whose nodes have no kubelet to serve container
+    logs: the lines the trial's worker would print (its metrics event with the loss of its
+    parameters), read from the environment of the trial's real Job."""
+
+    def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
+        job = client.BatchV1Api(k8s_api).read_namespaced_job(f"{ref.name}-{role}", ref.namespace)
+        env = {e.name: e.value for e in job.spec.template.spec.containers[0].env or []}
+        params = json.loads(env[ENV_PARAMS])
+        return event_line("metrics", loss=_trial_loss(params)) + "\n"
+
+    return logs
+
+
+def _sweep_op(ns: str, lq: str, storage: Path) -> Any:
+    from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
+
+    spec = _spec(ns, "all_reduce", workers=1, ps=0, queue_name=lq)
+    return TFHyperparameterSweepOperator(
+        task_id="sweep",
+        backend="kubernetes",
+        kubernetes_conn_id=_tfk.CONN_ID,
+        cluster_spec=spec,
+        sweep={
+            "n_trials": SWEEP_TRIALS,
+            "max_concurrent_trials": SWEEP_CLUSTERS,
+            "search_space": {"lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True}},
+            "sampler": {"name": "random", "seed": 3},
+            # KWOK gives no progress lines, so there is nothing to prune on; the
+            # pruner's own test runs real trainings on the local backend.
+            "pruner": "none",
+            "storage": str(storage),
+            "poll_interval": 0.25,
+        },
+    )
+
+
+def _worker_runs_3s(pod: client.V1Pod) -> dict[str, str] | None:
+    if (pod.metadata.labels or {}).get(naming.LABEL_ROLE) != "worker":
+        return None
+    return {harness.EXIT_CODE: "0", harness.EXIT_DELAY: "3s"}
+
+
+def test_a_sweep_stays_within_the_queue_and_a_killed_sweep_resumes(
+    k8s_api, quota, tfk_ns, tfk_conn, tmp_path, monkeypatch
+):
+    """``SWEEP_TRIALS`` trials of one 1-CPU worker each; Kueue's quota admits 4 at once,
+    the sweep keeps at most 6 trial clusters (so 2 wait in the queue). Sampled all along,
+    both tries: never more than 4 admitted Workloads or running pods, never more than 6
+    trial clusters. ``on_kill`` mid-sweep leaves 0 pods, Jobs and Workloads; the retry (the
+    same task instance, try 2) runs the interrupted trials again and the ones never
+    started, and no finished one."""
+    lq = quota(str(SWEEP_QUOTA))
+    monkeypatch.setattr(KubernetesBackend, "logs", _trial_logs(k8s_api))
+    storage = tmp_path / "study.db"
+    url = f"sqlite:///{storage}"
+    ctx = _tfk.task_context("manual__sweep", task_id="sweep")
+    base = base_name(RunIdentity("k8s_it", "sweep", "manual__sweep", -1))
+    batch = client.BatchV1Api(k8s_api)
+
+    def completed() -> int:
+        # Read-only SQL: optuna.load_study could race the sweep's own creation of the schema.
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{storage}?mode=ro", uri=True)) as db:
+                return int(db.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0])
+        except sqlite3.Error:
+            return 0
+
+    def no_pods_jobs_workloads() -> bool:
+        return not (
+            client.CoreV1Api(k8s_api).list_namespaced_pod(tfk_ns).items
+            or batch.list_namespaced_job(tfk_ns).items
+            or _kueue.workloads(k8s_api, tfk_ns)
+        )
+
+    t0 = time.monotonic()
+    with (
+        _tfk.PodDriver(k8s_api, tfk_ns, rule=_worker_runs_3s),
+        _kueue.ConcurrencySampler(k8s_api, tfk_ns) as first,
+    ):
+        run = _kueue.OperatorThread(_sweep_op(tfk_ns, lq, storage), ctx)
+
+        def midway() -> bool:
+            assert run.thread.is_alive(), f"the sweep ended before the kill: {run.error or run.result}"
+            return completed() >= KILL_AFTER and first.peak_clusters == SWEEP_CLUSTERS
+
+        _tfk.wait_for("trials finished and a full set of trial clusters", midway, timeout=120, every=0.5)
+        run.op.on_kill()
+        run.join(60)
+        _tfk.wait_for("0 pods, 0 Jobs, 0 Workloads", no_pods_jobs_workloads, timeout=60)
+    assert isinstance(run.error, SweepStopped), run.error
+    killed_after = time.monotonic() - t0
+
+    study = optuna.load_study(study_name=None, storage=url)
+    before = {t.number: t for t in study.trials}
+    done_before = {n for n, t in before.items() if studies.counted(t)}
+    interrupted = {n for n, t in before.items() if t.user_attrs.get(studies.INTERRUPTED)}
+    assert len(done_before) >= KILL_AFTER and interrupted, (done_before, interrupted)
+    assert all(before[n].state.name == "COMPLETE" for n in done_before)
+
+    ctx = _tfk.task_context("manual__sweep", task_id="sweep", try_number=2)
+    with (
+        _tfk.PodDriver(k8s_api, tfk_ns, rule=_worker_runs_3s),
+        _kueue.ConcurrencySampler(k8s_api, tfk_ns) as retry,
+    ):
+        result = _sweep_op(tfk_ns, lq, storage).execute(ctx)
+        _tfk.wait_for("0 pods, 0 Jobs, 0 Workloads", no_pods_jobs_workloads, timeout=60)
+    total = time.monotonic() - t0
+    for sampler in (first, retry):
+        assert not sampler.errors, sampler.errors
+        assert sampler.samples > 10, sampler.samples
+        assert sampler.peak_admitted <= SWEEP_QUOTA and sampler.peak_pods <= SWEEP_QUOTA, vars(sampler)
+        assert sampler.peak_clusters <= SWEEP_CLUSTERS, vars(sampler)
+    # The quota was the limit: full at some point, with trials waiting for it.
+    assert max(first.peak_admitted, retry.peak_admitted) == SWEEP_QUOTA, (vars(first), vars(retry))
+    assert max(first.peak_pending, retry.peak_pending) >= 1, (vars(first), vars(retry))
+
+    rows = {r["number"]: r for r in result["trials"]}
+    assert sum(r["state"] == "COMPLETE" for r in rows.values()) == SWEEP_TRIALS, rows
+    after = {t.number: t for t in optuna.load_study(study_name=None, storage=url).trials}
+    for n in done_before:  # not run again: the same trial, and no cluster of it in try 2
+        assert after[n].datetime_start == before[n].datetime_start
+        assert f"{base}-t{n}" not in retry.seen, (n, list(retry.seen))
+    reruns = {t.user_attrs[studies.RERUN_OF]: t for t in after.values() if studies.RERUN_OF in t.user_attrs}
+    assert set(reruns) == interrupted
+    assert all(t.params == before[n].params for n, t in reruns.items())
+    # try 2 started exactly the trials that were not finished before it, a cluster each
+    # (the kill queued the interrupted trials' parameters as new, waiting trials already)
+    started = {n for n in after if n not in before or before[n].state.name == "WAITING"}
+    assert len(started) == SWEEP_TRIALS - len(done_before), sorted(started)
+    assert set(retry.seen) <= {f"{base}-t{n}" for n in started}, list(retry.seen)
+    for r in rows.values():
+        if r["state"] == "COMPLETE":
+            assert r["value"] == _trial_loss(r["params"]), r
+    best = min((r for r in rows.values() if r["state"] == "COMPLETE"), key=lambda r: r["value"])
+    assert result["best"]["number"] == best["number"]
+    print(
+        f"sweep under Kueue: killed after {killed_after:.1f} s with {len(done_before)} finished, "
+        f"{len(interrupted)} interrupted; all {SWEEP_TRIALS} done after {total:.1f} s; peaks "
+        f"(admitted, waiting, running pods, clusters): try 1 {first.peak_admitted}, {first.peak_pending}, "
+        f"{first.peak_pods}, {first.peak_clusters}; try 2 {retry.peak_admitted}, {retry.peak_pending}, "
+        f"{retry.peak_pods}, {retry.peak_clusters}; "
+        f"{first.samples + retry.samples} samples"
+    )
 
 
 # Namespace per training under Kueue (its copies and LocalQueue): with these controllers,
