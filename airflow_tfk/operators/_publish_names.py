@@ -16,8 +16,10 @@ def check_downstream_publish(task: Any, spec: Any) -> None:
     from airflow_tfk.export_name import publish_name_mismatch, spec_view
     from airflow_tfk.operators.serving import TFPublishModelOperator
 
+    if not task.has_dag():  # a task run on its own (tests, tools) has no downstream tasks
+        return
     view = spec_view(spec)
-    for downstream in getattr(task, "downstream_list", ()):
+    for downstream in task.downstream_list:
         if not isinstance(downstream, TFPublishModelOperator):
             continue
         why = publish_name_mismatch(view, downstream.model_name, prefix="cluster_spec.")
