@@ -179,13 +179,6 @@ def train_parameter_server(app: TrainingApp) -> None:
 #: flight finish first, so none is lost.
 PS_QUEUE_SECONDS = 3.0
 
-#: Seconds between two progress reads of the parameter_server loop, at least. A read is a
-#: call from the chief to the ps, which the workers' steps also wait on; at the default
-#: line every 10 steps a fast cluster asked for one every ~70 ms (bench/bench_trainingapp.py
-#: at ~150 steps/s). Lines then come at most this often, and a line's step is still the
-#: counter the workers advance, read at that moment.
-PS_PROGRESS_READ_SECONDS = 0.2
-
 
 class _PSLoop:
     """Schedules the steps of a parameter_server training and keeps it paced, reported,
@@ -196,10 +189,9 @@ class _PSLoop:
     scheduled becomes a marker; waiting for the marker from ``lag`` paces earlier keeps
     the workers fed with ``lag`` paces of work and paces this loop to them, so it wakes up
     evenly. ``lag`` follows the measured step rate: :data:`PS_QUEUE_SECONDS` of work, and
-    at least ~8 closures per worker. At a wake-up the progress is read from the ps (the
-    counter the workers advance), both variables in one call, and at most every
-    :data:`PS_PROGRESS_READ_SECONDS`: a line shows the step the cluster has finished at
-    that moment. A coarser pace wakes the loop in bursts, and the
+    at least ~8 closures per worker. At each wake-up the progress is read from the ps (the
+    counter the workers advance), both variables in one call: a line shows the step the
+    cluster has finished at that moment. A coarser pace wakes the loop in bursts, and the
     counter then jumps past progress lines.
     """
 
@@ -214,10 +206,8 @@ class _PSLoop:
         self.every_ckpt = app.flags.checkpoint_every if state.manager is not None else 0
         self.markers: collections.deque[Any] = collections.deque()
         self.readings: collections.deque[tuple[float, int]] = collections.deque(maxlen=32)
-        self.last_read = -math.inf
 
     def progress(self) -> None:
-        self.last_read = time.monotonic()
         step, loss = (v.numpy() for v in self.read())
         loss = float(loss)
         self.follow_rate(int(step))
@@ -263,8 +253,7 @@ class _PSLoop:
                 self.markers.append(rv)
                 while len(self.markers) > self.lag:
                     self.markers.popleft().fetch()  # waits until that closure has run
-                if time.monotonic() - self.last_read >= PS_PROGRESS_READ_SECONDS:
-                    self.progress()  # printed when a line is due
+                self.progress()  # printed when a line is due
             if scheduled < self.total and self.crossed(scheduled, self.every_ckpt):
                 self.drain_and_save()
         self.drain_and_save()
