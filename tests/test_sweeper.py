@@ -178,7 +178,9 @@ def test_a_finished_run_of_a_succeeded_task_keeps_its_exports(backend) -> None:
         assert time.monotonic() < deadline, backend.logs(ref, "worker", 0)
         time.sleep(0.1)
     swept = sweep(backend, "default", states({"scheduled__1": "success"}), now=time.time() + 3601)
-    assert [r.ref for r in swept] == [ref] and backend._marked(ref) == []  # the PS is stopped
+    # The PS is stopped by the sweep. (The worker's supervisor, which wrote "Succeeded", may
+    # still be in its own interpreter's exit for a moment on a loaded machine: not counted.)
+    assert [r.ref for r in swept] == [ref] and backend._marked(ref, ["ps"]) == []
     models = Path(local_state(backend, ref)["volumes"]["models"]) / "m"
     assert [p.name for p in models.iterdir()] == ["1"]
     assert backend.exists(ref)
