@@ -260,7 +260,7 @@ def test_a_finished_training_loses_only_what_never_exits(backend) -> None:
         time.sleep(0.1)
     swept = sweep(backend, "default", states({"scheduled__1": "up_for_retry"}), now=time.time() + 3601)
     assert [r.ref for r in swept] == [ref] and "deadline" in swept[0].reason
-    assert backend._marked(ref) == []  # the PS is stopped
+    assert backend._marked(ref, ["ps"]) == []  # the PS is stopped (see above)
     said: list[str] = []
     assert create_or_reattach(backend, s, OWNER, said.append) == ref
     assert any("reattaching" in m for m in said) and not any("creating" in m for m in said), said
