@@ -200,3 +200,31 @@ def test_exec_refusal_is_the_kernels():
     assert in_process.exec_refusal(["x" * limit], {}) is None
     assert "argument 0" in (in_process.exec_refusal(["x" * (limit + 1)], {}) or "")
     assert "TF_CONFIG" in (in_process.exec_refusal(["x"], {"TF_CONFIG": "y" * limit}) or "")
+
+
+def test_a_training_app_keeps_a_long_tf_config_from_its_subprocesses():
+    """The runtime builds TF_CONFIG in the TrainingApp's own process (no exec); over the
+    exec limit it stays in os.environ, and the app's subprocesses still start."""
+    code = (
+        "import os, subprocess, sys\n"
+        "from airflow_tfk.runtime.cluster import ensure_tf_config\n"
+        "ensure_tf_config()\n"
+        "child = subprocess.run([sys.executable, '-c', "
+        '\'import os; print(len(os.environ.get("TF_CONFIG", "")))\'], capture_output=True, text=True)\n'
+        "print('SIZES', len(os.environ['TF_CONFIG']), child.returncode, child.stdout.strip())\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        env=compact_env(5000),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    sizes = next(x for x in res.stdout.splitlines() if x.startswith("SIZES")).split()[1:]
+    assert int(sizes[0]) > MAX_STRING_CHARS and sizes[1:] == ["0", "0"], res.stderr[-2000:]
+    small = subprocess.run(
+        [sys.executable, "-c", code], env=compact_env(4), capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    sizes = next(x for x in small.stdout.splitlines() if x.startswith("SIZES")).split()[1:]
+    assert sizes[1] == "0" and sizes[2] == sizes[0], "a TF_CONFIG that fits is passed on"
