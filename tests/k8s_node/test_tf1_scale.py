@@ -83,9 +83,15 @@ def test_tf1_script_of_5000_workers_starts_and_sees_every_host(k8s_node, node_ap
     )
     assert max(len(s) for s in pod_strings) < 1000
 
+    workers = [naming.task_address(name, "worker", i, node_ns, spec.port) for i in range(WORKERS)]
+    ps = [naming.task_address(name, "ps", i, node_ns, spec.port) for i in range(PS)]
+    flag = f"--worker_hosts={','.join(workers)}"
+    assert len(flag) > MAX_STRING_CHARS, "the flag must be one no exec could carry"
+
     core = client.CoreV1Api(node_api)
     t0 = time.monotonic()
     core.create_namespaced_pod(node_ns, pod)
+    core.create_namespaced_pod(node_ns, _literal_flags_pod(pod, ps, workers))
     pod_name = pod["metadata"]["name"]
 
     def finished() -> str | None:
@@ -100,10 +106,6 @@ def test_tf1_script_of_5000_workers_starts_and_sees_every_host(k8s_node, node_ap
     assert line is not None, log[-3000:]
     seen = json.loads(line.split(" ", 1)[1])
 
-    workers = [naming.task_address(name, "worker", i, node_ns, spec.port) for i in range(WORKERS)]
-    ps = [naming.task_address(name, "ps", i, node_ns, spec.port) for i in range(PS)]
-    flag = f"--worker_hosts={','.join(workers)}"
-    assert len(flag) > MAX_STRING_CHARS, "the flag must be one no exec could carry"
     assert (seen["workers"], seen["worker_sha"]) == (WORKERS, _digest(workers))
     assert (seen["ps"], seen["ps_sha"]) == (PS, _digest(ps))
     assert (seen["job_name"], seen["task_index"]) == ("worker", INDEX)
@@ -113,7 +115,44 @@ def test_tf1_script_of_5000_workers_starts_and_sees_every_host(k8s_node, node_ap
     assert seen["tf_config_chars"] > MAX_STRING_CHARS
     assert seen["child_exit"] == 0
     assert "in this process" in log
+    # The control: the same pod with the flags written into its args, as they were, does
+    # not start on this kubelet - the limit the launcher works around is the node's own.
+    refused = _tfk.wait_for(
+        "the literal-flags pod refused", lambda: _start_error(core, node_ns), 60, every=0.3
+    )
+    assert "argument list too long" in refused, refused
+    print(f"the same pod with the flags in its args: {refused[-160:]}")
     print(
         f"TF1 worker {INDEX} of {WORKERS}: Succeeded {took:.1f}s after create, saw {seen['workers']} "
         f"workers, {seen['ps']} PS, TF_CONFIG {seen['tf_config_chars']:,} characters"
     )
+
+
+LITERAL = "literal"
+
+
+def _literal_flags_pod(pod: dict, ps: list[str], workers: list[str]) -> dict:
+    """The pod as it was rendered with the host flags in its args."""
+    container = {**pod["spec"]["containers"][0]}
+    container["command"] = ["python", "-m", "airflow_tfk.runtime.launch", "--", "python", SCRIPT]
+    container["args"] = [
+        "--user_flag",
+        "kept",
+        f"--ps_hosts={','.join(ps)}",
+        f"--worker_hosts={','.join(workers)}",
+        "--job_name=$(TFK_ROLE)",
+        "--task_index=$(TFK_INDEX)",
+    ]
+    meta = {**pod["metadata"], "name": f"{pod['metadata']['name']}-{LITERAL}"}
+    return {**pod, "metadata": meta, "spec": {**pod["spec"], "containers": [container]}}
+
+
+def _start_error(core: client.CoreV1Api, namespace: str) -> str | None:
+    """The message the kubelet gives for the literal-flags pod's container, once it has one."""
+    pods = core.list_namespaced_pod(namespace).items
+    mine = next((p for p in pods if p.metadata.name.endswith(f"-{LITERAL}")), None)
+    for status in (mine.status.container_statuses or []) if mine is not None else []:
+        for state in (status.state.terminated, status.state.waiting):
+            if state is not None and state.message:
+                return str(state.message)
+    return None
