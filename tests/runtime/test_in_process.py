@@ -228,3 +228,30 @@ def test_a_training_app_keeps_a_long_tf_config_from_its_subprocesses():
     )
     sizes = next(x for x in small.stdout.splitlines() if x.startswith("SIZES")).split()[1:]
     assert sizes[1] == "0" and sizes[2] == sizes[0], "a TF_CONFIG that fits is passed on"
+
+
+def test_tensorflow_sessions_get_the_shims_filters_in_process(tmp_path):
+    """The device-filter shim, loaded by the launcher into its own process, patches the
+    real TensorFlow the script imports afterwards (and only once)."""
+    script = tmp_path / "sessions.py"
+    script.write_text(
+        "import json, sys, tensorflow as tf\n"
+        "from tensorflow.python.client import session as s\n"
+        "seen = []\n"
+        "def spy(self, target='', graph=None, config=None):\n"
+        "    seen.append(list(config.device_filters) if config is not None else None)\n"
+        "    raise RuntimeError('stop')  # no master needed\n"
+        "s.BaseSession.__init__ = spy\n"
+        "for target in ('grpc://127.0.0.1:1', ''):\n"
+        "    try:\n"
+        "        tf.compat.v1.Session(target)\n"
+        "    except RuntimeError:\n"
+        "        pass\n"
+        "hosts = [a for a in sys.argv if a.startswith('--worker_hosts=')][0].split(',')\n"
+        "print('SEEN', json.dumps(seen), len(hosts))\n"
+    )
+    res = launch(["--tf1-flags", "--", sys.executable, str(script)], compact_env(5000, index=1))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "in this process" in res.stderr
+    line = next(x for x in res.stdout.splitlines() if x.startswith("SEEN "))
+    assert line == 'SEEN [["/job:ps", "/job:worker/task:1"], null] 5000'
