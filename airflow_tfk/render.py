@@ -22,6 +22,16 @@ from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.admission import KUEUE_QUEUE_LABEL, Layout
+from airflow_tfk.exec_plan import (
+    FULL_CLUSTER_MAX_BYTES,
+    LAUNCH_MODULE,
+    TF1_FLAGS_OPTION,
+    compact_cluster,
+    launcher_position,
+    launcher_writes_tf1_flags,
+    provider_adds_launcher,
+    role_command,
+)
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
 from airflow_tfk.render_pods import patch_pod_templates, pod_context
@@ -30,6 +40,7 @@ from airflow_tfk.spec_pods import role_rules
 from airflow_tfk.templating import RenderError, k8s_escape, template_dirs, template_environment, yaml_loader
 
 __all__ = [
+    "FULL_CLUSTER_MAX_BYTES",
     "RenderError",
     "render",
     "runs_through_launcher",
@@ -48,11 +59,6 @@ TEMPLATES = {
     "JobSet": "jobset.yaml.j2",
 }
 _NAMESPACED = {"NetworkPolicy", "PersistentVolumeClaim", "Service", "Job", "JobSet"}
-# Up to this size every pod carries the full address map, and Kubernetes builds TF_CONFIG
-# from it, so any TensorFlow image works (about 250 tasks). Above it, TFK_CLUSTER holds a
-# name pattern and a count per role - the same few hundred bytes at 10,000 tasks instead
-# of ~460 KB in every pod - and the project's runtime expands it and sets TF_CONFIG.
-FULL_CLUSTER_MAX_BYTES = 16 * 1024
 # etcd's default request limit is 1.5 MiB; leave room for status and managedFields.
 MAX_OBJECT_BYTES = 1_000_000
 _VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MODEL_DIR"}
@@ -94,23 +100,11 @@ def _addresses(spec: TFClusterSpec) -> dict[str, list[str]]:
     }
 
 
-def _full_map_bytes(spec: TFClusterSpec) -> int:
-    """The size of the full address map, computed without building it (10,000 tasks)."""
-    size = 2
-    for role, rs in spec.cluster_roles().items():
-        one = len(naming.task_address(spec.name, role, 0, spec.namespace_name, spec.port)) + 3
-        digits = sum(len(str(i)) - 1 for i in range(rs.replicas)) if rs.replicas < 100 else 0
-        size += len(role) + 5 + rs.replicas * one + (digits or rs.replicas * (len(str(rs.replicas)) - 1))
-    return size
-
-
 def cluster_env(spec: TFClusterSpec, addresses: Mapping[str, list[str]] | None) -> tuple[str, bool]:
     """``TFK_CLUSTER`` of every pod, and whether Kubernetes can build ``TF_CONFIG`` from it
     (the full map) or the runtime must (the compact one)."""
-    if addresses is not None:
-        full = json.dumps(addresses, separators=(",", ":"))
-        if len(full) <= FULL_CLUSTER_MAX_BYTES:
-            return full, True
+    if addresses is not None and not compact_cluster(spec):
+        return json.dumps(addresses, separators=(",", ":")), True
     ns = spec.namespace_name
     jobset = spec.layout is Layout.JOBSET  # JobSet's pod names differ: <N>-<role>-0-<i>.<N>
     compact = {
@@ -124,7 +118,7 @@ def cluster_env(spec: TFClusterSpec, addresses: Mapping[str, list[str]] | None) 
 
 
 #: what a task's Python runs before a TF1 between-graph script: the runtime's launcher
-LAUNCH_PREFIX = ("-m", "airflow_tfk.runtime.launch", "--")
+LAUNCH_PREFIX = ("-m", LAUNCH_MODULE, "--")
 _PYTHON = re.compile(r"python[0-9.]*")
 
 
@@ -136,27 +130,38 @@ def runs_through_launcher(spec: TFClusterSpec, role: str) -> bool:
     starts after its peers exited waits for them forever; the launcher's start-up shim
     (``runtime/tf1_shim``) gives those sessions the filters, so the script needs no edit.
     """
-    if not spec.legacy_tf1_flags or spec.mode is not Mode.BETWEEN_GRAPH:
-        return False
-    return LAUNCH_PREFIX[1] not in _spec_command(spec, role)
-
-
-def _spec_command(spec: TFClusterSpec, role: str) -> list[str]:
-    rs = spec.roles()[role]
-    return list(rs.command if rs.command is not None else spec.command)
+    return provider_adds_launcher(spec, role)
 
 
 def task_command(spec: TFClusterSpec, role: str) -> list[str]:
     """The container command of ``role``, as written by the DAG author (unescaped): the
-    spec's, or the same behind ``<python> -m airflow_tfk.runtime.launch --`` (see
-    :func:`runs_through_launcher`). The single place both backends take it from."""
-    command = _spec_command(spec, role)
+    spec's, or the same behind ``<python> [options] -m airflow_tfk.runtime.launch --`` (see
+    :func:`runs_through_launcher`), with ``--tf1-flags`` when the launcher builds the
+    legacy flags (a cluster over :data:`FULL_CLUSTER_MAX_BYTES`). The single place both
+    backends take it from."""
+    command = role_command(spec, role)
+    own_flags = [TF1_FLAGS_OPTION] if launcher_writes_tf1_flags(spec, role) else []
     if not runs_through_launcher(spec, role):
+        at = launcher_position(command)
+        if own_flags and at is not None and TF1_FLAGS_OPTION not in command:
+            return [*command[: at + 1], *own_flags, *command[at + 1 :]]
         return command
-    # The script's own interpreter runs the launcher when the command names one, so the
-    # image's Python with airflow_tfk is used; a shell or binary entry point gets `python`.
-    python = command[0] if _PYTHON.fullmatch(command[0].rsplit("/", 1)[-1]) else "python"
-    return [python, *LAUNCH_PREFIX, *command]
+    # The script's own interpreter, with its options, runs the launcher when the command
+    # names one: the image's Python with airflow_tfk is used, and the launcher can run
+    # the script in its own process when an exec would be refused (runtime/in_process.py).
+    # A shell or binary entry point gets `python`.
+    if _PYTHON.fullmatch(command[0].rsplit("/", 1)[-1]):
+        python, options = command[0], _interpreter_options(command)
+    else:
+        python, options = "python", []
+    return [python, *options, "-m", LAUNCH_MODULE, *own_flags, "--", *command]
+
+
+def _interpreter_options(command: list[str]) -> list[str]:
+    from airflow_tfk.protocol.exec_limits import python_command
+
+    parsed = python_command(command)
+    return list(parsed.options) if parsed is not None else []
 
 
 def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
@@ -173,7 +178,7 @@ def _role_context(
     rs = spec.roles()[role]
     command = task_command(spec, role)
     args = [k8s_escape(a) for a in (rs.args if rs.args is not None else spec.args)]
-    if spec.legacy_tf1_flags:
+    if spec.legacy_tf1_flags and not launcher_writes_tf1_flags(spec, role):
         # These rely on expansion on purpose, and hold only validated DNS names.
         for flag, hosts_role in (("--ps_hosts", "ps"), ("--worker_hosts", "worker")):
             if addresses is not None and hosts_role in addresses:
@@ -259,8 +264,10 @@ def _network_policy_context(spec: TFClusterSpec, identity: RunIdentity | None) -
 
 def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any]:
     # The full map only when a pod carries it (or the legacy flags list it).
-    small = _full_map_bytes(spec) <= 2 * FULL_CLUSTER_MAX_BYTES
-    addresses = _addresses(spec) if small or spec.legacy_tf1_flags else None
+    literal_flags = spec.legacy_tf1_flags and not all(
+        launcher_writes_tf1_flags(spec, r) for r in spec.roles()
+    )
+    addresses = _addresses(spec) if not compact_cluster(spec) or literal_flags else None
     cluster_json, tf_config_in_pod = cluster_env(spec, addresses)
     annotations = {
         **(identity.annotations() if identity is not None else {}),

@@ -335,7 +335,15 @@ class TFClusterSpec:
         errors.run(self._lost_workers, "max_lost_workers", "mode", "worker")
         errors.run(self._metrics, "metrics_port", "port", "network_policy")
         errors.run(self._generated_names, "name", "layout", "storage", *ROLES)
+        errors.run(
+            self._exec_sizes, "name", "namespace", "layout", "port", "command", "legacy_tf1_flags", *ROLES
+        )
         pod_rules_rules(self, errors)
+
+    def _exec_sizes(self) -> None:
+        from airflow_tfk.exec_plan import check_exec_sizes
+
+        check_exec_sizes(self)
 
     def _namespace(self) -> None:
         # checked as created: with namespace_per_training that is '<namespace>-<name>'

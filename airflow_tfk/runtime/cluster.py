@@ -211,6 +211,11 @@ def ensure_tf_config(env: MutableMapping[str, str] | None = None) -> TaskInfo:
     info = task_info(env)
     if not env.get("TF_CONFIG", "").strip():
         env["TF_CONFIG"] = info.tf_config_json()
+        # Thousands of tasks make TF_CONFIG too long for any exec: TensorFlow reads it from
+        # os.environ, and the process's own subprocesses must still start without it.
+        from airflow_tfk.runtime.in_process import exec_limit, keep_from_children
+
+        keep_from_children(env, exec_limit())
     return info
 
 

@@ -11,7 +11,12 @@ the ps and their own task (``device_filters``) even when the script sets none; w
 them a worker that starts after its peers have exited waits forever for them
 (``--no-device-filters`` turns this off).
 Then it replaces itself with CMD (``exec``): the exit code and signals are the script's
-own, with nothing in between. Pure Python: no TensorFlow is imported here.
+own, with nothing in between. When Linux would refuse that exec (an argument or an
+environment string of 128 KiB or more: the host flags or ``TF_CONFIG`` of a few thousand
+tasks) and CMD is a Python program of this interpreter, it runs CMD in this process
+instead (:mod:`airflow_tfk.runtime.in_process`), with the full flags in its ``sys.argv``;
+any other CMD fails with exit code 126 and says why. Pure Python: no TensorFlow is
+imported here.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import shutil
 import sys
 from collections.abc import MutableMapping, Sequence
 
+from airflow_tfk.runtime import in_process
 from airflow_tfk.runtime.cluster import (
     ClusterConfigError,
     ClusterWaitTimeout,
@@ -30,9 +36,10 @@ from airflow_tfk.runtime.cluster import (
 )
 
 # Exit codes of launch itself (before CMD runs). 2 = usage/config (permanent),
-# 3 = the cluster did not come up in time, 127 = CMD not found.
+# 3 = the cluster did not come up in time, 126 = CMD cannot be run, 127 = CMD not found.
 EXIT_USAGE = 2
 EXIT_CLUSTER_TIMEOUT = 3
+EXIT_CANNOT_EXEC = 126
 EXIT_NOT_FOUND = 127
 
 
@@ -78,7 +85,7 @@ def build_command(
     opts.info = ensure_tf_config(env)
     if opts.tf1_flags:
         cmd = cmd + opts.info.tf1_flags()
-    if not opts.no_device_filters and (opts.tf1_flags or opts.info.mode == "between_graph"):
+    if _shim_wanted(opts):
         install_tf1_shim(env)
     return cmd, opts
 
@@ -106,13 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ClusterWaitTimeout as exc:
             print(f"[tfk] launch: {exc}", file=sys.stderr, flush=True)
             return EXIT_CLUSTER_TIMEOUT
+    refusal = in_process.exec_refusal(cmd, os.environ)
+    if refusal is not None:
+        return _run_here(cmd, opts, refusal)
     program = cmd[0] if os.sep in cmd[0] else shutil.which(cmd[0])
     if program is None:
         print(f"[tfk] launch: command not found: {cmd[0]}", file=sys.stderr, flush=True)
         return EXIT_NOT_FOUND
-    print(
-        f"[tfk] launch: {opts.info.role}:{opts.info.index} exec {' '.join(cmd)}", file=sys.stderr, flush=True
-    )
+    print(f"[tfk] launch: {opts.info.role}:{opts.info.index} exec {_shown(cmd)}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -121,8 +129,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.execvpe(program, cmd, os.environ)
     except OSError as exc:
         print(f"[tfk] launch: cannot run {cmd[0]}: {exc}", file=sys.stderr, flush=True)
-        return 126
+        return EXIT_CANNOT_EXEC
     return 0  # not reached
+
+
+def _run_here(cmd: list[str], opts: argparse.Namespace, refusal: str) -> int:
+    """CMD in this process, as the exec that Linux would refuse (``refusal``) would have."""
+    target = in_process.in_process_target(cmd)
+    if target is None:
+        print(
+            f"[tfk] launch: cannot exec {cmd[0]}: {refusal}, over Linux's limit of "
+            f"{in_process.exec_limit():,} for one argument or environment string (E2BIG); "
+            "a Python script or module run by this interpreter with the same options "
+            "(python [options] script.py | -m module) would run in this process instead",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_CANNOT_EXEC
+    hidden = in_process.keep_from_children(os.environ, in_process.exec_limit())
+    print(
+        f"[tfk] launch: {opts.info.role}:{opts.info.index} runs {_shown(cmd)} in this process "
+        f"({refusal}: too long for an exec)"
+        + (f"; {', '.join(hidden)} not passed on to its subprocesses" if hidden else ""),
+        file=sys.stderr,
+        flush=True,
+    )
+    in_process.run(target, tf1_shim=_shim_wanted(opts))
+    return 0
+
+
+def _shim_wanted(opts: argparse.Namespace) -> bool:
+    return not opts.no_device_filters and (opts.tf1_flags or opts.info.mode == "between_graph")
+
+
+def _shown(cmd: list[str], most: int = 200) -> str:
+    """The command for the log, each long word cut: a host list can be megabytes."""
+    return " ".join(w if len(w) <= most else f"{w[: most // 2]}...[{len(w):,} characters]" for w in cmd)
 
 
 if __name__ == "__main__":

@@ -279,11 +279,15 @@ def _objects_too_big() -> list[Case]:
     big["name"] = "a" * 40
     big["ps"] = {"replicas": 1000}
     huge_env = with_("env", {f"V{i}": "x" * 1000 for i in range(600)})
-    legacy = {**big, "legacy_tf1_flags": True}  # --ps_hosts/--worker_hosts list every task
+    # --ps_hosts/--worker_hosts list every task: built by the launcher, in the process of
+    # a Python script; a shell script would get them through an exec, which Linux refuses.
+    legacy = {**big, "legacy_tf1_flags": True}
+    legacy_sh = {**legacy, "command": ["sh", "/opt/train.sh"]}
     return [
         # The address map no longer grows with the task count: this is an ordinary object now.
         Case("object-10000-workers-1000-ps-long-name", _yaml(big), None, big),
-        Case("object-10000-workers-legacy-flags", _yaml(legacy), "spec", legacy),
+        Case("object-10000-workers-legacy-flags", _yaml(legacy), None, legacy),
+        Case("exec-10000-workers-legacy-flags-shell", _yaml(legacy_sh), "worker.replicas", legacy_sh),
         Case("object-env-600kb", _yaml(huge_env), "env", huge_env),
     ]
 

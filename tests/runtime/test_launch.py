@@ -138,6 +138,7 @@ def test_launcher_imports_neither_tensorflow_nor_airflow():
         "export",
         "reporter",
         "exits",
+        "in_process",
     ],
 )
 def test_runtime_modules_never_import_airflow(module):

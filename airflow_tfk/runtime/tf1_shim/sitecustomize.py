@@ -153,4 +153,7 @@ def _chain_next_sitecustomize() -> None:
 
 if os.environ.get("TFK_TF1_SHIM", "1") != "0":
     sys.meta_path.insert(0, _Finder())
-_chain_next_sitecustomize()
+# Imported by its package name (the launcher running a script in its own process), the
+# interpreter's own sitecustomize has run already: only the hook is wanted then.
+if __name__ == "sitecustomize":
+    _chain_next_sitecustomize()
