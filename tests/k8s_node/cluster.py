@@ -34,6 +34,7 @@ from . import node as nodemod
 from .node import Node, NodeError, harness
 
 NODES_BUILD_SCRIPT = nodemod.REPO / "tests" / "k8s" / "nodes" / "build.sh"
+POLICY_BUILD_SCRIPT = nodemod.REPO / "tests" / "k8s" / "nodes" / "kube-router" / "build.sh"
 FABRIC_IP = "10.200.0.1"
 #: Every node's pod subnet lies in here (kube-proxy's idea of "inside the cluster").
 CLUSTER_CIDR = "10.88.0.0/16"
@@ -43,6 +44,11 @@ BRIDGE = "tfkbr"
 def ensure_built() -> Path:
     """The directory of tests/k8s/nodes/build.sh: kube-proxy and iptables (cached)."""
     return harness.run_build(NODES_BUILD_SCRIPT, "AIRFLOW_TFK_K8S_NODES_DIR", NodeError)
+
+
+def ensure_policy_built() -> Path:
+    """kube-router's binary (tests/k8s/nodes/kube-router/build.sh, cached)."""
+    return harness.run_build(POLICY_BUILD_SCRIPT, "AIRFLOW_TFK_K8S_KUBE_ROUTER", NodeError)
 
 
 def node_name(i: int) -> str:
@@ -65,7 +71,9 @@ class Cluster:
     fabric: Node
     nodes: list[Node] = field(default_factory=list)
     extra_dir: Path | None = None
+    policy_bin: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    _tools: Path | None = None
 
     @property
     def cp(self) -> harness.ControlPlane:
@@ -92,17 +100,21 @@ class Cluster:
         log=print,
         timeout: float = 180,
         kube_proxy: bool = True,
+        policy: bool = False,
     ) -> Cluster:
         """``kube_proxy=False``: no Services but headless ones (and no build of
-        tests/k8s/nodes), as on the single node."""
+        tests/k8s/nodes), as on the single node. ``policy``: NetworkPolicies enforced by
+        kube-router's policy controller on every node (needs kube-proxy's iptables)."""
         missing = nodemod.missing_prerequisites()
         if missing:
             raise NodeError("this machine lacks: " + "; ".join(missing))
         node_dir = nodemod.ensure_built()
-        extra_dir = ensure_built() if kube_proxy else None
+        extra_dir = ensure_built() if kube_proxy or policy else None
+        policy_bin = ensure_policy_built() if policy else None
         w = Path(workdir or tempfile.mkdtemp(prefix="tfk-nodes-"))
         fabric = Node(workdir=w / "fabric", node_dir=node_dir, name="fabric", ip=FABRIC_IP)
-        cluster = cls(workdir=w, fabric=fabric, extra_dir=extra_dir)
+        cluster = cls(workdir=w, fabric=fabric, extra_dir=extra_dir if kube_proxy else None)
+        cluster.policy_bin, cluster._tools = policy_bin, extra_dir
         try:
             cluster._start(count, log, timeout)
         except BaseException:
@@ -183,11 +195,12 @@ class Cluster:
         n._start_kubelet(timeout, coredns=False)
         if self.extra_dir is not None:
             self._start_kube_proxy(n)
+        if self.policy_bin is not None:
+            self._start_policy(n)
 
-    def _start_kube_proxy(self, n: Node) -> None:
-        assert self.extra_dir is not None
-        t0 = time.monotonic()
-        kc = n.workdir / "kube-proxy.kubeconfig"
+    def _admin_kubeconfig(self, n: Node, user: str) -> Path:
+        """An admin kubeconfig that dials the apiserver across the fabric."""
+        kc = n.workdir / f"{user}.kubeconfig"
         kc.write_text(
             json.dumps(
                 {
@@ -203,12 +216,26 @@ class Cluster:
                             },
                         }
                     ],
-                    "users": [{"name": "kube-proxy", "user": {"token": self.cp.admin_token}}],
-                    "contexts": [{"name": "tfk", "context": {"cluster": "tfk", "user": "kube-proxy"}}],
+                    "users": [{"name": user, "user": {"token": self.cp.admin_token}}],
+                    "contexts": [{"name": "tfk", "context": {"cluster": "tfk", "user": user}}],
                     "current-context": "tfk",
                 }
             )
         )
+        return kc
+
+    def _tools_env(self, n: Node) -> dict[str, str]:
+        """iptables and ipset from the Debian packages of tests/k8s/nodes, first on PATH."""
+        assert self._tools is not None
+        env = n._env()
+        env["PATH"] = f"{self._tools / 'bin'}:{env['PATH']}"
+        env["LD_LIBRARY_PATH"] = str(self._tools / "lib")
+        env["XTABLES_LIBDIR"] = str(self._tools / "xtables")
+        return env
+
+    def _start_kube_proxy(self, n: Node) -> None:
+        t0 = time.monotonic()
+        kc = self._admin_kubeconfig(n, "kube-proxy")
         cfg = {
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
             "kind": "KubeProxyConfiguration",
@@ -226,11 +253,11 @@ class Cluster:
             "iptables": {"syncPeriod": "10s", "minSyncPeriod": "0s"},
         }
         (n.workdir / "kube-proxy.yaml").write_text(json.dumps(cfg))
-        env = n._env()
-        env["PATH"] = f"{self.extra_dir / 'bin'}:{env['PATH']}"
-        env["LD_LIBRARY_PATH"] = str(self.extra_dir / "lib")
-        env["XTABLES_LIBDIR"] = str(self.extra_dir / "xtables")
-        n._spawn("kube-proxy", ["kube-proxy", f"--config={n.workdir / 'kube-proxy.yaml'}", "--v=1"], env)
+        n._spawn(
+            "kube-proxy",
+            ["kube-proxy", f"--config={n.workdir / 'kube-proxy.yaml'}", "--v=1"],
+            self._tools_env(n),
+        )
         n._wait(
             "kube-proxy healthy",
             lambda: n._in_ns(harness._http_ok, "http://127.0.0.1:10256/healthz"),
@@ -238,6 +265,37 @@ class Cluster:
             ["kube-proxy"],
         )
         n.timings["kube-proxy"] = time.monotonic() - t0
+
+    def _start_policy(self, n: Node) -> None:
+        """kube-router's network-policy controller alone (no routing, no service proxy, no
+        CNI): iptables chains per pod and ipsets of the pods each policy selects."""
+        assert self.policy_bin is not None
+        t0 = time.monotonic()
+        kc = self._admin_kubeconfig(n, "kube-router")
+        n._spawn(
+            "kube-router",
+            [
+                str(self.policy_bin),
+                "--run-firewall=true",
+                "--run-router=false",
+                "--run-service-proxy=false",
+                "--enable-cni=false",
+                f"--kubeconfig={kc}",
+                f"--hostname-override={n.name}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--health-port=20244",
+                "--iptables-sync-period=10s",
+                "--v=1",
+            ],
+            self._tools_env(n),
+        )
+        n._wait(
+            "kube-router healthy",
+            lambda: n._in_ns(harness._http_ok, "http://127.0.0.1:20244/healthz"),
+            60,
+            ["kube-router"],
+        )
+        n.timings["kube-router"] = time.monotonic() - t0
 
     def stop(self) -> None:
         for n in self.nodes:
