@@ -67,6 +67,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             from k8s_node import cluster as clustermod
 
             build_before_tests(session.config, "k8s nodes (kube-proxy, iptables)", clustermod.ensure_built)
+            build_before_tests(session.config, "kube-router", clustermod.ensure_policy_built)
     except (nodemod.NodeError, nodemod.harness.ControlPlaneError) as e:
         session.config.stash[_BUILD_ERROR] = str(e)
 

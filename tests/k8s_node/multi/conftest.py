@@ -1,5 +1,6 @@
 """Session fixtures of the multi-node tests: one control plane and two real nodes
-(cluster.py), each node with its own network namespace, pod subnet and kube-proxy.
+(cluster.py), each node with its own network namespace, pod subnet, kube-proxy and
+kube-router's network-policy controller.
 
 The fixture ``k8s_nodes2`` also stands in for the parent package's ``k8s_node`` here, so
 ``node_ns``, ``node_conn`` and ``local_volumes`` work unchanged on the two nodes. This
@@ -10,6 +11,7 @@ two nodes run (two cores). ``TFK_NODE_MULTI=1`` runs them (their cost is in the 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Iterator
 
@@ -39,19 +41,40 @@ def k8s_nodes2(request: pytest.FixtureRequest) -> Iterator[clustermod.Cluster]:
     if missing:
         pytest.skip("real-node tier: this machine lacks " + "; ".join(missing))
     failed_before = request.session.testsfailed
-    cluster = clustermod.Cluster.start(2, log=log)
+
+    # As for the single node (../conftest.py): the first INT or TERM interrupts the run so
+    # the tear-down below runs, and nothing interrupts the tear-down itself.
+    def _interrupt(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, _interrupt), signal.signal(signal.SIGINT, _interrupt)
+    try:
+        cluster = clustermod.Cluster.start(2, log=log, policy=True)
+    except BaseException:
+        signal.signal(signal.SIGTERM, old[0])
+        signal.signal(signal.SIGINT, old[1])
+        raise
     try:
         _storage_class(cluster)  # type: ignore[arg-type]
         yield cluster
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         t0 = time.monotonic()
-        cluster.stop()
-        keep = request.session.testsfailed > failed_before or bool(os.environ.get("AIRFLOW_TFK_K8S_KEEP"))
-        if keep:
-            log(f"k8s cluster work directory kept: {cluster.workdir}")
-        else:
-            cluster.remove()
+        try:
+            cluster.stop()
+            keep = request.session.testsfailed > failed_before or bool(os.environ.get("AIRFLOW_TFK_K8S_KEEP"))
+            if keep:
+                log(f"k8s cluster work directory kept: {cluster.workdir}")
+            else:
+                cluster.remove()
+        finally:
+            signal.signal(signal.SIGTERM, old[0])
+            signal.signal(signal.SIGINT, old[1])
         log(f"k8s cluster of two nodes torn down in {time.monotonic() - t0:.1f}s")
+        # No process, mount, cgroup, network device or directory of any node may outlive it.
         left = cluster.leftovers(removed=not keep)
         assert not left, f"the real nodes left behind: {left}"
 
