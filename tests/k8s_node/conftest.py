@@ -61,6 +61,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     try:
         build_before_tests(session.config, "k8s control plane", nodemod.harness.ensure_built)
         build_before_tests(session.config, "k8s node", nodemod.ensure_built)
+        if os.environ.get("TFK_NODE_MULTI") == "1" and any(
+            "k8s_node/multi/" in i.nodeid for i in session.items
+        ):
+            from k8s_node import cluster as clustermod
+
+            build_before_tests(session.config, "k8s nodes (kube-proxy, iptables)", clustermod.ensure_built)
+            build_before_tests(session.config, "kube-router", clustermod.ensure_policy_built)
     except (nodemod.NodeError, nodemod.harness.ControlPlaneError) as e:
         session.config.stash[_BUILD_ERROR] = str(e)
 

@@ -274,6 +274,16 @@ class Node:
 
     workdir: Path
     node_dir: Path
+    #: The node's name, its IP (on the veth ``tfk0``) and its pods' subnet (the ``cni0``
+    #: bridge): the single node keeps the defaults; several nodes (cluster.py) differ here.
+    name: str = NODE_NAME
+    ip: str = NODE_IP
+    pod_subnet: str = POD_SUBNET
+    #: Where the kubelet finds CoreDNS and the apiserver: this namespace by default, the
+    #: shared namespace of cluster.py for a node that joins a control plane it does not own.
+    dns_ip: str = ""
+    api_host: str = "127.0.0.1"
+    owns_cp: bool = True
     session: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     cp: harness.ControlPlane | None = None
     holder: subprocess.Popen | None = None
@@ -407,13 +417,22 @@ class Node:
         self.timings["total"] = time.monotonic() - t0
         assert self.cp is not None
         log(
-            f"k8s node {NODE_NAME} Ready in {self.timings['total']:.1f}s "
+            f"k8s node {self.name} Ready in {self.timings['total']:.1f}s "
             + ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items() if k != "total")
             + f" (apiserver {self.cp.server}, logs {self.logs})"
         )
 
-    def _start_namespaces(self) -> None:
+    def _start_namespaces(self, net_setup: list[str] | None = None) -> None:
+        """The holder; ``net_setup`` replaces the default network (a veth carrying the node
+        IP whose peer stays in the namespace) with the caller's commands."""
         t0 = time.monotonic()
+        if net_setup is None:
+            net_setup = [
+                "ip link add tfk0 type veth peer name tfk1",
+                f"ip addr add {self.ip}/24 dev tfk0",
+                "ip link set tfk0 up",
+                "ip link set tfk1 up",
+            ]
         self.logs.mkdir(parents=True, exist_ok=True)
         # 1. The namespaces. PID 1 of the new PID namespace prepares them and sleeps; it dies
         # with `unshare` (--kill-child), which dies with this process (PR_SET_PDEATHSIG).
@@ -427,10 +446,7 @@ class Node:
                 f"mkdir -p {self.workdir / 'containerd'}",
                 f"mount -t tmpfs -o mode=0711 tmpfs {self.workdir / 'containerd'}",
                 "ip link set lo up",
-                "ip link add tfk0 type veth peer name tfk1",
-                f"ip addr add {NODE_IP}/24 dev tfk0",
-                "ip link set tfk0 up",
-                "ip link set tfk1 up",
+                *net_setup,
                 "echo ready",
                 "exec sleep infinity",
             ]
@@ -483,7 +499,7 @@ class Node:
         self.build_images()
         self.timings["containerd+images"] = time.monotonic() - t1
 
-    def _start_control_plane(self) -> None:
+    def _start_control_plane(self, api_args: list[str] = ()) -> None:  # type: ignore[assignment]
         """In the namespace's network, from the thread that joined it."""
         t2 = time.monotonic()
         self.cp = self._in_ns(
@@ -495,6 +511,7 @@ class Node:
                     "kube-apiserver": [
                         # Logs/exec: reach the kubelet at the node IP, not by its name.
                         "--kubelet-preferred-address-types=InternalIP,Hostname",
+                        *api_args,
                     ]
                 },
             )
@@ -513,8 +530,9 @@ class Node:
                 self.cp.kubeconfig, self.cp.server, self.cp.ca_file, self.cp.admin_token, "tfk-admin"
             )
 
-    def _start_kubelet(self, timeout: float) -> None:
-        """The kubelet (client certificate system:node:<name>) and CoreDNS."""
+    def _start_kubelet(self, timeout: float, coredns: bool = True) -> None:
+        """The kubelet (client certificate system:node:<name>) and, unless another namespace
+        serves it, CoreDNS."""
         assert self.cp is not None
         t3 = time.monotonic()
         port = self._ns_port
@@ -527,11 +545,24 @@ class Node:
                 f"--config={self.workdir / 'kubelet.yaml'}",
                 f"--kubeconfig={self.workdir / 'kubelet.kubeconfig'}",
                 f"--root-dir={self.workdir / 'kubelet'}",
-                f"--hostname-override={NODE_NAME}",
-                f"--node-ip={NODE_IP}",
+                f"--hostname-override={self.name}",
+                f"--node-ip={self.ip}",
                 "--v=1",
             ],
         )
+        if not coredns:
+            self._wait("node Ready", self._node_ready, timeout, ["kubelet", "containerd"])
+            self.timings["kubelet->Ready"] = time.monotonic() - t3
+            return
+        self._start_coredns()
+        self._wait("node Ready", self._node_ready, timeout, ["kubelet", "containerd", "coredns"])
+        self.timings["kubelet->Ready"] = time.monotonic() - t3
+        self._wait_coredns()
+
+    def _start_coredns(self) -> None:
+        """CoreDNS on every address of the namespace, reading the apiserver on its loopback."""
+        assert self.cp is not None
+        port = self._ns_port
         ns_admin = self.workdir / "coredns.kubeconfig"
         harness.write_kubeconfig(
             ns_admin, f"https://127.0.0.1:{port}", self.cp.ca_file, self.cp.admin_token, "coredns"
@@ -543,11 +574,11 @@ class Node:
             "        ttl 1\n    }\n}\n"
         )
         self._spawn("coredns", ["coredns", "-conf", str(self.workdir / "Corefile")])
-        self._wait("node Ready", self._node_ready, timeout, ["kubelet", "containerd", "coredns"])
-        self.timings["kubelet->Ready"] = time.monotonic() - t3
+
+    def _wait_coredns(self) -> None:
         self._wait(
             "CoreDNS ready",
-            lambda: self._in_ns(harness._http_ok, f"http://{NODE_IP}:8181/ready"),
+            lambda: self._in_ns(harness._http_ok, f"http://{self.ip}:8181/ready"),
             60,
             ["coredns"],
         )
@@ -577,7 +608,7 @@ class Node:
     def _node_ready(self) -> bool:
         assert self.cp is not None
         try:
-            node = self.cp._request("GET", f"/api/v1/nodes/{NODE_NAME}")
+            node = self.cp._request("GET", f"/api/v1/nodes/{self.name}")
         except Exception:  # noqa: BLE001 - not registered yet
             return False
         return any(
@@ -624,7 +655,7 @@ class Node:
                             "ipam": {
                                 "type": "host-local",
                                 "dataDir": str(w / "cni-ipam"),
-                                "ranges": [[{"subnet": POD_SUBNET}]],
+                                "ranges": [[{"subnet": self.pod_subnet}]],
                                 "routes": [{"dst": "0.0.0.0/0"}],
                             },
                         }
@@ -710,7 +741,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 x509.Name(
                     [
                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
-                        x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{NODE_NAME}"),
+                        x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{self.name}"),
                     ]
                 )
             )
@@ -722,15 +753,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
         )
-        (pki / "kubelet.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (pki / "kubelet.key").write_bytes(
+        crt, key_file = pki / f"kubelet-{self.name}.crt", pki / f"kubelet-{self.name}.key"
+        crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_file.write_bytes(
             key.private_bytes(
                 serialization.Encoding.PEM,
                 serialization.PrivateFormat.TraditionalOpenSSL,
                 serialization.NoEncryption(),
             )
         )
-        os.chmod(pki / "kubelet.key", 0o600)
+        os.chmod(key_file, 0o600)
         kc = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -738,8 +770,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 {
                     "name": "tfk",
                     "cluster": {
-                        "server": f"https://127.0.0.1:{port}",
+                        "server": f"https://{self.api_host}:{port}",
                         "certificate-authority": str(pki / "ca.crt"),
+                        # The serving certificate names 127.0.0.1 and `kubernetes`, not the
+                        # shared namespace's address that other nodes dial.
+                        "tls-server-name": "kubernetes",
                     },
                 }
             ],
@@ -747,8 +782,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 {
                     "name": "kubelet",
                     "user": {
-                        "client-certificate": str(pki / "kubelet.crt"),
-                        "client-key": str(pki / "kubelet.key"),
+                        "client-certificate": str(crt),
+                        "client-key": str(key_file),
                     },
                 }
             ],
@@ -763,7 +798,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "cgroupDriver": "cgroupfs",
             "cgroupRoot": self.cgroup_root,
             "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
-            "address": NODE_IP,
+            "address": self.ip,
             "port": 10250,
             "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1",
@@ -771,7 +806,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             # The test apiserver has no kubelet client certificate (see the note).
             "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
             "authorization": {"mode": "AlwaysAllow"},
-            "clusterDNS": [NODE_IP],
+            "clusterDNS": [self.dns_ip or self.ip],
             "clusterDomain": "cluster.local",
             "resolvConf": "",
             "podLogsDir": "/var/log/pods",  # `podLogsDirectory` would be silently ignored
@@ -875,7 +910,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         deadline = time.monotonic() + 30
         while self.ns_pid and Path(f"/proc/{self.ns_pid}").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        if self.cp is not None:
+        if self.cp is not None and self.owns_cp:
             self.cp.stop()
         if self._ns_exec is not None:
             self._ns_exec.shutdown(wait=True)
