@@ -152,7 +152,9 @@ def _train(tfk_ns: str, name_hint: str, spec: dict[str, Any], **kw: Any) -> tupl
     return ctx, _tfk.cluster_name(ctx), op
 
 
-def test_a_gang_that_does_not_fit_binds_no_pod_and_fails_unschedulable(k8s_api, tfk_ns, tfk_conn, pool) -> None:
+def test_a_gang_that_does_not_fit_binds_no_pod_and_fails_unschedulable(
+    k8s_api, tfk_ns, tfk_conn, pool
+) -> None:
     ctx, name, op = _train(tfk_ns, "gang-short", gang_spec(tfk_ns, pool, ROOM, "native"))
     t0 = time.monotonic()
     with BindWatch(k8s_api, tfk_ns, name) as watch, pytest.raises(TrainingFailed) as err:
@@ -161,7 +163,6 @@ def test_a_gang_that_does_not_fit_binds_no_pod_and_fails_unschedulable(k8s_api, 
     assert len(watch.seen) == ROOM + 1, watch.seen  # every task's pod was made...
     assert watch.bound == {}, f"a gang one CPU short bound {sorted(watch.bound)}"  # ...and none bound
     assert err.value.reason == "Unschedulable", err.value
-    print("GANGMSG", took, str(err.value))
     assert 3 <= took < 30, took
     _tfk.wait_no_leftovers(k8s_api, tfk_ns, name)
 
