@@ -8,6 +8,9 @@
   Kueue's queue label; Kueue un-suspends them when it admits them.
 - ``capacity_check``: before anything is created, compare the cluster's requests with what
   the nodes have left (``off``, ``warn`` or ``fail``).
+- ``gang_scheduling: native``: one PodGroup (``scheduling.k8s.io/v1beta1``, Kubernetes 1.37+)
+  with a gang policy whose ``minCount`` is every task, and every pod joins it
+  (``spec.schedulingGroup.podGroupName``): kube-scheduler binds all of them or none.
 
 Pure: no Kubernetes client.
 """
@@ -23,15 +26,21 @@ from airflow_tfk.errors import SpecError
 __all__ = [
     "KUEUE_QUEUE_LABEL",
     "JOBSET_API_VERSION",
+    "POD_GROUP_API_VERSION",
     "CapacityCheck",
+    "GangScheduling",
     "Layout",
     "capacity_check",
+    "gang_rules",
     "layout",
     "queue_name",
 ]
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+#: Kubernetes 1.37's PodGroup, served only with the GenericWorkload feature gate and
+#: ``--runtime-config=scheduling.k8s.io/v1beta1=true`` (a beta API off by default).
+POD_GROUP_API_VERSION = "scheduling.k8s.io/v1beta1"
 _QUEUE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -49,6 +58,39 @@ class CapacityCheck(str, enum.Enum):
     OFF = "off"
     WARN = "warn"
     FAIL = "fail"
+
+
+class GangScheduling(str, enum.Enum):
+    """Whether the cluster's pods are scheduled all together or each on its own."""
+
+    NONE = "none"
+    NATIVE = "native"
+
+
+def gang_rules(gang: GangScheduling, layout: Layout, queue_name: str | None) -> None:
+    """What native gang scheduling combines with. A JobSet's controller copies the pod
+    templates into Jobs itself, and one built against an older Kubernetes API drops a
+    field it does not know, so the pods would silently leave the gang. Under Kueue the
+    ``jobs`` layout is admitted Job by Job: admitted Jobs would hold their quota while
+    their pods wait for the rest of the gang, which another training's admitted half may
+    be holding; ``layout: jobset`` is Kueue's own all-or-nothing admission."""
+    if gang is not GangScheduling.NATIVE:
+        return
+    if layout is Layout.JOBSET:
+        raise SpecError(
+            "gang_scheduling",
+            "native needs layout: jobs (the JobSet controller makes the pods, and Kueue "
+            "already admits a JobSet as one workload)",
+            gang.value,
+        )
+    if queue_name is not None:
+        raise SpecError(
+            "gang_scheduling",
+            "native cannot be combined with queue_name: Kueue admits the jobs layout Job by Job, "
+            "so admitted Jobs would hold quota while waiting for the rest of the gang; use "
+            "layout: jobset with queue_name for all-or-nothing admission under Kueue",
+            gang.value,
+        )
 
 
 def layout(value: object) -> Layout:

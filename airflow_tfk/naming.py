@@ -134,6 +134,11 @@ def network_policy_name(cluster: str) -> str:
     return f"{cluster}-isolation"
 
 
+def pod_group_name(cluster: str) -> str:
+    """Name of the cluster's PodGroup (``gang_scheduling: native``): ``<cluster>-gang``."""
+    return f"{cluster}-gang"
+
+
 def task_hostname(cluster: str, role: str, index: int, jobset: bool = False) -> str:
     """A task's pod hostname: ``<cluster>-<role>-<i>`` (Jobs layout), or JobSet's
     ``<jobset>-<replicated job>-<job index>-<pod index>`` with one Job per role."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk import naming
-from airflow_tfk.admission import KUEUE_QUEUE_LABEL, Layout
+from airflow_tfk.admission import KUEUE_QUEUE_LABEL, POD_GROUP_API_VERSION, GangScheduling, Layout
 from airflow_tfk.exec_plan import (
     FULL_CLUSTER_MAX_BYTES,
     LAUNCH_MODULE,
@@ -57,8 +57,9 @@ TEMPLATES = {
     "Service": "service.yaml.j2",
     "Job": "job.yaml.j2",
     "JobSet": "jobset.yaml.j2",
+    "PodGroup": "podgroup.yaml.j2",
 }
-_NAMESPACED = {"NetworkPolicy", "PersistentVolumeClaim", "Service", "Job", "JobSet"}
+_NAMESPACED = {"NetworkPolicy", "PersistentVolumeClaim", "Service", "Job", "JobSet", "PodGroup"}
 # etcd's default request limit is 1.5 MiB; leave room for status and managedFields.
 MAX_OBJECT_BYTES = 1_000_000
 _VOLUME_ENV = {"data": "TFK_DATA_DIR", "logs": "TFK_LOG_DIR", "models": "TFK_MODEL_DIR"}
@@ -242,6 +243,21 @@ def _jobset_context(
     }
 
 
+def _gang_context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any] | None:
+    """The cluster's PodGroup, or None. Its minCount is every task, the evaluator's too:
+    the provider fails a training whose task stays unschedulable, so a training that
+    started without room for one of its tasks would only hold the others' nodes until
+    then."""
+    if spec.gang_scheduling is not GangScheduling.NATIVE:
+        return None
+    return {
+        "api_version": POD_GROUP_API_VERSION,
+        "name": naming.pod_group_name(spec.name),
+        "labels": _labels(spec, "pod-group", None, identity),
+        "min_count": spec.task_count(),
+    }
+
+
 def _network_policy_context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any]:
     from airflow_tfk.network import Egress
 
@@ -338,6 +354,7 @@ def _context(spec: TFClusterSpec, identity: RunIdentity | None) -> dict[str, Any
         },
         "network_policy": _network_policy_context(spec, identity),
         "queue_name": spec.queue_name,
+        "gang": _gang_context(spec, identity),
     }
     if spec.layout is Layout.JOBSET:
         ctx["jobset"] = _jobset_context(spec, identity, ctx["roles"])
@@ -363,6 +380,8 @@ def _plan(spec: TFClusterSpec, ctx: Mapping[str, Any]) -> list[tuple[str, str, d
     for role in ROLES:
         if role in roles:
             plan.append(("Service", roles[role]["resource_name"], {"r": roles[role]}))
+    if ctx["gang"] is not None:
+        plan.append(("PodGroup", ctx["gang"]["name"], {"g": ctx["gang"]}))
     # Every role is an Indexed Job, the PS included, so every pod has the cluster-side
     # deadline (activeDeadlineSeconds), which a StatefulSet cannot carry; the PS Job
     # comes first so the servers start before the tasks that connect to them.
@@ -376,7 +395,7 @@ def render(
     spec: TFClusterSpec, identity: RunIdentity | None = None, template_dir: str | Path | None = None
 ) -> list[dict[str, Any]]:
     """Manifests of the whole cluster, in apply order (Namespace, NetworkPolicy, PVCs,
-    Services, the PS Job, the other Jobs).
+    Services, the PodGroup of a gang, the PS Job, the other Jobs).
 
     :param spec: the validated cluster spec.
     :param identity: the Airflow task instance that owns the cluster (labels and

@@ -33,7 +33,7 @@ from airflow_tfk._spec_checks import (
     queue,
     secret_names,
 )
-from airflow_tfk.admission import CapacityCheck, Layout
+from airflow_tfk.admission import CapacityCheck, GangScheduling, Layout, gang_rules
 from airflow_tfk.constants import NAMESPACE, PS_GRACE_SECONDS
 from airflow_tfk.errors import SpecError
 from airflow_tfk.network import TrainingNetworkPolicy
@@ -296,6 +296,14 @@ class TFClusterSpec:
         help="`off`, `warn` or `fail`: before creating anything, compare the requests with the nodes' free "
         "allocatable resources; the message names the shortfall",
     )
+    gang_scheduling: GangScheduling = spec_field(
+        GangScheduling.NONE,
+        kind="enum",
+        choices=GangScheduling,
+        help="`none` or `native`: every task starts together or none does, by Kubernetes' own gang "
+        "scheduling (1.37+, the `GenericWorkload` gate and the `scheduling.k8s.io/v1beta1` API; "
+        "checked before anything is created): [docs/gang-scheduling.md](docs/gang-scheduling.md)",
+    )
     network_policy: TrainingNetworkPolicy = spec_field(
         factory=TrainingNetworkPolicy,
         kind="custom",
@@ -337,6 +345,12 @@ class TFClusterSpec:
         errors.run(self._generated_names, "name", "layout", "storage", *ROLES)
         errors.run(
             self._exec_sizes, "name", "namespace", "layout", "port", "command", "legacy_tf1_flags", *ROLES
+        )
+        errors.run(
+            lambda: gang_rules(self.gang_scheduling, self.layout, self.queue_name),
+            "gang_scheduling",
+            "layout",
+            "queue_name",
         )
         pod_rules_rules(self, errors)
 

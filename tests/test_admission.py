@@ -11,7 +11,7 @@ import json
 import pytest
 
 from airflow_tfk import naming
-from airflow_tfk.admission import JOBSET_API_VERSION, KUEUE_QUEUE_LABEL
+from airflow_tfk.admission import JOBSET_API_VERSION, KUEUE_QUEUE_LABEL, POD_GROUP_API_VERSION
 from airflow_tfk.errors import SpecError
 from airflow_tfk.render import render
 from airflow_tfk.spec import TFClusterSpec
@@ -174,3 +174,57 @@ def test_large_jobset_clusters_get_the_compact_map_with_jobsets_names():
     cluster = json.loads(env["TFK_CLUSTER"])
     assert cluster["worker"] == {"pattern": "imagenet-worker-0-{i}.imagenet.ml.svc:2222", "count": 600}
     assert cluster["ps"] == {"pattern": "imagenet-ps-0-{i}.imagenet.ml.svc:2222", "count": 2}
+
+
+# -- native gang scheduling ---------------------------------------------------------------
+def pod_groups(manifests):
+    return [m for m in manifests if m["kind"] == "PodGroup"]
+
+
+def test_without_gang_scheduling_no_pod_group_and_no_pod_names_one():
+    manifests = render(make("parameter_server"))
+    assert pod_groups(manifests) == []
+    for job in (m for m in manifests if m["kind"] == "Job"):
+        assert "schedulingGroup" not in job["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_native_gang_is_one_pod_group_of_every_task_made_before_the_jobs(mode):
+    spec = make(mode, gang_scheduling="native")
+    manifests = render(spec, IDENTITY)
+    (group,) = pod_groups(manifests)
+    tasks = sum(s["replicas"] for r, s in MODES[mode].items() if isinstance(s, dict))
+    assert group["apiVersion"] == POD_GROUP_API_VERSION == "scheduling.k8s.io/v1beta1"
+    assert group["metadata"]["name"] == "imagenet-gang" and group["metadata"]["namespace"] == "ml"
+    assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": tasks}}}
+    # found and deleted with the cluster by its label, owned like every other object
+    labels = group["metadata"]["labels"]
+    assert labels[naming.LABEL_CLUSTER] == "imagenet"
+    assert IDENTITY.labels().items() <= labels.items()
+    assert IDENTITY.annotations().items() <= group["metadata"]["annotations"].items()
+    kinds = [m["kind"] for m in manifests]
+    assert kinds.index("PodGroup") < kinds.index("Job")
+    jobs = [m for m in manifests if m["kind"] == "Job"]
+    assert len(jobs) == len(spec.roles())
+    for job in jobs:
+        assert job["spec"]["template"]["spec"]["schedulingGroup"] == {"podGroupName": "imagenet-gang"}
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"gang_scheduling": "all"}, "must be one of none, native"),
+        ({"gang_scheduling": "native", "layout": "jobset"}, "needs layout: jobs"),
+        ({"gang_scheduling": "native", "queue_name": "team-a"}, "cannot be combined with queue_name"),
+    ],
+)
+def test_gang_scheduling_refusals_name_the_field(changes, words):
+    with pytest.raises(SpecError) as err:
+        make(**changes)
+    assert err.value.field == "gang_scheduling" and words in str(err.value), str(err.value)
+
+
+def test_gang_scheduling_round_trips():
+    spec = make(gang_scheduling="native")
+    assert TFClusterSpec.from_dict(spec.to_dict()) == spec
+    assert spec.gang_scheduling.value == "native" and make().gang_scheduling.value == "none"

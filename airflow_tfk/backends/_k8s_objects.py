@@ -33,7 +33,13 @@ from airflow_tfk.protocol.digits import plain_int
 # A JobSet (layout: jobset) goes first, so its controller stops making Jobs; where the
 # JobSet API is not installed its requests answer 404, which is "none". Every role is an
 # Indexed Job, so no other controller kind can hold a cluster's pods.
-DELETE_ORDER = ("JobSet", "Job", "Pod", "Service", "PersistentVolumeClaim", "NetworkPolicy")
+# A gang's PodGroup goes after the pods that name it; where the API is not served (before
+# Kubernetes 1.37, or without its feature gate) its requests answer 404, which is "none".
+DELETE_ORDER = ("JobSet", "Job", "Pod", "PodGroup", "Service", "PersistentVolumeClaim", "NetworkPolicy")
+# Kinds an identity may lack the rights to on a cluster that serves them (its RBAC predates
+# them): a 403 is "none", since an identity that may not delete them could not have made
+# them, and every other training's clean-up must not fail on them.
+MAY_BE_FORBIDDEN = frozenset({"PodGroup"})
 EXISTS_KINDS = ("Pod", "Job", "JobSet", "Service", "PersistentVolumeClaim")
 # Where the owner annotations are read from: the objects every layout has, pods last,
 # then what outlives the Jobs (their TTL) until the sweeper ends the retention.
@@ -124,7 +130,9 @@ def delete_plan(ref: ClusterRef, reason: str = "") -> Plan:
     for name in DELETE_ORDER:
         kind = BY_KIND[name]
         if kind.collection_delete:
-            result = yield Request("DELETE", kind.collection(ref.namespace), query)
+            result = yield Request(
+                "DELETE", kind.collection(ref.namespace), query, forbidden_is_absent=name in MAY_BE_FORBIDDEN
+            )
             items = (result[1] or {}).get("items") or [] if result else []
             if items:
                 deleted.append(f"{len(items)} {kind.plural}")
@@ -140,6 +148,16 @@ def delete_plan(ref: ClusterRef, reason: str = "") -> Plan:
         yield Request("DELETE", BY_KIND["Namespace"].item(None, ref.namespace), BACKGROUND)
         deleted.append(f"namespace {ref.namespace}")
     return ", ".join(deleted)
+
+
+def served_plan(kind_name: str) -> Plan:
+    """Whether the API server serves ``kind_name`` (one discovery GET of its group version,
+    which every authenticated identity may read): a resource missing there is what an older
+    cluster, or one without the kind's feature gate, answers."""
+    kind = BY_KIND[kind_name]
+    result = yield Request("GET", kind.prefix)
+    resources = ((result[1] if result else None) or {}).get("resources") or []
+    return any(r.get("name") == kind.plural for r in resources)
 
 
 def first_labelled(ref: ClusterRef, kinds: tuple[str, ...]) -> Plan:

@@ -32,6 +32,7 @@ from airflow_tfk.backends._k8s_objects import (
     delete_roles_plan,
     exists_plan,
     owner_plan,
+    served_plan,
 )
 from airflow_tfk.backends._k8s_plan import Plan, Request, arun, list_plan, reraise, run, single
 from airflow_tfk.backends._k8s_status import JobInfo, log_line_time
@@ -160,6 +161,8 @@ class KubernetesBackend(Backend):
                     f"{m.get('kind')} {m['metadata'].get('name')}: lacks the label "
                     f"{naming.LABEL_CLUSTER}={spec.name}, so cleanup could not find it"
                 )
+        if any(m.get("kind") == "PodGroup" for m in manifests):
+            self._require_pod_groups()
         created: list[tuple[Kind, str | None, str]] = []
         try:
             for m in manifests:
@@ -186,6 +189,23 @@ class KubernetesBackend(Backend):
             len(created),
         )
         return ref
+
+    def _require_pod_groups(self) -> None:
+        """Native gang scheduling needs the PodGroup API. Checked before anything is made:
+        an API server without the GenericWorkload gate accepts the pods anyway and drops
+        their ``schedulingGroup``, so the training would start without its gang."""
+        from airflow_tfk.admission import POD_GROUP_API_VERSION
+        from airflow_tfk.errors import SpecError
+
+        if not self._run(served_plan("PodGroup")):
+            raise SpecError(
+                "gang_scheduling",
+                f"native needs the PodGroup API ({POD_GROUP_API_VERSION} podgroups), which this cluster "
+                "does not serve: it takes Kubernetes 1.37 or later with the GenericWorkload feature gate "
+                "(kube-apiserver, kube-scheduler, kube-controller-manager) and "
+                f"--runtime-config={POD_GROUP_API_VERSION}=true; or set gang_scheduling: none",
+                "native",
+            )
 
     def _with_namespace_needs(
         self, spec: TFClusterSpec, manifests: list[dict[str, Any]]

@@ -69,6 +69,7 @@ _KINDS = [
     Kind("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies"),
     Kind("EndpointSlice", "discovery.k8s.io/v1", "endpointslices"),
     Kind("JobSet", "jobset.x-k8s.io/v1alpha2", "jobsets"),
+    Kind("PodGroup", "scheduling.k8s.io/v1beta1", "podgroups"),
     Kind("Event", "v1", "events"),
 ]
 KINDS: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in _KINDS}

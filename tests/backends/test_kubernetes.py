@@ -220,6 +220,25 @@ def test_create_applies_every_object_and_second_create_changes_nothing(double, b
     assert {k: o["metadata"]["resourceVersion"] for k, o in double.objects.items()} == before
 
 
+def test_native_gang_where_the_pod_group_api_is_not_served_fails_before_anything_is_made(double):
+    """An API server without the GenericWorkload gate would accept the pods and drop their
+    schedulingGroup; the discovery check refuses first, naming the field and the need."""
+    from airflow_tfk.errors import SpecError
+
+    backend = KubernetesBackend(conn_id=CONN_ID)  # the real render: a PodGroup and its pods
+    spec = make_spec(workers=2, gang_scheduling="native")
+    mark = double.mark()
+    with pytest.raises(SpecError) as err:
+        backend.create(spec)
+    assert err.value.field == "gang_scheduling"
+    assert all(w in str(err.value) for w in ("1.37", "GenericWorkload", "scheduling.k8s.io/v1beta1=true"))
+    # one discovery request, no apply
+    assert [(r.method, r.path) for r in double.requests[mark:]] == [
+        ("GET", "/apis/scheduling.k8s.io/v1beta1")
+    ]
+    assert labelled(double, ClusterRef(spec.name, "default")) == []
+
+
 def test_failed_apply_deletes_what_this_call_created_and_raises(double, backend):
     spec = make_spec(workers=2)
     double.inject("PATCH", rf"/jobs/{spec.name}-worker$", 422)

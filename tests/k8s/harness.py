@@ -57,6 +57,9 @@ EXIT_REASON = "kwok.tfk.test/reason"
 EXIT_MESSAGE = "kwok.tfk.test/message"
 EXIT_DELAY = "kwok.tfk.test/delay"
 WAITING_REASON = "kwok.tfk.test/waiting-reason"
+# Kubernetes 1.37's Workload API (PodGroup) and the scheduler's GangScheduling plugin, both
+# behind this beta gate that is off by default; pods that name no PodGroup are unaffected.
+WORKLOAD_GATE = "--feature-gates=GenericWorkload=true"
 #: A nodeSelector no node will ever match: the pod stays Pending/Unschedulable.
 UNSCHEDULABLE_NODE_SELECTOR = {"kwok.tfk.test/no-such-node": "true"}
 
@@ -451,6 +454,9 @@ class ControlPlane:
                     "--requestheader-group-headers=X-Remote-Group",
                     "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                     "--allow-privileged=true",
+                    # native gang scheduling: PodGroup is a beta API, served only when asked for
+                    WORKLOAD_GATE,
+                    "--runtime-config=scheduling.k8s.io/v1beta1=true",
                     "--profiling=false",
                     "--v=1",
                 ],
@@ -474,6 +480,7 @@ class ControlPlane:
                     f"--cluster-signing-cert-file={self.pki / 'ca.crt'}",
                     f"--cluster-signing-key-file={self.pki / 'ca.key'}",
                     "--controllers=*",
+                    WORKLOAD_GATE,
                     "--profiling=false",
                     "--v=1",
                 ],
@@ -491,6 +498,7 @@ class ControlPlane:
                     f"--secure-port={self.ports['scheduler']}",
                     f"--cert-dir={self.pki / 'scheduler'}",
                     "--leader-elect=false",
+                    WORKLOAD_GATE,
                     "--profiling=false",
                     "--v=1",
                 ],

@@ -39,6 +39,7 @@ LABELLED_KINDS = [
     ("v1", "pods"),
     ("discovery.k8s.io/v1", "endpointslices"),
     ("networking.k8s.io/v1", "networkpolicies"),
+    ("scheduling.k8s.io/v1beta1", "podgroups"),
 ]
 
 
@@ -99,6 +100,7 @@ PLURAL = {
     "Namespace": "namespaces",
     "NetworkPolicy": "networkpolicies",
     "JobSet": "jobsets",
+    "PodGroup": "podgroups",
 }
 
 
