@@ -44,6 +44,7 @@ from airflow_tfk.spec_decl import (
     check_fields,
     choice_field,
     from_mapping,
+    section_field,
     spec_field,
     str_map_field,
     validate,
@@ -87,7 +88,7 @@ _REQUIRED = ("name", "image", "command", "worker")
 
 
 def _role(help: str) -> Any:
-    return spec_field(None, kind="section", section=RoleSpec, prefix="<role>.", help=help)
+    return section_field(RoleSpec, help, prefix="<role>.", absent="none")
 
 
 _NETWORK_SCHEMA = {"anyOf": [{"type": "boolean"}, {"type": "object"}]}
@@ -118,11 +119,11 @@ class TFClusterSpec:
         check=must_run,
         help='entrypoint of every task, a list (`["python", "/opt/train.py"]`)',
     )
-    worker: RoleSpec = spec_field(
-        kind="section",
-        section=RoleSpec,
+    worker: RoleSpec = section_field(
+        RoleSpec,
+        "the workers: `{replicas: 3, ...}` (fields under `<role>.`)",
         prefix="<role>.",
-        help="the workers: `{replicas: 3, ...}` (fields under `<role>.`)",
+        absent="required",
     )
     args: tuple[str, ...] = spec_field((), kind="str_list", help="arguments of every task")
     mode: Mode = spec_field(
@@ -157,9 +158,7 @@ class TFClusterSpec:
         hi=65535,
         help="the gRPC port of every task (the local backend picks free ports instead)",
     )
-    storage: StorageSpec = spec_field(
-        factory=StorageSpec, kind="section", section=StorageSpec, help="data, logs and models volumes"
-    )
+    storage: StorageSpec = section_field(StorageSpec, "data, logs and models volumes")
     env: Mapping[str, str] = str_map_field(
         "env", help="environment of every task (`TF_CONFIG` and `TFK_*` are reserved)"
     )
@@ -306,12 +305,10 @@ class TFClusterSpec:
         help="the cluster's NetworkPolicy",
     )
 
-    pod: PodRules = spec_field(
-        factory=PodRules,
-        kind="section",
-        section=PodRules,
+    pod: PodRules = section_field(
+        PodRules,
+        "what every pod carries beyond the training (each role's `<role>.pod` adds to it)",
         prefix="[<role>.]pod.",
-        help="what every pod carries beyond the training (each role's `<role>.pod` adds to it)",
     )
     template_dir: str | None = spec_field(
         None,
