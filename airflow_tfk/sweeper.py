@@ -153,9 +153,9 @@ def _end(
     status: ClusterStatus | None = None,
 ) -> SweepResult:
     """End ``what`` of the cluster behind ``handle`` through :func:`end_run`, or in a dry
-    run only say so. ``said`` is the reason end_run logs and keeps on the cluster. No
-    logs are copied (no task log is left to copy them into) and no grace is waited (the
-    run is already over by the time it is swept)."""
+    run only say so. ``said`` is the reason end_run logs and keeps on the cluster. No logs
+    are copied and no grace is waited: the run's own task no longer ends it (it is gone,
+    or the deadline passed), and one cluster must not hold up the sweep of the others."""
     ref = handle.ref
     if dry_run:
         emit(f"would delete {what} cluster {ref.name} in {ref.namespace}: {reason} (dry run, kept)")
