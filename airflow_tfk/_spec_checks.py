@@ -210,6 +210,17 @@ def must_run(value: Any, path: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def subdomain(what: str) -> Callable[[Any, str], str]:
+    """A check: a DNS-1123 subdomain (a PVC, Secret, storage class or account name)."""
+
+    def check(value: Any, path: str) -> str:
+        if not naming.is_dns1123_subdomain(value):
+            raise SpecError(path, f"is not a valid {what}", value)
+        return str(value)
+
+    return check
+
+
 def not_reserved_labels(value: Any, path: str) -> dict[str, str]:
     for key in sorted(value):
         why = reserved_label(key)

@@ -23,8 +23,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from airflow_tfk.cli_table import Command, add_commands, arg
+
+if TYPE_CHECKING:
+    from airflow_tfk.local_env import LocalAirflowEnv
 
 EXIT_SPEC_ERROR = 1
 EXIT_USAGE = 2
@@ -371,39 +375,51 @@ def _migrate_once(airflow: str, env: dict[str, str], home: str) -> int:
     return 0
 
 
+def _local_env(args: argparse.Namespace) -> LocalAirflowEnv | None:
+    """The environment of ``--dags-folder``; None (said) when that is not a directory."""
+    from airflow_tfk.local_env import resolve
+
+    where = resolve(dags_folder=args.dags_folder)
+    if not where.dags_folder.is_dir():
+        print(f"error: --dags-folder: {where.dags_folder} is not a directory", file=sys.stderr)
+        return None
+    return where
+
+
+def _prepare(where: LocalAirflowEnv, env: dict[str, str], quiet: bool = False) -> tuple[str, int]:
+    """Say which environment this is (unless ``quiet``) and migrate its database once: the
+    ``airflow`` executable, and the migration's exit code."""
+    if not quiet:
+        for line in where.describe():
+            print(f"airflow-tfk: {line}", file=sys.stderr)
+    airflow = str(where.bin_dir / "airflow")
+    return airflow, _migrate_once(airflow, env, str(where.airflow_home))
+
+
 def _up(args: argparse.Namespace) -> int:
     from airflow_tfk.local_airflow import main_up
-    from airflow_tfk.local_env import resolve
 
     if not 0 < args.port < 65536:
         print(f"error: --port: {args.port} is not a TCP port (1 to 65535)", file=sys.stderr)
         return EXIT_USAGE
-    where = resolve(dags_folder=args.dags_folder)
-    if not where.dags_folder.is_dir():
-        print(f"error: --dags-folder: {where.dags_folder} is not a directory", file=sys.stderr)
+    where = _local_env(args)
+    if where is None:
         return EXIT_USAGE
-    return main_up(where, args.port, args.host, _migrate_once)
+    return main_up(where, args.port, args.host, _prepare)
 
 
 def _run_airflow(args: argparse.Namespace) -> int:
-    from airflow_tfk.local_env import resolve
-
     airflow_args = list(args.airflow_args)
     if airflow_args[:1] == ["--"]:
         airflow_args = airflow_args[1:]
     if not airflow_args:
         print("error: ARGS: give the airflow command to run, e.g. `dags test my_dag`", file=sys.stderr)
         return EXIT_USAGE
-    where = resolve(dags_folder=args.dags_folder)
-    if not where.dags_folder.is_dir():
-        print(f"error: --dags-folder: {where.dags_folder} is not a directory", file=sys.stderr)
+    where = _local_env(args)
+    if where is None:
         return EXIT_USAGE
     env = where.environ(os.environ)
-    if not args.quiet:
-        for line in where.describe():
-            print(f"airflow-tfk: {line}", file=sys.stderr)
-    airflow = str(where.bin_dir / "airflow")
-    code = _migrate_once(airflow, env, str(where.airflow_home))
+    airflow, code = _prepare(where, env, args.quiet)
     if code != 0:
         return code
     sys.stdout.flush()

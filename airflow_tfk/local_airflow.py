@@ -214,15 +214,16 @@ def _ready_lines(env: Mapping[str, str], home: Path, url: str) -> list[str]:
 
 
 def main_up(
-    where: LocalAirflowEnv, port: int, host: str, migrate: Callable[[str, dict[str, str], str], int]
+    where: LocalAirflowEnv,
+    port: int,
+    host: str,
+    prepare: Callable[[LocalAirflowEnv, dict[str, str]], tuple[str, int]],
 ) -> int:
-    """The ``up`` command once its arguments are read; ``migrate`` prepares the database
-    (``airflow db migrate`` once per Airflow version, as ``airflow-tfk airflow`` does)."""
+    """The ``up`` command once its arguments are read; ``prepare`` says which environment
+    this is and prepares its database, as ``airflow-tfk airflow`` does (``airflow db migrate``
+    once per Airflow version), returning the ``airflow`` executable and its exit code."""
     env = services_environ(where.environ(os.environ), host, port)
-    for line in where.describe():
-        print(f"airflow-tfk: {line}", file=sys.stderr)
-    airflow = str(where.bin_dir / "airflow")
-    code = migrate(airflow, env, str(where.airflow_home))
+    airflow, code = prepare(where, env)
     if code != 0:
         return code
     code = ensure_config(airflow, env, where.airflow_home)

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from airflow_tfk.errors import SpecError
+from airflow_tfk.render_pods import role_templates
 from airflow_tfk.spec_decl import Errors
 
 __all__ = ["check_pod_rules"]
@@ -122,15 +123,6 @@ def _patch_field(spec: Any, role: str) -> tuple[str, str]:
 
 
 def _templates(manifests: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
-    from airflow_tfk import naming
-
     for doc in manifests:
-        if doc.get("kind") == "Job":
-            holders = [doc["spec"]]
-        elif doc.get("kind") == "JobSet":
-            holders = [rj["template"]["spec"] for rj in doc["spec"]["replicatedJobs"]]
-        else:
-            continue
-        for holder in holders:
-            template = holder["template"]
-            yield template["metadata"]["labels"][naming.LABEL_ROLE], template
+        for role, holder in role_templates(doc):
+            yield role, holder["template"]

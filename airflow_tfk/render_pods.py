@@ -69,17 +69,22 @@ def _hardened(container: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def patch_pod_templates(doc: dict[str, Any], patches: Mapping[str, list[Mapping[str, Any]]]) -> None:
-    """Apply each role's patches to its pod template in ``doc`` (a Job or a JobSet), in place."""
+def role_templates(doc: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The pod templates of a rendered Job or JobSet (none in any other object), as
+    ``(role, holder)``: the template is ``holder["template"]``, so a caller can replace it."""
     if doc.get("kind") == "Job":
         holders = [doc["spec"]]
     elif doc.get("kind") == "JobSet":
         holders = [rj["template"]["spec"] for rj in doc["spec"]["replicatedJobs"]]
     else:
-        return
-    for holder in holders:
+        return []
+    return [(h["template"]["metadata"]["labels"][naming.LABEL_ROLE], h) for h in holders]
+
+
+def patch_pod_templates(doc: dict[str, Any], patches: Mapping[str, list[Mapping[str, Any]]]) -> None:
+    """Apply each role's patches to its pod template in ``doc`` (a Job or a JobSet), in place."""
+    for role, holder in role_templates(doc):
         template = holder["template"]
-        role = template["metadata"]["labels"][naming.LABEL_ROLE]
         for patch in patches.get(role, ()):
             patched = apply_patch(template, patch)
             _same_contract(template, patched, f"{role}.pod.template_patch")

@@ -9,7 +9,8 @@ TensorFlow, no template rendering.
 Each field below is its own declaration (:func:`~airflow_tfk.spec_decl.spec_field`: kind,
 default, bounds, help, form entry); the README's table, the UI form's Params, the training
 files' JSON Schema and the checks all come from it (:mod:`airflow_tfk.spec_docs`). Adding a
-field is one ``spec_field`` line here, its use in the templates, and a test.
+field is one ``spec_field`` line here, its use in the templates, and a test. The rules
+that join several fields are in :mod:`airflow_tfk.spec_rules`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfk import naming
 from airflow_tfk._spec_checks import (
     _int,  # noqa: F401 - the serving spec's integer rule
     _text,
@@ -33,9 +33,8 @@ from airflow_tfk._spec_checks import (
     queue,
     secret_names,
 )
-from airflow_tfk.admission import CapacityCheck, GangScheduling, Layout, gang_rules
+from airflow_tfk.admission import CapacityCheck, GangScheduling, Layout
 from airflow_tfk.constants import NAMESPACE, PS_GRACE_SECONDS
-from airflow_tfk.errors import SpecError
 from airflow_tfk.network import TrainingNetworkPolicy
 from airflow_tfk.quantity import parse_quantity, quantity_value
 from airflow_tfk.spec_decl import (
@@ -44,11 +43,12 @@ from airflow_tfk.spec_decl import (
     check_fields,
     choice_field,
     from_mapping,
+    section_field,
     spec_field,
     str_map_field,
     validate,
 )
-from airflow_tfk.spec_pods import PodRules, pod_rules_rules
+from airflow_tfk.spec_pods import PodRules
 from airflow_tfk.spec_resources import Resources, Toleration
 from airflow_tfk.spec_roles import (
     MAX_REPLICAS,
@@ -61,6 +61,7 @@ from airflow_tfk.spec_roles import (
     VolumeSpec,
     subdomain,
 )
+from airflow_tfk.spec_rules import cluster_rules
 from airflow_tfk.spec_yaml import load_yaml_mapping
 
 __all__ = [
@@ -80,14 +81,13 @@ __all__ = [
     "quantity_value",
 ]
 
-MAX_ENV_BYTES = 256 * 1024
 _YEAR = 365 * 24 * 3600
 _DAY = 24 * 3600
 _REQUIRED = ("name", "image", "command", "worker")
 
 
 def _role(help: str) -> Any:
-    return spec_field(None, kind="section", section=RoleSpec, prefix="<role>.", help=help)
+    return section_field(RoleSpec, help, prefix="<role>.", absent="none")
 
 
 _NETWORK_SCHEMA = {"anyOf": [{"type": "boolean"}, {"type": "object"}]}
@@ -118,11 +118,11 @@ class TFClusterSpec:
         check=must_run,
         help='entrypoint of every task, a list (`["python", "/opt/train.py"]`)',
     )
-    worker: RoleSpec = spec_field(
-        kind="section",
-        section=RoleSpec,
+    worker: RoleSpec = section_field(
+        RoleSpec,
+        "the workers: `{replicas: 3, ...}` (fields under `<role>.`)",
         prefix="<role>.",
-        help="the workers: `{replicas: 3, ...}` (fields under `<role>.`)",
+        absent="required",
     )
     args: tuple[str, ...] = spec_field((), kind="str_list", help="arguments of every task")
     mode: Mode = spec_field(
@@ -157,9 +157,7 @@ class TFClusterSpec:
         hi=65535,
         help="the gRPC port of every task (the local backend picks free ports instead)",
     )
-    storage: StorageSpec = spec_field(
-        factory=StorageSpec, kind="section", section=StorageSpec, help="data, logs and models volumes"
-    )
+    storage: StorageSpec = section_field(StorageSpec, "data, logs and models volumes")
     env: Mapping[str, str] = str_map_field(
         "env", help="environment of every task (`TF_CONFIG` and `TFK_*` are reserved)"
     )
@@ -314,12 +312,10 @@ class TFClusterSpec:
         help="the cluster's NetworkPolicy",
     )
 
-    pod: PodRules = spec_field(
-        factory=PodRules,
-        kind="section",
-        section=PodRules,
+    pod: PodRules = section_field(
+        PodRules,
+        "what every pod carries beyond the training (each role's `<role>.pod` adds to it)",
         prefix="[<role>.]pod.",
-        help="what every pod carries beyond the training (each role's `<role>.pod` adds to it)",
     )
     template_dir: str | None = spec_field(
         None,
@@ -336,143 +332,7 @@ class TFClusterSpec:
 
     # -- rules that join fields: each skipped when a field it reads is already wrong ------
     def _rules(self, where: str, errors: Errors) -> None:
-        errors.run(self._namespace, "name", "namespace", "namespace_per_training")
-        errors.run(self._own_namespace, "namespace_per_training", "storage", "queue_name", "cluster_queue")
-        errors.run(self._env, "env", *(f"{r}.env" for r in ROLES))
-        errors.run(self._mode_roles, "mode", *ROLES, "storage")
-        errors.run(self._lost_workers, "max_lost_workers", "mode", "worker")
-        errors.run(self._metrics, "metrics_port", "port", "network_policy")
-        errors.run(self._generated_names, "name", "layout", "storage", *ROLES)
-        errors.run(
-            self._exec_sizes, "name", "namespace", "layout", "port", "command", "legacy_tf1_flags", *ROLES
-        )
-        errors.run(
-            lambda: gang_rules(self.gang_scheduling, self.layout, self.queue_name),
-            "gang_scheduling",
-            "layout",
-            "queue_name",
-        )
-        pod_rules_rules(self, errors)
-
-    def _exec_sizes(self) -> None:
-        from airflow_tfk.exec_plan import check_exec_sizes
-
-        check_exec_sizes(self)
-
-    def _namespace(self) -> None:
-        # checked as created: with namespace_per_training that is '<namespace>-<name>'
-        if not naming.is_dns1123_label(self.namespace_name):
-            raise SpecError(
-                "namespace",
-                "must be a DNS-1123 label (the per-training namespace is '<namespace>-<name>')",
-                self.namespace_name,
-            )
-
-    def _own_namespace(self) -> None:
-        """What a training's own namespace can hold. Pull secrets, the ServiceAccount and
-        the LocalQueue are copied into it (or made) when it is created; an existing claim
-        cannot be: a PVC is bound to its PV one-to-one, so the PV would have to leave the
-        claim (and the namespace) that holds it, which may be another training's or the
-        data's owner's. A claim of the training's own (``size:``) is made in it."""
-        if self.cluster_queue is not None and not (self.namespace_per_training and self.queue_name):
-            raise SpecError(
-                "cluster_queue",
-                "needs namespace_per_training and queue_name: it is what the LocalQueue made "
-                "in the training's own namespace points at",
-                self.cluster_queue,
-            )
-        if not self.namespace_per_training:
-            return
-        for vol, spec in self.storage.volumes().items():
-            if spec.claim is not None:
-                raise SpecError(
-                    f"storage.{vol}.claim",
-                    "cannot be used with namespace_per_training: a claim lives in its own "
-                    f"namespace ({self.namespace}) and binds its volume to it alone; give "
-                    f"storage.{vol}.size for a claim made in the training's namespace, or set "
-                    "namespace_per_training: false",
-                    spec.claim,
-                )
-
-    def _env(self) -> None:
-        # Every pod carries the env: far below the API server's object size limit, checked
-        # here so an oversized env fails in microseconds, not after rendering it.
-        total = sum(len(k) + len(v) for k, v in self.env.items())
-        if total > MAX_ENV_BYTES:
-            raise SpecError("env", f"totals {total} characters, over the {MAX_ENV_BYTES} a pod may carry")
-        for where, env in (("env", self.env), *((f"{r}.env", rs.env) for r, rs in self.roles().items())):
-            reserved = sorted(k for k in env if k.startswith("TFK_") or k == "TF_CONFIG")
-            if reserved:
-                raise SpecError(f"{where}.{reserved[0]}", "is reserved for the platform")
-
-    def _mode_roles(self) -> None:
-        mode = self.mode
-        if mode is Mode.PARAMETER_SERVER:
-            if self.chief is None:
-                raise SpecError(
-                    "chief", "is required when mode is parameter_server (the chief coordinates training)"
-                )
-            if self.ps is None:
-                raise SpecError("ps", "is required when mode is parameter_server")
-            self._shared_checkpoints()
-        elif mode is Mode.BETWEEN_GRAPH:
-            if self.ps is None:
-                raise SpecError("ps", "is required when mode is between_graph")
-        elif mode is Mode.ALL_REDUCE and self.ps is not None:
-            raise SpecError("ps", "must be omitted when mode is all_reduce (there are no parameter servers)")
-
-    def _shared_checkpoints(self) -> None:
-        models = self.storage.models
-        # Found on a real node: the chief's checkpoint save runs on the PS (SaveV2 on
-        # /job:ps), so the checkpoint directory ($TFK_MODEL_DIR) must be one volume that
-        # the chief and every PS mount; a per-pod (ReadWriteOnce) claim fails the first save.
-        if models is not None and models.claim is None and models.access_mode is not AccessMode.RWX:
-            raise SpecError(
-                "storage.models.access_mode",
-                "must be ReadWriteMany when mode is parameter_server: the parameter servers "
-                "write the chief's checkpoints, so the chief and every PS share the models volume",
-                models.access_mode.value,
-            )
-
-    def _lost_workers(self) -> None:
-        if not self.max_lost_workers:
-            return
-        if self.mode is not Mode.PARAMETER_SERVER:
-            raise SpecError(
-                "max_lost_workers",
-                "applies to parameter_server mode only (the other modes need every worker)",
-                self.max_lost_workers,
-            )
-        if self.max_lost_workers >= self.worker.replicas:
-            raise SpecError(
-                "max_lost_workers",
-                f"must be less than worker.replicas ({self.worker.replicas}): one worker must be left",
-                self.max_lost_workers,
-            )
-
-    def _metrics(self) -> None:
-        if self.metrics_port is not None and self.metrics_port == self.port:
-            raise SpecError("metrics_port", f"must differ from port ({self.port})", self.metrics_port)
-        if self.network_policy.metrics_from and self.metrics_port is None:
-            raise SpecError(
-                "network_policy.metrics_from", "needs metrics_port (the port it admits scrapers to)"
-            )
-
-    def _generated_names(self) -> None:
-        """Check the longest name that will be generated, not just the one given."""
-        for role, spec in self.roles().items():
-            longest = naming.task_hostname(self.name, role, spec.replicas - 1, self.layout is Layout.JOBSET)
-            if len(longest) > naming.DNS1123_LABEL_MAX:
-                raise SpecError(
-                    "name",
-                    f"is too long: task hostname '{longest}' would exceed "
-                    f"{naming.DNS1123_LABEL_MAX} characters",
-                    self.name,
-                )
-        for vol in self.storage.volumes():
-            pvc = f"{self.name}-{vol}"
-            if not naming.is_dns1123_subdomain(pvc):
-                raise SpecError("name", f"gives an invalid PVC name '{pvc}'", self.name)
+        cluster_rules(self, errors)
 
     # -- derived views ----------------------------------------------------------------
     @property

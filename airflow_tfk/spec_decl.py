@@ -48,6 +48,7 @@ __all__ = [
     "spec_field",
     "from_mapping",
     "section_from",
+    "section_field",
     "choice_field",
 ]
 
@@ -137,6 +138,19 @@ def str_map_field(keys: str, help: str, **decl: Any) -> Any:
     """A mapping of strings to strings, empty when left out; ``keys`` names the rule its keys
     follow (``env``: environment variable names, ``label``: label keys)."""
     return spec_field(factory=dict, kind="str_map", keys=keys, help=help, **decl)
+
+
+def section_field(section: type, help: str, *, prefix: str | None = None, absent: str = "defaults") -> Any:
+    """A nested section (a dataclass of declared fields). Left out, it is built from its
+    own defaults (``absent="defaults"``), None (``"none"``: an optional role or volume), or
+    an error (``"required"``)."""
+    decl: dict[str, Any] = {"kind": "section", "section": section, "prefix": prefix, "help": help}
+    if absent == "defaults":
+        return spec_field(factory=section, **decl)
+    if absent == "none":
+        return spec_field(None, **decl)
+    assert absent == "required", absent
+    return spec_field(**decl)
 
 
 def choice_field(default: str | None, choices: Sequence[str], *, help_tail: str = "") -> Any:

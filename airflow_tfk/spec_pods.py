@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_tfk import naming
-from airflow_tfk._spec_checks import _bounded, _utf8, reserved_label
+from airflow_tfk._spec_checks import _bounded, _utf8, not_reserved_labels, subdomain
 from airflow_tfk.errors import SpecError
 from airflow_tfk.pod_patch import MAIN_CONTAINER, check_patch
-from airflow_tfk.quantity import parse_quantity
 from airflow_tfk.spec_decl import Errors, spec_field, str_map_field
+from airflow_tfk.spec_resources import quantity_field
 
 __all__ = ["PLATFORM_MOUNTS", "PLATFORM_VOLUMES", "PodRules", "RolePodRules", "pod_rules_rules", "role_rules"]
 
@@ -212,21 +212,14 @@ def _annotations(value: Any, path: str) -> dict[str, str]:
     return dict(value)
 
 
-def _labels(value: Any, path: str) -> dict[str, str]:
-    for key in sorted(value):
-        why = reserved_label(key)
-        if why:
-            raise SpecError(f"{path}.{key}", why)
-    return dict(value)
+def _object_field(check: Any, help: str) -> Any:
+    """A Kubernetes object (an affinity, a patch), none when left out."""
+    return spec_field(None, kind="custom", check=check, schema=_OBJECT, help=help)
 
 
-def _class_name(what: str) -> Any:
-    def check(value: Any, path: str) -> str:
-        if not naming.is_dns1123_subdomain(value):
-            raise SpecError(path, f"is not a valid {what} name", value)
-        return str(value)
-
-    return check
+def _objects_field(check: Any, help: str) -> Any:
+    """A list of Kubernetes objects (volumes, containers...), empty when left out."""
+    return spec_field((), kind="custom", check=check, schema=_OBJECTS, help=help)
 
 
 def _patch(value: Any, path: str) -> dict[str, Any] | None:
@@ -235,44 +228,32 @@ def _patch(value: Any, path: str) -> dict[str, Any] | None:
     return check_patch(k8s_object(value, path), path)
 
 
-def _shm(value: Any, path: str) -> str | None:
-    return None if value is None else parse_quantity(value, path)
-
-
 @dataclass(frozen=True)
 class PodRules:
     """What the pods of the cluster (``pod:``) or of one role (``<role>.pod:``) carry
     beyond the training itself."""
 
-    affinity: Mapping[str, Any] | None = spec_field(
-        None,
-        kind="custom",
-        check=k8s_object,
-        schema=_OBJECT,
-        help="a Kubernetes `affinity` (node, pod, anti)",
+    affinity: Mapping[str, Any] | None = _object_field(
+        k8s_object, "a Kubernetes `affinity` (node, pod, anti)"
     )
-    topology_spread: tuple[Mapping[str, Any], ...] = spec_field(
-        (),
-        kind="custom",
-        check=k8s_objects,
-        schema=_OBJECTS,
-        help="`topologySpreadConstraints`; one without `labelSelector` spreads this role's pods",
+    topology_spread: tuple[Mapping[str, Any], ...] = _objects_field(
+        k8s_objects, "`topologySpreadConstraints`; one without `labelSelector` spreads this role's pods"
     )
     priority_class: str | None = spec_field(
-        None, kind="str", check=_class_name("PriorityClass"), help="`priorityClassName` of the pods"
+        None, kind="str", check=subdomain("PriorityClass name"), help="`priorityClassName` of the pods"
     )
     runtime_class: str | None = spec_field(
-        None, kind="str", check=_class_name("RuntimeClass"), help="`runtimeClassName` of the pods"
+        None, kind="str", check=subdomain("RuntimeClass name"), help="`runtimeClassName` of the pods"
     )
     service_account: str | None = spec_field(
         None,
         kind="str",
-        check=_class_name("ServiceAccount"),
+        check=subdomain("ServiceAccount name"),
         help="per role only: this role's service account, instead of `service_account`",
     )
     labels: Mapping[str, str] = str_map_field(
         "label",
-        check=_labels,
+        check=not_reserved_labels,
         help="labels on the pods (the platform's prefixes are reserved, as in `labels`)",
     )
     annotations: Mapping[str, str] = str_map_field(
@@ -281,33 +262,17 @@ class PodRules:
         help="annotations on the pods (keys under `tfk.airflow.apache.org/` and `batch.kubernetes.io/` "
         "are reserved)",
     )
-    volumes: tuple[Mapping[str, Any], ...] = spec_field(
-        (),
-        kind="custom",
-        check=_volumes,
-        schema=_OBJECTS,
-        help="extra Kubernetes volumes (a Secret, a ConfigMap, an emptyDir...)",
+    volumes: tuple[Mapping[str, Any], ...] = _objects_field(
+        _volumes, "extra Kubernetes volumes (a Secret, a ConfigMap, an emptyDir...)"
     )
-    volume_mounts: tuple[Mapping[str, Any], ...] = spec_field(
-        (),
-        kind="custom",
-        check=_mounts,
-        schema=_OBJECTS,
-        help="mounts of those volumes in the training container (not under `/tfk` or `/tmp`)",
+    volume_mounts: tuple[Mapping[str, Any], ...] = _objects_field(
+        _mounts, "mounts of those volumes in the training container (not under `/tfk` or `/tmp`)"
     )
-    shm_size: str | None = spec_field(
-        None,
-        kind="custom",
-        check=_shm,
-        schema={"type": ["string", "integer"]},
-        help="a memory `emptyDir` of this size at `/dev/shm` (`1Gi`; counts against the memory limit)",
+    shm_size: str | None = quantity_field(
+        "a memory `emptyDir` of this size at `/dev/shm` (`1Gi`; counts against the memory limit)"
     )
-    env_from: tuple[Mapping[str, Any], ...] = spec_field(
-        (),
-        kind="custom",
-        check=_env_from,
-        schema=_OBJECTS,
-        help="`envFrom` of the training container: `{secretRef: {name: s}}` or `{configMapRef: ...}`",
+    env_from: tuple[Mapping[str, Any], ...] = _objects_field(
+        _env_from, "`envFrom` of the training container: `{secretRef: {name: s}}` or `{configMapRef: ...}`"
     )
     env_value_from: Mapping[str, Mapping[str, Any]] = spec_field(
         factory=dict,
@@ -316,27 +281,16 @@ class PodRules:
         schema={"type": "object", "additionalProperties": _OBJECT},
         help="variables read from a Secret or ConfigMap key: `{NAME: {secretKeyRef: {name: s, key: k}}}`",
     )
-    sidecars: tuple[Mapping[str, Any], ...] = spec_field(
-        (),
-        kind="custom",
-        check=_containers,
-        schema=_OBJECTS,
-        help="Kubernetes containers that run beside the task and stop when it ends (native sidecars)",
+    sidecars: tuple[Mapping[str, Any], ...] = _objects_field(
+        _containers, "Kubernetes containers that run beside the task and stop when it ends (native sidecars)"
     )
-    init_containers: tuple[Mapping[str, Any], ...] = spec_field(
-        (),
-        kind="custom",
-        check=_containers,
-        schema=_OBJECTS,
-        help="Kubernetes containers that run to completion before the task (and its sidecars) start",
+    init_containers: tuple[Mapping[str, Any], ...] = _objects_field(
+        _containers, "Kubernetes containers that run to completion before the task (and its sidecars) start"
     )
-    template_patch: Mapping[str, Any] | None = spec_field(
-        None,
-        kind="custom",
-        check=_patch,
-        schema=_OBJECT,
-        help="a strategic merge patch of the pod template for what no field names; refused where it "
-        "touches what a field sets or the cluster relies on (port, command, identity labels, restartPolicy)",
+    template_patch: Mapping[str, Any] | None = _object_field(
+        _patch,
+        "a strategic merge patch of the pod template for what no field names; refused where it touches "
+        "what a field sets or the cluster relies on (port, command, identity labels, restartPolicy)",
     )
 
     def is_empty(self) -> bool:

@@ -16,7 +16,8 @@ from airflow_tfk.spec_decl import Errors, check_fields, choice_field, section_fr
 QUANTITY = {"type": ["string", "number"]}
 
 
-def _quantity(help: str) -> Any:
+def quantity_field(help: str) -> Any:
+    """A Kubernetes quantity (``500m``, ``2Gi``), none when left out."""
     return spec_field(None, kind="custom", check=parse_quantity, schema=QUANTITY, help=help)
 
 
@@ -43,12 +44,12 @@ def _label_value(value: Any, path: str) -> str:
 class Resources:
     """CPU, memory and GPUs of one task, as Kubernetes quantities."""
 
-    cpu: str | None = _quantity('CPU request (`"500m"`, `"2"`)')
-    memory: str | None = _quantity(
+    cpu: str | None = quantity_field('CPU request (`"500m"`, `"2"`)')
+    memory: str | None = quantity_field(
         "memory request (`4Gi`); also the memory limit unless `memory_limit` is set"
     )
-    cpu_limit: str | None = _quantity("CPU limit")
-    memory_limit: str | None = _quantity("memory limit (default: the memory request)")
+    cpu_limit: str | None = quantity_field("CPU limit")
+    memory_limit: str | None = quantity_field("memory limit (default: the memory request)")
     gpus: int = spec_field(0, kind="int", lo=0, hi=64, help="GPUs per task, as a limit on `gpu_resource`")
     gpu_resource: str = spec_field(
         "nvidia.com/gpu", kind="str", check=_gpu_resource, help="the extended resource name of a GPU"
@@ -137,11 +138,6 @@ class Toleration:
             raise SpecError(f"{where}.value", "must be empty when operator is Exists", self.value)
         if self.toleration_seconds is not None and self.effect != "NoExecute":
             raise SpecError(f"{where}.toleration_seconds", "needs effect NoExecute", self.toleration_seconds)
-
-    def validate(self, where: str) -> None:
-        errors = Errors()
-        check_fields(self, where, errors)
-        errors.raise_if_any()
 
     def to_k8s(self) -> dict[str, Any]:
         out: dict[str, Any] = {"operator": self.operator}

@@ -8,12 +8,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfk import naming
+from airflow_tfk._spec_checks import subdomain
 from airflow_tfk.errors import SpecError
-from airflow_tfk.quantity import parse_quantity
-from airflow_tfk.spec_decl import Errors, Form, check_fields, section_from, spec_field, str_map_field
+from airflow_tfk.spec_decl import (
+    Errors,
+    Form,
+    check_fields,
+    section_field,
+    spec_field,
+    str_map_field,
+)
 from airflow_tfk.spec_pods import PodRules
-from airflow_tfk.spec_resources import QUANTITY, Resources, Toleration
+from airflow_tfk.spec_resources import Resources, Toleration, quantity_field
 
 MAX_REPLICAS = 10_000
 MAX_TOLERATIONS = 256
@@ -44,17 +50,6 @@ class AccessMode(str, enum.Enum):
     RWOP = "ReadWriteOncePod"
 
 
-def subdomain(what: str) -> Any:
-    """A check: a DNS-1123 subdomain (a PVC, Secret, storage class or account name)."""
-
-    def check(value: Any, path: str) -> str:
-        if not naming.is_dns1123_subdomain(value):
-            raise SpecError(path, f"is not a valid {what}", value)
-        return str(value)
-
-    return check
-
-
 def _command(value: Any, path: str) -> tuple[str, ...]:
     if not value:
         raise SpecError(path, "must not be empty when given")
@@ -76,12 +71,8 @@ class RoleSpec:
         },
         help="tasks of this role (workers 1-10000, PS 1-1000)",
     )
-    resources: Resources = spec_field(
-        factory=Resources,
-        kind="section",
-        section=Resources,
-        prefix="<role>.resources.",
-        help="requests and limits of each task",
+    resources: Resources = section_field(
+        Resources, "requests and limits of each task", prefix="<role>.resources."
     )
     env: Mapping[str, str] = str_map_field(
         "env", help="extra environment of this role's tasks, added to `env`"
@@ -99,12 +90,8 @@ class RoleSpec:
         None, kind="str_list", check=_command, help="overrides `command` for this role"
     )
     args: tuple[str, ...] | None = spec_field(None, kind="str_list", help="overrides `args` for this role")
-    pod: PodRules = spec_field(
-        factory=PodRules,
-        kind="section",
-        section=PodRules,
-        prefix="[<role>.]pod.",
-        help="what this role's pods carry beyond the training, added to `pod`",
+    pod: PodRules = section_field(
+        PodRules, "what this role's pods carry beyond the training, added to `pod`", prefix="[<role>.]pod."
     )
 
     def validate(self, where: str, lo: int = 1, hi: int = MAX_REPLICAS) -> None:
@@ -113,16 +100,6 @@ class RoleSpec:
         errors = Errors()
         check_fields(self, where, errors, where)
         errors.raise_if_any()
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> RoleSpec | None:
-        if data is None:
-            return None
-        return section_from(cls, data, where)
-
-
-def _volume_size(value: Any, path: str) -> str:
-    return parse_quantity(value, path)
 
 
 @dataclass(frozen=True)
@@ -136,13 +113,7 @@ class VolumeSpec:
         help="mount this existing PersistentVolumeClaim (locally: the shared folder "
         "`<root>/<namespace>/.claims/<claim>/`)",
     )
-    size: str | None = spec_field(
-        None,
-        kind="custom",
-        check=_volume_size,
-        schema=QUANTITY,
-        help="or create a new PVC of this size (`10Gi`), deleted with the cluster",
-    )
+    size: str | None = quantity_field("or create a new PVC of this size (`10Gi`), deleted with the cluster")
     storage_class: str | None = spec_field(
         None,
         kind="str",
@@ -165,20 +136,9 @@ class VolumeSpec:
         if self.claim is not None and self.size is not None:
             raise SpecError(f"{where}.claim", "and 'size' are exclusive: mount a claim or create one")
 
-    def validate(self, where: str) -> None:
-        errors = Errors()
-        check_fields(self, where, errors)
-        errors.raise_if_any()
-
 
 def _volume(what: str) -> Any:
-    return spec_field(
-        None,
-        kind="section",
-        section=VolumeSpec,
-        prefix="storage.<volume>.",
-        help=f"the {what}",
-    )
+    return section_field(VolumeSpec, f"the {what}", prefix="storage.<volume>.", absent="none")
 
 
 @dataclass(frozen=True)
@@ -202,14 +162,5 @@ class StorageSpec:
     VOLUMES = ("data", "logs", "models")
     MOUNT_ROOT = "/tfk"
 
-    def validate(self, where: str) -> None:
-        errors = Errors()
-        check_fields(self, where, errors)
-        errors.raise_if_any()
-
     def volumes(self) -> dict[str, VolumeSpec]:
         return {n: getattr(self, n) for n in self.VOLUMES if getattr(self, n) is not None}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None, where: str) -> StorageSpec:
-        return section_from(cls, data, where)

@@ -49,6 +49,7 @@ from airflow_tfk.ending import Remove, RunResult, decisive_succeeded, end_run, r
 from airflow_tfk.errors import SpecError
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.naming import RunIdentity
+from airflow_tfk.status import ClusterStatus
 
 log = logging.getLogger(__name__)
 
@@ -103,78 +104,73 @@ def _sweep_one(
     emit: Callable[[str], None],
 ) -> SweepResult | None:
     """Sweep one orphan (see the module's doc); None when there is nothing to do."""
+    # The cluster's own record says whose it is; end_run checks it still does.
+    handle = ClusterHandle.for_ref(ref, backend, owner.identity)
     status = backend.status(ref)
     if not status.exists:
-        return _sweep_remains(backend, ref, owner, ti_state, reason, dry_run, emit)
+        # The end of a retention: the run's Jobs are gone (their TTL, or a partial delete),
+        # and what outlived them goes as one unit. No task is left whose logs or exports
+        # could be read.
+        why = f"its tasks are gone (ttl_seconds_after_finished) and {reason}"
+        result = RunResult.ACCEPTED if _owner_succeeded(owner, ti_state) else RunResult.UNDECIDED
+        return _end(handle, "the rest of", why, f"retention over: {why}", dry_run, emit, result=result)
     running = running_roles(status)
     finished = decisive_succeeded(status)
     rejected = finished and _rejected(owner, ti_state)
     if not running and not rejected:
         return None  # a failed run left to its TTL, or a finished one its task accepted
-    # The cluster's own record says whose it is; end_run checks it still does.
-    handle = ClusterHandle.for_ref(ref, backend, owner.identity)
     if finished and not rejected:
         # A finished training keeps its finished tasks (until their TTL): a retry of its
         # task must find it succeeded, not retrain and export a second version.
         what = f"{', '.join(running)} of finished"
-        if dry_run:
-            emit(f"would delete {what} cluster {ref.name} in {ref.namespace}: {reason} (dry run, kept)")
-            return SweepResult(ref, reason, False)
-        ended = end_run(
+        return _end(
             handle,
-            f"the orphan sweeper: {reason}",
+            what,
+            reason,
+            reason,
+            dry_run,
+            emit,
             result=RunResult.ACCEPTED,
             remove=Remove.RUNNING,
-            emit=emit,
             status=status,
-            grace_seconds=0,
-            log_lines=0,
         )
-        return SweepResult(ref, reason, bool(ended.removed))
     what = "finished, unaccepted" if finished else "orphaned"
+    # Only a run whose task instance succeeded keeps what it exported.
+    result = RunResult.ACCEPTED if _owner_succeeded(owner, ti_state) else RunResult.REJECTED
+    return _end(handle, what, reason, f"{what}: {reason}", dry_run, emit, result=result, status=status)
+
+
+def _end(
+    handle: ClusterHandle,
+    what: str,
+    reason: str,
+    said: str,
+    dry_run: bool,
+    emit: Callable[[str], None],
+    *,
+    result: RunResult,
+    remove: Remove = Remove.ALL,
+    status: ClusterStatus | None = None,
+) -> SweepResult:
+    """End ``what`` of the cluster behind ``handle`` through :func:`end_run`, or in a dry
+    run only say so. ``said`` is the reason end_run logs and keeps on the cluster. No logs
+    are copied and no grace is waited: the run's own task no longer ends it (it is gone,
+    or the deadline passed), and one cluster must not hold up the sweep of the others."""
+    ref = handle.ref
     if dry_run:
         emit(f"would delete {what} cluster {ref.name} in {ref.namespace}: {reason} (dry run, kept)")
         return SweepResult(ref, reason, False)
-    # Only a run whose task instance succeeded keeps what it exported.
-    keep = _owner_succeeded(owner, ti_state)
     ended = end_run(
         handle,
-        f"the orphan sweeper: {what}: {reason}",
-        result=RunResult.ACCEPTED if keep else RunResult.REJECTED,
+        f"the orphan sweeper: {said}",
+        result=result,
+        remove=remove,
         emit=emit,
         status=status,
         grace_seconds=0,
         log_lines=0,
     )
-    return SweepResult(ref, reason, ended.deleted)
-
-
-def _sweep_remains(
-    backend: Backend,
-    ref: ClusterRef,
-    owner: ClusterOwner,
-    ti_state: Callable[[RunIdentity], str | None],
-    reason: str,
-    dry_run: bool,
-    emit: Callable[[str], None],
-) -> SweepResult:
-    """The end of a retention: the run's Jobs are gone (their TTL, or a partial delete),
-    and what outlived them goes as one unit. There are no tasks left whose logs or
-    exports could be read."""
-    why = f"its tasks are gone (ttl_seconds_after_finished) and {reason}"
-    if dry_run:
-        emit(f"would delete the rest of cluster {ref.name} in {ref.namespace}: {why} (dry run, kept)")
-        return SweepResult(ref, why, False)
-    handle = ClusterHandle.for_ref(ref, backend, owner.identity)
-    ended = end_run(
-        handle,
-        f"the orphan sweeper: retention over: {why}",
-        result=RunResult.ACCEPTED if _owner_succeeded(owner, ti_state) else RunResult.UNDECIDED,
-        emit=emit,
-        grace_seconds=0,
-        log_lines=0,
-    )
-    return SweepResult(ref, why, ended.deleted)
+    return SweepResult(ref, reason, ended.deleted or bool(ended.removed))
 
 
 def sweep(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,60 +82,77 @@ def exists(read: Callable[[], Any]) -> bool:
     return True
 
 
+def make_queues(
+    custom: client.CustomObjectsApi,
+    flavor: str,
+    namespace: str,
+    cpu: str,
+    admits: Sequence[str],
+    made: list[tuple[str, str]],
+) -> str:
+    """The ClusterQueue ``tfk-cq-<namespace>`` with ``cpu`` of ``flavor`` (memory plenty),
+    admitting workloads from the namespaces ``admits``, and the LocalQueue ``lq`` in
+    ``namespace`` pointing at it; returns once Kueue has made the ClusterQueue active. Each
+    is added to ``made`` (plural, name) as soon as it exists, for the caller's clean-up."""
+    cq = f"tfk-cq-{namespace}"
+    names = {"key": "kubernetes.io/metadata.name", "operator": "In", "values": list(admits)}
+    custom.create_cluster_custom_object(
+        *KUEUE,
+        "clusterqueues",
+        {
+            "apiVersion": "/".join(KUEUE),
+            "kind": "ClusterQueue",
+            "metadata": {"name": cq},
+            "spec": {
+                "namespaceSelector": {"matchExpressions": [names]},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": flavor,
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": cpu},
+                                    {"name": "memory", "nominalQuota": "64Gi"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    made.append(("clusterqueues", cq))
+    custom.create_namespaced_custom_object(
+        *KUEUE,
+        namespace,
+        "localqueues",
+        {
+            "apiVersion": "/".join(KUEUE),
+            "kind": "LocalQueue",
+            "metadata": {"name": "lq", "namespace": namespace},
+            "spec": {"clusterQueue": cq},
+        },
+    )
+    made.append(("localqueues", "lq"))
+    _tfk.wait_for(
+        "the ClusterQueue to be active",
+        lambda: true(custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cq), "Active"),
+        timeout=30,
+    )
+    return cq
+
+
 @pytest.fixture
 def quota(k8s_api, controllers: str, tfk_ns: str) -> Iterator[Callable[[str], str]]:
     """``quota(cpu)``: a ClusterQueue with that much CPU (memory plenty) for this namespace
     only, and the LocalQueue ``lq`` pointing at it. Removed after the test, while Kueue
     still runs (it finalizes them)."""
     custom = client.CustomObjectsApi(k8s_api)
-    made: list[tuple[str, str | None]] = []
+    made: list[tuple[str, str]] = []
 
     def make(cpu: str) -> str:
-        cq = f"tfk-cq-{tfk_ns}"
-        custom.create_cluster_custom_object(
-            *KUEUE,
-            "clusterqueues",
-            {
-                "apiVersion": "/".join(KUEUE),
-                "kind": "ClusterQueue",
-                "metadata": {"name": cq},
-                "spec": {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tfk_ns}},
-                    "resourceGroups": [
-                        {
-                            "coveredResources": ["cpu", "memory"],
-                            "flavors": [
-                                {
-                                    "name": controllers,
-                                    "resources": [
-                                        {"name": "cpu", "nominalQuota": cpu},
-                                        {"name": "memory", "nominalQuota": "64Gi"},
-                                    ],
-                                }
-                            ],
-                        }
-                    ],
-                },
-            },
-        )
-        made.append(("clusterqueues", cq))
-        custom.create_namespaced_custom_object(
-            *KUEUE,
-            tfk_ns,
-            "localqueues",
-            {
-                "apiVersion": "/".join(KUEUE),
-                "kind": "LocalQueue",
-                "metadata": {"name": "lq", "namespace": tfk_ns},
-                "spec": {"clusterQueue": cq},
-            },
-        )
-        made.append(("localqueues", "lq"))
-        _tfk.wait_for(
-            "the ClusterQueue to be active",
-            lambda: true(custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cq), "Active"),
-            timeout=30,
-        )
+        make_queues(custom, controllers, tfk_ns, cpu, [tfk_ns], made)
         return "lq"
 
     yield make

@@ -49,54 +49,8 @@ def sources(k8s_api, controllers: str, tfk_ns: str) -> Iterator[str]:
             "automountServiceAccountToken": False,
         },
     )
-    cq = f"tfk-cq-{tfk_ns}"
-    own = f"{tfk_ns}-{CLUSTER}"
-    custom.create_cluster_custom_object(
-        *KUEUE,
-        "clusterqueues",
-        {
-            "apiVersion": "/".join(KUEUE),
-            "kind": "ClusterQueue",
-            "metadata": {"name": cq},
-            "spec": {
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [tfk_ns, own]}
-                    ]
-                },
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory"],
-                        "flavors": [
-                            {
-                                "name": controllers,
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": "4"},
-                                    {"name": "memory", "nominalQuota": "64Gi"},
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
-    )
-    custom.create_namespaced_custom_object(
-        *KUEUE,
-        tfk_ns,
-        "localqueues",
-        {
-            "apiVersion": "/".join(KUEUE),
-            "kind": "LocalQueue",
-            "metadata": {"name": "lq"},
-            "spec": {"clusterQueue": cq},
-        },
-    )
-    _tfk.wait_for(
-        "the ClusterQueue to be active",
-        lambda: _kueue.true(custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cq), "Active"),
-        timeout=30,
-    )
+    made: list[tuple[str, str]] = []
+    cq = _kueue.make_queues(custom, controllers, tfk_ns, "4", [tfk_ns, f"{tfk_ns}-{CLUSTER}"], made)
     yield cq
     custom.delete_namespaced_custom_object(*KUEUE, tfk_ns, "localqueues", "lq")
     custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", cq)

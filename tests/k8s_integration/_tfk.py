@@ -148,6 +148,25 @@ def delete_rbac(api: client.ApiClient, docs: list[dict], namespace: str) -> None
                 raise
 
 
+def static_volume(api, namespace: str, claim: str) -> str:
+    """A 1Gi ReadWriteMany PV bound in advance to the claim ``claim`` of ``namespace``
+    (there is no provisioner); returns its name."""
+    pv = f"{namespace}-{claim}"[:253]
+    client.CoreV1Api(api).create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=pv),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "1Gi"},
+                access_modes=["ReadWriteMany"],
+                storage_class_name="",
+                host_path=client.V1HostPathVolumeSource(path=f"/tmp/{pv}"),
+                claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
+            ),
+        )
+    )
+    return pv
+
+
 def create_claim(api, namespace: str, name: str, storage_class: str = "", volume: str | None = None) -> None:
     """A 1Gi ReadWriteMany claim: of ``storage_class``, or ("") bound to the static PV ``volume``."""
     client.CoreV1Api(api).create_namespaced_persistent_volume_claim(

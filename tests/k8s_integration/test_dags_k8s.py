@@ -37,19 +37,7 @@ def _claims(api, ns: str) -> list[str]:
     core = client.CoreV1Api(api)
     pvs = []
     for claim in ("tfk-logs", "tfk-models"):
-        pv = f"{ns}-{claim}"
-        core.create_persistent_volume(
-            client.V1PersistentVolume(
-                metadata=client.V1ObjectMeta(name=pv),
-                spec=client.V1PersistentVolumeSpec(
-                    capacity={"storage": "1Gi"},
-                    access_modes=["ReadWriteMany"],
-                    storage_class_name="",
-                    host_path=client.V1HostPathVolumeSource(path=f"/tmp/{pv}"),
-                    claim_ref=client.V1ObjectReference(namespace=ns, name=claim),
-                ),
-            )
-        )
+        pv = _tfk.static_volume(api, ns, claim)
         _tfk.create_claim(api, ns, claim, volume=pv)
         pvs.append(pv)
     _tfk.wait_for(

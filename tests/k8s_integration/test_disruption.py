@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -38,6 +39,20 @@ def _run(op: Any, ctx: dict[str, Any]) -> tuple[threading.Thread, dict[str, Any]
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     return thread, box
+
+
+def _hold_worker_0(taken: list[str]) -> Callable[[client.V1Pod], dict[str, str] | None]:
+    """A PodDriver rule: worker 0 trains until the test has taken it (named in ``taken``);
+    every other running task, and worker 0's replacement, succeeds after 1 s."""
+
+    def rule(pod: client.V1Pod) -> dict[str, str] | None:
+        if pod.status.phase != "Running":
+            return None
+        if _tfk.index_of(pod) == 0 and not taken:
+            return None
+        return {harness.EXIT_CODE: "0", harness.EXIT_DELAY: "1s"}
+
+    return rule
 
 
 def _running_worker(api, ns: str, cluster: str, index: int) -> client.V1Pod:
@@ -77,14 +92,7 @@ def test_a_worker_stopped_by_a_node_shutdown_is_replaced_without_counting_a_fail
     op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "all_reduce", workers=2, ps=0, retries_per_index=0))
     disrupted: list[str] = []
 
-    def rule(pod: client.V1Pod) -> dict[str, str] | None:
-        if pod.status.phase != "Running":
-            return None
-        if _tfk.index_of(pod) == 0 and not disrupted:
-            return None  # the pod to disrupt trains until the test takes it
-        return {harness.EXIT_CODE: "0", harness.EXIT_DELAY: "1s"}
-
-    with _tfk.PodDriver(k8s_api, tfk_ns, name, rule=rule) as driver:
+    with _tfk.PodDriver(k8s_api, tfk_ns, name, rule=_hold_worker_0(disrupted)) as driver:
         thread, box = _run(op, ctx)
         victim = _running_worker(k8s_api, tfk_ns, name, 0)
         core = client.CoreV1Api(k8s_api)
@@ -149,15 +157,8 @@ def test_an_eviction_through_the_eviction_api_is_not_counted(k8s_api, tfk_ns, tf
     op = _tfk.make_op(tfk_ns, _tfk.spec(tfk_ns, "all_reduce", workers=2, ps=0, retries_per_index=0))
     evicted: list[str] = []
 
-    def rule(pod: client.V1Pod) -> dict[str, str] | None:
-        if pod.status.phase != "Running":
-            return None
-        if _tfk.index_of(pod) == 0 and not evicted:
-            return None
-        return {harness.EXIT_CODE: "0", harness.EXIT_DELAY: "1s"}
-
     core = client.CoreV1Api(k8s_api)
-    with _tfk.PodDriver(k8s_api, tfk_ns, name, rule=rule) as driver:
+    with _tfk.PodDriver(k8s_api, tfk_ns, name, rule=_hold_worker_0(evicted)) as driver:
         thread, box = _run(op, ctx)
         victim = _running_worker(k8s_api, tfk_ns, name, 0)
         evicted.append(victim.metadata.name)

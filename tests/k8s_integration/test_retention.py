@@ -46,24 +46,6 @@ def _made(api, namespace: str, cluster: str) -> set[str]:
     return set(_tfk.objects(api, namespace, cluster, kinds=MADE))
 
 
-def _static_volume(api, namespace: str, claim: str) -> str:
-    """A PV bound in advance to the claim the provider will make (there is no provisioner)."""
-    pv = f"{namespace}-{claim}"[:253]
-    client.CoreV1Api(api).create_persistent_volume(
-        client.V1PersistentVolume(
-            metadata=client.V1ObjectMeta(name=pv),
-            spec=client.V1PersistentVolumeSpec(
-                capacity={"storage": "1Gi"},
-                access_modes=["ReadWriteMany"],
-                storage_class_name="",
-                host_path=client.V1HostPathVolumeSource(path=f"/tmp/{pv}"),
-                claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
-            ),
-        )
-    )
-    return pv
-
-
 def _fail_worker_0(pod: client.V1Pod) -> dict[str, str] | None:
     labels = pod.metadata.labels or {}
     if labels.get(naming.LABEL_ROLE) != "worker":
@@ -78,7 +60,7 @@ def _run(api, tfk_ns: str, run_id: str, **op_args: Any) -> tuple[str, str, str, 
     ctx = _tfk.task_context(run_id)
     name = _tfk.cluster_name(ctx)
     ns = f"{tfk_ns}-{name}"
-    pv = _static_volume(api, ns, f"{name}-models")
+    pv = _tfk.static_volume(api, ns, f"{name}-models")
     data = _tfk.spec(
         tfk_ns,
         workers=2,
