@@ -24,8 +24,9 @@ not, pays a fixed start-up: TensorFlow's import in the task (5-6 CPU-s alone), t
 strategy, tracing, and for a finished trial the final evaluation; 11 CPU-s per trial
 fitted on a loaded development machine. A pruned trial also trains on for the time the
 sweep takes to read its progress, ask the pruner and delete it (0.5-1 s on a quiet
-machine, several seconds on a loaded one); the "training steps run" row counts the steps
-each trial really ran, up to its last line. The bench prints the fixed cost and the
+machine, tens of seconds on a loaded one, when a pruned trial's log shows it ran 10,000-
+20,000 steps past the step it was pruned at); the "training steps run" row counts a
+pruned trial only up to that step. The bench prints the fixed cost and the
 cost per step that fit both arms. The ratio therefore depends on how long a trial
 trains against that fixed cost. The default of 50,000 steps (about 45 CPU-s of training
 per trial, four times the start-up) is the honest setting: a sweep worth pruning trains

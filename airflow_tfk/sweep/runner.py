@@ -233,9 +233,9 @@ class SweepRunner:
         self._release(run)
 
     # -- progress and pruning -------------------------------------------------------------
-    def _report(self, run: _Trial, ask: bool = True) -> int | None:
+    def _report(self, run: _Trial) -> int | None:
         """Report the progress lines that are new since the last look to Optuna; the step
-        at which the pruner says to stop, or None (always, without ``ask``)."""
+        at which the pruner says to stop, or None."""
         try:
             text = self.backend.logs(run.handle.ref, run.role, run.index, tail_lines=PROGRESS_TAIL_LINES)
         except Exception:  # progress is best effort; the status decides
@@ -250,7 +250,7 @@ class SweepRunner:
         if not moved:
             return None
         run.trial.set_user_attr(studies.STEPS, run.last_step)
-        if ask and run.smoothed is not None and run.trial.should_prune():
+        if run.smoothed is not None and run.trial.should_prune():
             return run.last_step
         return None
 
@@ -268,9 +268,6 @@ class SweepRunner:
         self.emit(f"trial {run.number}: {reason}")
         self._end(run, f"trial {run.number} {reason}")
         run.trial.set_user_attr(studies.PRUNED_AT, step)
-        # The trial trained on while the pruner was asked and its cluster deleted: its
-        # last line (on the local backend, written as it stopped) says how far.
-        self._report(run, ask=False)
         study.tell(run.trial, state=_state("PRUNED"))
 
     # -- the ends of a trial ------------------------------------------------------------
