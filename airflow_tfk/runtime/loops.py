@@ -126,10 +126,6 @@ def train_parameter_server(app: TrainingApp) -> None:
     app.coordinator = coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     state = setup_state(app)
     spc = app.flags.steps_per_call
-    with strategy.scope():
-        # The last loss any worker computed, kept on a ps next to the step counter, so a
-        # progress line costs one read and never waits for a step.
-        last_loss = tf.Variable(float("nan"), trainable=False, name="tfk_last_loss")
     step_var = state.step_var
 
     def dataset_fn() -> Any:
@@ -137,36 +133,40 @@ def train_parameter_server(app: TrainingApp) -> None:
 
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
 
-    def count(loss: Any) -> None:
-        # Counted where the step ran: the counter is the true number of finished steps.
-        # Nothing is returned: every output costs the chief ~0.3 ms of CPU (a remote
-        # tensor handle to track and release), a marker's output is copied back on that
-        # worker's dispatch thread before its next step, and the loss is read from the ps.
-        step_var.assign_add(spc)
-        last_loss.assign(tf.cast(loss, tf.float32))
-
-    if spc == 1:
-
-        @tf.function
-        def worker_fn(it: Any) -> None:
+    def steps(it: Any) -> Any:
+        loss = tf.constant(0.0)
+        for _ in tf.range(spc) if spc > 1 else range(1):
             per_replica = strategy.run(app.train_step, args=(next(it),))
-            count(strategy.reduce("MEAN", per_replica, axis=None))
-    else:
-
-        @tf.function
-        def worker_fn(it: Any) -> None:
-            loss = tf.constant(0.0)
-            for _ in tf.range(spc):
-                per_replica = strategy.run(app.train_step, args=(next(it),))
-                loss = strategy.reduce("MEAN", per_replica, axis=None)
-            count(loss)
+            loss = strategy.reduce("MEAN", per_replica, axis=None)
+        # Counted where the step ran: the counter is the true number of finished steps.
+        step_var.assign_add(spc)
+        return loss
 
     @tf.function
-    def read_both() -> Any:  # one call: the two reads go out together
-        return step_var.read_value(), last_loss.read_value()
+    def worker_fn(it: Any) -> None:
+        # Nothing is returned: every output costs the chief ~0.3 ms of CPU (a remote
+        # tensor handle to track and release).
+        steps(it)
+
+    @tf.function
+    def marker_fn(it: Any) -> Any:
+        # The progress of the cluster as this closure ends: the counter just after its
+        # own steps, and its loss, as one tensor (one copy to the chief, made by the
+        # coordinator's thread for that worker, so the chief's loop reads nothing remote).
+        loss = steps(it)
+        return tf.stack([tf.cast(step_var.read_value(), tf.float64), tf.cast(loss, tf.float64)])
+
+    @tf.function
+    def read_step() -> Any:
+        return step_var.read_value()
 
     _PSLoop(
-        app, coordinator, state, lambda: coordinator.schedule(worker_fn, args=(iterator,)), read_both
+        app,
+        coordinator,
+        state,
+        lambda: coordinator.schedule(worker_fn, args=(iterator,)),
+        lambda: coordinator.schedule(marker_fn, args=(iterator,)),
+        read_step,
     ).run()
     app.finish(app.model)
 
@@ -180,25 +180,38 @@ def train_parameter_server(app: TrainingApp) -> None:
 PS_QUEUE_SECONDS = 3.0
 
 
+def _finished(remote_value: Any) -> bool:
+    """Has this scheduled closure run (without waiting for it)? ``RemoteValue`` has no
+    public test; without the event this reads as "not yet", and the loop then reports at
+    the markers it waits for, which are up to :data:`PS_QUEUE_SECONDS` older."""
+    event = getattr(remote_value, "_status_available_event", None)
+    return event is not None and event.is_set()
+
+
 class _PSLoop:
     """Schedules the steps of a parameter_server training and keeps it paced, reported,
     checkpointed and stoppable on notice.
 
     Scheduling is asynchronous, and the coordinator's queue would take every step at once.
-    Every ``pace`` steps (10, or the progress interval if smaller) the closure just
-    scheduled becomes a marker; waiting for the marker from ``lag`` paces earlier keeps
-    the workers fed with ``lag`` paces of work and paces this loop to them, so it wakes up
-    evenly. ``lag`` follows the measured step rate: :data:`PS_QUEUE_SECONDS` of work, and
-    at least ~8 closures per worker. At each wake-up the progress is read from the ps (the
-    counter the workers advance), both variables in one call: a line shows the step the
-    cluster has finished at that moment. A coarser pace wakes the loop in bursts, and the
-    counter then jumps past progress lines.
+    Every ``pace`` steps (10, or the progress interval if smaller) the closure scheduled is
+    a marker, which returns the cluster's step counter and its loss. Waiting until no more
+    than ``lag`` markers are unfinished keeps the workers fed with ``lag`` paces of work and
+    paces this loop to them, so it wakes up evenly, once per marker that finishes. ``lag``
+    follows the measured step rate: :data:`PS_QUEUE_SECONDS` of work, and at least ~8
+    closures per worker. At each wake-up the newest finished marker's values make the
+    progress line: the step the cluster had finished a moment ago, with nothing read from
+    the ps (a read there, every pace, is a call the workers' own variable traffic queues
+    behind, and cost the loop ~5 % of its speed). The ps is read once per drain, where the
+    counter must be exact. A coarser pace wakes the loop in bursts, and the counter then
+    jumps past progress lines.
     """
 
-    def __init__(self, app: TrainingApp, coordinator: Any, state: TrainState, schedule: Any, read: Any):
+    def __init__(
+        self, app: TrainingApp, coordinator: Any, state: TrainState, schedule: Any, mark: Any, read: Any
+    ):
         assert app.task is not None
         self.app, self.coordinator, self.state = app, coordinator, state
-        self.schedule, self.read = schedule, read
+        self.schedule, self.mark, self.read = schedule, mark, read
         self.total, self.spc = app.flags.steps, app.flags.steps_per_call
         self.pace = max(self.spc, min(app.flags.progress_every, 10))
         self.min_lag = max(4, -(-8 * max(1, app.task.num("worker")) * self.spc // self.pace))
@@ -206,12 +219,25 @@ class _PSLoop:
         self.every_ckpt = app.flags.checkpoint_every if state.manager is not None else 0
         self.markers: collections.deque[Any] = collections.deque()
         self.readings: collections.deque[tuple[float, int]] = collections.deque(maxlen=32)
+        self.step = app.step  # the highest counter a marker returned
+        self.loss: float | None = None
 
-    def progress(self) -> None:
-        step, loss = (v.numpy() for v in self.read())
-        loss = float(loss)
-        self.follow_rate(int(step))
-        self.app.report(min(self.total, int(step)), None if loss != loss else loss)  # NaN: no step yet
+    def take(self, block: bool) -> None:
+        """Take the finished markers off the queue (``block``: the oldest even if it has
+        to be waited for) and report the newest progress among them."""
+        taken = False
+        while self.markers and (block or _finished(self.markers[0])):
+            step, loss = self.markers.popleft().fetch()
+            # Markers finish out of order across workers: the highest counter is the truth.
+            if int(step) >= self.step:
+                self.step, self.loss = int(step), (None if loss != loss else float(loss))  # NaN: none
+            taken, block = True, False
+        if taken:
+            self.progress(self.step)
+
+    def progress(self, step: int) -> None:
+        self.follow_rate(step)
+        self.app.report(min(self.total, step), self.loss)
 
     def follow_rate(self, step: int) -> None:
         """Size the queue to :data:`PS_QUEUE_SECONDS` of steps at the recent rate."""
@@ -227,12 +253,12 @@ class _PSLoop:
 
     def drain(self) -> None:
         """Wait until every step scheduled has run (none is lost; the counter is then
-        exact), still waking up at each marker so no progress line is skipped."""
+        exact), still reporting at each marker so no progress line is skipped."""
         while self.markers:
-            self.markers.popleft().fetch()
-            self.progress()
+            self.take(block=True)
         self.coordinator.join()
-        self.progress()
+        self.step = max(self.step, int(self.read().numpy()))
+        self.progress(self.step)
 
     def drain_and_save(self) -> None:
         self.drain()
@@ -247,13 +273,12 @@ class _PSLoop:
         while scheduled < self.total:
             if notice is not None and notice.received:
                 app.stop_on_notice(self.drain_and_save if self.state.manager is not None else None)
-            rv = self.schedule()
             scheduled += self.spc
             if self.crossed(scheduled, self.pace) or scheduled >= self.total:
-                self.markers.append(rv)
-                while len(self.markers) > self.lag:
-                    self.markers.popleft().fetch()  # waits until that closure has run
-                self.progress()  # printed when a line is due
+                self.markers.append(self.mark())
+                self.take(block=len(self.markers) > self.lag)  # waits until the oldest has run
+            else:
+                self.schedule()
             if scheduled < self.total and self.crossed(scheduled, self.every_ckpt):
                 self.drain_and_save()
         self.drain_and_save()
