@@ -6,12 +6,15 @@ through ``tojson``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.naming import RunIdentity
+from airflow_tfk.protocol.model_config import STABLE_LABEL
+from airflow_tfk.serving.scaling import HTTPRouteSpec, IngressSpec, disruption_budget
 from airflow_tfk.serving.spec import (
     CONFIG_FILE,
     LOGS_MOUNT,
@@ -168,6 +171,9 @@ def serving_context(
             ],
             "config_files": {CONFIG_FILE: model_config},
             "pod_annotations": {},
+            # the autoscaler owns the count when there is one
+            "fixed_replicas": spec.autoscaling is None,
+            "spread": disruption_budget(spec) is not None,
         }
     )
     if spec.monitoring:
@@ -185,6 +191,48 @@ def serving_context(
     return c
 
 
+def _paths(model: str) -> list[dict[str, str]]:
+    """This model's REST paths, and nothing else on the server (its candidate entry, other
+    models, the metrics): Exact for the endpoints whose last path element carries a verb,
+    prefixes (matched by whole path elements) for its versions and labels."""
+    base = f"/v1/models/{model}"
+    exact = [base, f"{base}:predict", f"{base}:classify", f"{base}:regress", f"{base}/metadata"]
+    out = [{"path": p, "ingress_type": "Exact", "route_type": "Exact"} for p in exact]
+    out += [
+        {"path": f"{base}/{sub}", "ingress_type": "Prefix", "route_type": "PathPrefix"}
+        for sub in ("versions", "labels")
+    ]
+    return out
+
+
+def _scaling(spec: ServingSpec, c: dict[str, Any], template_dir: str | Path | None) -> list[dict[str, Any]]:
+    """The PodDisruptionBudget, HorizontalPodAutoscaler, Ingress and HTTPRoute the spec asks
+    for, in that order."""
+    ns, name = spec.namespace, spec.resource
+    out = []
+    budget = disruption_budget(spec)
+    if budget is not None:
+        out.append(_render("serving/pdb.yaml.j2", "PodDisruptionBudget", name, ns, {**c, "max_unavailable": budget}, template_dir))
+    if spec.autoscaling is not None:
+        auto = dataclasses.asdict(spec.autoscaling)  # type: ignore[call-overload]
+        out.append(_render("serving/hpa.yaml.j2", "HorizontalPodAutoscaler", name, ns, {**c, "autoscaling": auto}, template_dir))
+    if spec.ingress is None and spec.http_route is None:
+        return out
+    paths = {**c, "route_paths": _paths(spec.model_name)}
+    if isinstance(spec.ingress, IngressSpec):
+        ingress = {**dataclasses.asdict(spec.ingress), "annotations": {**c["annotations"], **spec.ingress.annotations}}
+        out.append(_render("serving/ingress.yaml.j2", "Ingress", name, ns, {**paths, "ingress": ingress}, template_dir))
+    if isinstance(spec.http_route, HTTPRouteSpec):
+        route = {
+            "parent_refs": [p.to_k8s() for p in spec.http_route.parent_refs],  # type: ignore[union-attr]
+            "hostnames": list(spec.http_route.hostnames),
+        }
+        base = f"/v1/models/{spec.model_name}"
+        rc = {**paths, "http_route": route, "default_predict": f"{base}:predict", "stable_predict": f"{base}/labels/{STABLE_LABEL}:predict"}
+        out.append(_render("serving/httproute.yaml.j2", "HTTPRoute", name, ns, rc, template_dir))
+    return out
+
+
 def render_serving(
     spec: ServingSpec,
     identity: RunIdentity | None = None,
@@ -193,7 +241,8 @@ def render_serving(
     api_server_cidrs: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """NetworkPolicy (unless switched off), ConfigMap, Service and Deployment of one
-    model's TF Serving, in apply order."""
+    model's TF Serving, then its PodDisruptionBudget, HorizontalPodAutoscaler, Ingress and
+    HTTPRoute when the spec asks for them, in apply order."""
     c = serving_context(spec, identity, model_config)
     ports = [spec.rest_port, spec.grpc_port]
     return [
@@ -203,6 +252,7 @@ def render_serving(
         ),
         _render("serving/service.yaml.j2", "Service", spec.resource, spec.namespace, c, template_dir),
         _render("serving/deployment.yaml.j2", "Deployment", spec.resource, spec.namespace, c, template_dir),
+        *_scaling(spec, c, template_dir),
     ]
 
 
