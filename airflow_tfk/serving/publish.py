@@ -249,7 +249,9 @@ def publish(
             f"the '{STABLE_LABEL}' label moves once all of them have it"
         )
         target.write_config(clean.put(cand).put(loading))
-        replicas = wait_available(target, version, spec.load_timeout_seconds, emit, poll, clock, server=server)
+        replicas = wait_available(
+            target, version, spec.load_timeout_seconds, emit, poll, clock, server=server
+        )
         emit(
             f"{name} version {version} is AVAILABLE on every replica ({len(replicas)}): "
             f"moving the '{STABLE_LABEL}' label to it"

@@ -14,7 +14,13 @@ from typing import Any
 from airflow_tfk import naming
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.model_config import STABLE_LABEL
-from airflow_tfk.serving.scaling import HTTPRouteSpec, IngressSpec, disruption_budget
+from airflow_tfk.serving.scaling import (
+    Autoscaling,
+    HTTPRouteSpec,
+    IngressSpec,
+    ParentRef,
+    disruption_budget,
+)
 from airflow_tfk.serving.spec import (
     CONFIG_FILE,
     LOGS_MOUNT,
@@ -208,28 +214,42 @@ def _paths(model: str) -> list[dict[str, str]]:
 def _scaling(spec: ServingSpec, c: dict[str, Any], template_dir: str | Path | None) -> list[dict[str, Any]]:
     """The PodDisruptionBudget, HorizontalPodAutoscaler, Ingress and HTTPRoute the spec asks
     for, in that order."""
-    ns, name = spec.namespace, spec.resource
-    out = []
+    out: list[dict[str, Any]] = []
+
+    def add(template: str, kind: str, extra: dict[str, Any]) -> None:
+        out.append(_render(template, kind, spec.resource, spec.namespace, {**c, **extra}, template_dir))
+
     budget = disruption_budget(spec)
     if budget is not None:
-        out.append(_render("serving/pdb.yaml.j2", "PodDisruptionBudget", name, ns, {**c, "max_unavailable": budget}, template_dir))
-    if spec.autoscaling is not None:
-        auto = dataclasses.asdict(spec.autoscaling)  # type: ignore[call-overload]
-        out.append(_render("serving/hpa.yaml.j2", "HorizontalPodAutoscaler", name, ns, {**c, "autoscaling": auto}, template_dir))
-    if spec.ingress is None and spec.http_route is None:
-        return out
-    paths = {**c, "route_paths": _paths(spec.model_name)}
+        add("serving/pdb.yaml.j2", "PodDisruptionBudget", {"max_unavailable": budget})
+    if isinstance(spec.autoscaling, Autoscaling):
+        add(
+            "serving/hpa.yaml.j2",
+            "HorizontalPodAutoscaler",
+            {"autoscaling": dataclasses.asdict(spec.autoscaling)},
+        )
+    paths = _paths(spec.model_name)
     if isinstance(spec.ingress, IngressSpec):
-        ingress = {**dataclasses.asdict(spec.ingress), "annotations": {**c["annotations"], **spec.ingress.annotations}}
-        out.append(_render("serving/ingress.yaml.j2", "Ingress", name, ns, {**paths, "ingress": ingress}, template_dir))
+        ingress = {
+            **dataclasses.asdict(spec.ingress),
+            "annotations": {**c["annotations"], **spec.ingress.annotations},
+        }
+        add("serving/ingress.yaml.j2", "Ingress", {"route_paths": paths, "ingress": ingress})
     if isinstance(spec.http_route, HTTPRouteSpec):
+        base = f"/v1/models/{spec.model_name}"
         route = {
-            "parent_refs": [p.to_k8s() for p in spec.http_route.parent_refs],  # type: ignore[union-attr]
+            "parent_refs": [
+                p.to_k8s() if isinstance(p, ParentRef) else dict(p) for p in spec.http_route.parent_refs
+            ],
             "hostnames": list(spec.http_route.hostnames),
         }
-        base = f"/v1/models/{spec.model_name}"
-        rc = {**paths, "http_route": route, "default_predict": f"{base}:predict", "stable_predict": f"{base}/labels/{STABLE_LABEL}:predict"}
-        out.append(_render("serving/httproute.yaml.j2", "HTTPRoute", name, ns, rc, template_dir))
+        extra = {
+            "route_paths": paths,
+            "http_route": route,
+            "default_predict": f"{base}:predict",
+            "stable_predict": f"{base}/labels/{STABLE_LABEL}:predict",
+        }
+        add("serving/httproute.yaml.j2", "HTTPRoute", extra)
     return out
 
 

@@ -20,6 +20,7 @@ from airflow_tfk.serving.kubernetes import KubernetesServing
 from airflow_tfk.serving.render import render_serving
 from airflow_tfk.serving.spec import ServingSpec
 from k8s_integration import _tfk
+from k8s_integration.test_serving_pods import claims  # noqa: F401 - bound claims, so pods schedule
 
 pytestmark = pytest.mark.k8s
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
@@ -27,6 +28,7 @@ ALLOW = {
     "api_server_cidrs": ["127.0.0.1/32"],
     "allow_from": [{"namespace_labels": {"kubernetes.io/metadata.name": "gateway"}}],
 }
+REFUSED: dict[str, str] = {}
 ROUTE = {
     "parent_refs": [{"name": "edge", "namespace": "gateway", "section_name": "https"}],
     "hostnames": ["ml.example.com"],
@@ -48,7 +50,11 @@ def _scaled(ns: str) -> ServingSpec:
 
 
 def _path(manifest: dict) -> str:
-    api_version, ns, name = manifest["apiVersion"], manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+    api_version, ns, name = (
+        manifest["apiVersion"],
+        manifest["metadata"]["namespace"],
+        manifest["metadata"]["name"],
+    )
     prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     plural = {
         "HTTPRoute": "httproutes",
@@ -64,7 +70,8 @@ def _path(manifest: dict) -> str:
 
 
 def _dry_run(api, manifest: dict) -> int:
-    """The status of a strict server-side-apply dry run (the error's, when refused)."""
+    """The status of a strict server-side-apply dry run (the error's, when refused; the
+    refusal's message is kept in ``REFUSED``)."""
     try:
         resp = api.call_api(
             _path(manifest),
@@ -78,6 +85,7 @@ def _dry_run(api, manifest: dict) -> int:
         )
     except client.ApiException as exc:
         print(manifest["kind"], exc.status, str(exc.body)[:400])
+        REFUSED[manifest["kind"]] = str(exc.body)
         return int(exc.status)
     return int(resp.status)
 
@@ -104,14 +112,17 @@ def test_every_scaled_object_is_admitted_and_typos_are_refused(k8s_api, gateway_
         for key in where:
             node = node[key]
         node[typo] = "x"
-        assert _dry_run(k8s_api, bad) in (400, 422), (kind, typo)
+        # (a server-side apply of a custom resource with an undeclared field is a 500)
+        assert _dry_run(k8s_api, bad) in (400, 422, 500), (kind, typo)
+        assert typo in REFUSED[kind], REFUSED[kind]
     # the CRD's own rules run too: an Exact path with a space is not a path
     route = copy.deepcopy(manifests[-1])
     route["spec"]["rules"][1]["matches"][0]["path"]["value"] = "/v1/models/digits :x"
     assert _dry_run(k8s_api, route) == 422
+    assert "spec.rules[1].matches[0].path" in REFUSED["HTTPRoute"], REFUSED["HTTPRoute"]
 
 
-def test_ensure_applies_lists_replicas_and_prunes(k8s_api, gateway_api, tfk_ns, tfk_conn) -> None:
+def test_ensure_applies_lists_replicas_and_prunes(k8s_api, gateway_api, tfk_ns, tfk_conn, claims) -> None:  # noqa: F811
     lines: list[str] = []
     target = KubernetesServing(_scaled(tfk_ns), conn_id=tfk_conn)
     target.ensure(lines.append)
@@ -122,7 +133,10 @@ def test_ensure_applies_lists_replicas_and_prunes(k8s_api, gateway_api, tfk_ns, 
     assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (2, 4)
     pdb = client.PolicyV1Api(k8s_api).read_namespaced_pod_disruption_budget(name, tfk_ns)
     assert pdb.spec.max_unavailable == 1
-    assert client.NetworkingV1Api(k8s_api).read_namespaced_ingress(name, tfk_ns).spec.rules[0].host == "ml.example.com"
+    assert (
+        client.NetworkingV1Api(k8s_api).read_namespaced_ingress(name, tfk_ns).spec.rules[0].host
+        == "ml.example.com"
+    )
     route = client.CustomObjectsApi(k8s_api).get_namespaced_custom_object(
         "gateway.networking.k8s.io", "v1", tfk_ns, "httproutes", name
     )

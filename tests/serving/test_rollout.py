@@ -48,7 +48,9 @@ class Replica:
         entry = self.config.get("digits")
         return entry.labels.get(label) if entry else None
 
-    def predict(self, body: dict[str, Any], *, version=None, label=None, timeout=30.0, model=None, protocol="rest"):  # noqa: ANN001
+    def predict(
+        self, body: dict[str, Any], *, version=None, label=None, timeout=30.0, model=None, protocol="rest"
+    ):  # noqa: ANN001
         self.predicted.append((model, version))
         if self.version_state(version, model=model) is None:
             raise PredictError("predict answered HTTP 404: not found")
@@ -70,7 +72,10 @@ class Deployment(FakeServing):
         entry = config.get("digits")
         if entry is not None and entry.labels.get(STABLE_LABEL) == 2:
             self.label_moves.append(
-                {n: (r.config.get("digits").versions if r.config.get("digits") else ()) for n, r in self.pods.items()}
+                {
+                    n: (r.config.get("digits").versions if r.config.get("digits") else ())
+                    for n, r in self.pods.items()
+                }
             )
         super().write_config(config)
         for r in self.pods.values():

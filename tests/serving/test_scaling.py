@@ -13,7 +13,10 @@ from airflow_tfk.serving.spec import ServingSpec
 from tests.serving.test_render import K8S_VERSIONS, validate
 
 ALLOW = {"allow_from": [{"namespace_labels": {"kubernetes.io/metadata.name": "ingress"}}]}
-ROUTE = {"parent_refs": [{"name": "edge", "namespace": "gw", "section_name": "https"}], "hostnames": ["ml.example.com"]}
+ROUTE = {
+    "parent_refs": [{"name": "edge", "namespace": "gw", "section_name": "https"}],
+    "hostnames": ["ml.example.com"],
+}
 
 
 def spec(**kw) -> ServingSpec:
@@ -28,23 +31,55 @@ def by_kind(s: ServingSpec) -> dict:
     "kw,field,words",
     [
         ({"replicas": 0}, "replicas", "between 1"),
-        ({"autoscaling": {"min_replicas": 5, "max_replicas": 2}, "resources": {"cpu": "1"}}, "autoscaling.min_replicas", "must not exceed"),
-        ({"autoscaling": {"min_replicas": 0, "max_replicas": 2}, "resources": {"cpu": "1"}}, "autoscaling.min_replicas", "between 1"),
+        (
+            {"autoscaling": {"min_replicas": 5, "max_replicas": 2}, "resources": {"cpu": "1"}},
+            "autoscaling.min_replicas",
+            "must not exceed",
+        ),
+        (
+            {"autoscaling": {"min_replicas": 0, "max_replicas": 2}, "resources": {"cpu": "1"}},
+            "autoscaling.min_replicas",
+            "between 1",
+        ),
         ({"autoscaling": {"min_replicas": 1}}, "autoscaling.max_replicas", "is required"),
         ({"autoscaling": {"max_replicas": 3, "cpu": 50}}, "autoscaling.cpu", "unknown key"),
-        ({"autoscaling": {"max_replicas": 3, "cpu_utilization": 0}, "resources": {"cpu": "1"}}, "autoscaling.cpu_utilization", "between 1"),
+        (
+            {"autoscaling": {"max_replicas": 3, "cpu_utilization": 0}, "resources": {"cpu": "1"}},
+            "autoscaling.cpu_utilization",
+            "between 1",
+        ),
         ({"autoscaling": {"max_replicas": 3}}, "resources.cpu", "CPU request"),
-        ({"autoscaling": {"max_replicas": 3}, "replicas": 2, "resources": {"cpu": "1"}}, "replicas", "exclusive"),
+        (
+            {"autoscaling": {"max_replicas": 3}, "replicas": 2, "resources": {"cpu": "1"}},
+            "replicas",
+            "exclusive",
+        ),
         ({"replicas": 2, "max_unavailable": 2}, "max_unavailable", "below replicas (2)"),
         ({"replicas": 3, "max_unavailable": 0}, "max_unavailable", "between 1"),
         ({"ingress": {"host": "Not A Host"}, "network_policy": ALLOW}, "ingress.host", "DNS host name"),
-        ({"ingress": {"tls_secret": "cert"}, "network_policy": ALLOW}, "ingress.tls_secret", "needs ingress.host"),
+        (
+            {"ingress": {"tls_secret": "cert"}, "network_policy": ALLOW},
+            "ingress.tls_secret",
+            "needs ingress.host",
+        ),
         ({"ingress": {"class": "nginx"}, "network_policy": ALLOW}, "ingress.class", "unknown key"),
         ({"ingress": {}}, "network_policy.allow_from", "ingress controller"),
         ({"http_route": {"parent_refs": []}, "network_policy": ALLOW}, "http_route.parent_refs", "non-empty"),
-        ({"http_route": {"parent_refs": [{"namespace": "gw"}]}, "network_policy": ALLOW}, "http_route.parent_refs[0].name", "is required"),
-        ({"http_route": {"parent_refs": [{"name": "Edge!"}]}, "network_policy": ALLOW}, "http_route.parent_refs[0].name", "not a valid"),
-        ({"http_route": {**ROUTE, "hostnames": ["ok.example.com", "bad_host"]}, "network_policy": ALLOW}, "http_route.hostnames[1]", "DNS host"),
+        (
+            {"http_route": {"parent_refs": [{"namespace": "gw"}]}, "network_policy": ALLOW},
+            "http_route.parent_refs[0].name",
+            "is required",
+        ),
+        (
+            {"http_route": {"parent_refs": [{"name": "Edge!"}]}, "network_policy": ALLOW},
+            "http_route.parent_refs[0].name",
+            "not a valid",
+        ),
+        (
+            {"http_route": {**ROUTE, "hostnames": ["ok.example.com", "bad_host"]}, "network_policy": ALLOW},
+            "http_route.hostnames[1]",
+            "DNS host",
+        ),
         ({"http_route": ROUTE}, "network_policy.allow_from", "'http_route' is set"),
     ],
 )
@@ -69,16 +104,27 @@ def test_replicas_bring_a_budget_and_a_spread_over_nodes():
     assert pdb["spec"]["maxUnavailable"] == 2 and pdb["spec"]["selector"]["matchLabels"] == selector
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     (spread,) = dep["spec"]["template"]["spec"]["topologySpreadConstraints"]
-    assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert (
+        spread["topologyKey"] == "kubernetes.io/hostname" and spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    )
     assert spread["labelSelector"]["matchLabels"] == selector
     assert dep["spec"]["replicas"] == 3
 
 
 def test_autoscaler_owns_the_replica_count():
-    objects = by_kind(spec(autoscaling={"min_replicas": 2, "max_replicas": 6, "cpu_utilization": 65}, resources={"cpu": "500m"}))
+    objects = by_kind(
+        spec(
+            autoscaling={"min_replicas": 2, "max_replicas": 6, "cpu_utilization": 65},
+            resources={"cpu": "500m"},
+        )
+    )
     hpa, dep = objects["HorizontalPodAutoscaler"], objects["Deployment"]
     assert "replicas" not in dep["spec"]  # a publish re-applies the Deployment: it must not reset the count
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "tfs-digits"}
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "tfs-digits",
+    }
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
     (metric,) = hpa["spec"]["metrics"]
     assert metric["resource"] == {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 65}}
@@ -105,7 +151,12 @@ MODEL_PATHS = {
 def test_ingress_routes_only_the_models_paths():
     ing = by_kind(
         spec(
-            ingress={"host": "ml.example.com", "class_name": "nginx", "tls_secret": "ml-cert", "annotations": {"nginx.ingress.kubernetes.io/proxy-body-size": "8m"}},
+            ingress={
+                "host": "ml.example.com",
+                "class_name": "nginx",
+                "tls_secret": "ml-cert",
+                "annotations": {"nginx.ingress.kubernetes.io/proxy-body-size": "8m"},
+            },
             network_policy=ALLOW,
         )
     )["Ingress"]
@@ -127,7 +178,13 @@ def test_http_route_sends_the_default_predict_to_the_stable_label():
     route = by_kind(spec(http_route=ROUTE, network_policy=ALLOW))["HTTPRoute"]
     assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
     assert route["spec"]["parentRefs"] == [
-        {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "edge", "namespace": "gw", "sectionName": "https"}
+        {
+            "group": "gateway.networking.k8s.io",
+            "kind": "Gateway",
+            "name": "edge",
+            "namespace": "gw",
+            "sectionName": "https",
+        }
     ]
     assert route["spec"]["hostnames"] == ["ml.example.com"]
     default, rest = route["spec"]["rules"]
