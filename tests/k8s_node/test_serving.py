@@ -1,13 +1,12 @@
 """Serving and TensorBoard as real pods on the node: a training exports a SavedModel into
 a claim bound to a local PersistentVolume; TFPublishModelOperator runs the serving
 Deployment (the project's stand-in model server, since no TF Serving image can be fetched:
-the tier's image maps ``tensorflow_model_server`` to ``airflow_tfk.runtime.model_server``),
-on two replicas, waits until the version is AVAILABLE on both, smoke-predicts through the API server's service
-proxy and rolls a corrupt version back. A client then calls the model over gRPC on the
-Service's port 8500 (``PredictionService.Predict`` and ``ModelService.GetModelStatus``), and
-TensorBoard serves the logs claim through the service proxy. Each replica answers at its
-own pod IP. Everything runs as
-deploy/rbac's ServiceAccount.
+the tier's image maps ``tensorflow_model_server`` to ``airflow_tfk.runtime.model_server``)
+on two replicas, waits until the version is AVAILABLE on both, smoke-predicts and rolls a
+corrupt version back. Each replica then answers at its own pod IP, a client calls the
+model over gRPC on the Service's port 8500 (``PredictionService.Predict`` and
+``ModelService.GetModelStatus``), and TensorBoard serves the logs claim through the
+service proxy. Everything runs as deploy/rbac's ServiceAccount.
 
 gRPC cannot go through the API server's service proxy (it carries HTTP/1.1), and the test
 process is outside the node's network namespace, so the gRPC client goes through a loopback
