@@ -68,6 +68,10 @@ _KINDS = [
     Kind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets"),
     Kind("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies"),
     Kind("EndpointSlice", "discovery.k8s.io/v1", "endpointslices"),
+    # TF Serving's scaling and exposure (deleted by name, never by collection)
+    Kind("HorizontalPodAutoscaler", "autoscaling/v2", "horizontalpodautoscalers", collection_delete=False),
+    Kind("Ingress", "networking.k8s.io/v1", "ingresses", collection_delete=False),
+    Kind("HTTPRoute", "gateway.networking.k8s.io/v1", "httproutes", collection_delete=False),
     Kind("JobSet", "jobset.x-k8s.io/v1alpha2", "jobsets"),
     Kind("PodGroup", "scheduling.k8s.io/v1beta1", "podgroups"),
     Kind("Event", "v1", "events"),

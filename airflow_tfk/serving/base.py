@@ -149,6 +149,12 @@ class ServingTarget(abc.ABC):
         got one, or when the backend cannot tell): named in a load timeout."""
         return None
 
+    def replicas(self) -> dict[str, ServingTarget]:
+        """The servers that take client traffic now, by name, each one asked on its own
+        (status, labels, ``:predict``). A backend with a single server answers itself, so
+        the publish waits on exactly what clients reach either way."""
+        return {self.kind: self}
+
     def label_version(self, label: str) -> int | None:
         """The version ``label`` resolves to on the server, None if it does not (yet)."""
         try:

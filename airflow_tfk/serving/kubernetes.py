@@ -10,6 +10,7 @@ Imports the Kubernetes client and the cncf provider lazily.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import secrets
@@ -22,7 +23,7 @@ from airflow_tfk.kube.target import KubeTarget
 from airflow_tfk.protocol.digits import model_version
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import answer
-from airflow_tfk.serving._pods import PodHealth
+from airflow_tfk.serving._pods import PodHealth, is_ready
 from airflow_tfk.serving.base import (
     Emit,
     PredictError,
@@ -38,6 +39,15 @@ log = logging.getLogger(__name__)
 
 def service_proxy_path(namespace: str, service: str, port: int, path: str = "") -> str:
     return f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy{path}"
+
+
+def pod_proxy_path(namespace: str, pod: str, port: int, path: str = "") -> str:
+    return f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy{path}"
+
+
+#: what the spec may or may not ask for; applied when asked, removed when no longer asked
+OPTIONAL_KINDS = ("HTTPRoute", "Ingress", "HorizontalPodAutoscaler", "PodDisruptionBudget")
+GATEWAY_API = "/apis/gateway.networking.k8s.io/v1"
 
 
 def reader_metrics(text: str) -> dict[str, Any] | None:
@@ -98,6 +108,7 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         self._store: dict[int | None, tuple[list[int], int | None, dict[str, Any] | None]] = {}
         self._metrics: dict[int, dict[str, Any] | None] = {}
         self._unreachable: str | None = None
+        self._pod: str | None = None  # set on a view of one replica (:meth:`replicas`)
 
     # -- objects --------------------------------------------------------------------------
     def _apply(self, manifest: dict[str, Any]) -> int:
@@ -116,21 +127,58 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         from airflow_tfk.serving._proxy_source import api_server_cidrs
         from airflow_tfk.serving.render import render_serving
 
-        # Before anything is applied: a policy whose proxy source cannot be known fails here.
+        # Before anything is applied: a policy whose proxy source cannot be known, or a
+        # route the cluster cannot store, fails here.
         proxy_cidrs = api_server_cidrs(self.api, self.spec.network_policy)
+        if self.spec.http_route is not None:
+            self._require_gateway_api()
         current = self.read_config()
         text = (current or ModelServerConfig()).to_text()
         created = []
         # The ConfigMap is applied with the model config it holds now (the policy is the
         # publish step's), so the monitoring and batching files follow the spec.
-        for manifest in render_serving(self.spec, self.identity, text, api_server_cidrs=proxy_cidrs):
-            if self._apply(manifest) == 201:
+        manifests = render_serving(self.spec, self.identity, text, api_server_cidrs=proxy_cidrs)
+        existed = False
+        for manifest in manifests:
+            code = self._apply(manifest)
+            if code == 201:
                 created.append(f"{manifest['kind']} {manifest['metadata']['name']}")
+            elif manifest["kind"] == "Deployment":
+                existed = True
+        if existed:  # a deployment made from an older spec may carry what this one drops
+            wanted = {m["kind"] for m in manifests}
+            for kind in OPTIONAL_KINDS:
+                if kind not in wanted and self._remove(kind, self.spec.resource, optional=True):
+                    emit(f"deleted {kind} {self.spec.resource}: the serving spec no longer asks for it")
         emit(
             f"TF Serving of {self.spec.model_name} in namespace {self.spec.namespace}: "
             + (f"created {', '.join(created)}" if created else "already deployed")
             + f"; reached through {self.endpoint()}"
         )
+
+    def _require_gateway_api(self) -> None:
+        try:
+            self.api.request("GET", GATEWAY_API)
+        except Exception as exc:
+            if not is_not_found(exc):
+                raise
+            from airflow_tfk.errors import SpecError
+
+            raise SpecError(
+                "http_route",
+                "is set, but the cluster does not serve gateway.networking.k8s.io/v1 "
+                "(install the Gateway API CRDs, or use 'ingress')",
+            ) from None
+
+    def _remove(self, kind: str, name: str, *, optional: bool) -> bool:
+        """Delete one object; False when it was not there. For a kind the spec may leave
+        out, a 403 means the provider may not manage that kind here, so it never made one."""
+        try:
+            return self.delete_object(self.spec.namespace, kind, name)
+        except Exception as exc:
+            if optional and api_status(exc) == 403:
+                return False
+            raise
 
     def read_config(self) -> ModelServerConfig | None:
         cm = self._get("ConfigMap", self.spec.config_map_name)
@@ -160,16 +208,53 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         return f"TF Serving of {self.spec.model_name} cannot run: {why}" if why else None
 
     def delete(self, emit: Emit) -> None:
+        wanted = {m for m, on in self._optional_wanted().items() if on}
         for kind, name in (
+            # the ways in first, then the autoscaler, so nothing scales what is going away
+            ("HTTPRoute", self.spec.resource),
+            ("Ingress", self.spec.resource),
+            ("HorizontalPodAutoscaler", self.spec.resource),
             ("Deployment", self.spec.resource),
+            ("PodDisruptionBudget", self.spec.resource),
             ("Service", self.spec.resource),
             ("ConfigMap", self.spec.config_map_name),
             ("ConfigMap", self.spec.metrics_config_map_name),
             # last: the pods stay isolated until they are gone
             ("NetworkPolicy", self.spec.resource),
         ):
-            if self.delete_object(self.spec.namespace, kind, name):
+            optional = kind in OPTIONAL_KINDS and kind not in wanted
+            if self._remove(kind, name, optional=optional):
                 emit(f"deleted {kind} {name}")
+
+    def _optional_wanted(self) -> dict[str, bool]:
+        from airflow_tfk.serving.scaling import disruption_budget
+
+        return {
+            "HTTPRoute": self.spec.http_route is not None,
+            "Ingress": self.spec.ingress is not None,
+            "HorizontalPodAutoscaler": self.spec.autoscaling is not None,
+            "PodDisruptionBudget": disruption_budget(self.spec) is not None,
+        }
+
+    # -- the replicas, each asked through its own pod proxy ----------------------------------
+    def replicas(self) -> dict[str, ServingTarget]:
+        """The Ready serving pods, each as a view whose requests go through the API
+        server's pod proxy; the Service itself while no pod is Ready (its proxy's answer
+        then says why nothing serves)."""
+        ready = sorted(
+            p["metadata"]["name"]
+            for p in self.pods(self.spec.namespace, self.server_selector())
+            if is_ready(p) and not p["metadata"].get("deletionTimestamp")
+        )
+        if not ready:
+            return {f"Service {self.spec.resource}": self}
+        return {name: self._on_pod(name) for name in ready}
+
+    def _on_pod(self, pod: str) -> KubernetesServing:
+        view = copy.copy(self)
+        view._pod = pod
+        view._unreachable = None
+        return view
 
     # -- the model store, through a reader Job ----------------------------------------------
     def _read_store(self, version: int | None) -> tuple[list[int], int | None, dict | None]:
@@ -255,7 +340,10 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
 
     # -- TF Serving through the service proxy ---------------------------------------------
     def _rest(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
-        full = service_proxy_path(self.spec.namespace, self.spec.resource, self.spec.rest_port, path)
+        if self._pod is not None:
+            full = pod_proxy_path(self.spec.namespace, self._pod, self.spec.rest_port, path)
+        else:
+            full = service_proxy_path(self.spec.namespace, self.spec.resource, self.spec.rest_port, path)
         try:
             call = Call(method, full, body=body, timeout=(10.0, timeout))
             resp = self.api.client.call_api(full, method, **call.call_api_args())
@@ -284,7 +372,8 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         else:
             # The proxy's (no ready pod, the pod refusing the connection, RBAC): name it.
             detail = body.get("message") if isinstance(body, dict) else body
-            self._unreachable = f"HTTP {status} from the service proxy: {str(detail)[:300]}"
+            proxy = f"pod {self._pod}'s proxy" if self._pod else "the service proxy"
+            self._unreachable = f"HTTP {status} from {proxy}: {str(detail)[:300]}"
         return None
 
     def unreachable(self) -> str | None:

@@ -8,11 +8,13 @@
    ``<model>-tfk-candidate``, over the same base path with a ``specific`` policy of just
    that version. The model's own entry (and so its default, versioned and labelled
    endpoints) does not change;
-2. wait (bounded) until the candidate reports AVAILABLE; smoke ``Predict`` it (REST or
-   gRPC) with the sample request the training app exported;
-3. promote: add the version to the model's own policy and wait until it is AVAILABLE
-   there, then point the ``stable`` label at it, keep the newest ``keep_versions`` and
-   drop the candidate entry; record its metrics as the next baseline.
+2. wait (bounded) until every replica reports the candidate AVAILABLE; smoke ``Predict``
+   it (REST or gRPC) on each with the sample request the training app exported;
+3. promote: add the version to the model's own policy and wait until every replica has it
+   AVAILABLE there, then point the ``stable`` label at it, keep the newest
+   ``keep_versions`` and drop the candidate entry; record its metrics as the next baseline.
+   A client of the ``stable`` label (the endpoint a publish returns) so never gets a
+   version that some replica does not serve yet.
 
 Any failure writes the previous config back and raises: the serving version never
 changed, and no request to the model's name ever reached the candidate.
@@ -29,6 +31,7 @@ from airflow_tfk.deadline import SYSTEM, Clock
 from airflow_tfk.protocol.model_config import STABLE_LABEL, ModelConfig, ModelServerConfig
 from airflow_tfk.serving.base import Emit, NotBlessed, PredictError, ServingError, ServingTarget
 from airflow_tfk.serving.gate import QualityGate
+from airflow_tfk.serving.rollout import ServerWatch, wait_available, wait_label
 
 log = logging.getLogger(__name__)
 CANDIDATE_SUFFIX = "-tfk-candidate"
@@ -114,87 +117,6 @@ def withdraw_candidate(target: ServingTarget, emit: Emit) -> None:
     name = candidate_name(target.spec.model_name)
     target.write_config(ModelServerConfig(tuple(m for m in config.models if m.name != name)))
     emit(f"withdrew {name}: the version that served before still serves")
-
-
-class ServerDown(ServingError):
-    """The model server stopped during a publish and was not (or could not be) started again."""
-
-
-class ServerWatch:
-    """The server behind one publish: notices that it stopped, and starts it again once
-    where the backend can (the local backend's process). The model config on disk holds
-    what it must load, so a restarted server picks up where the killed one was."""
-
-    def __init__(self, target: ServingTarget, emit: Emit, restarts: int = 1) -> None:
-        self.target = target
-        self.emit = emit
-        self.restarts = restarts
-        self.restarted: list[str] = []  # why, for each restart
-
-    def restarted_now(self) -> bool:
-        """True if the server was down and has just been started again; raises
-        :class:`ServerDown` if it is down and stays down."""
-        why = self.target.server_down()
-        if why is None:
-            return False
-        if not self.target.restartable:
-            raise ServerDown(why)
-        if self.restarts <= 0:
-            raise ServerDown(
-                f"{why} (it was already started again {len(self.restarted)} time(s) in this publish)"
-            )
-        self.restarts -= 1
-        self.emit(f"{why}: starting it again")
-        try:
-            self.target.ensure(self.emit)
-        except Exception as exc:  # noqa: BLE001 - the reason is what the user must see
-            raise ServerDown(f"{why}; starting it again failed: {exc}") from exc
-        self.restarted.append(why)
-        return True
-
-
-def wait_available(
-    target: ServingTarget,
-    version: int,
-    timeout: float,
-    emit: Emit,
-    poll: float = 1.0,
-    clock: Clock = SYSTEM,
-    model: str | None = None,
-    server: ServerWatch | None = None,
-) -> None:
-    """Return when the server reports ``version`` of ``model`` AVAILABLE; raise on END,
-    on timeout, or (with ``server``) as soon as the server is down for good."""
-    model = model or target.spec.model_name
-    deadline = clock.deadline(timeout)
-    last = None
-    while True:
-        state = target.version_state(version, model=model)
-        if state is None and server is not None and server.restarted_now():
-            deadline = clock.deadline(timeout)  # the new server loads from the start
-            last = None
-            continue
-        if state is not None and state != last:
-            emit(
-                f"{model} version {version}: {state.state}"
-                + (f" ({state.error_code}: {state.error_message})" if state.failed else "")
-            )
-            last = state
-        if state is not None and state.state == "AVAILABLE":
-            return
-        if state is not None and state.failed:
-            raise ServingError(
-                f"version {version} of {model} failed to load: {state.error_code}: {state.error_message}"
-            )
-        if deadline.passed():
-            seen = f"last state {last.state}" if last else "the server never reported it"
-            why = target.unreachable()
-            if why:  # e.g. the service proxy's 503 while no pod is ready
-                seen += f"; last answer: {why}"
-            raise ServingError(
-                f"version {version} of {model} did not become AVAILABLE within {timeout:.0f} s ({seen})"
-            )
-        deadline.pause(poll)
 
 
 def candidate_name(model: str) -> str:
@@ -317,20 +239,23 @@ def publish(
         wait_available(
             target, version, spec.load_timeout_seconds, emit, poll, clock, model=cand.name, server=server
         )
-        answer = target.predict(
-            body,
-            version=version,
-            timeout=spec.predict_timeout_seconds,
-            model=cand.name,
-            protocol=spec.smoke_protocol,
-        )
-        predictions = _check_answer(answer, body)
-        emit(f"smoke {spec.smoke_protocol} predict of version {version} answered: {str(predictions)[:200]}")
+        predictions = _smoke(target, body, version, cand.name, emit)
         _ask(approve, target, name, version, cand.name, metrics, previous, emit)
-        # promote: the model's own entry loads the validated version, then the label moves
+        # promote: the model's own entry loads the validated version on every replica,
+        # then the label moves
         loading = current.with_versions((*current.versions, version))
+        emit(
+            f"promoting {name} version {version}: loading it under {name} on every replica; "
+            f"the '{STABLE_LABEL}' label moves once all of them have it"
+        )
         target.write_config(clean.put(cand).put(loading))
-        wait_available(target, version, spec.load_timeout_seconds, emit, poll, clock, server=server)
+        replicas = wait_available(
+            target, version, spec.load_timeout_seconds, emit, poll, clock, server=server
+        )
+        emit(
+            f"{name} version {version} is AVAILABLE on every replica ({len(replicas)}): "
+            f"moving the '{STABLE_LABEL}' label to it"
+        )
     except AwaitApproval:
         raise
     except (ServingError, OSError) as exc:
@@ -344,7 +269,7 @@ def publish(
     keep = kept_versions(loading, version, spec.keep_versions)
     final = loading.with_versions(keep, {**loading.labels, STABLE_LABEL: version})
     target.write_config(clean.put(final))
-    _wait_label(target, version, spec.load_timeout_seconds, emit, poll, clock)
+    wait_label(target, STABLE_LABEL, version, spec.load_timeout_seconds, emit, poll, clock)
     if metrics:
         try:
             target.record_metrics(version, metrics)
@@ -355,6 +280,33 @@ def publish(
     return PublishResult(
         name, version, previous, target.endpoint(STABLE_LABEL), keep, target.kind, predictions
     )
+
+
+def _smoke(target: ServingTarget, body: dict[str, Any], version: int, candidate: str, emit: Emit) -> Any:
+    """The smoke predict, sent to every replica: one that loaded the candidate but cannot
+    answer with it (memory, a broken copy of the files) would fail its clients after
+    promotion. Returns the first replica's predictions."""
+    spec = target.spec
+    views = target.replicas()
+    first: Any = None
+    for rname, view in views.items():
+        try:
+            answer = view.predict(
+                body,
+                version=version,
+                timeout=spec.predict_timeout_seconds,
+                model=candidate,
+                protocol=spec.smoke_protocol,
+            )
+            predictions = _check_answer(answer, body)
+        except PredictError as exc:
+            if len(views) == 1:
+                raise
+            raise PredictError(f"{rname}: {exc}") from exc
+        first = predictions if first is None else first
+    where = f" on every replica ({len(views)})" if len(views) > 1 else ""
+    emit(f"smoke {spec.smoke_protocol} predict of version {version} answered{where}: {str(first)[:200]}")
+    return first
 
 
 def _sample_request(target: ServingTarget, version: int, given: dict[str, Any] | None) -> dict[str, Any]:
@@ -443,22 +395,3 @@ def _rollback(
         )
     except Exception as exc:  # noqa: BLE001 - the original failure is what the user must see
         emit(f"could not roll back the version policy of {target.spec.model_name}: {exc}")
-
-
-def _wait_label(
-    target: ServingTarget,
-    version: int,
-    timeout: float,
-    emit: Emit,
-    poll: float,
-    clock: Clock,
-) -> None:
-    deadline = clock.deadline(timeout)
-    while target.label_version(STABLE_LABEL) != version:
-        if deadline.passed():
-            emit(
-                f"warning: the server has not applied the '{STABLE_LABEL}' label to version "
-                f"{version} within {timeout:.0f} s; it will on its next config poll"
-            )
-            return
-        clock.sleep(poll)

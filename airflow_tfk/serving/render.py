@@ -6,12 +6,21 @@ through ``tojson``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.naming import RunIdentity
+from airflow_tfk.protocol.model_config import STABLE_LABEL
+from airflow_tfk.serving.scaling import (
+    Autoscaling,
+    HTTPRouteSpec,
+    IngressSpec,
+    ParentRef,
+    disruption_budget,
+)
 from airflow_tfk.serving.spec import (
     CONFIG_FILE,
     LOGS_MOUNT,
@@ -168,6 +177,9 @@ def serving_context(
             ],
             "config_files": {CONFIG_FILE: model_config},
             "pod_annotations": {},
+            # the autoscaler owns the count when there is one
+            "fixed_replicas": spec.autoscaling is None,
+            "spread": disruption_budget(spec) is not None,
         }
     )
     if spec.monitoring:
@@ -185,6 +197,62 @@ def serving_context(
     return c
 
 
+def _paths(model: str) -> list[dict[str, str]]:
+    """This model's REST paths, and nothing else on the server (its candidate entry, other
+    models, the metrics): Exact for the endpoints whose last path element carries a verb,
+    prefixes (matched by whole path elements) for its versions and labels."""
+    base = f"/v1/models/{model}"
+    exact = [base, f"{base}:predict", f"{base}:classify", f"{base}:regress", f"{base}/metadata"]
+    out = [{"path": p, "ingress_type": "Exact", "route_type": "Exact"} for p in exact]
+    out += [
+        {"path": f"{base}/{sub}", "ingress_type": "Prefix", "route_type": "PathPrefix"}
+        for sub in ("versions", "labels")
+    ]
+    return out
+
+
+def _scaling(spec: ServingSpec, c: dict[str, Any], template_dir: str | Path | None) -> list[dict[str, Any]]:
+    """The PodDisruptionBudget, HorizontalPodAutoscaler, Ingress and HTTPRoute the spec asks
+    for, in that order."""
+    out: list[dict[str, Any]] = []
+
+    def add(template: str, kind: str, extra: dict[str, Any]) -> None:
+        out.append(_render(template, kind, spec.resource, spec.namespace, {**c, **extra}, template_dir))
+
+    budget = disruption_budget(spec)
+    if budget is not None:
+        add("serving/pdb.yaml.j2", "PodDisruptionBudget", {"max_unavailable": budget})
+    if isinstance(spec.autoscaling, Autoscaling):
+        add(
+            "serving/hpa.yaml.j2",
+            "HorizontalPodAutoscaler",
+            {"autoscaling": dataclasses.asdict(spec.autoscaling)},
+        )
+    paths = _paths(spec.model_name)
+    if isinstance(spec.ingress, IngressSpec):
+        ingress = {
+            **dataclasses.asdict(spec.ingress),
+            "annotations": {**c["annotations"], **spec.ingress.annotations},
+        }
+        add("serving/ingress.yaml.j2", "Ingress", {"route_paths": paths, "ingress": ingress})
+    if isinstance(spec.http_route, HTTPRouteSpec):
+        base = f"/v1/models/{spec.model_name}"
+        route = {
+            "parent_refs": [
+                p.to_k8s() if isinstance(p, ParentRef) else dict(p) for p in spec.http_route.parent_refs
+            ],
+            "hostnames": list(spec.http_route.hostnames),
+        }
+        extra = {
+            "route_paths": paths,
+            "http_route": route,
+            "default_predict": f"{base}:predict",
+            "stable_predict": f"{base}/labels/{STABLE_LABEL}:predict",
+        }
+        add("serving/httproute.yaml.j2", "HTTPRoute", extra)
+    return out
+
+
 def render_serving(
     spec: ServingSpec,
     identity: RunIdentity | None = None,
@@ -193,7 +261,8 @@ def render_serving(
     api_server_cidrs: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """NetworkPolicy (unless switched off), ConfigMap, Service and Deployment of one
-    model's TF Serving, in apply order."""
+    model's TF Serving, then its PodDisruptionBudget, HorizontalPodAutoscaler, Ingress and
+    HTTPRoute when the spec asks for them, in apply order."""
     c = serving_context(spec, identity, model_config)
     ports = [spec.rest_port, spec.grpc_port]
     return [
@@ -203,6 +272,7 @@ def render_serving(
         ),
         _render("serving/service.yaml.j2", "Service", spec.resource, spec.namespace, c, template_dir),
         _render("serving/deployment.yaml.j2", "Deployment", spec.resource, spec.namespace, c, template_dir),
+        *_scaling(spec, c, template_dir),
     ]
 
 

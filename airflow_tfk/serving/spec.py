@@ -18,6 +18,7 @@ from airflow_tfk import naming
 from airflow_tfk.constants import NAMESPACE
 from airflow_tfk.errors import SpecError
 from airflow_tfk.network import ServiceNetworkPolicy
+from airflow_tfk.serving.scaling import Autoscaling, HTTPRouteSpec, IngressSpec, check_scaling
 from airflow_tfk.spec import (
     Resources,
     _int,  # one integer rule for every spec
@@ -251,7 +252,17 @@ class ServingSpec(_ServerSpec):
     :param name: name of the Deployment and Service (default ``tfs-<model_name>``).
     :param namespace: Kubernetes namespace (local: a directory under the root).
     :param image: TF Serving image.
-    :param replicas: TF Serving pods.
+    :param replicas: TF Serving pods (with more than one, a PodDisruptionBudget keeps all
+        but ``max_unavailable`` of them through a drain, and a publish promotes a version
+        only once every ready pod has it AVAILABLE).
+    :param autoscaling: a HorizontalPodAutoscaler instead of a fixed ``replicas``:
+        ``{min_replicas, max_replicas, cpu_utilization}``; see
+        :class:`~airflow_tfk.serving.scaling.Autoscaling`.
+    :param max_unavailable: the PodDisruptionBudget's ``maxUnavailable``.
+    :param ingress: an Ingress to the model's REST endpoints: ``{host, class_name,
+        tls_secret, annotations}``; see :class:`~airflow_tfk.serving.scaling.IngressSpec`.
+    :param http_route: a Gateway API HTTPRoute to them: ``{parent_refs, hostnames}``; see
+        :class:`~airflow_tfk.serving.scaling.HTTPRouteSpec`.
     :param rest_port: REST port of the container and the Service.
     :param grpc_port: gRPC port of the container and the Service.
     :param resources: requests and limits of the TF Serving container.
@@ -288,6 +299,10 @@ class ServingSpec(_ServerSpec):
     monitoring: bool = True
     monitoring_path: str = "/monitoring/prometheus/metrics"
     batching: Mapping[str, Any] | None = None
+    autoscaling: Autoscaling | Mapping[str, Any] | None = None
+    max_unavailable: int = 1
+    ingress: IngressSpec | Mapping[str, Any] | None = None
+    http_route: HTTPRouteSpec | Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if (
@@ -329,6 +344,7 @@ class ServingSpec(_ServerSpec):
             )
         if self.batching is not None:
             object.__setattr__(self, "batching", _batching(self.batching))
+        check_scaling(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ServingSpec:

@@ -1,4 +1,5 @@
-"""The JobSet and Kueue APIs (their CustomResourceDefinitions) for the integration tests.
+"""The JobSet, Kueue and Gateway APIs (their CustomResourceDefinitions) for the integration
+tests.
 
 The CRDs come from the projects' own Go modules at pinned versions, fetched through the
 Go module proxy into the Go module cache (``go mod download``: a few MB, once). Installing
@@ -25,6 +26,12 @@ from typing import Any
 
 #: module, version, CRD files inside the module
 JOBSET = ("sigs.k8s.io/jobset", "v0.12.0", ("config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",))
+#: the Gateway API's HTTPRoute (standard channel), for the serving spec's ``http_route``
+GATEWAY_API = (
+    "sigs.k8s.io/gateway-api",
+    "v1.6.0",
+    ("config/crd/standard/gateway.networking.k8s.io_httproutes.yaml",),
+)
 #: Kubeflow training-operator v1.9 (TFJob), for bench/bench_vs_tfjob.py only
 TRAINING_OPERATOR = (
     "github.com/kubeflow/training-operator",

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s import harness
+from k8s import addons, harness
 from kubernetes import client
 from kubernetes.utils import create_from_dict
 
@@ -110,8 +110,17 @@ def _lifecycle(namespace: str) -> dict[str, int | str | None]:
     # deploy/rbac/apiserver-address.yaml), so the proxy's source is given, as the docs tell
     # least-privilege deployments to do.
     policy = {"api_server_cidrs": ["127.0.0.1/32"]}
+    # every object a serving spec can ask for: autoscaler, disruption budget, Ingress, HTTPRoute
     spec = ServingSpec(
-        model_name="digits", claim="models", namespace=namespace, poll_seconds=5, network_policy=policy
+        model_name="digits",
+        claim="models",
+        namespace=namespace,
+        poll_seconds=5,
+        network_policy={**policy, "allow_from": [{"namespace_labels": {"team": "edge"}}]},
+        autoscaling={"min_replicas": 2, "max_replicas": 3},
+        resources={"cpu": "100m"},
+        ingress={"host": "ml.example.com"},
+        http_route={"parent_refs": [{"name": "edge"}]},
     )
     target = KubernetesServing(spec, conn_id=CONN, reader_timeout_seconds=60)
     config = ModelServerConfig((ModelConfig("digits", spec.pod_base_path, versions=(1,)),))
@@ -130,6 +139,7 @@ def _lifecycle(namespace: str) -> dict[str, int | str | None]:
         "POST :predict (proxy)": _status_of(
             lambda: _raise_on(proxy("POST", "/v1/models/digits:predict", {"instances": [[1.0]]}, 5.0))
         ),
+        "each replica's version status (pod proxy)": _status_of(lambda: _each_replica(target)),
         "record the published metrics": _status_of(lambda: target.record_metrics(1, {"accuracy": 0.9})),
         "read the published metrics": _status_of(target.published_metrics),
         "TensorBoard start": _status_of(lambda: tb.start(lines.append)),
@@ -151,6 +161,19 @@ def _raise_on(answer: tuple[int, Any]) -> None:
         raise _Status(answer[0], answer[1])
 
 
+def _each_replica(target: KubernetesServing) -> None:
+    """The publish's per-replica status read, through the pod proxy of each Ready pod
+    (KWOK's pods turn Ready within seconds of the ensure)."""
+    deadline = time.monotonic() + 30
+    views = target.replicas()
+    while not all(v._pod for v in views.values()):
+        assert time.monotonic() < deadline, "no Ready serving pod: the pod proxy was not asked"
+        time.sleep(0.5)
+        views = target.replicas()
+    for view in views.values():
+        _raise_on(view._rest("GET", "/v1/models/digits"))
+
+
 def _get(tb: KubernetesTensorBoard) -> None:
     path = tb.url.split(tb.api.client.configuration.host.rstrip("/"), 1)[1]
     resp = tb.api.client.call_api(
@@ -161,6 +184,7 @@ def _get(tb: KubernetesTensorBoard) -> None:
 
 
 def test_serving_and_tensorboard_need_no_more_than_the_role(k8s_cluster, k8s_api, tfk_ns, tmp_path) -> None:
+    addons.install(k8s_api, addons.GATEWAY_API)  # the spec's HTTPRoute needs its CRD
     for d in rbac.manifests(tfk_ns):
         create_from_dict(k8s_api, d, namespace=tfk_ns)
     token = k8s_cluster.service_account_token(tfk_ns, rbac.SERVICE_ACCOUNT)
@@ -186,6 +210,8 @@ def test_serving_and_tensorboard_need_no_more_than_the_role(k8s_cluster, k8s_api
             # server, not the reader's own timeout
             assert here["store reader Job, its pod and its log"] != -1, here
             assert here["TensorBoard start"] is None, here  # its pod was Ready
+            # a Ready replica was found and its pod proxy answered with an API status
+            assert here["each replica's version status (pod proxy)"] != -1, here
             forbidden = {call: s for call, s in here.items() if s == 403}
             assert forbidden == {}, here
             elsewhere = _lifecycle(other)
@@ -198,6 +224,7 @@ def test_serving_and_tensorboard_need_no_more_than_the_role(k8s_cluster, k8s_api
             "write the model config",
             "GET version status (proxy)",
             "POST :predict (proxy)",
+            "each replica's version status (pod proxy)",
             "TensorBoard start",
             "delete serving",
         }, elsewhere

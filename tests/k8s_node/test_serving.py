@@ -1,12 +1,12 @@
 """Serving and TensorBoard as real pods on the node: a training exports a SavedModel into
 a claim bound to a local PersistentVolume; TFPublishModelOperator runs the serving
 Deployment (the project's stand-in model server, since no TF Serving image can be fetched:
-the tier's image maps ``tensorflow_model_server`` to ``airflow_tfk.runtime.model_server``),
-waits until the version is AVAILABLE, smoke-predicts through the API server's service
-proxy and rolls a corrupt version back. A client then calls the model over gRPC on the
-Service's port 8500 (``PredictionService.Predict`` and ``ModelService.GetModelStatus``), and
-TensorBoard serves the logs claim through the service proxy. Everything runs as
-deploy/rbac's ServiceAccount.
+the tier's image maps ``tensorflow_model_server`` to ``airflow_tfk.runtime.model_server``)
+on two replicas, waits until the version is AVAILABLE on both, smoke-predicts and rolls a
+corrupt version back. Each replica then answers at its own pod IP, a client calls the
+model over gRPC on the Service's port 8500 (``PredictionService.Predict`` and
+``ModelService.GetModelStatus``), and TensorBoard serves the logs claim through the
+service proxy. Everything runs as deploy/rbac's ServiceAccount.
 
 gRPC cannot go through the API server's service proxy (it carries HTTP/1.1), and the test
 process is outside the node's network namespace, so the gRPC client goes through a loopback
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from kubernetes import client
 
-from . import _tfk
+from . import _serving, _tfk
 from . import node as nodemod
 
 pytestmark = pytest.mark.k8s_node
@@ -132,6 +132,8 @@ def test_train_publish_rollback_and_tensorboard(
         "poll_seconds": 2,
         "load_timeout_seconds": 240,
         "network_policy": PROXY_SOURCE,
+        # two replicas: the publish promotes a version only once both have it
+        "replicas": 2,
     }
     publish = TFPublishModelOperator(
         task_id="publish",
@@ -180,6 +182,17 @@ def test_train_publish_rollback_and_tensorboard(
     sample_file = exported[-1].parent / "assets.extra" / "tfk_sample_request.json"
     sample = json.loads(sample_file.read_text())
     rest = _proxy_post(node_api, node_ns, f"tfs-{MODEL}", 8501, f"v1/models/{MODEL}:predict", sample)
+    # Each replica, asked at its own pod IP, answers the stable label with the same version.
+    ips = _serving.ready_pod_ips(node_api, node_ns, f"tfs-{MODEL}")
+    assert len(ips) == 2, ips
+    with _serving.pod_ports(k8s_node, ips, 8501) as ports:
+        answers = {
+            pod: _serving.post(port, f"/v1/models/{MODEL}/labels/stable:predict", sample)
+            for pod, port in ports.items()
+        }
+    assert all(status == 200 for status, _ in answers.values()), answers
+    assert all(_same_predictions(a["predictions"], rest["predictions"]) for _, a in answers.values()), answers
+    took["both replicas answer at their pod IPs"], t0 = time.monotonic() - t0, time.monotonic()
     host, grpc_port = _grpc_endpoint(node_api, node_ns, f"tfs-{MODEL}")
     assert grpc_port == 8500
     with k8s_node.forward(host, grpc_port) as local:

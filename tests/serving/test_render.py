@@ -94,8 +94,14 @@ def test_pods_are_hardened_and_mount_read_only():
 
 
 def test_serving_objects():
-    np, cm, svc, dep = render_serving(SPEC, IDENTITY, CONFIG)
-    assert [m["kind"] for m in (np, cm, svc, dep)] == ["NetworkPolicy", "ConfigMap", "Service", "Deployment"]
+    np, cm, svc, dep, pdb = render_serving(SPEC, IDENTITY, CONFIG)
+    assert [m["kind"] for m in (np, cm, svc, dep, pdb)] == [
+        "NetworkPolicy",
+        "ConfigMap",
+        "Service",
+        "Deployment",
+        "PodDisruptionBudget",  # two replicas
+    ]
     assert parse(cm["data"]["models.config"]).get("digits").versions == (3, 4)
     labels = dep["metadata"]["labels"]
     assert labels["app.kubernetes.io/name"] == "tensorflow-serving"
@@ -154,7 +160,7 @@ def test_tensorboard_objects():
 
 
 def test_monitoring_on_by_default_with_scrape_annotations():
-    _np, cm, svc, dep = render_serving(SPEC, None, "model_config_list {\n}\n")
+    _np, cm, svc, dep, _pdb = render_serving(SPEC, None, "model_config_list {\n}\n")
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert "--monitoring_config_file=/etc/tfk/monitoring.config" in c["args"]
     assert cm["data"]["monitoring.config"] == (

@@ -1,0 +1,249 @@
+"""How a TF Serving deployment scales and is reached from outside the cluster: the
+autoscaler, the disruption budget, an Ingress and a Gateway API ``HTTPRoute``.
+
+Typed, validated parts of :class:`~airflow_tfk.serving.spec.ServingSpec` (its
+``autoscaling``, ``max_unavailable``, ``ingress`` and ``http_route``). Pure: no client, no
+templates. Every error names the field's path, before anything is created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_tfk import naming
+from airflow_tfk._spec_checks import _int
+from airflow_tfk.errors import SpecError
+
+# RFC 1123 host names, with one leading wildcard label as Ingress and HTTPRoute allow.
+_HOST = re.compile(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+#: the most hostnames or parent references one route names (the Gateway API's own bounds)
+MAX_HOSTNAMES = 16
+MAX_PARENTS = 32
+
+
+def _mapping(cls: type, value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError(where, "must be a mapping", value)
+    allowed = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted((str(k) for k in value if k not in allowed), key=str)
+    if unknown:
+        raise SpecError(f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+    return dict(value)
+
+
+def _host(value: object, where: str) -> str:
+    if not isinstance(value, str) or len(value) > 253 or not _HOST.match(value):
+        raise SpecError(where, "must be a DNS host name (lowercase, an optional leading '*.')", value)
+    return value
+
+
+def _optional_name(value: object, where: str, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not naming.is_dns1123_subdomain(value):
+        raise SpecError(where, f"is not a valid {what} name (DNS-1123 subdomain)", value)
+    return value
+
+
+def _annotations(value: object, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(where, "must be a mapping of strings", value)
+    for k, v in value.items():
+        if not isinstance(k, str) or not naming.is_label_key(k):
+            raise SpecError(f"{where}.{k}", "is not a valid annotation key")
+        if not isinstance(v, str) or len(v) > 4096:
+            raise SpecError(f"{where}.{k}", "must be a string of at most 4096 characters", v)
+    return dict(value)
+
+
+@dataclass(frozen=True)
+class Autoscaling:
+    """A HorizontalPodAutoscaler (``autoscaling/v2``) on the TF Serving Deployment.
+
+    :param min_replicas: the fewest pods.
+    :param max_replicas: the most pods.
+    :param cpu_utilization: the target average CPU use, in percent of the container's CPU
+        request (so ``resources.cpu`` must be set).
+    """
+
+    max_replicas: int
+    min_replicas: int = 1
+    cpu_utilization: int = 80
+
+    @classmethod
+    def from_value(cls, value: object, where: str = "autoscaling") -> Autoscaling | None:
+        if value is None or isinstance(value, cls):
+            return value
+        data = _mapping(cls, value, where)
+        if "max_replicas" not in data:
+            raise SpecError(f"{where}.max_replicas", "is required")
+        out = cls(**data)
+        _int(out.min_replicas, f"{where}.min_replicas", 1, 1000)
+        _int(out.max_replicas, f"{where}.max_replicas", 1, 1000)
+        _int(out.cpu_utilization, f"{where}.cpu_utilization", 1, 1000)
+        if out.min_replicas > out.max_replicas:
+            raise SpecError(
+                f"{where}.min_replicas",
+                f"must not exceed {where}.max_replicas ({out.max_replicas})",
+                out.min_replicas,
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class IngressSpec:
+    """An Ingress (``networking.k8s.io/v1``) to the model's REST endpoints.
+
+    Only this model's paths are routed (``/v1/models/NAME``, ``:predict``, ``:classify``,
+    ``:regress``, ``/metadata``, ``/versions/...``, ``/labels/...``): not the publish's
+    candidate entry, not the metrics endpoint, not other models.
+
+    :param host: the host name it answers for; None: every host.
+    :param class_name: the IngressClass; None: the cluster's default.
+    :param tls_secret: a Secret with the certificate for ``host`` (TLS at the controller).
+    :param annotations: the controller's own settings (e.g. timeouts, body size).
+    """
+
+    host: str | None = None
+    class_name: str | None = None
+    tls_secret: str | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_value(cls, value: object, where: str = "ingress") -> IngressSpec | None:
+        if value is None or isinstance(value, cls):
+            return value
+        data = _mapping(cls, value, where)
+        out = cls(**data)
+        if out.host is not None:
+            _host(out.host, f"{where}.host")
+        _optional_name(out.class_name, f"{where}.class_name", "IngressClass")
+        _optional_name(out.tls_secret, f"{where}.tls_secret", "Secret")
+        if out.tls_secret is not None and out.host is None:
+            raise SpecError(f"{where}.tls_secret", f"needs {where}.host: the certificate is for one host")
+        object.__setattr__(out, "annotations", _annotations(out.annotations, f"{where}.annotations"))
+        return out
+
+
+@dataclass(frozen=True)
+class ParentRef:
+    """A Gateway (or a listener of one) the route attaches to."""
+
+    name: str
+    namespace: str | None = None
+    section_name: str | None = None
+
+    def to_k8s(self) -> dict[str, str]:
+        out = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": self.name}
+        if self.namespace is not None:
+            out["namespace"] = self.namespace
+        if self.section_name is not None:
+            out["sectionName"] = self.section_name
+        return out
+
+
+@dataclass(frozen=True)
+class HTTPRouteSpec:
+    """A Gateway API ``HTTPRoute`` (``gateway.networking.k8s.io/v1``) to the model's REST
+    endpoints, the same paths as :class:`IngressSpec`.
+
+    The model's default ``:predict`` is rewritten to its ``stable`` label, so a client of
+    the route gets the promoted version only, never one a publish is still loading.
+
+    :param parent_refs: the Gateways it attaches to: ``[{name, namespace?, section_name?}]``.
+    :param hostnames: the host names it answers for; empty: the Gateway's.
+    """
+
+    parent_refs: Sequence[ParentRef | Mapping[str, Any]]
+    hostnames: Sequence[str] = ()
+
+    @classmethod
+    def from_value(cls, value: object, where: str = "http_route") -> HTTPRouteSpec | None:
+        if value is None or isinstance(value, cls):
+            return value
+        data = _mapping(cls, value, where)
+        refs = data.get("parent_refs")
+        if isinstance(refs, (str, bytes)) or not isinstance(refs, Sequence) or not refs:
+            raise SpecError(f"{where}.parent_refs", "must be a non-empty list of Gateways", refs)
+        if len(refs) > MAX_PARENTS:
+            raise SpecError(f"{where}.parent_refs", f"names more than {MAX_PARENTS} Gateways", len(refs))
+        parents = tuple(_parent(r, f"{where}.parent_refs[{i}]") for i, r in enumerate(refs))
+        hosts = data.get("hostnames") or ()
+        if isinstance(hosts, (str, bytes)) or not isinstance(hosts, Sequence):
+            raise SpecError(f"{where}.hostnames", "must be a list of host names", hosts)
+        if len(hosts) > MAX_HOSTNAMES:
+            raise SpecError(f"{where}.hostnames", f"names more than {MAX_HOSTNAMES} hosts", len(hosts))
+        names = tuple(_host(h, f"{where}.hostnames[{i}]") for i, h in enumerate(hosts))
+        return cls(parents, names)
+
+
+def _parent(value: object, where: str) -> ParentRef:
+    if isinstance(value, ParentRef):
+        return value
+    data = _mapping(ParentRef, value, where)
+    if "name" not in data:
+        raise SpecError(f"{where}.name", "is required")
+    if not isinstance(data["name"], str) or not naming.is_dns1123_subdomain(data["name"]):
+        raise SpecError(f"{where}.name", "is not a valid Gateway name", data["name"])
+    ns = data.get("namespace")
+    if ns is not None and (not isinstance(ns, str) or not naming.is_dns1123_label(ns)):
+        raise SpecError(f"{where}.namespace", "is not a valid namespace name", ns)
+    section = data.get("section_name")
+    if section is not None and (not isinstance(section, str) or not naming.is_dns1123_subdomain(section)):
+        raise SpecError(f"{where}.section_name", "is not a valid listener name", section)
+    return ParentRef(data["name"], ns, section)
+
+
+def check_scaling(spec: Any) -> None:
+    """The rules between the serving spec's scaling fields and the rest of it; sets the
+    typed values on ``spec``."""
+    auto = Autoscaling.from_value(spec.autoscaling)
+    object.__setattr__(spec, "autoscaling", auto)
+    object.__setattr__(spec, "ingress", IngressSpec.from_value(spec.ingress))
+    object.__setattr__(spec, "http_route", HTTPRouteSpec.from_value(spec.http_route))
+    _int(spec.max_unavailable, "max_unavailable", 1, 1000)
+    if auto is not None:
+        if spec.replicas != 1:
+            raise SpecError(
+                "replicas",
+                "and 'autoscaling' are exclusive: the autoscaler sets the replicas "
+                "(give autoscaling.min_replicas instead)",
+                spec.replicas,
+            )
+        if not spec.resources.cpu:
+            raise SpecError(
+                "resources.cpu",
+                "is required with autoscaling: its CPU target is a share of the CPU request",
+            )
+    top, what = (auto.max_replicas, "autoscaling.max_replicas") if auto else (spec.replicas, "replicas")
+    if top > 1 and spec.max_unavailable >= top:
+        raise SpecError(
+            "max_unavailable",
+            f"must be below {what} ({top}): a budget that lets every pod go protects none",
+            spec.max_unavailable,
+        )
+    policy = spec.network_policy
+    exposed = [n for n in ("ingress", "http_route") if getattr(spec, n) is not None]
+    if exposed and policy.enabled and not policy.allow_from:
+        raise SpecError(
+            "network_policy.allow_from",
+            f"is empty while '{exposed[0]}' is set: the serving NetworkPolicy would refuse the "
+            "ingress controller's or gateway's connections; admit its pods there "
+            "(or switch the policy off)",
+        )
+
+
+def disruption_budget(spec: Any) -> int | None:
+    """``maxUnavailable`` of the PodDisruptionBudget, None when the deployment never has
+    more than one pod: a lone pod has no sibling to keep serving during a drain. (A
+    ``maxUnavailable`` budget never blocks the drain of a lone pod, so an autoscaled
+    deployment keeps its budget while it runs one.)"""
+    auto = spec.autoscaling
+    top = auto.max_replicas if auto is not None else spec.replicas
+    return int(spec.max_unavailable) if top > 1 else None
