@@ -62,7 +62,7 @@ class _Bytes:
             cls.total += len(data)
             return original(self, data, *args)
 
-        aiohttp.streams.StreamReader.feed_data = feed  # type: ignore[method-assign]
+        aiohttp.streams.StreamReader.feed_data = feed  # type: ignore[method-assign,assignment]
 
 
 # -- the child: N waits in one process ------------------------------------------------------
@@ -122,7 +122,11 @@ async def _child(args: dict[str, Any]) -> dict[str, Any]:
     summary = counter.summary(since=t0)
     idle_bytes = _Bytes.total - bytes0
     print("@@idle-done", flush=True)
-    await asyncio.gather(*tasks)
+    # A wait that never ends must not hold the whole run: what did not end is reported.
+    _, pending = await asyncio.wait(tasks, timeout=args["verdict_timeout"])
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
     return {
         "rss_base_mb": base,
         "rss_established_mb": established,
@@ -131,6 +135,7 @@ async def _child(args: dict[str, Any]) -> dict[str, Any]:
         "idle_bytes": idle_bytes,
         "verdicts": verdicts,
         "failures": failures,
+        "missing": len(pending),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "bytes_read": _Bytes.total,
     }
@@ -167,18 +172,71 @@ def create_trainings(ns: str, count: int, workers: int, ps: int) -> list[dict[st
 
 
 def finish_workers(api: Any, ns: str) -> float:
-    """Tell every worker pod of the namespace to exit 0 now; the time of the last."""
+    """Tell every worker pod of the namespace to exit 0 now; the time of the last.
+    A patch that fails (a loaded API server) is tried again: a worker left running would
+    read as a late verdict."""
     from kubernetes import client
 
     from airflow_tfk import naming
 
     core = client.CoreV1Api(api)
     pods = core.list_namespaced_pod(ns, label_selector=f"{naming.LABEL_ROLE}=worker").items
+    body = {"metadata": {"annotations": {kb.harness.EXIT_CODE: "0"}}}
     for p in pods:
-        core.patch_namespaced_pod(
-            p.metadata.name, ns, {"metadata": {"annotations": {kb.harness.EXIT_CODE: "0"}}}
-        )
+        for attempt in range(5):
+            try:
+                core.patch_namespaced_pod(p.metadata.name, ns, body)
+                break
+            except Exception:
+                if attempt == 4:
+                    raise
+                time.sleep(1 + attempt)
     return time.time()
+
+
+def wait_tasks_running(api: Any, ns: str, count: int, timeout: float = 900) -> float:
+    """Seconds until ``count`` pods of the namespace's Jobs are ready, from the Jobs'
+    status: a few objects per poll, where a pod list would read every pod each second and
+    load the API server the waiters are measured against."""
+    from kubernetes import client
+
+    batch = client.BatchV1Api(api)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        jobs = batch.list_namespaced_job(ns).items
+        if sum((j.status.ready or 0) for j in jobs) >= count:
+            return time.monotonic() - t0
+        time.sleep(1)
+    raise TimeoutError(f"fewer than {count} ready pods in {ns} after {timeout}s")
+
+
+class Child:
+    """One waiting process: its protocol lines on stdout, its stderr kept in a file so a
+    process that dies can say why."""
+
+    def __init__(self, workdir: Path, name: str, args: dict[str, Any]) -> None:
+        path = workdir / f"child-{name}.json"
+        path.write_text(json.dumps(args))
+        self.name = name
+        self.err_path = workdir / f"child-{name}.err"
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE), "--child", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=self.err_path.open("w"),
+            text=True,
+        )
+        self.dead: str | None = None
+
+    def said(self) -> str | None:
+        """The next protocol line (``@@``...), or None once the process has died (why: ``dead``)."""
+        if self.dead is None:
+            try:
+                return _said(self.proc)
+            except RuntimeError as exc:
+                tail = self.err_path.read_text(errors="replace").strip().splitlines()[-5:]
+                self.dead = f"{exc}: {' | '.join(tail) or 'no output'}"
+                print(f"{self.name}: {self.dead}", flush=True)
+        return None
 
 
 def _said(proc: subprocess.Popen[str]) -> str:
@@ -188,6 +246,9 @@ def _said(proc: subprocess.Popen[str]) -> str:
         if line.startswith("@@"):
             return line[2:].strip()
     raise RuntimeError(f"the waiting process ended early (exit {proc.wait()})")
+
+
+WAITERS = ("tfk", "cncf")
 
 
 def part1(cp: Any, api: Any, sizes: list[int], opts: Any, workdir: Path) -> None:
@@ -200,84 +261,146 @@ def part1(cp: Any, api: Any, sizes: list[int], opts: Any, workdir: Path) -> None
     for n in sizes:
         ns = kb.namespace(api, f"trig-{n}")
         trainings[n] = (ns, create_trainings(ns, n, opts.workers, 1))
+        print(f"N={n}: {n} trainings created", flush=True)
     for n, (ns, _) in trainings.items():
-        kb.wait_pods_running(api, ns, n * (opts.workers + 1), timeout=900)
-    procs: dict[tuple[int, str], subprocess.Popen[str]] = {}
+        took = wait_tasks_running(api, ns, n * (opts.workers + 1))
+        print(f"N={n}: every pod ready after {took:.0f} s more", flush=True)
+    children: dict[tuple[int, str], Child] = {}
     for n, (_ns, jobs) in trainings.items():
-        for waiter in ("tfk", "cncf"):
-            path = workdir / f"child-{n}-{waiter}.json"
-            path.write_text(
-                json.dumps({"jobs": jobs, "settle": opts.settle, "idle": opts.idle, "waiter": waiter})
-            )
-            procs[n, waiter] = subprocess.Popen(
-                [sys.executable, str(HERE), "--child", str(path)], stdout=subprocess.PIPE, text=True
-            )
-    for proc in procs.values():
-        assert _said(proc) == "idle-done"
-    rows = []
+        for waiter in WAITERS:
+            args = {
+                "jobs": jobs,
+                "settle": opts.settle,
+                "idle": opts.idle,
+                "waiter": waiter,
+                "verdict_timeout": opts.verdict_timeout,
+            }
+            children[n, waiter] = Child(workdir, f"{n}-{waiter}", args)
+    for child in children.values():
+        if child.said() not in ("idle-done", None):
+            raise RuntimeError(f"{child.name}: unexpected protocol line")
+    rows: list[tuple[int, str, tuple[float, ...] | None, str]] = []
     for n, (ns, _) in trainings.items():
         told = finish_workers(api, ns)
-        for waiter in ("tfk", "cncf"):
-            proc = procs[n, waiter]
-            try:
-                out = json.loads(_said(proc))
-            except RuntimeError as exc:  # a waiter that failed is a figure too
-                print(f"N={n} {waiter}: {exc}", flush=True)
+        for waiter in WAITERS:
+            child = children[n, waiter]
+            said = child.said()
+            if said is None:  # a waiter that died is a figure too
+                rows.append((n, waiter, None, f"died: {child.dead}"))
                 continue
-            proc.wait()
+            out = json.loads(said)
+            child.proc.wait()
             late = sorted(t - told for t in out["verdicts"].values()) or [float("nan")]
             per = (out["rss_established_mb"] - out["rss_base_mb"]) / n
             rate = out["idle_requests"] / n * 60 / opts.idle
-            rows.append((n, waiter, per, rate, late[-1], statistics.median(late)))
+            figures = (per, rate, late[-1], statistics.median(late), len(out["verdicts"]))
+            rows.append((n, waiter, figures, f"{len(out['failures'])} failed, {out['missing']} unanswered"))
             print(
-                f"N={n} {waiter}: {rows[-1][2:]} idle requests {out['idle_summary']};"
+                f"N={n} {waiter}: RSS/training {per:.3f} MB, {rate:.2f} req/min/training,"
+                f" verdict max {late[-1]:.2f} s median {statistics.median(late):.2f} s,"
+                f" {len(out['verdicts'])}/{n} verdicts; idle requests {out['idle_summary']},"
+                f" idle bytes {out['idle_bytes']}; base RSS {out['rss_base_mb']:.0f} MB;"
                 f" {len(out['failures'])} waits failed {out['failures'][:3]}",
                 flush=True,
             )
         client.CoreV1Api(api).delete_namespace(ns)
     print(
-        f"\nN      waiter  RSS/training MB  req/min/training  verdict max s  median s"
-        f"   ({opts.idle:.0f} s idle window after {opts.settle:.0f} s settling)"
+        f"\nN      waiter  RSS/training MB  req/min/training  verdict max s  median s  verdicts"
+        f"   ({opts.idle:.0f} s idle window after {opts.settle:.0f} s settling;"
+        f" {opts.workers} workers + 1 PS each)"
     )
-    for n, waiter, per, rate, worst, median in rows:
-        print(f"{n:<6d} {waiter:<7s} {per:15.3f} {rate:17.2f} {worst:14.2f} {median:9.2f}")
+    for n, waiter, fig, note in rows:
+        if fig is None:
+            print(f"{n:<6d} {waiter:<7s} {note}")
+            continue
+        per, rate, worst, median, got = fig
+        print(
+            f"{n:<6d} {waiter:<7s} {per:15.3f} {rate:17.2f} {worst:14.2f} {median:9.2f}"
+            f" {got:5d}/{n:<5d} {note}"
+        )
+    sys.stdout.flush()
 
 
 def part2(cp: Any, api: Any, widths: list[int], opts: Any, workdir: Path) -> None:
-    print("\nworkers  +PS  waiter peak RSS growth MB  bytes read MB  verdict after last exit s")
+    """Per width: create (the provider's create), wait (a waiting process from the create
+    to the verdict), delete (the provider's delete, until no pod is left)."""
+    from airflow_tfk.backends.base import ClusterRef
+    from airflow_tfk.backends.kubernetes import KubernetesBackend
+
+    backend = KubernetesBackend(conn_id=kb.CONN_ID)
+    rows: list[tuple[int, tuple[float, ...] | None, str]] = []
     for w in widths:
         ns = kb.namespace(api, f"scale-{w}")
-        jobs = create_trainings(ns, 1, w, 16)
         t0 = time.monotonic()
+        jobs = create_trainings(ns, 1, w, 16)
+        created = time.monotonic() - t0
         # The wait starts at the create: it sees every pod come up.
-        out_holder: dict[str, Any] = {}
-        path = workdir / f"scale-{w}.json"
-        path.write_text(json.dumps({"waiter": "tfk", "jobs": jobs, "settle": 0.1, "idle": 0.1}))
-        with subprocess.Popen(
-            [sys.executable, str(HERE), "--child", str(path)], stdout=subprocess.PIPE, text=True
-        ) as proc:
-            assert _said(proc) == "idle-done"
-            running = kb.wait_pods_running(api, ns, w + 16, timeout=900)
-            time.sleep(5)
-            told = finish_workers(api, ns)
-            out_holder = json.loads(_said(proc))
-        verdict = max(out_holder["verdicts"].values()) - told
-        growth = out_holder["peak_rss_mb"] - out_holder["rss_base_mb"]
+        child = Child(
+            workdir,
+            f"scale-{w}",
+            {"waiter": "tfk", "jobs": jobs, "settle": 0.1, "idle": 0.1}
+            | {"verdict_timeout": opts.verdict_timeout},
+        )
+        if child.said() != "idle-done":
+            rows.append((w, None, f"died: {child.dead}"))
+            continue
+        running = wait_tasks_running(api, ns, w + 16)
+        time.sleep(5)
+        told = finish_workers(api, ns)
+        said = child.said()
+        if said is None:
+            rows.append((w, None, f"died: {child.dead}"))
+            continue
+        out = json.loads(said)
+        child.proc.wait()
+        verdict = max(out["verdicts"].values(), default=float("nan")) - told
+        t1 = time.monotonic()
+        backend.delete(ClusterRef.from_dict(jobs[0]["trigger"]["cluster"]), "benchmark done")
+        kb.wait_no_pods(api, ns, timeout=600)
+        deleted = time.monotonic() - t1
+        growth = out["peak_rss_mb"] - out["rss_base_mb"]
+        figures = (growth, out["bytes_read"] / 2**20, created, running, verdict, deleted)
+        note = f"{len(out['failures'])} failed {out['failures'][:2]}, {out['missing']} unanswered"
+        rows.append((w, figures, note))
         print(
-            f"{w:7d} {16:4d} {growth:25.1f} {out_holder['bytes_read'] / 2**20:14.1f} {verdict:26.2f}"
-            f"   (all running {running:.0f} s after create; total {time.monotonic() - t0:.0f} s)",
+            f"W={w}: peak RSS growth {growth:.1f} MB, read {figures[1]:.1f} MB, create {created:.1f} s,"
+            f" all ready {running:.0f} s later, verdict {verdict:.2f} s after the last worker,"
+            f" delete {deleted:.1f} s; {note}",
             flush=True,
         )
         from kubernetes import client
 
         client.CoreV1Api(api).delete_namespace(ns)
+    print(
+        "\nworkers  +PS  waiter peak RSS growth MB  bytes read MB  create s  all ready s"
+        "  verdict after last exit s  delete s"
+    )
+    for w, fig, note in rows:
+        if fig is None:
+            print(f"{w:7d} {16:4d}  {note}")
+            continue
+        growth, read, created, running, verdict, deleted = fig
+        print(
+            f"{w:7d} {16:4d} {growth:25.1f} {read:14.1f} {created:9.1f} {running:12.0f}"
+            f" {verdict:26.2f} {deleted:9.1f}   {note}"
+        )
+    sys.stdout.flush()
 
 
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         child_main(sys.argv[2])
         return
-    p = parser(__doc__, sizes="1,20,200", workers=2, idle=300.0, settle=15.0, scale="60,2000", nodes=8)
+    p = parser(
+        __doc__,
+        sizes="1,20,200",
+        workers=2,
+        idle=300.0,
+        settle=15.0,
+        scale="60,2000",
+        nodes=8,
+        verdict_timeout=900.0,
+    )
     opts = p.parse_args()
     import tempfile
 
