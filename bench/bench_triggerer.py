@@ -86,18 +86,51 @@ def _cncf_trigger(job: dict[str, Any]) -> Any:
     )
 
 
+class _JobWatch:
+    """Not a waiter: one Job watch on the cluster's label selector until its worker Job
+    completes, no pod read at all. What a wait from the Jobs' status alone would read;
+    part 2 prints it beside the provider's wait as the floor of that design."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+
+    async def run(self) -> Any:
+        from types import SimpleNamespace
+
+        from airflow_tfk.backends.base import ClusterRef
+        from airflow_tfk.backends.kubernetes import KubernetesBackend
+        from airflow_tfk.kube.api import BY_KIND
+
+        ref = ClusterRef.from_dict(self.job["trigger"]["cluster"])
+        path = BY_KIND["Job"].collection(ref.namespace)
+        rv = None
+        async with KubernetesBackend(conn_id=kb.CONN_ID)._aapi() as api:
+            while True:
+                query = {"labelSelector": ref.label_selector, "allowWatchBookmarks": True}
+                if rv:
+                    query["resourceVersion"] = rv
+                async for event in api.watch(path, query, 300):
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":  # 410 Gone: from the current state
+                        rv = None
+                        break
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    conditions = (obj.get("status") or {}).get("conditions") or []
+                    if obj.get("metadata", {}).get("name", "").endswith("-worker") and any(
+                        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                        for c in conditions
+                    ):
+                        yield SimpleNamespace(payload={"status": "success"})
+                        return
+
+
 async def _child(args: dict[str, Any]) -> dict[str, Any]:
     import logging
 
     logging.disable(logging.INFO)  # a line per poll is not what is measured
-    make = _tfk_trigger if args["waiter"] == "tfk" else _cncf_trigger
+    make = {"tfk": _tfk_trigger, "cncf": _cncf_trigger, "jobs": _JobWatch}[args["waiter"]]
     counter = kb.install_async(kb.RequestCounter())
     _Bytes.install()
-    import airflow.providers.cncf.kubernetes.triggers.job  # noqa: F401 - both waiters' imports
-
-    import airflow_tfk.backends.kubernetes  # noqa: F401
-    import airflow_tfk.triggers.cluster  # noqa: F401
-
     base = rss_mb()
     verdicts: dict[str, float] = {}
 
@@ -142,6 +175,16 @@ async def _child(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def child_main(path: str) -> None:
+    """Load the waiters' modules, say ``ready``, and start waiting when the parent says
+    so (a line on stdin): part 2's wait then starts at the create, not a process start
+    (seconds of imports on a busy machine) after it."""
+    import airflow.providers.cncf.kubernetes.triggers.job  # noqa: F401 - both waiters' imports
+
+    import airflow_tfk.backends.kubernetes  # noqa: F401
+    import airflow_tfk.triggers.cluster  # noqa: F401
+
+    print("@@ready", flush=True)
+    sys.stdin.readline()
     args = json.loads(Path(path).read_text())
     print("@@" + json.dumps(asyncio.run(_child(args))), flush=True)
 
@@ -214,18 +257,35 @@ class Child:
     """One waiting process: its protocol lines on stdout, its stderr kept in a file so a
     process that dies can say why."""
 
-    def __init__(self, workdir: Path, name: str, args: dict[str, Any]) -> None:
-        path = workdir / f"child-{name}.json"
-        path.write_text(json.dumps(args))
+    def __init__(self, workdir: Path, name: str) -> None:
+        self.path = workdir / f"child-{name}.json"
         self.name = name
         self.err_path = workdir / f"child-{name}.err"
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE), "--child", str(path)],
+            [sys.executable, str(HERE), "--child", str(self.path)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.err_path.open("w"),
             text=True,
         )
         self.dead: str | None = None
+        self._ready = False
+
+    def ready(self) -> bool:
+        """Whether the process has loaded its modules (False: it died first)."""
+        if not self._ready:
+            self._ready = self.said() == "ready"
+        return self._ready
+
+    def start(self, args: dict[str, Any]) -> bool:
+        """Once the process is ready: wait on ``args["jobs"]``. False if it died first."""
+        if not self.ready():
+            return False
+        assert self.proc.stdin is not None
+        self.path.write_text(json.dumps(args))
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.close()
+        return True
 
     def said(self) -> str | None:
         """The next protocol line (``@@``...), or None once the process has died (why: ``dead``)."""
@@ -275,7 +335,8 @@ def part1(cp: Any, api: Any, sizes: list[int], opts: Any, workdir: Path) -> None
                 "waiter": waiter,
                 "verdict_timeout": opts.verdict_timeout,
             }
-            children[n, waiter] = Child(workdir, f"{n}-{waiter}", args)
+            children[n, waiter] = Child(workdir, f"{n}-{waiter}")
+            children[n, waiter].start(args)
     for child in children.values():
         if child.said() not in ("idle-done", None):
             raise RuntimeError(f"{child.name}: unexpected protocol line")
@@ -321,69 +382,73 @@ def part1(cp: Any, api: Any, sizes: list[int], opts: Any, workdir: Path) -> None
     sys.stdout.flush()
 
 
+SCALE_WAITERS = ("tfk", "jobs")
+
+
 def part2(cp: Any, api: Any, widths: list[int], opts: Any, workdir: Path) -> None:
-    """Per width: create (the provider's create), wait (a waiting process from the create
-    to the verdict), delete (the provider's delete, until no pod is left)."""
+    """Per width: create (the provider's create), wait (from the create to the verdict, in
+    a process of its own; beside it, as a floor, a process that only watches the Jobs),
+    delete (the provider's delete, until no pod is left)."""
+    from kubernetes import client
+
     from airflow_tfk.backends.base import ClusterRef
     from airflow_tfk.backends.kubernetes import KubernetesBackend
 
     backend = KubernetesBackend(conn_id=kb.CONN_ID)
-    rows: list[tuple[int, tuple[float, ...] | None, str]] = []
+    rows: list[tuple[int, str, tuple[float, ...] | None, str]] = []
     for w in widths:
         ns = kb.namespace(api, f"scale-{w}")
+        children = {waiter: Child(workdir, f"scale-{w}-{waiter}") for waiter in SCALE_WAITERS}
+        for child in children.values():
+            child.ready()
         t0 = time.monotonic()
         jobs = create_trainings(ns, 1, w, 16)
         created = time.monotonic() - t0
-        # The wait starts at the create: it sees every pod come up.
-        child = Child(
-            workdir,
-            f"scale-{w}",
-            {"waiter": "tfk", "jobs": jobs, "settle": 0.1, "idle": 0.1}
-            | {"verdict_timeout": opts.verdict_timeout},
-        )
-        if child.said() != "idle-done":
-            rows.append((w, None, f"died: {child.dead}"))
-            continue
+        # The waits start at the create: they see every pod come up.
+        args = {"jobs": jobs, "settle": 0.1, "idle": 0.1, "verdict_timeout": opts.verdict_timeout}
+        for waiter, child in children.items():
+            if child.start(args | {"waiter": waiter}):
+                child.said()  # idle-done
         running = wait_tasks_running(api, ns, w + 16)
         time.sleep(5)
         told = finish_workers(api, ns)
-        said = child.said()
-        if said is None:
-            rows.append((w, None, f"died: {child.dead}"))
-            continue
-        out = json.loads(said)
-        child.proc.wait()
-        verdict = max(out["verdicts"].values(), default=float("nan")) - told
+        outs = {waiter: child.said() for waiter, child in children.items()}
         t1 = time.monotonic()
         backend.delete(ClusterRef.from_dict(jobs[0]["trigger"]["cluster"]), "benchmark done")
         kb.wait_no_pods(api, ns, timeout=600)
         deleted = time.monotonic() - t1
-        growth = out["peak_rss_mb"] - out["rss_base_mb"]
-        figures = (growth, out["bytes_read"] / 2**20, created, running, verdict, deleted)
-        note = f"{len(out['failures'])} failed {out['failures'][:2]}, {out['missing']} unanswered"
-        rows.append((w, figures, note))
-        print(
-            f"W={w}: peak RSS growth {growth:.1f} MB, read {figures[1]:.1f} MB, create {created:.1f} s,"
-            f" all ready {running:.0f} s later, verdict {verdict:.2f} s after the last worker,"
-            f" delete {deleted:.1f} s; {note}",
-            flush=True,
-        )
-        from kubernetes import client
-
+        for waiter, said in outs.items():
+            if said is None:
+                rows.append((w, waiter, None, f"died: {children[waiter].dead}"))
+                continue
+            out = json.loads(said)
+            children[waiter].proc.wait()
+            verdict = max(out["verdicts"].values(), default=float("nan")) - told
+            growth = out["peak_rss_mb"] - out["rss_base_mb"]
+            fig: tuple[float, ...] = (growth, out["bytes_read"] / 2**20, created, running, verdict, deleted)
+            note = f"{len(out['failures'])} failed {out['failures'][:2]}, {out['missing']} unanswered"
+            rows.append((w, waiter, fig, note))
+            print(
+                f"W={w} {waiter}: peak RSS growth {growth:.1f} MB, read {fig[1]:.1f} MB,"
+                f" create {created:.1f} s, all ready {running:.0f} s later, verdict {verdict:.2f} s"
+                f" after the last worker, delete {deleted:.1f} s; {note}",
+                flush=True,
+            )
         client.CoreV1Api(api).delete_namespace(ns)
     print(
-        "\nworkers  +PS  waiter peak RSS growth MB  bytes read MB  create s  all ready s"
+        "\nworkers  +PS  waiter  peak RSS growth MB  bytes read MB  create s  all ready s"
         "  verdict after last exit s  delete s"
     )
-    for w, fig, note in rows:
-        if fig is None:
-            print(f"{w:7d} {16:4d}  {note}")
+    for w, waiter, row, note in rows:
+        if row is None:
+            print(f"{w:7d} {16:4d}  {waiter:<6s}  {note}")
             continue
-        growth, read, created, running, verdict, deleted = fig
+        growth, read, created, running, verdict, deleted = row
         print(
-            f"{w:7d} {16:4d} {growth:25.1f} {read:14.1f} {created:9.1f} {running:12.0f}"
+            f"{w:7d} {16:4d}  {waiter:<6s} {growth:19.1f} {read:14.1f} {created:9.1f} {running:12.0f}"
             f" {verdict:26.2f} {deleted:9.1f}   {note}"
         )
+    print("(jobs: a Job watch alone, no pod read: not a waiter, the floor of a wait on Job status)")
     sys.stdout.flush()
 
 
