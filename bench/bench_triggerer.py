@@ -3,12 +3,13 @@
 Part 1, per N (default 1, 20, 200 trainings of ``--workers`` workers + 1 PS each, KWOK),
 in a fresh process per (N, waiter), on the same Jobs:
 
-- RSS per training: the process's RSS with N waits established, less its RSS before the
-  first (imports done), divided by N;
-- API requests per minute per training over ``--idle`` seconds in which nothing changes
-  (every pod running), counted in the async client (``kubernetes_asyncio``'s request);
-- seconds from the last worker told to exit (its KWOK annotation, set by this script) to
-  each verdict: the worst and the median.
+- RSS per training: the process's RSS with N waits established (``--settle`` seconds
+  after every wait judged its first status), less its RSS before the first (imports
+  done), divided by N;
+- API requests per minute per training over the next ``--idle`` seconds, in which nothing
+  changes (every pod running), counted in the async client (``kubernetes_asyncio``);
+- seconds from the last worker of a training told to exit (its KWOK annotation, set by
+  this script) to that training's verdict: the worst and the median.
 
 The waiters: ``tfk`` is ``TFClusterDoneTrigger.run`` (the provider's deferrable wait);
 ``cncf`` is the cncf provider's ``KubernetesJobTrigger`` (``KubernetesJobOperator``'s
@@ -17,8 +18,12 @@ deferrable wait) on each training's worker Job, at its default poll interval.
 Part 2 (``--scale 60,2000``): one training of W workers + 16 PS, created, waited on from
 its create to its verdict (all workers exit), deleted; the waiting process's peak RSS
 growth and the bytes it read from the API server, side by side for each W in one run.
+Beside it, a process that only watches the cluster's Jobs (``jobs``): the floor of a
+wait that reads Job status and no pod.
 
-Not part of CI: minutes of KWOK. Run: ``nice -n 19 .venv/bin/python bench/bench_triggerer.py``.
+Not part of CI: about half an hour of KWOK. Run (the KWOK lock; autogroup: see
+helper-common): ``echo 19 > /proc/self/autogroup; flock /tmp/tfk-kwok.lock
+.venv/bin/python bench/bench_triggerer.py``.
 """
 
 from __future__ import annotations
@@ -124,6 +129,31 @@ class _JobWatch:
                         return
 
 
+def _note_first_status(seen: dict[str, float]) -> None:
+    """Note when each wait judged its first status (``seen``, by cluster name): the idle
+    window must start once every wait is established, not at a fixed time (200 waits take
+    tens of seconds to start on a busy machine, and would be measured while starting)."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+
+    from airflow_tfk.watch import Wait
+
+    check = Wait.check
+
+    async def checked(self: Wait, watcher: Any, status: Any) -> Any:
+        seen.setdefault(self.ref.name, time.monotonic())
+        return await check(self, watcher, status)
+
+    get_job_status = AsyncKubernetesHook.get_job_status
+
+    async def got(self: Any, name: str, namespace: str) -> Any:
+        job = await get_job_status(self, name=name, namespace=namespace)
+        seen.setdefault(name.removesuffix("-worker"), time.monotonic())
+        return job
+
+    Wait.check = checked  # type: ignore[method-assign]
+    AsyncKubernetesHook.get_job_status = got  # type: ignore[method-assign]
+
+
 async def _child(args: dict[str, Any]) -> dict[str, Any]:
     import logging
 
@@ -131,6 +161,8 @@ async def _child(args: dict[str, Any]) -> dict[str, Any]:
     make = {"tfk": _tfk_trigger, "cncf": _cncf_trigger, "jobs": _JobWatch}[args["waiter"]]
     counter = kb.install_async(kb.RequestCounter())
     _Bytes.install()
+    seen: dict[str, float] = {}
+    _note_first_status(seen)
     base = rss_mb()
     verdicts: dict[str, float] = {}
 
@@ -146,7 +178,12 @@ async def _child(args: dict[str, Any]) -> dict[str, Any]:
         except Exception as exc:  # counted and reported, not the end of the measurement
             failures.append(f"{type(exc).__name__}: {exc}")
 
+    started = time.monotonic()
     tasks = [asyncio.create_task(one(job)) for job in args["jobs"]]
+    if args.get("all_established"):
+        while len(seen) < len(tasks) and time.monotonic() - started < args["verdict_timeout"]:
+            await asyncio.sleep(0.5)
+    established_after = time.monotonic() - started
     await asyncio.sleep(args["settle"])
     established = rss_mb()
     t0, bytes0 = time.monotonic(), _Bytes.total
@@ -163,6 +200,8 @@ async def _child(args: dict[str, Any]) -> dict[str, Any]:
     return {
         "rss_base_mb": base,
         "rss_established_mb": established,
+        "established_after": established_after,
+        "established": len(seen),
         "idle_requests": idle_requests,
         "idle_summary": summary,
         "idle_bytes": idle_bytes,
@@ -214,8 +253,10 @@ def create_trainings(ns: str, count: int, workers: int, ps: int) -> list[dict[st
     return jobs
 
 
-def finish_workers(api: Any, ns: str) -> float:
-    """Tell every worker pod of the namespace to exit 0 now; the time of the last.
+def finish_workers(api: Any, ns: str) -> dict[str, float]:
+    """Tell every worker pod of the namespace to exit 0 now; per cluster, the time its
+    last worker was told (600 patches take seconds: one time for all would credit the
+    first clusters with the others' patching).
     A patch that fails (a loaded API server) is tried again: a worker left running would
     read as a late verdict."""
     from kubernetes import client
@@ -224,7 +265,9 @@ def finish_workers(api: Any, ns: str) -> float:
 
     core = client.CoreV1Api(api)
     pods = core.list_namespaced_pod(ns, label_selector=f"{naming.LABEL_ROLE}=worker").items
+    pods.sort(key=lambda p: p.metadata.labels[naming.LABEL_CLUSTER])
     body = {"metadata": {"annotations": {kb.harness.EXIT_CODE: "0"}}}
+    told: dict[str, float] = {}
     for p in pods:
         for attempt in range(5):
             try:
@@ -234,7 +277,8 @@ def finish_workers(api: Any, ns: str) -> float:
                 if attempt == 4:
                     raise
                 time.sleep(1 + attempt)
-    return time.time()
+        told[p.metadata.labels[naming.LABEL_CLUSTER]] = time.time()
+    return told
 
 
 def wait_tasks_running(api: Any, ns: str, count: int, timeout: float = 900) -> float:
@@ -331,6 +375,7 @@ def part1(cp: Any, api: Any, sizes: list[int], opts: Any, workdir: Path) -> None
             args = {
                 "jobs": jobs,
                 "settle": opts.settle,
+                "all_established": True,
                 "idle": opts.idle,
                 "waiter": waiter,
                 "verdict_timeout": opts.verdict_timeout,
@@ -351,23 +396,27 @@ def part1(cp: Any, api: Any, sizes: list[int], opts: Any, workdir: Path) -> None
                 continue
             out = json.loads(said)
             child.proc.wait()
-            late = sorted(t - told for t in out["verdicts"].values()) or [float("nan")]
+            late = sorted(t - told[name] for name, t in out["verdicts"].items()) or [float("nan")]
             per = (out["rss_established_mb"] - out["rss_base_mb"]) / n
             rate = out["idle_requests"] / n * 60 / opts.idle
             figures = (per, rate, late[-1], statistics.median(late), len(out["verdicts"]))
-            rows.append((n, waiter, figures, f"{len(out['failures'])} failed, {out['missing']} unanswered"))
+            note = f"{len(out['failures'])} failed, {out['missing']} unanswered"
+            note += f"; established in {out['established_after']:.0f} s"
+            rows.append((n, waiter, figures, note))
             print(
                 f"N={n} {waiter}: RSS/training {per:.3f} MB, {rate:.2f} req/min/training,"
                 f" verdict max {late[-1]:.2f} s median {statistics.median(late):.2f} s,"
                 f" {len(out['verdicts'])}/{n} verdicts; idle requests {out['idle_summary']},"
-                f" idle bytes {out['idle_bytes']}; base RSS {out['rss_base_mb']:.0f} MB;"
+                f" idle bytes {out['idle_bytes']}; RSS {out['rss_base_mb']:.0f} ->"
+                f" {out['rss_established_mb']:.0f} MB; {out['established']}/{n} established after"
+                f" {out['established_after']:.0f} s;"
                 f" {len(out['failures'])} waits failed {out['failures'][:3]}",
                 flush=True,
             )
         client.CoreV1Api(api).delete_namespace(ns)
     print(
         f"\nN      waiter  RSS/training MB  req/min/training  verdict max s  median s  verdicts"
-        f"   ({opts.idle:.0f} s idle window after {opts.settle:.0f} s settling;"
+        f"   ({opts.idle:.0f} s idle window from {opts.settle:.0f} s after every wait's first status;"
         f" {opts.workers} workers + 1 PS each)"
     )
     for n, waiter, fig, note in rows:
@@ -423,7 +472,7 @@ def part2(cp: Any, api: Any, widths: list[int], opts: Any, workdir: Path) -> Non
                 continue
             out = json.loads(said)
             children[waiter].proc.wait()
-            verdict = max(out["verdicts"].values(), default=float("nan")) - told
+            verdict = max((t - told[name] for name, t in out["verdicts"].items()), default=float("nan"))
             growth = out["peak_rss_mb"] - out["rss_base_mb"]
             fig: tuple[float, ...] = (growth, out["bytes_read"] / 2**20, created, running, verdict, deleted)
             note = f"{len(out['failures'])} failed {out['failures'][:2]}, {out['missing']} unanswered"
@@ -461,7 +510,7 @@ def main() -> None:
         sizes="1,20,200",
         workers=2,
         idle=300.0,
-        settle=15.0,
+        settle=45.0,
         scale="60,2000",
         nodes=8,
         verdict_timeout=900.0,
