@@ -8,6 +8,8 @@ in a fresh process per (N, waiter), on the same Jobs:
   done), divided by N;
 - API requests per minute per training over the next ``--idle`` seconds, in which nothing
   changes (every pod running), counted in the async client (``kubernetes_asyncio``);
+- CPU time the process spent in that window, per training (what polling costs the
+  triggerer's own loop);
 - seconds from the last worker of a training told to exit (its KWOK annotation, set by
   this script) to that training's verdict: the worst and the median.
 
@@ -45,6 +47,11 @@ import _k8s_bench as kb  # noqa: E402
 from _common import parser  # noqa: E402
 
 HERE = Path(__file__).resolve()
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def rss_mb() -> float:
@@ -186,8 +193,9 @@ async def _child(args: dict[str, Any]) -> dict[str, Any]:
     established_after = time.monotonic() - started
     await asyncio.sleep(args["settle"])
     established = rss_mb()
-    t0, bytes0 = time.monotonic(), _Bytes.total
+    t0, bytes0, cpu0 = time.monotonic(), _Bytes.total, cpu_seconds()
     await asyncio.sleep(args["idle"])
+    idle_cpu = cpu_seconds() - cpu0
     idle_requests = counter.count(since=t0)
     summary = counter.summary(since=t0)
     idle_bytes = _Bytes.total - bytes0
@@ -205,6 +213,7 @@ async def _child(args: dict[str, Any]) -> dict[str, Any]:
         "idle_requests": idle_requests,
         "idle_summary": summary,
         "idle_bytes": idle_bytes,
+        "idle_cpu": idle_cpu,
         "verdicts": verdicts,
         "failures": failures,
         "missing": len(pending),
@@ -399,12 +408,14 @@ def part1(cp: Any, api: Any, sizes: list[int], opts: Any, workdir: Path) -> None
             late = sorted(t - told[name] for name, t in out["verdicts"].items()) or [float("nan")]
             per = (out["rss_established_mb"] - out["rss_base_mb"]) / n
             rate = out["idle_requests"] / n * 60 / opts.idle
-            figures = (per, rate, late[-1], statistics.median(late), len(out["verdicts"]))
+            cpu = out["idle_cpu"] * 1000 / n * 60 / opts.idle
+            figures = (per, rate, cpu, late[-1], statistics.median(late), len(out["verdicts"]))
             note = f"{len(out['failures'])} failed, {out['missing']} unanswered"
             note += f"; established in {out['established_after']:.0f} s"
             rows.append((n, waiter, figures, note))
             print(
                 f"N={n} {waiter}: RSS/training {per:.3f} MB, {rate:.2f} req/min/training,"
+                f" CPU {cpu:.1f} ms/min/training,"
                 f" verdict max {late[-1]:.2f} s median {statistics.median(late):.2f} s,"
                 f" {len(out['verdicts'])}/{n} verdicts; idle requests {out['idle_summary']},"
                 f" idle bytes {out['idle_bytes']}; RSS {out['rss_base_mb']:.0f} ->"
@@ -415,7 +426,8 @@ def part1(cp: Any, api: Any, sizes: list[int], opts: Any, workdir: Path) -> None
             )
         client.CoreV1Api(api).delete_namespace(ns)
     print(
-        f"\nN      waiter  RSS/training MB  req/min/training  verdict max s  median s  verdicts"
+        f"\nN      waiter  RSS/training MB  req/min/training  CPU ms/min/training  verdict max s  median s"
+        f"  verdicts"
         f"   ({opts.idle:.0f} s idle window from {opts.settle:.0f} s after every wait's first status;"
         f" {opts.workers} workers + 1 PS each)"
     )
@@ -423,9 +435,9 @@ def part1(cp: Any, api: Any, sizes: list[int], opts: Any, workdir: Path) -> None
         if fig is None:
             print(f"{n:<6d} {waiter:<7s} {note}")
             continue
-        per, rate, worst, median, got = fig
+        per, rate, cpu, worst, median, got = fig
         print(
-            f"{n:<6d} {waiter:<7s} {per:15.3f} {rate:17.2f} {worst:14.2f} {median:9.2f}"
+            f"{n:<6d} {waiter:<7s} {per:15.3f} {rate:17.2f} {cpu:19.1f} {worst:14.2f} {median:9.2f}"
             f" {got:5d}/{n:<5d} {note}"
         )
     sys.stdout.flush()
