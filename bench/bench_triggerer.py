@@ -533,12 +533,14 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="tfk-bench-trig-"))
     with kb.control_plane(nodes=opts.nodes) as cp:
         api = cp.api_client()
-        sizes = [int(x) for x in opts.sizes.split(",") if x]
-        if sizes:
-            part1(cp, api, sizes, opts, workdir)
+        # The widths first: part 1's figures then come from a control plane that has
+        # finished with 2,000 pods, rather than part 2's from one still removing part 1's.
         widths = [int(x) for x in opts.scale.split(",") if x]
         if widths:
             part2(cp, api, widths, opts, workdir)
+        sizes = [int(x) for x in opts.sizes.split(",") if x]
+        if sizes:
+            part1(cp, api, sizes, opts, workdir)
 
 
 if __name__ == "__main__":
