@@ -64,6 +64,19 @@ tfk_go_build() {
     )
 }
 
+# tfk_debs LIST DIR: download the Debian packages pinned in LIST (one per line; '#' starts
+# a comment) into DIR and unpack them into DIR/root with `dpkg -x`: nothing is installed on
+# the system. Sets debs (the pins, for the build's manifest) and root (DIR/root).
+tfk_debs() {
+    local deb
+    mapfile -t debs < <(grep -vE '^\s*(#|$)' "$1")
+    mkdir -p "$2"
+    apt-get update -qq >&2
+    (cd "$2" && apt-get download -qq "${debs[@]}" >&2)
+    for deb in "$2"/*.deb; do dpkg -x "$deb" "$2/root"; done
+    root="$2/root"
+}
+
 # tfk_lock DIR: wait until no other build holds DIR's lock (released when the script exits).
 tfk_lock() {
     mkdir -p "$1"

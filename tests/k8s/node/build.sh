@@ -57,11 +57,7 @@ start=$(date +%s)
 echo "node/build.sh: building kubelet ${k8s_version} + coredns ${coredns_version} + containerd ${containerd_version} + debs into $out (go $go_version, -p $p)" >&2
 
 # 1. Debian packages: download the pinned versions, unpack, keep only the binaries.
-mapfile -t debs < <(grep -vE '^\s*(#|$)' "$here/debs.txt")
-apt-get update -qq >&2
-(cd "$tmp/debs" && apt-get download -qq "${debs[@]}" >&2)
-for deb in "$tmp"/debs/*.deb; do dpkg -x "$deb" "$tmp/debs/root"; done
-root="$tmp/debs/root"
+tfk_debs "$here/debs.txt" "$tmp/debs"
 cp "$root/usr/sbin/runc" "$tmp/bin/"
 cp "$root/usr/lib/cni/bridge" "$root/usr/lib/cni/host-local" "$root/usr/lib/cni/loopback" "$tmp/cni/"
 rm -rf "$tmp/debs"

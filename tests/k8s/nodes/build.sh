@@ -39,11 +39,7 @@ echo "nodes/build.sh: building kube-proxy ${k8s_version} + iptables debs into $o
 
 # 1. Debian packages. /usr/sbin/iptables is an alternatives link made at install time, not
 # part of the package: the links here name the legacy backend, which needs no nft tables.
-mapfile -t debs < <(grep -vE '^\s*(#|$)' "$here/debs.txt")
-apt-get update -qq >&2
-(cd "$tmp/debs" && apt-get download -qq "${debs[@]}" >&2)
-for deb in "$tmp"/debs/*.deb; do dpkg -x "$deb" "$tmp/debs/root"; done
-root="$tmp/debs/root"
+tfk_debs "$here/debs.txt" "$tmp/debs"
 cp "$root/usr/sbin/xtables-legacy-multi" "$root/usr/sbin/ipset" "$tmp/bin/"
 for t in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
     ln -s xtables-legacy-multi "$tmp/bin/$t"
