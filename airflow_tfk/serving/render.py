@@ -267,13 +267,28 @@ def render_serving(
     ports = [spec.rest_port, spec.grpc_port]
     return [
         *_network_policy(spec, c, ports, spec.rest_port, api_server_cidrs, template_dir),
-        _render(
-            "serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name, spec.namespace, c, template_dir
-        ),
+        _config_map(spec, c, spec.config_map_name, c["config_files"], template_dir),
         _render("serving/service.yaml.j2", "Service", spec.resource, spec.namespace, c, template_dir),
         _render("serving/deployment.yaml.j2", "Deployment", spec.resource, spec.namespace, c, template_dir),
         *_scaling(spec, c, template_dir),
     ]
+
+
+def _config_map(
+    spec: ServingSpec,
+    c: dict[str, Any],
+    name: str,
+    files: dict[str, str],
+    template_dir: str | Path | None,
+) -> dict[str, Any]:
+    return _render(
+        "serving/configmap.yaml.j2",
+        "ConfigMap",
+        name,
+        spec.namespace,
+        {**c, "config_map_name": name, "config_files": files},
+        template_dir,
+    )
 
 
 def render_config_map(
@@ -282,10 +297,9 @@ def render_config_map(
     identity: RunIdentity | None = None,
     template_dir: str | Path | None = None,
 ) -> dict[str, Any]:
+    """The model config TF Serving polls, with the monitoring and batching configs."""
     c = serving_context(spec, identity, model_config)
-    return _render(
-        "serving/configmap.yaml.j2", "ConfigMap", spec.config_map_name, spec.namespace, c, template_dir
-    )
+    return _config_map(spec, c, spec.config_map_name, c["config_files"], template_dir)
 
 
 def render_metrics_config_map(
@@ -294,23 +308,11 @@ def render_metrics_config_map(
     identity: RunIdentity | None = None,
     template_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """The ConfigMap recording each published version's metrics (the gate's baselines)."""
+    """The ConfigMap recording each published version's metrics (the gate's baselines),
+    written by the publish after a promotion and mounted nowhere."""
     c = serving_context(spec, identity)
-    c.update(
-        {
-            "metrics_config_map_name": spec.metrics_config_map_name,
-            "published_metrics_file": PUBLISHED_METRICS,
-            "published_metrics": published_metrics,
-        }
-    )
-    return _render(
-        "serving/metrics-configmap.yaml.j2",
-        "ConfigMap",
-        spec.metrics_config_map_name,
-        spec.namespace,
-        c,
-        template_dir,
-    )
+    files = {PUBLISHED_METRICS: published_metrics}
+    return _config_map(spec, c, spec.metrics_config_map_name, files, template_dir)
 
 
 def render_sample_reader(
