@@ -209,7 +209,7 @@ def _schedule(value: object) -> str | dict[str, Any] | None:
 
 
 def _stall_seconds(value: object) -> float:
-    from airflow_tfk.stall import check_stall_seconds
+    from airflow_tfk.operator_args import check_stall_seconds
 
     return check_stall_seconds(value)
 
