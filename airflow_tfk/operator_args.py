@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import sys
 from collections.abc import Mapping
 
 from airflow_tfk import naming
@@ -22,6 +23,7 @@ __all__ = [
     "BACKEND_OPTIONS",
     "backend_config_arg",
     "bool_arg",
+    "check_stall_seconds",
     "cluster_arg",
     "cluster_spec_arg",
     "holds_jinja",
@@ -146,10 +148,16 @@ def mapping_arg(value: object, field: str, *, optional: bool = True) -> None:
 
 
 def cluster_spec_arg(value: object, field: str = "cluster_spec") -> None:
-    """A ``TFClusterSpec``, a mapping of its fields, or YAML text."""
-    from airflow_tfk.spec import TFClusterSpec
+    """A ``TFClusterSpec``, a mapping of its fields, or YAML text.
 
-    if isinstance(value, (TFClusterSpec, str)) or templated(value):
+    The spec classes are not imported for the ``isinstance`` test: a ``TFClusterSpec``
+    can only exist once its module is loaded, and a DAG that passes a mapping (most do)
+    then parses without the spec's declarations, which only ``execute`` needs.
+    """
+    spec_module = sys.modules.get("airflow_tfk.spec")
+    if isinstance(value, str) or templated(value):
+        return
+    if spec_module is not None and isinstance(value, spec_module.TFClusterSpec):
         return
     if not isinstance(value, Mapping):
         raise SpecError(field, "must be a TFClusterSpec, a mapping of its fields or YAML text", value)
@@ -246,3 +254,20 @@ def name_prefix_arg(value: object) -> None:
     hash and the role suffixes."""
     if not isinstance(value, str) or not naming.is_dns1035_label(value) or len(value) > 20:
         raise SpecError("name_prefix", "must be a DNS-1035 label of at most 20 characters", value)
+
+
+#: the longest ``stall_seconds`` (:mod:`airflow_tfk.stall`): a week
+STALL_SECONDS_MAX = 7 * 24 * 3600.0
+
+
+def check_stall_seconds(value: object, field: str = "stall_seconds") -> float:
+    """``stall_seconds`` as given to an operator or in a training file: 0 (off), or a
+    number of seconds from 1 to a week. Raises :class:`~airflow_tfk.errors.SpecError`."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past float's range
+            seconds = math.inf
+        if math.isfinite(seconds) and (seconds == 0 or 1 <= seconds <= STALL_SECONDS_MAX):
+            return seconds
+    raise SpecError(field, f"must be 0 (off) or a number of seconds from 1 to {STALL_SECONDS_MAX:.0f}", value)

@@ -25,7 +25,6 @@ from typing import Any
 from airflow_tfk import naming
 from airflow_tfk._spec_checks import _bounded, _utf8, not_reserved_labels, subdomain
 from airflow_tfk.errors import SpecError
-from airflow_tfk.pod_patch import MAIN_CONTAINER, check_patch
 from airflow_tfk.spec_decl import Errors, spec_field, str_map_field
 from airflow_tfk.spec_resources import quantity_field
 
@@ -148,6 +147,12 @@ def _mounts(value: Any, path: str) -> tuple[dict[str, Any], ...]:
 
 def _containers(value: Any, path: str) -> tuple[dict[str, Any], ...]:
     items = k8s_objects(value, path)
+    if not items:
+        return items
+    # The patch module is loaded only for a spec with a container or a patch to check:
+    # most specs have neither, and a training file's spec is validated at DAG parse time.
+    from airflow_tfk.pod_patch import MAIN_CONTAINER
+
     _named(items, path, "container")
     for i, item in enumerate(items):
         at = f"{path}[{i}]"
@@ -225,6 +230,8 @@ def _objects_field(check: Any, help: str) -> Any:
 def _patch(value: Any, path: str) -> dict[str, Any] | None:
     if value is None:
         return None
+    from airflow_tfk.pod_patch import check_patch
+
     return check_patch(k8s_object(value, path), path)
 
 

@@ -23,6 +23,11 @@ import time
 from collections.abc import Callable
 
 from airflow_tfk.constants import STALL_SECONDS
+
+# The check of ``stall_seconds`` is an argument check, imported at DAG parse time without
+# what the detectors below need (the spec, the statuses); still reachable from here.
+from airflow_tfk.operator_args import STALL_SECONDS_MAX as STALL_SECONDS_MAX
+from airflow_tfk.operator_args import check_stall_seconds as check_stall_seconds
 from airflow_tfk.policies import Outcome, Verdict, decisive_roles
 from airflow_tfk.protocol.progress import Progress
 from airflow_tfk.spec import Mode
@@ -32,24 +37,6 @@ from airflow_tfk.status import Activity, ClusterStatus, Phase, TaskStatus
 #: after its peers did) before it is reported stalled; ``stall_seconds`` of the operators
 #: and of a training file sets it.
 DEFAULT_STALL_SECONDS = STALL_SECONDS
-STALL_SECONDS_MAX = 7 * 24 * 3600.0
-
-
-def check_stall_seconds(value: object, field: str = "stall_seconds") -> float:
-    """``stall_seconds`` as given to an operator or in a training file: 0 (off), or a
-    number of seconds from 1 to a week. Raises :class:`~airflow_tfk.errors.SpecError`."""
-    import math
-
-    from airflow_tfk.errors import SpecError
-
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int past float's range
-            seconds = math.inf
-        if math.isfinite(seconds) and (seconds == 0 or 1 <= seconds <= STALL_SECONDS_MAX):
-            return seconds
-    raise SpecError(field, f"must be 0 (off) or a number of seconds from 1 to {STALL_SECONDS_MAX:.0f}", value)
 
 
 #: Only this many running tasks are asked for their activity when a stall is judged.

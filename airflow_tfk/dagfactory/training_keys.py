@@ -16,8 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_tfk.constants import (
     BACKEND,
@@ -41,9 +40,10 @@ DEFAULT_START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 KINDS = ("int", "number", "bool", "str", "text", "enum", "str_list", "custom", "block")
 
 
-@dataclass(frozen=True)
-class Key:
-    """One top-level key of a training file.
+class Key(NamedTuple):
+    """One top-level key of a training file (a named tuple: the class is built when a DAG
+    file that loads training files is parsed, and a frozen dataclass of these eleven
+    fields costs several times as much to build).
 
     :param kind: one of :data:`KINDS` (``text``: a string that may span lines).
     :param default: the value when the key is absent or null (the schema's default).
@@ -209,7 +209,7 @@ def _schedule(value: object) -> str | dict[str, Any] | None:
 
 
 def _stall_seconds(value: object) -> float:
-    from airflow_tfk.stall import check_stall_seconds
+    from airflow_tfk.operator_args import check_stall_seconds
 
     return check_stall_seconds(value)
 

@@ -21,6 +21,8 @@ from airflow_tfk.operators._on_backend import OnBackendOperator
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_tfk.operators._approval import HumanApproval
+
 
 class TFPublishModelOperator(OnBackendOperator):
     """Publish one version of a model to TensorFlow Serving.
@@ -92,9 +94,12 @@ class TFPublishModelOperator(OnBackendOperator):
     ) -> None:
         super().__init__(**kwargs)
         backend_kind(self.backend)
-        from airflow_tfk.operators._approval import HumanApproval
+        self.approval: HumanApproval | None = None
+        if approval is not None and approval is not False:
+            # Most publishes ask no one: their DAGs parse without the approval module.
+            from airflow_tfk.operators._approval import HumanApproval
 
-        self.approval = HumanApproval.from_option(approval)
+            self.approval = HumanApproval.from_option(approval)
         args.str_arg(model_name, "model_name")
         for field, value in (("claim", claim), ("base_path", base_path)):
             args.str_arg(value, field, optional=True)

@@ -122,9 +122,7 @@ class TFTrainingOperator(OnBackendOperator):
         self.cluster_spec = cluster_spec
         self.deferrable = deferrable
         self.progress_interval = progress_interval
-        from airflow_tfk.stall import check_stall_seconds
-
-        self.stall_seconds = check_stall_seconds(stall_seconds)
+        self.stall_seconds = args.check_stall_seconds(stall_seconds)
         self.name_prefix = name_prefix
         self._handle: ClusterHandle | None = None
         self._created = False  # this try created or reattached to its cluster

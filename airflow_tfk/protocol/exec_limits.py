@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 #: the kernel's ``MAX_ARG_STRLEN`` with 4 KiB pages, the smallest page size Linux uses:
 #: what a spec is checked against, as the node's page size is unknown there
@@ -91,10 +91,10 @@ def tf_config_chars(patterns: Sequence[tuple[str, str, int]], role: str, index: 
     return len('{"cluster":,}') + cluster_map_chars(patterns) + task
 
 
-@dataclass(frozen=True)
-class PythonCommand:
+class PythonCommand(NamedTuple):
     """A command that starts a Python program: ``<python> [options] script [args]`` or
-    ``<python> [options] -m module [args]``.
+    ``<python> [options] -m module [args]``. (A named tuple: the spec's rules read commands
+    at DAG parse time, where building a dataclass class costs several times as much.)
 
     :param interpreter: the first word, as written (``python3``, ``/usr/bin/python``).
     :param options: the interpreter's options before the program.

@@ -57,9 +57,7 @@ class TFClusterSensor(BaseSensorOperator):
         self.cluster = cluster
         self.deferrable = deferrable
         self.progress_interval = progress_interval
-        from airflow_tfk.stall import check_stall_seconds
-
-        self.stall_seconds = check_stall_seconds(stall_seconds)
+        self.stall_seconds = args.check_stall_seconds(stall_seconds)
         self._wait: Any = None  # the Wait of the pokes, built on the first
 
     def execute(self, context: Context) -> Any:

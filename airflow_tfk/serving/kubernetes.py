@@ -227,7 +227,7 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
                 emit(f"deleted {kind} {name}")
 
     def _optional_wanted(self) -> dict[str, bool]:
-        from airflow_tfk.serving.scaling import disruption_budget
+        from airflow_tfk.serving.replicas import disruption_budget
 
         return {
             "HTTPRoute": self.spec.http_route is not None,

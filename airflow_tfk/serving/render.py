@@ -14,13 +14,8 @@ from typing import Any
 from airflow_tfk import naming
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.model_config import STABLE_LABEL
-from airflow_tfk.serving.scaling import (
-    Autoscaling,
-    HTTPRouteSpec,
-    IngressSpec,
-    ParentRef,
-    disruption_budget,
-)
+from airflow_tfk.serving.replicas import disruption_budget
+from airflow_tfk.serving.scaling import Autoscaling, HTTPRouteSpec, IngressSpec, ParentRef
 from airflow_tfk.serving.spec import (
     CONFIG_FILE,
     LOGS_MOUNT,

@@ -12,17 +12,20 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_tfk import naming
 from airflow_tfk.constants import NAMESPACE
 from airflow_tfk.errors import SpecError
 from airflow_tfk.network import ServiceNetworkPolicy
-from airflow_tfk.serving.scaling import Autoscaling, HTTPRouteSpec, IngressSpec, check_scaling
+from airflow_tfk.serving.replicas import check_scaling
 from airflow_tfk.spec import (
     Resources,
     _int,  # one integer rule for every spec
 )
+
+if TYPE_CHECKING:
+    from airflow_tfk.serving.scaling import Autoscaling, HTTPRouteSpec, IngressSpec
 
 DEFAULT_SERVING_IMAGE = "tensorflow/serving:2.19.0"
 DEFAULT_TENSORBOARD_IMAGE = "tensorflow/tensorflow:2.21.0"
