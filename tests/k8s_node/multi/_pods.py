@@ -61,18 +61,30 @@ def start(
     labels: dict[str, str] | None = None,
     port: int | None = None,
     prefix: str = "probe",
+    claim: tuple[str, str] | None = None,
 ) -> str:
-    """A pod running ``python -c`` ``argv`` on ``node``; with ``port``, ready once it listens."""
+    """A pod running ``python -c`` ``argv`` on ``node``; with ``port``, ready once it listens;
+    with ``claim`` (claim name, mount path), that claim mounted read-write."""
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     probe = None
     if port is not None:
         probe = client.V1Probe(tcp_socket=client.V1TCPSocketAction(port=port), period_seconds=1)
+    mounts, volumes = None, None
+    if claim is not None:
+        mounts = [client.V1VolumeMount(name="ctl", mount_path=claim[1])]
+        volumes = [
+            client.V1Volume(
+                name="ctl",
+                persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(claim_name=claim[0]),
+            )
+        ]
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name=name, labels=labels or {}),
         spec=client.V1PodSpec(
             restart_policy="Never",
             node_name=node,
             termination_grace_period_seconds=0,
+            volumes=volumes,
             containers=[
                 client.V1Container(
                     name="probe",
@@ -81,6 +93,7 @@ def start(
                     command=["python", "-c", *argv],
                     readiness_probe=probe,
                     security_context=_security(),
+                    volume_mounts=mounts,
                 )
             ],
         ),
