@@ -1,6 +1,7 @@
-"""Reaching each TF Serving replica at its own pod IP from the test process: there is no
-kube-proxy on this node, so a client goes through a loopback forward into the node's
-network namespace (``Node.forward``), one per pod."""
+"""Serving helpers of the real-node tests: the two-version linear model of the publish-under-
+load tests, and reaching each TF Serving replica at its own pod IP from the test process
+(the single node has no kube-proxy, so a client goes through a loopback forward into the
+node's network namespace, ``Node.forward``, one per pod)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,25 @@ from typing import Any
 from kubernetes import client
 
 from airflow_tfk.serving.render import LABEL_SERVING
+
+MODEL = "linear"
+SAMPLE = {"instances": [[1.0, 1.0], [2.0, 2.0]]}
+# serving_default = scale * sum(inputs): version 1 has scale 1, version 2 scale 2
+ANSWERS = {1: [[2.0], [4.0]], 2: [[4.0], [8.0]]}
+PATHS = {"default": f"/v1/models/{MODEL}:predict", "stable": f"/v1/models/{MODEL}/labels/stable:predict"}
+#: Run with the checkout as working directory and the model store's directory as argument.
+MAKE_MODELS = (
+    "import sys; from tests.serving.models import save_linear; "
+    "save_linear(sys.argv[1], 'linear', 1, 1.0); save_linear(sys.argv[1], 'linear', 2, 2.0)"
+)
+
+
+def version_of(predictions: object) -> int | None:
+    """The model version whose answer to :data:`SAMPLE` ``predictions`` is, if any."""
+    for version, expected in ANSWERS.items():
+        if predictions == expected:
+            return version
+    return None
 
 
 def ready_pod_ips(api: Any, namespace: str, service: str) -> dict[str, str]:

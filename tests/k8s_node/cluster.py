@@ -297,6 +297,30 @@ class Cluster:
         )
         n.timings["kube-router"] = time.monotonic() - t0
 
+    def proxied_endpoints(self, n: Node, cluster_ip: str, port: int) -> int:
+        """How many endpoints kube-proxy on ``n`` has written into its iptables rules for the
+        Service at ``cluster_ip``:``port`` (its ``KUBE-SVC-*`` chain's ``KUBE-SEP-*`` jumps).
+        A client that calls a Service sooner is refused (no endpoints yet) or reaches
+        fewer of them than the EndpointSlice lists."""
+        r = subprocess.run(
+            ["nsenter", f"--target={n.ns_pid}", "--net", "--", "iptables-save", "-t", "nat"],
+            env=self._tools_env(n),
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode != 0:
+            raise NodeError(f"iptables-save on {n.name} failed ({r.returncode}): {r.stderr.strip()}")
+        rules = r.stdout.splitlines()
+        service = f"-d {cluster_ip}/32 "
+        chains = {
+            line.rsplit("-j ", 1)[1].strip()
+            for line in rules
+            if line.startswith("-A KUBE-SERVICES ") and service in line and f"--dport {port} " in line
+        }
+        return sum(
+            1 for line in rules for c in chains if line.startswith(f"-A {c} ") and "-j KUBE-SEP-" in line
+        )
+
     def stop(self) -> None:
         for n in self.nodes:
             n.stop()

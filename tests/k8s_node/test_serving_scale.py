@@ -37,24 +37,12 @@ pytestmark = [
         reason="a publish under load on two replicas, 1-3 min: set TFK_NODE_SERVING_SCALE=1",
     ),
 ]
-MODEL = "linear"
-SAMPLE = {"instances": [[1.0, 1.0], [2.0, 2.0]]}
-# serving_default = scale * sum(inputs): version 1 has scale 1, version 2 scale 2
-ANSWERS = {1: [[2.0], [4.0]], 2: [[4.0], [8.0]]}
-PATHS = {"default": f"/v1/models/{MODEL}:predict", "stable": f"/v1/models/{MODEL}/labels/stable:predict"}
+MODEL, SAMPLE, PATHS = _serving.MODEL, _serving.SAMPLE, _serving.PATHS
 PROXY_SOURCE = {"api_server_cidrs": [f"{ipaddress.ip_network(nodemod.POD_SUBNET)[1]}/32"]}
-MAKE_MODELS = (
-    "import sys; from tests.serving.models import save_linear; "
-    "save_linear(sys.argv[1], 'linear', 1, 1.0); save_linear(sys.argv[1], 'linear', 2, 2.0)"
-)
 
 
 def _version_of(answer: object) -> int | None:
-    if isinstance(answer, dict):
-        for version, expected in ANSWERS.items():
-            if answer.get("predictions") == expected:
-                return version
-    return None
+    return _serving.version_of(answer.get("predictions")) if isinstance(answer, dict) else None
 
 
 def test_publish_under_load_promotes_on_every_replica_first(
@@ -62,7 +50,9 @@ def test_publish_under_load_promotes_on_every_replica_first(
 ) -> None:
     store = local_volumes.provide(node_ns, "tfk-models")
     _tfk.create_claim(node_api, node_ns, "tfk-models", storage_class="tfk-local")
-    subprocess.run([sys.executable, "-c", MAKE_MODELS, str(store)], cwd=nodemod.REPO, check=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-c", _serving.MAKE_MODELS, str(store)], cwd=nodemod.REPO, check=True, timeout=600
+    )
     spec = ServingSpec(
         model_name=MODEL,
         claim="tfk-models",

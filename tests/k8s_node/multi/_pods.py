@@ -28,10 +28,10 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer(("", int(sys.argv[1])), H).serve_forever()
 """
 
-#: GETs each URL of argv[1] (comma-separated) argv[2] times, a new connection each time;
-#: prints one JSON line per attempt: the answer or the error.
+#: GETs each URL of argv[1] (comma-separated) argv[2] times, a new connection each time,
+#: argv[4] seconds apart; prints one JSON line per attempt: the answer or the error.
 FETCH = """\
-import json, sys, urllib.request
+import json, sys, time, urllib.request
 for url in sys.argv[1].split(","):
     for _ in range(int(sys.argv[2])):
         try:
@@ -39,6 +39,7 @@ for url in sys.argv[1].split(","):
                 print(json.dumps({"url": url, "answer": r.read().decode()}), flush=True)
         except OSError as e:
             print(json.dumps({"url": url, "error": repr(e)}), flush=True)
+        time.sleep(float(sys.argv[4]))
 """
 
 
@@ -61,18 +62,30 @@ def start(
     labels: dict[str, str] | None = None,
     port: int | None = None,
     prefix: str = "probe",
+    claim: tuple[str, str] | None = None,
 ) -> str:
-    """A pod running ``python -c`` ``argv`` on ``node``; with ``port``, ready once it listens."""
+    """A pod running ``python -c`` ``argv`` on ``node``; with ``port``, ready once it listens;
+    with ``claim`` (claim name, mount path), that claim mounted read-write."""
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     probe = None
     if port is not None:
         probe = client.V1Probe(tcp_socket=client.V1TCPSocketAction(port=port), period_seconds=1)
+    mounts, volumes = None, None
+    if claim is not None:
+        mounts = [client.V1VolumeMount(name="ctl", mount_path=claim[1])]
+        volumes = [
+            client.V1Volume(
+                name="ctl",
+                persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(claim_name=claim[0]),
+            )
+        ]
     pod = client.V1Pod(
         metadata=client.V1ObjectMeta(name=name, labels=labels or {}),
         spec=client.V1PodSpec(
             restart_policy="Never",
             node_name=node,
             termination_grace_period_seconds=0,
+            volumes=volumes,
             containers=[
                 client.V1Container(
                     name="probe",
@@ -81,6 +94,7 @@ def start(
                     command=["python", "-c", *argv],
                     readiness_probe=probe,
                     security_context=_security(),
+                    volume_mounts=mounts,
                 )
             ],
         ),
@@ -112,11 +126,13 @@ def fetches(
     times: int,
     labels: dict[str, str] | None = None,
     timeout: float = 3,
+    pause: float = 0,
 ) -> list[dict[str, Any]]:
     """Run a client pod on ``node`` GETting ``urls``; its JSON lines once it has ended."""
-    pod = start(api, namespace, [FETCH, ",".join(urls), str(times), str(timeout)], node=node, labels=labels)
+    argv = [FETCH, ",".join(urls), str(times), str(timeout), str(pause)]
+    pod = start(api, namespace, argv, node=node, labels=labels)
     core = client.CoreV1Api(api)
-    limit = 120 + len(urls) * times * timeout
+    limit = 120 + len(urls) * times * (timeout + pause)
     _tfk.wait_for(
         f"client {pod} to end",
         lambda: core.read_namespaced_pod(pod, namespace).status.phase in ("Succeeded", "Failed"),

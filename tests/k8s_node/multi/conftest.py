@@ -5,7 +5,9 @@ kube-router's network-policy controller.
 The fixture ``k8s_nodes2`` also stands in for the parent package's ``k8s_node`` here, so
 ``node_ns``, ``node_conn`` and ``local_volumes`` work unchanged on the two nodes. This
 directory sorts before the parent's test modules, so the single node is not up while the
-two nodes run (two cores). ``TFK_NODE_MULTI=1`` runs them (their cost is in the README).
+two nodes run (two cores). The Service and NetworkPolicy tests run with the tier (seconds
+each); the spread training and serving under load (minutes each) run with
+``TFK_NODE_MULTI=1``. The binaries are built after collection (../conftest.py).
 """
 
 from __future__ import annotations
@@ -19,19 +21,8 @@ import pytest
 
 from k8s_node import cluster as clustermod
 from k8s_node import node as nodemod
-from k8s_node.conftest import _storage_class
+from k8s_node.conftest import _BUILD_ERROR, _storage_class
 from tests.helpers import terminal_log
-
-ENABLED = os.environ.get("TFK_NODE_MULTI") == "1"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if ENABLED:
-        return
-    skip = pytest.mark.skip(reason="two real nodes: set TFK_NODE_MULTI=1 to run them")
-    for item in items:
-        if "k8s_node/multi/" in item.nodeid:
-            item.add_marker(skip)
 
 
 @pytest.fixture(scope="package")
@@ -40,6 +31,8 @@ def k8s_nodes2(request: pytest.FixtureRequest) -> Iterator[clustermod.Cluster]:
     missing = nodemod.missing_prerequisites()
     if missing:
         pytest.skip("real-node tier: this machine lacks " + "; ".join(missing))
+    if _BUILD_ERROR in request.config.stash:
+        pytest.fail(request.config.stash[_BUILD_ERROR], pytrace=False)
     failed_before = request.session.testsfailed
 
     # As for the single node (../conftest.py): the first INT or TERM interrupts the run so

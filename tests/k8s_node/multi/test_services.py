@@ -14,6 +14,7 @@ import time
 import pytest
 from kubernetes import client
 
+from k8s_node import _tfk
 from k8s_node import cluster as clustermod
 
 from . import _pods
@@ -40,6 +41,14 @@ def test_a_clusterip_service_answers_from_pods_on_both_nodes(k8s_nodes2, node_ap
     assert ipaddress.ip_address(cluster_ip) in ipaddress.ip_network("10.96.0.0/16")
     for s in servers:
         _pods.ready_ip(node_api, node_ns, s)
+    # kube-proxy writes the endpoints a moment after they are ready: a call before that is
+    # refused ("Network is unreachable", kube-proxy's REJECT of a Service without endpoints).
+    client_node = k8s_nodes2.nodes[0]
+    _tfk.wait_for(
+        "kube-proxy on the client's node to have both endpoints",
+        lambda: k8s_nodes2.proxied_endpoints(client_node, cluster_ip, 80) == 2,
+        60,
+    )
     urls = [f"http://echo.{node_ns}.svc/", f"http://{cluster_ip}/"]
     got = _pods.fetches(node_api, node_ns, first, urls, 12)
     for url in urls:
