@@ -48,7 +48,8 @@ class _Trial:
     role: str
     index: int
     curve: LossCurve = field(default_factory=lambda: LossCurve(1.0))
-    reported: set[int] = field(default_factory=set)  # grid points given to Optuna
+    reported: dict[int, float] = field(default_factory=dict)  # grid points given to Optuna
+    unwritten: tuple[int, float] | None = None  # the point a pruning was decided on
     started: float = field(default_factory=time.monotonic)
     # Only the judge reads progress while the trial runs; the loop takes the trial from
     # it under this lock, so a report never lands on a trial being ended.
@@ -111,7 +112,7 @@ class Judging:
         with run.lock:
             if run.number not in self._running:
                 return
-            step = self._report(run)
+            step = self._report(study, run)
             # A trial that has trained to its end is the loop's to complete, not a loser.
             if step is None or run.curve.finished or not self._still_running(run):
                 return
@@ -124,9 +125,13 @@ class Judging:
             raise
         self._release(run)
 
-    def _report(self, run: _Trial) -> int | None:
-        """Read the trial's new progress lines and report its newest grid point to Optuna;
-        the step of the newest line when the pruner says to stop, or None."""
+    def _report(self, study: Any, run: _Trial) -> int | None:
+        """Read the trial's new progress lines and ask the pruner about its newest grid
+        point; the step of the newest line when the pruner says to stop, or None.
+
+        The pruner is asked before the point is written to the study: a write waits for
+        the disk (fsync), seconds on a busy machine, and a loser trains on at full speed
+        meanwhile. A pruned trial's point is written once its cluster is gone."""
         try:
             text = self._logs(run, PROGRESS_TAIL_LINES)
         except Exception:  # progress is best effort; the status decides
@@ -138,9 +143,12 @@ class Judging:
         if newest is None or newest[0] in run.reported:
             return None
         point, value = newest
+        if _pruner_says(study, {**run.reported, point: value}):
+            run.unwritten = (point, value)
+            return run.last_step
         run.trial.report(value, point)
-        run.reported.add(point)
-        return run.last_step if run.trial.should_prune() else None
+        run.reported[point] = value
+        return None
 
     def _still_running(self, run: _Trial) -> bool:
         try:
@@ -168,7 +176,7 @@ class Judging:
         for point, value in sorted(run.curve.points().items()):
             if point >= warmup and point not in run.reported:
                 run.trial.report(value, point)
-                run.reported.add(point)
+                run.reported[point] = value
                 time.sleep(REPORT_PAUSE_SECONDS)
 
     def _prune(self, study: Any, run: _Trial, step: int) -> None:
@@ -183,6 +191,10 @@ class Judging:
         self.emit(f"trial {run.number}: {reason}")
         self._end(run, f"trial {run.number} {reason}")
         ended = time.time()
+        if run.unwritten is not None:
+            point, value = run.unwritten
+            run.trial.report(value, point)
+            run.reported[point] = value
         run.trial.set_user_attr(studies.PRUNED_AT, step)
         run.trial.set_user_attr(studies.STEPS, step)
         run.trial.set_user_attr(
@@ -213,3 +225,12 @@ def _state(name: str) -> Any:
     import optuna
 
     return optuna.trial.TrialState[name]
+
+
+def _pruner_says(study: Any, values: dict[int, float]) -> bool:
+    """The study's pruner on a running trial with these intermediate values (what
+    ``trial.should_prune()`` asks once they are written; the median pruner reads only
+    them and the study's completed trials)."""
+    from optuna.trial import TrialState, create_trial
+
+    return bool(study.pruner.prune(study, create_trial(state=TrialState.RUNNING, intermediate_values=values)))
