@@ -158,13 +158,17 @@ class PrunerSpec:
         median of the finished trials' at the same step) or ``none``.
     :param n_startup_trials: no pruning until this many trials have finished.
     :param n_warmup_steps: no pruning of a trial before this training step.
-    :param interval_steps: ask the pruner every this many steps.
+    :param interval_steps: the steps at which trials are compared: multiples of this.
+        A trial's value at ``k * interval_steps`` is its smoothed loss at its first
+        progress line at or past that step, so trials whose lines fall on different steps
+        (``parameter_server``, a late read) are still compared at the same ones. Default:
+        a hundredth of the training's steps (the ``total_steps`` of its progress lines).
     """
 
     name: PrunerKind = PrunerKind.MEDIAN
     n_startup_trials: int = 3
     n_warmup_steps: int = 0
-    interval_steps: int = 1
+    interval_steps: int | None = None
 
     @classmethod
     def from_dict(cls, data: object, where: str) -> PrunerSpec:
@@ -174,7 +178,9 @@ class PrunerSpec:
             _choice(PrunerKind, data.get("name", d.name.value), f"{where}.name"),
             _count(data.get("n_startup_trials", d.n_startup_trials), f"{where}.n_startup_trials", 0),
             _count(data.get("n_warmup_steps", d.n_warmup_steps), f"{where}.n_warmup_steps", 0, 10**12),
-            _count(data.get("interval_steps", d.interval_steps), f"{where}.interval_steps", 1, 10**12),
+            None
+            if data.get("interval_steps") is None
+            else _count(data["interval_steps"], f"{where}.interval_steps", 1, 10**12),
         )
 
 

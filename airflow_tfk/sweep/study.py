@@ -29,6 +29,9 @@ EXPORT = "tfk_export"
 METRICS = "tfk_metrics"
 ERROR = "tfk_error"
 PRUNED_AT = "tfk_pruned_at_step"
+#: How a pruning went: the age of the progress line it was decided on, the seconds the
+#: end took, the last step the trial reported (where its logs outlive it).
+PRUNING = "tfk_pruning"
 #: A trial that was running when its sweep task stopped: failed, and run again (its
 #: parameters enqueued); it does not count towards ``n_trials``.
 INTERRUPTED = "tfk_interrupted"
@@ -102,8 +105,10 @@ def make_pruner(config: SweepConfig) -> Any:
     p = config.pruner
     if p.name is PrunerKind.NONE:
         return optuna.pruners.NopPruner()
+    # The sweep reports a running trial only at its newest grid point (interval_steps
+    # apart, sweep.curve), so Optuna's own interval would skip points it never sees.
     return optuna.pruners.MedianPruner(
-        n_startup_trials=p.n_startup_trials, n_warmup_steps=p.n_warmup_steps, interval_steps=p.interval_steps
+        n_startup_trials=p.n_startup_trials, n_warmup_steps=p.n_warmup_steps, interval_steps=1
     )
 
 

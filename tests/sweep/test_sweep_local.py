@@ -17,6 +17,7 @@ from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
+from airflow_tfk.protocol.progress import parse_line
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.trials import base_name
 from tests.helpers import (
@@ -345,3 +346,38 @@ def test_execution_timeout_deletes_every_running_trial(local_root, tmp_path) -> 
     states = sorted(t.state.name for t in study.trials)
     assert 1 <= states.count("FAIL") == states.count("WAITING") <= 2, states
     assert all(t.user_attrs.get(studies.INTERRUPTED) for t in study.trials if t.state.name == "FAIL")
+
+
+def test_a_parameter_server_sweep_prunes_though_no_two_trials_report_the_same_step(
+    local_root, tmp_path
+) -> None:
+    """A parameter_server chief reports the steps its workers had reached (59, 109, ...),
+    so trials' progress lines fall on different steps, and Optuna's median pruner compares
+    values at the same step only. The sweep reports on a grid of steps every trial shares:
+    losers are pruned, the ps and workers of every trial go with its cluster."""
+    spec = trainer_spec(tmp_path, steps=60)
+    spec["mode"] = "parameter_server"
+    spec["ps"] = {"replicas": 1}
+    spec["chief"] = {"replicas": 1}
+    spec["env"] = {**spec["env"], "STEP_SECONDS": "0.05", "LINE_EVERY": "10"}
+    op = TFHyperparameterSweepOperator(
+        task_id="sweep", backend="local", cluster_spec=spec, sweep=sweep_config(8)
+    )
+    result = op.execute(task_context(run_id="manual__ps", task_id="sweep"))
+    rows = {r["number"]: r for r in result["trials"]}
+    backend = LocalBackend(str(local_root))
+    steps_of: dict[int, set[int]] = {}
+    for n, r in rows.items():
+        text = backend.log_path(ClusterRef(r["cluster"], "default"), "chief", 0).read_text()
+        steps_of[n] = {p.step for p in map(parse_line, text.splitlines()) if p is not None}
+    for a in rows:  # the premise: no step at which two trials could be compared as they report
+        for b in rows:
+            assert a == b or not steps_of[a] & steps_of[b], (a, b, steps_of[a] & steps_of[b])
+    pruned = [r for r in rows.values() if r["state"] == "PRUNED"]
+    complete = [r for r in rows.values() if r["state"] == "COMPLETE"]
+    assert pruned, f"no trial of the parameter_server sweep was pruned: {rows}"
+    assert len(pruned) + len(complete) == 8
+    for r in pruned:
+        assert r["steps"] < 60 and r["steps"] % 10 != 0, r  # judged at a line off the grid
+        assert any(abs(r["params"]["lr"] - 0.3) > abs(c["params"]["lr"] - 0.3) for c in complete)
+    assert_no_processes(local_root)

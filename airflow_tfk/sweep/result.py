@@ -1,0 +1,75 @@
+"""What a sweep leaves: its study, the table of trials, the best completed trial."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_tfk.sweep import study as studies
+
+if TYPE_CHECKING:
+    from airflow_tfk.sweep.config import SweepConfig
+
+
+@dataclass
+class SweepResult:
+    """What a sweep leaves: its study, the table of trials, the best completed one."""
+
+    study_name: str
+    storage: str
+    objective: str
+    direction: str
+    trials: list[dict[str, Any]]
+    best: dict[str, Any] | None
+    peak_concurrency: int
+
+    def to_xcom(self) -> dict[str, Any]:
+        best = self.best or {}
+        export = best.get("export") or {}
+        return {
+            "study_name": self.study_name,
+            "storage": self.storage,
+            "objective": self.objective,
+            "direction": self.direction,
+            "trials": self.trials,
+            "best": self.best,
+            "peak_concurrency": self.peak_concurrency,
+            # what TFPublishModelOperator reads from an upstream training's XCom
+            "export": export or None,
+            "metrics": best.get("metrics"),
+            "model_name": export.get("model_name"),
+            "model_version": export.get("version"),
+            "model_path": export.get("path"),
+        }
+
+
+def objective_value(
+    name: str, metrics: dict[str, Any] | None, eval_metrics: dict[str, Any] | None
+) -> float | None:
+    """The objective's finite value, from the app's own metrics first, else from the
+    evaluator's; None when neither has it."""
+    for source in (metrics, eval_metrics):
+        value = (source or {}).get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def params_text(params: dict[str, Any]) -> str:
+    """A trial's parameters on one line, for the task log."""
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+
+
+def study_result(study: Any, config: SweepConfig, study_name: str, storage: str, peak: int) -> SweepResult:
+    """The sweep's result as its study records it (trials waiting to run are left out)."""
+    import optuna
+
+    best: dict[str, Any] | None = None
+    frozen = {t.number: t for t in study.get_trials(deepcopy=False)}
+    rows = [studies.trial_row(t) for t in frozen.values() if t.state is not optuna.trial.TrialState.WAITING]
+    best_row = studies.best_row(rows, config.direction)
+    if best_row is not None:
+        attrs = frozen[best_row["number"]].user_attrs
+        best = {**best_row, "metrics": attrs.get(studies.METRICS), "export": attrs.get(studies.EXPORT)}
+    return SweepResult(study_name, storage, config.objective, config.direction.value, rows, best, peak)
