@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk import naming
-from airflow_tfk._spec_checks import _int
+from airflow_tfk._spec_checks import MAX_MAP_ITEMS, _bounded, _int, _utf8, annotations_size
 from airflow_tfk.errors import SpecError
 
 # RFC 1123 host names, with one leading wildcard label as Ingress and HTTPRoute allow.
@@ -38,7 +38,23 @@ def _mapping(cls: type, value: object, where: str) -> dict[str, Any]:
 def _host(value: object, where: str) -> str:
     if not isinstance(value, str) or len(value) > 253 or not _HOST.match(value):
         raise SpecError(where, "must be a DNS host name (lowercase, an optional leading '*.')", value)
+    if _is_ip(value):
+        # The digits-and-dots spelling of an address matches the host name pattern; the API
+        # server refuses an IP as an Ingress host ("must be a DNS name, not an IP address").
+        raise SpecError(where, "must be a DNS host name, not an IP address", value)
     return value
+
+
+def _is_ip(value: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        # Go's parser (the API server's) also reads IPv4 with leading zeros ("010.0.0.1").
+        parts = value.split(".")
+        return len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)
+    return True
 
 
 def _optional_name(value: object, where: str, what: str) -> str | None:
@@ -54,11 +70,16 @@ def _annotations(value: object, where: str) -> dict[str, str]:
         return {}
     if not isinstance(value, Mapping):
         raise SpecError(where, "must be a mapping of strings", value)
+    _bounded(value, where, MAX_MAP_ITEMS)
     for k, v in value.items():
         if not isinstance(k, str) or not naming.is_label_key(k):
             raise SpecError(f"{where}.{k}", "is not a valid annotation key")
         if not isinstance(v, str) or len(v) > 4096:
             raise SpecError(f"{where}.{k}", "must be a string of at most 4096 characters", v)
+        if "\x00" in v:
+            raise SpecError(f"{where}.{k}", "must not contain NUL", v)
+        _utf8(v, f"{where}.{k}")
+    annotations_size(where, value)
     return dict(value)
 
 
