@@ -195,6 +195,7 @@ class HTTPRouteSpec:
         if len(refs) > MAX_PARENTS:
             raise SpecError(f"{where}.parent_refs", f"names more than {MAX_PARENTS} Gateways", len(refs))
         parents = tuple(_parent(r, f"{where}.parent_refs[{i}]") for i, r in enumerate(refs))
+        _distinct_parents(parents, f"{where}.parent_refs")
         hosts = data.get("hostnames") or ()
         if isinstance(hosts, (str, bytes)) or not isinstance(hosts, Sequence):
             raise SpecError(f"{where}.hostnames", "must be a list of host names", hosts)
@@ -202,6 +203,20 @@ class HTTPRouteSpec:
             raise SpecError(f"{where}.hostnames", f"names more than {MAX_HOSTNAMES} hosts", len(hosts))
         names = tuple(_host(h, f"{where}.hostnames[{i}]") for i, h in enumerate(hosts))
         return cls(parents, names)
+
+
+def _distinct_parents(parents: Sequence[ParentRef], where: str) -> None:
+    """The Gateway API's own rule (a CEL rule of its CRD): a Gateway named twice is named by
+    a distinct listener (``section_name``) each time."""
+    seen: dict[tuple[str, str | None], list[str | None]] = {}
+    for i, p in enumerate(parents):
+        sections = seen.setdefault((p.name, p.namespace), [])
+        sections.append(p.section_name)
+        if len(sections) > 1 and (None in sections or len(set(sections)) < len(sections)):
+            raise SpecError(
+                f"{where}[{i}]",
+                f"names Gateway {p.name!r} again: each reference to one Gateway needs its own section_name",
+            )
 
 
 def _parent(value: object, where: str) -> ParentRef:
