@@ -96,6 +96,7 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
         storage = studies.storage_url(
             config.storage, backend.kind, getattr(backend, "root", None), study_name
         )
+        _mask_password(storage)
         self._runner = runner = SweepRunner(
             backend,
             spec,
@@ -130,3 +131,19 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
         if runner is not None:
             ended = runner.stop("the sweep task was killed")
             self.log.warning("sweep killed: deleted trial clusters %s", ", ".join(ended) or "(none)")
+
+
+def _mask_password(url: str) -> None:
+    """A database URL's password is hidden from the task's log and its XCom, as Airflow
+    hides a connection's: the study's URL is printed and returned."""
+    from urllib.parse import unquote, urlsplit
+
+    from airflow.sdk.log import mask_secret
+
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return
+    if password:
+        mask_secret(password)
+        mask_secret(unquote(password))
