@@ -40,7 +40,8 @@ def _host(value: object, where: str) -> str:
         raise SpecError(where, "must be a DNS host name (lowercase, an optional leading '*.')", value)
     if _is_ip(value):
         # The digits-and-dots spelling of an address matches the host name pattern; the API
-        # server refuses an IP as an Ingress host ("must be a DNS name, not an IP address").
+        # server refuses an IP as an Ingress host ("must be a DNS name, not an IP address"),
+        # and the Gateway API's Hostname says "IPs are not allowed" (its CRD does not check).
         raise SpecError(where, "must be a DNS host name, not an IP address", value)
     return value
 

@@ -18,6 +18,8 @@ def test_the_storage_password_is_masked(url: str) -> None:
     assert password not in shown and "***" in shown
 
 
-@pytest.mark.parametrize("url", ["sqlite:////tmp/s.db", "postgresql://db.example/optuna", "postgresql://[bad"])
+@pytest.mark.parametrize(
+    "url", ["sqlite:////tmp/s.db", "postgresql://db.example/optuna", "postgresql://[bad"]
+)
 def test_urls_without_a_password_are_left_alone(url: str) -> None:
     _mask_password(url)  # no error, nothing to hide
