@@ -55,6 +55,36 @@ MAX_MAP_ITEMS = 4096
 MAX_LIST_CHARS = 256 * 1024
 
 
+def _exec_string(chars: int, where: str, value: object) -> None:
+    """One argument or ``NAME=value`` string of the task's exec: Linux refuses the whole
+    exec (E2BIG) when one of them is over ``MAX_ARG_STRLEN``, so the task could never start."""
+    from airflow_tfk.protocol.exec_limits import MAX_STRING_CHARS
+
+    if chars > MAX_STRING_CHARS:
+        raise SpecError(
+            where,
+            f"has {chars:,} characters, over Linux's limit of {MAX_STRING_CHARS:,} for one argument "
+            "or NAME=value string of a process (MAX_ARG_STRLEN); pass large data in a file",
+            value,
+        )
+
+
+#: The API server's bound on all the annotations of one object, keys and values together
+#: (``TotalAnnotationSizeLimitB``), less room for the platform's own (its run identity).
+ANNOTATIONS_MAX_BYTES = 256 * 1024 - 8 * 1024
+
+
+def annotations_size(where: str, annotations: Mapping[str, str]) -> None:
+    """Refuse annotations the API server would refuse for their total size."""
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    if size > ANNOTATIONS_MAX_BYTES:
+        raise SpecError(
+            where,
+            f"total {size:,} bytes, over the {ANNOTATIONS_MAX_BYTES:,} the API server leaves them "
+            "(256 KiB for all of an object's annotations, the platform's included)",
+        )
+
+
 def _bounded(value: Sized, where: str, limit: int) -> None:
     if len(value) > limit:
         raise SpecError(where, f"has {len(value)} items, over the limit of {limit}")
@@ -85,19 +115,27 @@ def _str_map(value: object, where: str, *, keys: str) -> dict[str, str]:
             raise SpecError(f"{where}.{k}", "is not a valid label key")
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
             raise SpecError(f"{where}.{k}", "must be a string or number", v)
-        text = str(v)
-        if keys == "env":
-            # Env values are data: any text is fine (it is emitted as a JSON string), but
-            # NUL cannot be passed to a process.
-            if "\x00" in text:
-                raise SpecError(f"{where}.{k}", "must not contain NUL", v)
-            _utf8(text, f"{where}.{k}")
-        elif keys == "label" and not naming.is_label_value(text):
-            raise SpecError(f"{where}.{k}", "is not a valid label value", v)
-        elif keys == "label-key":
-            _text(text, f"{where}.{k}", allow_empty=True)
-        out[k] = text
+        out[k] = _map_value(str(v), f"{where}.{k}", keys, v)
+    if keys == "label-key":
+        annotations_size(where, out)
     return out
+
+
+def _map_value(text: str, where: str, keys: str, value: object) -> str:
+    if keys == "env":
+        # Env values are data: any text is fine (it is emitted as a JSON string), but
+        # NUL cannot be passed to a process.
+        if "\x00" in text:
+            raise SpecError(where, "must not contain NUL", value)
+        _utf8(text, where)
+        name = where.rpartition(".")[2]
+        _exec_string(len(name) + 1 + len(text), where, f"{len(text):,} characters")
+    elif keys == "label" and not naming.is_label_value(text):
+        raise SpecError(where, "is not a valid label value", value)
+    elif keys == "label-key":
+        _text(text, where, allow_empty=True)
+        _utf8(text, where)
+    return text
 
 
 def _name(value: str, where: str, valid: Callable[[str], bool], rule: str) -> None:
@@ -123,6 +161,7 @@ def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> t
         _utf8(text, f"{where}[{i}]")
         if not allow_empty_items and not text:
             raise SpecError(f"{where}[{i}]", "must not be empty", item)
+        _exec_string(len(text), f"{where}[{i}]", item)
         chars += len(text)
         if chars > MAX_LIST_CHARS:
             raise SpecError(where, f"totals over {MAX_LIST_CHARS} characters", f"{len(value)} items")
@@ -201,7 +240,9 @@ def cluster_name(value: Any, path: str) -> str:
 
 
 def image_text(value: Any, path: str) -> str:
-    return _text(value, path, max_len=1024)
+    text = _text(value, path, max_len=1024)
+    _utf8(text, path)
+    return text
 
 
 def must_run(value: Any, path: str) -> tuple[str, ...]:

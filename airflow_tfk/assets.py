@@ -121,7 +121,11 @@ def model_asset(
 def serving_asset(model_name: str, *, namespace: str | None = None, backend: str = "kubernetes") -> Asset:
     """The model as clients reach it: its TF Serving in ``namespace`` on Kubernetes, or
     the local backend's model server."""
+    from airflow_tfk.constants import BACKEND_KINDS
+
     name = _name(model_name, "serving.model_name")
+    if backend not in BACKEND_KINDS:
+        raise SpecError("serving.backend", f"must be one of {', '.join(BACKEND_KINDS)}", backend)
     where = "local" if backend == "local" else _namespace(namespace, "serving")
     return _asset(f"{SERVING_SCHEME}://{where}/{name}", SERVING_GROUP, {"model_name": name})
 

@@ -402,6 +402,12 @@ def _up(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         print(f"error: --port: {args.port} is not a TCP port (1 to 65535)", file=sys.stderr)
         return EXIT_USAGE
+    from airflow_tfk.local_airflow import check_host
+
+    why = check_host(args.host)
+    if why is not None:
+        print(f"error: --host: {why} (got {args.host!r})", file=sys.stderr)
+        return EXIT_USAGE
     where = _local_env(args)
     if where is None:
         return EXIT_USAGE

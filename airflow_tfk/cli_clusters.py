@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from airflow_tfk.errors import ClusterOwnershipError, SpecError
 
     try:
+        _check_args(args)
         backend = _backend(args)
         return int(_ACTIONS[args.action](backend, args))
     except (ClusterOwnershipError, SpecError, LookupError) as exc:
@@ -103,6 +104,27 @@ def run(args: argparse.Namespace) -> int:
     except RuntimeError as exc:  # the backend's own errors (an API call that failed for good)
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """The names the command line gives, checked before any backend is asked: a name goes
+    into a label selector, a namespace into an API path or a local directory."""
+    from airflow_tfk import naming
+    from airflow_tfk.errors import SpecError
+    from airflow_tfk.spec_roles import ROLES
+
+    name = getattr(args, "name", None)
+    if name is not None and not naming.is_dns1035_label(name):
+        raise SpecError("NAME", "is not a cluster name (a DNS-1035 label)", name)
+    if args.namespace is not None and not naming.is_dns1123_label(args.namespace):
+        raise SpecError("--namespace", "is not a namespace name (a DNS-1123 label)", args.namespace)
+    if getattr(args, "tail", None) is not None and args.tail < 0:
+        raise SpecError("--tail", "must be 0 or more lines", args.tail)
+    task = getattr(args, "task", None)
+    if task:
+        role, _, index = task.rpartition("-")
+        if role not in ROLES or not index.isdigit() or len(index) > 6:
+            raise SpecError("TASK", f"expected ROLE-INDEX such as worker-1 (roles: {', '.join(ROLES)})", task)
 
 
 def _backend(args: argparse.Namespace) -> Backend:
@@ -161,6 +183,7 @@ def _progress_task(status: ClusterStatus) -> tuple[str, int]:
 
 
 def _status(backend: Backend, args: argparse.Namespace) -> int:
+    from airflow_tfk.dagfactory.printable import printable
     from airflow_tfk.protocol.progress import last_progress
     from airflow_tfk.watch import format_progress
 
@@ -174,7 +197,9 @@ def _status(backend: Backend, args: argparse.Namespace) -> int:
     print(f"age:       {_age(owner)}")
     print(f"tasks:     {status.summary()}")
     for task in sorted(status.tasks, key=lambda t: (t.role, t.index)):
-        why = f" ({task.reason})" if task.reason else ""
+        # The reason may quote the task's own termination message: shown, never obeyed
+        # by the terminal.
+        why = f" ({printable(task.reason)})" if task.reason else ""
         code = f", exit code {task.exit_code}" if task.exit_code is not None else ""
         print(f"  {task.name:<12} {task.phase.value.lower()}{why}{code}, restarts {task.restarts}")
     role, index = _progress_task(status)
@@ -190,9 +215,7 @@ def _status(backend: Backend, args: argparse.Namespace) -> int:
 def _logs(backend: Backend, args: argparse.Namespace) -> int:
     ref = _ref(args)
     if args.task:
-        role, _, index = args.task.rpartition("-")
-        if not role or not index.isdigit():
-            raise LookupError(f"TASK: expected ROLE-INDEX such as worker-1 (got {args.task!r})")
+        role, _, index = args.task.rpartition("-")  # checked by _check_args
         task = (role, int(index))
     else:
         task = _progress_task(backend.status(ref))

@@ -36,6 +36,38 @@ PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 
 
+def check_host(host: str) -> str | None:
+    """Why ``host`` cannot be the api-server's address (None when it can): an IP address or
+    a DNS host name, as it goes into the URLs the tasks and the UI use."""
+    import ipaddress
+    import re
+
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    if len(host) <= 253 and re.fullmatch(
+        r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*", host
+    ):
+        return None
+    return "must be an IP address or a host name"
+
+
+def url_host(host: str) -> str:
+    """``host`` as the URLs write it: an IPv6 address in brackets, and a wildcard address
+    (listen on every interface) as this machine's loopback, which the tasks reach."""
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if ip.is_unspecified:
+        ip = ipaddress.ip_address("::1" if ip.version == 6 else "127.0.0.1")
+    return f"[{ip}]" if ip.version == 6 else str(ip)
+
+
 def services_environ(env: Mapping[str, str], host: str, port: int) -> dict[str, str]:
     """The settings the four components must agree on, added to ``env`` (the user's own
     settings win, except the address, which the options give).
@@ -45,7 +77,7 @@ def services_environ(env: Mapping[str, str], host: str, port: int) -> dict[str, 
     that needs nothing more than this machine.
     """
     out = dict(env)
-    url = f"http://{host}:{port}"
+    url = f"http://{url_host(host)}:{port}"
     out["AIRFLOW__API__HOST"] = host
     out["AIRFLOW__API__PORT"] = str(port)
     out["AIRFLOW__API__BASE_URL"] = url

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_tfk import naming
-from airflow_tfk._spec_checks import _bounded, _utf8, not_reserved_labels, subdomain
+from airflow_tfk._spec_checks import _bounded, _utf8, annotations_size, not_reserved_labels, subdomain
 from airflow_tfk.errors import SpecError
 from airflow_tfk.spec_decl import Errors, spec_field, str_map_field
 from airflow_tfk.spec_resources import quantity_field
@@ -369,6 +369,7 @@ def _joined(spec: Any, role: str, rs: Any) -> None:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise SpecError(f"{where}.sidecars", f"and init_containers both name {dup[0]!r}")
+    annotations_size(f"{where}.annotations", joined["annotations"])
     env = {**spec.env, **rs.env}
     both = sorted(set(env) & set(joined["env_value_from"]))
     if both:

@@ -107,3 +107,58 @@ def test_sweep_deletes_a_cluster_whose_task_instance_is_gone(
         assert states[0] == OWNER and not backend.exists(ref)
     finally:
         backend.delete(ClusterRef("cli-orphan", "default"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (("status", "../../etc"), "NAME"),
+        (("delete", "../x"), "NAME"),
+        (("logs", "a,b"), "NAME"),
+        (("status", "a\x1b[31mRED"), "NAME"),
+        (("status", "x", "-n", "../.."), "--namespace"),
+        (("list", "-n", "Bad_NS"), "--namespace"),
+        (("sweep", "-n", "a\x1b]0;t\x07", "--dry-run"), "--namespace"),
+        (("logs", "x", "worker-0", "--tail", "-5"), "--tail"),
+        (("logs", "x", "../../etc-1"), "TASK"),
+        (("logs", "x", "worker-" + "9" * 30), "TASK"),
+    ],
+)
+def test_hostile_names_are_refused_before_any_backend(
+    argv: tuple[str, ...], field: str, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name goes into a label selector, a namespace into an API path or a directory: each
+    is checked, naming the argument, before a backend is even made; nothing runs, nothing
+    is printed raw."""
+    from airflow_tfk import cli_clusters
+
+    def no_backend(args: object) -> None:
+        raise AssertionError("a backend was made for a refused command line")
+
+    monkeypatch.setattr(cli_clusters, "_backend", no_backend)
+    code, out, err = _run(*argv)
+    assert code == 1 and err.startswith(f"error: {field}: "), err
+    assert "Traceback" not in err and "\x1b" not in err + out and out == ""
+
+
+def test_status_escapes_what_the_cluster_says(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task's reason can quote its own termination message: the terminal is shown it,
+    never told to act on it."""
+    from airflow_tfk import cli_clusters
+    from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
+
+    class Backend:
+        def owner(self, ref: ClusterRef) -> None:
+            return None
+
+        def status(self, ref: ClusterRef) -> ClusterStatus:
+            task = TaskStatus("worker", 0, Phase.FAILED, reason="Error: \x1b]0;owned\x07\x1b[2J", exit_code=1)
+            return ClusterStatus((task,))
+
+        def logs(self, *args: object, **kwargs: object) -> str:
+            return ""
+
+    monkeypatch.setattr(cli_clusters, "_backend", lambda args: Backend())
+    code, out, err = _run("status", "x")
+    assert code == 0, err
+    assert "\x1b" not in out and "\\x1b]0;owned\\x07" in out

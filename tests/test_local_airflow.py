@@ -111,6 +111,9 @@ def _alive(proc: psutil.Process) -> bool:
     [
         (["up", "--port", "0"], "error: --port: 0 is not a TCP port"),
         (["up", "--dags-folder", "nowhere"], "error: --dags-folder:"),
+        (["up", "--host", "a b"], "error: --host: must be an IP address or a host name"),
+        (["up", "--host", "evil.example/x?"], "error: --host:"),
+        (["up", "--host", "\x1b[2J"], "error: --host:"),
     ],
 )
 def test_usage_errors_name_the_option(tmp_path: Path, argv: list[str], error: str) -> None:
@@ -142,3 +145,20 @@ def test_the_config_is_written_once_before_the_components_start(tmp_path: Path) 
     silent.write_text("#!/bin/sh\nexit 0\n")
     silent.chmod(0o755)
     assert ensure_config(str(silent), {}, tmp_path / "other") == 1
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:8080"),
+        ("::1", "http://[::1]:8080"),
+        ("0.0.0.0", "http://127.0.0.1:8080"),  # listens everywhere; the tasks use loopback
+        ("::", "http://[::1]:8080"),
+        ("airflow.local", "http://airflow.local:8080"),
+    ],
+)
+def test_the_urls_reach_the_api_server_whatever_the_address(host: str, url: str) -> None:
+    env = services_environ({}, host, 8080)
+    assert env["AIRFLOW__API__HOST"] == host
+    assert env["AIRFLOW__API__BASE_URL"] == url
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == f"{url}/execution/"

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_tfk.dagfactory.printable import control_character
 from airflow_tfk.errors import SpecError
 
 MAX_DEPTH = 6
@@ -51,10 +52,8 @@ def _node(value: object, where: str, depth: int, count: list[int]) -> Any:
         raise SpecError(where, f"nests conditions deeper than {MAX_DEPTH}")
     if isinstance(value, str):
         count[0] += 1
-        if not value.strip() or len(value) > 1500:
-            raise SpecError(where, "must be an asset's URI or name (1 to 1500 characters)", value)
         _check_count(where, count)
-        return value
+        return _reference(value, where)
     if not isinstance(value, Mapping) or len(value) != 1:
         raise SpecError(
             where,
@@ -84,6 +83,17 @@ def _node(value: object, where: str, depth: int, count: list[int]) -> Any:
             raise SpecError(f"{where}.{key}", str(exc), body) from None
         return {key: dict(body)}
     raise SpecError(f"{where}.{key}", f"unknown key (allowed: {', '.join((*_CONDITIONS, *_KINDS))})")
+
+
+def _reference(value: str, where: str) -> str:
+    """An asset named by URI or name: one printable line, as the UI and the logs show it
+    and as another DAG names the same asset."""
+    if not value.strip() or len(value) > 1500:
+        raise SpecError(where, "must be an asset's URI or name (1 to 1500 characters)", value)
+    bad = control_character(value)
+    if bad is not None:
+        raise SpecError(where, f"must not contain the control character {bad!r}", value)
+    return value
 
 
 def _check_count(where: str, count: list[int]) -> None:

@@ -140,7 +140,7 @@ def _mapping(data: Mapping[str, Any], key: str) -> dict[str, Any] | None:
 TOP_LEVEL = tuple(key.name for key in KEYS)
 
 #: the blocks that reach the operators' templated fields: rendered on the worker
-TEMPLATED = ("cluster", "backend_config", "publish", "tensorboard")
+TEMPLATED = ("cluster", "backend_config", "publish", "tensorboard", "sweep")
 
 
 def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str) -> TrainingFile:

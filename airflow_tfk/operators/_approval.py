@@ -12,10 +12,12 @@ withdraws the candidate.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_tfk.dagfactory.printable import control_character, printable
 from airflow_tfk.errors import SpecError
 
 APPROVE = "Approve"
@@ -57,7 +59,27 @@ class HumanApproval:
         subject = value.get("subject")
         if subject is not None and (not isinstance(subject, str) or not 0 < len(subject) <= 200):
             raise SpecError("approval.subject", "must be text of 1 to 200 characters", subject)
+        if subject is not None and control_character(subject) is not None:
+            # The headline a person decides on: one line that shows what it holds.
+            bad = control_character(subject)
+            raise SpecError("approval.subject", f"must not contain the control character {bad!r}", subject)
         return cls(float(value.get("timeout_seconds", 3600)), float(value.get("poll_seconds", 5)), subject)
+
+
+#: what changes meaning inside a Markdown table cell: '|' (a cell border), emphasis, code,
+#: links, HTML, and the backslash itself
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~])")
+MAX_CELL_CHARS = 80
+
+
+def cell(value: object) -> str:
+    """A value as one Markdown table cell that shows what it holds. The metrics are the
+    training's own output: a name such as ``acc | 0.99 |`` or one with a newline must not
+    add columns or rows (a forged score) to what the approver reads."""
+    text = printable(str(value))
+    if len(text) > MAX_CELL_CHARS:
+        text = text[: MAX_CELL_CHARS - 3] + "..."
+    return _MARKDOWN.sub(r"\\\1", text)
 
 
 def body(request: Mapping[str, Any]) -> str:
@@ -68,8 +90,9 @@ def body(request: Mapping[str, Any]) -> str:
         f"v{previous} |" if previous is not None else "(none) |"
     )
     rows = [head, "|---|---|---|"]
-    for metric in sorted(set(cand) | set(serving)):
-        rows.append(f"| {metric} | {cand.get(metric, '-')} | {serving.get(metric, '-')} |")
+    for metric in sorted(set(cand) | set(serving), key=str):
+        mine, theirs = (cell(m[metric]) if metric in m else "-" for m in (cand, serving))
+        rows.append(f"| {cell(metric)} | {mine} | {theirs} |")
     return (
         f"`{request['candidate']}` (version {request['version']} of `{request['model_name']}`) answered its "
         "smoke test; no client can reach it yet.\n\n" + "\n".join(rows) + "\n\nApprove to promote it; reject "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk import operator_args as args
 from airflow_tfk.constants import NAME_PREFIX, backend_kind
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
@@ -61,9 +62,24 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.backend = backend_kind(self.backend)
+        # The arguments a training takes are checked as a training checks them, before
+        # the task exists: nothing of a bad sweep is created at run time.
+        args.cluster_spec_arg(cluster_spec)
+        args.name_prefix_arg(name_prefix)
         self.cluster_spec = cluster_spec
         self.sweep = sweep
         self.name_prefix = name_prefix
+        from airflow_tfk.errors import SpecError
+
+        if isinstance(sweep, str) and not args.templated(sweep):
+            from airflow_tfk.spec_yaml import load_yaml_mapping
+
+            try:
+                sweep = load_yaml_mapping(sweep)
+            except SpecError as exc:
+                raise SpecError("sweep", exc.rule, exc.value) from None
+        if not isinstance(sweep, (Mapping, str)):
+            raise SpecError("sweep", "must be a mapping of the sweep's settings or YAML text", sweep)
         if isinstance(sweep, Mapping) and "{{" not in repr(sweep):
             # Bad settings fail when the DAG is parsed, not when the task runs.
             from airflow_tfk.sweep.config import SweepConfig
@@ -96,6 +112,7 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
         storage = studies.storage_url(
             config.storage, backend.kind, getattr(backend, "root", None), study_name
         )
+        _mask_password(storage)
         self._runner = runner = SweepRunner(
             backend,
             spec,
@@ -130,3 +147,19 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
         if runner is not None:
             ended = runner.stop("the sweep task was killed")
             self.log.warning("sweep killed: deleted trial clusters %s", ", ".join(ended) or "(none)")
+
+
+def _mask_password(url: str) -> None:
+    """A database URL's password is hidden from the task's log and its XCom, as Airflow
+    hides a connection's: the study's URL is printed and returned."""
+    from urllib.parse import unquote, urlsplit
+
+    from airflow.sdk.log import mask_secret
+
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return
+    if password:
+        mask_secret(password)
+        mask_secret(unquote(password))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk import naming
-from airflow_tfk._spec_checks import _int
+from airflow_tfk._spec_checks import MAX_MAP_ITEMS, _bounded, _int, _utf8, annotations_size
 from airflow_tfk.errors import SpecError
 
 # RFC 1123 host names, with one leading wildcard label as Ingress and HTTPRoute allow.
@@ -38,7 +38,24 @@ def _mapping(cls: type, value: object, where: str) -> dict[str, Any]:
 def _host(value: object, where: str) -> str:
     if not isinstance(value, str) or len(value) > 253 or not _HOST.match(value):
         raise SpecError(where, "must be a DNS host name (lowercase, an optional leading '*.')", value)
+    if _is_ip(value):
+        # The digits-and-dots spelling of an address matches the host name pattern; the API
+        # server refuses an IP as an Ingress host ("must be a DNS name, not an IP address"),
+        # and the Gateway API's Hostname says "IPs are not allowed" (its CRD does not check).
+        raise SpecError(where, "must be a DNS host name, not an IP address", value)
     return value
+
+
+def _is_ip(value: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        # Go's parser (the API server's) also reads IPv4 with leading zeros ("010.0.0.1").
+        parts = value.split(".")
+        return len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)
+    return True
 
 
 def _optional_name(value: object, where: str, what: str) -> str | None:
@@ -54,11 +71,16 @@ def _annotations(value: object, where: str) -> dict[str, str]:
         return {}
     if not isinstance(value, Mapping):
         raise SpecError(where, "must be a mapping of strings", value)
+    _bounded(value, where, MAX_MAP_ITEMS)
     for k, v in value.items():
         if not isinstance(k, str) or not naming.is_label_key(k):
             raise SpecError(f"{where}.{k}", "is not a valid annotation key")
         if not isinstance(v, str) or len(v) > 4096:
             raise SpecError(f"{where}.{k}", "must be a string of at most 4096 characters", v)
+        if "\x00" in v:
+            raise SpecError(f"{where}.{k}", "must not contain NUL", v)
+        _utf8(v, f"{where}.{k}")
+    annotations_size(where, value)
     return dict(value)
 
 
@@ -174,6 +196,7 @@ class HTTPRouteSpec:
         if len(refs) > MAX_PARENTS:
             raise SpecError(f"{where}.parent_refs", f"names more than {MAX_PARENTS} Gateways", len(refs))
         parents = tuple(_parent(r, f"{where}.parent_refs[{i}]") for i, r in enumerate(refs))
+        _distinct_parents(parents, f"{where}.parent_refs")
         hosts = data.get("hostnames") or ()
         if isinstance(hosts, (str, bytes)) or not isinstance(hosts, Sequence):
             raise SpecError(f"{where}.hostnames", "must be a list of host names", hosts)
@@ -181,6 +204,20 @@ class HTTPRouteSpec:
             raise SpecError(f"{where}.hostnames", f"names more than {MAX_HOSTNAMES} hosts", len(hosts))
         names = tuple(_host(h, f"{where}.hostnames[{i}]") for i, h in enumerate(hosts))
         return cls(parents, names)
+
+
+def _distinct_parents(parents: Sequence[ParentRef], where: str) -> None:
+    """The Gateway API's own rule (a CEL rule of its CRD): a Gateway named twice is named by
+    a distinct listener (``section_name``) each time."""
+    seen: dict[tuple[str, str | None], list[str | None]] = {}
+    for i, p in enumerate(parents):
+        sections = seen.setdefault((p.name, p.namespace), [])
+        sections.append(p.section_name)
+        if len(sections) > 1 and (None in sections or len(set(sections)) < len(sections)):
+            raise SpecError(
+                f"{where}[{i}]",
+                f"names Gateway {p.name!r} again: each reference to one Gateway needs its own section_name",
+            )
 
 
 def _parent(value: object, where: str) -> ParentRef:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk import naming
+from airflow_tfk._spec_checks import _utf8, image_text
 from airflow_tfk.constants import NAMESPACE
 from airflow_tfk.errors import SpecError
 from airflow_tfk.network import ServiceNetworkPolicy
@@ -64,6 +65,7 @@ def _sub_path(value: object, where: str) -> str:
         return ""
     if not isinstance(value, str) or _CONTROL.search(value) or value.startswith("/"):
         raise SpecError(where, "must be a relative path inside the claim", value)
+    _utf8(value, where)
     norm = posixpath.normpath(value)
     if norm == ".." or norm.startswith("../"):
         raise SpecError(where, "must stay inside the claim (no '..')", value)
@@ -115,6 +117,7 @@ def _common(spec: Any, kind: str) -> None:
 def _image(spec: Any) -> None:
     if not isinstance(spec.image, str) or not _IMAGE.match(spec.image) or len(spec.image) > 512:
         raise SpecError("image", "must be an image reference without spaces", spec.image)
+    image_text(spec.image, "image")  # the training spec's rule: no control characters
     if spec.image_pull_policy not in ("Always", "IfNotPresent", "Never"):
         raise SpecError("image_pull_policy", "must be Always, IfNotPresent or Never", spec.image_pull_policy)
     secrets = tuple(spec.image_pull_secrets or ())

@@ -17,6 +17,11 @@ from typing import Any
 from airflow_tfk.errors import SpecError
 
 MAX_TRIALS = 10_000
+#: The largest bound or step of a range: Optuna computes in floats, and a flag's value
+#: must read back as the number it was.
+MAX_MAGNITUDE = 1e15
+#: Optuna keeps a study's name in a column of 512 characters.
+MAX_NAME_CHARS = 512
 #: An app flag name as the search space's keys give it (``--<key>`` on the command line).
 _FLAG = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 #: Flags the sweep itself sets on every trial: a search space may not take them over.
@@ -54,8 +59,12 @@ def _choice(enum_type: type[enum.Enum], value: object, where: str) -> Any:
 
 def _number(value: object, where: str, *, integer: bool = False) -> float:
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or not math.isfinite(float(value)):  # type: ignore[arg-type]
+    # An int is finite whatever its size (float() of 10**400 overflows); a float may not be.
+    finite = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+    if isinstance(value, bool) or not ok or not finite:
         raise SpecError(where, "must be an integer" if integer else "must be a finite number", value)
+    if abs(value) > MAX_MAGNITUDE:  # type: ignore[arg-type]
+        raise SpecError(where, f"must be between -{MAX_MAGNITUDE:g} and {MAX_MAGNITUDE:g}", value)
     return value  # type: ignore[return-value]
 
 
@@ -145,8 +154,7 @@ class ParamSpec:
         if not isinstance(choices, (list, tuple)) or not choices:
             raise SpecError(f"{where}.choices", "must be a non-empty list", choices)
         for i, c in enumerate(choices):
-            if c is not None and not isinstance(c, (str, int, float, bool)):
-                raise SpecError(f"{where}.choices[{i}]", "must be a string, number or boolean", c)
+            _flag_value(c, f"{where}.choices[{i}]")
         return cls(ParamKind.CATEGORICAL, choices=tuple(choices))
 
 
@@ -201,7 +209,7 @@ class SamplerSpec:
         seed = data.get("seed")
         if seed is not None:
             seed = _count(seed, f"{where}.seed", 0, 2**32 - 1)
-        return cls(_choice(SamplerKind, data.get("name", "tpe"), f"{where}.sampler"), seed)
+        return cls(_choice(SamplerKind, data.get("name", "tpe"), f"{where}.name"), seed)
 
 
 _FIELDS = (
@@ -280,18 +288,19 @@ class SweepConfig:
                     "must be an app flag name (letters, digits, '_', '-'; not one the sweep sets)",
                 )
             params[name] = ParamSpec.from_dict(spec, f"{where}.search_space.{name}")
+        _check_params_env(params, f"{where}.search_space")
         return cls(
             n_trials=_count(data["n_trials"], f"{where}.n_trials", 1),
             search_space=params,
             max_concurrent_trials=_count(
                 data.get("max_concurrent_trials", 1), f"{where}.max_concurrent_trials", 1
             ),
-            objective=_text(data.get("objective", "loss"), f"{where}.objective"),
+            objective=_name(data.get("objective", "loss"), f"{where}.objective"),
             direction=_choice(Direction, data.get("direction", "minimize"), f"{where}.direction"),
             sampler=SamplerSpec.from_dict(data.get("sampler"), f"{where}.sampler"),
             pruner=PrunerSpec.from_dict(data.get("pruner"), f"{where}.pruner"),
-            storage=_optional_text(data.get("storage"), f"{where}.storage"),
-            study_name=_optional_text(data.get("study_name"), f"{where}.study_name"),
+            storage=_storage(data.get("storage"), f"{where}.storage"),
+            study_name=_optional_name(data.get("study_name"), f"{where}.study_name"),
             model_versions=_flag(data.get("model_versions", True), f"{where}.model_versions"),
             poll_interval=_bounded(data.get("poll_interval", 2.0), f"{where}.poll_interval", 0.01, 600),
             smoothing=_bounded(data.get("smoothing", 0.5), f"{where}.smoothing", 0.01, 1.0),
@@ -334,8 +343,71 @@ def _text(value: object, where: str) -> str:
     return value
 
 
-def _optional_text(value: object, where: str) -> str | None:
-    return None if value is None else _text(value, where)
+def _name(value: object, where: str) -> str:
+    """A name that is shown in logs, tables and the UI: one printable line."""
+    from airflow_tfk.dagfactory.printable import control_character
+
+    text = _text(value, where)
+    bad = control_character(text)
+    if bad is not None:
+        raise SpecError(where, f"must not contain the control character {bad!r}", value)
+    if len(text) > MAX_NAME_CHARS:
+        raise SpecError(where, f"must be at most {MAX_NAME_CHARS} characters", value)
+    return text
+
+
+def _optional_name(value: object, where: str) -> str | None:
+    return None if value is None else _name(value, where)
+
+
+def _storage(value: object, where: str) -> str | None:
+    """A database URL, an absolute path, or a relative path that stays under the local
+    backend's root (no '..'): a training file does not choose where on the Airflow
+    worker's disk a sweep writes."""
+    import posixpath
+
+    if value is None:
+        return None
+    text = _name(value, where)
+    if "://" not in text and ".." in posixpath.normpath(text).split("/"):
+        raise SpecError(where, "must not climb out of its directory ('..')", value)
+    return text
+
+
+def _check_params_env(params: Mapping[str, ParamSpec], where: str) -> None:
+    """Every trial's parameters also travel as one JSON environment string
+    (``SWEEP_TRIAL_PARAMS``): its longest form must fit one string of an exec."""
+    import json
+
+    from airflow_tfk._spec_checks import _exec_string
+    from airflow_tfk.sweep.trials import ENV_PARAMS
+
+    longest = 2 + sum(
+        len(json.dumps(name)) + 3 + max((len(json.dumps(c)) for c in p.choices), default=32)
+        for name, p in params.items()
+    )
+    _exec_string(len(ENV_PARAMS) + 1 + longest, where, f"{longest:,} characters of JSON")
+
+
+def _flag_value(value: object, where: str) -> str:
+    """A categorical choice as the trials' command lines carry it (``--<flag> <value>``),
+    checked as the spec checks its args: a choice the sampler picks late must not fail a
+    trial after others have run."""
+    from airflow_tfk._spec_checks import _str_list
+    from airflow_tfk.sweep.trials import flag_value
+
+    if value is not None and not isinstance(value, (str, int, float)):  # bool is an int
+        raise SpecError(where, "must be a string, number or boolean", value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecError(where, "must be a finite number", value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_MAGNITUDE:
+        raise SpecError(where, f"must be between -{MAX_MAGNITUDE:g} and {MAX_MAGNITUDE:g}", value)
+    text = flag_value(value)
+    try:
+        _str_list([text], "args")
+    except SpecError as exc:
+        raise SpecError(where, exc.rule, value) from None
+    return text
 
 
 def _flag(value: object, where: str) -> bool:

@@ -16,6 +16,7 @@ import pytest
 from k8s import addons
 from kubernetes import client
 
+from airflow_tfk.errors import SpecError
 from airflow_tfk.serving.kubernetes import KubernetesServing
 from airflow_tfk.serving.render import render_serving
 from airflow_tfk.serving.spec import ServingSpec
@@ -165,3 +166,74 @@ def test_ensure_applies_lists_replicas_and_prunes(k8s_api, gateway_api, tfk_ns, 
 def _two(target: KubernetesServing):
     views = target.replicas()
     return views if len(views) == 2 and all(v._pod for v in views.values()) else None
+
+
+def _edge(k8s_api, tfk_ns: str, **kw) -> dict[str, int]:
+    """The dry-run status of each exposure object of a spec built from ``kw``."""
+    manifests = render_serving(_spec(tfk_ns, **kw), None, "")
+    return {m["kind"]: _dry_run(k8s_api, m) for m in manifests if m["kind"] in ("Ingress", "HTTPRoute")}
+
+
+def test_the_specs_edges_are_the_api_servers(k8s_api, gateway_api, tfk_ns) -> None:
+    """What the spec accepts at its edges, the API server admits; what it refuses there
+    (an IP as a host, annotations over the object's bound, a character the apply cannot
+    carry), the API server refuses too - so the spec's refusals are not its own invention."""
+    route = {"parent_refs": [{"name": "edge", "namespace": "gateway"}]}
+    accepted = {
+        "long label": {"ingress": {"host": "a" * 63 + ".example.com"}},
+        "wildcard": {
+            "ingress": {"host": "*.example.com"},
+            "http_route": {**route, "hostnames": ["*.example.com"]},
+        },
+        "annotations near the bound": {"ingress": {"annotations": {f"k{i}": "x" * 4000 for i in range(60)}}},
+        "a hostname twice": {"http_route": {**route, "hostnames": ["a.example.com", "a.example.com"]}},
+        "a Gateway twice, by two listeners": {
+            "http_route": {
+                "parent_refs": [{**route["parent_refs"][0], "section_name": s} for s in ("a", "b")]
+            }
+        },
+    }
+    for what, kw in accepted.items():
+        assert set(_edge(k8s_api, tfk_ns, **kw).values()) == {201}, (what, REFUSED)
+    manifests = render_serving(
+        _spec(
+            tfk_ns, ingress={"host": "ml.example.com"}, http_route={**route, "hostnames": ["ml.example.com"]}
+        ),
+        None,
+        "",
+    )
+    ingress = next(m for m in manifests if m["kind"] == "Ingress")
+    http_route = next(m for m in manifests if m["kind"] == "HTTPRoute")
+    for what, kind, change, spec_kw in (
+        (
+            "IP host",
+            "Ingress",
+            lambda m: m["spec"]["rules"][0].update(host="10.0.0.1"),
+            {"ingress": {"host": "10.0.0.1"}},
+        ),
+        (
+            "annotations over 256 KiB",
+            "Ingress",
+            lambda m: (
+                m["metadata"].setdefault("annotations", {}).update({f"k{i}": "x" * 4000 for i in range(70)})
+            ),
+            {"ingress": {"annotations": {f"k{i}": "x" * 4000 for i in range(70)}}},
+        ),
+        (
+            "a Gateway twice",
+            "HTTPRoute",
+            lambda m: m["spec"]["parentRefs"].append(dict(m["spec"]["parentRefs"][0])),
+            {"http_route": {"parent_refs": [route["parent_refs"][0]] * 2}},
+        ),
+        (
+            "emoji annotation",
+            "Ingress",
+            lambda m: m["metadata"].setdefault("annotations", {}).update({"a": "\U0001f680"}),
+            {"ingress": {"annotations": {"a": "\U0001f680"}}},
+        ),
+    ):
+        bad = copy.deepcopy(ingress if kind == "Ingress" else http_route)
+        change(bad)
+        assert _dry_run(k8s_api, bad) in (400, 422), (what, REFUSED.get(kind))
+        with pytest.raises(SpecError):
+            _spec(tfk_ns, **spec_kw)

@@ -146,3 +146,24 @@ def test_a_training_files_publish_block_takes_approval() -> None:
     with pytest.raises(SpecError) as info:
         build_dag(parse_training(data, default_dag_id="t", source="t.yaml"))
     assert info.value.field == "publish.approval.timeout_seconds"
+
+
+def test_body_cannot_be_forged_by_the_trainings_metrics() -> None:
+    """The metrics are the training's own output: a name or value with '|', a newline or
+    HTML stays inside its cell, so the approver reads one row per metric, as it was."""
+    forged = {
+        **REQUEST,
+        "metrics": {"accuracy | 0.99 | 0.99 |\n| x": 0.1, "loss": "<img src=x onerror=alert(1)>"},
+    }
+    text = _approval.body(forged)
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert len(rows) == 2 + 3  # head, rule, accuracy (serving), the forged name, loss
+    assert all(line.count("|") - line.count("\\|") == 4 for line in rows), rows
+    assert text.count("<img") == text.count("\\<img") == 1  # escaped: shown, not rendered
+
+
+@pytest.mark.parametrize("subject", ["ok\n| forged |", "a\x1b[2J", "bidi \u202e", "nul \x00"])
+def test_subject_is_one_printable_line(subject: str) -> None:
+    with pytest.raises(SpecError) as info:
+        HumanApproval.from_option({"subject": subject})
+    assert info.value.field == "approval.subject"
