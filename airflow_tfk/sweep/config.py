@@ -24,8 +24,23 @@ MAX_MAGNITUDE = 1e15
 MAX_NAME_CHARS = 512
 #: An app flag name as the search space's keys give it (``--<key>`` on the command line).
 _FLAG = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
-#: Flags the sweep itself sets on every trial: a search space may not take them over.
-RESERVED_FLAGS = ("tfk_model_version",)
+#: The platform's flags (``--tfk_*``) a search space may tune: the hyperparameters. The
+#: others say where a trial reads, writes and exports (``tfk_export_dir``,
+#: ``tfk_model_name``, ``tfk_model_version``, which the sweep sets itself) or how it reports
+#: progress, which the pruner reads: a trial that chose them could overwrite another
+#: trial's model or hide from the pruner.
+TUNABLE_PLATFORM_FLAGS = (
+    "tfk_learning_rate",
+    "tfk_batch_size",
+    "tfk_steps",
+    "tfk_seed",
+    "tfk_steps_per_call",
+    "tfk_checkpoint_every",
+)
+
+
+def _reserved(name: str) -> bool:
+    return name.lower().startswith(("tfk_", "tfk-")) and name not in TUNABLE_PLATFORM_FLAGS
 
 
 class ParamKind(str, enum.Enum):
@@ -282,10 +297,11 @@ class SweepConfig:
         params = {}
         for key, spec in space.items():
             name = str(key)
-            if not _FLAG.match(name) or name in RESERVED_FLAGS:
+            if not _FLAG.match(name) or _reserved(name):
                 raise SpecError(
                     f"{where}.search_space.{name}",
-                    "must be an app flag name (letters, digits, '_', '-'; not one the sweep sets)",
+                    "must be an app flag name (letters, digits, '_', '-'), or one of the platform's "
+                    f"hyperparameters ({', '.join(TUNABLE_PLATFORM_FLAGS)})",
                 )
             params[name] = ParamSpec.from_dict(spec, f"{where}.search_space.{name}")
         _check_params_env(params, f"{where}.search_space")

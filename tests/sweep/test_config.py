@@ -71,6 +71,23 @@ def test_bad_settings_name_their_field(change: dict, field: str) -> None:
     assert info.value.field == field
 
 
+@pytest.mark.parametrize(
+    "flag",
+    ["tfk_export_dir", "tfk_model_name", "tfk_progress_every", "tfk_metrics_port", "TFK_x", "tfk-data-dir"],
+)
+def test_a_search_space_cannot_take_over_where_a_trial_writes_or_reports(flag: str) -> None:
+    """Another trial's model, or the progress the pruner reads, is not a hyperparameter."""
+    with pytest.raises(SpecError) as info:
+        SweepConfig.from_dict({**GOOD, "search_space": {flag: {"type": "categorical", "choices": ["a"]}}})
+    assert info.value.field == f"sweep.search_space.{flag}"
+
+
+@pytest.mark.parametrize("flag", ["tfk_learning_rate", "tfk_batch_size", "tfk_seed"])
+def test_the_platforms_hyperparameter_flags_can_be_tuned(flag: str) -> None:
+    config = SweepConfig.from_dict({**GOOD, "search_space": {flag: {"type": "int", "low": 1, "high": 4}}})
+    assert flag in config.search_space
+
+
 def test_the_operator_rejects_bad_settings_when_the_dag_is_parsed() -> None:
     from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
 
