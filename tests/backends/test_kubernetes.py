@@ -653,6 +653,42 @@ def test_one_watch_serves_the_whole_wait(double, backend):
     backend.delete(ref)
 
 
+def test_a_healthy_wait_reads_no_pod(double, backend):
+    """Every pod ready, then every worker done: the wait follows the Jobs' status alone,
+    without a pod list or a pod watch."""
+    spec = make_spec(workers=3)
+    ref = backend.create(spec)
+    pods = [double.pod_name(spec.name, "worker", i) for i in range(3)]
+    for name in pods:
+        double.set_running(name)
+    mark = double.mark()
+    threading.Timer(0.3, lambda: [double.set_succeeded(name) for name in pods]).start()
+    seen = watch(backend, ref, until=lambda s: s.count("worker", Phase.SUCCEEDED) == 3, timeout=5)
+    assert seen[0].count("worker", Phase.RUNNING) == 3, seen[0]
+    assert seen[-1].count("worker", Phase.SUCCEEDED) == 3, seen[-1]
+    counts = double.summary(since=mark)
+    assert counts == {"list jobs": 1, "watch jobs": 1}, counts
+    backend.delete(ref)
+
+
+def test_a_failed_pod_speaks_for_its_task_in_the_wait(double, backend):
+    """A worker fails while the wait watches the Jobs: the first status that shows it
+    not running already carries the pod's own reason and exit code (its failed pods are
+    read before), and that read is the one pod list of the wait."""
+    spec = make_spec(workers=2)
+    ref = backend.create(spec)
+    for i in range(2):
+        double.set_running(double.pod_name(spec.name, "worker", i))
+    victim = double.pod_name(spec.name, "worker", 1)
+    mark = double.mark()
+    threading.Timer(0.3, double.set_failed, (victim, 3, "boom")).start()
+    seen = watch(backend, ref, until=lambda s: task(s, "worker", 1).phase is not Phase.RUNNING, timeout=5)
+    t = task(seen[-1], "worker", 1)
+    assert (t.phase, t.reason, t.exit_code) == (Phase.FAILED, "ExitCode", 3), t
+    assert double.summary(since=mark).get("list pods") == 1, double.summary(since=mark)
+    backend.delete(ref)
+
+
 # -- configuration and import cost ------------------------------------------------------------
 def test_config_rebuilds_an_equivalent_backend():
     backend = KubernetesBackend(conn_id="x", cluster_context="ctx", unschedulable_timeout=60)
