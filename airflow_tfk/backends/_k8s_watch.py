@@ -407,7 +407,18 @@ class KubernetesWatcher(ClusterWatcher):
         self._getter: asyncio.Future[ClusterStatus | Exception] | None = None
 
     async def status(self) -> ClusterStatus:
-        status: ClusterStatus = await arun(self.api, status_plan(self.ref, self.interp, self.job_cache))
+        """The status now, read as the wait reads it (a sensor's poke): the Jobs, and the
+        pods they call for (a fresh session: a wait that starts on what it finds)."""
+        session = WatchSession(self.interp)
+        items, rv = await arun(self.api, list_plan(self.ref, "Job"))
+        session.set_jobs(jobs_of(items), rv)
+        await self._read_pods(session)
+        status = session.tracker.status(time.time())
+        if not status.exists and await arun(self.api, jobset_exists_plan(self.ref)):
+            return dataclasses.replace(status, exists=True)  # its JobSet is making its Jobs
+        if not status.exists:
+            reason = await arun(self.api, deleted_reason_plan(self.ref))
+            status = dataclasses.replace(status, deleted_reason=reason)
         return status
 
     async def next(self, timeout: float) -> ClusterStatus | None:
@@ -485,9 +496,8 @@ class KubernetesWatcher(ClusterWatcher):
         if delay:
             await asyncio.sleep(delay)
 
-    async def _read_pods(self) -> None:
+    async def _read_pods(self, session: WatchSession) -> None:
         """The pod reads that are due, before the status they explain."""
-        session = self.session
         for role in session.failed_reads():
             mark = failure_mark((session.jobs or {}).get(role))
             pods = await arun(self.api, pods_plan(self.ref, role, FAILED, pages=MANY_PAGES))
@@ -501,7 +511,7 @@ class KubernetesWatcher(ClusterWatcher):
 
     async def _emit(self) -> None:
         session = self.session
-        await self._read_pods()
+        await self._read_pods(session)
         if not session.tracker.exists and session.deleted_reason is None:
             if await arun(self.api, jobset_exists_plan(self.ref)):
                 return  # not gone: its JobSet is making its Jobs, which the watch will see
