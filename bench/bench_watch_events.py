@@ -1,4 +1,4 @@
-"""Pod events per second through the Kubernetes watch's status code, without a server:
+"""Pod events per second through ClusterTracker, the status code of a pod stream, without a server:
 600 workers + 8 PS of a between_graph cluster go from running to succeeded (one
 MODIFIED event per worker, ~5 kB of JSON each, decoded per event as on the wire).
 
@@ -22,9 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "backends
 from _common import parser as bench_parser
 from pods import T0_EPOCH, job, pod, scheduled, with_status  # noqa: E402
 
-from airflow_tfk.backends._k8s_cluster import Interpreter  # noqa: E402
+from airflow_tfk.backends._k8s_cluster import ClusterTracker, Interpreter  # noqa: E402
 from airflow_tfk.backends._k8s_status import job_info  # noqa: E402
-from airflow_tfk.backends._k8s_watch import WatchSession  # noqa: E402
 from airflow_tfk.policies import Outcome, evaluate  # noqa: E402
 from airflow_tfk.spec import Mode  # noqa: E402
 
@@ -46,14 +45,15 @@ def scenario(workers: int, ps: int) -> tuple[list[dict], list[bytes], dict]:
 
 
 def incremental(pods: list[dict], events: list[bytes], jobs: dict, replicas: dict) -> tuple[float, Outcome]:
-    session = WatchSession(Interpreter(300, 120))
-    session.set_jobs(jobs)
-    session.reset(pods, "1")
-    session.changed_status()
+    tracker = ClusterTracker(Interpreter(300, 120))
+    tracker.reset(pods, jobs)
+    tracker.snapshot()
     outcome = Outcome.RUNNING
     t0 = time.process_time()
     for line in events:
-        if session.on_event(json.loads(line)) and (status := session.changed_status()) is not None:
+        tracker.upsert(json.loads(line)["object"], time.time())
+        if tracker.changed:
+            status = tracker.status(time.time())
             status.summary()
             outcome = evaluate(Mode.BETWEEN_GRAPH, replicas, status).outcome
     return time.process_time() - t0, outcome

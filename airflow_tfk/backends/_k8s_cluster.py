@@ -156,8 +156,12 @@ class ClusterTracker:
     through a fresh tracker), so the watch and a single list cannot disagree.
     """
 
-    def __init__(self, interp: Interpreter) -> None:
+    def __init__(self, interp: Interpreter, partial: bool = False) -> None:
         self.interp = interp
+        # partial: the pods are only those a wait read for trouble (pending or failed); a
+        # Job's other unfinished indexes run or wait as its ready count says.
+        self.partial = partial
+        self._running: set[TaskKey] = set()
         self.jobs: dict[str, JobInfo] | None = None
         self._pods: dict[str, tuple[TaskKey | None, dict[str, Any]]] = {}  # uid -> (task, pod)
         self._groups: dict[TaskKey, dict[str, dict[str, Any]]] = {}  # task -> uid -> pod
@@ -186,6 +190,31 @@ class ClusterTracker:
     def set_jobs(self, jobs: dict[str, JobInfo] | None, now: float = 0.0) -> None:
         self.jobs = jobs
         self._rebuild(now or time.time())
+
+    def set_job(self, role: str, job: JobInfo | None, now: float) -> None:
+        """One Job changed (None: deleted). Only the indexes whose word changed are judged
+        again: a 2,000-worker Job changes hundreds of times while it runs."""
+        old = (self.jobs or {}).get(role)
+        jobs = dict(self.jobs or {})
+        if job is None:
+            jobs.pop(role, None)
+        else:
+            jobs[role] = job
+        self.jobs = jobs
+        exists = bool(self._pods) or bool(jobs)
+        if old is None or job is None or old.failed != job.failed or old.completions != job.completions:
+            self._rebuild(now)
+            return
+        if exists != self._exists:
+            self._rebuild(now)
+            return
+        running = {k for k in self._running if k[0] == role}
+        now_running = set(self._ready_untracked(job)) if self.partial else set()
+        self._running = (self._running - running) | now_running
+        indexes = (old.completed_indexes ^ job.completed_indexes) | (old.failed_indexes ^ job.failed_indexes)
+        keys = {(role, i) for i in indexes} | (running ^ now_running)
+        for key in sorted(keys):
+            self._refresh(key, now)
 
     def upsert(self, pod: dict[str, Any], now: float) -> None:
         """A pod was added or modified."""
@@ -286,12 +315,19 @@ class ClusterTracker:
             return None, None
         job = (self.jobs or {}).get(role)
         group = self._groups.get(key)
+        if job is not None and index in job.completed_indexes:
+            group = None  # the Job's word: the index is done, whatever older pods said
         if group:
             pods = sorted(group.values(), key=_sort_key)
             self.interp.known[key] = job is not None or any(is_job_pod(p) for p in pods)
             return self.interp._task(key, pods, job, now)
         if job is not None and index < job.completions:
-            return self.interp._podless(job, index), None
+            task = self.interp._podless(job, index)
+            if self.partial:
+                self.interp.known[key] = True
+                if key in self._running:
+                    task = TaskStatus(role, index, Phase.RUNNING)
+            return task, None
         is_job = self.interp.known.get(key)
         if not self._exists or is_job is None:
             return None, None
@@ -299,6 +335,17 @@ class ClusterTracker:
             message = f"the {role} Job was deleted while the task ran"
             return TaskStatus(role, index, Phase.FAILED, "Deleted", message), None
         return None, None
+
+    def _ready_untracked(self, job: JobInfo) -> list[TaskKey]:
+        """The unfinished indexes that a partial tracker counts as running: as many as the
+        Job has ready pods, of those with no pod read (a read pod says for itself). Which
+        ones is known only for the pods read; the rest are taken in index order."""
+        if job.failed:
+            return []
+        done = job.completed_indexes | job.failed_indexes
+        ready = job.active if job.ready is None else job.ready
+        keys = ((job.role, i) for i in range(job.completions) if i not in done)
+        return [k for k in keys if k not in self._groups][:ready]
 
     def _refresh(self, key: TaskKey, now: float) -> None:
         task, deadline = self._value(key, now)
@@ -339,8 +386,11 @@ class ClusterTracker:
         self._deadlines.clear()
         self._heap.clear()
         keys = set(self._groups)
+        self._running.clear()
         for job in (self.jobs or {}).values():
             keys.update((job.role, i) for i in range(job.completions))
+            if self.partial:
+                self._running.update(self._ready_untracked(job))
         keys.update(self.interp.known)
         for key in keys:
             self._refresh(key, now)

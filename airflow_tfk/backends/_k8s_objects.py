@@ -11,8 +11,8 @@ from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.backends._k8s_plan import Plan, Request
+from airflow_tfk.backends._k8s_reads import LABEL_DELETED_CLUSTER
 from airflow_tfk.backends._k8s_status import parse_time
-from airflow_tfk.backends._k8s_watch import LABEL_DELETED_CLUSTER
 from airflow_tfk.backends.base import ClusterOwner, ClusterRef
 from airflow_tfk.kube.api import BY_KIND
 from airflow_tfk.naming import RunIdentity

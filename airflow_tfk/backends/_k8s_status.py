@@ -95,6 +95,9 @@ class JobInfo:
     complete: bool = False
     completed_indexes: frozenset[int] = frozenset()
     failed_indexes: frozenset[int] = frozenset()
+    active: int = 0  # pods not finished
+    ready: int | None = None  # of those, ready (None: a server that does not count them)
+    failed_pods: int = 0  # pods that failed and were counted (status.failed)
 
 
 def job_info(job: dict[str, Any]) -> JobInfo | None:
@@ -125,6 +128,9 @@ def job_info(job: dict[str, Any]) -> JobInfo | None:
         complete=complete,
         completed_indexes=frozenset(parse_index_ranges(status.get("completedIndexes"))),
         failed_indexes=frozenset(parse_index_ranges(status.get("failedIndexes"))),
+        active=int(status.get("active") or 0),
+        ready=None if status.get("ready") is None else int(status["ready"]),
+        failed_pods=int(status.get("failed") or 0),
     )
 
 
@@ -212,6 +218,11 @@ def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
 def pod_id(pod: dict[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return meta.get("uid") or meta.get("name", "")
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    cond = _condition(pod, "Ready") or {}
+    return cond.get("status") == "True"
 
 
 def is_job_pod(pod: dict[str, Any]) -> bool:

@@ -1,13 +1,21 @@
-"""What a wait reads from Kubernetes: one pod watch for the whole wait, the status, a
-task's log, Kueue's reason.
+"""What a wait reads from Kubernetes: one Job watch for the whole wait, and the pods only
+when a Job says some are in trouble.
 
-:class:`KubernetesWatcher` lists the Jobs and the pods once, then keeps a single pod watch
-on the cluster's label selector open for as long as the wait lasts, re-opening it from
-its resourceVersion only when a timeout is due, the Jobs must be listed again, or the
-server ends it (a 410 lists again). Each event updates the :class:`ClusterTracker` in O(1)
-of the cluster's size; a status is queued for the wait only when a task changed. The
-one-shot reads are request plans (:mod:`._k8s_plan`) that the backend's blocking
-``status``/``logs`` run with the sync client and the watcher with the async one.
+Why Jobs and not pods: a Job's status carries what the success policies need (completed
+and failed indexes, the Failed condition) and how many of its pods run and are ready, in
+one object per role, so what a wait reads and keeps is flat in the number of workers (a
+pod watch read every pod several times: 80 MB at 2,000 workers). Pods are read, by a list
+limited to the role and to one phase, only for what a Job cannot say:
+
+- a Job counts a failure the last read did not see: its failed pods, before the status
+  that shows the failure, so the verdict has the pod's reason and exit code;
+- a Job has pods that are not ready: a page of its pending pods, soon and then less and
+  less often (and when a timeout of one of them is due), for Unschedulable, image pull
+  and container errors.
+
+:class:`KubernetesWatcher` lists the Jobs once and keeps a single Job watch open, from its
+resourceVersion, for as long as the wait lasts; its one-shot reads (a task's log, Kueue's
+reason) are the request plans of :mod:`._k8s_reads`.
 """
 
 from __future__ import annotations
@@ -22,93 +30,67 @@ from typing import Any
 
 from airflow_tfk import naming
 from airflow_tfk.backends._k8s_cluster import ClusterTracker, Interpreter
-from airflow_tfk.backends._k8s_plan import Plan, Request, arun, list_plan, reraise
+from airflow_tfk.backends._k8s_plan import LIST_PAGE, Plan, Request, arun, list_plan, reraise
+from airflow_tfk.backends._k8s_reads import (
+    ACTIVITY_LOG,
+    deleted_reason_plan,
+    jobs_of,
+    jobset_exists_plan,
+    pod_log_plan,
+    queue_plan,
+)
 from airflow_tfk.backends._k8s_status import (
-    LABEL_COMPLETION_INDEX,
     JobInfo,
-    is_job_pod,
+    is_ready,
     job_info,
     log_line_time,
-    newest_pod,
-    task_key,
 )
 from airflow_tfk.backends.base import Backend, ClusterRef, ClusterWatcher
-from airflow_tfk.kube.api import BY_KIND, AsyncApi, Kind, error_message
+from airflow_tfk.kube.api import BY_KIND, AsyncApi, error_message
 from airflow_tfk.kube.retry import is_transient
-from airflow_tfk.naming import LABEL_PREFIX
 from airflow_tfk.status import Activity, ClusterStatus
 
 log = logging.getLogger(__name__)
 
-# A Job task vanished: look at the Jobs again, but not more often than this.
-JOB_REFRESH_INTERVAL = 2.0
-# A Job can change with no pod event (deleted or failed while queued, with no pod): the
-# Jobs (a few objects, not the pods) are listed again this often, and sooner while the
-# cluster has no pod at all. With pods, a Job's end or deletion also ends or deletes its
-# pods, which the watch sees: the relist is a backstop, and each one also re-opens the
-# pod watch, so it sets what a waiting training costs the API server while nothing moves.
-JOB_RELIST_SECONDS = 240.0
-JOB_RELIST_PODLESS_SECONDS = 10.0
+# A Job with pods that are not ready: its pending pods are read this soon, then at twice
+# the last gap, up to the most (a 2,000-worker start takes tens of seconds; each read is
+# one page, so it costs the same at any size).
+PENDING_FIRST_READ = 2.0
+PENDING_READ_MAX = 30.0
+PENDING_PAGE = 100
 MAX_WATCH_SECONDS = 300
 STREAM_RETRIES = 5
-LABEL_DELETED_CLUSTER = f"{LABEL_PREFIX}/deleted-cluster"
 # Statuses the watch may run ahead of the wait before it stops reading the stream.
 QUEUED_STATUSES = 256
+FAILED, PENDING, RUNNING = "Failed", "Pending", "Running"
+MANY_PAGES = 40  # 20,000 pods: every pod of the largest cluster a spec allows
 
 
-def jobs_of(items: list[dict[str, Any]]) -> dict[str, JobInfo]:
-    """The cluster's Jobs by role."""
-    out = {}
-    for job in items:
-        info = job_info(job)
-        if info is not None:
-            out[info.role] = info
-    return out
-
-
-def deleted_reason_plan(ref: ClusterRef) -> Plan:
-    """The message of the newest ``TFClusterDeleted`` Event of the cluster, or ""."""
-    result = yield Request(
-        "GET",
-        BY_KIND["Event"].collection(ref.namespace),
-        {"labelSelector": f"{LABEL_DELETED_CLUSTER}={ref.name}"},
-        optional=True,
-    )
-    events = (result[1] or {}).get("items") or [] if result else []
-    if not events:
-        return ""
-    newest = max(events, key=lambda e: (e.get("lastTimestamp") or "", e["metadata"].get("name", "")))
-    return str(newest.get("message") or "")
-
-
-def jobset_exists_plan(ref: ClusterRef) -> Plan:
-    """Whether the cluster has a JobSet (``layout: jobset``). Its Jobs can be missing while
-    it exists: the JobSet controller makes them after the JobSet, and with the real Kueue
-    and JobSet controllers a queued JobSet was seen without Jobs for a moment well after
-    its create. That is no reason to call the cluster deleted. Without the JobSet API
-    (404) there is none."""
-    result = yield Request(
-        "GET",
-        BY_KIND["JobSet"].collection(ref.namespace),
-        {"labelSelector": ref.label_selector},
-        optional=True,
-    )
-    body = (result[1] if result else None) or {}
-    return bool(body.get("items"))
+def failure_mark(job: JobInfo | None) -> tuple[Any, ...]:
+    """What a Job says of its failures: a read of its failed pods is due when it changes."""
+    if job is None:
+        return (0, frozenset(), None)
+    return (job.failed_pods, job.failed_indexes, job.failed)
 
 
 class WatchSession:
-    """State of one watch: the tracked pods, the Jobs, the resourceVersion. No I/O."""
+    """State of one wait: the Jobs, the pods read for trouble, the Job watch's
+    resourceVersion, when each read is due. No I/O."""
 
     def __init__(self, interp: Interpreter) -> None:
-        self.tracker = ClusterTracker(interp)
+        self.tracker = ClusterTracker(interp, partial=True)
         self.rv: str | None = None
-        self.events = 0  # pod events applied (the bench prints events/s)
-        self._jobs_due = True
-        self._jobs_listed_at = -math.inf
+        self.events = 0  # Job events applied
+        self._jobs: dict[str, JobInfo] = {}
+        self._pods: dict[tuple[str, str], list[dict[str, Any]]] = {}  # (role, phase) -> pods
+        self._failures_read: dict[str, tuple[Any, ...]] = {}  # role -> failure_mark read at
+        self._pending_due: dict[str, float] = {}  # role -> monotonic time of its next read
+        self._pending_gap: dict[str, float] = {}
+        self._thorough: set[str] = set()  # roles whose next read looks at running pods too
+        self.log_pods: dict[tuple[str, int], list[dict[str, Any]]] = {}  # the pod a log read found
         self._deadline: float | None = None  # wall clock: a timeout may flip a task
         self._failures = 0
-        self._opened_with: tuple[bool, float | None] = (False, None)
+        self._watch_ends = math.inf  # monotonic end of the current watch request
         self._yielded_reason: str | None = None
         self.deleted_reason: str | None = None  # looked up once the cluster is gone
 
@@ -116,36 +98,24 @@ class WatchSession:
     def jobs(self) -> dict[str, JobInfo] | None:
         return self.tracker.jobs
 
-    # jobs
-    def needs_jobs(self) -> bool:
-        return time.monotonic() >= self._jobs_listed_at + self._jobs_every()
-
-    def _jobs_every(self) -> float:
-        if self._jobs_due:
-            return JOB_REFRESH_INTERVAL
-        return JOB_RELIST_SECONDS if self.tracker.has_pods else JOB_RELIST_PODLESS_SECONDS
-
-    def jobs_missing(self) -> None:
-        """No pod and no Job, but the cluster is there (its JobSet): list the Jobs again."""
-        self._jobs_due = True
-
-    def set_jobs(self, jobs: dict[str, JobInfo]) -> None:
-        self.tracker.set_jobs(jobs, time.time())
-        self._jobs_due = False
-        self._jobs_listed_at = time.monotonic()
-
-    # pods
-    def reset(self, pods: list[dict[str, Any]], rv: str | None) -> None:
-        self.tracker.reset(pods, self.tracker.jobs, time.time())
+    def set_jobs(self, jobs: dict[str, JobInfo], rv: str | None = None) -> None:
+        """A fresh list of the Jobs (and where their watch starts). A Job that already has
+        pods not ready (a wait that reattaches) has them read at once, running ones too."""
+        self._jobs = dict(jobs)
         self.rv = rv or "0"
+        for role, job in jobs.items():
+            if job.ready is not None and job.active > job.ready and role not in self._pending_due:
+                self._pending_due[role] = time.monotonic()
+                self._thorough.add(role)
+        self._update()
 
     def on_event(self, event: dict[str, Any]) -> bool:
-        """Apply one watch event; True when the pods changed."""
+        """Apply one Job watch event; True when a Job changed."""
         kind = event.get("type")
         obj = event.get("object") or {}
         if kind == "ERROR":
             log.info(
-                "kubernetes: pod watch ended by the server (%s %s); listing again",
+                "kubernetes: Job watch ended by the server (%s %s); listing again",
                 obj.get("code"),
                 obj.get("message", ""),
             )
@@ -154,21 +124,87 @@ class WatchSession:
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if rv:
             self.rv = rv
-        if kind == "BOOKMARK":
+        info = job_info(obj) if kind != "BOOKMARK" else None
+        if info is None:
             return False
         self.events += 1
-        key = task_key(obj)
-        if kind == "DELETED":
-            self.tracker.remove(obj, time.time())
-            if key and is_job_pod(obj) and not self.tracker.pods_of(key):
-                self._jobs_due = True  # did the Job fail, finish or go away?
-        else:
-            self.tracker.upsert(obj, time.time())
-            jobs = self.tracker.jobs
-            if key and jobs is not None and key[0] not in jobs and is_job_pod(obj):
-                self._jobs_due = True  # a Job created after the session began
+        if kind != "DELETED":
+            self._jobs[info.role] = info
+        elif info.role in self._jobs and self._jobs[info.role].name == info.name:
+            del self._jobs[info.role]
         self._failures = 0
+        self._update(info.role)
         return True
+
+    def _update(self, changed: str | None = None) -> None:
+        """Schedule the pod reads the Jobs call for, drop the pods they no longer need,
+        and re-judge the cluster (only the ``changed`` role's Job, if its pods stay)."""
+        now = time.monotonic()
+        pods_before = len(self._pods)
+        for role, job in self._jobs.items():
+            if job.ready is not None and job.active > job.ready:
+                self._pending_due.setdefault(role, now + PENDING_FIRST_READ)
+            else:  # every pod that runs is ready: nothing pending to explain
+                self._pending_due.pop(role, None)
+                self._pending_gap.pop(role, None)
+                self._thorough.discard(role)
+                self._pods.pop((role, PENDING), None)
+        for key in [k for k in self._pods if k[0] not in self._jobs]:
+            del self._pods[key]
+        if changed is not None and len(self._pods) == pods_before:
+            self.tracker.set_job(changed, self._jobs.get(changed), time.time())
+            return
+        pods = [p for group in self._pods.values() for p in group]
+        self.tracker.reset(pods, dict(self._jobs), time.time())
+
+    # the pod reads
+    def failed_reads(self) -> list[str]:
+        """Roles whose Job counts a failure that their last read of failed pods did not see."""
+        return [
+            r
+            for r, job in self._jobs.items()
+            if failure_mark(job) != self._failures_read.get(r, failure_mark(None))
+        ]
+
+    def pending_reads(self) -> list[tuple[str, int]]:
+        """Roles whose pods that are not ready are due to be read (a timeout due counts for
+        all), each with how many such pods its Job counts. A read is of one page of the
+        role's pending pods; a thorough one (see :meth:`thorough`) looks at the running
+        pods as well."""
+        now, late = time.monotonic(), self._deadline is not None and time.time() >= self._deadline
+        due = [r for r, at in self._pending_due.items() if late or now >= at]
+        return [(r, self._jobs[r].active - (self._jobs[r].ready or 0)) for r in due]
+
+    def thorough(self, role: str) -> bool:
+        """Whether a read of the role's pods that are not ready must list its running pods
+        too, if its pending pods do not account for them all: a container can fail to
+        start in a running pod (a sidecar in CrashLoopBackOff). Every running pod is a
+        costly read, so only when the wait starts on a cluster that has such pods, and
+        once they have stayed not ready for a minute."""
+        return role in self._thorough or self._pending_gap.get(role, 0.0) >= PENDING_READ_MAX
+
+    def set_pods(self, role: str, phase: str, pods: list[dict[str, Any]], mark: tuple[Any, ...] = ()) -> None:
+        """What a read of the role's pods in ``phase`` found (``mark``: the Job's failures
+        the read of failed pods answers)."""
+        for key in [k for k in self.log_pods if k[0] == role]:
+            del self.log_pods[key]  # a retry may have made a newer pod
+        if phase == FAILED:
+            self._failures_read[role] = mark
+        elif role in self._pending_due:
+            gap = self._pending_gap[role] = min(PENDING_READ_MAX, 2 * self._pending_gap.get(role, 1.0))
+            self._pending_due[role] = time.monotonic() + gap
+            self._thorough.discard(role)
+        else:
+            return  # ready by the time the read answered
+        self._pods[(role, phase)] = pods
+        self._update()
+
+    def next_due(self) -> float:
+        """Seconds until a pod read or a timeout is due (inf: none)."""
+        due = [d - time.monotonic() for d in self._pending_due.values()]
+        if self._deadline is not None:
+            due.append(self._deadline - time.time() + 0.5)
+        return max(0.0, min(due, default=math.inf))
 
     def changed_status(self) -> ClusterStatus | None:
         """The status if a task (or the deleted reason) changed since the last one."""
@@ -186,110 +222,42 @@ class WatchSession:
         return {"labelSelector": ref.label_selector, "resourceVersion": self.rv, "allowWatchBookmarks": True}
 
     def watch_seconds(self, left: float) -> int:
-        """How long the next watch request may stay open before something is due."""
-        self._opened_with = (self._jobs_due, self._deadline)
-        wait = min(left, MAX_WATCH_SECONDS)
-        if self._deadline is not None:
-            wait = min(wait, max(0.0, self._deadline - time.time()) + 0.5)
-        wait = min(wait, max(0.0, self._jobs_listed_at + self._jobs_every() - time.monotonic()))
-        return max(1, math.ceil(wait))
+        """How long the next watch request may stay open before a read or a timeout is due."""
+        wait = max(1, math.ceil(min(left, MAX_WATCH_SECONDS, self.next_due())))
+        self._watch_ends = time.monotonic() + wait
+        return wait
 
     def should_reopen(self) -> bool:
         """End the current watch request: something is due before the server would end it."""
-        if self.rv is None or self.needs_jobs():
-            return True
-        jobs_due, deadline = self._opened_with
-        if self._jobs_due and not jobs_due:
-            return True  # reopen with a timeout that ends when the Job list is due
-        if self._deadline is not None and (deadline is None or self._deadline < deadline):
-            return True  # a new, earlier timeout appeared
-        return self._deadline is not None and time.time() >= self._deadline
+        return self.rv is None or time.monotonic() + self.next_due() < self._watch_ends - 0.5
 
     def stream_failed(self, exc: BaseException) -> float:
         """A watch request broke: list again after the returned delay, or raise."""
         self._failures += 1
         if not is_transient(exc) or self._failures > STREAM_RETRIES:
-            reraise("watch pods", exc)
-        log.warning("kubernetes: pod watch failed (%s); listing again", error_message(exc))
+            reraise("watch jobs", exc)
+        log.warning("kubernetes: Job watch failed (%s); listing again", error_message(exc))
         self.rv = None
         return min(2.0**self._failures / 4, 5.0)
 
 
-# -- one-shot reads, for both clients ----------------------------------------------------------
-def status_plan(
-    ref: ClusterRef, interp: Interpreter, job_cache: dict[ClusterRef, dict[str, JobInfo]]
-) -> Plan:
-    """One pod list; the Jobs (retry settings) are listed once and when a Job task vanished."""
-    pods, _ = yield from list_plan(ref, "Pod")
-    jobs = job_cache.get(ref)
-    if jobs is None or jobs_stale(interp, pods, jobs):
-        items, _ = yield from list_plan(ref, "Job")
-        jobs = job_cache[ref] = jobs_of(items)
-    status, _ = interp.status(pods, jobs, time.time())
-    if not status.exists and (yield from jobset_exists_plan(ref)):
-        job_cache.pop(ref, None)  # its JobSet is (re)making the Jobs: list them next time
-        return dataclasses.replace(status, exists=True)
-    if not status.exists:
-        reason = yield from deleted_reason_plan(ref)
-        status = dataclasses.replace(status, deleted_reason=reason)
-    return status
-
-
-def jobs_stale(interp: Interpreter, pods: list[dict[str, Any]], jobs: dict[str, JobInfo]) -> bool:
-    """Do the cached Jobs still explain these pods? (Spec fields are immutable; only
-    outcomes change, and a Job's outcome shows as its pods going away.)"""
-    if not pods:
-        return True
-    present = {task_key(p) for p in pods}
-    for key, is_job in interp.known.items():
-        if is_job and key not in present and key[0] not in interp.ignored_roles:
-            return True
-    return any(is_job_pod(p) and (task_key(p) or ("", 0))[0] not in jobs for p in pods)
-
-
-def pod_log_plan(
-    ref: ClusterRef, role: str, index: int, params: dict[str, Any], seen: WatchSession | None = None
-) -> Plan:
-    """The log of a task's newest pod ("" when it has none yet). The pod comes from the
-    watch ``seen`` when one is current, else from a list of the task's pods only."""
-    selector = f"{ref.label_selector},{naming.LABEL_ROLE}={role}"
-    pod = None
-    if seen is not None and seen.rv is not None:
-        pod = newest_pod(seen.tracker.pods_of((role, index)))
-    if pod is None:
-        # List the task's pods only, not the role's (600 workers: a few MB per read);
-        # the index label is set by the Job controller (>= 1.28).
-        pods, _ = yield from list_plan(ref, "Pod", f"{selector},{LABEL_COMPLETION_INDEX}={index}")
-        pod = newest_pod(p for p in pods if task_key(p) == (role, index))
-    if pod is None:  # an older controller without the label, or an earlier PS StatefulSet
-        pods, _ = yield from list_plan(ref, "Pod", selector)
-        pod = newest_pod(p for p in pods if task_key(p) == (role, index))
-    if pod is None:
-        return ""
-    containers = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-    container = "tensorflow" if "tensorflow" in containers else (containers[0] if containers else None)
-    path = BY_KIND["Pod"].item(ref.namespace, pod["metadata"]["name"]) + "/log"
-    # 400: the container has not started yet; 404: the pod just went away.
-    result = yield Request(
-        "GET", path, {"container": container, **params}, text=True, what=f"logs of {role}-{index}"
-    )
-    return str(result[1]) if result else ""
-
-
-ACTIVITY_LOG = {"tailLines": 1, "timestamps": "true"}
-
-
-def queue_plan(ref: ClusterRef) -> Plan:
-    """Kueue's pending reason for the cluster's Workloads; None when nothing waits or
-    Kueue is not installed (its API answers 404)."""
-    from airflow_tfk.backends._kueue import WORKLOAD_API_VERSIONS, queue_message
-
-    for version in WORKLOAD_API_VERSIONS:
-        kind = Kind("Workload", version, "workloads")
-        result = yield Request("GET", kind.collection(ref.namespace), optional=True)
-        if result is not None:
-            return queue_message((result[1] or {}).get("items") or [], ref.name)
-    return None
+def pods_plan(ref: ClusterRef, role: str, phase: str, pages: int) -> Plan:
+    """The role's pods in one phase, at most ``pages`` pages of them."""
+    query: dict[str, Any] = {
+        "labelSelector": f"{ref.label_selector},{naming.LABEL_ROLE}={role}",
+        "fieldSelector": f"status.phase={phase}",
+        "limit": PENDING_PAGE if pages == 1 else LIST_PAGE,
+    }
+    items: list[dict[str, Any]] = []
+    for _ in range(pages):
+        result = yield Request("GET", BY_KIND["Pod"].collection(ref.namespace), query)
+        body = (result[1] if result else None) or {}
+        items += body.get("items") or []
+        more = (body.get("metadata") or {}).get("continue")
+        if not more:
+            break
+        query = {**query, "continue": more}
+    return items
 
 
 # -- the wait's watcher ---------------------------------------------------------------------
@@ -318,7 +286,18 @@ class KubernetesWatcher(ClusterWatcher):
         self._getter: asyncio.Future[ClusterStatus | Exception] | None = None
 
     async def status(self) -> ClusterStatus:
-        status: ClusterStatus = await arun(self.api, status_plan(self.ref, self.interp, self.job_cache))
+        """The status now, read as the wait reads it (a sensor's poke): the Jobs, and the
+        pods they call for (a fresh session: a wait that starts on what it finds)."""
+        session = WatchSession(self.interp)
+        items, rv = await arun(self.api, list_plan(self.ref, "Job"))
+        session.set_jobs(jobs_of(items), rv)
+        await self._read_pods(session)
+        status = session.tracker.status(time.time())
+        if not status.exists and await arun(self.api, jobset_exists_plan(self.ref)):
+            return dataclasses.replace(status, exists=True)  # its JobSet is making its Jobs
+        if not status.exists:
+            reason = await arun(self.api, deleted_reason_plan(self.ref))
+            status = dataclasses.replace(status, deleted_reason=reason)
         return status
 
     async def next(self, timeout: float) -> ClusterStatus | None:
@@ -365,27 +344,19 @@ class KubernetesWatcher(ClusterWatcher):
     async def _read(self) -> None:
         try:
             while True:
-                await self._list()
+                if self.session.rv is None:
+                    items, rv = await arun(self.api, list_plan(self.ref, "Job"))
+                    self.session.set_jobs(jobs_of(items), rv)
                 await self._emit()
                 await self._watch()
         except Exception as exc:  # the wait raises it
             await self._statuses.put(exc)
 
-    async def _list(self) -> None:
-        session = self.session
-        if session.needs_jobs():
-            items, _ = await arun(self.api, list_plan(self.ref, "Job"))
-            session.set_jobs(jobs_of(items))
-            self.job_cache[self.ref] = session.jobs or {}
-        if session.rv is None:
-            pods, rv = await arun(self.api, list_plan(self.ref, "Pod"))
-            session.reset(pods, rv)
-
     async def _watch(self) -> None:
         """One watch request, until the server ends it or something is due first; after
         a broken one, a pause before the list that starts the next."""
         session = self.session
-        path = BY_KIND["Pod"].collection(self.ref.namespace)
+        path = BY_KIND["Job"].collection(self.ref.namespace)
         seconds = session.watch_seconds(MAX_WATCH_SECONDS)
         delay = 0.0
         async with aclosing(self.api.watch(path, session.watch_query(self.ref), seconds)) as events:
@@ -404,13 +375,27 @@ class KubernetesWatcher(ClusterWatcher):
         if delay:
             await asyncio.sleep(delay)
 
+    async def _read_pods(self, session: WatchSession) -> None:
+        """The pod reads that are due, before the status they explain."""
+        for role in session.failed_reads():
+            mark = failure_mark((session.jobs or {}).get(role))
+            pods = await arun(self.api, pods_plan(self.ref, role, FAILED, pages=MANY_PAGES))
+            session.set_pods(role, FAILED, pods, mark)
+        for role, not_ready in session.pending_reads():
+            pods = await arun(self.api, pods_plan(self.ref, role, PENDING, pages=1))
+            if len(pods) < min(not_ready, PENDING_PAGE) and session.thorough(role):
+                running = await arun(self.api, pods_plan(self.ref, role, RUNNING, pages=MANY_PAGES))
+                pods += [p for p in running if not is_ready(p)]
+            session.set_pods(role, PENDING, pods)
+
     async def _emit(self) -> None:
         session = self.session
+        await self._read_pods(session)
         if not session.tracker.exists and session.deleted_reason is None:
             if await arun(self.api, jobset_exists_plan(self.ref)):
-                session.jobs_missing()  # not gone: its Jobs are being made; nothing to say yet
-                return
+                return  # not gone: its JobSet is making its Jobs, which the watch will see
             session.deleted_reason = await arun(self.api, deleted_reason_plan(self.ref))
+        self.job_cache[self.ref] = dict(session.jobs or {})
         status = session.changed_status()
         if status is not None:
             await self._statuses.put(status)

@@ -35,14 +35,9 @@ from airflow_tfk.backends._k8s_objects import (
     served_plan,
 )
 from airflow_tfk.backends._k8s_plan import Plan, Request, arun, list_plan, reraise, run, single
+from airflow_tfk.backends._k8s_reads import ACTIVITY_LOG, pod_log_plan, queue_plan, status_plan
 from airflow_tfk.backends._k8s_status import JobInfo, log_line_time
-from airflow_tfk.backends._k8s_watch import (
-    ACTIVITY_LOG,
-    KubernetesWatcher,
-    pod_log_plan,
-    queue_plan,
-    status_plan,
-)
+from airflow_tfk.backends._k8s_watch import KubernetesWatcher
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef, ClusterWatcher, RunExport
 from airflow_tfk.constants import (
     FIELD_MANAGER,

@@ -20,7 +20,9 @@ Implemented:
   is ``Orphan``, as on the real server);
 - pod logs (``tailLines``);
 - a crude Job controller: an Indexed Job gets one pod per completion index, with the
-  labels/annotations the real controller sets;
+  labels/annotations the real controller sets, and its status counts its pods (active,
+  ready, failed, completedIndexes) as they change;
+- ``fieldSelector=status.phase=<phase>`` on pod lists;
 - test controls to set pod states (running, succeeded, failed with an exit code,
   OOMKilled, waiting reasons such as ImagePullBackOff, unschedulable), retry a Job
   index, inject faults (status + Retry-After), count requests.
@@ -49,6 +51,7 @@ import yaml
 from airflow_tfk.kube.api import BY_KIND
 
 # plural -> (apiVersion, kind, namespaced): the kinds the provider's API layer knows
+ANN_INDEX = "batch.kubernetes.io/job-completion-index"
 KINDS = {k.plural: (k.api_version, k.kind, k.namespaced) for k in BY_KIND.values()}
 NO_COLLECTION_DELETE = {k.plural for k in BY_KIND.values() if not k.collection_delete}
 SERVER_META = (
@@ -258,7 +261,53 @@ class KubeApiDouble:
                 self.pods_by_task.setdefault(_task_of(ns, obj), {})[meta["name"]] = self.rv
             if emit:
                 self._emit("MODIFIED" if existed else "ADDED", plural, obj)
+            if plural == "pods":
+                self._count_job_pods(ns, obj)
             return obj
+
+    def _count_job_pods(self, ns: str, pod: dict[str, Any]) -> None:
+        """The owner Job's status, from its pods (as the Job controller counts them)."""
+        owner = next(
+            (r for r in pod["metadata"].get("ownerReferences") or [] if r.get("kind") == "Job"), None
+        )
+        job = self.objects.get(("jobs", ns, owner["name"])) if owner else None
+        if job is None:
+            return
+        pods = [
+            o
+            for (p, n, _), o in self.objects.items()
+            if p == "pods"
+            and n == ns
+            and any(r.get("uid") == owner["uid"] for r in o["metadata"].get("ownerReferences") or [])
+        ]
+        phases = [(o.get("status") or {}).get("phase") for o in pods]
+        done = sorted(
+            {
+                int(o["metadata"]["annotations"][ANN_INDEX])
+                for o, ph in zip(pods, phases, strict=True)
+                if ph == "Succeeded"
+            }
+        )
+        ready = sum(
+            1
+            for o in pods
+            if any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in (o.get("status") or {}).get("conditions") or []
+            )
+        )
+        status = {
+            **(job.get("status") or {}),
+            "active": sum(ph not in ("Succeeded", "Failed") for ph in phases),
+            "ready": ready,
+            "failed": phases.count("Failed"),
+            "succeeded": len(done),
+            "completedIndexes": ",".join(map(str, done)),
+        }
+        if status != job.get("status"):
+            job["status"] = status
+            self._bump(job)
+            self._emit("MODIFIED", "jobs", job)
 
     def _remove(self, plural: str, ns: str, name: str, propagation: str | None) -> dict | None:
         with self.cond:
@@ -269,6 +318,8 @@ class KubeApiDouble:
                 self.pods_by_task.get(_task_of(ns, obj), {}).pop(name, None)
             self._bump(obj)
             self._emit("DELETED", plural, obj)
+            if plural == "pods":
+                self._count_job_pods(ns, obj)
             if propagation is None:
                 propagation = "Orphan" if plural == "jobs" else "Background"
             uid = obj["metadata"]["uid"]
@@ -738,6 +789,10 @@ class _Handler(BaseHTTPRequestHandler):
             with api.lock:
                 items = api.list(plural, selector, ns or None)
                 rv = str(api.rv)
+            field = query.get("fieldSelector") or ""
+            if field.startswith("status.phase="):
+                phase = field.split("=", 1)[1]
+                items = [o for o in items if (o.get("status") or {}).get("phase", "Pending") == phase]
             # Pages as the API server serves them: every page of one list is of the same
             # snapshot (its resourceVersion), kept under the ``continue`` token.
             limit = int(query.get("limit") or 0)

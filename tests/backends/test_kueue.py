@@ -159,8 +159,7 @@ def test_a_jobset_whose_jobs_are_being_made_is_not_a_deleted_cluster():
     def run(jobsets: list[dict]) -> tuple[list[str], list[ClusterStatus], KubernetesWatcher]:
         api = Api(jobsets)
         watcher = KubernetesWatcher(None, ref, api, Interpreter(300, 120), {})  # type: ignore[arg-type]
-        watcher.session.set_jobs({})
-        watcher.session.reset([], "1")
+        watcher.session.set_jobs({}, "1")
 
         async def emit() -> list[ClusterStatus]:
             await watcher._emit()
@@ -171,6 +170,5 @@ def test_a_jobset_whose_jobs_are_being_made_is_not_a_deleted_cluster():
 
     asked, out, watcher = run([{"metadata": {"name": "t"}}])
     assert asked == ["jobsets"] and out == [] and watcher.session.deleted_reason is None
-    assert watcher.session._jobs_due  # the Jobs are listed again soon
     asked, out, watcher = run([])
     assert asked == ["jobsets", "events"] and [s.exists for s in out] == [False]

@@ -5,9 +5,9 @@ A fresh process because a triggerer's first trigger pays the imports its wait ne
 cncf hooks, the async Kubernetes client): in a test process they are usually loaded
 already, and the loop would look faster than a triggerer's.
 
-argv[1]: the trigger's serialized kwargs (JSON). argv[2]: seconds between the Jobs'
-relists (the real default is a minute; a short one makes a few-second run cross several
-of them). Output: ``{"event", "slow", "busy", "sessions", "requests"}``: the event's payload,
+argv[1]: the trigger's serialized kwargs (JSON). argv[2]: the longest a Job watch
+request lasts (the real default is five minutes; a short one makes a few-second run cross
+several of them). Output: ``{"event", "slow", "busy", "sessions", "requests"}``: the event's payload,
 the loop's "Executing ... took" warnings, the callbacks among them that used that long
 in CPU time, the async clients opened, and the API requests
 by (verb, kind).
@@ -102,7 +102,7 @@ def _time_callbacks(busy: list[str]) -> None:
 
 def main() -> None:
     kwargs = json.loads(sys.argv[1])
-    relist = float(sys.argv[2])
+    watch_seconds = int(sys.argv[2])
     slow = _Slow()
     logging.getLogger("asyncio").addHandler(slow)
     logging.getLogger("asyncio").setLevel(logging.WARNING)
@@ -131,7 +131,7 @@ def main() -> None:
     from airflow_tfk.backends import _k8s_watch
     from airflow_tfk.kube import connection
 
-    _k8s_watch.JOB_RELIST_SECONDS = relist
+    _k8s_watch.MAX_WATCH_SECONDS = watch_seconds
     original = connection.KubeConnection.async_api
 
     @contextlib.asynccontextmanager

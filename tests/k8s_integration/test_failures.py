@@ -159,7 +159,7 @@ def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_w
     137, in the same words whether the blocking wait (the operator's ``wait_for_cluster``:
     the wait on an event loop of its own) or the deferrable one (the trigger's
     ``Wait.run`` awaited) sees it. Both wait on the cluster at the same time, so each sees
-    the pods change through its own watch, not a fresh list.
+    the Jobs change through its own watch, not a fresh list.
 
     These assertions were in the HTTP double's async test until session 4 deleted it;
     KWOK now writes the pod's real OOMKilled status (exit code 137, reason annotation)."""
@@ -207,7 +207,7 @@ def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_w
     def both_say(summary: str) -> bool:
         return all(f"cluster: {summary}" in said for said in lines.values())
 
-    # Pod events each wait applied: each runs its event loop in a thread named for it.
+    # Job events each wait applied: each runs its event loop in a thread named for it.
     events = dict.fromkeys(lines, 0)
     on_event = WatchSession.on_event
 
@@ -238,7 +238,7 @@ def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_w
         assert (task.name, task.reason, task.exit_code) == ("worker-1", "OOMKilled", 137), (how, task)
         assert verdict.message == OOM_MESSAGE, (how, verdict.message)
         assert lines[how][-1] == "cluster: ps 1 running; worker 1 failed, 1 succeeded", (how, lines[how])
-        # Each saw the two workers change through its own pod watch (events applied), not
+        # Each saw the two workers change through its own Job watch (events applied), not
         # only through lists.
         assert events[how] >= 2, (how, events)
     # The two drivers are one loop: the same summaries in the same order, the same event
