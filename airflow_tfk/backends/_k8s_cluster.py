@@ -392,6 +392,8 @@ class ClusterTracker:
             if self.partial:
                 self._running.update(self._ready_untracked(job))
         keys.update(self.interp.known)
-        for key in keys:
+        # in (role, index) order: tasks that fail together are reported in the same order
+        # in every process (a set of str keys iterates in a per-process hash order)
+        for key in sorted(keys):
             self._refresh(key, now)
         self.changed = was_changed or (dict(self._tasks), self._exists) != before

@@ -188,7 +188,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     checked["backend_config"] = take(lambda: _backend_config(data, checked["backend"]))
     checked["sweep"] = take(lambda: _sweep(data.get("sweep"), params))
     if checked["publish"] is not None:
-        take(lambda: _publish_name(cluster, checked["publish"], checked["sweep"]))
+        take(lambda: _publish_name(cluster, checked["publish"]))
     errors.raise_if_any()
     # A declared key the DAG does not read is checked but not kept.
     kept = {f.name for f in dataclasses.fields(TrainingFile)}
@@ -233,7 +233,6 @@ def _sweep(value: object, params: Mapping[str, Mapping[str, Any]]) -> dict[str, 
 def _publish_name(
     cluster: Mapping[str, Any],
     publish: Mapping[str, Any],
-    sweep: Mapping[str, Any] | None,
 ) -> None:
     """Refuse a publish of another model than the one the training's args export.
 
@@ -241,10 +240,8 @@ def _publish_name(
     mismatch is certain, and refusing the file costs nothing, where the run would train in
     full and then find no version of the publish's name, or publish an older one a
     previous run left in the store under that name."""
-    from airflow_tfk.export_name import MODEL_NAME_FLAG, publish_name_mismatch
+    from airflow_tfk.export_name import publish_name_mismatch
 
-    if sweep is not None and MODEL_NAME_FLAG[2:] in (sweep.get("search_space") or {}):
-        return  # each trial names its own model
     why = publish_name_mismatch(cluster, publish.get("model_name"), prefix="cluster.")
     if why is not None:
         raise SpecError("publish.model_name", why)

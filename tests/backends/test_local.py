@@ -330,7 +330,9 @@ def test_task_failing_at_once_fails_the_training_with_its_last_log_lines(backend
     lines = lines[:-1]
     assert len(lines) == 20 and lines[-1] == "task worker-1 exiting with 3"
     assert "line 30" in lines and "line 10" not in lines
-    assert backend.status(ref).task("worker", 0).phase is Phase.RUNNING
+    # the failure ends no other task: the sleeping worker runs (it may start only now on a
+    # loaded machine) until the failure cleanup
+    wait_for(lambda: backend.status(ref).task("worker", 0).phase is Phase.RUNNING, what="worker-0 running")
     backend.delete(ref)  # failure cleanup
     recorder.assert_all_gone()
 

@@ -187,6 +187,9 @@ def test_a_publish_of_another_model_than_the_args_export_is_refused() -> None:
     assert info.value.field == "publish.model_name"
     assert "but cluster.args gives --tfk_model_name 'digits_v2'" in info.value.rule
     assert parse_training({**data, "publish": {"model_name": "digits_v2"}}, default_dag_id="t", source="t")
-    # a sweep whose search space names the model: each trial's own, nothing to compare
+    # a sweep's search space may not name the model (the winner is published by its name)
     sweep = {"n_trials": 2, "search_space": {"tfk_model_name": {"type": "categorical", "choices": ["a"]}}}
-    assert parse_training({**data, "sweep": sweep}, default_dag_id="t", source="t").sweep
+    with pytest.raises(SpecError, match="sweep.search_space.tfk_model_name"):
+        parse_training(
+            {**data, "publish": {"model_name": "digits_v2"}, "sweep": sweep}, default_dag_id="t", source="t"
+        )
