@@ -155,6 +155,12 @@ class ServingTarget(abc.ABC):
         the publish waits on exactly what clients reach either way."""
         return {self.kind: self}
 
+    def not_ready(self) -> list[str]:
+        """The replicas that run but take no client traffic yet (on Kubernetes: not Ready,
+        their readiness probe waiting for the ``stable`` version); none for a backend whose
+        server takes traffic as soon as it runs."""
+        return []
+
     def label_version(self, label: str) -> int | None:
         """The version ``label`` resolves to on the server, None if it does not (yet)."""
         try:

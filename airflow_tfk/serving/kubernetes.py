@@ -23,7 +23,7 @@ from airflow_tfk.kube.target import KubeTarget
 from airflow_tfk.protocol.digits import model_version
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import answer
-from airflow_tfk.serving._pods import PodHealth, is_running
+from airflow_tfk.serving._pods import PodHealth, is_ready, is_running
 from airflow_tfk.serving.base import (
     Emit,
     PredictError,
@@ -254,6 +254,13 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         if not running:
             return {f"Service {self.spec.resource}": self}
         return {name: self._on_pod(name) for name in running}
+
+    def not_ready(self) -> list[str]:
+        return sorted(
+            p["metadata"]["name"]
+            for p in self.pods(self.spec.namespace, self.server_selector())
+            if is_running(p) and not is_ready(p)
+        )
 
     def _on_pod(self, pod: str) -> KubernetesServing:
         view = copy.copy(self)

@@ -143,3 +143,22 @@ def wait_label(
             )
             return
         clock.sleep(poll)
+
+
+def wait_ready(target: ServingTarget, timeout: float, emit: Emit, poll: float, clock: Clock) -> None:
+    """Wait until every replica that runs takes client traffic: once the label resolves on
+    a replica, its readiness probe passes within one probe period, and the endpoint a
+    publish returns should answer when it returns (on a first publish no replica was in
+    the Service before). Only warns on timeout: the version is published either way."""
+    deadline = clock.deadline(timeout)
+    while True:
+        waiting = target.not_ready()
+        if not waiting:
+            return
+        if deadline.passed():
+            emit(
+                f"warning: {', '.join(waiting)} serve(s) the version but did not turn Ready "
+                f"within {timeout:.0f} s; the Service sends them traffic once they do"
+            )
+            return
+        clock.sleep(poll)

@@ -48,3 +48,15 @@ def test_with_no_pod_running_the_service_answers_why() -> None:
     target = _target([pod("tfs-m-a", phase="Pending", waiting="ContainerCreating")])
     views = target.replicas()
     assert list(views) == ["Service tfs-m"] and views["Service tfs-m"] is target
+
+
+def test_the_replicas_still_out_of_the_service_are_the_running_ones_not_ready() -> None:
+    target = _target(
+        [
+            pod("tfs-m-b", running=True, ready=True),
+            pod("tfs-m-a", running=True),
+            pod("tfs-m-c", phase="Pending", waiting="ContainerCreating"),
+            _gone(pod("tfs-m-d", running=True)),
+        ]
+    )
+    assert target.not_ready() == ["tfs-m-a"]
