@@ -151,6 +151,11 @@ def test_a_crash_loop_reads_the_log_of_the_run_that_crashed() -> None:
     assert health.api.asked == [True]
 
 
+def _starting(p: dict[str, Any]) -> dict[str, Any]:
+    p["status"]["containerStatuses"][0]["started"] = False  # its startup probe has not passed
+    return p
+
+
 def _gone(p: dict[str, Any]) -> dict[str, Any]:
     p["metadata"]["deletionTimestamp"] = "2027-01-15T08:01:00Z"
     return p
@@ -164,6 +169,7 @@ def _gone(p: dict[str, Any]) -> dict[str, Any]:
         (pod(phase="Pending", waiting="ContainerCreating"), False),
         (pod(waiting="CrashLoopBackOff", last=("Error", 3), restarts=1), False),
         (_gone(pod(running=True, ready=True)), False),  # terminating: leaves the Service
+        (_starting(pod(running=True)), False),  # its server does not listen yet
         (pod(phase="Succeeded", terminated=("Completed", 0)), False),
     ],
 )

@@ -135,6 +135,11 @@ def test_serving_is_ready_only_once_the_stable_version_answers():
     # a server still loading a big model is alive: liveness stays on the port
     assert c["livenessProbe"]["tcpSocket"] == {"port": "http"}
     assert c["livenessProbe"]["initialDelaySeconds"] == 30
+    # TF Serving listens only once its config's models loaded: until then only the startup
+    # probe runs, with the process start and the spec's load timeout as its budget
+    startup = c["startupProbe"]
+    assert startup["tcpSocket"] == {"port": "http"}
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= SPEC.load_timeout_seconds + 120
 
 
 def test_tensorboard_probes_are_not_the_servings():
