@@ -150,9 +150,10 @@ class ServingTarget(abc.ABC):
         return None
 
     def replicas(self) -> dict[str, ServingTarget]:
-        """The servers that take client traffic now, by name, each one asked on its own
-        (status, labels, ``:predict``). A backend with a single server answers itself, so
-        the publish waits on exactly what clients reach either way."""
+        """The servers that run now, by name, each one asked on its own (status, labels,
+        ``:predict``): those that take client traffic and those about to (see
+        :meth:`not_ready`). A backend with a single server answers itself, so the publish
+        waits on exactly what clients reach either way."""
         return {self.kind: self}
 
     def not_ready(self) -> list[str]:

@@ -3,8 +3,9 @@
 A deployment of several replicas reads one model config, but each replica applies it on
 its own (the kubelet refreshes each pod's copy of the ConfigMap at its own time, each
 server polls it on its own clock). A version counts as loaded, or a label as moved, only
-once every replica that takes client traffic reports it; asking through the Service
-would ask whichever replica the proxy picks. A single-server backend is its own only
+once every replica that runs reports it (one not taking client traffic yet takes it as
+soon as it serves the ``stable`` version); asking through the Service would ask
+whichever replica the proxy picks. A single-server backend is its own only
 replica, so the same waits serve it unchanged.
 """
 
