@@ -42,6 +42,20 @@ def is_ready(pod: dict[str, Any]) -> bool:
     return False
 
 
+def is_running(pod: dict[str, Any]) -> bool:
+    """The pod's containers all run and it is not going away: its server listens, or will
+    in a moment, whether or not it is Ready yet."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    return (
+        status.get("phase") == "Running"
+        and bool(containers)
+        and all("running" in (cs.get("state") or {}) and cs.get("started", True) for cs in containers)
+    )
+
+
 def _restarted(pod: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
     """(last termination, restart count) of the container that died last with a non-zero
     exit; None when none did."""

@@ -150,10 +150,17 @@ class ServingTarget(abc.ABC):
         return None
 
     def replicas(self) -> dict[str, ServingTarget]:
-        """The servers that take client traffic now, by name, each one asked on its own
-        (status, labels, ``:predict``). A backend with a single server answers itself, so
-        the publish waits on exactly what clients reach either way."""
+        """The servers that run now, by name, each one asked on its own (status, labels,
+        ``:predict``): those that take client traffic and those about to (see
+        :meth:`not_ready`). A backend with a single server answers itself, so the publish
+        waits on exactly what clients reach either way."""
         return {self.kind: self}
+
+    def not_ready(self) -> list[str]:
+        """The replicas that run but take no client traffic yet (on Kubernetes: not Ready,
+        their readiness probe waiting for the ``stable`` version); none for a backend whose
+        server takes traffic as soon as it runs."""
+        return []
 
     def label_version(self, label: str) -> int | None:
         """The version ``label`` resolves to on the server, None if it does not (yet)."""

@@ -23,7 +23,7 @@ from airflow_tfk.kube.target import KubeTarget
 from airflow_tfk.protocol.digits import model_version
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import answer
-from airflow_tfk.serving._pods import PodHealth, is_ready
+from airflow_tfk.serving._pods import PodHealth, is_ready, is_running
 from airflow_tfk.serving.base import (
     Emit,
     PredictError,
@@ -238,17 +238,29 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
 
     # -- the replicas, each asked through its own pod proxy ----------------------------------
     def replicas(self) -> dict[str, ServingTarget]:
-        """The Ready serving pods, each as a view whose requests go through the API
-        server's pod proxy; the Service itself while no pod is Ready (its proxy's answer
-        then says why nothing serves)."""
-        ready = sorted(
+        """The serving pods that run, Ready or not, each as a view whose requests go
+        through the API server's pod proxy; the Service itself while none runs (its
+        proxy's answer then says why nothing serves).
+
+        Not only the Ready ones: a pod is Ready once the ``stable`` label's version
+        answers (the readiness probe), so on a first publish none is, and a pod that
+        started during a publish must load the new version too before it may be
+        counted as having it."""
+        running = sorted(
             p["metadata"]["name"]
             for p in self.pods(self.spec.namespace, self.server_selector())
-            if is_ready(p) and not p["metadata"].get("deletionTimestamp")
+            if is_running(p)
         )
-        if not ready:
+        if not running:
             return {f"Service {self.spec.resource}": self}
-        return {name: self._on_pod(name) for name in ready}
+        return {name: self._on_pod(name) for name in running}
+
+    def not_ready(self) -> list[str]:
+        return sorted(
+            p["metadata"]["name"]
+            for p in self.pods(self.spec.namespace, self.server_selector())
+            if is_running(p) and not is_ready(p)
+        )
 
     def _on_pod(self, pod: str) -> KubernetesServing:
         view = copy.copy(self)

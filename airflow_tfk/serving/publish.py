@@ -31,10 +31,13 @@ from airflow_tfk.deadline import SYSTEM, Clock
 from airflow_tfk.protocol.model_config import STABLE_LABEL, ModelConfig, ModelServerConfig
 from airflow_tfk.serving.base import Emit, NotBlessed, PredictError, ServingError, ServingTarget
 from airflow_tfk.serving.gate import QualityGate
-from airflow_tfk.serving.rollout import ServerWatch, wait_available, wait_label
+from airflow_tfk.serving.rollout import ServerWatch, wait_available, wait_label, wait_ready
 
 log = logging.getLogger(__name__)
 CANDIDATE_SUFFIX = "-tfk-candidate"
+#: how long a publish waits for replicas that have the label to pass their readiness
+#: probe (a few probe periods)
+READY_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -270,6 +273,7 @@ def publish(
     final = loading.with_versions(keep, {**loading.labels, STABLE_LABEL: version})
     target.write_config(clean.put(final))
     wait_label(target, STABLE_LABEL, version, spec.load_timeout_seconds, emit, poll, clock)
+    wait_ready(target, READY_SECONDS, emit, poll, clock)
     if metrics:
         try:
             target.record_metrics(version, metrics)

@@ -7,6 +7,7 @@ through ``tojson``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,20 @@ def _network_policy(
     return [_render("serving/networkpolicy.yaml.j2", "NetworkPolicy", name, spec.namespace, c, template_dir)]
 
 
+#: what a serving container may take to start before it loads anything (its image's
+#: imports, on a loaded node)
+STARTUP_SECONDS = 120
+
+
+def readiness_path(model: str) -> str:
+    """What the readiness probe asks: the metadata of the version the ``stable`` label
+    names. TF Serving (and the stand-in) answer it from the loaded servable, so it fails
+    while that version loads, and while no publish has labelled one, and passes once
+    clients of the published endpoint (the label) get answers. The model status would
+    not do: it answers 200 while a version is still LOADING."""
+    return f"/v1/models/{model}/labels/{STABLE_LABEL}/metadata"
+
+
 def serving_context(
     spec: ServingSpec, identity: RunIdentity | None = None, model_config: str = ""
 ) -> dict[str, Any]:
@@ -161,6 +176,9 @@ def serving_context(
             "replicas": spec.replicas,
             "rest_port": spec.rest_port,
             "grpc_port": spec.grpc_port,
+            "ready_path": readiness_path(spec.model_name),
+            # the startup probe's budget, every 2 s: the process start plus a model load
+            "startup_failures": math.ceil((STARTUP_SECONDS + spec.load_timeout_seconds) / 2),
             "models_mount": MODELS_MOUNT,
             "config_mount": CONFIG_MOUNT,
             "args": [

@@ -3,8 +3,9 @@
 A deployment of several replicas reads one model config, but each replica applies it on
 its own (the kubelet refreshes each pod's copy of the ConfigMap at its own time, each
 server polls it on its own clock). A version counts as loaded, or a label as moved, only
-once every replica that takes client traffic reports it; asking through the Service
-would ask whichever replica the proxy picks. A single-server backend is its own only
+once every replica that runs reports it (one not taking client traffic yet takes it as
+soon as it serves the ``stable`` version); asking through the Service would ask
+whichever replica the proxy picks. A single-server backend is its own only
 replica, so the same waits serve it unchanged.
 """
 
@@ -140,6 +141,25 @@ def wait_label(
             emit(
                 f"warning: the server has not applied the '{label}' label to version "
                 f"{version} within {timeout:.0f} s{where}; it will on its next config poll"
+            )
+            return
+        clock.sleep(poll)
+
+
+def wait_ready(target: ServingTarget, timeout: float, emit: Emit, poll: float, clock: Clock) -> None:
+    """Wait until every replica that runs takes client traffic: once the label resolves on
+    a replica, its readiness probe passes within one probe period, and the endpoint a
+    publish returns should answer when it returns (on a first publish no replica was in
+    the Service before). Only warns on timeout: the version is published either way."""
+    deadline = clock.deadline(timeout)
+    while True:
+        waiting = target.not_ready()
+        if not waiting:
+            return
+        if deadline.passed():
+            emit(
+                f"warning: {', '.join(waiting)} serve(s) the version but did not turn Ready "
+                f"within {timeout:.0f} s; the Service sends them traffic once they do"
             )
             return
         clock.sleep(poll)

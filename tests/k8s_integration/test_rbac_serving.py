@@ -162,12 +162,12 @@ def _raise_on(answer: tuple[int, Any]) -> None:
 
 
 def _each_replica(target: KubernetesServing) -> None:
-    """The publish's per-replica status read, through the pod proxy of each Ready pod
-    (KWOK's pods turn Ready within seconds of the ensure)."""
+    """The publish's per-replica status read, through the pod proxy of each running pod
+    (KWOK runs the pods within seconds of the ensure)."""
     deadline = time.monotonic() + 30
     views = target.replicas()
     while not all(v._pod for v in views.values()):
-        assert time.monotonic() < deadline, "no Ready serving pod: the pod proxy was not asked"
+        assert time.monotonic() < deadline, "no running serving pod: the pod proxy was not asked"
         time.sleep(0.5)
         views = target.replicas()
     for view in views.values():

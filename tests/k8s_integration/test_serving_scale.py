@@ -145,10 +145,10 @@ def test_ensure_applies_lists_replicas_and_prunes(k8s_api, gateway_api, tfk_ns, 
     # The Deployment carries no count of its own: its count is the API server's default
     # or already the autoscaler's (the control plane's HPA controller raises it to
     # min_replicas on its next sync). Scaled to 2 as the autoscaler does, a publish's
-    # per-replica view lists each Ready pod (KWOK runs them).
+    # per-replica view lists each running pod (KWOK runs them).
     assert dep.spec.replicas in (1, 2)
     apps.patch_namespaced_deployment_scale(name, tfk_ns, {"spec": {"replicas": 2}})
-    views = _tfk.wait_for("two Ready serving pods", lambda: _two(target), 60)
+    views = _tfk.wait_for("two running serving pods", lambda: _two(target), 60)
     assert all(v._pod == n for n, v in views.items()), views
     target.ensure(lines.append)  # a publish re-applies: the autoscaler's count stays
     assert apps.read_namespaced_deployment(name, tfk_ns).spec.replicas == 2

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from airflow_tfk.serving._pods import PodHealth, describe, first_problem, pod_problem
+from airflow_tfk.serving._pods import PodHealth, describe, first_problem, is_running, pod_problem
 
 NOW = 1_800_000_000.0
 
@@ -149,3 +149,29 @@ def test_a_crash_loop_reads_the_log_of_the_run_that_crashed() -> None:
     why = health.pod_failure("ns", "x=y")
     assert why is not None and "Error: cannot open model config" in why, why
     assert health.api.asked == [True]
+
+
+def _starting(p: dict[str, Any]) -> dict[str, Any]:
+    p["status"]["containerStatuses"][0]["started"] = False  # its startup probe has not passed
+    return p
+
+
+def _gone(p: dict[str, Any]) -> dict[str, Any]:
+    p["metadata"]["deletionTimestamp"] = "2027-01-15T08:01:00Z"
+    return p
+
+
+@pytest.mark.parametrize(
+    ("p", "running"),
+    [
+        (pod(running=True), True),  # started, its model not loaded yet: not Ready
+        (pod(running=True, ready=True), True),
+        (pod(phase="Pending", waiting="ContainerCreating"), False),
+        (pod(waiting="CrashLoopBackOff", last=("Error", 3), restarts=1), False),
+        (_gone(pod(running=True, ready=True)), False),  # terminating: leaves the Service
+        (_starting(pod(running=True)), False),  # its server does not listen yet
+        (pod(phase="Succeeded", terminated=("Completed", 0)), False),
+    ],
+)
+def test_a_pod_runs_when_its_containers_run_and_it_is_not_going_away(p: dict, running: bool) -> None:
+    assert is_running(p) is running

@@ -123,6 +123,33 @@ def test_serving_objects():
     assert {v["name"]: v for v in pod["volumes"]}["config"]["configMap"]["name"] == "tfs-digits-config"
 
 
+def test_serving_is_ready_only_once_the_stable_version_answers():
+    dep = render_serving(SPEC, IDENTITY, CONFIG)[3]
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    # a replica that starts listens before its model loads: the port alone is not ready
+    assert c["readinessProbe"]["httpGet"] == {
+        "path": "/v1/models/digits/labels/stable/metadata",
+        "port": "http",
+    }
+    assert "tcpSocket" not in c["readinessProbe"]
+    # a server still loading a big model is alive: liveness stays on the port
+    assert c["livenessProbe"]["tcpSocket"] == {"port": "http"}
+    assert c["livenessProbe"]["initialDelaySeconds"] == 30
+    # TF Serving listens only once its config's models loaded: until then only the startup
+    # probe runs, with the process start and the spec's load timeout as its budget
+    startup = c["startupProbe"]
+    assert startup["tcpSocket"] == {"port": "http"}
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= SPEC.load_timeout_seconds + 120
+
+
+def test_tensorboard_probes_are_not_the_servings():
+    dep = render_tensorboard(TensorBoardSpec(name="tb-digits", claim="logs", sub_path="r1", namespace="ml"))[
+        2
+    ]
+    probe = dep["spec"]["template"]["spec"]["containers"][0].get("readinessProbe") or {}
+    assert "/v1/models" not in str(probe)
+
+
 def test_reader_job_passes_paths_as_arguments():
     job = render_sample_reader(SPEC, "tfs-digits-read-x", 4)
     c = job["spec"]["template"]["spec"]["containers"][0]

@@ -135,3 +135,39 @@ def test_one_replica_without_the_version_rolls_back(lags, broken, words):
     assert entry.versions == (1,) and entry.stable == 1
     assert target.config.get(candidate_name("digits")) is None
     assert not target.label_moves
+
+
+class _Probed(Deployment):
+    """Replicas that turn Ready a few polls after the label resolves on them."""
+
+    def __init__(self, spec: ServingSpec, replicas: dict[str, Replica], polls: int) -> None:
+        super().__init__(spec, replicas)
+        self.polls, self.asked = polls, 0
+
+    def not_ready(self) -> list[str]:
+        self.asked += 1
+        if any(r.label_version(STABLE_LABEL) is None for r in self.pods.values()):
+            return sorted(self.pods)
+        self.polls -= 1
+        return sorted(self.pods) if self.polls >= 0 else []
+
+
+def _probed(polls: int) -> _Probed:
+    spec = ServingSpec(model_name="digits", claim="models", replicas=2, load_timeout_seconds=30)
+    return _Probed(spec, {n: Replica(n, 0, set()) for n in ("pod-a", "pod-b")}, polls)
+
+
+def test_a_publish_returns_once_the_replicas_with_the_label_are_ready():
+    target = _probed(3)
+    lines: list[str] = []
+    run(target, 1, lines)
+    assert target.polls == -1 and target.asked >= 4
+    assert not any("did not turn Ready" in line for line in lines), lines
+
+
+def test_replicas_that_never_turn_ready_are_a_warning_not_a_failure():
+    target = _probed(10_000)
+    lines: list[str] = []
+    result = run(target, 1, lines)
+    assert result.version == 1
+    assert any(line.startswith("warning: pod-a, pod-b serve(s) the version but did not") for line in lines)

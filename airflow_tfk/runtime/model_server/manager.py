@@ -209,6 +209,41 @@ class ModelManager:
                 )
             return version, ver.fn
 
+    def metadata(self, name: str, version: int | None, label: str | None) -> dict[str, Any]:
+        """``GET .../metadata``: the version a request would reach, and its signature; the
+        same 404 as a predict while that version is not AVAILABLE (TF Serving answers it
+        from the loaded servable too). A readiness probe on it passes only once the model
+        serves."""
+        version, fn = self.resolve(name, version, label)
+        return {
+            "model_spec": {"name": name, "signature_name": "", "version": str(version)},
+            "metadata": {"signature_def": {"signature_def": {"serving_default": _signature(fn)}}},
+        }
+
+
+def _signature(fn: Any) -> dict[str, Any]:
+    """The serving signature's input names, dtypes and shapes, as far as the loaded
+    function tells them (a stand-in answer: TF Serving's carries the full SignatureDef)."""
+    try:
+        _, specs = fn.structured_input_signature
+        return {
+            "inputs": {
+                k: {"dtype": getattr(getattr(v, "dtype", None), "name", None), "shape": _shape(v)}
+                for k, v in specs.items()
+            },
+            "method_name": "tensorflow/serving/predict",
+        }
+    except Exception:  # noqa: BLE001 - the description is informative; the answer stands
+        return {"method_name": "tensorflow/serving/predict"}
+
+
+def _shape(spec: Any) -> list[int | None] | None:
+    shape = getattr(spec, "shape", None)
+    try:
+        return None if shape is None else [d if d is None else int(d) for d in shape.as_list()]
+    except Exception:  # noqa: BLE001 - an unknown rank
+        return None
+
 
 def poll(
     manager: ModelManager, config_file: str, config_wait: float, fs_wait: float, stop: threading.Event

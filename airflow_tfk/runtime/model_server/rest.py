@@ -36,7 +36,7 @@ SMALL_BODY = 1 << 20
 _PATH = re.compile(
     r"^/v1/models/(?P<model>[^/:]+)"
     r"(?:/versions/(?P<version>[0-9]{1,30})|/labels/(?P<label>[^/:]+))?"
-    r"(?P<verb>:predict)?$"
+    r"(?:(?P<metadata>/metadata)|(?P<verb>:predict))?$"
 )
 
 
@@ -49,6 +49,13 @@ def _version(text: str | None) -> int | None:
             400, f"version {text} is out of the range of a model version (int64, at most {MAX_VERSION})"
         )
     return version
+
+
+def _api(method: str, m: re.Match[str] | None) -> str:
+    """The API's name in the request metrics, as TF Serving names it."""
+    if method == "POST":
+        return "predict"
+    return "GetModelMetadata" if m and m.group("metadata") else "GetModelStatus"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -126,7 +133,7 @@ class Handler(BaseHTTPRequestHandler):
         start = time.perf_counter()
         path = self.path.split("?", 1)[0]
         m = _PATH.match(path)
-        model, api = (m.group("model") if m else ""), ("GetModelStatus" if method == "GET" else "predict")
+        model, api = (m.group("model") if m else ""), _api(method, m)
         framed = False  # whether the body was read whole, so the connection can be reused
         length = -1
         try:
@@ -163,6 +170,8 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError(404, f"Malformed request: {method} {path}"[:300])
         model, label = m.group("model"), m.group("label")
         version = _version(m.group("version"))
+        if m.group("metadata"):
+            return 200, self.manager.metadata(model, version, label), "application/json"
         if method == "GET":
             return (
                 200,

@@ -10,7 +10,9 @@ a claim the test reads. Three phases under that load:
 1. a fixed number of requests: each replica's own request counter (TF Serving's
    ``:tensorflow:serving:request_count``, read through the API server's pod proxy) shows
    both answered, and together exactly that many;
-2. one replica deleted: no request is lost once retried, while the Deployment replaces it;
+2. one replica deleted: no request is lost once retried, while the Deployment replaces it,
+   and none is answered 404 (the replacement joins the Service only once its readiness
+   probe sees the ``stable`` version loaded);
 3. version 2 published: no answer of version 2 before the publish promotes it, and none
    on the ``stable`` label before every replica has it.
 
@@ -136,7 +138,7 @@ def _served_count(api, namespace: str, pod: str, spec: ServingSpec) -> int:
 
 
 def _serving_pods(api, namespace: str, spec: ServingSpec) -> dict[str, str]:
-    """Ready serving pod -> its node."""
+    """Ready serving pod (one that serves the ``stable`` version) -> its node."""
     ready = _serving.ready_pod_ips(api, namespace, spec.resource)
     core = client.CoreV1Api(api)
     return {p: core.read_namespaced_pod(p, namespace).spec.node_name for p in ready}
@@ -231,6 +233,8 @@ def test_serving_on_two_nodes_through_its_service(
     recs = _requests(ctl)[PHASE_1:]
     lost = [r for r in recs if _answered(r) is None]
     retried = [r for r in recs if r["status"] != 200]
+    # a replica not yet serving the model would answer 404 Servable not found
+    not_found = [r for r in recs if 404 in (r["status"], r.get("retry_status"))]
     during = [r for r in recs if marks["deleted"] <= r["t"] <= marks["replaced"]]
     answers = [(r, _answered(r)) for r in recs]
     early = [r for r, a in answers if a and a[1] == 2 and a[0] < marks["promoting"]]
@@ -245,12 +249,14 @@ def test_serving_on_two_nodes_through_its_service(
         f"phase 1 {PHASE_1} requests, per replica {counts}; "
         f"then {len(recs)} requests, {len(during)} while a replica was deleted and replaced "
         f"({marks['replaced'] - marks['deleted']:.1f} s), {len(retried)} retried "
-        f"({[(r['status'], str(r['answer'])[:60]) for r in retried[:3]]}), {len(lost)} lost; "
+        f"({[(r['status'], str(r['answer'])[:60]) for r in retried[:3]]}), {len(not_found)} answered 404, "
+        f"{len(lost)} lost; "
         f"by (path, version): {dict(by_version)}; version 2 before promotion: {len(early)}, on 'stable' "
         f"before every replica had it: {len(early_stable)}; "
         + ", ".join(f"{k} {v:.1f} s" for k, v in took.items())
     )
     assert lost == [], lost[:5]
+    assert not_found == [], not_found[:5]
     assert during, "no request while a replica was replaced"
     assert early == [], early[:5]
     assert early_stable == [], early_stable[:5]
