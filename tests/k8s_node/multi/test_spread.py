@@ -3,13 +3,12 @@
 Topology spread (``kubernetes.io/hostname``, maxSkew 1, DoNotSchedule) puts each of the two
 all_reduce workers on its own node, so the ring all-reduce between them crosses the
 fabric: each node's pod subnet is routed to the other's node IP. Two TensorFlow pods, 0.5-3
-min: ``TFK_NODE_MULTI=1``.
+min; it runs with the real-node tier, in CI too.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import time
 
 import pytest
@@ -17,13 +16,7 @@ import pytest
 from k8s_node import _tfk
 from k8s_node import cluster as clustermod
 
-pytestmark = [
-    pytest.mark.k8s_node,
-    pytest.mark.skipif(
-        os.environ.get("TFK_NODE_MULTI") != "1",
-        reason="a training on two nodes, 0.5-3 min: set TFK_NODE_MULTI=1",
-    ),
-]
+pytestmark = [pytest.mark.k8s_node]
 
 SPREAD = {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}
 
