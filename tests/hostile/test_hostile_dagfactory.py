@@ -499,6 +499,12 @@ def _field_ok(got: str, want: str) -> bool:
     ids=[f"{c.id}-{i}" for c in CASES for i in c.interfaces],
 )
 def test_case(case: Case, interface: str, tmp_path: Path) -> None:
+    run_case(case, interface, tmp_path, RESULTS)
+
+
+def run_case(case: Case, interface: str, tmp_path: Path, results: list[tuple[str, str, str]]) -> None:
+    """Run one case through one interface within the bounds, record its outcome in
+    ``results`` and fail unless it was refused naming its field or accepted as valid."""
     MARKER.unlink(missing_ok=True)
     folder = tmp_path / "trainings"
     folder.mkdir()
@@ -515,7 +521,7 @@ def test_case(case: Case, interface: str, tmp_path: Path) -> None:
         outcome = "refused, wrong field"
     else:
         outcome = "crashed"
-    RESULTS.append((case.id, interface, outcome))
+    results.append((case.id, interface, outcome))
     MARKER.unlink(missing_ok=True)
     assert finished, "hung"
     assert outcome in ("refused clearly", "accepted valid"), f"{outcome}: {exc!r}"[:600]

@@ -16,16 +16,10 @@ from typing import Any
 import pytest
 
 from .test_hostile_dagfactory import (
-    CPU_LIMIT,
-    MARKER,
-    MEMORY_LIMIT,
     PAYLOADS,
-    RUNNERS,
     Case,
-    Refused,
-    _field_ok,
-    _run_bounded,
     _warm,  # noqa: F401 - the module's fixture: imports once, so the bounds measure each case
+    run_case,
     training,
 )
 
@@ -345,28 +339,7 @@ RESULTS: list[tuple[str, str, str]] = []
     ids=[f"{c.id}-{i}" for c in CASES for i in c.interfaces],
 )
 def test_case(case: Case, interface: str, tmp_path: Path) -> None:
-    MARKER.unlink(missing_ok=True)
-    folder = tmp_path / "trainings"
-    folder.mkdir()
-    exc, cpu, peak, finished = _run_bounded(lambda: RUNNERS[interface](case, folder))
-    if not finished:
-        outcome = "hung"
-    elif MARKER.exists():
-        outcome = "code executed"
-    elif exc is None:
-        outcome = "accepted valid" if case.field is None else "accepted hostile"
-    elif isinstance(exc, Refused) and case.field is not None and _field_ok(exc.field, case.field):
-        outcome = "refused clearly"
-    elif isinstance(exc, Refused):
-        outcome = "refused, wrong field"
-    else:
-        outcome = "crashed"
-    RESULTS.append((case.id, interface, outcome))
-    MARKER.unlink(missing_ok=True)
-    assert finished, "hung"
-    assert outcome in ("refused clearly", "accepted valid"), f"{outcome}: {exc!r}"[:600]
-    assert cpu < CPU_LIMIT, f"{cpu:.2f} CPU-s"
-    assert peak < MEMORY_LIMIT, f"{peak / 2**20:.0f} MB"
+    run_case(case, interface, tmp_path, RESULTS)
 
 
 def test_summary(capsys: pytest.CaptureFixture[str]) -> None:
