@@ -502,6 +502,17 @@ def test_case(case: Case, interface: str, tmp_path: Path) -> None:
     run_case(case, interface, tmp_path, RESULTS)
 
 
+def summarize(results: list[tuple[str, str, str]], capsys: pytest.CaptureFixture[str]) -> None:
+    """Print the table of outcomes (skipped when no case ran) and fail on any crash, hang
+    or code executed."""
+    if not results:
+        pytest.skip("run with the cases")
+    counts = Counter(outcome for _, _, outcome in results)
+    with capsys.disabled():
+        print(f"\ncases tried: {len(results)}  " + "  ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    assert counts["crashed"] == counts["hung"] == counts["code executed"] == 0
+
+
 def run_case(case: Case, interface: str, tmp_path: Path, results: list[tuple[str, str, str]]) -> None:
     """Run one case through one interface within the bounds, record its outcome in
     ``results`` and fail unless it was refused naming its field or accepted as valid."""
@@ -531,10 +542,5 @@ def run_case(case: Case, interface: str, tmp_path: Path, results: list[tuple[str
 
 def test_summary(capsys: pytest.CaptureFixture[str]) -> None:
     """The report's table (shown with ``pytest tests/hostile/test_hostile_dagfactory.py -s``)."""
-    if not RESULTS:
-        pytest.skip("run with the cases")
-    counts = Counter(outcome for _, _, outcome in RESULTS)
-    with capsys.disabled():
-        print(f"\ncases tried: {len(RESULTS)}  " + "  ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
-    assert counts["crashed"] == counts["hung"] == counts["code executed"] == 0
+    summarize(RESULTS, capsys)
     assert len(CASES) >= 40

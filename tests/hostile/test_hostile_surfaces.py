@@ -9,7 +9,6 @@ write a marker file, which must never exist).
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from .test_hostile_dagfactory import (
     Case,
     _warm,  # noqa: F401 - the module's fixture: imports once, so the bounds measure each case
     run_case,
+    summarize,
     training,
 )
 
@@ -344,11 +344,6 @@ def test_case(case: Case, interface: str, tmp_path: Path) -> None:
 
 def test_summary(capsys: pytest.CaptureFixture[str]) -> None:
     """The table of outcomes (``pytest tests/hostile/test_hostile_surfaces.py -s``)."""
-    if not RESULTS:
-        pytest.skip("run with the cases")
-    counts = Counter(outcome for _, _, outcome in RESULTS)
-    with capsys.disabled():
-        print(f"\ncases tried: {len(RESULTS)}  " + "  ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
-    assert counts["crashed"] == counts["hung"] == counts["code executed"] == 0
+    summarize(RESULTS, capsys)
     assert len(CASES) >= 80
     assert json.dumps([c.id for c in CASES]).count('"') == 2 * len({c.id for c in CASES})  # unique ids
