@@ -15,6 +15,9 @@ from typing import Any
 from kubernetes import client
 
 from airflow_tfk.serving.render import LABEL_SERVING
+from airflow_tfk.serving.spec import ServingSpec
+
+from . import node as nodemod
 
 MODEL = "linear"
 SAMPLE = {"instances": [[1.0, 1.0], [2.0, 2.0]]}
@@ -26,6 +29,22 @@ MAKE_MODELS = (
     "import sys; from tests.serving.models import save_linear; "
     "save_linear(sys.argv[1], 'linear', 1, 1.0); save_linear(sys.argv[1], 'linear', 2, 2.0)"
 )
+
+
+def two_replicas(namespace: str, network_policy: dict[str, Any]) -> ServingSpec:
+    """The publish-under-load tests' serving: :data:`MODEL` from the ``tfk-models`` claim on 2
+    replicas of the node's training image, the label polled every 2 s."""
+    return ServingSpec(
+        model_name=MODEL,
+        claim="tfk-models",
+        namespace=namespace,
+        image=nodemod.TRAIN_IMAGE,
+        image_pull_policy="Never",
+        replicas=2,
+        poll_seconds=2,
+        load_timeout_seconds=240,
+        network_policy=network_policy,
+    )
 
 
 def version_of(predictions: object) -> int | None:

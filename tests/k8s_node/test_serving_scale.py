@@ -25,7 +25,6 @@ import pytest
 
 from airflow_tfk.serving.kubernetes import KubernetesServing
 from airflow_tfk.serving.publish import publish
-from airflow_tfk.serving.spec import ServingSpec
 
 from . import _serving, _tfk
 from . import node as nodemod
@@ -53,17 +52,7 @@ def test_publish_under_load_promotes_on_every_replica_first(
     subprocess.run(
         [sys.executable, "-c", _serving.MAKE_MODELS, str(store)], cwd=nodemod.REPO, check=True, timeout=600
     )
-    spec = ServingSpec(
-        model_name=MODEL,
-        claim="tfk-models",
-        namespace=node_ns,
-        image=nodemod.TRAIN_IMAGE,
-        image_pull_policy="Never",
-        replicas=2,
-        poll_seconds=2,
-        load_timeout_seconds=240,
-        network_policy=PROXY_SOURCE,
-    )
+    spec = _serving.two_replicas(node_ns, PROXY_SOURCE)
     target = KubernetesServing(spec, conn_id=node_conn)
     t0 = time.monotonic()
     publish(target, 1, emit=print)

@@ -5,9 +5,9 @@ kube-router's network-policy controller.
 The fixture ``k8s_nodes2`` also stands in for the parent package's ``k8s_node`` here, so
 ``node_ns``, ``node_conn`` and ``local_volumes`` work unchanged on the two nodes. This
 directory sorts before the parent's test modules, so the single node is not up while the
-two nodes run (two cores). The Service and NetworkPolicy tests run with the tier (seconds
-each); the spread training and serving under load (minutes each) run with
-``TFK_NODE_MULTI=1``. The binaries are built after collection (../conftest.py).
+two nodes run (two cores). All four tests run with the tier, in CI too: the Service and
+NetworkPolicy tests take seconds each, the spread training about 10-25 s and serving under
+load 1-4 min. The binaries are built after collection (../conftest.py).
 """
 
 from __future__ import annotations
