@@ -69,6 +69,33 @@ def _exec_string(chars: int, where: str, value: object) -> None:
         )
 
 
+def flag_text(value: object, where: str) -> str:
+    """A value written as one command-line argument, the same way wherever the platform
+    writes one (a sweep's trial flags): a string as it is, a number in Python's shortest
+    exact spelling, a boolean as ``true``/``false`` (what the runtime's flags and absl
+    read). A null, a list or a mapping has no spelling an app's flag parser would read
+    back (``str()`` gives Python's ``None``/``[1, 2]``), so it is refused naming the field."""
+    import math
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SpecError(where, "must be a finite number", value)
+        return repr(value)
+    kind = "null" if value is None else type(value).__name__
+    raise SpecError(
+        where,
+        f"must be a string, number or boolean: a {kind} has no command-line spelling "
+        "(it would reach the app as Python's text for it)",
+        value,
+    )
+
+
 #: The API server's bound on all the annotations of one object, keys and values together
 #: (``TotalAnnotationSizeLimitB``), less room for the platform's own (its run identity).
 ANNOTATIONS_MAX_BYTES = 256 * 1024 - 8 * 1024
@@ -154,7 +181,7 @@ def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> t
     chars = 0
     for i, item in enumerate(value):
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise SpecError(f"{where}[{i}]", "must be a string", item)
+            raise SpecError(f"{where}[{i}]", _not_text(item), item)
         text = str(item)
         if "\x00" in text:
             raise SpecError(f"{where}[{i}]", "must not contain NUL", item)
@@ -167,6 +194,19 @@ def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> t
             raise SpecError(where, f"totals over {MAX_LIST_CHARS} characters", f"{len(value)} items")
         out.append(text)
     return tuple(out)
+
+
+def _not_text(value: object) -> str:
+    """Why a value that is not text cannot be one argument of a command line."""
+    if isinstance(value, bool):
+        # YAML reads yes/no/on/off/true/false unquoted as booleans; which spelling the app
+        # wanted is lost, so the spec does not pick one
+        return (
+            "must be a string: quote a boolean (YAML reads yes/no/on/off as one), "
+            "or render it with '| tojson'"
+        )
+    kind = "null" if value is None else type(value).__name__
+    return f"must be a string: a {kind} has no command-line spelling (str() would give Python's)"
 
 
 def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:

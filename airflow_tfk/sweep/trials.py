@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,22 +41,18 @@ def trial_name(base: str, number: int) -> str:
     return f"{base}-t{number}"
 
 
-def flag_value(value: Any) -> str:
-    """How a parameter value is written on the command line."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"not a finite number: {value}")
-        return repr(value)
-    return str(value)
+def flag_value(value: Any, where: str = "sweep.search_space") -> str:
+    """How a parameter value is written on the command line (refused as the spec refuses it)."""
+    from airflow_tfk._spec_checks import flag_text
+
+    return flag_text(value, where)
 
 
 def trial_flags(params: Mapping[str, Any], model_version: int | None) -> tuple[str, ...]:
     """``--<flag> <value>`` for each parameter (and the trial's export version)."""
     flags: list[str] = []
     for name, value in params.items():
-        flags += [f"--{name}", flag_value(value)]
+        flags += [f"--{name}", flag_value(value, f"sweep.search_space.{name}")]
     if model_version is not None:
         flags += ["--tfk_model_version", str(model_version)]
     return tuple(flags)
