@@ -47,6 +47,52 @@ def _utf8(text: str, where: str) -> None:
         )
 
 
+#: Linux's PATH_MAX: the longest path a system call takes
+PATH_MAX_CHARS = 4096
+_PATH_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def path_text(value: object, where: str, *, kind: str) -> str:
+    """A path a spec field names, checked by one rule wherever the spec takes one (a
+    sub-path inside a claim, a mount path, a local directory, a study's file): text of at
+    most ``PATH_MAX`` characters, without NUL, newlines or control characters (no process
+    or mount takes NUL, and the others end up in logs and manifests as something else),
+    without a backslash (a POSIX path separates with '/': a backslash is part of a file
+    name there, and a different path on Windows), and without a '..' segment (it climbs out
+    of wherever the path is meant to stay, and the kubelet refuses it in a sub-path).
+
+    ``kind``: ``relative`` (inside a root: must not start with '/'), ``absolute`` (must
+    start with '/') or ``any``. Returns the text unchanged."""
+    if not isinstance(value, str):
+        raise SpecError(where, "must be a path (text)", value)
+    bad = _PATH_CONTROL.search(value)
+    if bad is not None:
+        what = {"\x00": "NUL", "\n": "a newline", "\r": "a carriage return"}.get(
+            bad.group(), "a control character"
+        )
+        raise SpecError(where, f"must not contain {what}", value)
+    if "\\" in value:
+        raise SpecError(
+            where, "must not contain a backslash: a POSIX path separates its parts with '/'", value
+        )
+    if len(value) > PATH_MAX_CHARS:
+        raise SpecError(where, f"must be at most {PATH_MAX_CHARS} characters (PATH_MAX)", value)
+    _utf8(value, where)
+    if ".." in value.split("/"):
+        raise SpecError(where, "must not contain a '..' segment (it climbs out of its directory)", value)
+    if kind == "relative" and value.startswith("/"):
+        raise SpecError(where, "must be a relative path (it is inside its volume)", value)
+    if kind == "absolute" and not value.startswith("/"):
+        raise SpecError(where, "must be an absolute path", value)
+    return value
+
+
+def _local_dir(value: object, where: str) -> str:
+    """A directory on the machine that reads it (a field's ``check``)."""
+    path_text(value, where, kind="any")
+    return _text(value, where)
+
+
 # Bounds on the collections of a spec, checked with len() before any item is looked at,
 # so a list of a million arguments is refused in microseconds. Far above what a training
 # needs; the API server's own bound is the object size (about 1.5 MiB).

@@ -381,14 +381,13 @@ def _storage(value: object, where: str) -> str | None:
     """A database URL, an absolute path, or a relative path that stays under the local
     backend's root (no '..'): a training file does not choose where on the Airflow
     worker's disk a sweep writes."""
-    import posixpath
+    from airflow_tfk._spec_checks import path_text
 
     if value is None:
         return None
-    text = _name(value, where)
-    if "://" not in text and ".." in posixpath.normpath(text).split("/"):
-        raise SpecError(where, "must not climb out of its directory ('..')", value)
-    return text
+    if isinstance(value, str) and "://" not in value:
+        path_text(value, where, kind="any")
+    return _name(value, where)
 
 
 def _check_params_env(params: Mapping[str, ParamSpec], where: str) -> None:
