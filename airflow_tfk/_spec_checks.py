@@ -101,15 +101,20 @@ MAX_MAP_ITEMS = 4096
 MAX_LIST_CHARS = 256 * 1024
 
 
-def _exec_string(chars: int, where: str, value: object) -> None:
-    """One argument or ``NAME=value`` string of the task's exec: Linux refuses the whole
-    exec (E2BIG) when one of them is over ``MAX_ARG_STRLEN``, so the task could never start."""
+def _utf8_bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _exec_string(size: int, where: str, value: object) -> None:
+    """One argument or ``NAME=value`` string of the task's exec, ``size`` in UTF-8 bytes
+    (what the kernel counts): Linux refuses the whole exec (E2BIG) when one of them is over
+    ``MAX_ARG_STRLEN``, so the task could never start."""
     from airflow_tfk.protocol.exec_limits import MAX_STRING_CHARS
 
-    if chars > MAX_STRING_CHARS:
+    if size > MAX_STRING_CHARS:
         raise SpecError(
             where,
-            f"has {chars:,} characters, over Linux's limit of {MAX_STRING_CHARS:,} for one argument "
+            f"has {size:,} bytes (UTF-8), over Linux's limit of {MAX_STRING_CHARS:,} for one argument "
             "or NAME=value string of a process (MAX_ARG_STRLEN); pass large data in a file",
             value,
         )
@@ -202,7 +207,7 @@ def _map_value(text: str, where: str, keys: str, value: object) -> str:
             raise SpecError(where, "must not contain NUL", value)
         _utf8(text, where)
         name = where.rpartition(".")[2]
-        _exec_string(len(name) + 1 + len(text), where, f"{len(text):,} characters")
+        _exec_string(len(name) + 1 + _utf8_bytes(text), where, f"{len(text):,} characters")
     elif keys == "label" and not naming.is_label_value(text):
         raise SpecError(where, "is not a valid label value", value)
     elif keys == "label-key":
@@ -234,7 +239,7 @@ def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> t
         _utf8(text, f"{where}[{i}]")
         if not allow_empty_items and not text:
             raise SpecError(f"{where}[{i}]", "must not be empty", item)
-        _exec_string(len(text), f"{where}[{i}]", item)
+        _exec_string(_utf8_bytes(text), f"{where}[{i}]", item)
         chars += len(text)
         if chars > MAX_LIST_CHARS:
             raise SpecError(where, f"totals over {MAX_LIST_CHARS} characters", f"{len(value)} items")
