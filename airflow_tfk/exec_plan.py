@@ -322,3 +322,37 @@ def check_exec_totals(spec: TFClusterSpec) -> None:
             f"(a quarter of an 8 MiB stack; 'argument list too long') and {UNSEEN_ENV_BYTES:,} are left "
             "for the image's and the kubelet's variables; pass large data in a file",
         )
+
+
+def launched_program(spec: TFClusterSpec, role: str) -> list[str] | None:
+    """The program the runtime's launcher would run for the role, read from the task's
+    whole argv (command, args, the legacy flags the pod carries) as the launcher reads it
+    (``runtime/launch.py``: the words after ``--``, or all of them unless the first is an
+    option); None when the task does not run the launcher."""
+    command = task_command(spec, role)
+    at = launcher_position(command)
+    if at is None:
+        return None
+    rs = spec.roles()[role]
+    rest = [*command[at + 1 :], *(rs.args if rs.args is not None else spec.args)]
+    if spec.legacy_tf1_flags and not launcher_writes_tf1_flags(spec, role):
+        rest.append("--job_name=$(TFK_ROLE)")  # the pod's legacy flags follow the args
+    if "--" in rest:
+        return rest[rest.index("--") + 1 :]
+    return [] if rest and rest[0].startswith("-") else rest
+
+
+def check_launched_programs(spec: TFClusterSpec) -> None:
+    """Refuse a command that runs the runtime's launcher with no program for it to run:
+    the task would start and exit with a usage error (or exec a flag as a program)."""
+    for role, rs in spec.roles().items():
+        program = launched_program(spec, role)
+        if program is None or (program and not program[0].startswith("-")):
+            continue
+        field = f"{role}.command" if rs.command is not None else "command"
+        raise SpecError(
+            field,
+            f"runs the runtime's launcher (-m {LAUNCH_MODULE}) with no program to run: put the "
+            "script after '--' (python -m airflow_tfk.runtime.launch -- python train.py)",
+            list(role_command(spec, role)),
+        )

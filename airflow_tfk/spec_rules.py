@@ -47,8 +47,9 @@ def cluster_rules(spec: TFClusterSpec, errors: Errors) -> None:
 
 
 def _exec_sizes(spec: TFClusterSpec) -> None:
-    from airflow_tfk.exec_plan import check_exec_sizes, check_exec_totals
+    from airflow_tfk.exec_plan import check_exec_sizes, check_exec_totals, check_launched_programs
 
+    check_launched_programs(spec)
     check_exec_sizes(spec)
     check_exec_totals(spec)
 
