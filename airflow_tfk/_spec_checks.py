@@ -47,6 +47,52 @@ def _utf8(text: str, where: str) -> None:
         )
 
 
+#: Linux's PATH_MAX: the longest path a system call takes
+PATH_MAX_CHARS = 4096
+_PATH_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def path_text(value: object, where: str, *, kind: str) -> str:
+    """A path a spec field names, checked by one rule wherever the spec takes one (a
+    sub-path inside a claim, a mount path, a local directory, a study's file): text of at
+    most ``PATH_MAX`` characters, without NUL, newlines or control characters (no process
+    or mount takes NUL, and the others end up in logs and manifests as something else),
+    without a backslash (a POSIX path separates with '/': a backslash is part of a file
+    name there, and a different path on Windows), and without a '..' segment (it climbs out
+    of wherever the path is meant to stay, and the kubelet refuses it in a sub-path).
+
+    ``kind``: ``relative`` (inside a root: must not start with '/'), ``absolute`` (must
+    start with '/') or ``any``. Returns the text unchanged."""
+    if not isinstance(value, str):
+        raise SpecError(where, "must be a path (text)", value)
+    bad = _PATH_CONTROL.search(value)
+    if bad is not None:
+        what = {"\x00": "NUL", "\n": "a newline", "\r": "a carriage return"}.get(
+            bad.group(), "a control character"
+        )
+        raise SpecError(where, f"must not contain {what}", value)
+    if "\\" in value:
+        raise SpecError(
+            where, "must not contain a backslash: a POSIX path separates its parts with '/'", value
+        )
+    if len(value) > PATH_MAX_CHARS:
+        raise SpecError(where, f"must be at most {PATH_MAX_CHARS} characters (PATH_MAX)", value)
+    _utf8(value, where)
+    if ".." in value.split("/"):
+        raise SpecError(where, "must not contain a '..' segment (it climbs out of its directory)", value)
+    if kind == "relative" and value.startswith("/"):
+        raise SpecError(where, "must be a relative path (it is inside its volume)", value)
+    if kind == "absolute" and not value.startswith("/"):
+        raise SpecError(where, "must be an absolute path", value)
+    return value
+
+
+def _local_dir(value: object, where: str) -> str:
+    """A directory on the machine that reads it (a field's ``check``)."""
+    path_text(value, where, kind="any")
+    return _text(value, where)
+
+
 # Bounds on the collections of a spec, checked with len() before any item is looked at,
 # so a list of a million arguments is refused in microseconds. Far above what a training
 # needs; the API server's own bound is the object size (about 1.5 MiB).
@@ -55,18 +101,50 @@ MAX_MAP_ITEMS = 4096
 MAX_LIST_CHARS = 256 * 1024
 
 
-def _exec_string(chars: int, where: str, value: object) -> None:
-    """One argument or ``NAME=value`` string of the task's exec: Linux refuses the whole
-    exec (E2BIG) when one of them is over ``MAX_ARG_STRLEN``, so the task could never start."""
+def _utf8_bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _exec_string(size: int, where: str, value: object) -> None:
+    """One argument or ``NAME=value`` string of the task's exec, ``size`` in UTF-8 bytes
+    (what the kernel counts): Linux refuses the whole exec (E2BIG) when one of them is over
+    ``MAX_ARG_STRLEN``, so the task could never start."""
     from airflow_tfk.protocol.exec_limits import MAX_STRING_CHARS
 
-    if chars > MAX_STRING_CHARS:
+    if size > MAX_STRING_CHARS:
         raise SpecError(
             where,
-            f"has {chars:,} characters, over Linux's limit of {MAX_STRING_CHARS:,} for one argument "
+            f"has {size:,} bytes (UTF-8), over Linux's limit of {MAX_STRING_CHARS:,} for one argument "
             "or NAME=value string of a process (MAX_ARG_STRLEN); pass large data in a file",
             value,
         )
+
+
+def flag_text(value: object, where: str) -> str:
+    """A value written as one command-line argument, the same way wherever the platform
+    writes one (a sweep's trial flags): a string as it is, a number in Python's shortest
+    exact spelling, a boolean as ``true``/``false`` (what the runtime's flags and absl
+    read). A null, a list or a mapping has no spelling an app's flag parser would read
+    back (``str()`` gives Python's ``None``/``[1, 2]``), so it is refused naming the field."""
+    import math
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SpecError(where, "must be a finite number", value)
+        return repr(value)
+    kind = "null" if value is None else type(value).__name__
+    raise SpecError(
+        where,
+        f"must be a string, number or boolean: a {kind} has no command-line spelling "
+        "(it would reach the app as Python's text for it)",
+        value,
+    )
 
 
 #: The API server's bound on all the annotations of one object, keys and values together
@@ -129,7 +207,7 @@ def _map_value(text: str, where: str, keys: str, value: object) -> str:
             raise SpecError(where, "must not contain NUL", value)
         _utf8(text, where)
         name = where.rpartition(".")[2]
-        _exec_string(len(name) + 1 + len(text), where, f"{len(text):,} characters")
+        _exec_string(len(name) + 1 + _utf8_bytes(text), where, f"{len(text):,} characters")
     elif keys == "label" and not naming.is_label_value(text):
         raise SpecError(where, "is not a valid label value", value)
     elif keys == "label-key":
@@ -154,19 +232,32 @@ def _str_list(value: object, where: str, *, allow_empty_items: bool = True) -> t
     chars = 0
     for i, item in enumerate(value):
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise SpecError(f"{where}[{i}]", "must be a string", item)
+            raise SpecError(f"{where}[{i}]", _not_text(item), item)
         text = str(item)
         if "\x00" in text:
             raise SpecError(f"{where}[{i}]", "must not contain NUL", item)
         _utf8(text, f"{where}[{i}]")
         if not allow_empty_items and not text:
             raise SpecError(f"{where}[{i}]", "must not be empty", item)
-        _exec_string(len(text), f"{where}[{i}]", item)
+        _exec_string(_utf8_bytes(text), f"{where}[{i}]", item)
         chars += len(text)
         if chars > MAX_LIST_CHARS:
             raise SpecError(where, f"totals over {MAX_LIST_CHARS} characters", f"{len(value)} items")
         out.append(text)
     return tuple(out)
+
+
+def _not_text(value: object) -> str:
+    """Why a value that is not text cannot be one argument of a command line."""
+    if isinstance(value, bool):
+        # YAML reads yes/no/on/off/true/false unquoted as booleans; which spelling the app
+        # wanted is lost, so the spec does not pick one
+        return (
+            "must be a string: quote a boolean (YAML reads yes/no/on/off as one), "
+            "or render it with '| tojson'"
+        )
+    kind = "null" if value is None else type(value).__name__
+    return f"must be a string: a {kind} has no command-line spelling (str() would give Python's)"
 
 
 def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:

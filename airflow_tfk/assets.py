@@ -61,9 +61,9 @@ def _name(value: object, field: str) -> str:
 
 
 def _absolute(value: object, field: str) -> str:
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise SpecError(field, "must be an absolute path", value)
-    return posixpath.normpath(value)
+    from airflow_tfk._spec_checks import path_text
+
+    return posixpath.normpath(path_text(value, field, kind="absolute"))
 
 
 def _location(claim: str | None, path: str, base_path: str | None, namespace: str | None, what: str) -> str:

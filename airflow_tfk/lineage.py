@@ -98,7 +98,6 @@ def cluster_shape(cluster_spec: Any) -> dict[str, Any]:
             return {}
     if not isinstance(fields, Mapping):
         return {}
-    image = fields.get("image")
     replicas: dict[str, int] = {}
     images: dict[str, str] = {}
     for role in ("chief", "ps", "worker", "evaluator"):
@@ -106,19 +105,31 @@ def cluster_shape(cluster_spec: Any) -> dict[str, Any]:
         if not isinstance(block, Mapping):
             continue
         count = block.get("replicas", 1)
-        if isinstance(count, int) and not isinstance(count, bool):
+        if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= _MAX_REPLICAS:
             replicas[role] = count
-        if isinstance(block.get("image"), str):
-            images[role] = block["image"]
+        image = _short(block.get("image"))
+        if image is not None:
+            images[role] = image
     shape = {
-        "mode": fields.get("mode"),
-        "image": image if isinstance(image, str) else None,
+        "mode": _short(fields.get("mode")),
+        "image": _short(fields.get("image")),
         "replicas": replicas,
         "images": images,
-        "namespace": fields.get("namespace"),
-        "layout": fields.get("layout"),
+        "namespace": _short(fields.get("namespace")),
+        "layout": _short(fields.get("layout")),
     }
-    return {k: v for k, v in shape.items() if isinstance(v, (str, dict))}
+    return {k: v for k, v in shape.items() if v is not None}
+
+
+# The facet is read before the task has validated its spec (on start): only what a valid
+# spec could hold is reported, so a templated or hostile value never reaches the lineage
+# backend as a nested object or megabytes of text.
+_MAX_TEXT = 512
+_MAX_REPLICAS = 100_000
+
+
+def _short(value: Any) -> str | None:
+    return value if isinstance(value, str) and len(value) <= _MAX_TEXT else None
 
 
 def training_lineage(operator: Any, result: Mapping[str, Any] | None) -> Any:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,12 +24,10 @@ from airflow_tfk.admission import KUEUE_QUEUE_LABEL, POD_GROUP_API_VERSION, Gang
 from airflow_tfk.exec_plan import (
     FULL_CLUSTER_MAX_BYTES,
     LAUNCH_MODULE,
-    TF1_FLAGS_OPTION,
     compact_cluster,
-    launcher_position,
     launcher_writes_tf1_flags,
     provider_adds_launcher,
-    role_command,
+    task_command,
 )
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
@@ -120,7 +117,6 @@ def cluster_env(spec: TFClusterSpec, addresses: Mapping[str, list[str]] | None) 
 
 #: what a task's Python runs before a TF1 between-graph script: the runtime's launcher
 LAUNCH_PREFIX = ("-m", LAUNCH_MODULE, "--")
-_PYTHON = re.compile(r"python[0-9.]*")
 
 
 def runs_through_launcher(spec: TFClusterSpec, role: str) -> bool:
@@ -132,37 +128,6 @@ def runs_through_launcher(spec: TFClusterSpec, role: str) -> bool:
     (``runtime/tf1_shim``) gives those sessions the filters, so the script needs no edit.
     """
     return provider_adds_launcher(spec, role)
-
-
-def task_command(spec: TFClusterSpec, role: str) -> list[str]:
-    """The container command of ``role``, as written by the DAG author (unescaped): the
-    spec's, or the same behind ``<python> [options] -m airflow_tfk.runtime.launch --`` (see
-    :func:`runs_through_launcher`), with ``--tf1-flags`` when the launcher builds the
-    legacy flags (a cluster over :data:`FULL_CLUSTER_MAX_BYTES`). The single place both
-    backends take it from."""
-    command = role_command(spec, role)
-    own_flags = [TF1_FLAGS_OPTION] if launcher_writes_tf1_flags(spec, role) else []
-    if not runs_through_launcher(spec, role):
-        at = launcher_position(command)
-        if own_flags and at is not None and TF1_FLAGS_OPTION not in command:
-            return [*command[: at + 1], *own_flags, *command[at + 1 :]]
-        return command
-    # The script's own interpreter, with its options, runs the launcher when the command
-    # names one: the image's Python with airflow_tfk is used, and the launcher can run
-    # the script in its own process when an exec would be refused (runtime/in_process.py).
-    # A shell or binary entry point gets `python`.
-    if _PYTHON.fullmatch(command[0].rsplit("/", 1)[-1]):
-        python, options = command[0], _interpreter_options(command)
-    else:
-        python, options = "python", []
-    return [python, *options, "-m", LAUNCH_MODULE, *own_flags, "--", *command]
-
-
-def _interpreter_options(command: list[str]) -> list[str]:
-    from airflow_tfk.protocol.exec_limits import python_command
-
-    parsed = python_command(command)
-    return list(parsed.options) if parsed is not None else []
 
 
 def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:

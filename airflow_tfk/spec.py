@@ -23,6 +23,7 @@ from typing import Any
 
 from airflow_tfk._spec_checks import (
     _int,  # noqa: F401 - the serving spec's integer rule
+    _local_dir,
     _text,
     cluster_name,
     exit_codes,
@@ -320,7 +321,7 @@ class TFClusterSpec:
     template_dir: str | None = spec_field(
         None,
         kind="str",
-        check=_text,
+        check=_local_dir,
         hi=4096,
         help="a directory of templates overriding the built-ins of the same name (`job.yaml.j2`, "
         "`_macros.yaml.j2`...), rendered in the same sandbox; a training file's relative path is "

@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_tfk import naming
-from airflow_tfk._spec_checks import _bounded, _utf8, annotations_size, not_reserved_labels, subdomain
+from airflow_tfk._spec_checks import (
+    _bounded,
+    _utf8,
+    annotations_size,
+    not_reserved_labels,
+    path_text,
+    subdomain,
+)
 from airflow_tfk.errors import SpecError
 from airflow_tfk.spec_decl import Errors, spec_field, str_map_field
 from airflow_tfk.spec_resources import quantity_field
@@ -132,9 +139,8 @@ def _mounts(value: Any, path: str) -> tuple[dict[str, Any], ...]:
     seen: set[str] = set()
     for i, item in enumerate(items):
         at = f"{path}[{i}]"
-        mount = item.get("mountPath")
-        if not isinstance(mount, str) or not mount.startswith("/"):
-            raise SpecError(f"{at}.mountPath", "must be an absolute path", mount)
+        _mount_paths(item, at)
+        mount = item["mountPath"]
         if any(_under(mount, root) or _under(root, mount) for root in PLATFORM_MOUNTS):
             raise SpecError(f"{at}.mountPath", f"overlaps the platform's mounts {PLATFORM_MOUNTS}", mount)
         if mount in seen:
@@ -143,6 +149,17 @@ def _mounts(value: Any, path: str) -> tuple[dict[str, Any], ...]:
         if not isinstance(item.get("name"), str):
             raise SpecError(f"{at}.name", "must name a volume of pod.volumes")
     return items
+
+
+def _mount_paths(mount: Mapping[str, Any], at: str) -> None:
+    """The paths of one volume mount, by the spec's one path rule: where it is mounted
+    (absolute) and which part of the volume (``subPath``, ``subPathExpr``: inside it)."""
+    if not isinstance(mount, Mapping):
+        raise SpecError(at, "must be a volume mount (a mapping)", mount)
+    path_text(mount.get("mountPath"), f"{at}.mountPath", kind="absolute")
+    for key in ("subPath", "subPathExpr"):
+        if mount.get(key) not in (None, ""):
+            path_text(mount[key], f"{at}.{key}", kind="relative")
 
 
 def _containers(value: Any, path: str) -> tuple[dict[str, Any], ...]:
@@ -160,6 +177,10 @@ def _containers(value: Any, path: str) -> tuple[dict[str, Any], ...]:
             raise SpecError(f"{at}.name", f"{MAIN_CONTAINER!r} is the training's own container")
         if not item.get("image"):
             raise SpecError(f"{at}.image", "is required")
+        mounts = item.get("volumeMounts") or ()
+        if isinstance(mounts, (list, tuple)):
+            for j, mount in enumerate(mounts):
+                _mount_paths(mount, f"{at}.volumeMounts[{j}]")
         if "restartPolicy" in item:
             raise SpecError(
                 f"{at}.restartPolicy",

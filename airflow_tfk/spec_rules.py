@@ -37,15 +37,21 @@ def cluster_rules(spec: TFClusterSpec, errors: Errors) -> None:
     run(_lost_workers, "max_lost_workers", "mode", "worker")
     run(_metrics, "metrics_port", "port", "network_policy")
     run(_generated_names, "name", "layout", "storage", *ROLES)
-    run(_exec_sizes, "name", "namespace", "layout", "port", "command", "legacy_tf1_flags", *ROLES)
+    run(
+        _exec_sizes,
+        *("name", "namespace", "layout", "port", "command", "args", "env", "legacy_tf1_flags"),
+        *("metrics_port", "metrics_path", "storage", "mode", *ROLES),
+    )
     run(_gang, "gang_scheduling", "layout", "queue_name")
     pod_rules_rules(spec, errors)
 
 
 def _exec_sizes(spec: TFClusterSpec) -> None:
-    from airflow_tfk.exec_plan import check_exec_sizes
+    from airflow_tfk.exec_plan import check_exec_sizes, check_exec_totals, check_launched_programs
 
+    check_launched_programs(spec)
     check_exec_sizes(spec)
+    check_exec_totals(spec)
 
 
 def _gang(spec: TFClusterSpec) -> None:

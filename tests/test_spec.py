@@ -79,6 +79,13 @@ def test_to_dict_round_trips():
         ({"command": "python train.py"}, "command"),
         ({"command": ["python", {"a": 1}]}, "command[1]"),
         ({"args": ["a\x00b"]}, "args[0]"),
+        # a value with no command-line spelling (a Param rendered natively into args)
+        ({"args": ["--lr", None]}, "args[1]"),
+        ({"args": ["--debug", True]}, "args[1]"),
+        ({"args": ["--sizes", [1, 2]]}, "args[1]"),
+        ({"args": ["--opts", {"a": 1}]}, "args[1]"),
+        ({"worker": {"replicas": 1, "args": [None]}}, "worker.args[0]"),
+        ({"command": ["python", None]}, "command[1]"),
         # replicas
         ({"worker": {"replicas": 0}}, "worker.replicas"),
         ({"worker": {"replicas": -1}}, "worker.replicas"),

@@ -242,6 +242,47 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+#: values with no spelling of their own inside a text: str() would write Python's repr
+#: ("None", "True", "[1, 2]", "{'a': 1}") into a command line, a name or a path
+_NOT_TEXT = (type(None), bool, list, tuple, dict, set, frozenset)
+
+
+class TemplateValueError(ValueError):
+    """A rendered value that has no text spelling was printed inside a text."""
+
+
+_TEXT_FILTER = "tfk_text_part"
+
+
+def _text_part(value: Any) -> Any:
+    if isinstance(value, _NOT_TEXT):
+        kind = "null" if value is None else type(value).__name__
+        raise TemplateValueError(
+            f"a {kind} value ({value!r}) printed inside a text would be written as Python's "
+            f"{str(value)!r}; give it a string or number, or spell it in the template "
+            "('| tojson' for JSON, '| string' for Python's spelling)"
+        )
+    return value
+
+
+def _mark_text_parts(tree: nodes.Template) -> None:
+    """Route every printed value of a template that is more than one value through
+    :func:`_text_part`. (Airflow joins a native render's parts itself, with Jinja's
+    ``native_concat``, so the check is in the compiled template, not in a concat.) A
+    template of one ``{{ expression }}`` keeps its native value, and the spec checks its
+    type where it lands."""
+    outputs = list(tree.find_all(nodes.Output))
+    if sum(len(o.nodes) for o in outputs) <= 1:
+        return
+    for out in outputs:
+        out.nodes = [
+            part
+            if isinstance(part, nodes.TemplateData)
+            else nodes.Filter(part, _TEXT_FILTER, [], [], None, None, lineno=part.lineno)
+            for part in out.nodes
+        ]
+
+
 class SandboxedNativeEnvironment(
     jinja2.nativetypes.NativeEnvironment, jinja2.sandbox.ImmutableSandboxedEnvironment
 ):
@@ -259,10 +300,13 @@ class SandboxedNativeEnvironment(
         self.globals.clear()
         self.filters = {name: f for name, f in {**self.filters, **AIRFLOW_FILTERS}.items() if name in FILTERS}
         self.tests = dict(self.tests)
+        # not in FILTERS: a template cannot name it; _mark_text_parts adds it after the check
+        self.filters[_TEXT_FILTER] = _text_part
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = super()._parse(source, name, filename)
         check_tree(tree)
+        _mark_text_parts(tree)
         return tree
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:

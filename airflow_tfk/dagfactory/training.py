@@ -187,6 +187,8 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     checked["publish"], checked["tensorboard"] = blocks or (None, None)
     checked["backend_config"] = take(lambda: _backend_config(data, checked["backend"]))
     checked["sweep"] = take(lambda: _sweep(data.get("sweep"), params))
+    if cluster is not None and checked["sweep"] is not None:
+        take(lambda: _sweep_trials(cluster, checked["sweep"], params))
     if checked["publish"] is not None:
         take(lambda: _publish_name(cluster, checked["publish"]))
     errors.raise_if_any()
@@ -228,6 +230,25 @@ def _sweep(value: object, params: Mapping[str, Mapping[str, Any]]) -> dict[str, 
         raise SpecError("sweep", "must be a mapping of the sweep's settings", value)
     SweepConfig.from_dict(with_param_defaults(dict(value), params))
     return dict(value)
+
+
+def _sweep_trials(
+    cluster: Mapping[str, Any], sweep: Mapping[str, Any], params: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """The trials' specs as they will be when each trial starts (its flags appended),
+    checked now: errors name ``cluster.<field>``."""
+    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.sweep.config import SweepConfig
+    from airflow_tfk.sweep.trials import TRIAL_SUFFIX_ROOM, check_trials_fit
+
+    probe = with_param_defaults(dict(cluster), params)
+    # without a name, the trials' base is the task instance's, of at most this length
+    base = None if probe.get("name") else "x" * (30 - TRIAL_SUFFIX_ROOM)
+    try:
+        spec = TFClusterSpec.from_dict({**probe, "name": probe.get("name") or base})
+        check_trials_fit(spec, SweepConfig.from_dict(with_param_defaults(dict(sweep), params)), base)
+    except SpecError as exc:
+        raise SpecError(f"cluster.{exc.field}", exc.rule, exc.value) from None
 
 
 def _publish_name(

@@ -94,7 +94,7 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
         from airflow_tfk.sweep import study as studies
         from airflow_tfk.sweep.config import SweepConfig
         from airflow_tfk.sweep.runner import SweepRunner
-        from airflow_tfk.sweep.trials import base_name
+        from airflow_tfk.sweep.trials import base_name, check_trials_fit
 
         identity = identity_from_context(context)
         sweep = load_yaml_mapping(self.sweep) if isinstance(self.sweep, str) else self.sweep
@@ -105,6 +105,8 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
         base = spec.name
         if base == identity.cluster_name(self.name_prefix):
             base = base_name(identity, self.name_prefix)
+        # Every trial's spec as it will start (its flags appended), before any is made.
+        check_trials_fit(spec, config, base)
         backend = get_backend(self.backend, **self.backend_options())
         study_name = config.study_name or (
             f"{identity.dag_id}.{identity.task_id}.{identity.run_id}.{identity.map_index}"

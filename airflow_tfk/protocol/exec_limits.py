@@ -23,6 +23,16 @@ MAX_ARG_STRLEN = 32 * 4096
 #: the most characters one argument or ``NAME=value`` string may have (the NUL counts)
 MAX_STRING_CHARS = MAX_ARG_STRLEN - 1
 
+#: all of one exec's argument and environment strings (bytes, each with its NUL) and
+#: their pointers: a quarter of the stack limit, under the usual 8 MiB (``ulimit -s``) of
+#: containers and shells
+MAX_EXEC_BYTES = 8 * 1024 * 1024 // 4
+#: room left in it for what the platform does not write and cannot see when it checks a
+#: spec: the image's ENV, the kubelet's KUBERNETES_* variables, variables from Secrets and
+#: ConfigMaps (env_from, env_value_from), the local backend's inherited environment
+UNSEEN_ENV_BYTES = 64 * 1024
+POINTER_BYTES = 8
+
 _PYTHON = re.compile(r"python[0-9.]*")
 # Interpreter options that take a value (``-W error`` or ``-Werror``).
 _OPTIONS_WITH_VALUE = ("-W", "-X")
@@ -54,6 +64,12 @@ def too_long(
         if size > limit:
             return f"the environment variable {name} has {size:,} characters (NAME=value)"
     return None
+
+
+def exec_bytes(strings: Iterable[str]) -> int:
+    """What ``strings`` (arguments, or ``NAME=value`` environment strings) take of an
+    exec's room: UTF-8 bytes, a NUL and a pointer each."""
+    return sum(len(s.encode("utf-8", "surrogatepass")) + 1 + POINTER_BYTES for s in strings)
 
 
 def _head(text: str) -> str:

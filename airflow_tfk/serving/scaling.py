@@ -18,8 +18,11 @@ from airflow_tfk import naming
 from airflow_tfk._spec_checks import MAX_MAP_ITEMS, _bounded, _int, _utf8, annotations_size
 from airflow_tfk.errors import SpecError
 
-# RFC 1123 host names, with one leading wildcard label as Ingress and HTTPRoute allow.
-_HOST = re.compile(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# The host name rule both APIs apply: the Ingress validation's (``IsDNS1123Subdomain``, or
+# ``IsWildcardDNS1123Subdomain`` with a '*') and the Gateway API CRD's ``Hostname`` pattern
+# are this one expression, with no bound on one label, and 253 characters in all.
+_HOST = re.compile(r"(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+HOST_MAX_CHARS = 253
 #: the most hostnames or parent references one route names (the Gateway API's own bounds)
 MAX_HOSTNAMES = 16
 MAX_PARENTS = 32
@@ -35,27 +38,41 @@ def _mapping(cls: type, value: object, where: str) -> dict[str, Any]:
     return dict(value)
 
 
-def _host(value: object, where: str) -> str:
-    if not isinstance(value, str) or len(value) > 253 or not _HOST.match(value):
-        raise SpecError(where, "must be a DNS host name (lowercase, an optional leading '*.')", value)
-    if _is_ip(value):
-        # The digits-and-dots spelling of an address matches the host name pattern; the API
-        # server refuses an IP as an Ingress host ("must be a DNS name, not an IP address"),
-        # and the Gateway API's Hostname says "IPs are not allowed" (its CRD does not check).
-        raise SpecError(where, "must be a DNS host name, not an IP address", value)
+def _host_name(value: object, where: str) -> str:
+    # fullmatch: Python's '$' also matches before a final newline, Go's does not.
+    if not isinstance(value, str) or len(value) > HOST_MAX_CHARS or not _HOST.fullmatch(value):
+        raise SpecError(
+            where,
+            f"must be a DNS host name (lowercase letters, digits, '-' and '.', an optional leading "
+            f"'*.', at most {HOST_MAX_CHARS} characters, no trailing dot)",
+            value,
+        )
     return value
 
 
-def _is_ip(value: str) -> bool:
-    import ipaddress
+def ingress_host(value: object, where: str) -> str:
+    """An Ingress rule's host, as the API server's Ingress validation admits it: a host
+    name, and not the digits-and-dots spelling of an IPv4 address ("must be a DNS name,
+    not an IP address")."""
+    host = _host_name(value, where)
+    if _is_ipv4(host):
+        raise SpecError(where, "must be a DNS host name, not an IP address", value)
+    return host
 
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        # Go's parser (the API server's) also reads IPv4 with leading zeros ("010.0.0.1").
-        parts = value.split(".")
-        return len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)
-    return True
+
+def route_hostname(value: object, where: str) -> str:
+    """An HTTPRoute hostname, as the Gateway API CRD admits it (pattern, 1 to 253
+    characters). Its docs say "IPs are not allowed", but nothing in the CRD checks that
+    and its pattern matches dotted IPv4, so the API server stores one; the spec takes what
+    the API server takes, and a Gateway implementation decides what an IP matches."""
+    return _host_name(value, where)
+
+
+def _is_ipv4(value: str) -> bool:
+    # The API server reads hosts with k8s.io/utils' ParseIPSloppy: four decimal parts up
+    # to 255, leading zeros allowed ("010.0.0.1"). An IPv6 address has ':', never a host.
+    parts = value.split(".")
+    return len(parts) == 4 and all(p.isdigit() and p.isascii() and int(p) < 256 for p in parts)
 
 
 def _optional_name(value: object, where: str, what: str) -> str | None:
@@ -142,9 +159,11 @@ class IngressSpec:
         if value is None or isinstance(value, cls):
             return value
         data = _mapping(cls, value, where)
+        if data.get("host") == "":
+            data["host"] = None  # the API server reads an empty host as none: every host
         out = cls(**data)
         if out.host is not None:
-            _host(out.host, f"{where}.host")
+            ingress_host(out.host, f"{where}.host")
         _optional_name(out.class_name, f"{where}.class_name", "IngressClass")
         _optional_name(out.tls_secret, f"{where}.tls_secret", "Secret")
         if out.tls_secret is not None and out.host is None:
@@ -202,7 +221,7 @@ class HTTPRouteSpec:
             raise SpecError(f"{where}.hostnames", "must be a list of host names", hosts)
         if len(hosts) > MAX_HOSTNAMES:
             raise SpecError(f"{where}.hostnames", f"names more than {MAX_HOSTNAMES} hosts", len(hosts))
-        names = tuple(_host(h, f"{where}.hostnames[{i}]") for i, h in enumerate(hosts))
+        names = tuple(route_hostname(h, f"{where}.hostnames[{i}]") for i, h in enumerate(hosts))
         return cls(parents, names)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk import naming
-from airflow_tfk._spec_checks import _utf8, image_text
+from airflow_tfk._spec_checks import image_text, path_text
 from airflow_tfk.constants import NAMESPACE
 from airflow_tfk.errors import SpecError
 from airflow_tfk.network import ServiceNetworkPolicy
@@ -53,22 +53,15 @@ def _number(value: object, where: str, lo: float, hi: float) -> float:
 def _optional_path(value: object, where: str, *, absolute: bool) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value.strip() or _CONTROL.search(value):
-        raise SpecError(where, "must be a non-empty path without control characters", value)
-    if absolute and not value.startswith("/"):
-        raise SpecError(where, "must be an absolute path", value)
-    return value
+    if isinstance(value, str) and not value.strip():
+        raise SpecError(where, "must not be empty", value)
+    return path_text(value, where, kind="absolute" if absolute else "any")
 
 
 def _sub_path(value: object, where: str) -> str:
     if value in (None, ""):
         return ""
-    if not isinstance(value, str) or _CONTROL.search(value) or value.startswith("/"):
-        raise SpecError(where, "must be a relative path inside the claim", value)
-    _utf8(value, where)
-    norm = posixpath.normpath(value)
-    if norm == ".." or norm.startswith("../"):
-        raise SpecError(where, "must stay inside the claim (no '..')", value)
+    norm = posixpath.normpath(path_text(value, where, kind="relative"))
     return "" if norm == "." else norm
 
 

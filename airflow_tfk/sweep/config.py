@@ -123,7 +123,8 @@ class ParamSpec:
     :param high: upper bound (float, int), inclusive.
     :param log: sample on a log scale (float, int; needs ``low > 0``).
     :param step: a grid step (float, int; not with ``log``).
-    :param choices: the values (categorical): strings, numbers or booleans.
+    :param choices: the values (categorical): strings, numbers or booleans (written as
+        ``true``/``false``); not null, lists or mappings, which have no command-line spelling.
     """
 
     kind: ParamKind
@@ -380,14 +381,13 @@ def _storage(value: object, where: str) -> str | None:
     """A database URL, an absolute path, or a relative path that stays under the local
     backend's root (no '..'): a training file does not choose where on the Airflow
     worker's disk a sweep writes."""
-    import posixpath
+    from airflow_tfk._spec_checks import path_text
 
     if value is None:
         return None
-    text = _name(value, where)
-    if "://" not in text and ".." in posixpath.normpath(text).split("/"):
-        raise SpecError(where, "must not climb out of its directory ('..')", value)
-    return text
+    if isinstance(value, str) and "://" not in value:
+        path_text(value, where, kind="any")
+    return _name(value, where)
 
 
 def _check_params_env(params: Mapping[str, ParamSpec], where: str) -> None:
@@ -412,13 +412,9 @@ def _flag_value(value: object, where: str) -> str:
     from airflow_tfk._spec_checks import _str_list
     from airflow_tfk.sweep.trials import flag_value
 
-    if value is not None and not isinstance(value, (str, int, float)):  # bool is an int
-        raise SpecError(where, "must be a string, number or boolean", value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise SpecError(where, "must be a finite number", value)
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_MAGNITUDE:
         raise SpecError(where, f"must be between -{MAX_MAGNITUDE:g} and {MAX_MAGNITUDE:g}", value)
-    text = flag_value(value)
+    text = flag_value(value, where)
     try:
         _str_list([text], "args")
     except SpecError as exc:

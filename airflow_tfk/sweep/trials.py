@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_tfk import naming
 from airflow_tfk.constants import NAME_PREFIX
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.spec import ROLES, TFClusterSpec
+
+if TYPE_CHECKING:
+    from airflow_tfk.sweep.config import SweepConfig
 
 #: Room left in a generated base name for the ``-t<number>`` suffix of its trials.
 TRIAL_SUFFIX_ROOM = 6
@@ -42,22 +44,18 @@ def trial_name(base: str, number: int) -> str:
     return f"{base}-t{number}"
 
 
-def flag_value(value: Any) -> str:
-    """How a parameter value is written on the command line."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"not a finite number: {value}")
-        return repr(value)
-    return str(value)
+def flag_value(value: Any, where: str = "sweep.search_space") -> str:
+    """How a parameter value is written on the command line (refused as the spec refuses it)."""
+    from airflow_tfk._spec_checks import flag_text
+
+    return flag_text(value, where)
 
 
 def trial_flags(params: Mapping[str, Any], model_version: int | None) -> tuple[str, ...]:
     """``--<flag> <value>`` for each parameter (and the trial's export version)."""
     flags: list[str] = []
     for name, value in params.items():
-        flags += [f"--{name}", flag_value(value)]
+        flags += [f"--{name}", flag_value(value, f"sweep.search_space.{name}")]
     if model_version is not None:
         flags += ["--tfk_model_version", str(model_version)]
     return tuple(flags)
@@ -83,3 +81,56 @@ def trial_spec(
         if role_spec is not None and role_spec.args is not None:
             roles[role] = dataclasses.replace(role_spec, args=(*role_spec.args, *flags))
     return dataclasses.replace(spec, name=name, args=(*spec.args, *flags), env=env, **roles)
+
+
+#: the longest spellings a sampled value can have on a command line: a double's repr
+#: (``-2.2250738585072014e-308``) and an int64 export version
+_LONGEST_FLOAT = -2.2250738585072014e-308
+_LONGEST_VERSION = 2**63 - 1
+
+
+def longest_params(config: SweepConfig) -> dict[str, Any]:
+    """For each parameter of the search space, the value with the longest command-line and
+    JSON spelling a trial can get."""
+    from airflow_tfk._spec_checks import flag_text
+    from airflow_tfk.sweep.config import ParamKind
+
+    out: dict[str, Any] = {}
+    for name, p in config.search_space.items():
+        if p.kind is ParamKind.CATEGORICAL:
+
+            def size(choice: Any, where: str = name) -> int:
+                return len(flag_text(choice, where).encode()) + len(json.dumps(choice))
+
+            out[name] = max(p.choices, key=size)
+        elif p.kind is ParamKind.INT:
+            out[name] = max(int(p.low or 0), int(p.high or 0), key=lambda v: len(str(v)))
+        else:
+            out[name] = _LONGEST_FLOAT
+    return out
+
+
+def check_trials_fit(spec: TFClusterSpec, config: SweepConfig, base: str | None = None) -> None:
+    """Refuse, before any trial runs, a cluster spec that its trials' specs would break:
+    the spec of the trial with the longest name, flags and ``SWEEP_TRIAL_*`` variables
+    goes through every rule a trial's spec meets when it starts (argument and environment
+    bounds, the final exec's size on either backend), and its first error is raised naming
+    the cluster's field.
+
+    ``base``: the trials' base name (default: the spec's name)."""
+    from airflow_tfk.errors import SpecError
+
+    params = longest_params(config)
+    number = 10 ** (len(str(config.n_trials)) + 1) - 1  # reruns of interrupted trials count on
+    version = _LONGEST_VERSION if config.model_versions else None
+    added = sum(len(f.encode()) + 1 for f in trial_flags(params, version))
+    try:
+        trial_spec(spec, trial_name(base or spec.name, number), number, params, version)
+    except SpecError as exc:
+        first = (getattr(exc, "errors", None) or [exc])[0]
+        raise SpecError(
+            first.field,
+            f"with a sweep trial's flags appended (up to {added:,} bytes of --flag value) and its "
+            f"{ENV_TRIAL}/{ENV_PARAMS} variables set: {first.rule}",
+            first.value,
+        ) from None

@@ -248,3 +248,41 @@ def test_airflow_tasks_render_of_a_factory_dag_writes_no_marker(tmp_path: Path) 
     assert rendered.returncode == 0, rendered.stderr[-2000:]
     assert "os.popen" in rendered.stdout  # the payload, shown as the text it is
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [(None, "null"), (True, "bool"), (False, "bool"), ([1, 2], "list"), ({"a": 1}, "dict"), ((1,), "tuple")],
+)
+def test_a_param_without_a_text_spelling_is_refused_inside_a_text(
+    tmp_path: Path, value: Any, said: str
+) -> None:
+    """``--lr={{ params.lr }}`` with a null, boolean, list or mapping would put Python's
+    ``None``/``True``/``[1, 2]`` on the command line: the render fails instead, as Airflow
+    renders the field; alone, the value stays native and the spec refuses it by its type."""
+    from airflow_tfk.dagfactory.sandbox import TemplateValueError
+
+    (tmp_path / "t.yaml").write_text(training(["--lr={{ params.lr }}", "{{ params.lr }}"]))
+    data = json.loads((tmp_path / "t.yaml").read_text())
+    data["params"]["lr"] = 0.1
+    (tmp_path / "t.yaml").write_text(json.dumps(data))
+    train = load_folder(tmp_path).dags["evil"].get_task("train")
+    train.render_template_fields({"params": {"lr": 0.1, "steps": 1}})
+    assert train.cluster_spec["args"][:2] == ["--lr=0.1", 0.1]
+    train = load_folder(tmp_path).dags["evil"].get_task("train")
+    with pytest.raises(TemplateValueError, match=said):
+        train.render_template_fields({"params": {"lr": value, "steps": 1}})
+
+
+def test_a_value_spelt_in_the_template_is_kept() -> None:
+    from airflow.sdk.definitions.context import render_template
+
+    env = SandboxedNativeEnvironment()
+    for text, value, out in (
+        ("--f={{ params.x | tojson }}", [1, 2], "--f=[1, 2]"),
+        ("--f={{ params.x | string }}", True, "--f=True"),
+        ("--f={{ params.x | tojson }}", None, "--f=null"),
+        ("{{ params.x }}", [1], [1]),
+        ("--f={{ params.x }}", "a", "--f=a"),
+    ):
+        assert render_template(env.from_string(text), {"params": {"x": value}}, native=True) == out

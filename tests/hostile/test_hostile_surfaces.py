@@ -182,11 +182,19 @@ def _publish_cases() -> list[Case]:
         ),
         Case("ingress-host-ok", FILE, None, publish(ingress={"host": "ml.example.com"})),
         Case("ingress-host-wildcard-ok", FILE, None, publish(ingress={"host": "*.example.com"})),
+        # the Gateway API CRD's hostname pattern admits dotted IPv4 (the API server stores
+        # it: tests/k8s_integration/test_serving_scale.py), and the spec takes what it takes
         Case(
-            "route-hostname-ipv4",
+            "route-hostname-ipv4-ok",
+            FILE,
+            None,
+            publish(http_route={"parent_refs": [{"name": "g"}], "hostnames": ["192.168.1.1"]}),
+        ),
+        Case(
+            "route-hostname-ipv6",
             FILE,
             "publish.serving.http_route.hostnames[0]",
-            publish(http_route={"parent_refs": [{"name": "g"}], "hostnames": ["192.168.1.1"]}),
+            publish(http_route={"parent_refs": [{"name": "g"}], "hostnames": ["fd00::1"]}),
         ),
         Case(
             "ingress-annotations-over-256k",

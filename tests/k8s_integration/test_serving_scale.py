@@ -22,6 +22,7 @@ from airflow_tfk.serving.render import render_serving
 from airflow_tfk.serving.spec import ServingSpec
 from k8s_integration import _tfk
 from k8s_integration.test_serving_pods import claims  # noqa: F401 - bound claims, so pods schedule
+from tests.serving.host_edges import HOSTS
 
 pytestmark = pytest.mark.k8s
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
@@ -237,3 +238,51 @@ def test_the_specs_edges_are_the_api_servers(k8s_api, gateway_api, tfk_ns) -> No
         assert _dry_run(k8s_api, bad) in (400, 422), (what, REFUSED.get(kind))
         with pytest.raises(SpecError):
             _spec(tfk_ns, **spec_kw)
+
+
+def _host_admitted(api, manifest: dict, host: str) -> bool:
+    bad = copy.deepcopy(manifest)
+    if bad["kind"] == "Ingress":
+        bad["spec"]["rules"][0]["host"] = host
+        bad["spec"].pop("tls", None)
+    else:
+        bad["spec"]["hostnames"] = [host]
+    status = _dry_run(api, bad)
+    assert status in (201, 400, 422), (host, status, REFUSED.get(bad["kind"]))
+    return status == 201
+
+
+def _spec_admits(ns: str, **kw) -> bool:
+    try:
+        _spec(ns, **kw)
+    except SpecError:
+        return False
+    return True
+
+
+def test_host_names_the_spec_takes_are_the_api_servers(k8s_api, gateway_api, tfk_ns) -> None:
+    """Every host of the shared edge table (IPv4 and IPv6, wildcards, trailing dot,
+    uppercase, 253+ characters, a 64-character label...) goes to the real API server as
+    an Ingress host and as an HTTPRoute hostname: the spec takes exactly what it admits."""
+    route = {"parent_refs": [{"name": "edge", "namespace": "gateway"}]}
+    manifests = render_serving(
+        _spec(
+            tfk_ns, ingress={"host": "ml.example.com"}, http_route={**route, "hostnames": ["ml.example.com"]}
+        ),
+        None,
+        "",
+    )
+    ingress = next(m for m in manifests if m["kind"] == "Ingress")
+    http_route = next(m for m in manifests if m["kind"] == "HTTPRoute")
+    disagree = []
+    for what, host, ingress_ok, route_ok in HOSTS:
+        server = (_host_admitted(k8s_api, ingress, host), _host_admitted(k8s_api, http_route, host))
+        spec = (
+            _spec_admits(tfk_ns, ingress={"host": host}),
+            _spec_admits(tfk_ns, http_route={**route, "hostnames": [host]}),
+        )
+        if not server == spec == (ingress_ok, route_ok):
+            disagree.append(
+                (what, host[:40], "server", server, "spec", spec, "table", (ingress_ok, route_ok))
+            )
+    assert not disagree, disagree

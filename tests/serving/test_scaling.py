@@ -10,6 +10,7 @@ import pytest
 from airflow_tfk.errors import SpecError
 from airflow_tfk.serving.render import render_serving
 from airflow_tfk.serving.spec import ServingSpec
+from tests.serving.host_edges import HOSTS
 from tests.serving.test_render import K8S_VERSIONS, validate
 
 ALLOW = {"allow_from": [{"namespace_labels": {"kubernetes.io/metadata.name": "ingress"}}]}
@@ -219,3 +220,29 @@ def test_from_dict_takes_the_nested_values():
     )
     assert s.http_route.parent_refs[0].section_name == "https"
     assert s.http_route.hostnames == ("ml.example.com",)
+
+
+@pytest.mark.parametrize("what,host,ingress_ok,route_ok", HOSTS, ids=[h[0] for h in HOSTS])
+def test_host_names_are_what_the_api_server_admits(what, host, ingress_ok, route_ok):
+    """The same table the KWOK tier sends to the real API server: an Ingress host refuses
+    an IPv4 address, an HTTPRoute hostname takes it (its CRD's pattern does); both refuse
+    what is not a host name, name the field, and take a label over 63 characters."""
+    for kw, field, ok in (
+        ({"ingress": {"host": host}}, "ingress.host", ingress_ok),
+        (
+            {"http_route": {**ROUTE, "hostnames": ["ok.example.com", host]}},
+            "http_route.hostnames[1]",
+            route_ok,
+        ),
+    ):
+        if ok:
+            spec(network_policy=ALLOW, **kw)
+            continue
+        with pytest.raises(SpecError) as err:
+            spec(network_policy=ALLOW, **kw)
+        assert err.value.field == field, (what, err.value)
+
+
+def test_an_empty_ingress_host_is_every_host():
+    ingress = by_kind(spec(network_policy=ALLOW, ingress={"host": ""}))["Ingress"]
+    assert "host" not in ingress["spec"]["rules"][0]

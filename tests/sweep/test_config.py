@@ -61,6 +61,18 @@ def test_a_good_config_round_trips() -> None:
             {"search_space": {"tfk_model_version": {"low": 0, "high": 1}}},
             "sweep.search_space.tfk_model_version",
         ),
+        (
+            {"search_space": {"c": {"type": "categorical", "choices": ["a", None]}}},
+            "sweep.search_space.c.choices[1]",
+        ),
+        (
+            {"search_space": {"c": {"type": "categorical", "choices": [[1, 2]]}}},
+            "sweep.search_space.c.choices[0]",
+        ),
+        (
+            {"search_space": {"c": {"type": "categorical", "choices": [{"a": 1}]}}},
+            "sweep.search_space.c.choices[0]",
+        ),
         ({"storage": ""}, "sweep.storage"),
         ({"trials": 3}, "sweep.trials"),
     ],
@@ -188,3 +200,11 @@ def test_a_dag_with_a_sweep_imports_no_optuna() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("value", [None, [1], {"a": 1}, float("nan")])
+def test_a_trial_flag_without_a_command_line_spelling_is_refused(value: object) -> None:
+    """Never Python's ``None`` or ``[1]`` on a trial's command line, whatever reaches it."""
+    with pytest.raises(SpecError) as info:
+        trial_flags({"opt": value}, None)
+    assert info.value.field == "sweep.search_space.opt"
