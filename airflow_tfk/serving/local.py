@@ -143,6 +143,11 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
         found = self._json(os.path.join(self.model_base_path(), str(version), METRICS_FILE))
         return found if isinstance(found, dict) else None
 
+    def version_files(self, version: int) -> str | None:
+        from airflow_tfk.serving.files import tree_digest
+
+        return tree_digest(os.path.join(self.model_base_path(), str(version)))
+
     def published_metrics(self) -> dict[int, dict[str, Any]]:
         found = self._json(self.dir / PUBLISHED_METRICS)
         if not isinstance(found, dict):
