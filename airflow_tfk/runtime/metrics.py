@@ -127,6 +127,9 @@ def _read_head(sock: socket.socket) -> bytes | None:
 
 class _BoundedServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 drops the SYNs of a burst (each then waits a 1 s
+    # retransmit): refusing a connection at once needs it accepted first
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
         super().__init__(address, handler)
