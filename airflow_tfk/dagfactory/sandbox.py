@@ -13,7 +13,11 @@ attributes, module attributes and every filter and method; a template such as
   ``{{ expressions }}`` and ``{% if %}``, only the context names of :data:`NAMES`, only the
   filters of :data:`FILTERS` and the methods of :data:`METHODS`, no ``_`` attribute;
 - at render time the sandbox also refuses ``_`` attributes, attributes that are modules or
-  classes, calls of classes, sequence repetition and huge powers, whatever the text said.
+  classes, calls of classes, sequence repetition and huge powers, whatever the text said;
+- and every filter and method result is bounded (:data:`MAX_RESULT`): each allowed filter
+  grows its input by a constant at most, but a chain of them (``|list|string`` five times
+  per link, ``|tojson`` doubling quotes) or ``join`` of a text's characters by the text
+  itself multiplies, so a 200-character template could ask the worker for terabytes.
 
 :func:`check_template` runs the same check when a training file is read, so the file's
 error names the field, and ``airflow-tfk validate`` refuses what the worker would.
@@ -22,10 +26,11 @@ error names the field, and ``airflow-tfk validate`` refuses what the worker woul
 from __future__ import annotations
 
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import jinja2
+import jinja2.filters
 import jinja2.nativetypes
 import jinja2.nodes as nodes
 import jinja2.sandbox
@@ -126,6 +131,10 @@ _EXPRESSIONS = (
 _STATEMENTS = (nodes.Template, nodes.Output, nodes.TemplateData, nodes.If)
 _MAX_POWER = 64
 _MAX_INT_BITS = 256
+#: characters (or items) one filter or method may produce: twice what one argument or
+#: environment value of a process may hold (Linux's MAX_ARG_STRLEN), so only an amplifying
+#: template meets it, and the last step before a refusal stays cheap
+MAX_RESULT = 1 << 18
 _STATEMENT_WORDS = {
     "For": "for",
     "Macro": "macro",
@@ -228,6 +237,45 @@ def check_tree(tree: nodes.Template) -> None:
         _check_node(node)
 
 
+def _within(value: Any, what: str) -> Any:
+    if isinstance(value, (str, bytes, list, tuple, dict)) and len(value) > MAX_RESULT:
+        raise jinja2.sandbox.SecurityError(
+            f"{what} made {len(value)} characters or items; a template may make at most {MAX_RESULT}"
+        )
+    return value
+
+
+def _bounded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with its result checked. Taking the context also keeps Jinja's compiler from
+    folding a filter of constants at compile time, where a chain would be evaluated once per
+    link, outside any bound."""
+    takes = getattr(fn, "jinja_pass_arg", None)
+
+    @jinja2.pass_context
+    def run(context: Context, *args: Any, **kwargs: Any) -> Any:
+        passes: dict[object, tuple[object, ...]] = {
+            jinja2.utils._PassArg.context: (context,),
+            jinja2.utils._PassArg.eval_context: (context.eval_ctx,),
+            jinja2.utils._PassArg.environment: (context.environment,),
+        }
+        first = passes.get(takes, ())
+        return _within(fn(*first, *args, **kwargs), f"the filter {name!r}")
+
+    return run
+
+
+@jinja2.pass_eval_context
+def _join(eval_ctx: Any, value: Iterable[Any], d: Any = "", attribute: Any = None) -> str:
+    """Jinja's ``join``, sized before it allocates: its separator is repeated once per item."""
+    items = list(value)
+    size = len(str(d)) * max(len(items) - 1, 0) + sum(len(i) for i in items if isinstance(i, str))
+    if size > MAX_RESULT:
+        raise jinja2.sandbox.SecurityError(
+            f"the filter 'join' would make {size} characters; a template may make at most {MAX_RESULT}"
+        )
+    return str(jinja2.filters.do_join(eval_ctx, items, d, attribute))
+
+
 class _AllowedContext(jinja2.runtime.Context):
     """The Airflow context, seen through :data:`NAMES` only (``var``, ``conn``, ``ti``,
     ``macros`` and the rest are undefined here, even to a template built by hand)."""
@@ -298,7 +346,8 @@ class SandboxedNativeEnvironment(
 
         super().__init__(undefined=undefined, cache_size=0, autoescape=False)
         self.globals.clear()
-        self.filters = {name: f for name, f in {**self.filters, **AIRFLOW_FILTERS}.items() if name in FILTERS}
+        found = {**self.filters, **AIRFLOW_FILTERS, "join": _join}
+        self.filters = {name: _bounded(name, f) for name, f in found.items() if name in FILTERS}
         self.tests = dict(self.tests)
         # not in FILTERS: a template cannot name it; _mark_text_parts adds it after the check
         self.filters[_TEXT_FILTER] = _text_part
@@ -321,6 +370,9 @@ class SandboxedNativeEnvironment(
 
     def is_safe_callable(self, obj: Any) -> bool:
         return not isinstance(obj, type) and super().is_safe_callable(obj)
+
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's signature
+        return _within(super().call(__context, __obj, *args, **kwargs), "a method call")
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         if not (_is_number(left) and _is_number(right)):

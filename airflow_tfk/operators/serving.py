@@ -285,7 +285,7 @@ class TFPublishModelOperator(OnBackendOperator):
     ) -> dict[str, Any]:
         """The person's answer: promote the waiting candidate, or withdraw it."""
         from airflow_tfk.operators._approval import approved
-        from airflow_tfk.serving.publish import NotApproved, withdraw_candidate
+        from airflow_tfk.serving.publish import NotApproved, same_files, withdraw_candidate
         from airflow_tfk.serving.targets import get_serving_target
 
         if request is None:
@@ -302,7 +302,8 @@ class TFPublishModelOperator(OnBackendOperator):
                 f"{request['model_name']} version {request['version']} was not published: {why}"
             )
         metrics = request.get("metrics") or None
-        return self._publish(context, target, int(request["version"]), self.gate(), metrics, lambda _: True)
+        approve = same_files(request)
+        return self._publish(context, target, int(request["version"]), self.gate(), metrics, approve)
 
     def get_openlineage_facets_on_start(self) -> Any:
         """The model in, the serving model out (the ``openlineage`` provider calls this;

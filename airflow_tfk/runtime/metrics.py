@@ -13,20 +13,33 @@ the task that runs the training loop serves what its progress reporter sees:
 Every sample carries the task (``role``, ``index``) and the cluster's name. The standard
 library serves it from a daemon thread: nothing here may stop or slow the training, so a
 port that cannot be bound is a warning in the task's log, not an error.
+
+The server lives in the training's process, so what a client may make it spend is bounded:
+a thread per connection, but at most :data:`MAX_CONNECTIONS` of them and
+:data:`MAX_PER_CLIENT` per client address (more are closed at once); the whole request
+head must arrive within :data:`HEAD_SECONDS` and :data:`MAX_HEAD_BYTES`, however slowly
+it trickles; one request per connection. A scrape is a small GET: nothing more is needed.
 """
 
 from __future__ import annotations
 
+import io
 import math
+import socket
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from airflow_tfk.runtime.exits import log
 
 _RATE_WINDOW = 10  # reports the rates are measured over
+MAX_CONNECTIONS = 32
+MAX_PER_CLIENT = 8
+HEAD_SECONDS = 2.0
+MAX_HEAD_BYTES = 8 << 10
+HANDLER_THREAD = "tfk-metrics-request"
 
 
 def _escape(value: str) -> str:
@@ -92,11 +105,78 @@ class TrainingMetrics:
         return "\n".join(out) + "\n"
 
 
+def _read_head(sock: socket.socket) -> bytes | None:
+    """The request head, read against one deadline (a per-read timeout would let a client
+    sending a byte a second hold the connection forever); None past the bounds."""
+    deadline = time.monotonic() + HEAD_SECONDS
+    head = b""
+    while b"\r\n\r\n" not in head and b"\n\n" not in head:
+        left = deadline - time.monotonic()
+        if left <= 0 or len(head) > MAX_HEAD_BYTES:
+            return None
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(4096)
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        head += chunk
+    return head
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's default backlog of 5 drops the SYNs of a burst (each then waits a 1 s
+    # retransmit): refusing a connection at once needs it accepted first
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: Any) -> None:
+        super().__init__(address, handler)
+        self._lock = threading.Lock()
+        self._clients: Counter[str] = Counter()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        client = str(client_address[0])
+        with self._lock:
+            full = sum(self._clients.values()) >= MAX_CONNECTIONS or self._clients[client] >= MAX_PER_CLIENT
+            if not full:
+                self._clients[client] += 1
+        if full:
+            self.shutdown_request(request)
+            return
+        thread = threading.Thread(
+            target=self._run, args=(request, client_address, client), name=HANDLER_THREAD, daemon=True
+        )
+        thread.start()
+
+    def _run(self, request: Any, client_address: Any, client: str) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._clients[client] -= 1
+                if not self._clients[client]:
+                    del self._clients[client]
+
+
 def serve(metrics: TrainingMetrics, port: int, path: str = "/metrics", host: str = "") -> Any:
     """Serve ``metrics`` at ``http://<host>:<port><path>`` from a daemon thread; the server,
     or None when the port cannot be bound (said in the log; the training goes on)."""
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = HEAD_SECONDS  # also bounds writing the answer to a client that does not read
+
+        def handle(self) -> None:
+            head = _read_head(self.connection)
+            if head is None:
+                self.close_connection = True
+                return
+            self.connection.settimeout(HEAD_SECONDS)
+            self.rfile = io.BytesIO(head)
+            self.handle_one_request()
+            self.close_connection = True
+
         def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
             if self.path.split("?", 1)[0] != path:
                 self.send_error(404)
@@ -105,6 +185,7 @@ def serve(metrics: TrainingMetrics, port: int, path: str = "/metrics", host: str
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(body)
 
@@ -112,11 +193,10 @@ def serve(metrics: TrainingMetrics, port: int, path: str = "/metrics", host: str
             return
 
     try:
-        server = ThreadingHTTPServer((host, port), Handler)
+        server = _BoundedServer((host, port), Handler)
     except OSError as exc:
         log(f"metrics: cannot serve on port {port} ({exc}); training goes on without them")
         return None
-    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="tfk-metrics", daemon=True).start()
     log(f"metrics: Prometheus text at :{server.server_address[1]}{path}")
     return server

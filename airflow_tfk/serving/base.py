@@ -116,6 +116,11 @@ class ServingTarget(abc.ABC):
         """The metrics the training app exported with ``version``
         (``assets.extra/tfk_metrics.json``), None if none."""
 
+    def version_files(self, version: int) -> str | None:
+        """A digest of the files of ``version`` in the model store as they are now (see
+        :mod:`~airflow_tfk.serving.files`); None when this backend cannot tell."""
+        return None
+
     @abc.abstractmethod
     def published_metrics(self) -> dict[int, dict[str, Any]]:
         """The metrics recorded for each published version (the gate's baselines)."""

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_tfk.dagfactory.printable import printable
 from airflow_tfk.errors import SpecError
 
 ON_FAILURE = ("fail", "skip")
@@ -262,6 +263,7 @@ def _value(source: Mapping[str, Any], name: str) -> float | None:
 
 
 def _listed(source: Mapping[str, Any]) -> str:
-    names = sorted(str(k)[:40] for k in source)
+    # the names are the training's: escaped, so one cannot add a line (a forged verdict) to the log
+    names = sorted(printable(str(k)[:40]) for k in source)
     shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
     return shown or "none"

@@ -50,36 +50,47 @@ OPTIONAL_KINDS = ("HTTPRoute", "Ingress", "HorizontalPodAutoscaler", "PodDisrupt
 GATEWAY_API = "/apis/gateway.networking.k8s.io/v1"
 
 
+def _lines(text: str) -> list[str]:
+    # The script ends its lines with "\n" only; str.splitlines() would also split on the
+    # "\r", "\x85" or "\u2028" of a file the training wrote, making lines of its own.
+    return text.split("\n")
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
 def reader_metrics(text: str) -> dict[str, Any] | None:
     """The ``tfk-metrics:`` line of the store reader's log (the version's metrics file)."""
-    for line in text.splitlines():
+    for line in _lines(text):
         if line.startswith("tfk-metrics:"):
-            try:
-                found = json.loads(line.split(":", 1)[1])
-            except ValueError:
-                return None
+            found = _json_or_none(line.split(":", 1)[1])
             return found if isinstance(found, dict) else None
     return None
 
 
 def parse_reader_log(text: str) -> tuple[list[int], int | None, dict[str, Any] | None]:
-    """(versions, version read, sample request) from the store reader's log."""
-    versions: list[int] = []
-    version = None
+    """(versions, version read, sample request) from the store reader's log. The script
+    prints its own lines before any file's content, so only their first occurrence counts."""
+    versions: list[int] | None = None
+    version: int | None = None
+    seen_version = False
     sample = None
-    lines = text.splitlines()
+    lines = _lines(text)
     for i, line in enumerate(lines):
-        if line.startswith("tfk-versions:"):
+        if line.startswith("tfk-versions:") and versions is None:
             versions = sorted(n for n in map(model_version, line.split(":", 1)[1].split()) if n is not None)
-        elif line.startswith("tfk-version:"):
-            version = int(line.split(":", 1)[1])
+        elif line.startswith("tfk-version:") and not seen_version:
+            seen_version = True
+            version = model_version(line.split(":", 1)[1].strip())
         elif line.strip() == "tfk-sample:":
-            try:
-                sample = json.loads("\n".join(lines[i + 1 :]))
-            except ValueError:
-                sample = None
+            found = _json_or_none("\n".join(lines[i + 1 :]))
+            sample = found if isinstance(found, dict) else None
             break
-    return versions, version, sample
+    return versions or [], version, sample
 
 
 class KubernetesServing(PodHealth, KubeTarget, ServingTarget):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -44,6 +45,8 @@ from airflow_tfk.serving.spec import (
 TF_SERVING_BINARY = "tensorflow_model_server"
 SAMPLE_REQUEST = os.path.join("assets.extra", "tfk_sample_request.json")
 METRICS_FILE = os.path.join("assets.extra", "tfk_metrics.json")  # runtime.app.METRICS_FILE
+#: a metrics file or a sample request is a few KiB; more is not one
+MAX_STORE_JSON = 1 << 20
 
 
 S = TypeVar("S", ServingSpec, TensorBoardSpec)
@@ -129,10 +132,32 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
         )
 
     def _json(self, path: str | Path) -> Any:
+        """A JSON file the training exported with a version, or None. The training wrote
+        it, so it is read as data from a stranger: a regular file inside the model's
+        folder only (a FIFO would hang the publish, ``/dev/zero`` fill its memory, a link
+        to a credentials file show that file as "metrics"), of at most
+        :data:`MAX_STORE_JSON` bytes, and JSON nested too deeply is None as well."""
+        base = os.path.realpath(self.model_base_path())
+        if not os.path.realpath(path).startswith(base + os.sep):
+            return None
         try:
-            with open(path, encoding="utf-8") as fh:
-                return json.load(fh)
-        except (OSError, ValueError):
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError:
+            return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_STORE_JSON:
+                return None
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                data = fh.read(MAX_STORE_JSON + 1)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        try:
+            return json.loads(data) if len(data) <= MAX_STORE_JSON else None
+        except (ValueError, RecursionError):
             return None
 
     def sample_request(self, version: int) -> dict[str, Any] | None:
@@ -142,6 +167,11 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
     def version_metrics(self, version: int) -> dict[str, Any] | None:
         found = self._json(os.path.join(self.model_base_path(), str(version), METRICS_FILE))
         return found if isinstance(found, dict) else None
+
+    def version_files(self, version: int) -> str | None:
+        from airflow_tfk.serving.files import tree_digest
+
+        return tree_digest(os.path.join(self.model_base_path(), str(version)))
 
     def published_metrics(self) -> dict[int, dict[str, Any]]:
         found = self._json(self.dir / PUBLISHED_METRICS)

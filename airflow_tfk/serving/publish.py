@@ -211,6 +211,7 @@ def publish(
     config = target.read_config() or ModelServerConfig()
     previous = serving_version(config.get(name))
     metrics = _gate(target, gate, version, metrics, previous, emit)
+    files = _files(target, version)
     target.ensure(emit)
     config = target.read_config() or ModelServerConfig()
     before = config.get(name)
@@ -243,7 +244,7 @@ def publish(
             target, version, spec.load_timeout_seconds, emit, poll, clock, model=cand.name, server=server
         )
         predictions = _smoke(target, body, version, cand.name, emit)
-        _ask(approve, target, name, version, cand.name, metrics, previous, emit)
+        _ask(approve, target, name, version, cand.name, metrics, previous, emit, files)
         # promote: the model's own entry loads the validated version on every replica,
         # then the label moves
         loading = current.with_versions((*current.versions, version))
@@ -255,6 +256,12 @@ def publish(
         replicas = wait_available(
             target, version, spec.load_timeout_seconds, emit, poll, clock, server=server
         )
+        if _files(target, version) != files:
+            raise ServingError(
+                f"the files of {name} version {version} changed after the quality gate checked "
+                "them (replaced, rewritten or relinked in the model store): not promoted; "
+                "export a new version"
+            )
         emit(
             f"{name} version {version} is AVAILABLE on every replica ({len(replicas)}): "
             f"moving the '{STABLE_LABEL}' label to it"
@@ -333,6 +340,26 @@ def _sample_request(target: ServingTarget, version: int, given: dict[str, Any] |
     return body
 
 
+def _files(target: ServingTarget, version: int) -> str | None:
+    """The digest of ``version``'s files now (None: the backend cannot tell)."""
+    try:
+        return target.version_files(version)
+    except OSError as exc:
+        raise ServingError(f"cannot tell what the files of version {version} are: {exc}") from exc
+
+
+def same_files(approved: dict[str, Any]) -> Approve:
+    """The ``approve`` of a publish resumed after a person approved ``approved``: yes only
+    while the version's files are still the ones that were shown for approval."""
+
+    def approve(request: dict[str, Any]) -> bool:
+        if request.get("files") != approved.get("files"):
+            raise NotApproved(f"the files of version {request['version']} changed after they were approved")
+        return True
+
+    return approve
+
+
 def _ask(
     approve: Approve | None,
     target: ServingTarget,
@@ -342,6 +369,7 @@ def _ask(
     metrics: dict[str, Any] | None,
     previous: int | None,
     emit: Emit,
+    files: str | None = None,
 ) -> None:
     if approve is None:
         return
@@ -353,6 +381,7 @@ def _ask(
         "metrics": metrics or {},
         "serving_version": previous,
         "serving_metrics": serving_metrics or {},
+        "files": files,
     }
     emit(f"{candidate} version {version} answered its smoke test; asking for approval before promotion")
     if not approve(request):

@@ -67,7 +67,23 @@ PAYLOADS = {
 }
 
 
-RENDER_ONLY = ("dynamic-key",)
+def _squared(text: str) -> str:
+    """``text`` joined by itself between each of its characters: each level squares the length."""
+    return f"(({text})|list|join({text}))"
+
+
+# Allowed filters whose output outgrows their input: a chain multiplies, a join of a
+# text's characters by the text squares, so a short, valid template asks for terabytes.
+AMPLIFIERS = {
+    "join-squared-3": "{{ " + _squared(_squared(_squared("'aaaaaaaaaa'"))) + " }}",
+    "join-squared-4": "{{ " + _squared(_squared(_squared(_squared("'aaaaaaaaaa'")))) + " }}",
+    "list-string-chain-11": "{{ 'aaaa'" + "|list|string" * 11 + "|length }}",
+    "list-string-chain-30": "{{ 'aaaa'" + "|list|string" * 30 + "|length }}",
+    "tojson-chain-25": '{{ \'""""\'' + "|tojson" * 25 + "|length }}",
+    "tojson-chain-60": "{{ '\"'" + "|tojson" * 60 + " }}",
+}
+PAYLOADS.update(AMPLIFIERS)
+RENDER_ONLY = ("dynamic-key", *AMPLIFIERS)
 
 
 @dataclass(frozen=True)
@@ -126,6 +142,14 @@ def cases() -> list[Case]:
     # Harmless-looking text, refused by the sandbox when the task renders.
     out += [
         Case(f"template-{name}", ("render",), "cluster", with_arg(PAYLOADS[name])) for name in RENDER_ONLY
+    ]
+    blob = _param(default="a" * 200_000)
+    blob["cluster"]["args"] = ["--x", "{{ (params.x|list)|join(params.x) }}"]
+    joined = _param(default="a,b")
+    joined["cluster"]["args"] = ["--x", "{{ params.x.split(',')|join(' ')|upper }}", "{{ params|tojson }}"]
+    out += [
+        Case("template-param-joined-by-itself", ("render",), "cluster", blob),
+        Case("valid-join-split-upper", ("render", *FILE), None, joined),
     ]
     out += [
         Case(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -87,3 +89,69 @@ def test_the_port_and_path_come_from_the_task_environment() -> None:
     assert (flags.metrics_port, flags.metrics_path) == (9100, "/m")
     unset, _ = parse_flags([], env={})
     assert (unset.metrics_port, unset.metrics_path) == (None, "/metrics")
+
+
+def _held(port: int, source: str, first: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+    sock.sendall(first)
+    return sock
+
+
+def _threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith(m.HANDLER_THREAD))
+
+
+def test_slow_and_many_clients_cost_bounded_threads_and_the_scrape_answers() -> None:
+    """200 connections from one address that send a byte of a request line (slowloris) or
+    a whole head and then a trickle of header bytes, or nothing: each costs a handler
+    thread only up to the per-client cap, all are closed within the head deadline, and a
+    scrape from another address answers meanwhile."""
+    exported = m.TrainingMetrics({"role": "worker", "index": "0", "cluster": 'c"1'}, 10, 1)
+    server = m.serve(exported, 0, host="127.0.0.1")
+    assert server is not None
+    port = server.server_address[1]
+    held: list[socket.socket] = []
+    try:
+        for i in range(200):
+            first = (b"G", b"GET /metrics HTTP/1.1\r\nX-a: ", b"")[i % 3]
+            held.append(_held(port, "127.0.0.2", first))
+        time.sleep(0.5)
+        assert _threads() <= m.MAX_PER_CLIENT + 1
+        start = time.monotonic()
+        assert "tfk_training_steps_total" in _scrape(port)[1]
+        assert time.monotonic() - start < 2.0
+        deadline = time.monotonic() + m.HEAD_SECONDS + 3.0
+        for sock in held:
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                closed = sock.recv(65536) == b"" or sock.recv(65536) == b""
+            except ConnectionResetError:
+                closed = True
+            except TimeoutError:
+                closed = False
+            assert closed, "a slow client was still connected after the head deadline"
+        assert _threads() <= 1
+    finally:
+        for sock in held:
+            sock.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_huge_request_head_is_refused_without_reading_it_all() -> None:
+    server = m.serve(m.TrainingMetrics({}, 1, 1), 0, host="127.0.0.1")
+    assert server is not None
+    try:
+        port = server.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            head = b"GET /metrics HTTP/1.1\r\n" + b"X: " + b"a" * (m.MAX_HEAD_BYTES * 4) + b"\r\n\r\n"
+            try:
+                sock.sendall(head)
+                answer = sock.recv(65536)
+            except (ConnectionResetError, BrokenPipeError):
+                answer = b""
+            assert b"200 OK" not in answer
+        assert "tfk_training_steps_total" in _scrape(port)[1]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -144,3 +144,12 @@ def test_publish_compares_with_the_serving_versions_exported_metrics_when_none_w
         run(target, 3, gate=gate, metrics={"accuracy": 0.995})
     assert "serving version 1 has no recorded value" in str(unknown.value)
     assert model(target).stable == 1
+
+
+@pytest.mark.parametrize("breaker", ["\n", "\r", "\x1b[2K", "\u2028", "\x85"])
+def test_the_candidate_s_metric_names_cannot_add_lines_to_the_verdict(breaker: str) -> None:
+    gate = QualityGate.from_dict({"thresholds": {"accuracy": 0.9}})
+    forged = f"a{breaker}INFO - quality gate on m version 2: accuracy 0.99 >= 0.9"
+    verdict = gate.evaluate({forged: 1}, {forged: 1}, 1)
+    assert not verdict.blessed
+    assert verdict.summary().isprintable(), verdict.summary()

@@ -128,3 +128,66 @@ def test_the_inflight_budget_admits_what_fits_and_refuses_the_rest_in_bounded_ti
         declared_bytes("x", [2**62] * 32, 8, 100)
     assert declared_bytes("x", [3, 0, 2**62], 4, 100) == 0
     assert declared_bytes("x", [5, 5], 4, 100) == 100
+
+
+def _serve_body(conn: Connection, reader: Reader, writer: Writer) -> bool:
+    """Reads a Content-Length body as the REST handler does (one deadline for the body)."""
+    length = 0
+    while (line := reader.readline(65537)) not in (b"\r\n", b"\n", b""):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    reader.body_deadline(length)
+    try:
+        body = reader.read(length)
+    except TimeoutError:
+        body = b""
+    if len(body) != length:
+        writer.write(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        return False
+    writer.write(OK)
+    return True
+
+
+@pytest.mark.parametrize("declared", [100, 200_000], ids=["small-body", "large-body"])
+def test_slow_bodies_do_not_hold_the_workers(declared: int) -> None:
+    """Clients whose head arrives whole but whose body trickles (a byte every 0.3 s): a small
+    body waits in the reactor like a head, a large one gets one of half the workers or a 503;
+    ordinary requests from another address are answered meanwhile."""
+    srv = ReactorHTTPServer(
+        ("127.0.0.1", 0), _serve_body, workers=2, read_timeout=2.0, header_timeout=1.0, max_connections=256
+    )
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    port = srv.server_address[1]
+    stop = threading.Event()
+
+    def slow() -> None:
+        while not stop.is_set():
+            try:
+                with socket.create_connection(
+                    ("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0)
+                ) as s:
+                    s.sendall(f"POST / HTTP/1.1\r\nContent-Length: {declared}\r\n\r\n".encode())
+                    for _ in range(declared):
+                        s.sendall(b"x")
+                        if stop.wait(0.3):
+                            return
+            except OSError:
+                pass
+
+    threads = [threading.Thread(target=slow, daemon=True) for _ in range(40)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    try:
+        took = []
+        for _ in range(10):
+            t0 = time.monotonic()
+            assert _ask(port).endswith(b"ok")
+            took.append(time.monotonic() - t0)
+        assert max(took) < 3, took
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=5)
+        srv.shutdown()
+        srv.server_close()

@@ -21,13 +21,19 @@ of buffer, and these bounds drop it:
   accept loop stops and new connections wait in the kernel's listen backlog;
 * ``max_head_bytes``: a head larger than this is answered 431.
 
-Bodies are read by the worker, with a deadline for the whole body (see ``Reader``).
+A body can trickle as slowly as a head, so bodies go the same way: one of up to
+``max_prefetch`` bytes (a predict of ordinary size) is read by the reactor with its head,
+under the same deadline, and costs no worker until it is whole. A larger body is read by
+the worker (with a deadline for the whole body, see ``Reader``), but at most half of the
+workers read such bodies at once; one more is answered 503 at once, so trickling large
+uploads can never take the workers that answer ordinary requests.
 """
 
 from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import selectors
 import socket
 import threading
@@ -44,6 +50,23 @@ MIN_BODY_RATE = 1 << 20
 # A connection this young is not evicted for its client's sake: its head may be in
 # flight, or in its socket buffer waiting for the reactor to read it.
 EVICT_AFTER = 1.0
+_LENGTH = re.compile(rb"^content-length:[ \t]*([0-9]{1,18})[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+
+
+def _head_end(buf: bytearray) -> int:
+    """Where the request head ends in ``buf`` (after its empty line), -1 before; clients may
+    send bare LFs (http.server accepts them)."""
+    ends = [i + n for i, n in ((buf.find(b"\r\n\r\n"), 4), (buf.find(b"\n\n"), 2)) if i >= 0]
+    return min(ends) if ends else -1
+
+
+def _declared(head: bytes) -> int | None:
+    """The body length a head declares; None when it declares none, or not one the reactor
+    can trust (several, chunked): the handler answers those."""
+    if re.search(rb"^transfer-encoding:", head, re.IGNORECASE | re.MULTILINE):
+        return None
+    found = _LENGTH.findall(head)
+    return int(found[0]) if len(found) == 1 else None
 
 
 @dataclass(eq=False)
@@ -52,6 +75,8 @@ class Connection:
     client: str
     buf: bytearray = field(default_factory=bytearray)
     since: float = 0.0  # when it became ready for a head (monotonic)
+    body_pending: bool = False  # dispatched with a declared body not yet buffered whole
+    body_due: float = 0.0  # when a body awaited in the reactor must be whole (monotonic)
 
 
 class Reader:
@@ -145,6 +170,7 @@ class ReactorHTTPServer:
         max_connections: int = 1024,
         max_pending_per_client: int = 64,
         max_head_bytes: int = 64 << 10,
+        max_prefetch: int = 64 << 10,
     ) -> None:
         self._serve = serve
         self.read_timeout = read_timeout
@@ -152,12 +178,16 @@ class ReactorHTTPServer:
         self.max_connections = max_connections
         self.max_pending_per_client = max_pending_per_client
         self.max_head_bytes = max_head_bytes
+        self.max_prefetch = max_prefetch
+        self._large_bodies = threading.BoundedSemaphore(max(1, workers // 2))
         self.listener = socket.create_server(address, backlog=1024, reuse_port=False)
         self.listener.setblocking(False)
         self.server_address = self.listener.getsockname()
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="rest")
         self._selector = selectors.DefaultSelector()
         self._pending: OrderedDict[Connection, None] = OrderedDict()  # in head order
+        # the pending ones whose head is whole and whose small body is awaited, in due order
+        self._bodies: OrderedDict[Connection, None] = OrderedDict()
         self._per_client: dict[str, int] = {}
         self._open = 0
         self._lock = threading.Lock()  # _open is changed by workers too
@@ -166,7 +196,7 @@ class ReactorHTTPServer:
         self._wake_r.setblocking(False)
         self._stop = threading.Event()
         self._stopped = threading.Event()
-        self.dropped = {"header_timeout": 0, "evicted": 0, "head_too_large": 0}  # for stats()
+        self.dropped = {"header_timeout": 0, "evicted": 0, "head_too_large": 0, "large_bodies_busy": 0}
 
     # -- the reactor thread -----------------------------------------------------------------
     def serve_forever(self, poll_interval: float = 0.5) -> None:
@@ -205,7 +235,10 @@ class ReactorHTTPServer:
         if not self._pending:
             return poll_interval
         oldest = next(iter(self._pending))
-        return max(0.0, min(poll_interval, oldest.since + self.header_timeout - time.monotonic()))
+        due = oldest.since + self.header_timeout
+        if self._bodies:
+            due = min(due, next(iter(self._bodies)).body_due)
+        return max(0.0, min(poll_interval, due - time.monotonic()))
 
     def _evictable(self) -> Connection | None:
         oldest = next(iter(self._pending), None)
@@ -249,10 +282,10 @@ class ReactorHTTPServer:
 
     def _await_head(self, conn: Connection) -> None:
         conn.since = time.monotonic()
-        if self._head_complete(conn):
+        if self._ready(conn):
             self._dispatch(conn)
             return
-        if len(conn.buf) > self.max_head_bytes:
+        if _head_end(conn.buf) < 0 and len(conn.buf) > self.max_head_bytes:
             self.dropped["head_too_large"] += 1
             self._answer_and_close(conn, 431, "Request Header Fields Too Large")
             return
@@ -265,6 +298,7 @@ class ReactorHTTPServer:
             self._close(conn)
 
     def _unpend(self, conn: Connection) -> None:
+        self._bodies.pop(conn, None)
         if self._pending.pop(conn, 0) is None:
             left = self._per_client[conn.client] - 1
             if left:
@@ -274,9 +308,26 @@ class ReactorHTTPServer:
             with contextlib.suppress(KeyError, ValueError, OSError):
                 self._selector.unregister(conn.sock)
 
-    def _head_complete(self, conn: Connection) -> bool:
-        # a head ends with an empty line; clients may send bare LFs (http.server accepts them)
-        return b"\r\n\r\n" in conn.buf or b"\n\n" in conn.buf
+    def _ready(self, conn: Connection) -> bool:
+        """Whether a worker may take the connection: its head is whole, and so is its body
+        when that is small enough to wait for here."""
+        end = _head_end(conn.buf)
+        if end < 0:
+            return False
+        length = _declared(bytes(conn.buf[:end]))
+        if length is None:
+            conn.body_pending = False
+            return True
+        if len(conn.buf) - end >= length:
+            conn.body_pending = False
+            return True
+        conn.body_pending = True
+        if length > self.max_prefetch:
+            return True
+        if conn not in self._bodies:  # the body is read by the same deadline as the worker's
+            conn.body_due = time.monotonic() + self.read_timeout + length / MIN_BODY_RATE
+            self._bodies[conn] = None
+        return False
 
     def _readable(self, conn: Connection) -> None:
         try:
@@ -289,15 +340,21 @@ class ReactorHTTPServer:
             self._close(conn)
             return
         conn.buf += chunk
-        if self._head_complete(conn):
+        if self._ready(conn):
             self._unpend(conn)
             self._dispatch(conn)
-        elif len(conn.buf) > self.max_head_bytes:
+        elif _head_end(conn.buf) < 0 and len(conn.buf) > self.max_head_bytes:
             self.dropped["head_too_large"] += 1
             self._answer_and_close(conn, 431, "Request Header Fields Too Large")
 
     def _expire(self) -> None:
         now = time.monotonic()
+        while self._bodies:
+            conn = next(iter(self._bodies))
+            if now < conn.body_due:
+                break
+            self.dropped["header_timeout"] += 1
+            self._answer_and_close(conn, 408, "Request Timeout", "the body did not arrive in time")
         while self._pending:
             conn = next(iter(self._pending))
             if now - conn.since < self.header_timeout:
@@ -308,8 +365,14 @@ class ReactorHTTPServer:
             else:  # an idle keep-alive connection, or one that never spoke
                 self._close(conn)
 
-    def _answer_and_close(self, conn: Connection, status: int, reason: str) -> None:
-        body = f'{{"error": "{reason}: the request head did not arrive whole within the limits"}}'.encode()
+    def _answer_and_close(
+        self,
+        conn: Connection,
+        status: int,
+        reason: str,
+        why: str = "the request head did not arrive whole within the limits",
+    ) -> None:
+        body = f'{{"error": "{reason}: {why}"}}'.encode()
         head = (
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -335,10 +398,18 @@ class ReactorHTTPServer:
     def _work(self, conn: Connection) -> None:
         conn.sock.setblocking(True)
         keep = False
+        large = conn.body_pending
+        if large and not self._large_bodies.acquire(blocking=False):
+            self.dropped["large_bodies_busy"] += 1
+            self._answer_and_close(conn, 503, "Service Unavailable", "other large bodies are arriving; retry")
+            return
         try:
             keep = self._serve(conn, Reader(conn, self.read_timeout), Writer(conn.sock, self.read_timeout))
         except Exception:  # noqa: BLE001, S110 - one connection's failure is not the server's
             pass
+        finally:
+            if large:
+                self._large_bodies.release()
         if keep and not self._stop.is_set():
             self._returned.put(conn)
             with contextlib.suppress(OSError):

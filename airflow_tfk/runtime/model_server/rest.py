@@ -242,5 +242,7 @@ def make_server(
         header_timeout=options.header_timeout,
         max_connections=options.max_connections,
         max_pending_per_client=options.max_pending_per_client,
+        # a body over the limit is refused (413) by the handler at once, never awaited
+        max_prefetch=min(64 << 10, options.max_body_bytes),
     )
     return server
