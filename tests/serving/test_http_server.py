@@ -97,7 +97,10 @@ def test_more_slow_clients_than_connections_do_not_block_ordinary_requests(serve
             t0 = time.monotonic()
             assert _ask(port).endswith(b"ok")
             took.append(time.monotonic() - t0)
-        assert max(took) < 3, took
+        # Blocked behind the slow heads, a request would wait out the client's 10 s time-out
+        # or be refused; the bounds leave room for a loaded machine's scheduling, not for that.
+        took.sort()
+        assert took[len(took) // 2] < 1.5 and took[-1] < 6, took
         assert server.stats()["evicted"] + server.stats()["header_timeout"] > 0
         assert server.stats()["open"] <= 64
     finally:
@@ -184,7 +187,10 @@ def test_slow_bodies_do_not_hold_the_workers(declared: int) -> None:
             t0 = time.monotonic()
             assert _ask(port).endswith(b"ok")
             took.append(time.monotonic() - t0)
-        assert max(took) < 3, took
+        # Blocked behind the slow heads, a request would wait out the client's 10 s time-out
+        # or be refused; the bounds leave room for a loaded machine's scheduling, not for that.
+        took.sort()
+        assert took[len(took) // 2] < 1.5 and took[-1] < 6, took
     finally:
         stop.set()
         for t in threads:
