@@ -55,6 +55,7 @@ class _Trial:
     # it under this lock, so a report never lands on a trial being ended.
     lock: threading.Lock = field(default_factory=threading.Lock)
     claimed_by: threading.Thread | None = None
+    creating: threading.Thread | None = None  # the thread creating its cluster, until it returns
     read_at: float | None = None  # when the judge last read its progress (time.time())
 
     @property

@@ -129,10 +129,12 @@ class SweepRunner(Judging):
                     and not self._stopping
                 ):
                     self._start(study, distributions)
-            # A stop empties the running trials: that is not the end of the sweep.
-            self._raise_if_stopped()
-            if not self._busy():
-                return
+            # A stop empties the running trials: that is not the end of the sweep. Read
+            # both under the lock a stop holds, so no stop can land between them.
+            with self._lock:
+                self._raise_if_stopped()
+                if not self._busy():
+                    return
             self._sleep(self.config.poll_interval)
             for run in list(self._running.values()):
                 self._poll(study, run)
@@ -165,11 +167,22 @@ class SweepRunner(Judging):
         if version is not None:
             trial.set_user_attr(studies.MODEL_VERSION, version)
         with self._lock:
-            # Registered before the create: a stop during the create deletes it too.
-            self._running[trial.number] = run
-            self.peak_concurrency = max(self.peak_concurrency, self._busy())
+            # A stop that came since the loop decided to start this trial has returned
+            # already: nothing may be created after it. Otherwise registered before the
+            # create, so a stop during the create deletes it too.
+            stopped = bool(self._stopping)
+            if not stopped:
+                run.creating = threading.current_thread()
+                self._running[trial.number] = run
+                self.peak_concurrency = max(self.peak_concurrency, self._busy())
+        if stopped:
+            self._requeue(trial.number, getattr(trial, "_trial_id", None), dict(trial.params))
+            self._raise_if_stopped()
         self.emit(f"trial {trial.number}: {params_text(trial.params)} -> cluster {name}")
-        create_or_reattach(self.backend, spec, self.identity, self.emit)
+        try:
+            create_or_reattach(self.backend, spec, self.identity, self.emit)
+        finally:
+            run.creating = None
         if self._stopping:  # stopped while creating: what the create made goes too
             self._end(run, f"the sweep was stopped: {self._stopping}")
 
@@ -266,24 +279,37 @@ class SweepRunner(Judging):
         """Delete every running trial's cluster (``on_kill``, a timeout, any error); the
         trials fail in the study and their parameters are queued for the retry. Returns
         the clusters deleted. Safe to call twice and from another thread."""
+        me = threading.current_thread()
         with self._lock:
             self._stopping = self._stopping or reason
-            runs = list(self._running.values())
-            self._running.clear()
+            # A trial this very thread is creating (a kill signal's handler runs on top of
+            # the loop) cannot be deleted under it: the backend's create holds its lock.
+            # It stays registered; the create, once back, sees the stop and ends it.
+            runs = [r for r in self._running.values() if r.creating is not me]
+            for run in runs:
+                # Claimed like any end, so a stop on another thread (the loop's own, as
+                # it raises) waits for these ends instead of returning before them.
+                del self._running[run.number]
+                run.claimed_by = me
+                self._ending[run.number] = run
         ended = []
-        self._await_claimed_ends()
-        for run in runs:
-            try:
-                self._end(run, f"sweep {self.study_name}: {reason}")
-                ended.append(run.handle.ref.name)
-            except Exception:
-                log.exception("could not delete trial cluster %s", run.handle.ref.name)
-                self.emit(
-                    f"could not delete trial cluster {run.handle.ref.name}; delete it by label "
-                    f"{run.handle.ref.label_selector}"
-                )
-        for run in runs:
-            self._requeue(run.trial.number, getattr(run.trial, "_trial_id", None), dict(run.trial.params))
+        try:
+            self._await_claimed_ends()
+            for run in runs:
+                try:
+                    self._end(run, f"sweep {self.study_name}: {reason}")
+                    ended.append(run.handle.ref.name)
+                except Exception:
+                    log.exception("could not delete trial cluster %s", run.handle.ref.name)
+                    self.emit(
+                        f"could not delete trial cluster {run.handle.ref.name}; delete it by label "
+                        f"{run.handle.ref.label_selector}"
+                    )
+            for run in runs:
+                self._requeue(run.trial.number, getattr(run.trial, "_trial_id", None), dict(run.trial.params))
+        finally:
+            for run in runs:
+                self._release(run)
         return ended
 
     def _await_claimed_ends(self) -> None:
