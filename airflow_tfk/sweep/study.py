@@ -36,6 +36,8 @@ PRUNING = "tfk_pruning"
 #: parameters enqueued); it does not count towards ``n_trials``.
 INTERRUPTED = "tfk_interrupted"
 RERUN_OF = "tfk_rerun_of"
+#: Tries at opening a fresh study file that another process is setting up as well.
+OPEN_ATTEMPTS = 5
 
 
 def storage_url(storage: str | None, backend_kind: str, local_root: str | None, study_name: str) -> str:
@@ -112,23 +114,83 @@ def make_pruner(config: SweepConfig) -> Any:
     )
 
 
+class StudyStorageError(RuntimeError):
+    """The study's storage cannot be used: unreadable, not an Optuna study, or a study
+    made with other settings. Names the file (or URL) and what to do."""
+
+
 def open_study(config: SweepConfig, url: str, study_name: str) -> optuna.study.Study:
-    """Create the study, or load it when a previous try of the task made it."""
+    """Create the study, or load it when a previous try of the task made it.
+
+    A storage that is not a usable study raises :class:`StudyStorageError`; a fresh file
+    that another process (a second sweep, a reader) is setting up at the same moment is
+    waited for, not an error."""
     import optuna
+    import sqlalchemy.exc
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        storage=url,
-        study_name=study_name,
-        direction=config.direction.value,
-        sampler=make_sampler(config),
-        pruner=make_pruner(config),
-        load_if_exists=True,
-    )
+    for attempt in range(OPEN_ATTEMPTS):
+        try:
+            study = optuna.create_study(
+                storage=url,
+                study_name=study_name,
+                direction=config.direction.value,
+                sampler=make_sampler(config),
+                pruner=make_pruner(config),
+                load_if_exists=True,
+            )
+            break
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError) as exc:
+            # Two openers of a new file both create its tables ("already exists", a
+            # duplicate schema version), or one waits for the other's write ("locked").
+            transient = any(w in str(exc) for w in ("already exists", "UNIQUE", "locked"))
+            if not transient or attempt == OPEN_ATTEMPTS - 1:
+                raise _storage_error(url, study_name, exc) from None
+            time.sleep(0.2 * (attempt + 1))
+        except Exception as exc:  # noqa: BLE001 - any failure to open is the storage's, said once
+            raise _storage_error(url, study_name, exc) from None
+    # Optuna loads an existing study whatever direction it is asked for: a sweep that
+    # maximises would be pruned and ranked as the minimising one it found.
+    made = study.direction.name.lower()
+    if made != config.direction.value:
+        raise StudyStorageError(
+            f"sweep.storage: study {study_name!r} in {_display_url(url)} was made to {made} its "
+            f"objective, this sweep is to {config.direction.value} it; give this sweep its own "
+            "sweep.study_name"
+        )
     if VERSION_BASE not in study.user_attrs:
         # Milliseconds: two studies made seconds apart still get disjoint version series.
         study.set_user_attr(VERSION_BASE, int(time.time() * 1000))
     return study
+
+
+def _storage_error(url: str, study_name: str, exc: BaseException) -> StudyStorageError:
+    where = _display_url(url)
+    cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    hint = (
+        "the file is damaged or not an Optuna study; move it aside (the sweep then starts "
+        "a new study and runs every trial again) or set sweep.storage to another file"
+        if url.startswith("sqlite:")
+        else "check the database and its credentials, or set sweep.storage to another one"
+    )
+    return StudyStorageError(f"sweep.storage: cannot open study {study_name!r} in {where}: {cause}; {hint}")
+
+
+def _display_url(url: str) -> str:
+    """The storage as the user knows it: the path of an SQLite file, a URL without its
+    password."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if url.startswith("sqlite:///"):
+        return url[len("sqlite:///") :]
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+            return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        pass
+    return url
 
 
 def report_points(trial: optuna.trial.Trial, points: Mapping[int, float]) -> None:
