@@ -17,6 +17,7 @@ running in the study is treated the same way when the retry opens the study.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -351,6 +352,8 @@ class SweepRunner(Judging):
 
             if study._storage.get_trial(trial_id).state.is_finished():
                 return  # it ended on its own (completed, failed, pruned): nothing to rerun
+            if any(t.user_attrs.get(studies.RERUN_OF) == number for t in study.get_trials(deepcopy=False)):
+                return  # queued already (a stop and the retry's recovery both came here)
             trial = optuna.trial.Trial(study, trial_id)
             trial.set_user_attr(studies.INTERRUPTED, True)
             study.tell(number, state=_state("FAIL"), skip_if_finished=True)
@@ -360,16 +363,20 @@ class SweepRunner(Judging):
             self.emit(f"trial {number}: could not record the interruption ({exc}); the retry will")
 
     def _recover(self, study: Any) -> None:
-        """Trials a previous try left running (a hard kill): end their clusters if any
-        are left, then fail and requeue them."""
+        """Put right what a previous try left (a hard kill, a lost study file), from what
+        the clusters carry as well as what the study says:
+
+        - trials left RUNNING: their clusters are ended, the trials failed and requeued;
+        - interrupted trials whose parameters were never queued again (the kill came
+          between the two writes): queued now;
+        - live trial clusters of this sweep that no running trial accounts for (the study
+          file was deleted or replaced, or a kill came between a create and its record):
+          found by this task instance's labels and ended.
+        """
         import optuna
 
-        stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        if not stale:
-            done = sum(studies.counted(t) for t in study.get_trials(deepcopy=False))
-            if done:
-                self.emit(f"resuming sweep {self.study_name}: {done} trials already finished")
-            return
+        trials = study.get_trials(deepcopy=False)
+        stale = [t for t in trials if t.state is optuna.trial.TrialState.RUNNING]
         for frozen in stale:
             name = frozen.user_attrs.get(studies.CLUSTER)
             if name:
@@ -380,7 +387,52 @@ class SweepRunner(Judging):
                         _Trial(frozen, handle, "worker", 0), "left running by a previous try of the sweep"
                     )
             self._requeue(frozen.number, frozen._trial_id, dict(frozen.params))
-        self.emit(f"resuming sweep {self.study_name}: {len(stale)} interrupted trials run again")
+        queued = {t.user_attrs.get(studies.RERUN_OF) for t in trials}
+        lost = [
+            t
+            for t in trials
+            if t.state is optuna.trial.TrialState.FAIL
+            and t.user_attrs.get(studies.INTERRUPTED)
+            and t.number not in queued
+        ]
+        for t in lost:
+            study.enqueue_trial(dict(t.params), user_attrs={studies.RERUN_OF: t.number})
+        unrecorded = self._end_unrecorded_clusters(trials)
+        done = sum(studies.counted(t) for t in trials)
+        if stale or lost:
+            self.emit(
+                f"resuming sweep {self.study_name}: {len(stale) + len(lost)} interrupted trials run again"
+            )
+        elif done:
+            self.emit(f"resuming sweep {self.study_name}: {done} trials already finished")
+        if unrecorded and not trials:
+            self.emit(
+                f"sweep {self.study_name}: the study in {self.storage} is new, but a previous try "
+                f"of this task left trial clusters ({', '.join(unrecorded)}): the study file was "
+                "deleted or replaced since; its trials run again"
+            )
+
+    def _end_unrecorded_clusters(self, trials: list[Any]) -> list[str]:
+        """End this task instance's live trial clusters that no trial left running in the
+        study accounts for (those are ended as its trials); returns their names."""
+        if self.identity is None:
+            return []  # without an owner's labels, nothing can be told apart as this sweep's
+        recorded = {t.user_attrs.get(studies.CLUSTER) for t in trials if not t.state.is_finished()}
+        pattern = re.compile(re.escape(self.base) + r"-t[0-9]+")
+        found = self.backend.find(self.spec.namespace_name, self.identity.labels())
+        ended = []
+        for ref in found:
+            if not pattern.fullmatch(ref.name) or ref.name in recorded:
+                continue
+            handle = ClusterHandle.for_spec(self.spec.with_name(ref.name), self.backend, self.identity)
+            end_run(
+                handle,
+                "left by a previous try of the sweep, unknown to its study",
+                emit=self.emit,
+                log_lines=0,
+            )
+            ended.append(ref.name)
+        return ended
 
     def result(self) -> SweepResult:
         return study_result(self._study, self.config, self.study_name, self.storage, self.peak_concurrency)

@@ -1,5 +1,6 @@
 """The study's storage between and across tries: a damaged file, a study made for the
-other direction, several openers of a new file at once."""
+other direction, several openers of a new file at once, a retry after a partial write,
+and a study file lost while a previous try's trial clusters live on."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ from pathlib import Path
 import optuna
 import pytest
 
+from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.lifecycle import resolve_spec
+from airflow_tfk.naming import RunIdentity
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.config import SweepConfig
-from tests.helpers import task_context
-from tests.sweep.sweep_helpers import make_op, sweep_config
+from airflow_tfk.sweep.trials import base_name
+from tests.helpers import assert_no_processes, cluster_processes, task_context, wait_for
+from tests.sweep.sweep_helpers import load, make_op, sweep_config, trainer_spec
 
 STUDY = "dag.sweep.manual__storage.-1"
 
@@ -70,3 +75,45 @@ def test_several_openers_of_a_new_study_file_at_once_all_get_the_study(tmp_path)
     for t in threads:
         t.join(60)
     assert errors == [] and len(set(opened)) == 1, errors
+
+
+def test_a_retry_after_a_kill_between_failing_a_trial_and_queueing_it_runs_its_params(
+    local_root, tmp_path
+) -> None:
+    """The kill that interrupted trial 0 failed it in the study, then died before queueing
+    its parameters: the retry queues them, and runs them once."""
+    config = SweepConfig.from_dict(sweep_config(2))
+    study = studies.open_study(config, studies.storage_url(None, "local", str(local_root), STUDY), STUDY)
+    trial = study.ask(studies.distributions(config))
+    trial.set_user_attr(studies.INTERRUPTED, True)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    result = make_op(tmp_path, n_trials=2, steps=5).execute(
+        task_context(run_id="manual__storage", task_id="sweep")
+    )
+    reruns = [t for t in load(result).trials if t.user_attrs.get(studies.RERUN_OF) == 0]
+    assert len(reruns) == 1 and reruns[0].params == trial.params, reruns
+    assert reruns[0].state.name in ("COMPLETE", "PRUNED")
+    assert sum(r["state"] in ("COMPLETE", "PRUNED") for r in result["trials"]) == 2
+    assert_no_processes(local_root)
+
+
+def test_a_lost_study_file_leaves_no_trial_cluster_of_the_previous_try(local_root, tmp_path, capfd) -> None:
+    """The previous try's study file is gone (deleted, or a new volume), but one of its
+    trial clusters still trains: the retry finds it by its labels, ends it, and says so."""
+    identity = RunIdentity("dag", "sweep", "manual__storage")
+    left = f"{base_name(identity)}-t5"
+    backend = LocalBackend(str(local_root))
+    backend.create(resolve_spec({**trainer_spec(tmp_path, steps=100000), "name": left}, identity), identity)
+    wait_for(lambda: cluster_processes(local_root), timeout=30, what="the previous try's trial")
+
+    result = make_op(tmp_path, n_trials=1, steps=5).execute(
+        task_context(run_id="manual__storage", task_id="sweep")
+    )
+    status = backend.status(ClusterRef(left, "default"))
+    assert not status.exists and "unknown to its study" in status.deleted_reason
+    assert [r["state"] for r in result["trials"]] in (["COMPLETE"], ["PRUNED"])
+    out = capfd.readouterr()
+    assert "deleted or replaced" in out.out + out.err
+    assert backend.find(None, {}) == []
+    assert_no_processes(local_root)
