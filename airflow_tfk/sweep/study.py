@@ -36,8 +36,10 @@ PRUNING = "tfk_pruning"
 #: parameters enqueued); it does not count towards ``n_trials``.
 INTERRUPTED = "tfk_interrupted"
 RERUN_OF = "tfk_rerun_of"
-#: Tries at opening a fresh study file that another process is setting up as well.
-OPEN_ATTEMPTS = 5
+#: How long opening the study waits out other openers of the same file (another sweep,
+#: a reader, all setting up a new file's tables, or writing): a busy machine stretches
+#: each of their turns.
+OPEN_WAIT_SECONDS = 60.0
 
 
 def storage_url(storage: str | None, backend_kind: str, local_root: str | None, study_name: str) -> str:
@@ -129,7 +131,10 @@ def open_study(config: SweepConfig, url: str, study_name: str) -> optuna.study.S
     import sqlalchemy.exc
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    for attempt in range(OPEN_ATTEMPTS):
+    deadline = time.monotonic() + OPEN_WAIT_SECONDS
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             study = optuna.create_study(
                 storage=url,
@@ -144,9 +149,9 @@ def open_study(config: SweepConfig, url: str, study_name: str) -> optuna.study.S
             # Two openers of a new file both create its tables ("already exists", a
             # duplicate schema version), or one waits for the other's write ("locked").
             transient = any(w in str(exc) for w in ("already exists", "UNIQUE", "locked"))
-            if not transient or attempt == OPEN_ATTEMPTS - 1:
+            if not transient or time.monotonic() > deadline:
                 raise _storage_error(url, study_name, exc) from None
-            time.sleep(0.2 * (attempt + 1))
+            time.sleep(min(1.0, 0.1 * attempt))
         except Exception as exc:  # noqa: BLE001 - any failure to open is the storage's, said once
             raise _storage_error(url, study_name, exc) from None
     # Optuna loads an existing study whatever direction it is asked for: a sweep that
@@ -154,7 +159,7 @@ def open_study(config: SweepConfig, url: str, study_name: str) -> optuna.study.S
     made = study.direction.name.lower()
     if made != config.direction.value:
         raise StudyStorageError(
-            f"sweep.storage: study {study_name!r} in {_display_url(url)} was made to {made} its "
+            f"sweep.storage: study {study_name!r} in {display_url(url)} was made to {made} its "
             f"objective, this sweep is to {config.direction.value} it; give this sweep its own "
             "sweep.study_name"
         )
@@ -165,7 +170,7 @@ def open_study(config: SweepConfig, url: str, study_name: str) -> optuna.study.S
 
 
 def _storage_error(url: str, study_name: str, exc: BaseException) -> StudyStorageError:
-    where = _display_url(url)
+    where = display_url(url)
     cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     hint = (
         "the file is damaged or not an Optuna study; move it aside (the sweep then starts "
@@ -176,7 +181,7 @@ def _storage_error(url: str, study_name: str, exc: BaseException) -> StudyStorag
     return StudyStorageError(f"sweep.storage: cannot open study {study_name!r} in {where}: {cause}; {hint}")
 
 
-def _display_url(url: str) -> str:
+def display_url(url: str) -> str:
     """The storage as the user knows it: the path of an SQLite file, a URL without its
     password."""
     from urllib.parse import urlsplit, urlunsplit

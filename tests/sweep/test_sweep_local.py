@@ -114,6 +114,9 @@ def test_on_kill_deletes_every_running_trial_and_a_retry_resumes(local_root, tmp
     thread, errors = execute_in_thread(op, ctx)
     identity = RunIdentity("dag", "sweep", "manual__kill")
 
+    # The study file is read only once the sweep has opened it: a reader of a new file sets
+    # up its tables too, and each opener waits for the other's turn.
+    wait_for(lambda: op._runner is not None and op._runner._study is not None, timeout=120, what="the study")
     wait_for(
         lambda: first_done_and_training(local_root, 2), timeout=240, what="a finished trial and two training"
     )
