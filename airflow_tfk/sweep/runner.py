@@ -377,6 +377,7 @@ class SweepRunner(Judging):
 
         trials = study.get_trials(deepcopy=False)
         stale = [t for t in trials if t.state is optuna.trial.TrialState.RUNNING]
+        self._refuse_a_study_in_use(stale)
         for frozen in stale:
             name = frozen.user_attrs.get(studies.CLUSTER)
             if name:
@@ -411,6 +412,22 @@ class SweepRunner(Judging):
                 f"of this task left trial clusters ({', '.join(unrecorded)}): the study file was "
                 "deleted or replaced since; its trials run again"
             )
+
+    def _refuse_a_study_in_use(self, running: list[Any]) -> None:
+        """A trial running as another task instance's cluster is another sweep's, alive:
+        taking it over (failing it, queueing it again) would break that sweep, and its
+        cluster is not this task's to end. Two sweeps cannot share a study at once."""
+        for frozen in running:
+            name = frozen.user_attrs.get(studies.CLUSTER)
+            owner = self.backend.owner(ClusterRef(name, self.spec.namespace_name)) if name else None
+            if owner is not None and owner.identity != self.identity:
+                where = studies.display_url(self.storage)
+                raise studies.StudyStorageError(
+                    f"sweep.study_name: study {self.study_name!r} in {where} is in use by "
+                    f"another sweep: its trial {frozen.number} runs as cluster {name} of "
+                    f"{owner.describe()}. Two sweeps cannot share a study at once; give each "
+                    "its own sweep.study_name (or sweep.storage)"
+                )
 
     def _end_unrecorded_clusters(self, trials: list[Any]) -> list[str]:
         """End this task instance's live trial clusters that no trial left running in the

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy.exc
 
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
@@ -17,7 +18,7 @@ from airflow_tfk.naming import RunIdentity
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.config import SweepConfig
 from airflow_tfk.sweep.trials import base_name
-from tests.helpers import assert_no_processes, cluster_processes, task_context, wait_for
+from tests.helpers import assert_no_processes, cluster_processes, execute_in_thread, task_context, wait_for
 from tests.sweep.sweep_helpers import load, make_op, sweep_config, trainer_spec
 
 STUDY = "dag.sweep.manual__storage.-1"
@@ -116,4 +117,40 @@ def test_a_lost_study_file_leaves_no_trial_cluster_of_the_previous_try(local_roo
     out = capfd.readouterr()
     assert "deleted or replaced" in out.out + out.err
     assert backend.find(None, {}) == []
+    assert_no_processes(local_root)
+
+
+def test_a_second_sweep_on_a_study_in_use_is_refused_and_the_first_is_untouched(local_root, tmp_path) -> None:
+    """Two sweeps (two DAG runs) given the same study_name and storage at once: the second
+    would take the first's running trials for a dead try's, fail and requeue them and
+    break the first. It is refused, naming the study and the sweep using it."""
+    shared = {"study_name": "shared", "storage": "shared.db"}
+    first = make_op(tmp_path, n_trials=2, steps=40, **shared)
+    thread, errors = execute_in_thread(first, task_context(run_id="manual__first", task_id="sweep"))
+    backend = LocalBackend(str(local_root))
+
+    def a_trial_training() -> bool:
+        path = local_root / "shared.db"
+        if not path.exists():
+            return False
+        try:
+            trials = optuna.load_study(study_name="shared", storage=f"sqlite:///{path}").trials
+        except (KeyError, ValueError, sqlalchemy.exc.SQLAlchemyError):
+            return False
+        names = [t.user_attrs.get(studies.CLUSTER) for t in trials if t.state.name == "RUNNING"]
+        return any(n and backend.exists(ClusterRef(n, "default")) for n in names)
+
+    wait_for(a_trial_training, timeout=120, what="a trial of the first sweep training")
+    with pytest.raises(studies.StudyStorageError, match="in use by another sweep.*manual__first"):
+        make_op(tmp_path, n_trials=2, **shared).execute(
+            task_context(run_id="manual__second", task_id="sweep")
+        )
+    thread.join(120)
+    assert not thread.is_alive() and errors == [], errors
+    trials = optuna.load_study(study_name="shared", storage=f"sqlite:///{local_root / 'shared.db'}").trials
+    assert sorted(t.state.name for t in trials) in (
+        ["COMPLETE", "COMPLETE"],
+        ["COMPLETE", "PRUNED"],
+    ), trials
+    assert not any(t.user_attrs.get(studies.INTERRUPTED) for t in trials)
     assert_no_processes(local_root)
