@@ -109,7 +109,10 @@ def test_on_kill_deletes_every_running_trial_and_a_retry_resumes(local_root, tmp
     ctx = task_context(run_id="manual__kill", task_id="sweep")
     # Trials of 9 s (not 3): the two running when the kill comes must still be running
     # when it lands, however loaded the machine.
-    op = make_op(tmp_path, n_trials=6, steps=90)
+    # No pruning before step 60: a trial pruned at its first steps trains for a moment
+    # only, and under load the wait below can miss every moment when two train at once.
+    pruner = {"name": "median", "n_startup_trials": 2, "n_warmup_steps": 60}
+    op = make_op(tmp_path, n_trials=6, steps=90, pruner=pruner)
     backend = LocalBackend(str(local_root))
     thread, errors = execute_in_thread(op, ctx)
     identity = RunIdentity("dag", "sweep", "manual__kill")
