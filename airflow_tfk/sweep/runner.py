@@ -121,15 +121,7 @@ class SweepRunner(Judging):
         distributions = studies.distributions(self.config)
         while True:
             self._raise_if_stopped()
-            if self._busy() < self.config.max_concurrent_trials:
-                # Read only when a slot is free: the study holds every trial's curve.
-                finished = sum(studies.counted(t) for t in study.get_trials(deepcopy=False))
-                while (
-                    self._busy() < self.config.max_concurrent_trials
-                    and finished + self._busy() < self.config.n_trials
-                    and not self._stopping
-                ):
-                    self._start(study, distributions)
+            self._fill_slots(study, distributions)
             # A stop empties the running trials: that is not the end of the sweep. Read
             # both under the lock a stop holds, so no stop can land between them.
             with self._lock:
@@ -139,6 +131,25 @@ class SweepRunner(Judging):
             self._sleep(self.config.poll_interval)
             for run in list(self._running.values()):
                 self._poll(study, run)
+
+    def _fill_slots(self, study: Any, distributions: dict[str, Any]) -> None:
+        """Start trials while a slot is free and the sweep needs more."""
+        # The trials alive are counted before the finished ones: a trial whose end (told
+        # to the study, then released) lands between the two reads is then counted twice
+        # - one start fewer this round - and never not at all, which would start a trial
+        # past n_trials.
+        busy = self._busy()
+        if busy >= self.config.max_concurrent_trials:
+            return
+        # Read only when a slot is free: the study holds every trial's curve.
+        finished = sum(studies.counted(t) for t in study.get_trials(deepcopy=False))
+        while (
+            busy < self.config.max_concurrent_trials
+            and finished + busy < self.config.n_trials
+            and not self._stopping
+        ):
+            self._start(study, distributions)
+            busy += 1
 
     def _busy(self) -> int:
         """Trial clusters alive: running, or being ended by a thread."""

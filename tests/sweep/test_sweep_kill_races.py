@@ -18,7 +18,7 @@ from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.runner import SweepRunner
 from tests.helpers import assert_no_processes, execute_in_thread, task_context
-from tests.sweep.sweep_helpers import make_op
+from tests.sweep.sweep_helpers import make_op, sweep_config
 
 
 def kill_from_another_thread(op, wait: float) -> threading.Thread:
@@ -168,3 +168,40 @@ def test_a_kill_while_the_judge_prunes_a_trial_leaves_it_pruned_not_rerun(
     pruned = trials[pruning[0]]
     assert pruned.state.name == "PRUNED" and studies.INTERRUPTED not in pruned.user_attrs
     assert not [t for t in trials.values() if t.user_attrs.get(studies.RERUN_OF) == pruning[0]]
+
+
+def test_a_trial_ending_while_the_loop_counts_never_starts_one_past_n_trials(tmp_path) -> None:
+    """The judge ends a loser while the loop counts: the loop's read of the study still
+    has the trial running, and the trial is released (no longer alive) by the time the
+    loop counts the trials alive. Counted nowhere, it let the loop start one trial more
+    than ``n_trials``. Here: 3 trials, trial 0 complete, trial 1 being pruned: one start."""
+    from optuna.trial import TrialState, create_trial
+
+    from airflow_tfk.sweep.config import SweepConfig
+
+    config = SweepConfig.from_dict({**sweep_config(3), "max_concurrent_trials": 2})
+    sweep = SweepRunner(
+        LocalBackend(str(tmp_path)), None, None, config, base="b", study_name="s", storage="sqlite://"
+    )  # type: ignore[arg-type]
+    pruning = object()
+    sweep._ending[1] = pruning  # type: ignore[assignment]
+
+    class Study:
+        def get_trials(self, deepcopy: bool) -> list:
+            # The judge tells the study and releases trial 1 just after this read.
+            read = [
+                create_trial(state=TrialState.COMPLETE, value=1.0),
+                create_trial(state=TrialState.RUNNING),
+            ]
+            sweep._ending.pop(1)
+            return read
+
+    started: list[int] = []
+
+    def start(study, dists) -> None:  # registered as alive, as the real start does
+        started.append(len(started) + 2)
+        sweep._running[started[-1]] = pruning  # type: ignore[assignment]
+
+    sweep._start = start  # type: ignore[method-assign]
+    sweep._fill_slots(Study(), {})
+    assert len(started) == 1, f"{len(started)} trials started where 3 - 2 ended = 1 was needed"
