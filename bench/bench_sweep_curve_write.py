@@ -12,10 +12,14 @@ whole curve, ``--rounds`` times, two ways:
   each, as the judge wrote a finished curve before;
 - ``one write``: :func:`airflow_tfk.sweep.study.report_points`, one transaction.
 
-The baseline, measured in the same run: decisions while nothing is written. Printed: the
-slowest and the 95th-percentile decision that overlapped a curve write, and their ratio
-to the baseline's slowest. ``--hogs`` CPU-bound processes (started and stopped here, by
-PID) load the machine as a busy Airflow worker would.
+Per curve written, the slowest decision that overlapped the write: how long a pruning
+decision landing during it waited. Printed: the median of those over the curves, and the
+same measured in the same run while nothing was written (the idle time cut into windows
+as long as that way's writes), the ratio to that, and the ratio to the per-point way
+(the baseline of what the sweep did); the median over curves, not the maximum,
+so one moment the whole process was off the CPU does not decide the figure.
+``--hogs`` CPU-bound processes (started and stopped here, by PID) load the machine as a
+busy Airflow worker would.
 """
 
 from __future__ import annotations
@@ -88,10 +92,6 @@ def one_write(trial, values: dict[int, float]) -> None:
     studies.report_points(trial, values)
 
 
-def p95(xs: list[float]) -> float:
-    return sorted(xs)[max(0, int(len(xs) * 0.95) - 1)] if xs else float("nan")
-
-
 def main() -> None:
     args = parser(__doc__, points=100, rounds=5, hogs=2, done=3, idle_seconds=3.0).parse_args()
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
@@ -110,8 +110,9 @@ def main() -> None:
             time.sleep(args.idle_seconds)
             baseline = judge.during(t0, time.perf_counter())
             results: dict[str, tuple[list[float], list[float]]] = {}
+            idle = (t0, time.perf_counter())
             for name, write in (("per point", per_point), ("one write", one_write)):
-                lat: list[float] = []
+                worst: list[float] = []
                 secs: list[float] = []
                 for r in range(args.rounds):
                     t = study.ask(dists)
@@ -120,34 +121,44 @@ def main() -> None:
                     end = time.perf_counter()
                     study.tell(t, 0.0)
                     secs.append(end - start)
-                    lat += judge.during(start, end)
+                    worst.append(max(judge.during(start, end), default=0.0))
                     time.sleep(0.2)
-                results[name] = (lat, secs)
+                results[name] = (worst, secs)
             judge.stop.set()
             judge.join()
     finally:
         for h in hogs:
             h.kill()
             h.wait()
-    base_max = max(baseline)
     print(
         f"{args.points} points per curve, {args.rounds} curves per way, {args.done} finished trials, "
-        f"{args.hogs} CPU hogs"
+        f"{args.hogs} CPU hogs; baseline: {len(baseline)} decisions while nothing was written, "
+        f"median {statistics.median(baseline) * 1000:.1f} ms"
     )
     print(
-        f"baseline (no write): {len(baseline)} decisions, "
-        f"median {statistics.median(baseline) * 1000:.1f} ms, slowest {base_max * 1000:.1f} ms"
+        f"{'write':<10} {'write s':>8} {'worst decision ms':>17} {'idle ms':>8} {'/idle':>6} "
+        f"{'/per point':>10}   (medians over the curves)"
     )
-    print(
-        f"{'write':<10} {'write s':>8} {'decisions':>9} {'p95 ms':>8} {'slowest ms':>10} "
-        f"{'slowest/baseline':>16}"
-    )
-    for name, (lat, secs) in results.items():
-        worst = max(lat) if lat else float("nan")
+    before = statistics.median(results["per point"][0])
+    for name, (worst, secs) in results.items():
+        seconds = statistics.median(secs)
+        base = idle_worst(judge, idle, seconds)
+        mine = statistics.median(worst)
         print(
-            f"{name:<10} {statistics.median(secs):>8.3f} {len(lat):>9} {p95(lat) * 1000:>8.1f} "
-            f"{worst * 1000:>10.1f} {worst / base_max:>16.2f}"
+            f"{name:<10} {seconds:>8.3f} {mine * 1000:>17.1f} {base * 1000:>8.1f} {mine / base:>6.2f} "
+            f"{mine / before:>10.2f}"
         )
+
+
+def idle_worst(judge: Judge, idle: tuple[float, float], window: float) -> float:
+    """The median, over windows of ``window`` s of the idle time, of the slowest decision."""
+    start, end = idle
+    window = max(window, 0.01)
+    worst = []
+    while start + window <= end:
+        worst.append(max(judge.during(start, start + window), default=0.0))
+        start += window
+    return statistics.median(worst) if worst else float("nan")
 
 
 if __name__ == "__main__":
