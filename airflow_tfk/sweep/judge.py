@@ -35,8 +35,6 @@ PROGRESS_TAIL_LINES = 200
 #: Log lines read once a trial has finished, for its whole curve (a completed trial's
 #: points are what running trials are compared with).
 FINAL_TAIL_LINES = 5000
-#: Pause between two writes of a finished trial's curve (see _report_curve).
-REPORT_PAUSE_SECONDS = 0.002
 
 
 @dataclass
@@ -55,6 +53,7 @@ class _Trial:
     # it under this lock, so a report never lands on a trial being ended.
     lock: threading.Lock = field(default_factory=threading.Lock)
     claimed_by: threading.Thread | None = None
+    creating: threading.Thread | None = None  # the thread creating its cluster, until it returns
     read_at: float | None = None  # when the judge last read its progress (time.time())
 
     @property
@@ -169,15 +168,12 @@ class Judging:
             curve = run.curve
         if curve.last_step >= run.curve.last_step:
             run.curve = curve
-        # Points before the warm-up are never compared. Each report is a write to the
-        # study under Optuna's storage lock: the pause after each lets the judge in, whose
-        # decisions on the running trials must not wait for a whole curve.
+        # Points before the warm-up are never compared. All in one write: the judge's
+        # decisions on the running trials read the study, and must not wait for a curve.
         warmup = self.config.pruner.n_warmup_steps
-        for point, value in sorted(run.curve.points().items()):
-            if point >= warmup and point not in run.reported:
-                run.trial.report(value, point)
-                run.reported[point] = value
-                time.sleep(REPORT_PAUSE_SECONDS)
+        todo = {p: v for p, v in run.curve.points().items() if p >= warmup and p not in run.reported}
+        studies.report_points(run.trial, todo)
+        run.reported.update(todo)
 
     def _prune(self, study: Any, run: _Trial, step: int) -> None:
         decided = time.time()

@@ -17,6 +17,7 @@ running in the study is treated the same way when the retry opens the study.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -120,22 +121,35 @@ class SweepRunner(Judging):
         distributions = studies.distributions(self.config)
         while True:
             self._raise_if_stopped()
-            if self._busy() < self.config.max_concurrent_trials:
-                # Read only when a slot is free: the study holds every trial's curve.
-                finished = sum(studies.counted(t) for t in study.get_trials(deepcopy=False))
-                while (
-                    self._busy() < self.config.max_concurrent_trials
-                    and finished + self._busy() < self.config.n_trials
-                    and not self._stopping
-                ):
-                    self._start(study, distributions)
-            # A stop empties the running trials: that is not the end of the sweep.
-            self._raise_if_stopped()
-            if not self._busy():
-                return
+            self._fill_slots(study, distributions)
+            # A stop empties the running trials: that is not the end of the sweep. Read
+            # both under the lock a stop holds, so no stop can land between them.
+            with self._lock:
+                self._raise_if_stopped()
+                if not self._busy():
+                    return
             self._sleep(self.config.poll_interval)
             for run in list(self._running.values()):
                 self._poll(study, run)
+
+    def _fill_slots(self, study: Any, distributions: dict[str, Any]) -> None:
+        """Start trials while a slot is free and the sweep needs more."""
+        # The trials alive are counted before the finished ones: a trial whose end (told
+        # to the study, then released) lands between the two reads is then counted twice
+        # - one start fewer this round - and never not at all, which would start a trial
+        # past n_trials.
+        busy = self._busy()
+        if busy >= self.config.max_concurrent_trials:
+            return
+        # Read only when a slot is free: the study holds every trial's curve.
+        finished = sum(studies.counted(t) for t in study.get_trials(deepcopy=False))
+        while (
+            busy < self.config.max_concurrent_trials
+            and finished + busy < self.config.n_trials
+            and not self._stopping
+        ):
+            self._start(study, distributions)
+            busy += 1
 
     def _busy(self) -> int:
         """Trial clusters alive: running, or being ended by a thread."""
@@ -165,11 +179,22 @@ class SweepRunner(Judging):
         if version is not None:
             trial.set_user_attr(studies.MODEL_VERSION, version)
         with self._lock:
-            # Registered before the create: a stop during the create deletes it too.
-            self._running[trial.number] = run
-            self.peak_concurrency = max(self.peak_concurrency, self._busy())
+            # A stop that came since the loop decided to start this trial has returned
+            # already: nothing may be created after it. Otherwise registered before the
+            # create, so a stop during the create deletes it too.
+            stopped = bool(self._stopping)
+            if not stopped:
+                run.creating = threading.current_thread()
+                self._running[trial.number] = run
+                self.peak_concurrency = max(self.peak_concurrency, self._busy())
+        if stopped:
+            self._requeue(trial.number, getattr(trial, "_trial_id", None), dict(trial.params))
+            self._raise_if_stopped()
         self.emit(f"trial {trial.number}: {params_text(trial.params)} -> cluster {name}")
-        create_or_reattach(self.backend, spec, self.identity, self.emit)
+        try:
+            create_or_reattach(self.backend, spec, self.identity, self.emit)
+        finally:
+            run.creating = None
         if self._stopping:  # stopped while creating: what the create made goes too
             self._end(run, f"the sweep was stopped: {self._stopping}")
 
@@ -266,24 +291,37 @@ class SweepRunner(Judging):
         """Delete every running trial's cluster (``on_kill``, a timeout, any error); the
         trials fail in the study and their parameters are queued for the retry. Returns
         the clusters deleted. Safe to call twice and from another thread."""
+        me = threading.current_thread()
         with self._lock:
             self._stopping = self._stopping or reason
-            runs = list(self._running.values())
-            self._running.clear()
+            # A trial this very thread is creating (a kill signal's handler runs on top of
+            # the loop) cannot be deleted under it: the backend's create holds its lock.
+            # It stays registered; the create, once back, sees the stop and ends it.
+            runs = [r for r in self._running.values() if r.creating is not me]
+            for run in runs:
+                # Claimed like any end, so a stop on another thread (the loop's own, as
+                # it raises) waits for these ends instead of returning before them.
+                del self._running[run.number]
+                run.claimed_by = me
+                self._ending[run.number] = run
         ended = []
-        self._await_claimed_ends()
-        for run in runs:
-            try:
-                self._end(run, f"sweep {self.study_name}: {reason}")
-                ended.append(run.handle.ref.name)
-            except Exception:
-                log.exception("could not delete trial cluster %s", run.handle.ref.name)
-                self.emit(
-                    f"could not delete trial cluster {run.handle.ref.name}; delete it by label "
-                    f"{run.handle.ref.label_selector}"
-                )
-        for run in runs:
-            self._requeue(run.trial.number, getattr(run.trial, "_trial_id", None), dict(run.trial.params))
+        try:
+            self._await_claimed_ends()
+            for run in runs:
+                try:
+                    self._end(run, f"sweep {self.study_name}: {reason}")
+                    ended.append(run.handle.ref.name)
+                except Exception:
+                    log.exception("could not delete trial cluster %s", run.handle.ref.name)
+                    self.emit(
+                        f"could not delete trial cluster {run.handle.ref.name}; delete it by label "
+                        f"{run.handle.ref.label_selector}"
+                    )
+            for run in runs:
+                self._requeue(run.trial.number, getattr(run.trial, "_trial_id", None), dict(run.trial.params))
+        finally:
+            for run in runs:
+                self._release(run)
         return ended
 
     def _await_claimed_ends(self) -> None:
@@ -325,6 +363,8 @@ class SweepRunner(Judging):
 
             if study._storage.get_trial(trial_id).state.is_finished():
                 return  # it ended on its own (completed, failed, pruned): nothing to rerun
+            if any(t.user_attrs.get(studies.RERUN_OF) == number for t in study.get_trials(deepcopy=False)):
+                return  # queued already (a stop and the retry's recovery both came here)
             trial = optuna.trial.Trial(study, trial_id)
             trial.set_user_attr(studies.INTERRUPTED, True)
             study.tell(number, state=_state("FAIL"), skip_if_finished=True)
@@ -334,16 +374,21 @@ class SweepRunner(Judging):
             self.emit(f"trial {number}: could not record the interruption ({exc}); the retry will")
 
     def _recover(self, study: Any) -> None:
-        """Trials a previous try left running (a hard kill): end their clusters if any
-        are left, then fail and requeue them."""
+        """Put right what a previous try left (a hard kill, a lost study file), from what
+        the clusters carry as well as what the study says:
+
+        - trials left RUNNING: their clusters are ended, the trials failed and requeued;
+        - interrupted trials whose parameters were never queued again (the kill came
+          between the two writes): queued now;
+        - live trial clusters of this sweep that no running trial accounts for (the study
+          file was deleted or replaced, or a kill came between a create and its record):
+          found by this task instance's labels and ended.
+        """
         import optuna
 
-        stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        if not stale:
-            done = sum(studies.counted(t) for t in study.get_trials(deepcopy=False))
-            if done:
-                self.emit(f"resuming sweep {self.study_name}: {done} trials already finished")
-            return
+        trials = study.get_trials(deepcopy=False)
+        stale = [t for t in trials if t.state is optuna.trial.TrialState.RUNNING]
+        self._refuse_a_study_in_use(stale)
         for frozen in stale:
             name = frozen.user_attrs.get(studies.CLUSTER)
             if name:
@@ -354,7 +399,68 @@ class SweepRunner(Judging):
                         _Trial(frozen, handle, "worker", 0), "left running by a previous try of the sweep"
                     )
             self._requeue(frozen.number, frozen._trial_id, dict(frozen.params))
-        self.emit(f"resuming sweep {self.study_name}: {len(stale)} interrupted trials run again")
+        queued = {t.user_attrs.get(studies.RERUN_OF) for t in trials}
+        lost = [
+            t
+            for t in trials
+            if t.state is optuna.trial.TrialState.FAIL
+            and t.user_attrs.get(studies.INTERRUPTED)
+            and t.number not in queued
+        ]
+        for t in lost:
+            study.enqueue_trial(dict(t.params), user_attrs={studies.RERUN_OF: t.number})
+        unrecorded = self._end_unrecorded_clusters(trials)
+        done = sum(studies.counted(t) for t in trials)
+        if stale or lost:
+            self.emit(
+                f"resuming sweep {self.study_name}: {len(stale) + len(lost)} interrupted trials run again"
+            )
+        elif done:
+            self.emit(f"resuming sweep {self.study_name}: {done} trials already finished")
+        if unrecorded and not trials:
+            self.emit(
+                f"sweep {self.study_name}: the study in {self.storage} is new, but a previous try "
+                f"of this task left trial clusters ({', '.join(unrecorded)}): the study file was "
+                "deleted or replaced since; its trials run again"
+            )
+
+    def _refuse_a_study_in_use(self, running: list[Any]) -> None:
+        """A trial running as another task instance's cluster is another sweep's, alive:
+        taking it over (failing it, queueing it again) would break that sweep, and its
+        cluster is not this task's to end. Two sweeps cannot share a study at once."""
+        for frozen in running:
+            name = frozen.user_attrs.get(studies.CLUSTER)
+            owner = self.backend.owner(ClusterRef(name, self.spec.namespace_name)) if name else None
+            if owner is not None and owner.identity != self.identity:
+                where = studies.display_url(self.storage)
+                raise studies.StudyStorageError(
+                    f"sweep.study_name: study {self.study_name!r} in {where} is in use by "
+                    f"another sweep: its trial {frozen.number} runs as cluster {name} of "
+                    f"{owner.describe()}. Two sweeps cannot share a study at once; give each "
+                    "its own sweep.study_name (or sweep.storage)"
+                )
+
+    def _end_unrecorded_clusters(self, trials: list[Any]) -> list[str]:
+        """End this task instance's live trial clusters that no trial left running in the
+        study accounts for (those are ended as its trials); returns their names."""
+        if self.identity is None:
+            return []  # without an owner's labels, nothing can be told apart as this sweep's
+        recorded = {t.user_attrs.get(studies.CLUSTER) for t in trials if not t.state.is_finished()}
+        pattern = re.compile(re.escape(self.base) + r"-t[0-9]+")
+        found = self.backend.find(self.spec.namespace_name, self.identity.labels())
+        ended = []
+        for ref in found:
+            if not pattern.fullmatch(ref.name) or ref.name in recorded:
+                continue
+            handle = ClusterHandle.for_spec(self.spec.with_name(ref.name), self.backend, self.identity)
+            end_run(
+                handle,
+                "left by a previous try of the sweep, unknown to its study",
+                emit=self.emit,
+                log_lines=0,
+            )
+            ended.append(ref.name)
+        return ended
 
     def result(self) -> SweepResult:
         return study_result(self._study, self.config, self.study_name, self.storage, self.peak_concurrency)

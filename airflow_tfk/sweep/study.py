@@ -36,6 +36,10 @@ PRUNING = "tfk_pruning"
 #: parameters enqueued); it does not count towards ``n_trials``.
 INTERRUPTED = "tfk_interrupted"
 RERUN_OF = "tfk_rerun_of"
+#: How long opening the study waits out other openers of the same file (another sweep,
+#: a reader, all setting up a new file's tables, or writing): a busy machine stretches
+#: each of their turns.
+OPEN_WAIT_SECONDS = 60.0
 
 
 def storage_url(storage: str | None, backend_kind: str, local_root: str | None, study_name: str) -> str:
@@ -112,23 +116,129 @@ def make_pruner(config: SweepConfig) -> Any:
     )
 
 
+class StudyStorageError(RuntimeError):
+    """The study's storage cannot be used: unreadable, not an Optuna study, or a study
+    made with other settings. Names the file (or URL) and what to do."""
+
+
 def open_study(config: SweepConfig, url: str, study_name: str) -> optuna.study.Study:
-    """Create the study, or load it when a previous try of the task made it."""
+    """Create the study, or load it when a previous try of the task made it.
+
+    A storage that is not a usable study raises :class:`StudyStorageError`; a fresh file
+    that another process (a second sweep, a reader) is setting up at the same moment is
+    waited for, not an error."""
     import optuna
+    import sqlalchemy.exc
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        storage=url,
-        study_name=study_name,
-        direction=config.direction.value,
-        sampler=make_sampler(config),
-        pruner=make_pruner(config),
-        load_if_exists=True,
-    )
+    deadline = time.monotonic() + OPEN_WAIT_SECONDS
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            study = optuna.create_study(
+                storage=url,
+                study_name=study_name,
+                direction=config.direction.value,
+                sampler=make_sampler(config),
+                pruner=make_pruner(config),
+                load_if_exists=True,
+            )
+            break
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError) as exc:
+            # Two openers of a new file both create its tables ("already exists", a
+            # duplicate schema version), or one waits for the other's write ("locked").
+            transient = any(w in str(exc) for w in ("already exists", "UNIQUE", "locked"))
+            if not transient or time.monotonic() > deadline:
+                raise _storage_error(url, study_name, exc) from None
+            time.sleep(min(1.0, 0.1 * attempt))
+        except Exception as exc:  # noqa: BLE001 - any failure to open is the storage's, said once
+            raise _storage_error(url, study_name, exc) from None
+    # Optuna loads an existing study whatever direction it is asked for: a sweep that
+    # maximises would be pruned and ranked as the minimising one it found.
+    made = study.direction.name.lower()
+    if made != config.direction.value:
+        raise StudyStorageError(
+            f"sweep.storage: study {study_name!r} in {display_url(url)} was made to {made} its "
+            f"objective, this sweep is to {config.direction.value} it; give this sweep its own "
+            "sweep.study_name"
+        )
     if VERSION_BASE not in study.user_attrs:
         # Milliseconds: two studies made seconds apart still get disjoint version series.
         study.set_user_attr(VERSION_BASE, int(time.time() * 1000))
     return study
+
+
+def _storage_error(url: str, study_name: str, exc: BaseException) -> StudyStorageError:
+    where = display_url(url)
+    cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    hint = (
+        "the file is damaged or not an Optuna study; move it aside (the sweep then starts "
+        "a new study and runs every trial again) or set sweep.storage to another file"
+        if url.startswith("sqlite:")
+        else "check the database and its credentials, or set sweep.storage to another one"
+    )
+    return StudyStorageError(f"sweep.storage: cannot open study {study_name!r} in {where}: {cause}; {hint}")
+
+
+def display_url(url: str) -> str:
+    """The storage as the user knows it: the path of an SQLite file, a URL without its
+    password."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if url.startswith("sqlite:///"):
+        return url[len("sqlite:///") :]
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+            return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        pass
+    return url
+
+
+def report_points(trial: optuna.trial.Trial, points: Mapping[int, float]) -> None:
+    """Write a running trial's intermediate values (step -> value) in one transaction.
+
+    ``trial.report`` commits each value on its own, and every commit of an SQLite study
+    takes the file's write lock and waits for the disk: a finished trial's whole curve
+    (a hundred points) written that way keeps the judge's reads of the study, and so its
+    pruning decisions, waiting behind a hundred commits. One commit makes that one wait.
+    A storage other than Optuna's RDB storage gets one ``report`` per value."""
+    if not points:
+        return
+    values = {int(k): float(v) for k, v in points.items()}
+    storage = trial.study._storage
+    rdb = getattr(storage, "_backend", storage)
+    try:  # Optuna's SQL storage and its rows, checked before anything is written
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import RDBStorage, _create_scoped_session
+
+        row_of = models.TrialIntermediateValueModel
+        to_stored = row_of.intermediate_value_to_stored_repr
+        batched = isinstance(rdb, RDBStorage)
+    except (ImportError, AttributeError):
+        batched = False
+    if not batched:
+        for step, value in sorted(values.items()):
+            trial.report(value, step)
+        return
+    trial_id = trial._trial_id
+    with _create_scoped_session(rdb.scoped_session, True) as session:
+        state = models.TrialModel.find_or_raise_by_id(trial_id, session).state
+        rdb.check_trial_is_updatable(trial_id, state)
+        rows = {r.step: r for r in session.query(row_of).filter(row_of.trial_id == trial_id)}
+        for step, value in sorted(values.items()):
+            stored, kind = to_stored(value)
+            row = rows.get(step)
+            if row is None:
+                row = row_of(trial_id=trial_id, step=step)
+                session.add(row)
+            row.intermediate_value, row.intermediate_value_type = stored, kind
+    cached = getattr(trial, "_cached_frozen_trial", None)
+    if cached is not None:  # what the trial object itself says it reported
+        cached.intermediate_values.update(values)
 
 
 def counted(trial: optuna.trial.FrozenTrial) -> bool:

@@ -21,56 +21,13 @@ from airflow_tfk.protocol.progress import parse_line
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.trials import base_name
 from tests.helpers import (
-    ROOT,
     assert_no_processes,
     cluster_processes,
     execute_in_thread,
     task_context,
     wait_for,
 )
-
-TRAINER = str(Path(__file__).parent / "tasks" / "sweep_trainer.py")
-
-
-def trainer_spec(tmp_path: Path, steps: int = 30, step_seconds: float = 0.1) -> dict:
-    return {
-        "image": "local/unused:1",
-        "mode": "all_reduce",
-        "command": ["python", TRAINER],
-        "worker": {"replicas": 1},
-        "env": {
-            "REPO_DIR": str(ROOT),
-            "STEPS": str(steps),
-            "STEP_SECONDS": str(step_seconds),
-            "EXPORT_AT_STEP": "3",
-        },
-        "storage": {"models": {"claim": "tfk-models"}},
-        "ps_grace_seconds": 0,
-    }
-
-
-def sweep_config(n_trials: int, **extra) -> dict:
-    return {
-        "n_trials": n_trials,
-        "max_concurrent_trials": 2,
-        "search_space": {"lr": {"type": "float", "low": 0.0, "high": 1.0}},
-        "objective": "score",
-        "direction": "maximize",
-        "sampler": {"name": "random", "seed": 7},
-        "pruner": {"name": "median", "n_startup_trials": 2},
-        "poll_interval": 0.2,
-        "smoothing": 1.0,
-        **extra,
-    }
-
-
-def make_op(tmp_path: Path, n_trials: int, steps: int = 30, **sweep) -> TFHyperparameterSweepOperator:
-    return TFHyperparameterSweepOperator(
-        task_id="sweep",
-        backend="local",
-        cluster_spec=trainer_spec(tmp_path, steps=steps),
-        sweep=sweep_config(n_trials, **sweep),
-    )
+from tests.sweep.sweep_helpers import first_done_and_training, load, make_op, sweep_config, trainer_spec
 
 
 class LiveClusters:
@@ -97,10 +54,6 @@ class LiveClusters:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def load(result: dict) -> optuna.study.Study:
-    return optuna.load_study(study_name=result["study_name"], storage=result["storage"])
 
 
 def test_pruning_ends_losing_trials_and_the_limit_holds(local_root, tmp_path, capfd) -> None:
@@ -156,21 +109,20 @@ def test_on_kill_deletes_every_running_trial_and_a_retry_resumes(local_root, tmp
     ctx = task_context(run_id="manual__kill", task_id="sweep")
     # Trials of 9 s (not 3): the two running when the kill comes must still be running
     # when it lands, however loaded the machine.
-    op = make_op(tmp_path, n_trials=6, steps=90)
+    # No pruning before step 60: a trial pruned at its first steps trains for a moment
+    # only, and under load the wait below can miss every moment when two train at once.
+    pruner = {"name": "median", "n_startup_trials": 2, "n_warmup_steps": 60}
+    op = make_op(tmp_path, n_trials=6, steps=90, pruner=pruner)
     backend = LocalBackend(str(local_root))
     thread, errors = execute_in_thread(op, ctx)
     identity = RunIdentity("dag", "sweep", "manual__kill")
 
-    def first_done_and_two_running() -> bool:
-        # Running: its own processes are alive (a trial whose tasks have exited is ending).
-        live = [r for r in backend.find(None, {}) if cluster_processes(local_root / r.namespace / r.name)]
-        files = list((local_root / ".sweeps").glob("*.db"))
-        if len(live) < 2 or not files:
-            return False
-        study = optuna.load_study(study_name=None, storage=f"sqlite:///{files[0]}")
-        return any(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
-
-    wait_for(first_done_and_two_running, timeout=240, what="a finished trial and two running")
+    # The study file is read only once the sweep has opened it: a reader of a new file sets
+    # up its tables too, and each opener waits for the other's turn.
+    wait_for(lambda: op._runner is not None and op._runner._study is not None, timeout=120, what="the study")
+    wait_for(
+        lambda: first_done_and_training(local_root, 2), timeout=240, what="a finished trial and two training"
+    )
     op.on_kill()
     thread.join(60)
     assert not thread.is_alive()
