@@ -320,7 +320,12 @@ class ClusterTracker:
         if group:
             pods = sorted(group.values(), key=_sort_key)
             self.interp.known[key] = job is not None or any(is_job_pod(p) for p in pods)
-            return self.interp._task(key, pods, job, now)
+            task, deadline = self.interp._task(key, pods, job, now)
+            if self.partial and key in self._running and task.phase is Phase.PENDING:
+                # only finished pods were read, and the Job counts a ready pod for the
+                # index: its replacement runs (the retry count stays the read pods')
+                task = TaskStatus(role, index, Phase.RUNNING, restarts=task.restarts)
+            return task, deadline
         if job is not None and index < job.completions:
             task = self.interp._podless(job, index)
             if self.partial:
@@ -338,14 +343,27 @@ class ClusterTracker:
 
     def _ready_untracked(self, job: JobInfo) -> list[TaskKey]:
         """The unfinished indexes that a partial tracker counts as running: as many as the
-        Job has ready pods, of those with no pod read (a read pod says for itself). Which
+        Job has ready pods, of those with no unfinished pod read (a read pod that has not
+        finished says for itself). Which
         ones is known only for the pods read; the rest are taken in index order."""
         if job.failed:
             return []
         done = job.completed_indexes | job.failed_indexes
         ready = job.active if job.ready is None else job.ready
-        keys = ((job.role, i) for i in range(job.completions) if i not in done)
-        return [k for k in keys if k not in self._groups][:ready]
+        keys = [(job.role, i) for i in range(job.completions) if i not in done]
+        # indexes with no pod read first: one that just failed is the last to be ready again
+        fresh = [k for k in keys if k not in self._groups]
+        retried = [k for k in keys if k in self._groups and not self._has_live_pod(k)]
+        return (fresh + retried)[:ready]
+
+    def _has_live_pod(self, key: TaskKey) -> bool:
+        """Whether a pod read for the task is still unfinished. A retried index keeps the
+        failed pod read for its reason, but that pod no longer says what the index does:
+        the replacement, never read while it is ready, is one of the Job's ready pods."""
+        group = self._groups.get(key) or {}
+        return any(
+            (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed") for p in group.values()
+        )
 
     def _refresh(self, key: TaskKey, now: float) -> None:
         task, deadline = self._value(key, now)
