@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_tfk.backends._k8s_refusal import Refusal
 from airflow_tfk.backends._k8s_status import (
     ANN_INDEX_FAILURES,
     JobInfo,
@@ -48,6 +49,8 @@ class Interpreter:
     image_pull_timeout: float
     known: dict[TaskKey, bool] = field(default_factory=dict)  # key -> is a Job task
     ignored_roles: set[str] = field(default_factory=set)
+    # role -> why the API server refuses the pods its Job tries to create
+    refused: dict[str, Refusal] = field(default_factory=dict)
 
     def status(
         self, pods: Iterable[dict[str, Any]], jobs: dict[str, JobInfo] | None, now: float
@@ -57,16 +60,23 @@ class Interpreter:
         tracker.reset(pods, jobs)
         return tracker.status(now), tracker.next_deadline()
 
-    def _podless(self, job: JobInfo, index: int) -> TaskStatus:
+    def _podless(self, job: JobInfo, index: int, now: float = 0.0) -> tuple[TaskStatus, float | None]:
+        """An index without a pod read, by its Job's word (and the deadline of a refusal)."""
         if index in job.completed_indexes or (job.complete and not job.failed):
-            return TaskStatus(job.role, index, Phase.SUCCEEDED, "Completed", exit_code=0)
+            return TaskStatus(job.role, index, Phase.SUCCEEDED, "Completed", exit_code=0), None
         if job.failed:
-            return TaskStatus(job.role, index, Phase.FAILED, job.failed[0], job.failed[1])
+            return TaskStatus(job.role, index, Phase.FAILED, job.failed[0], job.failed[1]), None
         if index in job.failed_indexes:
-            return TaskStatus(
-                job.role, index, Phase.FAILED, "FailedIndex", f"index {index} of Job {job.name} failed"
-            )
-        return TaskStatus(job.role, index, Phase.PENDING)
+            message = f"index {index} of Job {job.name} failed"
+            return TaskStatus(job.role, index, Phase.FAILED, "FailedIndex", message), None
+        refusal = self.refused.get(job.role)
+        if refusal is not None:
+            # a quota may free up, as a node may: it waits as long as an unschedulable pod
+            deadline = refusal.since + self.unschedulable_timeout
+            if refusal.permanent or self.unschedulable_timeout <= 0 or (now or time.time()) >= deadline:
+                return TaskStatus(job.role, index, Phase.FAILED, refusal.reason, refusal.message), None
+            return TaskStatus(job.role, index, Phase.PENDING, refusal.reason, refusal.message), deadline
+        return TaskStatus(job.role, index, Phase.PENDING), None
 
     def _task(
         self, key: tuple[str, int], pods: list[dict[str, Any]], job: JobInfo | None, now: float
@@ -327,12 +337,12 @@ class ClusterTracker:
                 task = TaskStatus(role, index, Phase.RUNNING, restarts=task.restarts)
             return task, deadline
         if job is not None and index < job.completions:
-            task = self.interp._podless(job, index)
+            task, deadline = self.interp._podless(job, index, now)
             if self.partial:
                 self.interp.known[key] = True
                 if key in self._running:
-                    task = TaskStatus(role, index, Phase.RUNNING)
-            return task, None
+                    return TaskStatus(role, index, Phase.RUNNING), None
+            return task, deadline
         is_job = self.interp.known.get(key)
         if not self._exists or is_job is None:
             return None, None
