@@ -35,8 +35,10 @@ _KINDS: tuple[tuple[str, bool, re.Pattern[str]], ...] = (
     ),
     ("AdmissionDenied", True, re.compile(r"denied (the )?request|ValidatingAdmissionPolicy")),
     ("ServiceAccountMissing", False, re.compile(r"error looking up service account")),
+    ("RBACForbidden", True, re.compile(r"cannot [a-z]+ resource")),
 )
-_PREFIX = re.compile(r'^Error creating: pods? (?:"[^"]*" )?is forbidden: ')
+# `Error creating: pods "x" is forbidden: <why>`, `jobs.batch "x" is invalid: <why>`
+_PREFIX = re.compile(r'^(?:Error creating: )?[\w.]+ (?:"[^"]*" )?is (?:forbidden|invalid): ')
 
 
 @dataclass(frozen=True)
@@ -58,12 +60,17 @@ def short_of_pods(job: JobInfo) -> bool:
     return job.active < left
 
 
-def classify(message: str) -> tuple[str, bool]:
+def classify(message: str, default: str = EVENT_REASON) -> tuple[str, bool]:
     """The cause of one refusal message, and whether it is permanent."""
     for reason, permanent, pattern in _KINDS:
         if pattern.search(message):
             return reason, permanent
-    return EVENT_REASON, False
+    return default, False
+
+
+def detail(message: str) -> str:
+    """The API server's reason of a refusal, without the words that only name the object."""
+    return _PREFIX.sub("", message.strip())
 
 
 def refusal_of(events: list[dict[str, Any]], now: float) -> Refusal | None:
@@ -79,8 +86,7 @@ def refusal_of(events: list[dict[str, Any]], now: float) -> Refusal | None:
     _, _, message = recent[-1]
     since = min(first for _, first, _ in recent)
     reason, permanent = classify(message)
-    detail = _PREFIX.sub("", message)
-    return Refusal(reason, f"the API server refused the pod: {detail}", since, permanent)
+    return Refusal(reason, f"the API server refused the pod: {detail(message)}", since, permanent)
 
 
 def _time(event: dict[str, Any], key: str) -> float | None:

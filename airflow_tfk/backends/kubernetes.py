@@ -172,6 +172,11 @@ class KubernetesBackend(Backend):
                     reraise(f"apply {kind.kind} {name}", exc)
                 if code == 201:
                     created.append((kind, namespace, name))
+        except KubernetesApiError as exc:
+            left = self._rollback(created)
+            if exc.status in (400, 403, 409, 422):  # refused, not a server in trouble
+                raise ObjectRefused(exc, ref.name, len(created), left) from exc
+            raise
         except BaseException:
             self._rollback(created)
             raise
@@ -214,15 +219,19 @@ class KubernetesBackend(Backend):
         at = manifests.index(namespace) + 1
         return [*manifests[:at], *needs, *manifests[at:]]
 
-    def _rollback(self, created: list[tuple[Kind, str | None, str]]) -> None:
+    def _rollback(self, created: list[tuple[Kind, str | None, str]]) -> list[str]:
+        """Delete what a failed create made; returns the objects that could not be deleted."""
+        left = []
         for kind, namespace, name in reversed(created):
             try:
                 self._api.request("DELETE", kind.item(namespace, name), BACKGROUND)
             except Exception as exc:  # keep cleaning up; the original error is raised
                 if not is_not_found(exc):
+                    left.append(f"{kind.kind} {name}")
                     log.warning(
                         "kubernetes: could not roll back %s %s: %s", kind.kind, name, error_message(exc)
                     )
+        return left
 
     # -- status and watch -----------------------------------------------------------------
     def _interpreter(self, ref: ClusterRef) -> Interpreter:
@@ -369,6 +378,41 @@ class KubernetesBackend(Backend):
         the NetworkPolicy, a per-training namespace), so the sweeper ends the retention."""
         found: list[ClusterRef] = self._run(clusters_plan(namespace))
         return found
+
+
+class ObjectRefused(KubernetesApiError):
+    """The API server refused an object of a cluster being created (an admission policy or
+    webhook, a quota, Pod Security, RBAC, validation). The message leads with the cause,
+    then names the object and says what became of the objects created before it."""
+
+    def __init__(self, exc: KubernetesApiError, cluster: str, created: int, left: list[str]) -> None:
+        from airflow_tfk.backends._k8s_refusal import classify, detail
+
+        super().__init__(exc.what, exc.status, exc.message)
+        self.cause, _ = classify(exc.message, default="Refused")
+        what = exc.what.removeprefix("apply ")
+        if left:
+            after = f"could not remove {len(left)} of the {created} objects it had created: {', '.join(left)}"
+        else:
+            after = f"the {created} objects it had created were removed" if created else "nothing was created"
+        self.args = (
+            f"{self.cause}: the API server refused {what} of cluster {cluster}: {detail(exc.message)} "
+            f"(HTTP {exc.status}); {after}",
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # the default rebuilds from ``args`` (the message alone), which does not fit __init__
+        return (_restore_refused, (self.args, self.__dict__))
+
+
+def _restore_refused(args: tuple[object, ...], state: dict[str, object]) -> ObjectRefused:
+    exc = Exception.__new__(ObjectRefused)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 def _items(result: tuple[int, Any] | None) -> list[dict[str, Any]]:

@@ -152,3 +152,24 @@ def test_a_retry_backoff_without_a_refusal_stays_plain_pending(monkeypatch):
     s.set_refusal("worker", None)
     status = s.changed_status() or s.tracker.snapshot()
     assert not status.failed() and {t.reason for t in status.of_role("worker")} == {""}
+
+
+def test_an_object_refused_at_create_is_named_by_its_cause():
+    from airflow_tfk.backends._k8s_refusal import detail
+    from airflow_tfk.backends.kubernetes import ObjectRefused
+    from airflow_tfk.kube.api import KubernetesApiError
+
+    rbac = (
+        'jobs.batch "c-worker" is forbidden: User "system:serviceaccount:a:airflow" cannot patch '
+        'resource "jobs" in API group "batch" in the namespace "b"'
+    )
+    assert classify(rbac) == ("RBACForbidden", True)
+    assert detail(rbac).startswith('User "system:serviceaccount:a:airflow" cannot patch')
+    err = ObjectRefused(KubernetesApiError("apply Job c-worker", 403, rbac), "c", 3, [])
+    assert str(err).startswith(
+        'RBACForbidden: the API server refused Job c-worker of cluster c: User "system'
+    )
+    assert str(err).endswith("(HTTP 403); the 3 objects it had created were removed")
+    assert isinstance(err, KubernetesApiError) and err.status == 403
+    left = ObjectRefused(KubernetesApiError("apply Service s", 422, "invalid"), "c", 2, ["Job c-ps"])
+    assert str(left).startswith("Refused: ") and "could not remove 1 of the 2 objects" in str(left)
