@@ -148,14 +148,7 @@ class KubernetesBackend(Backend):
         manifests = self._render(spec, identity)
         if spec.namespace_per_training:
             manifests = self._with_namespace_needs(spec, manifests)
-        for m in manifests:
-            kind_of(m)  # unknown kinds fail before anything is created
-            labels = (m.get("metadata") or {}).get("labels") or {}
-            if labels.get(naming.LABEL_CLUSTER) != spec.name:
-                raise ValueError(
-                    f"{m.get('kind')} {m['metadata'].get('name')}: lacks the label "
-                    f"{naming.LABEL_CLUSTER}={spec.name}, so cleanup could not find it"
-                )
+        _check_labels(spec, manifests)
         if any(m.get("kind") == "PodGroup" for m in manifests):
             self._require_pod_groups()
         created: list[tuple[Kind, str | None, str]] = []
@@ -363,7 +356,9 @@ class KubernetesBackend(Backend):
     # -- find -----------------------------------------------------------------------------
     def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:
         """Clusters (running or finished, not deleted) whose Jobs carry all of ``labels``."""
-        selector = ",".join([naming.LABEL_CLUSTER] + [f"{k}={v}" for k, v in sorted(labels.items())])
+        selector = ",".join(
+            [naming.LABEL_CLUSTER, naming.MANAGED_SELECTOR] + [f"{k}={v}" for k, v in sorted(labels.items())]
+        )
         kind = BY_KIND["Job"]
         path = kind.everywhere() if namespace is None else kind.collection(namespace)
         result = self._run(single(Request("GET", path, {"labelSelector": selector})))
@@ -378,6 +373,21 @@ class KubernetesBackend(Backend):
         the NetworkPolicy, a per-training namespace), so the sweeper ends the retention."""
         found: list[ClusterRef] = self._run(clusters_plan(namespace))
         return found
+
+
+def _check_labels(spec: TFClusterSpec, manifests: list[dict[str, Any]]) -> None:
+    """Before anything is created: every object is of a known kind and carries the labels
+    every clean-up selects by."""
+    wanted = {naming.LABEL_CLUSTER: spec.name, naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
+    for m in manifests:
+        kind_of(m)
+        labels = (m.get("metadata") or {}).get("labels") or {}
+        for key, value in wanted.items():
+            if labels.get(key) != value:
+                raise ValueError(
+                    f"{m.get('kind')} {m['metadata'].get('name')}: lacks the label "
+                    f"{key}={value}, so cleanup could not find it"
+                )
 
 
 class ObjectRefused(KubernetesApiError):
