@@ -26,7 +26,9 @@ RECENT_SECONDS = 90.0
 # so waiting cannot help. A quota frees up when other pods end: it waits as long as an
 # unschedulable pod would.
 _KINDS: tuple[tuple[str, bool, re.Pattern[str]], ...] = (
-    ("QuotaExceeded", False, re.compile(r"exceeded quota|must specify (limits|requests)")),
+    ("QuotaExceeded", False, re.compile(r"exceeded quota")),
+    # a quota on CPU or memory with no LimitRange default: the pods name no resources
+    ("QuotaNeedsResources", True, re.compile(r"must specify (limits|requests)")),
     ("PodSecurity", True, re.compile(r"violates PodSecurity")),
     (
         "LimitRange",

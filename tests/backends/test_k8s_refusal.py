@@ -26,8 +26,8 @@ QUOTA = (
         (QUOTA, "QuotaExceeded", False),
         (
             'Error creating: pods "p" is forbidden: failed quota: q: must specify limits.cpu',
-            "QuotaExceeded",
-            False,
+            "QuotaNeedsResources",
+            True,
         ),
         (
             'Error creating: pods "p" is forbidden: violates PodSecurity "restricted:latest": '
