@@ -201,7 +201,7 @@ def _status(backend: Backend, args: argparse.Namespace) -> int:
         # The reason may quote the task's own termination message: shown, never obeyed
         # by the terminal.
         why = f" ({printable(task.reason)})" if task.reason else ""
-        if task.reason and task.message and task.phase is not Phase.RUNNING:
+        if task.reason and task.message and task.phase in (Phase.PENDING, Phase.FAILED):
             # why it waits or failed, in the words of whoever refused it (one line)
             detail = printable(task.message.strip().splitlines()[0] if task.message.strip() else "")
             why = f" ({printable(task.reason)}: {detail[:300]})"
