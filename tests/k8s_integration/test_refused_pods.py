@@ -125,6 +125,9 @@ def no_workers_policy(k8s_api, tfk_ns):
         adm.delete_validating_admission_policy(name)
 
 
+# Seen in 3 of 7 runs on the loaded machine: this wait did not end (not understood yet);
+# the bound fails the test instead of stalling the suite.
+@pytest.mark.timeout(120)
 def test_an_admission_policy_refusing_the_workers_fails_at_once_naming_it(
     k8s_api, tfk_ns, tfk_conn, no_workers_policy
 ) -> None:
