@@ -185,6 +185,7 @@ def _progress_task(status: ClusterStatus) -> tuple[str, int]:
 def _status(backend: Backend, args: argparse.Namespace) -> int:
     from airflow_tfk.dagfactory.printable import printable
     from airflow_tfk.protocol.progress import last_progress
+    from airflow_tfk.status import Phase
     from airflow_tfk.watch import format_progress
 
     ref = _ref(args)
@@ -200,6 +201,10 @@ def _status(backend: Backend, args: argparse.Namespace) -> int:
         # The reason may quote the task's own termination message: shown, never obeyed
         # by the terminal.
         why = f" ({printable(task.reason)})" if task.reason else ""
+        if task.reason and task.message and task.phase in (Phase.PENDING, Phase.FAILED):
+            # why it waits or failed, in the words of whoever refused it (one line)
+            detail = printable(task.message.strip().splitlines()[0] if task.message.strip() else "")
+            why = f" ({printable(task.reason)}: {detail[:300]})"
         code = f", exit code {task.exit_code}" if task.exit_code is not None else ""
         print(f"  {task.name:<12} {task.phase.value.lower()}{why}{code}, restarts {task.restarts}")
     role, index = _progress_task(status)

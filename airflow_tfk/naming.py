@@ -24,8 +24,13 @@ _LABEL_KEY_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 MANAGED_BY = "airflow-tfk"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_PREFIX = "tfk.airflow.apache.org"
 LABEL_CLUSTER = f"{LABEL_PREFIX}/cluster"
+# What every selector of the provider's objects requires besides the cluster's name: an
+# object someone else made with the same cluster label (a person's data claim, another
+# tool's Service, a namespace) is never listed, reattached to or deleted.
+MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 LABEL_ROLE = f"{LABEL_PREFIX}/role"
 LABEL_DAG = f"{LABEL_PREFIX}/dag-id"
 LABEL_TASK = f"{LABEL_PREFIX}/task-id"

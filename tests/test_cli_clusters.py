@@ -162,3 +162,36 @@ def test_status_escapes_what_the_cluster_says(root: Path, monkeypatch: pytest.Mo
     code, out, err = _run("status", "x")
     assert code == 0, err
     assert "\x1b" not in out and "\\x1b]0;owned\\x07" in out
+
+
+def test_status_leads_with_why_a_task_waits_or_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A waiting or failed task shows its reason and then its message (first line,
+    bounded, escaped): the words of whoever refused or ended it. A running or succeeded
+    task shows its reason only."""
+    from airflow_tfk import cli_clusters
+    from airflow_tfk.status import ClusterStatus, Phase, TaskStatus
+
+    tasks = (
+        TaskStatus("worker", 0, Phase.PENDING, "QuotaExceeded", "exceeded quota: team\nsecond line"),
+        TaskStatus("worker", 1, Phase.FAILED, "OOMKilled", "x" * 1000 + "\x1b[2J", exit_code=137),
+        TaskStatus("worker", 2, Phase.SUCCEEDED, "Completed", "all done", exit_code=0),
+    )
+
+    class Backend:
+        def owner(self, ref: ClusterRef) -> None:
+            return None
+
+        def status(self, ref: ClusterRef) -> ClusterStatus:
+            return ClusterStatus(tasks)
+
+        def logs(self, *args: object, **kwargs: object) -> str:
+            return ""
+
+    monkeypatch.setattr(cli_clusters, "_backend", lambda args: Backend())
+    code, out, err = _run("status", "x")
+    assert code == 0, err
+    assert "worker-0     pending (QuotaExceeded: exceeded quota: team), restarts 0" in out, out
+    assert "second line" not in out
+    line = next(x for x in out.splitlines() if "worker-1" in x)
+    assert line.startswith("  worker-1     failed (OOMKilled: xxx") and len(line) < 400, line
+    assert "worker-2     succeeded (Completed), exit code 0, restarts 0" in out

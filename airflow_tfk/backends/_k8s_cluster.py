@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_tfk.backends._k8s_refusal import Refusal
 from airflow_tfk.backends._k8s_status import (
     ANN_INDEX_FAILURES,
     JobInfo,
@@ -48,6 +49,8 @@ class Interpreter:
     image_pull_timeout: float
     known: dict[TaskKey, bool] = field(default_factory=dict)  # key -> is a Job task
     ignored_roles: set[str] = field(default_factory=set)
+    # role -> why the API server refuses the pods its Job tries to create
+    refused: dict[str, Refusal] = field(default_factory=dict)
 
     def status(
         self, pods: Iterable[dict[str, Any]], jobs: dict[str, JobInfo] | None, now: float
@@ -57,16 +60,23 @@ class Interpreter:
         tracker.reset(pods, jobs)
         return tracker.status(now), tracker.next_deadline()
 
-    def _podless(self, job: JobInfo, index: int) -> TaskStatus:
+    def _podless(self, job: JobInfo, index: int, now: float = 0.0) -> tuple[TaskStatus, float | None]:
+        """An index without a pod read, by its Job's word (and the deadline of a refusal)."""
         if index in job.completed_indexes or (job.complete and not job.failed):
-            return TaskStatus(job.role, index, Phase.SUCCEEDED, "Completed", exit_code=0)
+            return TaskStatus(job.role, index, Phase.SUCCEEDED, "Completed", exit_code=0), None
         if job.failed:
-            return TaskStatus(job.role, index, Phase.FAILED, job.failed[0], job.failed[1])
+            return TaskStatus(job.role, index, Phase.FAILED, job.failed[0], job.failed[1]), None
         if index in job.failed_indexes:
-            return TaskStatus(
-                job.role, index, Phase.FAILED, "FailedIndex", f"index {index} of Job {job.name} failed"
-            )
-        return TaskStatus(job.role, index, Phase.PENDING)
+            message = f"index {index} of Job {job.name} failed"
+            return TaskStatus(job.role, index, Phase.FAILED, "FailedIndex", message), None
+        refusal = self.refused.get(job.role)
+        if refusal is not None:
+            # a quota may free up, as a node may: it waits as long as an unschedulable pod
+            deadline = refusal.since + self.unschedulable_timeout
+            if refusal.permanent or self.unschedulable_timeout <= 0 or (now or time.time()) >= deadline:
+                return TaskStatus(job.role, index, Phase.FAILED, refusal.reason, refusal.message), None
+            return TaskStatus(job.role, index, Phase.PENDING, refusal.reason, refusal.message), deadline
+        return TaskStatus(job.role, index, Phase.PENDING), None
 
     def _task(
         self, key: tuple[str, int], pods: list[dict[str, Any]], job: JobInfo | None, now: float
@@ -320,14 +330,19 @@ class ClusterTracker:
         if group:
             pods = sorted(group.values(), key=_sort_key)
             self.interp.known[key] = job is not None or any(is_job_pod(p) for p in pods)
-            return self.interp._task(key, pods, job, now)
+            task, deadline = self.interp._task(key, pods, job, now)
+            if self.partial and key in self._running and task.phase is Phase.PENDING:
+                # only finished pods were read, and the Job counts a ready pod for the
+                # index: its replacement runs (the retry count stays the read pods')
+                task = TaskStatus(role, index, Phase.RUNNING, restarts=task.restarts)
+            return task, deadline
         if job is not None and index < job.completions:
-            task = self.interp._podless(job, index)
+            task, deadline = self.interp._podless(job, index, now)
             if self.partial:
                 self.interp.known[key] = True
                 if key in self._running:
-                    task = TaskStatus(role, index, Phase.RUNNING)
-            return task, None
+                    return TaskStatus(role, index, Phase.RUNNING), None
+            return task, deadline
         is_job = self.interp.known.get(key)
         if not self._exists or is_job is None:
             return None, None
@@ -338,14 +353,27 @@ class ClusterTracker:
 
     def _ready_untracked(self, job: JobInfo) -> list[TaskKey]:
         """The unfinished indexes that a partial tracker counts as running: as many as the
-        Job has ready pods, of those with no pod read (a read pod says for itself). Which
+        Job has ready pods, of those with no unfinished pod read (a read pod that has not
+        finished says for itself). Which
         ones is known only for the pods read; the rest are taken in index order."""
         if job.failed:
             return []
         done = job.completed_indexes | job.failed_indexes
         ready = job.active if job.ready is None else job.ready
-        keys = ((job.role, i) for i in range(job.completions) if i not in done)
-        return [k for k in keys if k not in self._groups][:ready]
+        keys = [(job.role, i) for i in range(job.completions) if i not in done]
+        # indexes with no pod read first: one that just failed is the last to be ready again
+        fresh = [k for k in keys if k not in self._groups]
+        retried = [k for k in keys if k in self._groups and not self._has_live_pod(k)]
+        return (fresh + retried)[:ready]
+
+    def _has_live_pod(self, key: TaskKey) -> bool:
+        """Whether a pod read for the task is still unfinished. A retried index keeps the
+        failed pod read for its reason, but that pod no longer says what the index does:
+        the replacement, never read while it is ready, is one of the Job's ready pods."""
+        group = self._groups.get(key) or {}
+        return any(
+            (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed") for p in group.values()
+        )
 
     def _refresh(self, key: TaskKey, now: float) -> None:
         task, deadline = self._value(key, now)

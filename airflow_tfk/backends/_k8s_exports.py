@@ -64,6 +64,29 @@ def claim_mounts(jobs: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     return out
 
 
+#: What the set-aside Job takes from the pod that wrote the exports: where it may run and
+#: as whom, and what it needs to pull the training image (a private registry, a tainted or
+#: labelled node pool, a required priority class or ServiceAccount). Not its pod
+#: (anti-)affinity or spread: those place the training's pods among each other.
+PLACEMENT = ("imagePullSecrets", "nodeSelector", "tolerations", "priorityClassName", "serviceAccountName")
+
+
+def placement(jobs: list[dict[str, Any]], claim: str) -> dict[str, Any]:
+    """The pod-spec fields of :data:`PLACEMENT` (and node affinity) of the first Job whose
+    pods mount ``claim``."""
+    for job in jobs:
+        pod = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+        claims = {(v.get("persistentVolumeClaim") or {}).get("claimName") for v in pod.get("volumes") or []}
+        if claim not in claims:
+            continue
+        out = {k: pod[k] for k in PLACEMENT if pod.get(k)}
+        node_affinity = (pod.get("affinity") or {}).get("nodeAffinity")
+        if node_affinity:
+            out["affinity"] = {"nodeAffinity": node_affinity}
+        return out
+    return {}
+
+
 def exports_in(text: str, mounts: dict[str, tuple[str, str]]) -> list[RunExport]:
     """The export events of a task's log whose version directory lies on a claim."""
     found: dict[str, RunExport] = {}
@@ -84,10 +107,17 @@ def exports_in(text: str, mounts: dict[str, tuple[str, str]]) -> list[RunExport]
 
 
 def job_manifest(
-    ref: ClusterRef, claim: str, mount_path: str, image: str, paths: list[str], uid: str
+    ref: ClusterRef,
+    claim: str,
+    mount_path: str,
+    image: str,
+    paths: list[str],
+    uid: str,
+    where: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The set-aside Job: the training pods' user (so it may rename what they wrote),
-    hardened like them, one claim mounted where they had it."""
+    hardened like them, one claim mounted where they had it, placed and pulled as they
+    were (``where``: see :func:`placement`)."""
     digest = hashlib.sha256(f"{ref.namespace}/{ref.name}/{claim}/{time.time_ns()}".encode()).hexdigest()
     labels = {
         "app.kubernetes.io/managed-by": "airflow-tfk",
@@ -114,6 +144,7 @@ def job_manifest(
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    **(where or {}),
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
@@ -159,14 +190,22 @@ def set_aside(
         if e.claim and e.mount_path and e.image:
             by_claim.setdefault((e.claim, e.mount_path, e.image), []).append(e.path)
     done: list[str] = []
+    jobs = list_jobs(api, ref) if by_claim else []
     for (claim, mount_path, image), paths in by_claim.items():
         if not _claim_outlives_cluster(api, ref, claim):
             log.info("kubernetes: %s went with claim %s, deleted with the cluster", ", ".join(paths), claim)
             done.extend(paths)
             continue
-        manifest = job_manifest(ref, claim, mount_path, image, paths, uid)
+        manifest = job_manifest(ref, claim, mount_path, image, paths, uid, placement(jobs, claim))
         done.extend(_run_job(api, ref, manifest, wait_seconds, sleep))
     return done
+
+
+def list_jobs(api: SyncApi, ref: ClusterRef) -> list[dict[str, Any]]:
+    _, body = api.request(
+        "GET", BY_KIND["Job"].collection(ref.namespace), {"labelSelector": ref.label_selector}
+    )
+    return list((body or {}).get("items") or [])
 
 
 def _named(api: SyncApi, kind: str, ref: ClusterRef, name: str) -> dict[str, Any] | None:

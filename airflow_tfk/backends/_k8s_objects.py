@@ -84,14 +84,18 @@ def own_namespace_plan(ref: ClusterRef) -> Plan:
     result = yield Request("GET", BY_KIND["Namespace"].item(None, ref.namespace), forbidden_is_absent=True)
     ns = result[1] if result else None
     labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
-    return ns if labels.get(naming.LABEL_CLUSTER) == ref.name else None
+    ours = (
+        labels.get(naming.LABEL_CLUSTER) == ref.name
+        and labels.get(naming.LABEL_MANAGED_BY) == naming.MANAGED_BY
+    )
+    return ns if ours else None
 
 
 def clusters_plan(namespace: str | None) -> Plan:
     """Every cluster with an object left in ``namespace`` (None: everywhere), per-training
     namespaces included when looking everywhere (a namespace left empty is a cluster too)."""
     found: dict[ClusterRef, None] = {}
-    query = {"labelSelector": naming.LABEL_CLUSTER}
+    query = {"labelSelector": f"{naming.LABEL_CLUSTER},{naming.MANAGED_SELECTOR}"}
     for name in CLUSTER_KINDS:
         kind = BY_KIND[name]
         path = kind.everywhere() if namespace is None else kind.collection(namespace)

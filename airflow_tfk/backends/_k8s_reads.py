@@ -1,7 +1,7 @@
 """One-shot reads of a cluster, as request plans (:mod:`._k8s_plan`) that the backend's
 blocking methods run with the sync client and a wait's watcher with the async one: the
 status from one pod list, a task's log, Kueue's reason, whether a JobSet is making the
-Jobs, why a cluster was deleted."""
+Jobs, why a cluster was deleted, why the API server refuses a Job's pods."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_tfk import naming
 from airflow_tfk.backends._k8s_cluster import Interpreter
 from airflow_tfk.backends._k8s_plan import Plan, Request, list_plan
+from airflow_tfk.backends._k8s_refusal import EVENT_REASON, refusal_of, short_of_pods
 from airflow_tfk.backends._k8s_status import (
     LABEL_COMPLETION_INDEX,
     JobInfo,
@@ -80,6 +81,14 @@ def status_plan(
     if jobs is None or jobs_stale(interp, pods, jobs):
         items, _ = yield from list_plan(ref, "Job")
         jobs = job_cache[ref] = jobs_of(items)
+    for role, job in jobs.items():
+        refusal = None
+        if short_of_pods(job_with_pods(job, pods)):  # why pods are missing: a refusal?
+            refusal = yield from refusal_plan(ref, job.name, time.time())
+        if refusal is None:
+            interp.refused.pop(role, None)
+        else:
+            interp.refused[role] = refusal
     status, _ = interp.status(pods, jobs, time.time())
     if not status.exists and (yield from jobset_exists_plan(ref)):
         job_cache.pop(ref, None)  # its JobSet is (re)making the Jobs: list them next time
@@ -88,6 +97,22 @@ def status_plan(
         reason = yield from deleted_reason_plan(ref)
         status = dataclasses.replace(status, deleted_reason=reason)
     return status
+
+
+def job_with_pods(job: JobInfo, pods: list[dict[str, Any]]) -> JobInfo:
+    """The Job as its pods show it now: a cached Job's counts are from when it was listed."""
+    active: set[int] = set()
+    done: set[int] = set()
+    for pod in pods:
+        key = task_key(pod)
+        if key is None or key[0] != job.role:
+            continue
+        phase = (pod.get("status") or {}).get("phase")
+        if phase == "Succeeded":
+            done.add(key[1])
+        elif phase != "Failed" and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+            active.add(key[1])
+    return dataclasses.replace(job, active=len(active), completed_indexes=job.completed_indexes | done)
 
 
 def jobs_stale(interp: Interpreter, pods: list[dict[str, Any]], jobs: dict[str, JobInfo]) -> bool:
@@ -149,3 +174,14 @@ def queue_plan(ref: ClusterRef) -> Plan:
         if result is not None:
             return queue_message((result[1] or {}).get("items") or [], ref.name)
     return None
+
+
+def refusal_plan(ref: ClusterRef, job: str, now: float) -> Plan:
+    """The Job's current refusal, from its ``FailedCreate`` Events (None: none; an identity
+    that may not list Events sees none)."""
+    selector = f"involvedObject.kind=Job,involvedObject.name={job},reason={EVENT_REASON}"
+    result = yield Request(
+        "GET", BY_KIND["Event"].collection(ref.namespace), {"fieldSelector": selector}, optional=True
+    )
+    events = ((result[1] if result else None) or {}).get("items") or []
+    return refusal_of(events, now)

@@ -98,6 +98,7 @@ class JobInfo:
     active: int = 0  # pods not finished
     ready: int | None = None  # of those, ready (None: a server that does not count them)
     failed_pods: int = 0  # pods that failed and were counted (status.failed)
+    suspended: bool = False  # held back on purpose (a queue has not admitted it)
 
 
 def job_info(job: dict[str, Any]) -> JobInfo | None:
@@ -131,6 +132,7 @@ def job_info(job: dict[str, Any]) -> JobInfo | None:
         active=int(status.get("active") or 0),
         ready=None if status.get("ready") is None else int(status["ready"]),
         failed_pods=int(status.get("failed") or 0),
+        suspended=bool(spec.get("suspend")),
     )
 
 

@@ -11,7 +11,9 @@ limited to the role and to one phase, only for what a Job cannot say:
   that shows the failure, so the verdict has the pod's reason and exit code;
 - a Job has pods that are not ready: a page of its pending pods, soon and then less and
   less often (and when a timeout of one of them is due), for Unschedulable, image pull
-  and container errors.
+  and container errors;
+- a Job runs fewer pods than it has indexes left: its ``FailedCreate`` Events, at the
+  same pace, for pods the API server refused (:mod:`._k8s_refusal`).
 
 :class:`KubernetesWatcher` lists the Jobs once and keeps a single Job watch open, from its
 resourceVersion, for as long as the wait lasts; its one-shot reads (a task's log, Kueue's
@@ -38,7 +40,9 @@ from airflow_tfk.backends._k8s_reads import (
     jobset_exists_plan,
     pod_log_plan,
     queue_plan,
+    refusal_plan,
 )
+from airflow_tfk.backends._k8s_refusal import Refusal, short_of_pods
 from airflow_tfk.backends._k8s_status import (
     JobInfo,
     is_ready,
@@ -87,6 +91,8 @@ class WatchSession:
         self._pending_due: dict[str, float] = {}  # role -> monotonic time of its next read
         self._pending_gap: dict[str, float] = {}
         self._thorough: set[str] = set()  # roles whose next read looks at running pods too
+        self._refusal_due: dict[str, float] = {}  # role short of pods -> its next Events read
+        self._refusal_gap: dict[str, float] = {}
         self.log_pods: dict[tuple[str, int], list[dict[str, Any]]] = {}  # the pod a log read found
         self._deadline: float | None = None  # wall clock: a timeout may flip a task
         self._failures = 0
@@ -107,6 +113,8 @@ class WatchSession:
             if job.ready is not None and job.active > job.ready and role not in self._pending_due:
                 self._pending_due[role] = time.monotonic()
                 self._thorough.add(role)
+            if short_of_pods(job) and role not in self._refusal_due:
+                self._refusal_due[role] = time.monotonic()
         self._update()
 
     def on_event(self, event: dict[str, Any]) -> bool:
@@ -149,9 +157,18 @@ class WatchSession:
                 self._pending_gap.pop(role, None)
                 self._thorough.discard(role)
                 self._pods.pop((role, PENDING), None)
+            if short_of_pods(job):
+                self._refusal_due.setdefault(role, now + PENDING_FIRST_READ)
+            else:
+                self._refusal_due.pop(role, None)
+                self._refusal_gap.pop(role, None)
+        refused = self.tracker.interp.refused
+        dropped = [r for r in refused if r not in self._refusal_due]
+        for role in dropped:  # every pod is there again: the refusal is over
+            del refused[role]
         for key in [k for k in self._pods if k[0] not in self._jobs]:
             del self._pods[key]
-        if changed is not None and len(self._pods) == pods_before:
+        if changed is not None and len(self._pods) == pods_before and not dropped:
             self.tracker.set_job(changed, self._jobs.get(changed), time.time())
             return
         pods = [p for group in self._pods.values() for p in group]
@@ -174,6 +191,27 @@ class WatchSession:
         now, late = time.monotonic(), self._deadline is not None and time.time() >= self._deadline
         due = [r for r, at in self._pending_due.items() if late or now >= at]
         return [(r, self._jobs[r].active - (self._jobs[r].ready or 0)) for r in due]
+
+    def refusal_reads(self) -> list[tuple[str, str]]:
+        """Roles whose Job runs fewer pods than it should and whose Events are due to be
+        read for a refusal, each with its Job's name."""
+        now = time.monotonic()
+        return [(r, self._jobs[r].name) for r, at in self._refusal_due.items() if now >= at]
+
+    def set_refusal(self, role: str, refusal: Refusal | None) -> None:
+        """What a read of the role's Job Events found; read again at growing gaps."""
+        if role not in self._refusal_due:
+            return  # every pod was made by the time the read answered
+        gap = self._refusal_gap[role] = min(PENDING_READ_MAX, 2 * self._refusal_gap.get(role, 1.0))
+        self._refusal_due[role] = time.monotonic() + gap
+        refused = self.tracker.interp.refused
+        if refused.get(role) == refusal:
+            return
+        if refusal is None:
+            refused.pop(role, None)
+        else:
+            refused[role] = refusal
+        self.tracker.set_jobs(self.tracker.jobs, time.time())
 
     def thorough(self, role: str) -> bool:
         """Whether a read of the role's pods that are not ready must list its running pods
@@ -201,7 +239,7 @@ class WatchSession:
 
     def next_due(self) -> float:
         """Seconds until a pod read or a timeout is due (inf: none)."""
-        due = [d - time.monotonic() for d in self._pending_due.values()]
+        due = [d - time.monotonic() for d in (*self._pending_due.values(), *self._refusal_due.values())]
         if self._deadline is not None:
             due.append(self._deadline - time.time() + 0.5)
         return max(0.0, min(due, default=math.inf))
@@ -387,6 +425,8 @@ class KubernetesWatcher(ClusterWatcher):
                 running = await arun(self.api, pods_plan(self.ref, role, RUNNING, pages=MANY_PAGES))
                 pods += [p for p in running if not is_ready(p)]
             session.set_pods(role, PENDING, pods)
+        for role, job in session.refusal_reads():
+            session.set_refusal(role, await arun(self.api, refusal_plan(self.ref, job, time.time())))
 
     async def _emit(self) -> None:
         session = self.session

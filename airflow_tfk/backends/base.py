@@ -30,7 +30,7 @@ class ClusterRef:
 
     @property
     def label_selector(self) -> str:
-        return f"{naming.LABEL_CLUSTER}={self.name}"
+        return f"{naming.LABEL_CLUSTER}={self.name},{naming.MANAGED_SELECTOR}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "label_selector": self.label_selector}

@@ -148,14 +148,7 @@ class KubernetesBackend(Backend):
         manifests = self._render(spec, identity)
         if spec.namespace_per_training:
             manifests = self._with_namespace_needs(spec, manifests)
-        for m in manifests:
-            kind_of(m)  # unknown kinds fail before anything is created
-            labels = (m.get("metadata") or {}).get("labels") or {}
-            if labels.get(naming.LABEL_CLUSTER) != spec.name:
-                raise ValueError(
-                    f"{m.get('kind')} {m['metadata'].get('name')}: lacks the label "
-                    f"{naming.LABEL_CLUSTER}={spec.name}, so cleanup could not find it"
-                )
+        _check_labels(spec, manifests)
         if any(m.get("kind") == "PodGroup" for m in manifests):
             self._require_pod_groups()
         created: list[tuple[Kind, str | None, str]] = []
@@ -172,6 +165,11 @@ class KubernetesBackend(Backend):
                     reraise(f"apply {kind.kind} {name}", exc)
                 if code == 201:
                     created.append((kind, namespace, name))
+        except KubernetesApiError as exc:
+            left = self._rollback(created)
+            if exc.status in (400, 403, 409, 422):  # refused, not a server in trouble
+                raise ObjectRefused(exc, ref.name, len(created), left) from exc
+            raise
         except BaseException:
             self._rollback(created)
             raise
@@ -214,15 +212,19 @@ class KubernetesBackend(Backend):
         at = manifests.index(namespace) + 1
         return [*manifests[:at], *needs, *manifests[at:]]
 
-    def _rollback(self, created: list[tuple[Kind, str | None, str]]) -> None:
+    def _rollback(self, created: list[tuple[Kind, str | None, str]]) -> list[str]:
+        """Delete what a failed create made; returns the objects that could not be deleted."""
+        left = []
         for kind, namespace, name in reversed(created):
             try:
                 self._api.request("DELETE", kind.item(namespace, name), BACKGROUND)
             except Exception as exc:  # keep cleaning up; the original error is raised
                 if not is_not_found(exc):
+                    left.append(f"{kind.kind} {name}")
                     log.warning(
                         "kubernetes: could not roll back %s %s: %s", kind.kind, name, error_message(exc)
                     )
+        return left
 
     # -- status and watch -----------------------------------------------------------------
     def _interpreter(self, ref: ClusterRef) -> Interpreter:
@@ -354,7 +356,9 @@ class KubernetesBackend(Backend):
     # -- find -----------------------------------------------------------------------------
     def find(self, namespace: str | None, labels: dict[str, str]) -> list[ClusterRef]:
         """Clusters (running or finished, not deleted) whose Jobs carry all of ``labels``."""
-        selector = ",".join([naming.LABEL_CLUSTER] + [f"{k}={v}" for k, v in sorted(labels.items())])
+        selector = ",".join(
+            [naming.LABEL_CLUSTER, naming.MANAGED_SELECTOR] + [f"{k}={v}" for k, v in sorted(labels.items())]
+        )
         kind = BY_KIND["Job"]
         path = kind.everywhere() if namespace is None else kind.collection(namespace)
         result = self._run(single(Request("GET", path, {"labelSelector": selector})))
@@ -369,6 +373,56 @@ class KubernetesBackend(Backend):
         the NetworkPolicy, a per-training namespace), so the sweeper ends the retention."""
         found: list[ClusterRef] = self._run(clusters_plan(namespace))
         return found
+
+
+def _check_labels(spec: TFClusterSpec, manifests: list[dict[str, Any]]) -> None:
+    """Before anything is created: every object is of a known kind and carries the labels
+    every clean-up selects by."""
+    wanted = {naming.LABEL_CLUSTER: spec.name, naming.LABEL_MANAGED_BY: naming.MANAGED_BY}
+    for m in manifests:
+        kind_of(m)
+        labels = (m.get("metadata") or {}).get("labels") or {}
+        for key, value in wanted.items():
+            if labels.get(key) != value:
+                raise ValueError(
+                    f"{m.get('kind')} {m['metadata'].get('name')}: lacks the label "
+                    f"{key}={value}, so cleanup could not find it"
+                )
+
+
+class ObjectRefused(KubernetesApiError):
+    """The API server refused an object of a cluster being created (an admission policy or
+    webhook, a quota, Pod Security, RBAC, validation). The message leads with the cause,
+    then names the object and says what became of the objects created before it."""
+
+    def __init__(self, exc: KubernetesApiError, cluster: str, created: int, left: list[str]) -> None:
+        from airflow_tfk.backends._k8s_refusal import classify, detail
+
+        super().__init__(exc.what, exc.status, exc.message)
+        self.cause, _ = classify(exc.message, default="Refused")
+        what = exc.what.removeprefix("apply ")
+        if left:
+            after = f"could not remove {len(left)} of the {created} objects it had created: {', '.join(left)}"
+        else:
+            after = f"the {created} objects it had created were removed" if created else "nothing was created"
+        self.args = (
+            f"{self.cause}: the API server refused {what} of cluster {cluster}: {detail(exc.message)} "
+            f"(HTTP {exc.status}); {after}",
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # the default rebuilds from ``args`` (the message alone), which does not fit __init__
+        return (_restore_refused, (self.args, self.__dict__))
+
+
+def _restore_refused(args: tuple[object, ...], state: dict[str, object]) -> ObjectRefused:
+    exc = Exception.__new__(ObjectRefused)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 def _items(result: tuple[int, Any] | None) -> list[dict[str, Any]]:

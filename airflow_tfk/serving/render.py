@@ -115,6 +115,9 @@ def _base(
         "image_pull_policy": spec.image_pull_policy,
         "image_pull_secrets": [{"name": s} for s in spec.image_pull_secrets],
         "node_selector": dict(spec.node_selector),
+        "tolerations": [t.to_k8s() for t in spec.tolerations],  # type: ignore[union-attr]
+        "priority_class": spec.priority_class,
+        "service_account": spec.service_account,
         "resources": _resources(spec),
         "claim": spec.claim,
     }

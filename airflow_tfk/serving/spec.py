@@ -22,8 +22,10 @@ from airflow_tfk.network import ServiceNetworkPolicy
 from airflow_tfk.serving.replicas import check_scaling
 from airflow_tfk.spec import (
     Resources,
+    Toleration,
     _int,  # one integer rule for every spec
 )
+from airflow_tfk.spec_decl import Errors, check_fields, section_from
 
 if TYPE_CHECKING:
     from airflow_tfk.serving.scaling import Autoscaling, HTTPRouteSpec, IngressSpec
@@ -100,11 +102,34 @@ def _common(spec: Any, kind: str) -> None:
     _resources(spec)
     for attr in ("labels", "node_selector"):
         object.__setattr__(spec, attr, _label_map(getattr(spec, attr), attr))
+    _pod_rules(spec)
     object.__setattr__(spec, "network_policy", ServiceNetworkPolicy.from_value(spec.network_policy))
     if kind and spec.claim is None and spec.base_path is None:
         raise SpecError("claim", f"or 'base_path' is required: where the {kind} are")
     if spec.claim is not None and spec.base_path is not None:
         raise SpecError("claim", "and 'base_path' are exclusive: a PVC or a local directory")
+
+
+def _pod_rules(spec: Any) -> None:
+    """Tolerations (the training roles' rules), a priority class and a ServiceAccount."""
+    raw = spec.tolerations
+    if not isinstance(raw, list | tuple):
+        raise SpecError("tolerations", "must be a list of tolerations", raw)
+    tolerations = []
+    for i, item in enumerate(raw):
+        where = f"tolerations[{i}]"
+        if not isinstance(item, Toleration | Mapping):
+            raise SpecError(where, "must be a mapping", item)
+        toleration = section_from(Toleration, item, where)
+        errors = Errors()
+        check_fields(toleration, where, errors)
+        errors.raise_if_any()
+        tolerations.append(toleration)
+    object.__setattr__(spec, "tolerations", tuple(tolerations))
+    for attr, what in (("priority_class", "PriorityClass"), ("service_account", "ServiceAccount")):
+        value = getattr(spec, attr)
+        if value is not None and (not isinstance(value, str) or not naming.is_dns1123_subdomain(value)):
+            raise SpecError(attr, f"is not a valid {what} name", value)
 
 
 def _image(spec: Any) -> None:
@@ -222,7 +247,9 @@ def _from_dict(cls: type, data: Mapping[str, Any]) -> Any:
 class _ServerSpec:
     """What a TF Serving and a TensorBoard spec share: where their files are (a claim and a
     directory in it, or a local base path), the namespace, and their pods' image pulls,
-    resources, labels, node selector and network policy. Keyword-only, so each spec's own
+    resources, labels, network policy, and where and as whom they run (node selector,
+    tolerations, priority class, ServiceAccount: the rules a cluster sets for every pod,
+    as the training's pods follow them). Keyword-only, so each spec's own
     required field stays its first positional one."""
 
     claim: str | None = None
@@ -234,6 +261,9 @@ class _ServerSpec:
     resources: Resources | Mapping[str, Any] | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration | Mapping[str, Any], ...] = ()
+    priority_class: str | None = None
+    service_account: str | None = None
     network_policy: ServiceNetworkPolicy = field(default_factory=ServiceNetworkPolicy)
 
 

@@ -27,7 +27,11 @@ def pod(
     message: str = "",
 ) -> dict[str, Any]:
     """One pod of task ``role``-``index``, as the Job controller makes it."""
-    labels = {naming.LABEL_CLUSTER: cluster, naming.LABEL_ROLE: role}
+    labels = {
+        naming.LABEL_CLUSTER: cluster,
+        naming.LABEL_ROLE: role,
+        naming.LABEL_MANAGED_BY: naming.MANAGED_BY,
+    }
     labels["batch.kubernetes.io/job-completion-index"] = str(index)
     annotations = {
         "batch.kubernetes.io/job-completion-index": str(index),
@@ -114,7 +118,11 @@ def job(
     return {
         "metadata": {
             "name": f"{cluster}-{role}",
-            "labels": {naming.LABEL_CLUSTER: cluster, naming.LABEL_ROLE: role},
+            "labels": {
+                naming.LABEL_CLUSTER: cluster,
+                naming.LABEL_ROLE: role,
+                naming.LABEL_MANAGED_BY: naming.MANAGED_BY,
+            },
         },
         "spec": spec,
         "status": {"conditions": conditions or [], "completedIndexes": completed, "failedIndexes": failed},

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from airflow_tfk.backends._k8s_exports import SCRIPT, claim_mounts, exports_in, job_manifest
+from airflow_tfk.backends._k8s_exports import SCRIPT, claim_mounts, exports_in, job_manifest, placement
 from airflow_tfk.backends.base import ClusterRef, RunExport
 
 
@@ -69,6 +69,37 @@ def test_the_job_mounts_the_claim_where_the_pods_had_it_and_escapes_the_paths() 
     assert pod["securityContext"]["runAsUser"] == 1000 and pod["automountServiceAccountToken"] is False
     assert "tfk.airflow.apache.org/cluster" not in job["metadata"]["labels"]  # not part of the cluster
     assert len(job["metadata"]["name"]) <= 63
+
+
+def test_the_job_runs_where_and_as_whom_the_pods_that_wrote_the_exports_ran() -> None:
+    """A private registry, a tainted node pool, a required priority class or account: the
+    set-aside Job pulls the training image and is scheduled as the training's pods were."""
+    rules = {
+        "imagePullSecrets": [{"name": "regcred"}],
+        "nodeSelector": {"pool": "ml"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
+        "priorityClassName": "ml-batch",
+        "serviceAccountName": "trainer",
+        "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}},
+            "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+        },
+    }
+    other = _job("ps")
+    other["spec"]["template"]["spec"]["volumes"] = []  # mounts no claim
+    other["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "cpu"}
+    worker = _job("worker")
+    worker["spec"]["template"]["spec"].update(rules)
+    where = placement([other, worker], "store")
+    assert placement([other, worker], "elsewhere") == {}
+    job = job_manifest(
+        ClusterRef("c", "ns"), "store", "/tfk/models", "train:1", ["/tfk/models/m/2"], "ab", where
+    )
+    pod = job["spec"]["template"]["spec"]
+    for key in ("imagePullSecrets", "nodeSelector", "tolerations", "priorityClassName", "serviceAccountName"):
+        assert pod[key] == rules[key], key
+    assert pod["affinity"] == {"nodeAffinity": rules["affinity"]["nodeAffinity"]}  # not the pods' spread
+    assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
 
 
 def test_the_script_renames_versions_only(tmp_path) -> None:

@@ -147,3 +147,34 @@ def test_a_job_event_judges_only_the_indexes_it_changed():
     status = s.changed_status()
     assert status is not None and status.count("worker", Phase.SUCCEEDED) == 200
     assert status.count("worker", Phase.RUNNING) == 1800
+
+
+def test_a_retried_index_whose_new_pod_is_ready_runs():
+    """An index retried after a failure: the failed pod read for its reason stays with the
+    wait, but once the Job counts every pod ready the index runs (its new pod is ready)
+    instead of staying "Retrying"; the retry is still counted."""
+    s = session_with(counted("worker", 3, active=3, ready=3))
+    s.changed_status()
+    s.on_event(event(counted("worker", 3, active=2, ready=2, failed=1)))
+    mark = failure_mark(s.jobs["worker"])  # type: ignore[index]
+    s.set_pods("worker", FAILED, [pod("worker", 1, "Failed", containers=terminated(1))], mark)
+    status = s.changed_status()
+    assert status is not None
+    t = status.task("worker", 1)
+    assert t is not None and (t.phase, t.reason) == (Phase.PENDING, "Retrying"), t
+    # the replacement pod starts, is read while pending, then turns ready
+    s.on_event(event(counted("worker", 3, active=3, ready=2, failed=1)))
+    s.set_pods("worker", PENDING, [pod("worker", 1, "Pending", attempt=1)])
+    assert phases(s, "worker")[1] is Phase.PENDING
+    s.on_event(event(counted("worker", 3, active=3, ready=3, failed=1)))
+    assert phases(s, "worker") == [Phase.RUNNING] * 3
+    status = s.tracker.snapshot()
+    assert status.count("worker", Phase.RUNNING) == 3
+    assert status.task("worker", 1).restarts == 1  # type: ignore[union-attr]
+    # straight to ready with no pending read in between: the same
+    s2 = session_with(counted("worker", 2, active=2, ready=2))
+    s2.on_event(event(counted("worker", 2, active=1, ready=1, failed=1)))
+    mark = failure_mark(s2.jobs["worker"])  # type: ignore[index]
+    s2.set_pods("worker", FAILED, [pod("worker", 0, "Failed", containers=terminated(1))], mark)
+    s2.on_event(event(counted("worker", 2, active=2, ready=2, failed=1)))
+    assert phases(s2, "worker") == [Phase.RUNNING] * 2

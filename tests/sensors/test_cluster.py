@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
+from airflow_tfk import naming
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.backends.local import LocalBackend
 from airflow_tfk.errors import TrainingFailed
@@ -37,7 +38,8 @@ def poke_until_done(sensor: TFClusterSensor, ctx: dict, timeout: float = 30.0) -
 
 def test_create_sense_cleanup_delete(local_root, capfd) -> None:
     handle = create(spec_dict("between_graph", workers=2, STEPS="4"))
-    assert handle["backend"] == "local" and handle["label_selector"].endswith(handle["name"])
+    assert handle["backend"] == "local"
+    assert handle["label_selector"] == f"{naming.LABEL_CLUSTER}={handle['name']},{naming.MANAGED_SELECTOR}"
     ref = ClusterRef(handle["name"], handle["namespace"])
     ctx = task_context(task_id="wait")
     poke_until_done(TFClusterSensor(task_id="wait", cluster=handle, progress_interval=0.1), ctx)
