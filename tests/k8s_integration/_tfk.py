@@ -17,6 +17,7 @@ import json
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any, TypeVar
@@ -181,6 +182,65 @@ def create_claim(api, namespace: str, name: str, storage_class: str = "", volume
             ),
         ),
     )
+
+
+@contextlib.contextmanager
+def admission_policy(
+    api: client.ApiClient,
+    namespace: str,
+    resource: str,
+    expression: str,
+    message: str,
+    probe: Callable[[], object],
+) -> Iterator[str]:
+    """A ValidatingAdmissionPolicy (CEL, as a Kyverno or Gatekeeper rule would) that refuses
+    creating a core ``resource`` in ``namespace`` unless ``expression`` holds, with
+    ``message``; yields its name once in force, removes it after.
+
+    In force: ``probe`` (a dry-run create the policy refuses) is refused with ``message``.
+    Any 403 would not do: the namespace's restricted Pod Security refuses a plain pod too,
+    and a probe that took that refusal for the policy's let the objects through before the
+    API server had loaded it.
+    """
+    name = f"tfk-policy-{uuid.uuid4().hex[:6]}"
+    adm = client.AdmissionregistrationV1Api(api)
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": [resource]}
+    adm.create_validating_admission_policy(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [rule]},
+                "validations": [{"expression": expression, "message": message}],
+            },
+        }
+    )
+    adm.create_validating_admission_policy_binding(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+                },
+            },
+        }
+    )
+
+    def in_force() -> bool:
+        try:
+            probe()
+        except client.ApiException as exc:
+            return message in str(exc.body)
+        return False
+
+    try:
+        wait_for("the admission policy in force", in_force, 30, every=0.5)
+        yield name
+    finally:
+        adm.delete_validating_admission_policy_binding(name)
+        adm.delete_validating_admission_policy(name)
 
 
 def task_context(

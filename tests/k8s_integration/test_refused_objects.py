@@ -22,59 +22,16 @@ tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 def no_worker_service(k8s_api, tfk_ns):
     """A ValidatingAdmissionPolicy refusing the worker Service in ``tfk_ns``: created after
     the NetworkPolicy and the PS's objects."""
-    name = f"tfk-no-svc-{uuid.uuid4().hex[:6]}"
-    adm = client.AdmissionregistrationV1Api(k8s_api)
-    adm.create_validating_admission_policy(
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["services"],
-                        }
-                    ]
-                },
-                "validations": [
-                    {
-                        "expression": "!object.metadata.name.endsWith('-worker')",
-                        "message": "worker Services need a cost-center label",
-                    }
-                ],
-            },
-        }
-    )
-    adm.create_validating_admission_policy_binding(
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tfk_ns}}
-                },
-            },
-        }
-    )
     probe = {"metadata": {"name": "probe-worker"}, "spec": {"ports": [{"port": 1}]}}
-
-    def in_force() -> bool:
-        try:
-            client.CoreV1Api(k8s_api).create_namespaced_service(tfk_ns, probe, dry_run="All")
-        except client.ApiException as exc:
-            return exc.status in (403, 422)
-        return False
-
-    _tfk.wait_for("the policy in force", in_force, 30, every=0.5)
-    try:
+    with _tfk.admission_policy(
+        k8s_api,
+        tfk_ns,
+        "services",
+        "!object.metadata.name.endsWith('-worker')",
+        "worker Services need a cost-center label",
+        lambda: client.CoreV1Api(k8s_api).create_namespaced_service(tfk_ns, probe, dry_run="All"),
+    ) as name:
         yield name
-    finally:
-        adm.delete_validating_admission_policy_binding(name)
-        adm.delete_validating_admission_policy(name)
 
 
 def _run(tfk_ns: str, **extra):

@@ -75,68 +75,15 @@ def test_a_quota_too_small_fails_naming_the_quota_and_leaves_nothing(
     _tfk.wait_no_leftovers(k8s_api, tfk_ns, name)
 
 
+WORKERS_REFUSED = "training workers must run in the batch cluster"
+
+
 @pytest.fixture
 def no_workers_policy(k8s_api, tfk_ns):
     """A ValidatingAdmissionPolicy that refuses the worker pods in ``tfk_ns`` only."""
-    name = f"tfk-no-workers-{uuid.uuid4().hex[:6]}"
-    adm = client.AdmissionregistrationV1Api(k8s_api)
-    adm.create_validating_admission_policy(
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["pods"],
-                        }
-                    ]
-                },
-                "validations": [
-                    {
-                        "expression": (
-                            "object.metadata.?labels['tfk.airflow.apache.org/role'].orValue('') != 'worker'"
-                        ),
-                        "message": "training workers must run in the batch cluster",
-                    }
-                ],
-            },
-        }
-    )
-    adm.create_validating_admission_policy_binding(
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": tfk_ns}}
-                },
-            },
-        }
-    )
-    try:
-        yield name
-    finally:
-        adm.delete_validating_admission_policy_binding(name)
-        adm.delete_validating_admission_policy(name)
-
-
-# A bound, so a policy that never takes effect fails the test instead of stalling the suite
-# (KWOK's admitted workers would run for ever).
-@pytest.mark.timeout(120)
-def test_an_admission_policy_refusing_the_workers_fails_at_once_naming_it(
-    k8s_api, tfk_ns, tfk_conn, no_workers_policy
-) -> None:
-    # The policy takes effect once the API server has loaded it. Only its own message shows
-    # that: the namespace's restricted Pod Security refuses a pod too (403), and a probe that
-    # took that refusal for the policy's let the workers through before it was loaded.
-    probe = {
+    probe = {  # within the namespace's restricted Pod Security: only the policy refuses it
         "metadata": {"name": "probe", "labels": {"tfk.airflow.apache.org/role": "worker"}},
-        "spec": {  # within the namespace's restricted Pod Security, so only the policy refuses it
+        "spec": {
             "securityContext": {
                 "runAsNonRoot": True,
                 "runAsUser": 1000,
@@ -151,15 +98,23 @@ def test_an_admission_policy_refusing_the_workers_fails_at_once_naming_it(
             ],
         },
     }
+    with _tfk.admission_policy(
+        k8s_api,
+        tfk_ns,
+        "pods",
+        "object.metadata.?labels['tfk.airflow.apache.org/role'].orValue('') != 'worker'",
+        WORKERS_REFUSED,
+        lambda: client.CoreV1Api(k8s_api).create_namespaced_pod(tfk_ns, probe, dry_run="All"),
+    ) as name:
+        yield name
 
-    def refused() -> bool:
-        try:
-            client.CoreV1Api(k8s_api).create_namespaced_pod(tfk_ns, probe, dry_run="All")
-        except client.ApiException as exc:
-            return "training workers must run in the batch cluster" in str(exc.body)
-        return False
 
-    _tfk.wait_for("the policy in force", refused, 30, every=0.5)
+# A bound, so a policy that never takes effect fails the test instead of stalling the suite
+# (KWOK's admitted workers would run for ever).
+@pytest.mark.timeout(120)
+def test_an_admission_policy_refusing_the_workers_fails_at_once_naming_it(
+    k8s_api, tfk_ns, tfk_conn, no_workers_policy
+) -> None:
     ctx = _tfk.task_context(f"manual__vap_{uuid.uuid4().hex[:6]}")
     name = _tfk.cluster_name(ctx)
     # no timeout to wait out: the same pod template is refused every time
@@ -168,7 +123,7 @@ def test_an_admission_policy_refusing_the_workers_fails_at_once_naming_it(
     with pytest.raises(TrainingFailed) as err:
         op.execute(ctx)
     assert err.value.reason == "AdmissionDenied" and err.value.task.startswith("worker-"), err.value
-    assert "training workers must run in the batch cluster" in str(err.value)
+    assert WORKERS_REFUSED in str(err.value)
     assert no_workers_policy in str(err.value)
     assert time.monotonic() - t0 < 30
     _tfk.wait_no_leftovers(k8s_api, tfk_ns, name)
