@@ -166,6 +166,9 @@ def serve(metrics: TrainingMetrics, port: int, path: str = "/metrics", host: str
 
     class Handler(BaseHTTPRequestHandler):
         timeout = HEAD_SECONDS  # also bounds writing the answer to a client that does not read
+        # The answer leaves in one write when the handler ends: a task exiting mid-answer
+        # cuts a scrape off whole, never between its head and its body.
+        wbufsize = 1 << 16
 
         def handle(self) -> None:
             head = _read_head(self.connection)

@@ -23,7 +23,7 @@ from . import _tfk
 from . import node as nodemod
 
 SCRIPT = """\
-import json, sys, time, urllib.request
+import http.client, json, sys, time, urllib.request
 targets, port, limit = sys.argv[1].split(","), int(sys.argv[2]), float(sys.argv[3])
 last, failed, done, t0 = {}, {}, set(), time.monotonic()
 while len(done) < len(targets) and time.monotonic() - t0 < limit:
@@ -33,7 +33,7 @@ while len(done) < len(targets) and time.monotonic() - t0 < limit:
         try:
             with urllib.request.urlopen(f"http://{t}:{port}/metrics", timeout=5) as r:
                 body, ctype = r.read().decode(), r.headers.get("Content-Type")
-        except OSError as e:
+        except (OSError, http.client.HTTPException) as e:  # e.g. cut off by the task's exit
             if t in last:  # reached before: a busy task, or one that ended
                 failed[t] = failed.get(t, 0) + 1
                 print(json.dumps({"target": t, "t": time.monotonic() - t0, "error": repr(e)}), flush=True)
