@@ -175,6 +175,19 @@ def _edge(k8s_api, tfk_ns: str, **kw) -> dict[str, int]:
     return {m["kind"]: _dry_run(k8s_api, m) for m in manifests if m["kind"] in ("Ingress", "HTTPRoute")}
 
 
+def _entries(ns: str, route: dict) -> tuple[dict, dict]:
+    """The Ingress and the HTTPRoute a spec with both renders, for ``ml.example.com``."""
+    manifests = render_serving(
+        _spec(ns, ingress={"host": "ml.example.com"}, http_route={**route, "hostnames": ["ml.example.com"]}),
+        None,
+        "",
+    )
+    return (
+        next(m for m in manifests if m["kind"] == "Ingress"),
+        next(m for m in manifests if m["kind"] == "HTTPRoute"),
+    )
+
+
 def test_the_specs_edges_are_the_api_servers(k8s_api, gateway_api, tfk_ns) -> None:
     """What the spec accepts at its edges, the API server admits; what it refuses there
     (an IP as a host, annotations over the object's bound, a character the apply cannot
@@ -196,15 +209,7 @@ def test_the_specs_edges_are_the_api_servers(k8s_api, gateway_api, tfk_ns) -> No
     }
     for what, kw in accepted.items():
         assert set(_edge(k8s_api, tfk_ns, **kw).values()) == {201}, (what, REFUSED)
-    manifests = render_serving(
-        _spec(
-            tfk_ns, ingress={"host": "ml.example.com"}, http_route={**route, "hostnames": ["ml.example.com"]}
-        ),
-        None,
-        "",
-    )
-    ingress = next(m for m in manifests if m["kind"] == "Ingress")
-    http_route = next(m for m in manifests if m["kind"] == "HTTPRoute")
+    ingress, http_route = _entries(tfk_ns, route)
     for what, kind, change, spec_kw in (
         (
             "IP host",
@@ -265,15 +270,7 @@ def test_host_names_the_spec_takes_are_the_api_servers(k8s_api, gateway_api, tfk
     uppercase, 253+ characters, a 64-character label...) goes to the real API server as
     an Ingress host and as an HTTPRoute hostname: the spec takes exactly what it admits."""
     route = {"parent_refs": [{"name": "edge", "namespace": "gateway"}]}
-    manifests = render_serving(
-        _spec(
-            tfk_ns, ingress={"host": "ml.example.com"}, http_route={**route, "hostnames": ["ml.example.com"]}
-        ),
-        None,
-        "",
-    )
-    ingress = next(m for m in manifests if m["kind"] == "Ingress")
-    http_route = next(m for m in manifests if m["kind"] == "HTTPRoute")
+    ingress, http_route = _entries(tfk_ns, route)
     disagree = []
     for what, host, ingress_ok, route_ok in HOSTS:
         server = (_host_admitted(k8s_api, ingress, host), _host_admitted(k8s_api, http_route, host))
