@@ -168,14 +168,45 @@ def stop(record: dict[str, Any] | None, grace: float = 5.0) -> bool:
     return True
 
 
+class PortTaken(RuntimeError):
+    """The port a server was to listen on was taken by another process before it bound it
+    (a free port is only free until someone binds it): start it again on another."""
+
+
+def listens_on(proc: psutil.Process, port: int) -> bool:
+    """Does ``proc`` (or one of its children) hold a listening TCP socket on ``port``? A
+    connection that succeeds only says that *somebody* listens there."""
+    procs = [proc]
+    with contextlib.suppress(psutil.Error):
+        procs += proc.children(recursive=True)
+    for one in procs:
+        try:
+            conns = one.net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
+            return True
+    return False
+
+
 def wait_listening(proc: psutil.Process, port: int, timeout: float, log_path: Path) -> None:
+    """Until ``proc`` itself listens on ``port``; :class:`PortTaken` if it ended while
+    another process held the port, RuntimeError (with its log's tail) if it ended or
+    timed out otherwise."""
     deadline = time.monotonic() + timeout
-    while not port_open(port):
+    delay = 0.02
+    while not listens_on(proc, port):
         if not running(proc):
+            if port_open(port):
+                raise PortTaken(f"port {port} was taken by another process: {tail(log_path, 3)}")
             raise RuntimeError(f"the process exited before it listened on {port}: {tail(log_path)}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"nothing listens on port {port} after {timeout:.0f} s: {tail(log_path)}")
-        time.sleep(0.1)
+            held = " (another process holds it)" if port_open(port) else ""
+            raise RuntimeError(
+                f"nothing of its own listens on port {port}{held} after {timeout:.0f} s: {tail(log_path)}"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
 
 
 def tail(path: Path, lines: int = 15) -> str:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from airflow_tfk import _process
@@ -46,6 +48,58 @@ def test_a_server_that_never_listens_is_stopped_and_forgotten(tmp_path: Path) ->
     with pytest.raises(RuntimeError, match="no port for me"):
         server.wait_listening(proc, record, port, 20.0)
     assert not server.record_path.exists()
+
+
+def _held_port() -> tuple[socket.socket, int]:
+    """A port this test process listens on (another process, to the server under test)."""
+    sock = socket.socket()
+    sock.bind((_process.LOCALHOST, 0))
+    sock.listen(1)
+    return sock, int(sock.getsockname()[1])
+
+
+def test_a_port_another_process_holds_is_not_taken_for_the_servers_own(tmp_path: Path) -> None:
+    """The server's port was taken between its choice and its bind: that somebody answers
+    on it does not make the server started. It fails to bind and ends; the error says the
+    port was taken (PortTaken: the caller starts it again on another port)."""
+    holder, port = _held_port()
+    server = _process.ServerDir(tmp_path)
+    with holder:
+        proc, record = server.start([sys.executable, "-c", LISTEN, str(port)], dict(os.environ), port=port)
+        with pytest.raises(_process.PortTaken, match=f"port {port} was taken by another process"):
+            server.wait_listening(proc, record, port, 20.0)
+    assert not server.record_path.exists() and not _process.running(proc)
+
+
+def test_a_server_that_listens_elsewhere_times_out_naming_the_holder(tmp_path: Path) -> None:
+    """A server that runs but binds some other port, while another process holds the
+    expected one, is not mistaken for listening: it is stopped after the time-out."""
+    holder, port = _held_port()
+    elsewhere = _process.free_port()
+    server = _process.ServerDir(tmp_path)
+    with holder:
+        proc, record = server.start([sys.executable, "-c", LISTEN, str(elsewhere)], dict(os.environ))
+        with pytest.raises(
+            RuntimeError, match=f"nothing of its own listens on port {port} .another process holds it"
+        ):
+            server.wait_listening(proc, record, port, 3.0)
+    assert not server.record_path.exists()
+    assert _process.wait_gone([proc], 5.0) == []
+
+
+def test_listens_on_sees_only_the_process_trees_own_sockets(tmp_path: Path) -> None:
+    holder, port = _held_port()
+    with holder:
+        me = psutil.Process()
+        assert _process.listens_on(me, port)
+        child = _process.start(
+            [sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "log", dict(os.environ)
+        )
+        try:
+            assert not _process.listens_on(child, port)
+        finally:
+            child.kill()
+            child.wait(10)
 
 
 SCRATCH = (

@@ -79,6 +79,18 @@ class LocalServer(Generic[S]):
             else:
                 launch()
 
+    def _launch_on_free_ports(self, emit: Emit, launch: Callable[[bool], None], attempts: int = 3) -> None:
+        """``launch(retry)``, again (``retry`` True) when another process took a port between
+        the choice and the bind: a free port is only free until someone binds it."""
+        for attempt in range(attempts):
+            try:
+                launch(attempt > 0)
+                return
+            except _process.PortTaken as exc:
+                if attempt == attempts - 1:
+                    raise
+                emit(f"{exc}; starting {self.spec.name} again on another port")
+
     def store(self) -> str:
         """The local directory behind the spec's claim (or its explicit base path)."""
         spec = self.spec
@@ -228,7 +240,7 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
                 f"reusing the local model server of {self.spec.model_name} "
                 f"({record['server']}, pid {record['pid']}) at {self.url}"
             ),
-            lambda: self._launch(emit),
+            lambda: self._launch_on_free_ports(emit, lambda retry: self._launch(emit)),
         )
 
     def _launch(self, emit: Emit) -> None:

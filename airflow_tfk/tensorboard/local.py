@@ -54,14 +54,15 @@ class LocalTensorBoard(LocalServer[TensorBoardSpec]):
                 f"TensorBoard {self.spec.name} already runs (pid {record['pid']}) at "
                 f"{self.url} over {record['logdir']}"
             ),
-            lambda: self._launch(emit),
+            lambda: self._launch_on_free_ports(emit, lambda retry: self._launch(emit, retry)),
         )
         return self.url
 
-    def _launch(self, emit: Emit) -> None:
+    def _launch(self, emit: Emit, retry: bool = False) -> None:
         logdir = self.logdir()
         os.makedirs(logdir, exist_ok=True)
-        port = self.spec.port if self.spec.port and _free(self.spec.port) else _process.free_port()
+        wanted = self.spec.port if self.spec.port and not retry else 0
+        port = wanted if wanted and _free(wanted) else _process.free_port()
         argv = [
             sys.executable,
             "-m",

@@ -101,3 +101,36 @@ def test_spec_errors_and_defaults():
     with pytest.raises(ValueError, match="action"):
         TFStartTensorBoardOperator(claim="logs", action="restart")
     assert LocalTensorBoard(TensorBoardSpec(name="tb", base_path="/x")).logdir() == "/x"
+
+
+@pytest.mark.e2e
+def test_a_tensorboard_whose_port_is_taken_before_it_binds_starts_on_another(tmp_path, monkeypatch):
+    """Its port was free when chosen and taken by another process before TensorBoard bound
+    it (two starts at once, or any other program): the answer on that port is not taken for
+    TensorBoard's. It starts again on a free port, and the URL it gives is its own."""
+    import socket
+
+    import airflow_tfk.tensorboard.local as tb_local
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    taken = holder.getsockname()[1]
+    monkeypatch.setattr(tb_local, "_free", lambda port: True)  # the check ran before the other bound it
+    server = LocalTensorBoard(
+        TensorBoardSpec(name="tb", base_path=str(tmp_path / "logs"), port=taken), root=str(tmp_path)
+    )
+    said = []
+    with holder:
+        url = server.start(said.append)
+        try:
+            pid = server._record()["pid"]
+            port = int(url.rsplit(":", 1)[1].strip("/"))
+            assert port != taken and ("127.0.0.1", port) in listening(pid), (url, listening(pid))
+            assert ("127.0.0.1", taken) not in listening(pid) and not not_loopback(pid)
+            assert any(f"port {taken} was taken by another process" in line for line in said), said
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                assert b"TensorBoard" in resp.read()
+        finally:
+            server.stop(said.append)
+    assert not server.running()

@@ -19,20 +19,26 @@ def progress_of(text):
     return [p for p in map(parse_line, text.splitlines()) if p is not None]
 
 
+#: How far past a due line the parameter_server loop's line may land: it reads the cluster's
+#: step counter at a marker closure scheduled every 10 steps, and the counter a marker reads
+#: is the one when it runs, which the other worker's steps running beside it have advanced
+#: (CI at load ~20 saw the lines at 150 and then 211).
+SLACK = 2 * 10
+
+
 def max_gap(steps):
     return max(b - a for a, b in zip(steps, steps[1:], strict=False))
 
 
 def check_progress(text, total, every, gaps=True):
     """The progress lines of one task: ordered, ending at ``total`` with status done, and
-    (``gaps``) a line at least every ``every`` steps, give or take the parameter_server
-    loop's 10-step read interval."""
+    (``gaps``) a line at least every ``every`` steps, give or take :data:`SLACK`."""
     lines = progress_of(text)
     assert lines, "no progress lines"
     steps = [p.step for p in lines]
     assert steps == sorted(steps) and steps[-1] == total
     if gaps:
-        assert max_gap(steps) <= every + 10, steps
+        assert max_gap(steps) <= every + SLACK, steps
     assert all(p.total_steps == total for p in lines)
     assert [p.status for p in lines[:-1]] == ["running"] * (len(lines) - 1)
     assert lines[-1].status == "done"
@@ -130,7 +136,7 @@ def test_other_modes(local_cluster, tmp_path, mode, roles):
         lines = check_progress(c.stdout("worker", i), steps, 100, gaps=not shared)
         seen += [p.step for p in lines]
     if shared:
-        assert max_gap(sorted(seen)) <= 100 + 10, sorted(seen)
+        assert max_gap(sorted(seen)) <= 100 + SLACK, sorted(seen)
     out = c.stdout("worker", 0)  # worker 0 is the chief: evaluates and exports
     assert last_event(out, "metrics")["accuracy"] >= ACCURACY_THRESHOLD
     assert last_event(c.stdout("worker", 1), "export") is None
