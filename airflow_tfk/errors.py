@@ -86,6 +86,21 @@ class ClusterOwnershipError(SpecError):
         super().__init__("name", rule, name)
 
 
+class TemplateValueError(ValueError):
+    """A rendered value that has no text spelling (null, a boolean, a list, a mapping) was
+    printed inside a text, where ``str()`` would write Python's repr.
+
+    ``template`` is the text of the template that printed it, once known."""
+
+    template: str | None = None
+
+
+class TemplateFieldError(SpecError, TemplateValueError):
+    """An operator's template field printed a value with no text spelling inside a text;
+    ``field`` is the path in the field (``cluster_spec.args[0]``). Raised when Airflow
+    renders the field, before the operator creates anything."""
+
+
 class LocalMachineError(_FieldError, RuntimeError):
     """This machine cannot run the local cluster as asked (a fixed port is taken, the
     working directory or an executable is missing, no compiler for the loopback library).

@@ -37,6 +37,9 @@ import jinja2.sandbox
 from airflow.sdk import DAG
 
 from airflow_tfk.errors import SpecError
+from airflow_tfk.errors import TemplateValueError as TemplateValueError
+from airflow_tfk.template_text import mark_text_parts
+from airflow_tfk.template_text import text_part as _text_part
 
 if TYPE_CHECKING:
     from jinja2.runtime import Context
@@ -290,45 +293,16 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-#: values with no spelling of their own inside a text: str() would write Python's repr
-#: ("None", "True", "[1, 2]", "{'a': 1}") into a command line, a name or a path
-_NOT_TEXT = (type(None), bool, list, tuple, dict, set, frozenset)
-
-
-class TemplateValueError(ValueError):
-    """A rendered value that has no text spelling was printed inside a text."""
-
-
 _TEXT_FILTER = "tfk_text_part"
 
 
-def _text_part(value: Any) -> Any:
-    if isinstance(value, _NOT_TEXT):
-        kind = "null" if value is None else type(value).__name__
-        raise TemplateValueError(
-            f"a {kind} value ({value!r}) printed inside a text would be written as Python's "
-            f"{str(value)!r}; give it a string or number, or spell it in the template "
-            "('| tojson' for JSON, '| string' for Python's spelling)"
-        )
-    return value
-
-
 def _mark_text_parts(tree: nodes.Template) -> None:
-    """Route every printed value of a template that is more than one value through
-    :func:`_text_part`. (Airflow joins a native render's parts itself, with Jinja's
-    ``native_concat``, so the check is in the compiled template, not in a concat.) A
-    template of one ``{{ expression }}`` keeps its native value, and the spec checks its
-    type where it lands."""
-    outputs = list(tree.find_all(nodes.Output))
-    if sum(len(o.nodes) for o in outputs) <= 1:
-        return
-    for out in outputs:
-        out.nodes = [
-            part
-            if isinstance(part, nodes.TemplateData)
-            else nodes.Filter(part, _TEXT_FILTER, [], [], None, None, lineno=part.lineno)
-            for part in out.nodes
-        ]
+    """Each printed value of a template that makes a text through ``text_part``
+    (:func:`airflow_tfk.template_text.mark_text_parts`), as a filter: the sandbox compiles
+    a call through its own bounded ``call``, and the check is no template's call."""
+    mark_text_parts(
+        tree, lambda part: nodes.Filter(part, _TEXT_FILTER, [], [], None, None, lineno=part.lineno)
+    )
 
 
 class SandboxedNativeEnvironment(
@@ -338,6 +312,8 @@ class SandboxedNativeEnvironment(
     the int the form gave), restricted to the training-file template language."""
 
     context_class = _AllowedContext
+    #: every template it compiles is marked (:func:`_mark_text_parts`) already
+    marks_text_parts = True
     # Intercepted, so also never folded at compile time (``{{ 9**9**9 }}`` would hang there).
     intercepted_binops = frozenset({"*", "**", "%", "//"})
 

@@ -11,9 +11,10 @@ from airflow_tfk import operator_args as args
 from airflow_tfk.constants import BACKEND, KUBERNETES_CONN_ID
 from airflow_tfk.errors import SpecError
 from airflow_tfk.operators._context import backend_config
+from airflow_tfk.templated_fields import CheckedTemplateFields
 
 
-class OnBackendOperator(BaseOperator):
+class OnBackendOperator(CheckedTemplateFields, BaseOperator):
     """Base of the operators that act on a backend.
 
     :param backend: ``kubernetes`` (default) or ``local``.

@@ -15,6 +15,7 @@ from airflow_tfk import operator_args as args
 from airflow_tfk.constants import NAME_PREFIX
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
+from airflow_tfk.templated_fields import CheckedTemplateFields
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -63,7 +64,7 @@ class TFCreateClusterOperator(OnBackendOperator):
         return ClusterHandle.for_spec(spec, backend, identity).to_dict()
 
 
-class TFDeleteParameterServersOperator(BaseOperator):
+class TFDeleteParameterServersOperator(CheckedTemplateFields, BaseOperator):
     """After the grace period, copy the PS logs into this task's log and delete the PS
     (and, in ``parameter_server`` mode, the workers): they never exit by themselves.
 
@@ -100,7 +101,7 @@ class TFDeleteParameterServersOperator(BaseOperator):
         return list(ended.removed)
 
 
-class TFDeleteClusterOperator(BaseOperator):
+class TFDeleteClusterOperator(CheckedTemplateFields, BaseOperator):
     """Delete every object of a cluster (everything with its label). Idempotent; use it as
     a teardown task: ``delete.as_teardown(setups=create)``. What a training that did not
     succeed exported is set aside, so it is never published.

@@ -14,12 +14,13 @@ from airflow.sdk import BaseSensorOperator
 
 from airflow_tfk import operator_args as args
 from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS, SENSOR_POKE_INTERVAL_SECONDS, STALL_SECONDS
+from airflow_tfk.templated_fields import CheckedTemplateFields
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class TFClusterSensor(BaseSensorOperator):
+class TFClusterSensor(CheckedTemplateFields, BaseSensorOperator):
     """Wait on the workers (or the chief, in ``parameter_server`` mode) of a cluster.
 
     :param cluster: the create task's XCom. (templated)

@@ -270,8 +270,11 @@ def test_a_param_without_a_text_spelling_is_refused_inside_a_text(
     train.render_template_fields({"params": {"lr": 0.1, "steps": 1}})
     assert train.cluster_spec["args"][:2] == ["--lr=0.1", 0.1]
     train = load_folder(tmp_path).dags["evil"].get_task("train")
-    with pytest.raises(TemplateValueError, match=said):
+    with pytest.raises(TemplateValueError, match=said) as err:
         train.render_template_fields({"params": {"lr": value, "steps": 1}})
+    assert str(err.value).startswith(
+        "cluster_spec.args[0]: in task 'train', the template '--lr={{ params.lr }}'"
+    )
 
 
 def test_a_value_spelt_in_the_template_is_kept() -> None:
