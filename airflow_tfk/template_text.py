@@ -121,17 +121,31 @@ def mark_text_parts(tree: nodes.Template, wrap: Callable[[nodes.Expr], nodes.Exp
     return True
 
 
-def mark_template(tree: nodes.Template) -> None:
+def mark_template(tree: nodes.Template, *, finalize: bool = False) -> None:
     """:func:`mark_text_parts`, or, for a template of one ``{{ expression }}``, its value
-    passed through :func:`whole_value`."""
+    passed through :func:`whole_value`. With ``finalize``, each printed value first goes
+    through the environment's ``finalize``, given to the template as a global."""
     import jinja2.nodes as nodes
 
+    outputs = list(tree.find_all(nodes.Output))
+    if finalize:
+        for out in outputs:
+            out.nodes = [
+                part
+                if isinstance(part, nodes.TemplateData)
+                else nodes.Call(nodes.Name(_FINALIZE, "load"), [part], [], None, None, lineno=part.lineno)
+                for part in out.nodes
+            ]
     if mark_text_parts(tree):
         return
-    for out in tree.find_all(nodes.Output):
+    for out in outputs:
         out.nodes = [
             part if isinstance(part, nodes.TemplateData) else _call(_WHOLE_VALUE, part) for part in out.nodes
         ]
+
+
+#: the global through which a marked template calls its environment's ``finalize``
+_FINALIZE = "_tfk_finalize"
 
 
 def render(env: jinja2.Environment, source: str, render_template: Callable[[jinja2.Template], Any]) -> Any:
@@ -140,14 +154,23 @@ def render(env: jinja2.Environment, source: str, render_template: Callable[[jinj
     it is: its loader, filters, globals and undefined; an environment that marks its own
     templates (``marks_text_parts``, the training-file sandbox) compiles ``source`` itself.
 
+    A ``finalize`` the environment has (``jinja_environment_kwargs``) spells values its own
+    way, ``None`` as ``""`` say: the check reads what it made. So the template calls it
+    itself, before the check, and compiles in an overlay of ``env`` without it (Jinja would
+    apply it again, after).
+
     Raises :class:`TemplateValueError` with ``template`` set to ``source``."""
     try:
         if getattr(env, "marks_text_parts", False):
             return render_template(env.from_string(source))
+        finalize = env.finalize
+        if finalize is not None:
+            env = env.overlay(finalize=None)
         tree = env.parse(source)
-        mark_template(tree)
+        mark_template(tree, finalize=finalize is not None)
+        template = env.from_string(tree, globals=None if finalize is None else {_FINALIZE: finalize})
         try:
-            return render_template(env.from_string(tree))
+            return render_template(template)
         except WholeValue as whole:
             return whole.value
     except TemplateValueError as exc:

@@ -117,3 +117,26 @@ def test_a_template_file_included_joins_a_text(tmp_path) -> None:
     assert _render("{% include 'part.txt' %}-{{ params.x }}", 1, native=False, **args) == "included-1"
     with pytest.raises(TemplateValueError):
         _render("{{ params.x }}{% include 'part.txt' %}", None, native=False, **args)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_the_environments_finalize_spells_values_before_the_check(native: bool) -> None:
+    """A DAG whose ``finalize`` writes a null as "" asked for that spelling: ``--lr=``,
+    applied once; a value it leaves alone is still checked."""
+    calls: list[Any] = []
+
+    @jinja2.pass_context
+    def blank_none(context: Any, value: Any) -> Any:
+        calls.append(value)
+        return "" if value is None else value
+
+    args: dict[str, Any] = {"jinja_environment_kwargs": {"finalize": blank_none}}
+    assert _render("--lr={{ params.x }}", None, native=native, **args) == "--lr="
+    assert calls == [None]
+    assert _render("{{ params.x }}", None, native=native, **args) == ""
+    assert _render("--lr={{ params.x }}", 0.1, native=native, **args) == "--lr=0.1"
+    with pytest.raises(TemplateValueError, match="a bool value"):
+        _render("--flag={{ params.x }}", True, native=native, **args)
+    env = create_template_env(native=native, **args)
+    render(env, "a{{ params.x }}", lambda t: render_template(t, {"params": {"x": None}}, native=native))
+    assert env.finalize is blank_none
