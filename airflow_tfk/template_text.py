@@ -104,16 +104,19 @@ def _joined(tree: nodes.Template) -> bool:
     return next(tree.find_all(joins), None) is not None
 
 
-def mark_text_parts(tree: nodes.Template, wrap: Callable[[nodes.Expr], nodes.Expr] | None = None) -> bool:
+def mark_text_parts(
+    tree: nodes.Template, wrap: Callable[[nodes.Expr], nodes.Expr] | None = None, *, force: bool = False
+) -> bool:
     """Route every printed value of a template that makes a text through
     :func:`text_part` (or through ``wrap``, an environment's own way to call it); returns
-    whether it did. A template of one ``{{ expression }}`` is left as it is.
+    whether it did. A template of one ``{{ expression }}`` is left as it is, unless
+    ``force`` says its output is a part of another's text.
 
     The check is in the compiled template, not in a concat: Airflow joins a native render's
     parts itself, with Jinja's ``native_concat``."""
     import jinja2.nodes as nodes
 
-    if not _joined(tree):
+    if not force and not _joined(tree):
         return False
     around = wrap or (lambda part: _call(_TEXT_PART, part))
     for out in tree.find_all(nodes.Output):
@@ -121,24 +124,28 @@ def mark_text_parts(tree: nodes.Template, wrap: Callable[[nodes.Expr], nodes.Exp
     return True
 
 
-def mark_template(tree: nodes.Template, *, finalize: bool = False) -> None:
-    """:func:`mark_text_parts`, or, for a template of one ``{{ expression }}``, its value
-    passed through :func:`whole_value`. With ``finalize``, each printed value first goes
-    through the environment's ``finalize``, given to the template as a global."""
+def _call_finalize(tree: nodes.Template) -> None:
+    """Each printed value of ``tree`` through the environment's ``finalize`` (the global
+    :data:`_FINALIZE`), as Jinja would call it; Jinja's own call is then switched off."""
     import jinja2.nodes as nodes
 
-    outputs = list(tree.find_all(nodes.Output))
-    if finalize:
-        for out in outputs:
-            out.nodes = [
-                part
-                if isinstance(part, nodes.TemplateData)
-                else nodes.Call(nodes.Name(_FINALIZE, "load"), [part], [], None, None, lineno=part.lineno)
-                for part in out.nodes
-            ]
+    for out in tree.find_all(nodes.Output):
+        out.nodes = [
+            part
+            if isinstance(part, nodes.TemplateData)
+            else nodes.Call(nodes.Name(_FINALIZE, "load"), [part], [], None, None, lineno=part.lineno)
+            for part in out.nodes
+        ]
+
+
+def mark_template(tree: nodes.Template) -> None:
+    """:func:`mark_text_parts`, or, for a template of one ``{{ expression }}``, its value
+    passed through :func:`whole_value`."""
+    import jinja2.nodes as nodes
+
     if mark_text_parts(tree):
         return
-    for out in outputs:
+    for out in tree.find_all(nodes.Output):
         out.nodes = [
             part if isinstance(part, nodes.TemplateData) else _call(_WHOLE_VALUE, part) for part in out.nodes
         ]
@@ -148,29 +155,45 @@ def mark_template(tree: nodes.Template, *, finalize: bool = False) -> None:
 _FINALIZE = "_tfk_finalize"
 
 
-def render(env: jinja2.Environment, source: str, render_template: Callable[[jinja2.Template], Any]) -> Any:
-    """``source`` compiled in ``env`` with its printed values marked (:func:`mark_template`),
-    then rendered by ``render_template`` (Airflow's native or text render). ``env`` stays as
-    it is: its loader, filters, globals and undefined; an environment that marks its own
-    templates (``marks_text_parts``, the training-file sandbox) compiles ``source`` itself.
+def _marking_overlay(env: jinja2.Environment) -> jinja2.Environment:
+    """An overlay of ``env`` (its loader, filters, globals, undefined, class) whose loaded
+    templates (``include``, ``import``, ``extends``) are marked as parts of a text, and
+    whose ``finalize``, if ``env`` has one, is called by the templates themselves, before
+    the check: it spells values its own way (``None`` as ``""``, say), and the check reads
+    what it made. ``env`` itself is not changed."""
+    finalize = env.finalize
+    overlay = env.overlay(finalize=None) if finalize is not None else env.overlay()
+    if finalize is not None:
+        overlay.globals = {**env.globals, _FINALIZE: finalize}
+    parse = overlay._parse
 
-    A ``finalize`` the environment has (``jinja_environment_kwargs``) spells values its own
-    way, ``None`` as ``""`` say: the check reads what it made. So the template calls it
-    itself, before the check, and compiles in an overlay of ``env`` without it (Jinja would
-    apply it again, after).
+    def parse_loaded(source: str, name: str | None, filename: str | None) -> nodes.Template:
+        tree = parse(source, name, filename)
+        if finalize is not None:
+            _call_finalize(tree)
+        mark_text_parts(tree, force=True)
+        return tree
+
+    overlay._parse = parse_loaded  # type: ignore[method-assign]
+    return overlay
+
+
+def render(env: jinja2.Environment, source: str, render_template: Callable[[jinja2.Template], Any]) -> Any:
+    """``source`` compiled with its printed values marked (:func:`mark_template`) in an
+    overlay of ``env`` (:func:`_marking_overlay`), then rendered by ``render_template``
+    (Airflow's native or text render). An environment that marks its own templates
+    (``marks_text_parts``, the training-file sandbox) compiles ``source`` itself.
 
     Raises :class:`TemplateValueError` with ``template`` set to ``source``."""
     try:
         if getattr(env, "marks_text_parts", False):
             return render_template(env.from_string(source))
-        finalize = env.finalize
-        if finalize is not None:
-            env = env.overlay(finalize=None)
         tree = env.parse(source)
-        mark_template(tree, finalize=finalize is not None)
-        template = env.from_string(tree, globals=None if finalize is None else {_FINALIZE: finalize})
+        if env.finalize is not None:
+            _call_finalize(tree)
+        mark_template(tree)
         try:
-            return render_template(template)
+            return render_template(_marking_overlay(env).from_string(tree))
         except WholeValue as whole:
             return whole.value
     except TemplateValueError as exc:

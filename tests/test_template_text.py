@@ -140,3 +140,16 @@ def test_the_environments_finalize_spells_values_before_the_check(native: bool) 
     env = create_template_env(native=native, **args)
     render(env, "a{{ params.x }}", lambda t: render_template(t, {"params": {"x": None}}, native=native))
     assert env.finalize is blank_none
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_a_template_loaded_by_the_search_path_is_part_of_a_text(tmp_path, native: bool) -> None:
+    """What ``include``, ``import`` and ``extends`` load prints inside the includer's text:
+    its values are checked too, each time it is loaded."""
+    (tmp_path / "flag.txt").write_text("{{ params.x }}")
+    (tmp_path / "macros.txt").write_text("{% macro lr(v) %}--lr={{ v }}{% endmacro %}")
+    args: dict[str, Any] = {"searchpath": [str(tmp_path)]}
+    assert _render("--lr={% include 'flag.txt' %}", 0.1, native=native, **args) == "--lr=0.1"
+    for text in ("--lr={% include 'flag.txt' %}", "{% import 'macros.txt' as m %}{{ m.lr(params.x) }}"):
+        with pytest.raises(TemplateValueError, match="a null value"):
+            _render(text, None, native=native, **args)
