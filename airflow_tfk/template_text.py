@@ -58,7 +58,7 @@ def text_part(value: Any) -> Any:
     kind = "null" if value is None else type(value).__name__
     raise TemplateValueError(
         f"a {kind} value ({short_repr(value)}) printed inside a text would be written as Python's "
-        f"{str(value)!r}; give it a string or number, or spell it in the template "
+        f"{short_repr(str(value))}; give it a string or number, or spell it in the template "
         "('| tojson' for JSON, '| string' for Python's spelling)"
     )
 

@@ -153,3 +153,9 @@ def test_a_template_loaded_by_the_search_path_is_part_of_a_text(tmp_path, native
     for text in ("--lr={% include 'flag.txt' %}", "{% import 'macros.txt' as m %}{{ m.lr(params.x) }}"):
         with pytest.raises(TemplateValueError, match="a null value"):
             _render(text, None, native=native, **args)
+
+
+def test_the_refusal_stays_short_whatever_the_value() -> None:
+    with pytest.raises(TemplateValueError) as err:
+        _render("--x={{ params.x }}", list(range(100_000)), native=True)
+    assert len(str(err.value)) < 600
