@@ -298,8 +298,9 @@ _TEXT_FILTER = "tfk_text_part"
 
 def _mark_text_parts(tree: nodes.Template) -> None:
     """Each printed value of a template that makes a text through ``text_part``
-    (:func:`airflow_tfk.template_text.mark_text_parts`), as a filter: the sandbox compiles
-    a call through its own bounded ``call``, and the check is no template's call."""
+    (:func:`airflow_tfk.template_text.mark_text_parts`), as a filter: a call would go
+    through the sandbox's own ``call`` and its result bound, which are for the template's
+    calls, not for this check."""
     mark_text_parts(
         tree, lambda part: nodes.Filter(part, _TEXT_FILTER, [], [], None, None, lineno=part.lineno)
     )
