@@ -200,3 +200,16 @@ def render(env: jinja2.Environment, source: str, render_template: Callable[[jinj
         if exc.template is None:
             exc.template = source
         raise
+
+
+def render_file(env: jinja2.Environment, name: str, render_template: Callable[[jinja2.Template], Any]) -> Any:
+    """The template file ``name`` (an operator's ``template_ext``), loaded by ``env``'s
+    loader and marked as a text (a file is one), then rendered by ``render_template``."""
+    try:
+        if getattr(env, "marks_text_parts", False):
+            return render_template(env.get_template(name))
+        return render_template(_marking_overlay(env).get_template(name))
+    except TemplateValueError as exc:
+        if exc.template is None:
+            exc.template = name
+        raise

@@ -60,14 +60,19 @@ class CheckedTemplateFields:
         jinja_env: jinja2.Environment | None = None,
         seen_oids: set[int] | None = None,
     ) -> Any:
-        if not isinstance(content, str) or (self.template_ext and content.endswith(tuple(self.template_ext))):
-            # Collections come back here item by item; a template file (none of this
-            # package's operators names an extension) renders as Airflow renders it.
+        if not isinstance(content, str):
+            # Collections come back here item by item, and XComArgs resolve as they do.
             return super().render_template(content, context, jinja_env, seen_oids)  # type: ignore[misc]
         from airflow_tfk import template_text
 
         env = jinja_env or self.get_template_env()  # type: ignore[attr-defined]
-        return template_text.render(env, content, lambda template: self._render(template, context))  # type: ignore[attr-defined]
+
+        def render(template: jinja2.Template) -> Any:
+            return self._render(template, context)  # type: ignore[attr-defined]
+
+        if self.template_ext and content.endswith(tuple(self.template_ext)):
+            return template_text.render_file(env, content, render)  # a subclass's template file
+        return template_text.render(env, content, render)
 
     def _do_render_template_fields(
         self,

@@ -280,3 +280,22 @@ def test_parsing_a_plain_dag_builds_no_template_environment(monkeypatch: pytest.
     monkeypatch.setattr(jinja2.Environment, "from_string", refuse)
     for name in ("tfk_quickstart.py", "tfk_train_publish.py", "tfk_orphan_sweeper.py"):
         runpy.run_path(str(ROOT / "dags" / name), run_name="dag_under_test")
+
+
+def test_a_subclass_template_file_is_a_text(tmp_path: Path) -> None:
+    """A subclass that names a ``template_ext`` has its files loaded by the DAG's search
+    path and checked as texts."""
+
+    class FromFile(TFTrainingOperator):
+        template_ext = (".args",)
+
+    (tmp_path / "lr.args").write_text("--lr={{ params.lr }}")
+    spec = {**SPEC, "args": ["lr.args"]}
+    build = lambda: FromFile(task_id="train", backend="local", cluster_spec=spec)  # noqa: E731
+    dag, op = _in_dag(build, True, template_searchpath=[str(tmp_path)])
+    _render(dag, op, {"lr": 0.1})
+    assert op.cluster_spec["args"] == ["--lr=0.1"]
+    dag, op = _in_dag(build, True, template_searchpath=[str(tmp_path)])
+    with pytest.raises(TemplateFieldError) as err:
+        _render(dag, op, {"lr": None})
+    assert err.value.field == "cluster_spec.args[0]"
