@@ -37,7 +37,9 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
     :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
     :return: (XCom) ``trials`` (number, params, value, state, steps, seconds, cluster,
         model_version, note per trial), ``best`` (the best completed trial with its
-        ``metrics`` and ``export``), ``study_name``, ``storage``, ``peak_concurrency``, and
+        ``metrics`` and ``export``), ``study_name``, ``storage``, ``peak_concurrency``,
+        ``search_space_exhausted`` (the space's size when every point of it was taken
+        before ``n_trials``, else None), and
         the best trial's ``export``, ``metrics``, ``model_name``, ``model_version``,
         ``model_path`` (what :class:`TFPublishModelOperator` reads). Fails when no trial
         completed.
