@@ -33,6 +33,7 @@ from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.config import Direction, PrunerKind, SweepConfig
 from airflow_tfk.sweep.distinct import exhausted
 from airflow_tfk.sweep.judge import Judging, _Trial
+from airflow_tfk.sweep.owner import StudyOwnership, SweepOwner
 from airflow_tfk.sweep.result import SweepResult, objective_value, params_text, study_result
 from airflow_tfk.sweep.resume import Resuming
 from airflow_tfk.sweep.trials import trial_name, trial_spec
@@ -57,6 +58,8 @@ class SweepRunner(Judging, Resuming):
     :param spec: the trials' common spec; trial N is named ``<base>-t<N>``.
     :param identity: the sweep's task instance: every trial cluster is its own.
     :param storage: the study's database URL (:func:`~airflow_tfk.sweep.study.storage_url`).
+    :param try_number: the task instance's try: a later try takes the study over from an
+        earlier one, never the reverse (:mod:`~airflow_tfk.sweep.owner`).
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class SweepRunner(Judging, Resuming):
         storage: str,
         emit: Emit = log.info,
         sleep: Callable[[float], None] = time.sleep,
+        try_number: int | None = None,
     ) -> None:
         self.backend = backend
         self.spec = spec
@@ -93,11 +97,22 @@ class SweepRunner(Judging, Resuming):
         #: The size of the search space once the study holds every point of it.
         self.exhausted: int | None = None
         self._study: Any = None
+        self.try_number = try_number
+        self._owner: StudyOwnership | None = None
         self._sign = -1.0 if config.direction is Direction.MAXIMIZE else 1.0
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> SweepResult:
         self._study = study = studies.open_study(self.config, self.storage, self.study_name)
+        # Owned before anything of the study is read as this sweep's: another sweep's
+        # running trials would look like a dead try's.
+        self._owner = owner = StudyOwnership(
+            study, SweepOwner.of(self.identity, self.try_number), self.study_name, self.storage
+        )
+        taken = owner.claim()
+        if taken:
+            self.emit(f"sweep {self.study_name}: study taken over from {taken}")
+        owner.start()
         self.emit(
             f"sweep {self.study_name}: {self.config.n_trials} trials, at most "
             f"{self.config.max_concurrent_trials} at once, {self.config.direction.value} "
@@ -118,12 +133,15 @@ class SweepRunner(Judging, Resuming):
             self._done.set()
             if judge is not None and judge.is_alive():
                 judge.join(ENDING_WAIT_SECONDS)
+            owner.end()  # released, whatever the end: a retry claims it again
         return self.result()
 
     def _loop(self, study: Any) -> None:
         distributions = studies.distributions(self.config)
         while True:
             self._raise_if_stopped()
+            if self._owner is not None and self._owner.lost is not None:
+                raise SweepStopped(f"sweep {self.study_name}: its study was taken over by {self._owner.lost}")
             self._fill_slots(study, distributions)
             # A stop empties the running trials: that is not the end of the sweep. Read
             # both under the lock a stop holds, so no stop can land between them.
