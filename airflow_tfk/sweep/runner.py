@@ -140,8 +140,7 @@ class SweepRunner(Judging, Resuming):
         distributions = studies.distributions(self.config)
         while True:
             self._raise_if_stopped()
-            if self._owner is not None and self._owner.lost is not None:
-                raise SweepStopped(f"sweep {self.study_name}: its study was taken over by {self._owner.lost}")
+            self._check_owner()
             self._fill_slots(study, distributions)
             # A stop empties the running trials: that is not the end of the sweep. Read
             # both under the lock a stop holds, so no stop can land between them.
@@ -170,8 +169,17 @@ class SweepRunner(Judging, Resuming):
             and not self._stopping
             and not self._space_exhausted(study, finished + busy)
         ):
+            self._check_owner(renew=True)
             self._start(study, distributions)
             busy += 1
+
+    def _check_owner(self, *, renew: bool = False) -> None:
+        """Stop when another sweep took the study over (a later try of this task). Before a
+        trial starts the claim is renewed, so no trial starts past a takeover; between
+        starts the renewal thread's word is enough."""
+        owner = self._owner
+        if owner is not None and (not owner.renew() if renew else owner.lost is not None):
+            raise SweepStopped(f"sweep {self.study_name}: its study was taken over by {owner.lost}")
 
     def _space_exhausted(self, study: Any, taken: int) -> bool:
         """Does the study hold every point of the search space? Then no trial is asked

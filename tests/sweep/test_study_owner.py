@@ -178,3 +178,32 @@ def test_a_second_sweep_is_refused_before_the_first_has_a_trial_cluster(
     )
     assert len(result["trials"]) == 2
     assert_no_processes(local_root)
+
+
+def test_a_try_whose_study_a_later_try_took_over_starts_no_trial_after(
+    local_root, tmp_path, monkeypatch
+) -> None:
+    """Try 1 still runs (a zombie Airflow gave up on) when try 2 claims the study: try 1
+    starts no trial after that, it stops, and leaves no cluster."""
+    real = runner.create_or_reattach
+    op = make_op(tmp_path, n_trials=3, steps=5, max_concurrent_trials=1)
+
+    def try_two_claims_meanwhile(backend, spec, identity, emit):
+        study = op._runner._study
+        if len(study.get_trials(deepcopy=False)) == 1:
+            ownership(study, "manual__zombie", try_number=2).claim()
+        return real(backend, spec, identity, emit)
+
+    monkeypatch.setattr(runner, "create_or_reattach", try_two_claims_meanwhile)
+    with pytest.raises(runner.SweepStopped, match="taken over by .*try 2"):
+        op.execute(task_context(run_id="manual__zombie", task_id="sweep"))
+    (db,) = (local_root / ".sweeps").glob("*.db")
+    trials = optuna.load_study(study_name=None, storage=f"sqlite:///{db}").trials
+    assert len(trials) == 1, trials
+    assert record_at(db)["try_number"] == 2  # try 1's end released nothing of try 2's
+    assert LocalBackend(str(local_root)).find(None, {}) == []
+    assert_no_processes(local_root)
+
+
+def record_at(db: Path) -> dict:
+    return optuna.load_study(study_name=None, storage=f"sqlite:///{db}").user_attrs[owners.OWNER]
