@@ -204,8 +204,6 @@ class DistinctSampler:
         self._config = config
         self._seed = seed
         self._distributions = distributions(config)
-        #: What the last trial's proposal came to: ``sampler`` or ``drawn`` (tests, logs).
-        self.last_source: str | None = None
 
     # Every parameter of the space is sampled at once, so the point can be checked whole.
     def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
@@ -219,12 +217,9 @@ class DistinctSampler:
             for _ in range(SAMPLER_TRIES):
                 params = self._propose(study, trial)
                 if point_key(self._config, params) not in held:
-                    self.last_source = "sampler"
                     return params
         seed = derived_seed(self._seed, "trial", trial.number)
-        point = unheld_point(self._config, held, random.Random(seed))
-        self.last_source = "drawn"
-        return point
+        return unheld_point(self._config, held, random.Random(seed))
 
     def _propose(self, study: Any, trial: Any) -> dict[str, Any]:
         inner = self.inner

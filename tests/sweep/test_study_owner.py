@@ -87,7 +87,7 @@ def test_an_owner_gone_quiet_past_the_lease_is_taken_over(study) -> None:
 
 def test_two_processes_claiming_one_study_at_the_same_instant_never_both_win(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'race.db'}"
-    rounds = 8
+    rounds = 6
     config = SweepConfig.from_dict(sweep_config(1))
     for i in range(rounds):  # made here: the race is for the claim, not the study's tables
         studies.open_study(config, url, f"race-{i}")
