@@ -37,7 +37,9 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
     :param kubernetes_conn_id: the cncf ``kubernetes`` connection.
     :return: (XCom) ``trials`` (number, params, value, state, steps, seconds, cluster,
         model_version, note per trial), ``best`` (the best completed trial with its
-        ``metrics`` and ``export``), ``study_name``, ``storage``, ``peak_concurrency``, and
+        ``metrics`` and ``export``), ``study_name``, ``storage``, ``peak_concurrency``,
+        ``search_space_exhausted`` (the space's size when every point of it was taken
+        before ``n_trials``, else None), and
         the best trial's ``export``, ``metrics``, ``model_name``, ``model_version``,
         ``model_path`` (what :class:`TFPublishModelOperator` reads). Fails when no trial
         completed.
@@ -46,7 +48,10 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
     Kubernetes give the spec a ``queue_name`` (a Kueue LocalQueue) as well, so the
     sweeps of several teams share the cluster fairly. A kill, ``execution_timeout`` or
     error of the task deletes every running trial's cluster; a retry resumes the study
-    (from ``sweep.storage``) without running finished trials again.
+    (from ``sweep.storage``) without running finished trials again. ``n_trials`` is the
+    study's budget over every try. The study belongs to one task instance at a time
+    (:mod:`~airflow_tfk.sweep.owner`): another sweep on it is refused before its first
+    trial; the next try of this one takes it over.
     """
 
     template_fields: Sequence[str] = ("cluster_spec", "sweep", "backend_config")
@@ -124,6 +129,7 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
             study_name=study_name,
             storage=storage,
             emit=self.log.info,
+            try_number=getattr(context["ti"], "try_number", None),
         )
         result = runner.run()
         self.log.info(

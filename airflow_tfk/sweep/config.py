@@ -57,6 +57,7 @@ class Direction(str, enum.Enum):
 class SamplerKind(str, enum.Enum):
     TPE = "tpe"
     RANDOM = "random"
+    GRID = "grid"
 
 
 class PrunerKind(str, enum.Enum):
@@ -212,8 +213,14 @@ class PrunerSpec:
 class SamplerSpec:
     """How the next trial's parameters are chosen.
 
-    :param name: ``tpe`` (Optuna's default) or ``random``.
-    :param seed: the sampler's seed: the same seed and history give the same parameters.
+    :param name: ``tpe`` (Optuna's default), ``random``, or ``grid`` (every point of a
+        discrete search space once, in a random order; each parameter categorical, an int,
+        or a float with a ``step``).
+    :param seed: the sampler's seed: a new study with the same seed gives the same
+        parameters. Whatever the sampler, no trial is given a point another trial of the
+        study completed, was pruned at, runs or waits to run (a retry of the sweep
+        continues the study, it does not repeat it); a sweep whose every point is taken
+        stops there, short of ``n_trials``, and says so.
     """
 
     name: SamplerKind = SamplerKind.TPE
@@ -248,8 +255,10 @@ _FIELDS = (
 class SweepConfig:
     """A sweep of ``n_trials`` trainings of one cluster spec.
 
-    :param n_trials: trials to finish (completed, pruned or failed); a trial interrupted
-        by a kill of the sweep task does not count and is run again on the retry.
+    :param n_trials: the study's budget: trials finished (completed, pruned or failed) in
+        the study, over every try of the task and every sweep that opened it, not per try.
+        A retry runs only what the budget has left; a trial interrupted by a kill of the
+        sweep task does not count and is run again on the retry.
     :param max_concurrent_trials: clusters alive at once, at most.
     :param search_space: flag name -> :class:`ParamSpec`; trial values are passed to the
         app as ``--<flag> <value>`` after the spec's own args (the last one wins), e.g.
@@ -306,6 +315,9 @@ class SweepConfig:
                 )
             params[name] = ParamSpec.from_dict(spec, f"{where}.search_space.{name}")
         _check_params_env(params, f"{where}.search_space")
+        sampler = SamplerSpec.from_dict(data.get("sampler"), f"{where}.sampler")
+        if sampler.name is SamplerKind.GRID:
+            _check_grid(params, where)
         return cls(
             n_trials=_count(data["n_trials"], f"{where}.n_trials", 1),
             search_space=params,
@@ -314,7 +326,7 @@ class SweepConfig:
             ),
             objective=_name(data.get("objective", "loss"), f"{where}.objective"),
             direction=_choice(Direction, data.get("direction", "minimize"), f"{where}.direction"),
-            sampler=SamplerSpec.from_dict(data.get("sampler"), f"{where}.sampler"),
+            sampler=sampler,
             pruner=PrunerSpec.from_dict(data.get("pruner"), f"{where}.pruner"),
             storage=_storage(data.get("storage"), f"{where}.storage"),
             study_name=_optional_name(data.get("study_name"), f"{where}.study_name"),
@@ -388,6 +400,29 @@ def _storage(value: object, where: str) -> str | None:
     if isinstance(value, str) and "://" not in value:
         path_text(value, where, kind="any")
     return _name(value, where)
+
+
+def _check_grid(params: Mapping[str, ParamSpec], where: str) -> None:
+    """A grid search takes every point of its space: each parameter must have a finite
+    set of values, and the grid a size that can be listed."""
+    from airflow_tfk.sweep.distinct import MAX_ENUMERATED_POINTS, _count
+
+    size = 1
+    for name, p in params.items():
+        n = _count(p)
+        if n is None:
+            raise SpecError(
+                f"{where}.search_space.{name}",
+                "is a continuous float; sampler grid needs a step (or make it categorical)",
+            )
+        size *= n
+    if size > MAX_ENUMERATED_POINTS:
+        raise SpecError(
+            f"{where}.sampler.name",
+            f"grid: the search space has {size:,} points, more than {MAX_ENUMERATED_POINTS:,}; "
+            "use tpe or random",
+            "grid",
+        )
 
 
 def _check_params_env(params: Mapping[str, ParamSpec], where: str) -> None:

@@ -23,6 +23,9 @@ class SweepResult:
     trials: list[dict[str, Any]]
     best: dict[str, Any] | None
     peak_concurrency: int
+    #: The size of the search space when the study came to hold every point of it (the
+    #: sweep then stopped short of ``n_trials``); None otherwise.
+    search_space_exhausted: int | None = None
 
     def to_xcom(self) -> dict[str, Any]:
         best = self.best or {}
@@ -35,6 +38,7 @@ class SweepResult:
             "trials": self.trials,
             "best": self.best,
             "peak_concurrency": self.peak_concurrency,
+            "search_space_exhausted": self.search_space_exhausted,
             # what TFPublishModelOperator reads from an upstream training's XCom
             "export": export or None,
             "metrics": best.get("metrics"),

@@ -17,13 +17,12 @@ running in the study is treated the same way when the retry opens the study.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_tfk.backends.base import Backend, ClusterRef
+from airflow_tfk.backends.base import Backend
 from airflow_tfk.ending import RunResult, end_run
 from airflow_tfk.handle import ClusterHandle
 from airflow_tfk.lifecycle import create_or_reattach
@@ -32,8 +31,11 @@ from airflow_tfk.policies import Outcome, evaluate
 from airflow_tfk.spec import TFClusterSpec
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.config import Direction, PrunerKind, SweepConfig
+from airflow_tfk.sweep.distinct import exhausted
 from airflow_tfk.sweep.judge import Judging, _Trial
+from airflow_tfk.sweep.owner import StudyOwnership, SweepOwner
 from airflow_tfk.sweep.result import SweepResult, objective_value, params_text, study_result
+from airflow_tfk.sweep.resume import Resuming
 from airflow_tfk.sweep.trials import trial_name, trial_spec
 from airflow_tfk.watch import progress_task
 
@@ -50,12 +52,14 @@ class SweepStopped(RuntimeError):
     """The sweep was stopped (its task killed) while trials were running."""
 
 
-class SweepRunner(Judging):
+class SweepRunner(Judging, Resuming):
     """Run one sweep to its end (or resume it), on one backend.
 
     :param spec: the trials' common spec; trial N is named ``<base>-t<N>``.
     :param identity: the sweep's task instance: every trial cluster is its own.
     :param storage: the study's database URL (:func:`~airflow_tfk.sweep.study.storage_url`).
+    :param try_number: the task instance's try: a later try takes the study over from an
+        earlier one, never the reverse (:mod:`~airflow_tfk.sweep.owner`).
     """
 
     def __init__(
@@ -70,6 +74,7 @@ class SweepRunner(Judging):
         storage: str,
         emit: Emit = log.info,
         sleep: Callable[[float], None] = time.sleep,
+        try_number: int | None = None,
     ) -> None:
         self.backend = backend
         self.spec = spec
@@ -89,12 +94,25 @@ class SweepRunner(Judging):
         self._stopping: str | None = None
         self._done = threading.Event()
         self.peak_concurrency = 0
+        #: The size of the search space once the study holds every point of it.
+        self.exhausted: int | None = None
         self._study: Any = None
+        self.try_number = try_number
+        self._owner: StudyOwnership | None = None
         self._sign = -1.0 if config.direction is Direction.MAXIMIZE else 1.0
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> SweepResult:
         self._study = study = studies.open_study(self.config, self.storage, self.study_name)
+        # Owned before anything of the study is read as this sweep's: another sweep's
+        # running trials would look like a dead try's.
+        self._owner = owner = StudyOwnership(
+            study, SweepOwner.of(self.identity, self.try_number), self.study_name, self.storage
+        )
+        taken = owner.claim()
+        if taken:
+            self.emit(f"sweep {self.study_name}: study taken over from {taken}")
+        owner.start()
         self.emit(
             f"sweep {self.study_name}: {self.config.n_trials} trials, at most "
             f"{self.config.max_concurrent_trials} at once, {self.config.direction.value} "
@@ -115,12 +133,14 @@ class SweepRunner(Judging):
             self._done.set()
             if judge is not None and judge.is_alive():
                 judge.join(ENDING_WAIT_SECONDS)
+            owner.end()  # released, whatever the end: a retry claims it again
         return self.result()
 
     def _loop(self, study: Any) -> None:
         distributions = studies.distributions(self.config)
         while True:
             self._raise_if_stopped()
+            self._check_owner()
             self._fill_slots(study, distributions)
             # A stop empties the running trials: that is not the end of the sweep. Read
             # both under the lock a stop holds, so no stop can land between them.
@@ -147,9 +167,32 @@ class SweepRunner(Judging):
             busy < self.config.max_concurrent_trials
             and finished + busy < self.config.n_trials
             and not self._stopping
+            and not self._space_exhausted(study, finished + busy)
         ):
+            self._check_owner(renew=True)
             self._start(study, distributions)
             busy += 1
+
+    def _check_owner(self, *, renew: bool = False) -> None:
+        """Stop when another sweep took the study over (a later try of this task). Before a
+        trial starts the claim is renewed, so no trial starts past a takeover; between
+        starts the renewal thread's word is enough."""
+        owner = self._owner
+        if owner is not None and (not owner.renew() if renew else owner.lost is not None):
+            raise SweepStopped(f"sweep {self.study_name}: its study was taken over by {owner.lost}")
+
+    def _space_exhausted(self, study: Any, taken: int) -> bool:
+        """Does the study hold every point of the search space? Then no trial is asked
+        for: it could only train a point again. Said once."""
+        size = exhausted(study, self.config)  # a trial that fails frees its point again
+        if size is not None and self.exhausted is None:
+            self.exhausted = size
+            self.emit(
+                f"sweep {self.study_name}: the search space is exhausted: the study holds all "
+                f"{size} of its points, so no trial starts past the {taken} counted "
+                f"(n_trials={self.config.n_trials})"
+            )
+        return size is not None
 
     def _busy(self) -> int:
         """Trial clusters alive: running, or being ended by a thread."""
@@ -373,97 +416,10 @@ class SweepRunner(Judging):
         except Exception as exc:
             self.emit(f"trial {number}: could not record the interruption ({exc}); the retry will")
 
-    def _recover(self, study: Any) -> None:
-        """Put right what a previous try left (a hard kill, a lost study file), from what
-        the clusters carry as well as what the study says:
-
-        - trials left RUNNING: their clusters are ended, the trials failed and requeued;
-        - interrupted trials whose parameters were never queued again (the kill came
-          between the two writes): queued now;
-        - live trial clusters of this sweep that no running trial accounts for (the study
-          file was deleted or replaced, or a kill came between a create and its record):
-          found by this task instance's labels and ended.
-        """
-        import optuna
-
-        trials = study.get_trials(deepcopy=False)
-        stale = [t for t in trials if t.state is optuna.trial.TrialState.RUNNING]
-        self._refuse_a_study_in_use(stale)
-        for frozen in stale:
-            name = frozen.user_attrs.get(studies.CLUSTER)
-            if name:
-                ref = ClusterRef(name, self.spec.namespace_name)
-                handle = ClusterHandle.for_spec(self.spec.with_name(name), self.backend, self.identity)
-                if self.backend.exists(ref):
-                    self._end(
-                        _Trial(frozen, handle, "worker", 0), "left running by a previous try of the sweep"
-                    )
-            self._requeue(frozen.number, frozen._trial_id, dict(frozen.params))
-        queued = {t.user_attrs.get(studies.RERUN_OF) for t in trials}
-        lost = [
-            t
-            for t in trials
-            if t.state is optuna.trial.TrialState.FAIL
-            and t.user_attrs.get(studies.INTERRUPTED)
-            and t.number not in queued
-        ]
-        for t in lost:
-            study.enqueue_trial(dict(t.params), user_attrs={studies.RERUN_OF: t.number})
-        unrecorded = self._end_unrecorded_clusters(trials)
-        done = sum(studies.counted(t) for t in trials)
-        if stale or lost:
-            self.emit(
-                f"resuming sweep {self.study_name}: {len(stale) + len(lost)} interrupted trials run again"
-            )
-        elif done:
-            self.emit(f"resuming sweep {self.study_name}: {done} trials already finished")
-        if unrecorded and not trials:
-            self.emit(
-                f"sweep {self.study_name}: the study in {self.storage} is new, but a previous try "
-                f"of this task left trial clusters ({', '.join(unrecorded)}): the study file was "
-                "deleted or replaced since; its trials run again"
-            )
-
-    def _refuse_a_study_in_use(self, running: list[Any]) -> None:
-        """A trial running as another task instance's cluster is another sweep's, alive:
-        taking it over (failing it, queueing it again) would break that sweep, and its
-        cluster is not this task's to end. Two sweeps cannot share a study at once."""
-        for frozen in running:
-            name = frozen.user_attrs.get(studies.CLUSTER)
-            owner = self.backend.owner(ClusterRef(name, self.spec.namespace_name)) if name else None
-            if owner is not None and owner.identity != self.identity:
-                where = studies.display_url(self.storage)
-                raise studies.StudyStorageError(
-                    f"sweep.study_name: study {self.study_name!r} in {where} is in use by "
-                    f"another sweep: its trial {frozen.number} runs as cluster {name} of "
-                    f"{owner.describe()}. Two sweeps cannot share a study at once; give each "
-                    "its own sweep.study_name (or sweep.storage)"
-                )
-
-    def _end_unrecorded_clusters(self, trials: list[Any]) -> list[str]:
-        """End this task instance's live trial clusters that no trial left running in the
-        study accounts for (those are ended as its trials); returns their names."""
-        if self.identity is None:
-            return []  # without an owner's labels, nothing can be told apart as this sweep's
-        recorded = {t.user_attrs.get(studies.CLUSTER) for t in trials if not t.state.is_finished()}
-        pattern = re.compile(re.escape(self.base) + r"-t[0-9]+")
-        found = self.backend.find(self.spec.namespace_name, self.identity.labels())
-        ended = []
-        for ref in found:
-            if not pattern.fullmatch(ref.name) or ref.name in recorded:
-                continue
-            handle = ClusterHandle.for_spec(self.spec.with_name(ref.name), self.backend, self.identity)
-            end_run(
-                handle,
-                "left by a previous try of the sweep, unknown to its study",
-                emit=self.emit,
-                log_lines=0,
-            )
-            ended.append(ref.name)
-        return ended
-
     def result(self) -> SweepResult:
-        return study_result(self._study, self.config, self.study_name, self.storage, self.peak_concurrency)
+        result = study_result(self._study, self.config, self.study_name, self.storage, self.peak_concurrency)
+        result.search_space_exhausted = self.exhausted
+        return result
 
 
 def _state(name: str) -> Any:

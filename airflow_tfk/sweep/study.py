@@ -94,13 +94,23 @@ def _distribution(p: ParamSpec) -> Any:
     )
 
 
-def make_sampler(config: SweepConfig) -> Any:
+def make_sampler(config: SweepConfig, trials_held: int = 0) -> Any:
+    """The sweep's sampler for a study holding ``trials_held`` trials, wrapped so that it
+    never proposes a point the study holds (:mod:`~airflow_tfk.sweep.distinct`)."""
     import optuna
 
+    from airflow_tfk.sweep.distinct import DistinctSampler, sampler_seed
+
     seed = config.sampler.seed
-    if config.sampler.name is SamplerKind.RANDOM:
-        return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed)
+    inner_seed = sampler_seed(seed, trials_held)
+    inner: Any
+    if config.sampler.name is SamplerKind.GRID:
+        inner = None
+    elif config.sampler.name is SamplerKind.RANDOM:
+        inner = optuna.samplers.RandomSampler(seed=inner_seed)
+    else:
+        inner = optuna.samplers.TPESampler(seed=inner_seed)
+    return DistinctSampler(inner, config, seed)
 
 
 def make_pruner(config: SweepConfig) -> Any:
@@ -163,6 +173,9 @@ def open_study(config: SweepConfig, url: str, study_name: str) -> optuna.study.S
             f"objective, this sweep is to {config.direction.value} it; give this sweep its own "
             "sweep.study_name"
         )
+    # Made afresh, a seeded sampler would start its stream again and propose what the
+    # study's first trials trained: a reopened study's sampler gets a seed of its own.
+    study.sampler = make_sampler(config, len(study.get_trials(deepcopy=False)))
     if VERSION_BASE not in study.user_attrs:
         # Milliseconds: two studies made seconds apart still get disjoint version series.
         study.set_user_attr(VERSION_BASE, int(time.time() * 1000))

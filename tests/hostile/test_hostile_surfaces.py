@@ -103,7 +103,7 @@ def _sweep_cases() -> list[Case]:
         Case("sweep-storage-relative-ok", FILE, None, sweep(storage="studies/s.db")),
         Case("sweep-storage-absolute-ok", FILE, None, sweep(storage="/shared/sweeps/s.db")),
         Case("sweep-storage-url-ok", FILE, None, sweep(storage="postgresql://db.example/optuna")),
-        Case("sweep-sampler-unknown", FILE, "sweep.sampler.name", sweep(sampler="grid")),
+        Case("sweep-sampler-unknown", FILE, "sweep.sampler.name", sweep(sampler="cmaes")),
         Case("sweep-sampler-name-unknown", FILE, "sweep.sampler.name", sweep(sampler={"name": "cmaes"})),
         Case("sweep-n-trials-huge", FILE, "sweep.n_trials", sweep(n_trials=10**400)),
         Case("sweep-n-trials-float", FILE, "sweep.n_trials", sweep(n_trials=2.0)),

@@ -274,6 +274,23 @@ def test_a_retry_after_a_hard_kill_ends_the_trial_left_running(local_root, tmp_p
     rerun = [t for t in load(result).trials if t.user_attrs.get(studies.RERUN_OF) == 0]
     assert len(rerun) == 1 and rerun[0].params == trial.params and rerun[0].state.name == "COMPLETE"
     assert sum(r["state"] in ("COMPLETE", "PRUNED") for r in rows.values()) == 2
+    # The retry's sampler, seeded as the first try's, continues the study: the rerun
+    # trained trial 0's point, so the next trial may not train it again.
+    trained = [tuple(sorted(r["params"].items())) for r in rows.values() if r["state"] != "FAIL"]
+    assert len(trained) == len(set(trained)), f"the retry trained a point twice: {rows}"
+    assert_no_processes(local_root)
+
+
+def test_a_sweep_whose_search_space_is_exhausted_stops_there_and_says_so(local_root, tmp_path, capfd) -> None:
+    """Two points, four trials asked for: each point is trained once, the sweep ends with
+    two trials and says why (XCom and log)."""
+    space = {"lr": {"type": "categorical", "choices": [0.2, 0.4]}}
+    op = make_op(tmp_path, n_trials=4, steps=5, search_space=space)
+    result = op.execute(task_context(run_id="manual__small", task_id="sweep"))
+    assert sorted(r["params"]["lr"] for r in result["trials"]) == [0.2, 0.4], result["trials"]
+    assert result["search_space_exhausted"] == 2
+    out = capfd.readouterr()
+    assert "search space is exhausted" in out.out + out.err
     assert_no_processes(local_root)
 
 
