@@ -135,15 +135,21 @@ def parse_digest(text: str) -> str:
 # Sorted in the C locale, so the order a directory lists in does not matter.
 DIGEST_SCRIPT = r"""tfk_files() {
   if [ ! -e "$1" ]; then echo "tfk-files: absent"; return 0; fi
-  for t in find awk sort sha256sum mktemp; do
+  for t in find sort sha256sum mktemp; do
     command -v "$t" >/dev/null 2>&1 || { echo "tfk-files: unsupported: the image has no $t"; return 0; }
   done
+  # "awk" is often an alternatives link that an image trimmed of /etc/alternatives lacks
+  a=""
+  for t in awk mawk gawk nawk; do
+    if command -v "$t" >/dev/null 2>&1; then a=$t; break; fi
+  done
+  [ -n "$a" ] || { echo "tfk-files: unsupported: the image has no awk"; return 0; }
   if [ "$(find "$1" -maxdepth 0 -printf ok 2>/dev/null)" != ok ]; then
     echo "tfk-files: unsupported: the image's find has no -printf (GNU findutils)"; return 0
   fi
   t=$(mktemp -d 2>/dev/null) || { echo "tfk-files: unsupported: no writable /tmp"; return 0; }
   r=$( { LC_ALL=C find -L "$1" -printf '%P\t%y\t%D\t%i\t%m\t%s\t%C@\t%T@\t%l\n' 2>&1 \
-    | LC_ALL=C awk -v n="$2" -v b="$3" -v parts="$4" '
+    | LC_ALL=C "$a" -v n="$2" -v b="$3" -v parts="$4" '
         BEGIN { k = split(parts, p, " "); for (i = 1; i <= k; i++) known[p[i]] = 1 }
         { s += length($0) + 1 }
         NR > n + 1 || s > b { over = 1; exit }
@@ -153,10 +159,10 @@ DIGEST_SCRIPT = r"""tfk_files() {
         END { print (over ? "tfk-over" : "tfk-count " NR - 1) > "/dev/stderr" }' \
     | LC_ALL=C sort > "$t/list"; sha256sum < "$t/list"
     for q in . $4 other; do
-      LC_ALL=C awk -v q="$q" 'index($0, q "\t") == 1' "$t/list" | sha256sum | awk -v q="$q" '{ print $1, q }'
+      LC_ALL=C "$a" -v q="$q" 'index($0, q "\t") == 1' "$t/list" | sha256sum | "$a" -v q="$q" '{ print $1, q }'
     done; } 2>&1 )
-  rm -rf "$t"
-  printf '%s\n' "$r" | LC_ALL=C awk '
+  rm -rf "$t" 2>/dev/null || true
+  printf '%s\n' "$r" | LC_ALL=C "$a" '
     $1 == "tfk-over" { over = 1; next }
     $1 == "tfk-count" && NF == 2 { n = $2; next }
     NF == 2 && $2 == "-" && length($1) == 64 && h == "" { h = $1; next }

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -181,13 +182,6 @@ def test_train_publish_rollback_and_tensorboard(
     states = {int(s["version"]): s["state"] for s in status["model_version_status"]}
     assert states.get(version) == "AVAILABLE", status
 
-    _swapped_after_the_gate_is_refused(ctx, serving, store, version)
-    took["files rewritten after the gate: refused"], t0 = time.monotonic() - t0, time.monotonic()
-    status = json.loads(_proxy_get(node_api, node_ns, f"tfs-{MODEL}", 8501, f"v1/models/{MODEL}"))
-    assert {int(s["version"]): s["state"] for s in status["model_version_status"]} == {
-        version: "AVAILABLE"
-    }, status
-
     # gRPC on the Service's port 8500, from outside the cluster network: the same sample
     # answers as over REST, from the version that survived the rollback.
     sample_file = exported[-1].parent / "assets.extra" / "tfk_sample_request.json"
@@ -231,6 +225,17 @@ def test_train_publish_rollback_and_tensorboard(
         time.monotonic() - t0,
         time.monotonic(),
     )
+
+    # A version rewritten after its gate (after the gRPC checks: it loads before it is
+    # refused, and TF Serving unloads it at its next config poll)
+    _swapped_after_the_gate_is_refused(ctx, serving, store, version)
+    took["files rewritten after the gate: refused"], t0 = time.monotonic() - t0, time.monotonic()
+    stable = json.loads(
+        _proxy_get(node_api, node_ns, f"tfs-{MODEL}", 8501, f"v1/models/{MODEL}/labels/stable")
+    )
+    assert [int(s["version"]) for s in stable["model_version_status"]] == [version], stable
+    config = client.CoreV1Api(node_api).read_namespaced_config_map(f"tfs-{MODEL}-config", node_ns)
+    assert f"versions: {version + 2}" not in config.data["models.config"], config.data
 
     def board(task_id: str, **kwargs) -> TFStartTensorBoardOperator:
         """TensorBoard over the logs claim, on the node's image, reachable by the proxy."""
@@ -294,6 +299,9 @@ def _swapped_after_the_gate_is_refused(ctx: dict, serving: dict, store, version:
 
     swapped = version + 2
     shutil.copytree(store / str(version), store / str(swapped))
+    owner = (store / str(version)).stat()  # the training's user, as the pods run
+    for path in [store / str(swapped), *(store / str(swapped)).rglob("*")]:
+        os.chown(path, owner.st_uid, owner.st_gid)
     op = TFPublishModelOperator(
         task_id="publish_swapped",
         model_name=MODEL,
@@ -318,7 +326,7 @@ def _swapped_after_the_gate_is_refused(ctx: dict, serving: dict, store, version:
     text = str(err.value)
     assert any(
         line.startswith(f"quality gate on {MODEL} version {swapped}, metrics from") for line in lines
-    ), lines
+    ), (text, lines)
     assert f"the files of {MODEL} version {swapped} changed after the quality gate" in text, text
     assert "changed: saved_model.pb" in text and f"version {version} is still serving" in text, text
     # refused at the last step: loaded under the model's own name, the label never moved

@@ -8,6 +8,7 @@ from a Job of its own."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -109,9 +110,26 @@ def test_an_image_that_cannot_take_the_digest_says_so(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
     with pytest.raises(OSError, match="find has no -printf"):
         digest(tmp_path, 2, env=env)
-    env = {**os.environ, "PATH": str(fake)}  # no awk, sort, sha256sum either
+    env = {**os.environ, "PATH": str(fake)}  # no sort, sha256sum, awk either
     with pytest.raises(OSError, match="the image has no"):
         digest(tmp_path, 2, env=env)
+
+
+def test_an_awk_by_its_own_name_is_enough(tmp_path: Path) -> None:
+    """An image trimmed of /etc/alternatives has mawk but a dangling ``awk`` link."""
+    _version(tmp_path, 2)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    os.symlink("/nonexistent/awk", bin_dir / "awk")
+    tools = ("find", "sort", "sha256sum", "mktemp", "rm", "tr", "cat", "tail", "mawk", "gawk", "nawk")
+    for tool in tools:
+        real = shutil.which(tool)
+        if real is not None and os.path.realpath(real).rsplit("/", 1)[-1] != "awk":
+            os.symlink(os.path.realpath(real), bin_dir / tool)
+    if not any((bin_dir / t).exists() for t in ("mawk", "gawk", "nawk")):
+        pytest.skip("no awk by its own name on this machine")
+    env = {**os.environ, "PATH": str(bin_dir)}
+    assert digest(tmp_path, 2, env=env) == digest(tmp_path, 2)
     with pytest.raises(OSError, match="printed no digest"):
         reader_files("tfk-versions: 2\ntfk-version: 2\n")
     with pytest.raises(OSError, match="printed no digest"):
