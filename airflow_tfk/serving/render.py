@@ -50,7 +50,9 @@ BATCHING_FILE = "batching.config"
 READER_SCRIPT = (
     DIGEST_SCRIPT
     + r"""set -eu
-cd "$1"
+# No model directory yet: no versions (a version the publish names is then not there,
+# which its digest and the server's load both say).
+if ! cd "$1" 2>/dev/null; then echo "tfk-versions:"; exit 0; fi
 vs=""
 for d in */; do
   d="${d%/}"

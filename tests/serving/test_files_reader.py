@@ -75,6 +75,15 @@ def test_the_digest_is_taken_before_the_metrics_are_read(tmp_path: Path) -> None
     assert parse_reader_log("\n".join(lines))[:2] == ([3], 3)
 
 
+def test_a_model_without_a_directory_has_no_version_to_vouch_for(tmp_path: Path) -> None:
+    """The first publish of a model may come before its directory exists (the server then
+    fails to load it, and says why): the reader says "no versions", it does not fail."""
+    log = read(tmp_path / "no-such-model", 1)
+    assert parse_reader_log(log) == ([], None, None)
+    with pytest.raises(OSError, match="printed no digest"):
+        reader_files(log)  # the target asks only for a version the reader found
+
+
 def test_past_the_bound_it_refuses_to_vouch(tmp_path: Path) -> None:
     d = _version(tmp_path, 2)  # 3 entries: saved_model.pb, variables, variables.data
     assert digest(tmp_path, 2, entries=3) is not None
