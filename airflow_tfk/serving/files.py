@@ -159,7 +159,8 @@ DIGEST_SCRIPT = r"""tfk_files() {
         END { print (over ? "tfk-over" : "tfk-count " NR - 1) > "/dev/stderr" }' \
     | LC_ALL=C sort > "$t/list"; sha256sum < "$t/list"
     for q in . $4 other; do
-      LC_ALL=C "$a" -v q="$q" 'index($0, q "\t") == 1' "$t/list" | sha256sum | "$a" -v q="$q" '{ print $1, q }'
+      LC_ALL=C "$a" -v q="$q" 'index($0, q "\t") == 1' "$t/list" | sha256sum \
+        | "$a" -v q="$q" '{ print $1, q }'
     done; } 2>&1 )
   rm -rf "$t" 2>/dev/null || true
   printf '%s\n' "$r" | LC_ALL=C "$a" '
