@@ -118,8 +118,16 @@ class ServingTarget(abc.ABC):
 
     def version_files(self, version: int) -> str | None:
         """A digest of the files of ``version`` in the model store as they are now (see
-        :mod:`~airflow_tfk.serving.files`); None when this backend cannot tell."""
+        :mod:`~airflow_tfk.serving.files`); None when this backend cannot tell or the
+        version is not there. Raises :class:`OSError` when it cannot take one."""
         return None
+
+    def files_as_read(self, version: int) -> str | None:
+        """The digest of ``version``'s files that vouches for the metrics and sample request
+        :meth:`version_metrics` and :meth:`sample_request` give: a backend that reads the
+        store in one pass takes it in that pass, before those files; otherwise the files
+        as they are now (the publish asks before it reads the metrics)."""
+        return self.version_files(version)
 
     @abc.abstractmethod
     def published_metrics(self) -> dict[int, dict[str, Any]]:

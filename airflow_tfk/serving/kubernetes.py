@@ -118,6 +118,7 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         self.reader_timeout_seconds = float(reader_timeout_seconds)
         self._store: dict[int | None, tuple[list[int], int | None, dict[str, Any] | None]] = {}
         self._metrics: dict[int, dict[str, Any] | None] = {}
+        self._files: dict[int, str] = {}  # the reader's log, for its digest line
         self._unreachable: str | None = None
         self._pod: str | None = None  # set on a view of one replica (:meth:`replicas`)
 
@@ -280,8 +281,10 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         return view
 
     # -- the model store, through a reader Job ----------------------------------------------
-    def _read_store(self, version: int | None) -> tuple[list[int], int | None, dict | None]:
-        if version in self._store:
+    def _read_store(
+        self, version: int | None, *, fresh: bool = False
+    ) -> tuple[list[int], int | None, dict | None]:
+        if version in self._store and not fresh:
             return self._store[version]
         from airflow_tfk.serving.render import render_sample_reader
 
@@ -300,6 +303,7 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         self._store[version] = result
         if result[1] is not None:
             self._metrics[result[1]] = reader_metrics(text)
+            self._files[result[1]] = text
         if version is None and result[1] is not None:
             self._store[result[1]] = result
         return result
@@ -340,6 +344,25 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
     def version_metrics(self, version: int) -> dict[str, Any] | None:
         self._read_store(version)
         return self._metrics.get(version)
+
+    def version_files(self, version: int) -> str | None:
+        """A reader Job of its own: the files as they are now, not as a read before saw them."""
+        self._read_store(version, fresh=True)
+        return self._version_digest(version)
+
+    def files_as_read(self, version: int) -> str | None:
+        """The digest the reader took just before it read the metrics and sample request
+        this target holds for ``version`` (one Job for all three)."""
+        self._read_store(version)
+        return self._version_digest(version)
+
+    def _version_digest(self, version: int) -> str | None:
+        from airflow_tfk.serving.files import reader_files
+
+        text = self._files.get(version)
+        if text is None:  # the reader found no such version: it took no digest either
+            return None
+        return reader_files(text)
 
     # -- the published versions' metrics: a ConfigMap next to the model config ---------------
     def published_metrics(self) -> dict[int, dict[str, Any]]:

@@ -210,8 +210,9 @@ def publish(
         version = exported[-1]
     config = target.read_config() or ModelServerConfig()
     previous = serving_version(config.get(name))
+    # Before the gate reads the metrics: a swap after this point is a change at promotion.
+    files = _files(target, version, as_read=True)
     metrics = _gate(target, gate, version, metrics, previous, emit)
-    files = _files(target, version)
     target.ensure(emit)
     config = target.read_config() or ModelServerConfig()
     before = config.get(name)
@@ -256,12 +257,9 @@ def publish(
         replicas = wait_available(
             target, version, spec.load_timeout_seconds, emit, poll, clock, server=server
         )
-        if _files(target, version) != files:
-            raise ServingError(
-                f"the files of {name} version {version} changed after the quality gate checked "
-                "them (replaced, rewritten or relinked in the model store): not promoted; "
-                "export a new version"
-            )
+        # Last, once every replica has loaded it and just before the label moves to it: the
+        # files the servers read must be the ones the gate and the approval vouched for.
+        _same_files_as_checked(target, version, files, emit)
         emit(
             f"{name} version {version} is AVAILABLE on every replica ({len(replicas)}): "
             f"moving the '{STABLE_LABEL}' label to it"
@@ -340,12 +338,32 @@ def _sample_request(target: ServingTarget, version: int, given: dict[str, Any] |
     return body
 
 
-def _files(target: ServingTarget, version: int) -> str | None:
-    """The digest of ``version``'s files now (None: the backend cannot tell)."""
+def _files(target: ServingTarget, version: int, *, as_read: bool = False) -> str | None:
+    """The digest of ``version``'s files now, or as the read of its metrics saw them
+    (None: the backend cannot tell, or the version is not there)."""
     try:
-        return target.version_files(version)
+        return target.files_as_read(version) if as_read else target.version_files(version)
     except OSError as exc:
-        raise ServingError(f"cannot tell what the files of version {version} are: {exc}") from exc
+        raise ServingError(
+            f"cannot tell what the files of {target.spec.model_name} version {version} are "
+            f"(so not whether they change before promotion): {exc}"
+        ) from exc
+
+
+def _same_files_as_checked(target: ServingTarget, version: int, checked: str | None, emit: Emit) -> None:
+    """Raises :class:`ServingError` when ``version``'s files are not the ``checked`` ones."""
+    name = target.spec.model_name
+    now = _files(target, version)
+    if now != checked:
+        from airflow_tfk.serving.files import changed
+
+        raise ServingError(
+            f"the files of {name} version {version} changed after the quality gate checked "
+            f"them ({changed(checked, now)}; replaced, rewritten or relinked in the model "
+            f"store {target.model_base_path()}/{version}): not promoted; export a new version"
+        )
+    if now is not None:
+        emit(f"the files of {name} version {version} are the ones the gate checked")
 
 
 def same_files(approved: dict[str, Any]) -> Approve:

@@ -15,6 +15,7 @@ from typing import Any
 from airflow_tfk import naming
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.model_config import STABLE_LABEL
+from airflow_tfk.serving.files import DIGEST_SCRIPT, MAX_ENTRIES, MAX_LISTING_BYTES, PARTS
 from airflow_tfk.serving.replicas import disruption_budget
 from airflow_tfk.serving.scaling import Autoscaling, HTTPRouteSpec, IngressSpec, ParentRef
 from airflow_tfk.serving.spec import (
@@ -41,9 +42,17 @@ LABEL_TENSORBOARD = f"{naming.LABEL_PREFIX}/tensorboard"
 CONFIG_MOUNT = "/etc/tfk"  # as in images/serving
 MONITORING_FILE = "monitoring.config"
 BATCHING_FILE = "batching.config"
-# Prints "tfk-versions: 1 2 3", "tfk-version: 3" and the sample request after "tfk-sample:".
-READER_SCRIPT = r"""set -eu
-cd "$1"
+# Prints "tfk-versions: 1 2 3", "tfk-version: 3", the digest of that version's files
+# ("tfk-files:", taken before its metrics and sample are read, so a swap between them is a
+# change the publish sees) and the sample request after "tfk-sample:".
+# Arguments: the model's directory, the version (empty: the newest), then the digest's
+# bounds and parts (airflow_tfk.serving.files).
+READER_SCRIPT = (
+    DIGEST_SCRIPT
+    + r"""set -eu
+# No model directory yet: no versions (a version the publish names is then not there,
+# which its digest and the server's load both say).
+if ! cd "$1" 2>/dev/null; then echo "tfk-versions:"; exit 0; fi
 vs=""
 for d in */; do
   d="${d%/}"
@@ -54,11 +63,13 @@ v="$2"
 if [ -z "$v" ]; then v=$(for x in $vs; do echo "$x"; done | sort -n | tail -n 1); fi
 [ -n "$v" ] || exit 0
 echo "tfk-version: $v"
+tfk_files "$v" "$3" "$4" "$5"
 m="$v/assets.extra/tfk_metrics.json"
 if [ -f "$m" ]; then printf 'tfk-metrics: '; tr -d '\n' < "$m"; echo; fi
 f="$v/assets.extra/tfk_sample_request.json"
 if [ -f "$f" ]; then echo "tfk-sample:"; cat "$f"; echo; fi
 """
+)
 
 
 def _render(
@@ -349,6 +360,7 @@ def render_sample_reader(
             "reader_script": k8s_escape(READER_SCRIPT),
             "model_dir": k8s_escape(spec.pod_base_path),
             "reader_version": "" if version is None else str(int(version)),
+            "reader_bounds": [str(MAX_ENTRIES), str(MAX_LISTING_BYTES), " ".join(PARTS)],
             "reader_labels": {**c["labels"], "app.kubernetes.io/component": "store-reader"},
         }
     )

@@ -120,6 +120,19 @@ def test_each_reason_names_the_serving_pod(k8s_api, tfk_ns, tfk_conn, claims) ->
 def test_an_unschedulable_serving_pod_fails_the_publish_at_once(k8s_api, tfk_ns, tfk_conn, claims) -> None:
     target = _server(tfk_ns, node_selector=harness.UNSCHEDULABLE_NODE_SELECTOR)
     lines: list[str] = []
+    # The store reader Job (the digest of the version's files, before the gate) is the
+    # first pod the publish needs, on the same nodes: it fails at once with its reason.
+    t0 = time.monotonic()
+    with pytest.raises(ServingError) as err:
+        publish(target, 1, {"instances": [[1.0]]}, lines.append, poll=0.5, metrics={"accuracy": 1.0})
+    took = time.monotonic() - t0
+    text = str(err.value)
+    assert "the model store reader tfs-digits-read-" in text and ": Unschedulable: 0/" in text, text
+    assert took < 30, took
+    print(f"unschedulable: store reader failed the publish in {took:.1f}s")
+    # KWOK runs no container, so a reader that schedules prints nothing: the digest's own
+    # path is proven where a container runs it (tests/k8s_node/test_serving.py).
+    target.files_as_read = target.version_files = lambda version: None  # type: ignore[method-assign]
     t0 = time.monotonic()
     with pytest.raises(ServingError) as err:
         publish(target, 1, {"instances": [[1.0]]}, lines.append, poll=0.5, metrics={"accuracy": 1.0})

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -145,6 +147,9 @@ def test_train_publish_rollback_and_tensorboard(
     result = publish.execute(ctx)
     took["publish (first: deploy, load, smoke, promote)"], t0 = time.monotonic() - t0, time.monotonic()
     assert result["version"] == version, result
+    # untouched since the reader Job read its metrics: the files were checked, and promoted
+    checked = f"the files of {MODEL} version {version} are the ones the gate checked"
+    assert checked in capfd.readouterr().out
     status = json.loads(_proxy_get(node_api, node_ns, f"tfs-{MODEL}", 8501, f"v1/models/{MODEL}"))
     states = {int(s["version"]): s["state"] for s in status["model_version_status"]}
     assert states.get(version) == "AVAILABLE", status
@@ -221,6 +226,17 @@ def test_train_publish_rollback_and_tensorboard(
         time.monotonic(),
     )
 
+    # A version rewritten after its gate (after the gRPC checks: it loads before it is
+    # refused, and TF Serving unloads it at its next config poll)
+    _swapped_after_the_gate_is_refused(ctx, serving, store, version)
+    took["files rewritten after the gate: refused"], t0 = time.monotonic() - t0, time.monotonic()
+    stable = json.loads(
+        _proxy_get(node_api, node_ns, f"tfs-{MODEL}", 8501, f"v1/models/{MODEL}/labels/stable")
+    )
+    assert [int(s["version"]) for s in stable["model_version_status"]] == [version], stable
+    config = client.CoreV1Api(node_api).read_namespaced_config_map(f"tfs-{MODEL}-config", node_ns)
+    assert f"versions: {version + 2}" not in config.data["models.config"], config.data
+
     def board(task_id: str, **kwargs) -> TFStartTensorBoardOperator:
         """TensorBoard over the logs claim, on the node's image, reachable by the proxy."""
         return TFStartTensorBoardOperator(
@@ -267,6 +283,55 @@ def test_train_publish_rollback_and_tensorboard(
         client.AppsV1Api(node_api).read_namespaced_deployment(name, node_ns)
     assert gone.value.status == 404
     print("serving on the node, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in took.items()))
+
+
+def _swapped_after_the_gate_is_refused(ctx: dict, serving: dict, store, version: int) -> None:
+    """A good copy of ``version`` passes the quality gate on the metrics its reader Job
+    read from the claim; then a training rewrites its graph file with the same bytes. It
+    loads and answers the smoke test on both replicas, but its files are not the ones the
+    gate checked: not promoted, and ``version`` keeps serving."""
+    from airflow_tfk.operators._context import identity_from_context
+    from airflow_tfk.operators.serving import TFPublishModelOperator
+    from airflow_tfk.serving.base import ServingError
+    from airflow_tfk.serving.gate import QualityGate
+    from airflow_tfk.serving.publish import publish
+    from airflow_tfk.serving.targets import get_serving_target
+
+    swapped = version + 2
+    shutil.copytree(store / str(version), store / str(swapped))
+    owner = (store / str(version)).stat()  # the training's user, as the pods run
+    for path in [store / str(swapped), *(store / str(swapped)).rglob("*")]:
+        os.chown(path, owner.st_uid, owner.st_gid)
+    op = TFPublishModelOperator(
+        task_id="publish_swapped",
+        model_name=MODEL,
+        claim="tfk-models",
+        kubernetes_conn_id=_tfk.CONN_ID,
+        serving=serving,
+    )
+    target = get_serving_target(
+        "kubernetes", op.spec(), **op.backend_options(), identity=identity_from_context(ctx)
+    )
+    graph = store / str(swapped) / "saved_model.pb"
+    lines: list[str] = []
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        if line.startswith(f"quality gate on {MODEL} version {swapped}"):
+            graph.write_bytes(graph.read_bytes())  # re-exported over it, after the gate
+
+    gate = QualityGate.from_dict({"thresholds": {"accuracy": 0.0}})
+    with pytest.raises(ServingError) as err:
+        publish(target, swapped, emit=emit, gate=gate)
+    text = str(err.value)
+    assert any(
+        line.startswith(f"quality gate on {MODEL} version {swapped}, metrics from") for line in lines
+    ), (text, lines)
+    assert f"the files of {MODEL} version {swapped} changed after the quality gate" in text, text
+    assert "changed: saved_model.pb" in text and f"version {version} is still serving" in text, text
+    # refused at the last step: loaded under the model's own name, the label never moved
+    assert any(line.startswith(f"promoting {MODEL} version {swapped}") for line in lines), lines
+    assert not any("moving the 'stable' label" in line for line in lines), lines
 
 
 def _same_predictions(a: list, b: list) -> bool:

@@ -87,6 +87,34 @@ def test_a_version_swapped_after_the_gate_is_not_promoted(tmp_path: Path, swap) 
     assert model(target).stable == 1 and 2 not in model(target).versions
 
 
+def test_a_swap_while_the_replicas_load_the_promoted_version_is_caught(tmp_path: Path) -> None:
+    """The last chance: after the candidate's smoke test and the approval, while every
+    replica loads the version under the model's own name. The check comes after that load
+    and before the label moves, and the refusal names the version and what changed."""
+    target = make({1: "ok", 2: "ok"})
+    target.version_files = lambda v: tree_digest(str(tmp_path / str(v)))  # type: ignore[method-assign]
+    _version(tmp_path, 1)
+    run(target, 1)
+    d = _version(tmp_path, 2)
+    write = target.write_config
+
+    def swapped_as_it_loads(config):  # noqa: ANN001
+        entry = config.get("digits")
+        if entry is not None and 2 in entry.versions:
+            (d / "saved_model.pb").write_bytes(b"graph-X")
+        write(config)
+
+    target.write_config = swapped_as_it_loads  # type: ignore[method-assign]
+    approved: list[dict] = []
+    with pytest.raises(ServingError) as err:
+        run(target, 2, approve=lambda request: approved.append(request) or True)
+    assert approved and approved[0]["files"] is not None  # the approval saw the unswapped files
+    assert "digits version 2 changed after the quality gate" in str(err.value), err.value
+    assert "changed: saved_model.pb" in str(err.value) and "version 1 is still serving" in str(err.value)
+    assert all(m.stable in (None, 1) for c in target.writes if (m := c.get("digits")) is not None)
+    assert model(target).stable == 1 and 2 not in model(target).versions
+
+
 def test_an_unchanged_version_is_promoted(tmp_path: Path) -> None:
     target = make({1: "ok"})
     target.version_files = lambda v: tree_digest(str(tmp_path / str(v)))  # type: ignore[method-assign]

@@ -72,8 +72,11 @@ def test_publish_rollback_through_the_service_proxy(double, target, model_store)
         )
         for p in api.proxied
     )
-    # the sample request came from the store through the reader Job, which is gone
-    assert api.count("apply", "jobs") == 1 and not api.list("jobs")
+    # the sample request, the metrics and the digest of the version's files came from the
+    # store through one reader Job; a second took the digest again before the label moved;
+    # both are gone
+    assert api.count("apply", "jobs") == 2 and not api.list("jobs")
+    assert "the files of linear version 1 are the ones the gate checked" in lines
     assert target.predict({"instances": [[1.0, 2.0]]}, label="stable")["predictions"] == [[3.0]]
 
     # the newest export is a corrupt copy: refused, rolled back, version 1 still answers

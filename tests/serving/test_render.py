@@ -11,6 +11,7 @@ import pytest
 
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig, parse
+from airflow_tfk.serving.files import MAX_ENTRIES, MAX_LISTING_BYTES, PARTS
 from airflow_tfk.serving.render import (
     LABEL_SERVING,
     READER_SCRIPT,
@@ -154,7 +155,14 @@ def test_reader_job_passes_paths_as_arguments():
     job = render_sample_reader(SPEC, "tfs-digits-read-x", 4)
     c = job["spec"]["template"]["spec"]["containers"][0]
     assert c["command"][:2] == ["/bin/sh", "-c"]
-    assert c["command"][3:] == ["tfk-read-store", "/tfk/models/exports/digits", "4"]
+    assert c["command"][3:] == [
+        "tfk-read-store",
+        "/tfk/models/exports/digits",
+        "4",
+        str(MAX_ENTRIES),
+        str(MAX_LISTING_BYTES),
+        " ".join(PARTS),
+    ]
     # escaped for Kubernetes' $(VAR) expansion, and nothing else changed
     assert c["command"][2].replace("$$", "$") == READER_SCRIPT
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
