@@ -223,9 +223,18 @@ def _apply(path: str, manifest: dict[str, Any], field_manager: str) -> Exchange[
 # Logs are best effort (progress lines, logs copied before a delete) and on the path to
 # deleting the PS: one retry, not four, and none for a 500 - the API server's answer when
 # it cannot reach the pod's kubelet, which a retry 0.3 s later does not change.
+#: The most of a pod's log one read takes (the API server's ``limitBytes``). A log is
+#: written by the pod, so by whatever runs in it: ``tailLines`` alone bounds lines, not one
+#: line of a gigabyte. Nothing the provider reads from a log comes near this.
+LOG_LIMIT_BYTES = 4 << 20
+
+
 @operation("text", attempts=2, statuses=TRANSIENT_STATUS - {500})
 def _text_of(path: str, query: dict[str, Any] | None = None) -> Exchange[str]:
-    """The body as text (a pod's log)."""
+    """The body as text (a pod's log), at most :data:`LOG_LIMIT_BYTES` unless the query
+    asks for less."""
+    query = dict(query or {})
+    query["limitBytes"] = min(int(query.get("limitBytes") or LOG_LIMIT_BYTES), LOG_LIMIT_BYTES)
     return Exchange(Call("GET", path, query, accept="*/*"), _text)
 
 

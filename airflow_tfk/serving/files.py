@@ -29,6 +29,9 @@ MAX_ENTRIES = 100_000
 #: bytes of listing (paths and stat fields) the Kubernetes reader hashes at most: a tree
 #: of few entries with very long names refuses as too many rather than fill the pod's /tmp
 MAX_LISTING_BYTES = 64 * 1024 * 1024
+#: a version's metrics file or sample request is a few KiB; a bigger one is not read (on
+#: either backend: it is treated as missing)
+MAX_STORE_JSON = 1 << 20
 #: the entries of a SavedModel that a refusal names by themselves
 PARTS = ("saved_model.pb", "saved_model.pbtxt", "fingerprint.pb", "variables", "assets", "assets.extra")
 ALL_PARTS = (".", *PARTS, "other")

@@ -17,7 +17,7 @@ import secrets
 import time
 from typing import Any
 
-from airflow_tfk.kube.api import BY_KIND, Call, error_message, is_not_found
+from airflow_tfk.kube.api import BY_KIND, LOG_LIMIT_BYTES, Call, error_message, is_not_found
 from airflow_tfk.kube.retry import api_status
 from airflow_tfk.kube.target import KubeTarget
 from airflow_tfk.protocol.digits import model_version
@@ -32,6 +32,7 @@ from airflow_tfk.serving.base import (
     VersionState,
     parse_status,
 )
+from airflow_tfk.serving.files import MAX_STORE_JSON
 from airflow_tfk.serving.spec import CONFIG_FILE, PUBLISHED_METRICS, ServingSpec
 
 log = logging.getLogger(__name__)
@@ -323,6 +324,14 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
                     text = self.api.text(f"{pods_path}/{name}/log")
                     if phase == "Failed":
                         raise ServingError(f"the model store reader {job} failed: {text.strip()[-500:]}")
+                    if len(text.encode()) >= LOG_LIMIT_BYTES:
+                        # cut off by the read's bound: what it says about the store is partial
+                        raise ServingError(
+                            f"the model store reader {job} printed {LOG_LIMIT_BYTES} bytes or more "
+                            f"(it prints a few KiB, and at most {MAX_STORE_JSON} bytes of each file "
+                            f"it reads): {self.spec.model_name}'s directory in the store holds "
+                            "more than a publish reads"
+                        )
                     return text
             # A reader that cannot start (the serving image missing, no node) never ends by
             # itself before its deadline: say why now.

@@ -33,6 +33,7 @@ from airflow_tfk.protocol.digits import model_version
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import request_json
 from airflow_tfk.serving.base import Emit, PredictError, ServingTarget
+from airflow_tfk.serving.files import MAX_STORE_JSON
 from airflow_tfk.serving.spec import (
     CONFIG_FILE,
     PUBLISHED_METRICS,
@@ -45,8 +46,6 @@ from airflow_tfk.serving.spec import (
 TF_SERVING_BINARY = "tensorflow_model_server"
 SAMPLE_REQUEST = os.path.join("assets.extra", "tfk_sample_request.json")
 METRICS_FILE = os.path.join("assets.extra", "tfk_metrics.json")  # runtime.app.METRICS_FILE
-#: a metrics file or a sample request is a few KiB; more is not one
-MAX_STORE_JSON = 1 << 20
 
 
 S = TypeVar("S", ServingSpec, TensorBoardSpec)

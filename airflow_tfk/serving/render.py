@@ -15,7 +15,7 @@ from typing import Any
 from airflow_tfk import naming
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.model_config import STABLE_LABEL
-from airflow_tfk.serving.files import DIGEST_SCRIPT, MAX_ENTRIES, MAX_LISTING_BYTES, PARTS
+from airflow_tfk.serving.files import DIGEST_SCRIPT, MAX_ENTRIES, MAX_LISTING_BYTES, MAX_STORE_JSON, PARTS
 from airflow_tfk.serving.replicas import disruption_budget
 from airflow_tfk.serving.scaling import Autoscaling, HTTPRouteSpec, IngressSpec, ParentRef
 from airflow_tfk.serving.spec import (
@@ -46,7 +46,7 @@ BATCHING_FILE = "batching.config"
 # ("tfk-files:", taken before its metrics and sample are read, so a swap between them is a
 # change the publish sees) and the sample request after "tfk-sample:".
 # Arguments: the model's directory, the version (empty: the newest), then the digest's
-# bounds and parts (airflow_tfk.serving.files).
+# bounds and parts (airflow_tfk.serving.files), then the largest metrics or sample file read.
 READER_SCRIPT = (
     DIGEST_SCRIPT
     + r"""set -eu
@@ -64,10 +64,15 @@ if [ -z "$v" ]; then v=$(for x in $vs; do echo "$x"; done | sort -n | tail -n 1)
 [ -n "$v" ] || exit 0
 echo "tfk-version: $v"
 tfk_files "$v" "$3" "$4" "$5"
+# A metrics file or sample over $6 bytes is not printed (as on the local backend, it is
+# then missing), and no more than that is copied if it grows meanwhile: the log stays
+# small whatever a training wrote.
+max_json="$6"
+small() { [ -f "$1" ] && [ "$(wc -c < "$1")" -le "$max_json" ]; }
 m="$v/assets.extra/tfk_metrics.json"
-if [ -f "$m" ]; then printf 'tfk-metrics: '; tr -d '\n' < "$m"; echo; fi
+if small "$m"; then printf 'tfk-metrics: '; head -c "$max_json" "$m" | tr -d '\n'; echo; fi
 f="$v/assets.extra/tfk_sample_request.json"
-if [ -f "$f" ]; then echo "tfk-sample:"; cat "$f"; echo; fi
+if small "$f"; then echo "tfk-sample:"; head -c "$max_json" "$f"; echo; fi
 """
 )
 
@@ -360,7 +365,7 @@ def render_sample_reader(
             "reader_script": k8s_escape(READER_SCRIPT),
             "model_dir": k8s_escape(spec.pod_base_path),
             "reader_version": "" if version is None else str(int(version)),
-            "reader_bounds": [str(MAX_ENTRIES), str(MAX_LISTING_BYTES), " ".join(PARTS)],
+            "reader_bounds": [str(MAX_ENTRIES), str(MAX_LISTING_BYTES), " ".join(PARTS), str(MAX_STORE_JSON)],
             "reader_labels": {**c["labels"], "app.kubernetes.io/component": "store-reader"},
         }
     )

@@ -18,7 +18,7 @@ Implemented:
   ``timeoutSeconds``; an expired version gets an ``ERROR`` event with code 410;
 - DELETE of one object and DeleteCollection, with ``propagationPolicy`` (a Job's default
   is ``Orphan``, as on the real server);
-- pod logs (``tailLines``);
+- pod logs (``tailLines``, ``limitBytes``);
 - a crude Job controller: an Indexed Job gets one pod per completion index, with the
   labels/annotations the real controller sets, and its status counts its pods (active,
   ready, failed, completedIndexes) as they change;
@@ -774,6 +774,8 @@ class _Handler(BaseHTTPRequestHandler):
                 at = datetime.fromtimestamp(api.log_times.get((ns, name), 0.0), UTC)
                 stamp = at.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"  # RFC 3339, nanoseconds
                 text = "".join(f"{stamp} {line}" for line in text.splitlines(keepends=True))
+            if query.get("limitBytes"):  # as the kubelet: the first bytes of what was asked
+                text = text.encode()[: int(query["limitBytes"])].decode("utf-8", "ignore")
             return 200, text
         if method == "GET" and name:
             with api.lock:

@@ -144,3 +144,21 @@ def test_both_watches_decode_the_same_events(double: KubeApiDouble) -> None:
 
     assert seen == [("ADDED", "p2"), ("DELETED", "p2")]
     assert asyncio.run(with_async_api(double, run_async)) == seen
+
+
+def test_a_log_read_takes_at_most_the_bound_on_both_clients(double: KubeApiDouble) -> None:
+    """A pod's log is written by whatever runs in it: one line can be any size, so
+    ``tailLines`` is no bound. Every read asks the server for at most LOG_LIMIT_BYTES (a
+    caller may ask for less, never more)."""
+    sync = sync_api(double)
+    sync.apply(f"{PODS}/p2", {**POD, "metadata": {"name": "p2"}}, "tfk-test")
+    double.set_log("p2", "x" * (kube_api.LOG_LIMIT_BYTES + 4096))  # one line past the bound
+    assert len(sync.text(f"{PODS}/p2/log")) == kube_api.LOG_LIMIT_BYTES
+    assert len(sync.text(f"{PODS}/p2/log", {"tailLines": 1})) == kube_api.LOG_LIMIT_BYTES
+    assert len(sync.text(f"{PODS}/p2/log", {"limitBytes": 10})) == 10
+    assert len(sync.text(f"{PODS}/p2/log", {"limitBytes": 1 << 30})) == kube_api.LOG_LIMIT_BYTES
+
+    async def run_async(api: AsyncApi) -> int:
+        return len(await api.text(f"{PODS}/p2/log"))
+
+    assert asyncio.run(with_async_api(double, run_async)) == kube_api.LOG_LIMIT_BYTES

@@ -17,6 +17,7 @@ import pytest
 from airflow_tfk.serving.files import (
     MAX_ENTRIES,
     MAX_LISTING_BYTES,
+    MAX_STORE_JSON,
     PARTS,
     TooManyFiles,
     changed,
@@ -28,7 +29,13 @@ from airflow_tfk.serving.spec import ServingSpec
 from tests.serving.test_files import SWAPS, _version
 
 
-def read(store: Path, version: int | None, entries: int = MAX_ENTRIES, env: dict | None = None) -> str:
+def read(
+    store: Path,
+    version: int | None,
+    entries: int = MAX_ENTRIES,
+    env: dict | None = None,
+    max_json: int = MAX_STORE_JSON,
+) -> str:
     """The reader's log, run as its container runs it (``sh -c SCRIPT name ARGS``)."""
     argv = [
         "/bin/sh",
@@ -38,7 +45,7 @@ def read(store: Path, version: int | None, entries: int = MAX_ENTRIES, env: dict
         str(store),
         "" if version is None else str(version),
     ]
-    argv += [str(entries), str(MAX_LISTING_BYTES), " ".join(PARTS)]
+    argv += [str(entries), str(MAX_LISTING_BYTES), " ".join(PARTS), str(max_json)]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     return out.stdout + out.stderr
@@ -73,6 +80,27 @@ def test_the_digest_is_taken_before_the_metrics_are_read(tmp_path: Path) -> None
     ]
     assert order == sorted(order), lines
     assert parse_reader_log("\n".join(lines))[:2] == ([3], 3)
+
+
+def test_a_metrics_file_or_sample_over_the_bound_is_not_printed(tmp_path: Path) -> None:
+    """A training writes the store: a metrics file or sample request of any size must not
+    become a log of that size. Over the bound it is missing, as on the local backend; at
+    the bound it is read whole."""
+    _version(tmp_path, 3)
+    extra = tmp_path / "3" / "assets.extra"
+    extra.mkdir()
+    metrics, sample = '{"accuracy": 0.9}', '{"instances": [[1.0]]}'
+    (extra / "tfk_metrics.json").write_text(metrics)
+    (extra / "tfk_sample_request.json").write_text(sample)
+    log = read(tmp_path, 3, max_json=len(sample))
+    assert f"tfk-metrics: {metrics}" in log and sample in log
+    (extra / "tfk_metrics.json").write_text(metrics + " " * len(sample))  # one file over
+    log = read(tmp_path, 3, max_json=len(sample))
+    assert "tfk-metrics:" not in log and sample in log
+    (extra / "tfk_sample_request.json").write_text(sample + " ")
+    log = read(tmp_path, 3, max_json=len(sample))
+    assert "tfk-sample:" not in log and reader_files(log) is not None  # the digest still is
+    assert len(log) < 1024
 
 
 def test_a_model_without_a_directory_has_no_version_to_vouch_for(tmp_path: Path) -> None:

@@ -40,3 +40,41 @@ def test_a_failed_reader_job_delete_is_logged(monkeypatch: pytest.MonkeyPatch, c
         "could not delete the store reader Job" in r.message and "etcd timeout" in r.message
         for r in caplog.records
     )
+
+
+class ReaderPod:
+    """One finished reader pod whose log the API server cut at the read's bound (the
+    bound itself: tests/kube/test_api.py)."""
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    def request(self, method: str, path: str, *args: object) -> tuple[int, object]:
+        if method == "DELETE":
+            return 200, {}
+        return 200, {"items": [{"metadata": {"name": "reader-x"}, "status": {"phase": "Succeeded"}}]}
+
+    def text(self, path: str, query: dict | None = None) -> str:
+        from airflow_tfk.kube.api import LOG_LIMIT_BYTES
+
+        return self.log.encode()[:LOG_LIMIT_BYTES].decode("utf-8", "ignore")
+
+
+def test_a_reader_log_cut_off_at_the_read_bound_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that makes the reader print more than a log read takes (thousands of version
+    directories with long names, say) gives a partial answer: the publish says so instead
+    of trusting it."""
+    from airflow_tfk.kube.api import LOG_LIMIT_BYTES
+    from airflow_tfk.serving.base import ServingError
+
+    versions = " ".join(f"{'0' * 200}{i}" for i in range(LOG_LIMIT_BYTES // 200 + 10))
+    pod = ReaderPod(f"tfk-versions: {versions}\ntfk-version: 1\n")
+    monkeypatch.setattr(KubernetesServing, "api", property(lambda self: pod))
+    target = KubernetesServing(ServingSpec(model_name="linear", claim="models"))
+    monkeypatch.setattr(target, "_apply", lambda manifest: 201)
+    with pytest.raises(ServingError, match=f"printed {LOG_LIMIT_BYTES} bytes or more.*linear"):
+        target.exported_versions()
+    pod.log = "tfk-versions: 1 2\ntfk-version: 2\n"
+    small = KubernetesServing(ServingSpec(model_name="linear", claim="models"))
+    monkeypatch.setattr(small, "_apply", lambda manifest: 201)
+    assert small.exported_versions() == [1, 2]

@@ -11,7 +11,7 @@ import pytest
 
 from airflow_tfk.naming import RunIdentity
 from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig, parse
-from airflow_tfk.serving.files import MAX_ENTRIES, MAX_LISTING_BYTES, PARTS
+from airflow_tfk.serving.files import MAX_ENTRIES, MAX_LISTING_BYTES, MAX_STORE_JSON, PARTS
 from airflow_tfk.serving.render import (
     LABEL_SERVING,
     READER_SCRIPT,
@@ -162,6 +162,7 @@ def test_reader_job_passes_paths_as_arguments():
         str(MAX_ENTRIES),
         str(MAX_LISTING_BYTES),
         " ".join(PARTS),
+        str(MAX_STORE_JSON),
     ]
     # escaped for Kubernetes' $(VAR) expansion, and nothing else changed
     assert c["command"][2].replace("$$", "$") == READER_SCRIPT
