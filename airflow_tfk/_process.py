@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -189,16 +189,20 @@ def listens_on(proc: psutil.Process, port: int) -> bool:
     return False
 
 
-def wait_listening(proc: psutil.Process, port: int, timeout: float, log_path: Path) -> None:
+def wait_listening(
+    proc: psutil.Process, port: int, timeout: float, log_path: Path, others: Sequence[int] = ()
+) -> None:
     """Until ``proc`` itself listens on ``port``; :class:`PortTaken` if it ended while
-    another process held the port, RuntimeError (with its log's tail) if it ended or
-    timed out otherwise."""
+    another process held the port, or one of the ``others`` it was also given (a server
+    that binds them before ``port`` ends on those too), RuntimeError (with its log's tail)
+    if it ended or timed out otherwise."""
     deadline = time.monotonic() + timeout
     delay = 0.02
     while not listens_on(proc, port):
         if not running(proc):
-            if port_open(port):
-                raise PortTaken(f"port {port} was taken by another process: {tail(log_path, 3)}")
+            for one in (port, *others):
+                if port_open(one):
+                    raise PortTaken(f"port {one} was taken by another process: {tail(log_path, 3)}")
             raise RuntimeError(f"the process exited before it listened on {port}: {tail(log_path)}")
         if time.monotonic() > deadline:
             held = " (another process holds it)" if port_open(port) else ""
@@ -251,10 +255,18 @@ class ServerDir:
         write_atomic(self.record_path, json.dumps(record, indent=1))
         return proc, record
 
-    def wait_listening(self, proc: psutil.Process, record: dict[str, Any], port: int, timeout: float) -> None:
-        """Until ``proc`` listens on ``port``; if it never does, it is stopped and forgotten."""
+    def wait_listening(
+        self,
+        proc: psutil.Process,
+        record: dict[str, Any],
+        port: int,
+        timeout: float,
+        others: Sequence[int] = (),
+    ) -> None:
+        """Until ``proc`` listens on ``port`` (the one it binds last of ``others`` and
+        ``port``); if it never does, it is stopped and forgotten."""
         try:
-            wait_listening(proc, port, timeout, self.log_path)
+            wait_listening(proc, port, timeout, self.log_path, others)
         except BaseException:
             stop(record)
             self.record_path.unlink(missing_ok=True)

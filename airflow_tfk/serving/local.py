@@ -260,7 +260,9 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
                 f"(tensorflow_model_server is not on PATH; SavedModels loaded with "
                 f"tf.saved_model.load in pid {proc.pid}) at http://127.0.0.1:{rest}"
             )
-        self.process.wait_listening(proc, record, rest, self.start_timeout_seconds)
+        # Both servers bind gRPC first: REST listening means gRPC is bound too, and a
+        # gRPC port taken since it was chosen ends the server (PortTaken: a retry).
+        self.process.wait_listening(proc, record, rest, self.start_timeout_seconds, others=(grpc,))
 
     @property
     def url(self) -> str:
