@@ -90,7 +90,23 @@ def services_environ(env: Mapping[str, str], host: str, port: int) -> dict[str, 
     # The first call of a task builds the execution API (about a minute on a busy
     # two-core machine); Airflow's 5 s default fails that task although nothing is wrong.
     out.setdefault("AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT", "120")
+    # The scheduler's and the triggerer's log servers listen on fixed ports by default
+    # (8793, 8794): a second Airflow on this machine (another checkout, a test run) could
+    # not bind them, and its UI would fetch a running task's log from the first one's
+    # server. Ports of this deployment's own, unless the user chose them.
+    for name in LOG_SERVER_PORTS:
+        if not out.get(name):
+            out[name] = str(_free_port())
     return out
+
+
+LOG_SERVER_PORTS = ("AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT", "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT")
+
+
+def _free_port() -> int:
+    from airflow_tfk import _process
+
+    return _process.free_port()
 
 
 def ensure_config(airflow: str, env: Mapping[str, str], home: Path) -> int:

@@ -7,6 +7,7 @@ exited, stop the rest" rule are checked without an Airflow start-up.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import socket
@@ -20,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from airflow_tfk.local_airflow import COMPONENTS, Services, run, services_environ
+from airflow_tfk.local_airflow import COMPONENTS, LOG_SERVER_PORTS, Services, run, services_environ
 
 BIN = Path(sys.executable).parent
 
@@ -249,3 +250,19 @@ def test_another_airflow_answering_after_the_start_is_not_taken_for_ours(tmp_pat
     assert code == 1
     assert not any("Airflow UI and REST API" in line for line in said), said
     assert any(line.startswith("error: airflow api-server exited with code 1") for line in said), said
+
+
+def test_the_log_servers_get_ports_of_their_own_unless_chosen() -> None:
+    """Airflow's log servers default to 8793 and 8794 on every deployment: two on one
+    machine would share them. Held here, as another Airflow would hold them: up's
+    components get other ports (free ones, when chosen); a port the user set stays."""
+    with socket.socket() as worker_default, socket.socket() as trigger_default:
+        for sock, port in ((worker_default, 8793), (trigger_default, 8794)):
+            with contextlib.suppress(OSError):  # already held by someone: just as good
+                sock.bind(("127.0.0.1", port))
+                sock.listen(1)
+        env = services_environ({}, "127.0.0.1", 8123)
+    ports = [int(env[name]) for name in LOG_SERVER_PORTS]
+    assert len(set(ports)) == 2 and not {8793, 8794} & set(ports), ports
+    chosen = services_environ({"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": "9001"}, "127.0.0.1", 8123)
+    assert chosen["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"] == "9001"
