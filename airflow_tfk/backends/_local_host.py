@@ -12,11 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from airflow_tfk import _process
 from airflow_tfk.backends._local_files import LOCALHOST, _port_free, _tail
 from airflow_tfk.backends.base import ClusterRef, RunExport
 from airflow_tfk.errors import LocalMachineError, SpecError
@@ -104,16 +104,9 @@ class LocalHostChecks:
             ]
         if self.fixed_ports:
             return self._fixed_ports(spec, names)
-        socks: list[socket.socket] = []
-        try:  # hold every socket until all are bound, so no two tasks get the same port
-            for _ in names:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.bind((LOCALHOST, 0))
-            return {name: sock.getsockname()[1] for name, sock in zip(names, socks, strict=True)}
-        finally:
-            for sock in socks:
-                sock.close()
+        # Chosen through this user's register, so that a cluster (or a local server) started
+        # next is not given a port whose task has not bound it yet (_process.reserve_ports).
+        return dict(zip(names, _process.reserve_ports(len(names)), strict=True))
 
     @staticmethod
     def _fixed_ports(spec: TFClusterSpec, names: list[str]) -> dict[str, int]:

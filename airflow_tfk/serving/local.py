@@ -246,7 +246,7 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
     def _launch(self, emit: Emit) -> None:
         if not self.config_path.exists():
             _process.write_atomic(self.config_path, ModelServerConfig().to_text())
-        rest, grpc = _process.free_port(), _process.free_port()
+        rest, grpc = _process.reserve_ports(2)
         argv, which = self._argv(rest, grpc)
         proc, record = self.process.start(argv, self._env(), rest_port=rest, grpc_port=grpc, server=which)
         if which == TF_SERVING_BINARY:

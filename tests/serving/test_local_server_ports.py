@@ -32,13 +32,16 @@ def test_a_grpc_port_taken_before_the_server_binds_it_starts_it_on_another(
     tmp_path: Path, held_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     chosen: list[int] = []
-    real = _process.free_port
+    real = _process.reserve_ports
 
-    def free_port() -> int:  # the launch's 2nd choice (its gRPC port) is the held one
-        chosen.append(held_port if len(chosen) == 1 else real())
-        return chosen[-1]
+    def reserve_ports(count: int) -> list[int]:  # the 1st gRPC choice: the held port
+        ports = real(count)
+        if not chosen:
+            ports[1] = held_port
+        chosen.extend(ports)
+        return ports
 
-    monkeypatch.setattr(serving_local._process, "free_port", free_port)
+    monkeypatch.setattr(serving_local._process, "reserve_ports", reserve_ports)
     (tmp_path / "root" / "default" / ".claims" / "models").mkdir(parents=True)
     spec = ServingSpec(model_name="m", claim="models", name="ports")
     target = LocalServing(spec, root=str(tmp_path / "root"), server="stand-in")
