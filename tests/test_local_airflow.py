@@ -174,7 +174,7 @@ API_SERVER_LOSES_ITS_PORT = """#!{python}
 import os, sys, time
 open(os.path.join({dir!r}, sys.argv[1] + ".pid"), "w").write(str(os.getpid()))
 if sys.argv[1] == "api-server":
-    time.sleep(5)
+    time.sleep(2.5)  # past one of up's health checks (1 s apart) with the other Airflow up
     sys.exit(1)
 time.sleep(600)
 """
