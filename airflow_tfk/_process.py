@@ -12,7 +12,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,73 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOCALHOST, 0))
         return int(sock.getsockname()[1])
+
+
+# How long a port choice holds (a TensorFlow task listens well before: start-up plus
+# TensorFlow's import), and how many taken ports a choice may skip.
+PORT_RESERVATION_SECONDS = 600.0
+MAX_SKIPPED_PORTS = 1000
+
+
+def ports_registry() -> Path:
+    """Where this user's port choices on this machine are written down: one place for
+    every local root and checkout (``$XDG_CACHE_HOME``, else ``~/.cache``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base, "airflow-tfk", "ports")
+
+
+def reserve_ports(count: int) -> list[int]:
+    """``count`` free loopback ports that nobody of this user on this machine (a local
+    cluster's task, a model server, a TensorBoard) was given in the last
+    :data:`PORT_RESERVATION_SECONDS`.
+
+    A server binds its port a moment after the choice (a TensorFlow task: seconds, after
+    its import), and until then the kernel offers the same free port to the next one who
+    asks: two trainings started together would share a port, and the later one fails to
+    start its server. So each choice is written down (:func:`ports_registry`) and the next
+    one skips it. Past the window the port is bound (the kernel then skips it itself) or
+    free again for good. Where the register cannot be written (a read-only home), the
+    choice is the kernel's alone, as it would be without it.
+    """
+    registry = ports_registry()
+    try:
+        registry.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with locked(registry):
+            return _reserve(registry, count)
+    except OSError:
+        return _reserve(None, count)
+
+
+def _reserve(registry: Path | None, count: int) -> list[int]:
+    now = time.time()
+    given: set[int] = set()
+    for entry in registry.glob("*.json") if registry is not None else ():
+        record = read_record(entry)
+        at = record.get("at") if isinstance(record, dict) else None
+        if not (isinstance(record, dict) and isinstance(record.get("ports"), list)) or not (
+            isinstance(at, (int, float)) and 0 <= now - at < PORT_RESERVATION_SECONDS
+        ):
+            entry.unlink(missing_ok=True)  # past the window (or not a record of ours)
+            continue
+        given.update(p for p in record["ports"] if isinstance(p, int))
+    socks: list[socket.socket] = []
+    ports: list[int] = []
+    try:  # hold every socket until all are bound, so no two get the same port
+        while len(ports) < count:
+            if len(socks) >= count + MAX_SKIPPED_PORTS:
+                raise RuntimeError(f"no {count} free local ports: {len(given)} are held for others")
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind((LOCALHOST, 0))
+            port = int(sock.getsockname()[1])
+            if port not in given:
+                ports.append(port)
+        if registry is not None:
+            write_atomic(registry / f"{uuid.uuid4().hex}.json", json.dumps({"at": now, "ports": ports}))
+    finally:
+        for sock in socks:
+            sock.close()
+    return ports
 
 
 def port_open(port: int, timeout: float = 0.5) -> bool:
@@ -189,16 +257,20 @@ def listens_on(proc: psutil.Process, port: int) -> bool:
     return False
 
 
-def wait_listening(proc: psutil.Process, port: int, timeout: float, log_path: Path) -> None:
+def wait_listening(
+    proc: psutil.Process, port: int, timeout: float, log_path: Path, others: Sequence[int] = ()
+) -> None:
     """Until ``proc`` itself listens on ``port``; :class:`PortTaken` if it ended while
-    another process held the port, RuntimeError (with its log's tail) if it ended or
-    timed out otherwise."""
+    another process held the port, or one of the ``others`` it was also given (a server
+    that binds them before ``port`` ends on those too), RuntimeError (with its log's tail)
+    if it ended or timed out otherwise."""
     deadline = time.monotonic() + timeout
     delay = 0.02
     while not listens_on(proc, port):
         if not running(proc):
-            if port_open(port):
-                raise PortTaken(f"port {port} was taken by another process: {tail(log_path, 3)}")
+            for one in (port, *others):
+                if port_open(one):
+                    raise PortTaken(f"port {one} was taken by another process: {tail(log_path, 3)}")
             raise RuntimeError(f"the process exited before it listened on {port}: {tail(log_path)}")
         if time.monotonic() > deadline:
             held = " (another process holds it)" if port_open(port) else ""
@@ -251,10 +323,18 @@ class ServerDir:
         write_atomic(self.record_path, json.dumps(record, indent=1))
         return proc, record
 
-    def wait_listening(self, proc: psutil.Process, record: dict[str, Any], port: int, timeout: float) -> None:
-        """Until ``proc`` listens on ``port``; if it never does, it is stopped and forgotten."""
+    def wait_listening(
+        self,
+        proc: psutil.Process,
+        record: dict[str, Any],
+        port: int,
+        timeout: float,
+        others: Sequence[int] = (),
+    ) -> None:
+        """Until ``proc`` listens on ``port`` (the one it binds last of ``others`` and
+        ``port``); if it never does, it is stopped and forgotten."""
         try:
-            wait_listening(proc, port, timeout, self.log_path)
+            wait_listening(proc, port, timeout, self.log_path, others)
         except BaseException:
             stop(record)
             self.record_path.unlink(missing_ok=True)

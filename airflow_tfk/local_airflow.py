@@ -90,7 +90,23 @@ def services_environ(env: Mapping[str, str], host: str, port: int) -> dict[str, 
     # The first call of a task builds the execution API (about a minute on a busy
     # two-core machine); Airflow's 5 s default fails that task although nothing is wrong.
     out.setdefault("AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT", "120")
+    # The scheduler's and the triggerer's log servers listen on fixed ports by default
+    # (8793, 8794): a second Airflow on this machine (another checkout, a test run) could
+    # not bind them, and its UI would fetch a running task's log from the first one's
+    # server. Ports of this deployment's own, unless the user chose them.
+    for name in LOG_SERVER_PORTS:
+        if not out.get(name):
+            out[name] = str(_free_port())
     return out
+
+
+LOG_SERVER_PORTS = ("AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT", "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT")
+
+
+def _free_port() -> int:
+    from airflow_tfk import _process
+
+    return _process.free_port()
 
 
 def ensure_config(airflow: str, env: Mapping[str, str], home: Path) -> int:
@@ -120,9 +136,13 @@ def passwords_file(env: Mapping[str, str], home: Path) -> Path:
     return Path(given) if given else home / PASSWORDS_FILE
 
 
-def wait_healthy(url: str, alive: Callable[[], str | None], timeout: float) -> str | None:
+def wait_healthy(
+    url: str, alive: Callable[[], str | None], timeout: float, ours: Callable[[], bool] | None = None
+) -> str | None:
     """Until the api-server answers its health check: None, else why not (a component
-    that exited, or the time it took)."""
+    that exited, or the time it took). With ``ours``, an answer counts only once ``ours()``
+    says our own api-server listens: a health check answered on the port says only that
+    *some* Airflow answers there, and a second one on this machine answers it too."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         dead = alive()
@@ -130,12 +150,32 @@ def wait_healthy(url: str, alive: Callable[[], str | None], timeout: float) -> s
             return dead
         try:
             with urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=30) as resp:
-                if resp.status == 200:
+                if resp.status == 200 and (ours is None or ours()):
                     return None
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(1)
     return f"the api-server did not answer {url}/api/v2/monitor/health within {timeout:.0f} s"
+
+
+def port_taken(url: str) -> str | None:
+    """Why the api-server cannot listen where ``url`` says (None when nothing answers
+    there): on a taken port it would exit while the other process answers in its place."""
+    import socket
+    import urllib.parse
+
+    where = urllib.parse.urlsplit(url)
+    if where.hostname is None or where.port is None:
+        return None
+    try:
+        with socket.create_connection((where.hostname, where.port), timeout=1):
+            pass
+    except OSError:
+        return None
+    return (
+        f"port {where.port} on {where.hostname} is already in use by another process "
+        "(another Airflow?): stop it, or choose another port with --port"
+    )
 
 
 class Services:
@@ -160,6 +200,23 @@ class Services:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
+
+    def listens(self, url: str) -> bool:
+        """Does our api-server (or a process it started) listen on ``url``'s port?"""
+        import urllib.parse
+
+        import psutil
+
+        from airflow_tfk import _process
+
+        port = urllib.parse.urlsplit(url).port
+        proc = self.procs.get("api-server")
+        if port is None or proc is None:
+            return True
+        try:
+            return _process.listens_on(psutil.Process(proc.pid), port)
+        except psutil.Error:
+            return False
 
     def exited(self) -> str | None:
         for name, proc in self.procs.items():
@@ -200,7 +257,12 @@ def run(
 ) -> int:
     """Start the four components, say where to find them, and keep them running until
     SIGINT/SIGTERM or until one exits (then the others are stopped too: half a
-    deployment looks alive and runs nothing)."""
+    deployment looks alive and runs nothing). Nothing starts when another process already
+    answers on the api-server's port, and "ready" means our own api-server answers."""
+    taken = port_taken(url)
+    if taken is not None:
+        say(f"error: {taken}")
+        return 1
     services = Services(airflow, env, home)
     stopping: list[int] = []
 
@@ -212,7 +274,10 @@ def run(
         services.start()
         say(f"started {', '.join(COMPONENTS)}; logs: {services.logs}/<component>.log")
         problem = wait_healthy(
-            url, lambda: services.exited() or ("stopped" if stopping else None), start_timeout
+            url,
+            lambda: services.exited() or ("stopped" if stopping else None),
+            start_timeout,
+            lambda: services.listens(url),
         )
         if problem is None:
             for line in _ready_lines(env, home, url):

@@ -256,7 +256,8 @@ class TFClusterSpec:
         lo=1,
         hi=65535,
         help="a port on which the training serves Prometheus metrics: declared on every task's container "
-        "(`metrics`) with `prometheus.io/*` scrape annotations on the pods; none: no metrics port",
+        "(`metrics`) with `prometheus.io/*` scrape annotations on the pods (the local backend gives each "
+        "task a free port of its own instead); none: no metrics port",
     )
     metrics_path: str = spec_field(
         "/metrics",

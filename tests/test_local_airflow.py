@@ -7,17 +7,21 @@ exited, stop the rest" rule are checked without an Airflow start-up.
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
+import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from airflow_tfk.local_airflow import COMPONENTS, Services, run, services_environ
+from airflow_tfk.local_airflow import COMPONENTS, LOG_SERVER_PORTS, Services, run, services_environ
 
 BIN = Path(sys.executable).parent
 
@@ -162,3 +166,103 @@ def test_the_urls_reach_the_api_server_whatever_the_address(host: str, url: str)
     assert env["AIRFLOW__API__HOST"] == host
     assert env["AIRFLOW__API__BASE_URL"] == url
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == f"{url}/execution/"
+
+
+# An api-server that cannot bind its port (another process took it after `up` looked): it
+# says it started, then exits as uvicorn does on "address already in use".
+API_SERVER_LOSES_ITS_PORT = """#!{python}
+import os, sys, time
+open(os.path.join({dir!r}, sys.argv[1] + ".pid"), "w").write(str(os.getpid()))
+if sys.argv[1] == "api-server":
+    time.sleep(2.5)  # past one of up's health checks (1 s apart) with the other Airflow up
+    sys.exit(1)
+time.sleep(600)
+"""
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    """Another Airflow's api-server: healthy, on the port ours was to use."""
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        return
+
+
+def _other_airflow(port: int) -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.timeout(60)  # taken for ready, the run would wait on its stand-ins' sleep
+def test_a_port_another_airflow_answers_on_starts_nothing(tmp_path: Path) -> None:
+    other = _other_airflow(0)
+    port = other.server_address[1]
+    said: list[str] = []
+    try:
+        code = run(fake_airflow(tmp_path), {}, tmp_path / "home", f"http://127.0.0.1:{port}", said.append, 60)
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert code == 1
+    assert said == [
+        f"error: port {port} on 127.0.0.1 is already in use by another process (another Airflow?): "
+        "stop it, or choose another port with --port"
+    ]
+    assert _pids(tmp_path) == {}
+
+
+@pytest.mark.timeout(60)  # taken for ready, the run would wait on its stand-ins' sleep
+def test_another_airflow_answering_after_the_start_is_not_taken_for_ours(tmp_path: Path) -> None:
+    """The port is free when ``up`` looks, then another process takes it before our
+    api-server binds it: the other one's health answer must not make ``up`` say "ready"
+    (with a URL that leads to somebody else's Airflow); ours exits, and ``up`` says so."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    path = tmp_path / "airflow"
+    path.write_text(API_SERVER_LOSES_ITS_PORT.format(python=sys.executable, dir=str(tmp_path)))
+    path.chmod(0o755)
+    said: list[str] = []
+    servers: list[http.server.ThreadingHTTPServer] = []
+
+    def take_the_port_once_started() -> None:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "api-server.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        servers.append(_other_airflow(port))
+
+    taker = threading.Thread(target=take_the_port_once_started)
+    taker.start()
+    try:
+        code = run(str(path), {}, tmp_path / "home", f"http://127.0.0.1:{port}", said.append, 60)
+    finally:
+        taker.join()
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    assert servers, "the other Airflow never started"
+    assert code == 1
+    assert not any("Airflow UI and REST API" in line for line in said), said
+    assert any(line.startswith("error: airflow api-server exited with code 1") for line in said), said
+
+
+def test_the_log_servers_get_ports_of_their_own_unless_chosen() -> None:
+    """Airflow's log servers default to 8793 and 8794 on every deployment: two on one
+    machine would share them. Held here, as another Airflow would hold them: up's
+    components get other ports (free ones, when chosen); a port the user set stays."""
+    with socket.socket() as worker_default, socket.socket() as trigger_default:
+        for sock, port in ((worker_default, 8793), (trigger_default, 8794)):
+            with contextlib.suppress(OSError):  # already held by someone: just as good
+                sock.bind(("127.0.0.1", port))
+                sock.listen(1)
+        env = services_environ({}, "127.0.0.1", 8123)
+    ports = [int(env[name]) for name in LOG_SERVER_PORTS]
+    assert len(set(ports)) == 2 and not {8793, 8794} & set(ports), ports
+    chosen = services_environ({"AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": "9001"}, "127.0.0.1", 8123)
+    assert chosen["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"] == "9001"

@@ -856,16 +856,19 @@ def test_missing_template_dir_is_an_error(tmp_path: Path):
 
 # -- speed and import hygiene ------------------------------------------------------------
 def test_render_608_tasks_under_50ms():
+    """CPU time, not wall time: the bound is on the work a render costs, which a busy
+    machine does not change (a test beside other tests shares its cores; the wall-clock
+    target is bench/bench_render.py's, measured alone)."""
     spec = make(ps={"replicas": 8}, worker={"replicas": 600}, legacy_tf1_flags=True)
     render(spec)
-    best = min(_timed(render, spec) for _ in range(5))
-    assert best < 0.050, f"render took {best * 1000:.1f} ms"
+    best = min(_cpu_timed(render, spec) for _ in range(5))
+    assert best < 0.050, f"render took {best * 1000:.1f} CPU-ms"
 
 
-def _timed(fn, *args):
-    start = time.perf_counter()
+def _cpu_timed(fn, *args):
+    start = time.process_time()
     fn(*args)
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 def test_importing_the_package_does_not_import_the_renderer():

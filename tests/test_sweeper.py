@@ -216,8 +216,13 @@ def test_sigkilled_waiter_then_the_sweeper_leaves_nothing(backend, tmp_path) -> 
     ref = ClusterRef("waited", "default")
     os.kill(proc.pid, signal.SIGKILL)  # no on_kill, no finally: the cluster is orphaned
     proc.wait(10)
-    time.sleep(0.5)
-    assert len(backend._marked(ref)) == 6  # 3 supervisors + 3 tasks keep running
+    # 3 supervisors + 3 tasks keep running. A supervisor is recorded before it starts its
+    # task (create() does not wait for the tasks), so on a loaded machine a task may
+    # appear a moment later: wait for it, rather than sleep and hope.
+    deadline = time.monotonic() + 30
+    while len(marked := backend._marked(ref)) < 6 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(marked) == 6, marked
     swept = sweep(backend, None, states({"killed": "failed"}))
     assert [r.ref for r in swept] == [ref]
     assert backend._marked(ref) == [] and not backend.exists(ref)

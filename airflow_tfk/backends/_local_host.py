@@ -12,11 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from airflow_tfk import _process
 from airflow_tfk.backends._local_files import LOCALHOST, _port_free, _tail
 from airflow_tfk.backends.base import ClusterRef, RunExport
 from airflow_tfk.errors import LocalMachineError, SpecError
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from airflow_tfk.backends._local_records import ClusterState
 
 _PYTHONS = ("python", "python3")
+# The key of a task's metrics port among the allocated ports (``metrics:worker-0``).
+METRICS_PORT_KEY = "metrics:"
 
 
 class LocalHostChecks:
@@ -87,37 +89,66 @@ class LocalHostChecks:
         return out
 
     def _allocate_ports(self, spec: TFClusterSpec) -> dict[str, int]:
-        """One port per task of the cluster map (``role-index`` -> port)."""
+        """One port per task of the cluster map (``role-index`` -> port), and with a
+        ``metrics_port`` one more per task for its metrics (``metrics:role-index`` -> port).
+
+        A pod has an address of its own, so every pod of a training (and of every other
+        training) can serve metrics on the same ``metrics_port``; on one machine they would
+        all bind the same port, and a scraper would read whichever task bound it first,
+        perhaps another training's. So each local task gets a port of its own.
+        """
         names = [f"{r}-{i}" for r, s in spec.cluster_roles().items() for i in range(s.replicas)]
+        if spec.metrics_port is not None:
+            names += [
+                f"{METRICS_PORT_KEY}{r}-{i}" for r, s in spec.roles().items() for i in range(s.replicas)
+            ]
         if self.fixed_ports:
-            last = spec.port + len(names) - 1
+            return self._fixed_ports(spec, names)
+        # Chosen through this user's register, so that a cluster (or a local server) started
+        # next is not given a port whose task has not bound it yet (_process.reserve_ports).
+        return dict(zip(names, _process.reserve_ports(len(names)), strict=True))
+
+    @staticmethod
+    def _fixed_ports(spec: TFClusterSpec, names: list[str]) -> dict[str, int]:
+        """Task *k* of the cluster map on ``port + k``; with metrics, task *k* of every role
+        serves them on ``metrics_port + k``. Every one must be free here."""
+        ports: dict[str, int] = {}
+        ranges: dict[str, tuple[int, int]] = {}
+        for field, base in (("port", spec.port), ("metrics_port", spec.metrics_port)):
+            if base is None:
+                continue
+            own = [n for n in names if n.startswith(METRICS_PORT_KEY) == (field == "metrics_port")]
+            last = base + len(own) - 1
             if last > 65535:
                 raise SpecError(
-                    "port",
-                    f"with fixed ports the {len(names)} tasks need ports {spec.port}-{last}, beyond 65535",
-                    spec.port,
+                    field,
+                    f"with fixed ports the {len(own)} tasks need ports {base}-{last}, beyond 65535",
+                    base,
                 )
-            for k, name in enumerate(names):
-                if not _port_free(spec.port + k):
-                    raise LocalMachineError(
-                        "port",
-                        f"{LOCALHOST}:{spec.port + k} (for task {name}) is "
-                        "already in use on this machine: stop what listens there, "
-                        "choose another port, or let the local backend pick free "
-                        "ports (fixed_ports=False)",
-                        spec.port + k,
-                    )
-            return {name: spec.port + k for k, name in enumerate(names)}
-        socks: list[socket.socket] = []
-        try:  # hold every socket until all are bound, so no two tasks get the same port
-            for _ in names:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.bind((LOCALHOST, 0))
-            return {name: sock.getsockname()[1] for name, sock in zip(names, socks, strict=True)}
-        finally:
-            for sock in socks:
-                sock.close()
+            ranges[field] = (base, last)
+            ports.update({name: base + k for k, name in enumerate(own)})
+        if len(ranges) == 2:
+            (p0, p1), (m0, m1) = ranges["port"], ranges["metrics_port"]
+            if p0 <= m1 and m0 <= p1:
+                raise LocalMachineError(
+                    "metrics_port",
+                    f"with fixed ports the tasks' metrics ports {m0}-{m1} overlap their TensorFlow "
+                    f"ports {p0}-{p1} (port) on this one machine: choose ports further apart",
+                    spec.metrics_port,
+                )
+        for name, port in ports.items():
+            if not _port_free(port):
+                field = "metrics_port" if name.startswith(METRICS_PORT_KEY) else "port"
+                task = name.removeprefix(METRICS_PORT_KEY)
+                raise LocalMachineError(
+                    field,
+                    f"{LOCALHOST}:{port} (for task {task}) is "
+                    "already in use on this machine: stop what listens there, "
+                    "choose another port, or let the local backend pick free "
+                    "ports (fixed_ports=False)",
+                    port,
+                )
+        return ports
 
     def run_exports(self, ref: ClusterRef) -> list[RunExport]:
         """Each ``<model>/<version>`` directory the run's tasks reported exporting (their

@@ -109,10 +109,12 @@ def local_setup(
     local_cluster: Mapping[str, list[str]],
     volumes: Mapping[str, str],
     scratch: str,
+    metrics_port: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """(argv, env) of task ``index`` of the role whose rendered ``container`` is given,
-    on this machine: the pod's, with local addresses and volume directories, and
-    ``scratch`` (the task's own directory) wherever the pod names its scratch mount."""
+    on this machine: the pod's, with local addresses and volume directories,
+    ``scratch`` (the task's own directory) wherever the pod names its scratch mount, and
+    the task's own ``metrics_port`` instead of the one every pod shares."""
     jobset = spec.layout is Layout.JOBSET
     kube_addresses = {
         naming.task_address(spec.name, role, i, spec.namespace_name, spec.port, jobset): address
@@ -132,6 +134,8 @@ def local_setup(
             continue
         if name == "TFK_CLUSTER":
             item = {"name": name, "value": json.dumps(dict(local_cluster), separators=(",", ":"))}
+        elif name == "TFK_METRICS_PORT" and metrics_port is not None:
+            item = {"name": name, "value": str(metrics_port)}
         elif name in _VOLUME_ENV:
             if _VOLUME_ENV[name] not in volumes:
                 continue

@@ -22,6 +22,7 @@ from airflow_tfk import naming
 from airflow_tfk.backends import _local_pod
 from airflow_tfk.backends import _local_records as records
 from airflow_tfk.backends._local_files import LOCALHOST, MARKER_ENV, MINIMAL_ENV, TASK_ENV, _private_dir
+from airflow_tfk.backends._local_host import METRICS_PORT_KEY
 from airflow_tfk.backends._local_records import PRIVATE_FILE, ClusterState, TaskConfig, TaskEntry
 from airflow_tfk.backends.base import ClusterRef
 from airflow_tfk.naming import RunIdentity
@@ -105,9 +106,12 @@ class LocalStart:
                 _private_dir(tdir)
                 scratch = cdir / "scratch" / name
                 _private_dir(scratch)
+                metrics_port = ports.get(f"{METRICS_PORT_KEY}{name}")
                 pod_argv, pod_env = _local_pod.local_setup(
-                    spec, containers[role], index, cluster, volumes, str(scratch)
+                    spec, containers[role], index, cluster, volumes, str(scratch), metrics_port
                 )
+                if metrics_port is not None:
+                    log.info("local backend: %s serves its metrics at %s:%d", name, LOCALHOST, metrics_port)
                 # The executables as this machine resolved them (python -> this interpreter).
                 argv = _local_pod.local_argv(pod_argv, commands[role][0], runs_through_launcher(spec, role))
                 task = TaskConfig(

@@ -245,7 +245,7 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
     def _launch(self, emit: Emit) -> None:
         if not self.config_path.exists():
             _process.write_atomic(self.config_path, ModelServerConfig().to_text())
-        rest, grpc = _process.free_port(), _process.free_port()
+        rest, grpc = _process.reserve_ports(2)
         argv, which = self._argv(rest, grpc)
         proc, record = self.process.start(argv, self._env(), rest_port=rest, grpc_port=grpc, server=which)
         if which == TF_SERVING_BINARY:
@@ -259,7 +259,9 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
                 f"(tensorflow_model_server is not on PATH; SavedModels loaded with "
                 f"tf.saved_model.load in pid {proc.pid}) at http://127.0.0.1:{rest}"
             )
-        self.process.wait_listening(proc, record, rest, self.start_timeout_seconds)
+        # Both servers bind gRPC first: REST listening means gRPC is bound too, and a
+        # gRPC port taken since it was chosen ends the server (PortTaken: a retry).
+        self.process.wait_listening(proc, record, rest, self.start_timeout_seconds, others=(grpc,))
 
     @property
     def url(self) -> str:

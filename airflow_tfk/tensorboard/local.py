@@ -62,7 +62,7 @@ class LocalTensorBoard(LocalServer[TensorBoardSpec]):
         logdir = self.logdir()
         os.makedirs(logdir, exist_ok=True)
         wanted = self.spec.port if self.spec.port and not retry else 0
-        port = wanted if wanted and _free(wanted) else _process.free_port()
+        port = wanted if wanted and _free(wanted) else _process.reserve_ports(1)[0]
         argv = [
             sys.executable,
             "-m",

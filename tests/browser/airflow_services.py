@@ -159,6 +159,11 @@ class AirflowServices:
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(free_port()),
+            # The log servers' defaults (8793, 8794) are fixed: another Airflow on this
+            # machine (the other test lane's scheduler) holds them, and the UI would then
+            # fetch a task's log from a server that is not this deployment's.
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__CORE__PARALLELISM": "4",
             # On a busy 2-core machine the api-server answers a task's first call slowly;

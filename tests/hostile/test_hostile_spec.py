@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import tempfile
 import time
 import tracemalloc
 from collections import Counter
@@ -35,7 +37,9 @@ from .corpus import BASE, with_
 
 CPU_LIMIT = 1.0
 MEMORY_LIMIT = 100 * 2**20
-MARK = Path("/tmp/tfk-hostile-spec-MARK")  # what an executed payload below would create
+# What an executed payload below would create: this process's own, so a run beside another
+# (the other CI lane, a second checkout) neither removes its marker nor sees it.
+MARK = Path(tempfile.gettempdir()) / f"tfk-hostile-spec-MARK-{os.getpid()}"
 PAYLOAD = "{{ cycler.__init__.__globals__.os.system('touch " + str(MARK) + "') }}"
 RESTRICTED = {"egress": "restricted"}
 

@@ -15,12 +15,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from airflow_tfk import _process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,17 +38,10 @@ TF_ENV = {
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on 127.0.0.1 (bound together, then released)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` distinct free TCP ports on 127.0.0.1, chosen as the local backend chooses its
+    tasks' (``_process.reserve_ports``): the tasks bind them seconds later, and until then
+    no other cluster of this test run, or of the other lane, is given them."""
+    return _process.reserve_ports(n)
 
 
 def task_env(

@@ -40,11 +40,37 @@ def stand_in_server(
     timeout: float = 180.0,
 ) -> Iterator[StandIn]:
     """Start the server in ``workdir`` (its config file and log go there), wait until
-    ``ready`` says so (an ``OSError`` counts as not yet), and stop it on exit."""
+    ``ready`` says so (an ``OSError`` counts as not yet), and stop it on exit. A free port
+    is free only until somebody binds it (the other test lane runs servers too): a server
+    that ended while another process held one of its ports starts again on fresh ones."""
     config = workdir / "models.config"
     config.write_text(ModelServerConfig(tuple(models)).to_text())
-    rest, grpc = _process.free_port(), _process.free_port()
     log = workdir / "server.log"
+    for attempt in range(PORT_ATTEMPTS):
+        server = _start(config, log, flags)
+        try:
+            deadline = time.monotonic() + timeout
+            while not _ready(ready, server):
+                if server.proc.poll() is not None and attempt < PORT_ATTEMPTS - 1:
+                    if _process.port_open(server.rest) or _process.port_open(server.grpc):
+                        break  # taken by another process between the choice and the bind
+                if time.monotonic() > deadline or server.proc.poll() is not None:
+                    said = log.read_text()[-3000:]
+                    raise AssertionError(f"the stand-in model server is not ready:\n{said}")
+                time.sleep(0.2)
+            else:
+                yield server
+                return
+        finally:
+            server.proc.terminate()
+            server.proc.wait(timeout=20)
+
+
+PORT_ATTEMPTS = 3
+
+
+def _start(config: Path, log: Path, flags: Sequence[str]) -> StandIn:
+    rest, grpc = _process.free_port(), _process.free_port()
     argv = [
         sys.executable,
         "-m",
@@ -57,17 +83,7 @@ def stand_in_server(
     ]
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    server = StandIn(proc, rest, grpc, log)
-    try:
-        deadline = time.monotonic() + timeout
-        while not _ready(ready, server):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise AssertionError(f"the stand-in model server is not ready:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-        yield server
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    return StandIn(proc, rest, grpc, log)
 
 
 def _ready(check: Callable[[StandIn], bool], server: StandIn) -> bool:

@@ -88,7 +88,9 @@ def serve(
     options = options or ServerOptions()
     limits = options.limits()
     stop = stop or threading.Event()
-    server = make_server(manager, metrics, host, rest_port, options, limits)
+    # gRPC first, as tensorflow_model_server does: whoever waits for the REST port to
+    # listen then knows the gRPC port is settled (bound, or off); a gRPC port that cannot
+    # be bound ends the server before REST ever listens.
     grpc_server: Any = None
     if grpc_port >= 0:
         try:
@@ -97,6 +99,12 @@ def serve(
             grpc_server, grpc_port = start_grpc(manager, metrics, host, grpc_port, options.workers, limits)
         except ImportError as exc:  # REST still works; say why gRPC does not
             log(f"gRPC API off: {exc} (scripts/bootstrap.sh installs tensorflow-serving-api)")
+    try:
+        server = make_server(manager, metrics, host, rest_port, options, limits)
+    except BaseException:
+        if grpc_server is not None:
+            grpc_server.stop(grace=0)
+        raise
     if bound is not None:
         bound.update(rest=server.server_address[1], grpc=grpc_port)
     log(BANNER)
