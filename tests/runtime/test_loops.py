@@ -49,9 +49,13 @@ def test_parameter_server_progress_is_the_true_step(local_cluster):
     # a line for every `every` steps, from the first interval on (no 40-step lag, no
     # short run reduced to its last line)
     assert [p.step // every for p in running] == list(range(steps // every + 1)), [p.step for p in running]
+    # Each line is the step the cluster had finished when it was printed, not the step it
+    # scheduled (the queue holds seconds of steps). Two paces (20 steps) of slack: the
+    # counter a marker reads is a moment old when the line is printed, and on a loaded
+    # machine the workers finish steps in that moment.
     for p in running[1:]:
         true_step = bisect.bisect_right(finished, p.time)
-        assert abs(p.step - true_step) <= 0.01 * steps, (p.step, true_step)
+        assert abs(p.step - true_step) <= 20, (p.step, true_step)
     assert lines[-1].status == "done" and lines[-1].step == steps
 
 
