@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 FULL_CLUSTER_MAX_BYTES = 16 * 1024
 LAUNCH_MODULE = "airflow_tfk.runtime.launch"
 TF1_FLAGS_OPTION = "--tf1-flags"
+NO_DEVICE_FILTERS_OPTION = "--no-device-filters"
 _PYTHON = re.compile(r"python[0-9.]*")
 
 
@@ -77,13 +78,22 @@ def launcher_position(command: list[str]) -> int | None:
 
 
 def provider_adds_launcher(spec: TFClusterSpec, role: str) -> bool:
-    """A ``between_graph`` cluster with ``legacy_tf1_flags`` runs each command behind the
-    launcher (for its device-filter shim), unless the command runs it already."""
+    """A cluster with ``legacy_tf1_flags`` runs each command behind the launcher, unless the
+    command runs it already: in ``between_graph`` for its device-filter shim; in the other
+    modes once the cluster is compact and the command is a Python program, so that the
+    launcher builds the host flags. Host lists in the pod args would sit in the pod
+    template of every Job (and JobSet), and so in every watch event of it: ~80 kB per Job
+    status change at 2,000 workers, read by the wait. A Python program never has them
+    exec'd (the launcher runs it in its own process when an exec would be refused); any
+    other command keeps them in its args, under the exec limit it always had."""
     from airflow_tfk.spec import Mode
 
-    if not spec.legacy_tf1_flags or spec.mode is not Mode.BETWEEN_GRAPH:
+    if not spec.legacy_tf1_flags:
         return False
-    return launcher_position(role_command(spec, role)) is None
+    command = role_command(spec, role)
+    if spec.mode is not Mode.BETWEEN_GRAPH and (not compact_cluster(spec) or python_command(command) is None):
+        return False
+    return launcher_position(command) is None
 
 
 def launcher_writes_tf1_flags(spec: TFClusterSpec, role: str) -> bool:
@@ -102,6 +112,10 @@ def task_command(spec: TFClusterSpec, role: str) -> list[str]:
     backends take it from."""
     command = role_command(spec, role)
     own_flags = [TF1_FLAGS_OPTION] if launcher_writes_tf1_flags(spec, role) else []
+    if own_flags and spec.mode.value != "between_graph":
+        # The shim's filters (ps + this task) suit between-graph sessions only: a chief
+        # or an all-reduce worker must see its peers.
+        own_flags.append(NO_DEVICE_FILTERS_OPTION)
     if not provider_adds_launcher(spec, role):
         at = launcher_position(command)
         if own_flags and at is not None and TF1_FLAGS_OPTION not in command:

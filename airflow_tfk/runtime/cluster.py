@@ -82,13 +82,15 @@ class TaskInfo:
 
     def tf1_flags(self) -> list[str]:
         """The legacy flags of TF1 between-graph scripts (clusters of ps and workers;
-        a chief, if any, gets ``--job_name=chief``)."""
-        return [
-            f"--ps_hosts={','.join(self.cluster.get('ps') or [])}",
-            f"--worker_hosts={','.join(self.cluster.get('worker') or [])}",
-            f"--job_name={self.role}",
-            f"--task_index={self.index}",
+        a chief, if any, gets ``--job_name=chief``). A host flag of a role the cluster
+        lacks is left out, as in the pod args that carry them for a small cluster, so a
+        script sees the same argv whichever of the two wrote them."""
+        hosts = [
+            f"{flag}={','.join(self.cluster[role])}"
+            for flag, role in (("--ps_hosts", "ps"), ("--worker_hosts", "worker"))
+            if role in self.cluster
         ]
+        return [*hosts, f"--job_name={self.role}", f"--task_index={self.index}"]
 
 
 MAX_PATTERN_COUNT = 100_000
