@@ -289,3 +289,18 @@ def test_a_value_spelt_in_the_template_is_kept() -> None:
         ("--f={{ params.x }}", "a", "--f=a"),
     ):
         assert render_template(env.from_string(text), {"params": {"x": value}}, native=True) == out
+
+
+@pytest.mark.parametrize("value", [None, True, [1], {"a": 1}])
+@pytest.mark.parametrize(
+    "text", ["{{ '--lr=' ~ params.x }}", "{{ [params.x] | join(',') }}", "{{ params.x | lower }}"]
+)
+def test_a_value_an_expression_writes_into_a_text_is_refused(text: str, value: Any) -> None:
+    from airflow.sdk.definitions.context import render_template
+
+    from airflow_tfk.dagfactory.sandbox import TemplateValueError
+
+    env = SandboxedNativeEnvironment()
+    with pytest.raises(TemplateValueError):
+        render_template(env.from_string(text), {"params": {"x": value}}, native=True)
+    assert render_template(env.from_string(text), {"params": {"x": "A"}}, native=True) in ("--lr=A", "A", "a")
