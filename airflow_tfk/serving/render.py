@@ -53,6 +53,7 @@ READER_SCRIPT = (
 # No model directory yet: no versions (a version the publish names is then not there,
 # which its digest and the server's load both say).
 if ! cd "$1" 2>/dev/null; then echo "tfk-versions:"; exit 0; fi
+base=$(pwd -P)
 vs=""
 for d in */; do
   d="${d%/}"
@@ -67,8 +68,12 @@ tfk_files "$v" "$3" "$4" "$5"
 # A metrics file or sample over $6 bytes is not printed (as on the local backend, it is
 # then missing), and no more than that is copied if it grows meanwhile: the log stays
 # small whatever a training wrote.
+# Nor is one that resolves outside the model's directory (a link to a credentials file or
+# /proc/self/environ, a version directory linked elsewhere): the local backend reads
+# neither, and the log must not show another file as the model's.
 max_json="$6"
-small() { [ -f "$1" ] && [ "$(wc -c < "$1")" -le "$max_json" ]; }
+inside() { r=$(readlink -f "$1" 2>/dev/null) && case "$r" in "$base"/*) true ;; *) false ;; esac; }
+small() { inside "$1" && [ -f "$1" ] && [ "$(wc -c < "$1")" -le "$max_json" ]; }
 m="$v/assets.extra/tfk_metrics.json"
 if small "$m"; then printf 'tfk-metrics: '; head -c "$max_json" "$m" | tr -d '\n'; echo; fi
 f="$v/assets.extra/tfk_sample_request.json"

@@ -219,3 +219,41 @@ def test_the_gate_s_digest_comes_from_the_job_that_read_the_metrics(k8s, tmp_pat
     assert reader.jobs == 3 and now != checked
     assert "saved_model.pb" in changed(checked, now)
     assert target.files_as_read(9) is None  # no such version: nothing to vouch for
+
+
+@pytest.mark.parametrize("link", ["file", "assets.extra", "version"])
+def test_a_file_linked_from_out_of_the_model_directory_is_not_read(tmp_path: Path, link: str) -> None:
+    """As on the local backend, a metrics file or sample request that resolves outside the
+    model's directory (a link to a credentials file, to /proc/self/environ, or a version
+    directory that is a link elsewhere) is missing: its content never reaches the log.
+    A link that stays inside the model's directory is read."""
+    from airflow_tfk.serving.kubernetes import reader_metrics
+
+    model, outside = tmp_path / "model", tmp_path / "outside"
+    secret = '{"password": "hunter2"}'
+    (outside / "assets.extra").mkdir(parents=True)
+    (outside / "assets.extra" / "tfk_metrics.json").write_text(secret)
+    (outside / "assets.extra" / "tfk_sample_request.json").write_text(secret)
+    (outside / "saved_model.pb").write_bytes(b"g")
+    if link == "version":
+        model.mkdir()
+        (model / "3").symlink_to(outside)
+    else:
+        d = _version(model, 3)
+        if link == "assets.extra":
+            (d / "assets.extra").symlink_to(outside / "assets.extra")
+        else:
+            (d / "assets.extra").mkdir()
+            for name in ("tfk_metrics.json", "tfk_sample_request.json"):
+                (d / "assets.extra" / name).symlink_to(outside / "assets.extra" / name)
+    log = read(model, 3)
+    assert "hunter2" not in log
+    assert reader_metrics(log) is None and parse_reader_log(log)[2] is None
+
+    # inside the model's directory, a link is the model's own file
+    shutil.rmtree(model)
+    d = _version(model, 3)
+    (model / "shared.json").write_text('{"accuracy": 0.9}')
+    (d / "assets.extra").mkdir()
+    (d / "assets.extra" / "tfk_metrics.json").symlink_to(model / "shared.json")
+    assert reader_metrics(read(model, 3)) == {"accuracy": 0.9}
