@@ -257,3 +257,23 @@ def test_a_file_linked_from_out_of_the_model_directory_is_not_read(tmp_path: Pat
     (d / "assets.extra").mkdir()
     (d / "assets.extra" / "tfk_metrics.json").symlink_to(model / "shared.json")
     assert reader_metrics(read(model, 3)) == {"accuracy": 0.9}
+
+
+@pytest.mark.parametrize("metrics", [None, "over the bound", "not json"])
+def test_a_sample_request_cannot_stand_in_for_missing_metrics(tmp_path: Path, metrics: str | None) -> None:
+    """The sample request is printed last and raw: a line of it that looks like the
+    script's metrics line is still the sample's, not the version's metrics (missing ones
+    stay missing, and the gate says so)."""
+    from airflow_tfk.serving.kubernetes import reader_metrics
+
+    _version(tmp_path, 3)
+    extra = tmp_path / "3" / "assets.extra"
+    extra.mkdir()
+    if metrics == "over the bound":
+        (extra / "tfk_metrics.json").write_text('{"accuracy": 0.1}' + " " * 200)
+    elif metrics == "not json":
+        (extra / "tfk_metrics.json").write_text("{")
+    (extra / "tfk_sample_request.json").write_text('{"instances": [[1.0]]}\ntfk-metrics: {"accuracy": 1.0}\n')
+    log = read(tmp_path, 3, max_json=100)
+    assert "tfk-sample:" in log
+    assert reader_metrics(log) is None
