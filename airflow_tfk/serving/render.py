@@ -55,9 +55,19 @@ READER_SCRIPT = (
 if ! cd "$1" 2>/dev/null; then echo "tfk-versions:"; exit 0; fi
 base=$(pwd -P)
 vs=""
+# A version is a name of digits TF Serving numbers (an int64; protocol.digits.model_version):
+# a name past it is no version, and never the newest.
 for d in */; do
   d="${d%/}"
-  case "$d" in *[!0-9]*|"") ;; *) if [ -f "$d/saved_model.pb" ]; then vs="$vs $d"; fi;; esac
+  case "$d" in *[!0-9]*|""|???????????????????????????????*) continue ;; esac
+  n="${d#"${d%%[!0]*}"}"
+  case "$n" in
+    ????????????????????*) continue ;;
+    ???????????????????)
+      m=$(printf '%s\n' "$n" 9223372036854775807 | LC_ALL=C sort | head -n 1)
+      [ "$m" = "$n" ] || continue ;;
+  esac
+  if [ -f "$d/saved_model.pb" ]; then vs="$vs $d"; fi
 done
 echo "tfk-versions:$vs"
 v="$2"

@@ -277,3 +277,18 @@ def test_a_sample_request_cannot_stand_in_for_missing_metrics(tmp_path: Path, me
     log = read(tmp_path, 3, max_json=100)
     assert "tfk-sample:" in log
     assert reader_metrics(log) is None
+
+
+def test_the_newest_version_is_one_tf_serving_can_number(tmp_path: Path) -> None:
+    """A directory of digits past int64 (TF Serving ignores it, the provider reads no
+    version from it) is no version: asked for the newest, the reader reads the newest
+    that is one, and lists only those."""
+    for name in ("3", "7", "9223372036854775808", "99999999999999999999999"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "saved_model.pb").write_bytes(b"g")
+    versions, version, _ = parse_reader_log(read(tmp_path, None))
+    assert (versions, version) == ([3, 7], 7)
+    top = tmp_path / "9223372036854775807"  # the largest int64 is one
+    top.mkdir()
+    (top / "saved_model.pb").write_bytes(b"g")
+    assert parse_reader_log(read(tmp_path, None))[:2] == ([3, 7, 2**63 - 1], 2**63 - 1)
