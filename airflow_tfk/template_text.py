@@ -81,6 +81,12 @@ def text_items(value: Any) -> Any:
     return items
 
 
+def text_case(value: Any) -> Any:
+    """The input of a case filter: a boolean spelt ``true``/``false`` (``| lower``) is
+    the author's spelling of it; anything else as :func:`text_part`."""
+    return value if isinstance(value, bool) else text_part(value)
+
+
 def text_operands(value: Any) -> Any:
     """What ``'...%s...' % value`` writes into a text: a tuple's items, or the value
     itself, each a part of it (:func:`text_part`)."""
@@ -100,6 +106,8 @@ def text_values(value: Any) -> Any:
 _TEXT_PART = f"{__name__}.text_part"
 _WHOLE_VALUE = f"{__name__}.whole_value"
 
+#: filters that spell a boolean as its author chose (``{{ params.debug | lower }}``)
+CASE_FILTERS = frozenset({"capitalize", "lower", "title", "upper"})
 #: Jinja's filters that write their input with ``str()`` (``format`` its arguments): their
 #: text spells a null or a list as printing it would. ``string`` and ``pprint`` ask for
 #: Python's spelling by name, and keep it.
@@ -200,7 +208,9 @@ def _mark_filter(node: nodes.Filter, wrap: _Wrap) -> None:
         _mark_arguments(node, wrap)
     if node.node is None or _is_text_const(node.node):
         return  # a {% filter %} block's input is its body's output, marked as printed
-    if node.name != "join":
+    if node.name in CASE_FILTERS:
+        node.node = wrap("text_case", node.node)
+    elif node.name != "join":
         node.node = wrap("text_part", node.node)
     elif len(node.args) < 2 and not any(k.key == "attribute" for k in node.kwargs):
         node.node = wrap("text_items", node.node)  # (with an attribute, the items are not printed)
@@ -213,8 +223,8 @@ def mark_spelled_values(tree: nodes.Template, check: _Wrap | None = None) -> Non
     ``'...' % value`` and ``'...'.format(...)`` write. ``--lr={{ params.lr }}`` is refused
     with a null Param, and so is ``{{ '--lr=' ~ params.lr }}``: both make the text
     ``--lr=None``. ``check(name, part)`` wraps ``part`` in the function ``name`` of this
-    module (:func:`text_part`, :func:`text_items`, :func:`text_operands`,
-    :func:`text_values`); by default an imported call."""
+    module (:func:`text_part`, :func:`text_case`, :func:`text_items`,
+    :func:`text_operands`, :func:`text_values`); by default an imported call."""
     import jinja2.nodes as nodes
 
     wrap = check or (lambda name, part: _call(f"{__name__}.{name}", part))

@@ -311,7 +311,7 @@ SPELT_INSIDE = [
     "{{ '--lr={}'.format(params.v) }}",
     "{{ '--lr={v}'.format(v=params.v) }}",
     "{{ [1, params.v] | join(',') }}",
-    "{{ params.v | lower }}",
+    "{{ params.v | center(4) }}",
     "{{ params.v | trim }}",
     "{{ 'X' | replace('X', params.v) }}",
     "{% set v = '--lr=' ~ params.v %}{{ v }}",
@@ -370,3 +370,17 @@ def test_expressions_that_write_text_spellings_are_kept(native: bool) -> None:
         '--v=["a", 1]',
         "--e=",
     ]
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["text", "native"])
+def test_a_boolean_spelt_by_a_case_filter_is_the_authors_spelling(native: bool) -> None:
+    """``--debug={{ params.debug | lower }}`` spells a boolean on purpose (the README's
+    own example); a null or a list through the same filter still is Python's repr."""
+    spec = {**SPEC, "args": ["--debug={{ params.debug | lower }}", "{{ 'X-' ~ (params.debug | upper) }}"]}
+    dag, op = _in_dag(lambda: TFTrainingOperator(task_id="t", backend="local", cluster_spec=spec), native)
+    _render(dag, op, {"debug": True})
+    assert op.cluster_spec["args"] == ["--debug=true", "X-TRUE"]
+    for value in (None, [True]):
+        dag, op = _in_dag(lambda: TFTrainingOperator(task_id="t", backend="local", cluster_spec=spec), native)
+        with pytest.raises(TemplateFieldError):
+            _render(dag, op, {"debug": value})

@@ -41,6 +41,7 @@ from airflow_tfk.errors import TemplateValueError as TemplateValueError
 from airflow_tfk.template_text import (
     mark_spelled_values,
     mark_text_parts,
+    text_case,
     text_items,
     text_operands,
     text_values,
@@ -338,6 +339,7 @@ class SandboxedNativeEnvironment(
         # not in FILTERS: a template cannot name it; _mark_text_parts adds it after the check
         self.filters[_TEXT_FILTER] = _text_part
         self.filters["tfk_text_items"] = text_items
+        self.filters["tfk_text_case"] = text_case
         self.filters["tfk_text_operands"] = text_operands
         self.filters["tfk_text_values"] = text_values
 

@@ -293,7 +293,7 @@ def test_a_value_spelt_in_the_template_is_kept() -> None:
 
 @pytest.mark.parametrize("value", [None, True, [1], {"a": 1}])
 @pytest.mark.parametrize(
-    "text", ["{{ '--lr=' ~ params.x }}", "{{ [params.x] | join(',') }}", "{{ params.x | lower }}"]
+    "text", ["{{ '--lr=' ~ params.x }}", "{{ [params.x] | join(',') }}", "{{ params.x | trim }}"]
 )
 def test_a_value_an_expression_writes_into_a_text_is_refused(text: str, value: Any) -> None:
     from airflow.sdk.definitions.context import render_template
@@ -303,4 +303,12 @@ def test_a_value_an_expression_writes_into_a_text_is_refused(text: str, value: A
     env = SandboxedNativeEnvironment()
     with pytest.raises(TemplateValueError):
         render_template(env.from_string(text), {"params": {"x": value}}, native=True)
-    assert render_template(env.from_string(text), {"params": {"x": "A"}}, native=True) in ("--lr=A", "A", "a")
+    assert render_template(env.from_string(text), {"params": {"x": "A"}}, native=True) in ("--lr=A", "A")
+
+
+def test_a_boolean_spelt_by_lower_is_kept_in_a_training_file() -> None:
+    from airflow.sdk.definitions.context import render_template
+
+    env = SandboxedNativeEnvironment()
+    text = "--debug={{ params.x | lower }}"
+    assert render_template(env.from_string(text), {"params": {"x": False}}, native=True) == "--debug=false"
