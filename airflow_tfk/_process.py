@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 import uuid
@@ -32,6 +33,8 @@ def free_port() -> int:
 # TensorFlow's import), and how many taken ports a choice may skip.
 PORT_RESERVATION_SECONDS = 600.0
 MAX_SKIPPED_PORTS = 1000
+#: a record of one choice is a few dozen bytes; anything bigger in the register is not ours
+MAX_PORT_RECORD_BYTES = 64 * 1024
 
 
 def ports_registry() -> Path:
@@ -57,22 +60,51 @@ def reserve_ports(count: int) -> list[int]:
     registry = ports_registry()
     try:
         registry.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _only_mine(registry):
+            return _reserve(None, count)
         with locked(registry):
             return _reserve(registry, count)
     except OSError:
         return _reserve(None, count)
 
 
+def _only_mine(directory: Path) -> bool:
+    """Nobody but this user can write ``directory``: another's records would steer (or
+    stop) our choices, a FIFO planted there hang them, a link named like the lock file
+    truncate a file of ours."""
+    info = os.stat(directory)
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022
+
+
+def _port_record(path: Path) -> Any:
+    """The JSON of a regular file of at most :data:`MAX_PORT_RECORD_BYTES`, else None: a
+    FIFO, a device, a directory or a huge file in the register is not read (nor waited on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY)
+    except OSError:
+        return None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_PORT_RECORD_BYTES:
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            return json.loads(fh.read(MAX_PORT_RECORD_BYTES + 1))
+        except (OSError, ValueError, RecursionError):
+            return None
+
+
 def _reserve(registry: Path | None, count: int) -> list[int]:
     now = time.time()
     given: set[int] = set()
     for entry in registry.glob("*.json") if registry is not None else ():
-        record = read_record(entry)
+        record = _port_record(entry)
         at = record.get("at") if isinstance(record, dict) else None
         if not (isinstance(record, dict) and isinstance(record.get("ports"), list)) or not (
             isinstance(at, (int, float)) and 0 <= now - at < PORT_RESERVATION_SECONDS
         ):
-            entry.unlink(missing_ok=True)  # past the window (or not a record of ours)
+            with contextlib.suppress(OSError):  # a directory stays, and is skipped each time
+                entry.unlink(missing_ok=True)  # past the window (or not a record of ours)
             continue
         given.update(p for p in record["ports"] if isinstance(p, int))
     socks: list[socket.socket] = []

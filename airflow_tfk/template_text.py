@@ -21,7 +21,7 @@ time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.errors import TemplateValueError, short_repr
@@ -71,8 +71,67 @@ def whole_value(value: Any) -> Any:
     raise WholeValue(value)
 
 
+def text_items(value: Any) -> Any:
+    """The items ``join`` writes with ``str()``, each a part of its text (:func:`text_part`)."""
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        return value
+    items = list(value)
+    for item in items:
+        text_part(item)
+    return items
+
+
+def text_case(value: Any) -> Any:
+    """The input of a case filter: a boolean spelt ``true``/``false`` (``| lower``) is
+    the author's spelling of it; anything else as :func:`text_part`."""
+    return value if isinstance(value, bool) else text_part(value)
+
+
+def text_operands(value: Any) -> Any:
+    """What ``'...%s...' % value`` writes into a text: a tuple's items, or the value
+    itself, each a part of it (:func:`text_part`)."""
+    for part in value if isinstance(value, tuple) else (value,):
+        text_part(part)
+    return value
+
+
+def text_values(value: Any) -> Any:
+    """What ``'...%(name)s...' % value`` or ``str.format_map`` writes into a text: a
+    mapping's values (:func:`text_part`)."""
+    for part in value.values() if isinstance(value, Mapping) else (value,):
+        text_part(part)
+    return value
+
+
 _TEXT_PART = f"{__name__}.text_part"
 _WHOLE_VALUE = f"{__name__}.whole_value"
+
+#: filters that spell a boolean as its author chose (``{{ params.debug | lower }}``)
+CASE_FILTERS = frozenset({"capitalize", "lower", "title", "upper"})
+#: Jinja's filters that write their input with ``str()`` (``format`` its arguments): their
+#: text spells a null or a list as printing it would. ``string`` and ``pprint`` ask for
+#: Python's spelling by name, and keep it.
+SPELLING_FILTERS = frozenset(
+    {
+        "capitalize",
+        "center",
+        "e",
+        "escape",
+        "forceescape",
+        "format",
+        "indent",
+        "lower",
+        "replace",
+        "safe",
+        "striptags",
+        "title",
+        "trim",
+        "truncate",
+        "upper",
+        "urlize",
+        "wordwrap",
+    }
+)
 
 
 def _call(importname: str, part: nodes.Expr) -> nodes.Expr:
@@ -124,6 +183,66 @@ def mark_text_parts(
     return True
 
 
+def _is_text_const(node: nodes.Node) -> bool:
+    import jinja2.nodes as nodes
+
+    return isinstance(node, (nodes.TemplateData, nodes.Const)) and isinstance(
+        getattr(node, "data", getattr(node, "value", None)), str
+    )
+
+
+_Wrap = Callable[[str, "nodes.Expr"], "nodes.Expr"]
+
+
+def _mark_arguments(node: nodes.Filter | nodes.Call, wrap: _Wrap) -> None:
+    """Each argument of ``node`` (``format``'s, ``replace``'s) a part of its text."""
+    node.args = [arg if _is_text_const(arg) else wrap("text_part", arg) for arg in node.args]
+    for keyword in node.kwargs:
+        keyword.value = wrap("text_part", keyword.value)
+
+
+def _mark_filter(node: nodes.Filter, wrap: _Wrap) -> None:
+    if node.name not in SPELLING_FILTERS and node.name != "join":
+        return
+    if node.name in ("format", "replace"):
+        _mark_arguments(node, wrap)
+    if node.node is None or _is_text_const(node.node):
+        return  # a {% filter %} block's input is its body's output, marked as printed
+    if node.name in CASE_FILTERS:
+        node.node = wrap("text_case", node.node)
+    elif node.name != "join":
+        node.node = wrap("text_part", node.node)
+    elif len(node.args) < 2 and not any(k.key == "attribute" for k in node.kwargs):
+        node.node = wrap("text_items", node.node)  # (with an attribute, the items are not printed)
+
+
+def mark_spelled_values(tree: nodes.Template, check: _Wrap | None = None) -> None:
+    """Route every value an expression writes into a text of its own through a check, as
+    printing it would be: the operands of ``~``, the input of a filter that spells it
+    (:data:`SPELLING_FILTERS`) and ``format``'s arguments, the items ``join`` joins, what
+    ``'...' % value`` and ``'...'.format(...)`` write. ``--lr={{ params.lr }}`` is refused
+    with a null Param, and so is ``{{ '--lr=' ~ params.lr }}``: both make the text
+    ``--lr=None``. ``check(name, part)`` wraps ``part`` in the function ``name`` of this
+    module (:func:`text_part`, :func:`text_case`, :func:`text_items`,
+    :func:`text_operands`, :func:`text_values`); by default an imported call."""
+    import jinja2.nodes as nodes
+
+    wrap = check or (lambda name, part: _call(f"{__name__}.{name}", part))
+    for node in list(tree.find_all((nodes.Concat, nodes.Filter, nodes.Mod, nodes.Call))):
+        if isinstance(node, nodes.Concat):
+            node.nodes = [part if _is_text_const(part) else wrap("text_part", part) for part in node.nodes]
+        elif isinstance(node, nodes.Filter):
+            _mark_filter(node, wrap)
+        elif isinstance(node, nodes.Mod) and _is_text_const(node.left):
+            named = "%(" in node.left.value  # type: ignore[attr-defined]
+            node.right = wrap("text_values" if named else "text_operands", node.right)
+        elif isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr):
+            if node.node.attr == "format":
+                _mark_arguments(node, wrap)
+            elif node.node.attr == "format_map" and node.args:
+                node.args = [wrap("text_values", node.args[0]), *node.args[1:]]
+
+
 def _call_finalize(tree: nodes.Template) -> None:
     """Each printed value of ``tree`` through the environment's ``finalize`` (the global
     :data:`_FINALIZE`), as Jinja would call it; Jinja's own call is then switched off."""
@@ -169,6 +288,7 @@ def _marking_overlay(env: jinja2.Environment) -> jinja2.Environment:
 
     def parse_loaded(source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = parse(source, name, filename)
+        mark_spelled_values(tree)
         if finalize is not None:
             _call_finalize(tree)
         mark_text_parts(tree, force=True)
@@ -189,6 +309,7 @@ def render(env: jinja2.Environment, source: str, render_template: Callable[[jinj
         if getattr(env, "marks_text_parts", False):
             return render_template(env.from_string(source))
         tree = env.parse(source)
+        mark_spelled_values(tree)
         if env.finalize is not None:
             _call_finalize(tree)
         mark_template(tree)

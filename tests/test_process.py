@@ -164,3 +164,68 @@ def test_a_started_process_that_exits_before_the_next_start_keeps_its_exit_code(
     second = _process.start([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "second.log")
     assert first.wait(timeout=30) == 0
     assert second.wait(timeout=30) == 3
+
+
+RESERVE = (
+    "import json, sys\n"
+    "from airflow_tfk import _process\n"
+    "print(json.dumps(_process.reserve_ports(int(sys.argv[1]))))\n"
+)
+
+
+def _reserve_in(cache: Path, count: int = 2) -> list[int]:
+    """reserve_ports in a process of its own (a hang is a failure, not a stuck test run)."""
+    import json
+    import subprocess
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    out = subprocess.run(
+        [sys.executable, "-c", RESERVE, str(count)], capture_output=True, text=True, timeout=30, env=env
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def test_junk_in_the_port_register_is_skipped_not_read_or_waited_on(tmp_path: Path) -> None:
+    """The register is a plain directory under the user's cache: a FIFO, a directory, a
+    huge file, deeply nested JSON or bytes that are not UTF-8 named like a record neither
+    hang a reservation, nor fill its memory, nor end it; the choice is still written down."""
+    import json
+
+    register = tmp_path / "airflow-tfk" / "ports"
+    register.mkdir(parents=True, mode=0o700)
+    os.mkfifo(register / "fifo.json")
+    (register / "dir.json").mkdir()
+    (register / "dir.json" / "x").write_text("keeps the directory from being removed")
+    with open(register / "huge.json", "wb") as fh:
+        fh.truncate(1 << 34)  # sparse: 16 GiB to read, none on disk
+    (register / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    (register / "bytes.json").write_bytes(b"\xff\xfe{")
+    held = {"at": time.time(), "ports": [1]}
+    (register / "held.json").write_text(json.dumps(held))
+    start = time.monotonic()
+    ports = _reserve_in(tmp_path)
+    assert len(ports) == 2 and time.monotonic() - start < 20
+    records = [
+        json.loads(p.read_text()) for p in register.glob("*.json") if p.is_file() and p.stat().st_size < 4096
+    ]
+    assert held in records and any(r.get("ports") == ports for r in records if isinstance(r, dict))
+
+
+def test_a_port_register_others_can_write_is_not_used(tmp_path: Path) -> None:
+    """Anyone may write a world-writable register (or one of another owner): a planted
+    record holding every port would stop every choice, a planted FIFO hang it, a link
+    named like the lock truncate a file of ours. Such a register is not used: the kernel
+    chooses alone, as where none can be written."""
+    import json
+
+    register = tmp_path / "airflow-tfk" / "ports"
+    register.mkdir(parents=True)
+    register.chmod(0o777)
+    (register / "planted.json").write_text(json.dumps({"at": time.time(), "ports": list(range(1, 65536))}))
+    mine = tmp_path / "mine.txt"
+    mine.write_text("keep")
+    (register / ".lock").symlink_to(mine)
+    assert len(_reserve_in(tmp_path)) == 2
+    assert mine.read_text() == "keep"
+    assert [p.name for p in register.glob("*.json")] == ["planted.json"]

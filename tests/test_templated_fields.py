@@ -299,3 +299,88 @@ def test_a_subclass_template_file_is_a_text(tmp_path: Path) -> None:
     with pytest.raises(TemplateFieldError) as err:
         _render(dag, op, {"lr": None})
     assert err.value.field == "cluster_spec.args[0]"
+
+
+SPELT_INSIDE = [
+    "{{ '--lr=' ~ params.v }}",
+    "--x {{ 'a' ~ params.v ~ 'b' }}",
+    "{{ '--lr=%s' % params.v }}",
+    "{{ '--lr=%s %s' % (1, params.v) }}",
+    "{{ '--lr=%(v)s' % {'v': params.v} }}",
+    "{{ '--lr=%s' | format(params.v) }}",
+    "{{ '--lr={}'.format(params.v) }}",
+    "{{ '--lr={v}'.format(v=params.v) }}",
+    "{{ [1, params.v] | join(',') }}",
+    "{{ params.v | center(4) }}",
+    "{{ params.v | trim }}",
+    "{{ 'X' | replace('X', params.v) }}",
+    "{% set v = '--lr=' ~ params.v %}{{ v }}",
+    "{% set ns = namespace(v='') %}{% set ns.v = ns.v ~ params.v %}{{ ns.v }}",
+    "{% filter format(params.v) %}%s{% endfilter %}",
+]
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["text", "native"])
+@pytest.mark.parametrize("value", [None, True, [1, 2], {"a": 1}], ids=["null", "bool", "list", "dict"])
+@pytest.mark.parametrize("template", SPELT_INSIDE)
+def test_a_value_an_expression_writes_into_a_text_is_checked_too(
+    template: str, value: Any, native: bool
+) -> None:
+    """``{{ '--lr=' ~ params.lr }}`` makes the same ``--lr=None`` as ``--lr={{ params.lr }}``:
+    concatenation, ``%`` and ``format``, ``join`` and the filters that spell their input
+    are refused as printing is, whatever builds the text."""
+    spec = {**SPEC, "args": [template]}
+    dag, op = _in_dag(lambda: TFTrainingOperator(task_id="t", backend="local", cluster_spec=spec), native)
+    with pytest.raises(TemplateFieldError) as err:
+        _render(dag, op, {"v": value})
+    assert err.value.field == "cluster_spec.args[0]"
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["text", "native"])
+def test_expressions_that_write_text_spellings_are_kept(native: bool) -> None:
+    args = [
+        "{{ '--lr=' ~ params.lr }}",
+        "{{ '--n=%d' % params.n }}",
+        "{{ params.n % 2 }}",
+        "{{ '%(a)s' % {'a': params.lr} }}",
+        "{{ '--lr={}'.format(params.lr) }}",
+        "{{ params.xs | join(',') }}",
+        "{{ params.rows | join(',', attribute='k') }}",
+        "{{ ds | replace('-', '') }}",
+        "{{ params.s | upper }}",
+        "{{ '--v=' ~ params.none | string }}",
+        "{{ '--v=' ~ params.xs | tojson }}",
+        "{{ '--e=' ~ params.e }}",
+    ]
+    spec = {**SPEC, "args": args}
+    dag, op = _in_dag(lambda: TFTrainingOperator(task_id="t", backend="local", cluster_spec=spec), native)
+    params = {"lr": 0.5, "n": 7, "xs": ["a", 1], "rows": [{"k": "r"}], "s": "ab", "none": None, "e": ""}
+    op.render_template_fields({"params": params, "dag": dag, "ds": "2026-01-02"}, dag.get_template_env())
+    assert [str(a) for a in op.cluster_spec["args"]] == [
+        "--lr=0.5",
+        "--n=7",
+        "1",
+        "0.5",
+        "--lr=0.5",
+        "a,1",
+        "r",
+        "20260102",
+        "AB",
+        "--v=None",
+        '--v=["a", 1]',
+        "--e=",
+    ]
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["text", "native"])
+def test_a_boolean_spelt_by_a_case_filter_is_the_authors_spelling(native: bool) -> None:
+    """``--debug={{ params.debug | lower }}`` spells a boolean on purpose (the README's
+    own example); a null or a list through the same filter still is Python's repr."""
+    spec = {**SPEC, "args": ["--debug={{ params.debug | lower }}", "{{ 'X-' ~ (params.debug | upper) }}"]}
+    dag, op = _in_dag(lambda: TFTrainingOperator(task_id="t", backend="local", cluster_spec=spec), native)
+    _render(dag, op, {"debug": True})
+    assert op.cluster_spec["args"] == ["--debug=true", "X-TRUE"]
+    for value in (None, [True]):
+        dag, op = _in_dag(lambda: TFTrainingOperator(task_id="t", backend="local", cluster_spec=spec), native)
+        with pytest.raises(TemplateFieldError):
+            _render(dag, op, {"debug": value})

@@ -38,7 +38,14 @@ from airflow.sdk import DAG
 
 from airflow_tfk.errors import SpecError
 from airflow_tfk.errors import TemplateValueError as TemplateValueError
-from airflow_tfk.template_text import mark_text_parts
+from airflow_tfk.template_text import (
+    mark_spelled_values,
+    mark_text_parts,
+    text_case,
+    text_items,
+    text_operands,
+    text_values,
+)
 from airflow_tfk.template_text import text_part as _text_part
 
 if TYPE_CHECKING:
@@ -301,6 +308,9 @@ def _mark_text_parts(tree: nodes.Template) -> None:
     (:func:`airflow_tfk.template_text.mark_text_parts`), as a filter: a call would go
     through the sandbox's own ``call`` and its result bound, which are for the template's
     calls, not for this check."""
+    mark_spelled_values(
+        tree, lambda name, part: nodes.Filter(part, f"tfk_{name}", [], [], None, None, lineno=part.lineno)
+    )
     mark_text_parts(
         tree, lambda part: nodes.Filter(part, _TEXT_FILTER, [], [], None, None, lineno=part.lineno)
     )
@@ -328,6 +338,10 @@ class SandboxedNativeEnvironment(
         self.tests = dict(self.tests)
         # not in FILTERS: a template cannot name it; _mark_text_parts adds it after the check
         self.filters[_TEXT_FILTER] = _text_part
+        self.filters["tfk_text_items"] = text_items
+        self.filters["tfk_text_case"] = text_case
+        self.filters["tfk_text_operands"] = text_operands
+        self.filters["tfk_text_values"] = text_values
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = super()._parse(source, name, filename)

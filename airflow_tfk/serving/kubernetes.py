@@ -65,8 +65,11 @@ def _json_or_none(text: str) -> Any:
 
 
 def reader_metrics(text: str) -> dict[str, Any] | None:
-    """The ``tfk-metrics:`` line of the store reader's log (the version's metrics file)."""
+    """The ``tfk-metrics:`` line of the store reader's log (the version's metrics file).
+    The sample request comes after it, raw: a line of the sample is never the metrics."""
     for line in _lines(text):
+        if line.strip() == "tfk-sample:":
+            return None
         if line.startswith("tfk-metrics:"):
             found = _json_or_none(line.split(":", 1)[1])
             return found if isinstance(found, dict) else None

@@ -53,10 +53,21 @@ READER_SCRIPT = (
 # No model directory yet: no versions (a version the publish names is then not there,
 # which its digest and the server's load both say).
 if ! cd "$1" 2>/dev/null; then echo "tfk-versions:"; exit 0; fi
+base=$(pwd -P)
 vs=""
+# A version is a name of digits TF Serving numbers (an int64; protocol.digits.model_version):
+# a name past it is no version, and never the newest.
 for d in */; do
   d="${d%/}"
-  case "$d" in *[!0-9]*|"") ;; *) if [ -f "$d/saved_model.pb" ]; then vs="$vs $d"; fi;; esac
+  case "$d" in *[!0-9]*|""|???????????????????????????????*) continue ;; esac
+  n="${d#"${d%%[!0]*}"}"
+  case "$n" in
+    ????????????????????*) continue ;;
+    ???????????????????)
+      m=$(printf '%s\n' "$n" 9223372036854775807 | LC_ALL=C sort | head -n 1)
+      [ "$m" = "$n" ] || continue ;;
+  esac
+  if [ -f "$d/saved_model.pb" ]; then vs="$vs $d"; fi
 done
 echo "tfk-versions:$vs"
 v="$2"
@@ -67,8 +78,12 @@ tfk_files "$v" "$3" "$4" "$5"
 # A metrics file or sample over $6 bytes is not printed (as on the local backend, it is
 # then missing), and no more than that is copied if it grows meanwhile: the log stays
 # small whatever a training wrote.
+# Nor is one that resolves outside the model's directory (a link to a credentials file or
+# /proc/self/environ, a version directory linked elsewhere): the local backend reads
+# neither, and the log must not show another file as the model's.
 max_json="$6"
-small() { [ -f "$1" ] && [ "$(wc -c < "$1")" -le "$max_json" ]; }
+inside() { r=$(readlink -f "$1" 2>/dev/null) && case "$r" in "$base"/*) true ;; *) false ;; esac; }
+small() { inside "$1" && [ -f "$1" ] && [ "$(wc -c < "$1")" -le "$max_json" ]; }
 m="$v/assets.extra/tfk_metrics.json"
 if small "$m"; then printf 'tfk-metrics: '; head -c "$max_json" "$m" | tr -d '\n'; echo; fi
 f="$v/assets.extra/tfk_sample_request.json"

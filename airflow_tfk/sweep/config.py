@@ -172,6 +172,16 @@ class ParamSpec:
             raise SpecError(f"{where}.choices", "must be a non-empty list", choices)
         for i, c in enumerate(choices):
             _flag_value(c, f"{where}.choices[{i}]")
+            # Optuna stores a choice as the index of the first one equal to it (1 == 1.0 ==
+            # True): an equal later choice could never be a trial's value of its own.
+            first = next(j for j, d in enumerate(choices) if d == c)
+            if first != i:
+                raise SpecError(
+                    f"{where}.choices[{i}]",
+                    f"equals choices[{first}] ({choices[first]!r}); Optuna records both as the first, "
+                    "so give each choice a value of its own (a string, to keep 1 and 1.0 apart)",
+                    c,
+                )
         return cls(ParamKind.CATEGORICAL, choices=tuple(choices))
 
 

@@ -24,6 +24,7 @@ storages alike. Optuna is imported inside the functions.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
@@ -43,6 +44,9 @@ LEASE_SECONDS = 300.0
 #: How often a running sweep renews its claim: a tenth of the lease, so a few slow or
 #: failed writes of a loaded database do not lose it.
 RENEW_SECONDS = 30.0
+#: Characters of a name (dag, task, run, host) read from an owner record: Airflow's ids
+#: are at most 250.
+MAX_NAME = 512
 #: How long a claim waits out a database busy with other writers.
 CLAIM_WAIT_SECONDS = 60.0
 
@@ -82,8 +86,9 @@ class SweepOwner:
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> SweepOwner:
         def text(key: str) -> str | None:
+            # bounded: a forged record of megabytes must not make a message of that size
             value = record.get(key)
-            return None if value is None else str(value)
+            return None if value is None else str(value)[:MAX_NAME]
 
         def number(key: str, default: int | None) -> int | None:
             value = record.get(key)
@@ -96,7 +101,7 @@ class SweepOwner:
             text("run_id"),
             -1 if map_index is None else map_index,
             number("try_number", None),
-            str(record.get("host", "?")),
+            str(record.get("host", "?"))[:MAX_NAME],
             0 if pid is None else pid,
         )
 
@@ -179,8 +184,13 @@ class StudyOwnership:
                     f"({self.me.describe()}) is stale and starts no trial"
                 )
             return f"a previous try of this task instance ({owner.describe()})"
-        quiet = self._clock() - float(record.get("renewed_at") or 0)
-        if quiet > LEASE_SECONDS:
+        renewed = _renewal_time(record)
+        if renewed is None:
+            return f"{owner.describe()}, whose claim has no renewal time to trust (it is gone)"
+        quiet = self._clock() - renewed
+        if quiet > LEASE_SECONDS or quiet < -LEASE_SECONDS:
+            # (further ahead than a lease is no renewal a live owner wrote: a forged
+            # record or a clock that far off would hold the study for ever)
             return (
                 f"{owner.describe()}, which last renewed its claim {quiet:.0f} s ago "
                 f"(more than {LEASE_SECONDS:.0f} s: it is gone)"
@@ -323,12 +333,20 @@ class StudyOwnership:
                 raise
 
 
+def _renewal_time(record: Mapping[str, Any]) -> float | None:
+    """The record's renewal time, None when it is not a finite number."""
+    value = record.get("renewed_at")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def _record_of(text: str | None) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
         record = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}  # not ours to read: an owner nobody can name, judged as another sweep
     return record if isinstance(record, dict) else {}
 

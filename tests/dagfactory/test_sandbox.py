@@ -289,3 +289,26 @@ def test_a_value_spelt_in_the_template_is_kept() -> None:
         ("--f={{ params.x }}", "a", "--f=a"),
     ):
         assert render_template(env.from_string(text), {"params": {"x": value}}, native=True) == out
+
+
+@pytest.mark.parametrize("value", [None, True, [1], {"a": 1}])
+@pytest.mark.parametrize(
+    "text", ["{{ '--lr=' ~ params.x }}", "{{ [params.x] | join(',') }}", "{{ params.x | trim }}"]
+)
+def test_a_value_an_expression_writes_into_a_text_is_refused(text: str, value: Any) -> None:
+    from airflow.sdk.definitions.context import render_template
+
+    from airflow_tfk.dagfactory.sandbox import TemplateValueError
+
+    env = SandboxedNativeEnvironment()
+    with pytest.raises(TemplateValueError):
+        render_template(env.from_string(text), {"params": {"x": value}}, native=True)
+    assert render_template(env.from_string(text), {"params": {"x": "A"}}, native=True) in ("--lr=A", "A")
+
+
+def test_a_boolean_spelt_by_lower_is_kept_in_a_training_file() -> None:
+    from airflow.sdk.definitions.context import render_template
+
+    env = SandboxedNativeEnvironment()
+    text = "--debug={{ params.x | lower }}"
+    assert render_template(env.from_string(text), {"params": {"x": False}}, native=True) == "--debug=false"

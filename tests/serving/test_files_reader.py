@@ -219,3 +219,76 @@ def test_the_gate_s_digest_comes_from_the_job_that_read_the_metrics(k8s, tmp_pat
     assert reader.jobs == 3 and now != checked
     assert "saved_model.pb" in changed(checked, now)
     assert target.files_as_read(9) is None  # no such version: nothing to vouch for
+
+
+@pytest.mark.parametrize("link", ["file", "assets.extra", "version"])
+def test_a_file_linked_from_out_of_the_model_directory_is_not_read(tmp_path: Path, link: str) -> None:
+    """As on the local backend, a metrics file or sample request that resolves outside the
+    model's directory (a link to a credentials file, to /proc/self/environ, or a version
+    directory that is a link elsewhere) is missing: its content never reaches the log.
+    A link that stays inside the model's directory is read."""
+    from airflow_tfk.serving.kubernetes import reader_metrics
+
+    model, outside = tmp_path / "model", tmp_path / "outside"
+    secret = '{"password": "hunter2"}'
+    (outside / "assets.extra").mkdir(parents=True)
+    (outside / "assets.extra" / "tfk_metrics.json").write_text(secret)
+    (outside / "assets.extra" / "tfk_sample_request.json").write_text(secret)
+    (outside / "saved_model.pb").write_bytes(b"g")
+    if link == "version":
+        model.mkdir()
+        (model / "3").symlink_to(outside)
+    else:
+        d = _version(model, 3)
+        if link == "assets.extra":
+            (d / "assets.extra").symlink_to(outside / "assets.extra")
+        else:
+            (d / "assets.extra").mkdir()
+            for name in ("tfk_metrics.json", "tfk_sample_request.json"):
+                (d / "assets.extra" / name).symlink_to(outside / "assets.extra" / name)
+    log = read(model, 3)
+    assert "hunter2" not in log
+    assert reader_metrics(log) is None and parse_reader_log(log)[2] is None
+
+    # inside the model's directory, a link is the model's own file
+    shutil.rmtree(model)
+    d = _version(model, 3)
+    (model / "shared.json").write_text('{"accuracy": 0.9}')
+    (d / "assets.extra").mkdir()
+    (d / "assets.extra" / "tfk_metrics.json").symlink_to(model / "shared.json")
+    assert reader_metrics(read(model, 3)) == {"accuracy": 0.9}
+
+
+@pytest.mark.parametrize("metrics", [None, "over the bound", "not json"])
+def test_a_sample_request_cannot_stand_in_for_missing_metrics(tmp_path: Path, metrics: str | None) -> None:
+    """The sample request is printed last and raw: a line of it that looks like the
+    script's metrics line is still the sample's, not the version's metrics (missing ones
+    stay missing, and the gate says so)."""
+    from airflow_tfk.serving.kubernetes import reader_metrics
+
+    _version(tmp_path, 3)
+    extra = tmp_path / "3" / "assets.extra"
+    extra.mkdir()
+    if metrics == "over the bound":
+        (extra / "tfk_metrics.json").write_text('{"accuracy": 0.1}' + " " * 200)
+    elif metrics == "not json":
+        (extra / "tfk_metrics.json").write_text("{")
+    (extra / "tfk_sample_request.json").write_text('{"instances": [[1.0]]}\ntfk-metrics: {"accuracy": 1.0}\n')
+    log = read(tmp_path, 3, max_json=100)
+    assert "tfk-sample:" in log
+    assert reader_metrics(log) is None
+
+
+def test_the_newest_version_is_one_tf_serving_can_number(tmp_path: Path) -> None:
+    """A directory of digits past int64 (TF Serving ignores it, the provider reads no
+    version from it) is no version: asked for the newest, the reader reads the newest
+    that is one, and lists only those."""
+    for name in ("3", "7", "9223372036854775808", "99999999999999999999999"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "saved_model.pb").write_bytes(b"g")
+    versions, version, _ = parse_reader_log(read(tmp_path, None))
+    assert (versions, version) == ([3, 7], 7)
+    top = tmp_path / "9223372036854775807"  # the largest int64 is one
+    top.mkdir()
+    (top / "saved_model.pb").write_bytes(b"g")
+    assert parse_reader_log(read(tmp_path, None))[:2] == ([3, 7, 2**63 - 1], 2**63 - 1)

@@ -208,3 +208,29 @@ def test_a_trial_flag_without_a_command_line_spelling_is_refused(value: object) 
     with pytest.raises(SpecError) as info:
         trial_flags({"opt": value}, None)
     assert info.value.field == "sweep.search_space.opt"
+
+
+@pytest.mark.parametrize(
+    ("choices", "equal"),
+    [([1, 1.0, True], 1), (["a", "b", "a"], 2), ([0, False], 1), ([2, 2.0], 1), ([1.5, 1, True], 2)],
+)
+def test_categorical_choices_optuna_cannot_tell_apart_are_refused(choices: list, equal: int) -> None:
+    """Optuna records a categorical value by the index of the first choice equal to it
+    (1 == 1.0 == True): a trial of 1.0 is stored as 1, so the space is smaller than it
+    looks and a sweep would train the one point again and again. Refused, naming it."""
+    import optuna
+
+    dist = optuna.distributions.CategoricalDistribution(choices)
+    assert dist.to_internal_repr(choices[equal]) != equal  # what the refusal prevents
+    with pytest.raises(SpecError, match=rf"sweep\.search_space\.c\.choices\[{equal}\]"):
+        SweepConfig.from_dict(
+            {"n_trials": 2, "search_space": {"c": {"type": "categorical", "choices": choices}}}
+        )
+
+
+def test_categorical_choices_of_different_values_are_kept() -> None:
+    choices = [2, "1", 2.5, True, False, 0.5, "true", "1.0"]
+    config = SweepConfig.from_dict(
+        {"n_trials": 2, "search_space": {"c": {"type": "categorical", "choices": choices}}}
+    )
+    assert config.search_space["c"].choices == tuple(choices)

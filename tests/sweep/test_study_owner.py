@@ -207,3 +207,62 @@ def test_a_try_whose_study_a_later_try_took_over_starts_no_trial_after(
 
 def record_at(db: Path) -> dict:
     return optuna.load_study(study_name=None, storage=f"sqlite:///{db}").user_attrs[owners.OWNER]
+
+
+def _forge(study, value_json: str) -> None:
+    """An owner record as the study's database holds it, written by hand (corrupt, forged)."""
+    import sqlite3
+
+    url = str(study._storage._backend.engine.url) if hasattr(study._storage, "_backend") else ""
+    path = url.removeprefix("sqlite:///") or str(study._storage.engine.url).removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM study_user_attributes WHERE key = ?", (owners.OWNER,))
+        db.execute(
+            "INSERT INTO study_user_attributes (study_id, key, value_json) VALUES (?, ?, ?)",
+            (study._study_id, owners.OWNER, value_json),
+        )
+
+
+NOW = 1_000_000.0
+
+
+@pytest.mark.parametrize(
+    "renewed_at",
+    [
+        '"soon"',
+        "[1]",
+        "{}",
+        "true",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        str(NOW + 10 * owners.LEASE_SECONDS),
+        "1e308",
+    ],
+)
+def test_an_owner_record_with_no_renewal_time_to_trust_does_not_hold_the_study(
+    study, renewed_at: str
+) -> None:
+    """A renewal time that is not a number, not finite, or further ahead than a lease (a
+    forged record, a clock far off) would hold the study for ever or end the claim with a
+    TypeError: the owner is judged gone, and the log says why."""
+    _forge(study, f'{{"dag_id": "d", "task_id": "t", "run_id": "other", "renewed_at": {renewed_at}}}')
+    taken = ownership(study, "manual__b", clock=lambda: NOW).claim()
+    assert taken is not None and "run other" in taken and "it is gone" in taken
+    assert record(study)["run_id"] == "manual__b"
+
+
+def test_an_owner_a_little_ahead_of_this_clock_still_holds_it(study) -> None:
+    _forge(study, json.dumps({"dag_id": "d", "run_id": "other", "renewed_at": NOW + 60}))
+    with pytest.raises(owners.StudyInUse):
+        ownership(study, "manual__b", clock=lambda: NOW).claim()
+
+
+def test_a_corrupt_or_huge_owner_record_is_judged_and_named_within_bounds(study) -> None:
+    _forge(study, "[" * 100_000 + "]" * 100_000)  # nested past Python's recursion limit
+    assert "it is gone" in (ownership(study, "manual__b", clock=lambda: NOW).claim() or "")
+    huge = "h" * 1_000_000
+    _forge(study, json.dumps({"dag_id": huge, "run_id": huge, "host": huge, "renewed_at": NOW}))
+    with pytest.raises(owners.StudyInUse) as refused:
+        ownership(study, "manual__b", clock=lambda: NOW).claim()
+    assert len(str(refused.value)) < 4000
