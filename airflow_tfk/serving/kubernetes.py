@@ -76,6 +76,18 @@ def reader_metrics(text: str) -> dict[str, Any] | None:
     return None
 
 
+READER_END = "tfk-end"
+#: how long a finished reader's log may lack its last line before the publish gives up
+READER_LOG_SETTLE_SECONDS = 30.0
+
+
+def reader_complete(text: str) -> bool:
+    """Does the store reader's log end with its last line? The kubelet can serve a finished
+    container's log before the runtime has written its last lines to it."""
+    lines = text.rstrip("\n").rsplit("\n", 1)
+    return lines[-1] == READER_END
+
+
 def parse_reader_log(text: str) -> tuple[list[int], int | None, dict[str, Any] | None]:
     """(versions, version read, sample request) from the store reader's log. The script
     prints its own lines before any file's content, so only their first occurrence counts."""
@@ -91,7 +103,12 @@ def parse_reader_log(text: str) -> tuple[list[int], int | None, dict[str, Any] |
             seen_version = True
             version = model_version(line.split(":", 1)[1].strip())
         elif line.strip() == "tfk-sample:":
-            found = _json_or_none("\n".join(lines[i + 1 :]))
+            rest = lines[i + 1 :]
+            while rest and rest[-1] == "":
+                rest.pop()
+            if rest and rest[-1] == READER_END:  # the script's last line, not the sample's
+                rest.pop()
+            found = _json_or_none("\n".join(rest))
             sample = found if isinstance(found, dict) else None
             break
     return versions or [], version, sample
@@ -315,6 +332,7 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
     def _job_log(self, job: str) -> str:
         deadline = time.monotonic() + self.reader_timeout_seconds
         pods_path = BY_KIND["Pod"].collection(self.spec.namespace)
+        incomplete: str | None = None
         while True:
             _, body = self.api.request(
                 "GET", pods_path, {"labelSelector": f"batch.kubernetes.io/job-name={job}"}
@@ -327,6 +345,11 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
                     text = self.api.text(f"{pods_path}/{name}/log")
                     if phase == "Failed":
                         raise ServingError(f"the model store reader {job} failed: {text.strip()[-500:]}")
+                    if not reader_complete(text) and len(text.encode()) < LOG_LIMIT_BYTES:
+                        if incomplete is None:  # the runtime is still writing it: read again
+                            deadline = min(deadline, time.monotonic() + READER_LOG_SETTLE_SECONDS)
+                        incomplete = text
+                        continue
                     if len(text.encode()) >= LOG_LIMIT_BYTES:
                         # cut off by the read's bound: what it says about the store is partial
                         raise ServingError(
@@ -342,6 +365,12 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
             if stuck is not None:
                 raise ServingError(f"the model store reader {job} cannot run: {stuck}")
             if time.monotonic() > deadline:
+                if incomplete is not None:
+                    raise ServingError(
+                        f"the model store reader {job} finished, but its log has no last line "
+                        f"({READER_END!r}) after {READER_LOG_SETTLE_SECONDS:.0f} s: "
+                        f"{incomplete.strip()[-500:]}"
+                    )
                 raise ServingError(
                     f"the model store reader {job} did not finish within {self.reader_timeout_seconds:.0f} s"
                 )

@@ -44,7 +44,8 @@ MONITORING_FILE = "monitoring.config"
 BATCHING_FILE = "batching.config"
 # Prints "tfk-versions: 1 2 3", "tfk-version: 3", the digest of that version's files
 # ("tfk-files:", taken before its metrics and sample are read, so a swap between them is a
-# change the publish sees) and the sample request after "tfk-sample:".
+# change the publish sees), the sample request after "tfk-sample:", and last "tfk-end": a log
+# without it was read before the container runtime had written all of it.
 # Arguments: the model's directory, the version (empty: the newest), then the digest's
 # bounds and parts (airflow_tfk.serving.files), then the largest metrics or sample file read.
 READER_SCRIPT = (
@@ -52,7 +53,7 @@ READER_SCRIPT = (
     + r"""set -eu
 # No model directory yet: no versions (a version the publish names is then not there,
 # which its digest and the server's load both say).
-if ! cd "$1" 2>/dev/null; then echo "tfk-versions:"; exit 0; fi
+if ! cd "$1" 2>/dev/null; then echo "tfk-versions:"; echo "tfk-end"; exit 0; fi
 base=$(pwd -P)
 vs=""
 # A version is a name of digits TF Serving numbers (an int64; protocol.digits.model_version):
@@ -72,7 +73,7 @@ done
 echo "tfk-versions:$vs"
 v="$2"
 if [ -z "$v" ]; then v=$(for x in $vs; do echo "$x"; done | sort -n | tail -n 1); fi
-[ -n "$v" ] || exit 0
+[ -n "$v" ] || { echo "tfk-end"; exit 0; }
 echo "tfk-version: $v"
 tfk_files "$v" "$3" "$4" "$5"
 # A metrics file or sample over $6 bytes is not printed (as on the local backend, it is
@@ -88,6 +89,7 @@ m="$v/assets.extra/tfk_metrics.json"
 if small "$m"; then printf 'tfk-metrics: '; head -c "$max_json" "$m" | tr -d '\n'; echo; fi
 f="$v/assets.extra/tfk_sample_request.json"
 if small "$f"; then echo "tfk-sample:"; head -c "$max_json" "$f"; echo; fi
+echo "tfk-end"
 """
 )
 
@@ -197,6 +199,12 @@ def readiness_path(model: str) -> str:
     return f"/v1/models/{model}/labels/{STABLE_LABEL}/metadata"
 
 
+#: How long a serving replica being removed keeps answering after it leaves the Service's
+#: endpoints (its preStop sleep): the nodes' proxies drop it from their rules within a
+#: moment, seconds on a loaded cluster. Within the pod's default 30 s grace period.
+DRAIN_SECONDS = 5
+
+
 def serving_context(
     spec: ServingSpec, identity: RunIdentity | None = None, model_config: str = ""
 ) -> dict[str, Any]:
@@ -213,6 +221,7 @@ def serving_context(
             "ready_path": readiness_path(spec.model_name),
             # the startup probe's budget, every 2 s: the process start plus a model load
             "startup_failures": math.ceil((STARTUP_SECONDS + spec.load_timeout_seconds) / 2),
+            "drain_seconds": DRAIN_SECONDS,
             "models_mount": MODELS_MOUNT,
             "config_mount": CONFIG_MOUNT,
             "args": [

@@ -74,7 +74,47 @@ def test_a_reader_log_cut_off_at_the_read_bound_is_refused(monkeypatch: pytest.M
     monkeypatch.setattr(target, "_apply", lambda manifest: 201)
     with pytest.raises(ServingError, match=f"printed {LOG_LIMIT_BYTES} bytes or more.*linear"):
         target.exported_versions()
-    pod.log = "tfk-versions: 1 2\ntfk-version: 2\n"
+    pod.log = "tfk-versions: 1 2\ntfk-version: 2\ntfk-end\n"
     small = KubernetesServing(ServingSpec(model_name="linear", claim="models"))
     monkeypatch.setattr(small, "_apply", lambda manifest: 201)
     assert small.exported_versions() == [1, 2]
+
+
+class SettlingLog(ReaderPod):
+    """A finished reader whose log the runtime has not written to its end at first."""
+
+    def __init__(self, logs: list[str]) -> None:
+        super().__init__(logs[-1])
+        self.logs, self.reads = logs, 0
+
+    def text(self, path: str, query: dict | None = None) -> str:
+        self.reads += 1
+        return self.logs[min(self.reads, len(self.logs)) - 1]
+
+
+def test_a_reader_log_read_before_its_last_line_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kubelet can serve a finished container's log before the runtime wrote its last
+    lines: the metrics line missing from such a read would read as "no metrics". The reader
+    ends with ``tfk-end``; a log without it is read again, and one that never gets it fails
+    the publish saying so, after READER_LOG_SETTLE_SECONDS."""
+    import airflow_tfk.serving.kubernetes as kubernetes
+    from airflow_tfk.serving.base import ServingError
+
+    monkeypatch.setattr(kubernetes.time, "sleep", lambda s: None)
+    whole = 'tfk-versions: 2\ntfk-version: 2\ntfk-metrics: {"accuracy": 0.9}\ntfk-sample:\n{"instances": [[1]]}\ntfk-end\n'
+    pod = SettlingLog(["tfk-versions: 2\ntfk-version: 2\n", whole])
+    monkeypatch.setattr(KubernetesServing, "api", property(lambda self: pod))
+    target = KubernetesServing(ServingSpec(model_name="linear", claim="models"))
+    monkeypatch.setattr(target, "_apply", lambda manifest: 201)
+    assert target.version_metrics(2) == {"accuracy": 0.9} and pod.reads == 2
+    assert target.sample_request(2) == {"instances": [[1]]}
+
+    never = SettlingLog(["tfk-versions: 2\ntfk-version: 2\n"])
+    monkeypatch.setattr(KubernetesServing, "api", property(lambda self: never))
+    clock = iter(range(0, 10_000, 5))
+    monkeypatch.setattr(kubernetes.time, "monotonic", lambda: float(next(clock)))
+    target = KubernetesServing(ServingSpec(model_name="linear", claim="models"))
+    monkeypatch.setattr(target, "_apply", lambda manifest: 201)
+    with pytest.raises(ServingError, match="its log has no last line .'tfk-end'. after 30 s"):
+        target.version_metrics(2)
+    assert 2 <= never.reads <= 10  # read again until the settle time, not the reader's 300 s

@@ -236,3 +236,15 @@ def test_published_metrics_config_map():
     cm = render_metrics_config_map(SPEC, '{"3": {"accuracy": 0.9}}')
     assert cm["metadata"]["name"] == "tfs-digits-metrics"
     assert cm["data"] == {"published_metrics.json": '{"3": {"accuracy": 0.9}}'}
+
+
+def test_a_removed_replica_drains_before_it_stops():
+    """A replica being removed keeps answering while the nodes' proxies drop it from the
+    Service (the two-node serving test deletes one under load: no request refused), within
+    the pod's grace period, and needs no shell in the image (the kubelet's own sleep)."""
+    from airflow_tfk.serving.render import DRAIN_SECONDS
+
+    dep = next(d for d in render_serving(SPEC) if d["kind"] == "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": DRAIN_SECONDS}}}
+    assert 0 < DRAIN_SECONDS < pod.get("terminationGracePeriodSeconds", 30)
