@@ -101,7 +101,10 @@ def test_a_reader_log_read_before_its_last_line_is_read_again(monkeypatch: pytes
     from airflow_tfk.serving.base import ServingError
 
     monkeypatch.setattr(kubernetes.time, "sleep", lambda s: None)
-    whole = 'tfk-versions: 2\ntfk-version: 2\ntfk-metrics: {"accuracy": 0.9}\ntfk-sample:\n{"instances": [[1]]}\ntfk-end\n'
+    whole = (
+        'tfk-versions: 2\ntfk-version: 2\ntfk-metrics: {"accuracy": 0.9}\n'
+        'tfk-sample:\n{"instances": [[1]]}\ntfk-end\n'
+    )
     pod = SettlingLog(["tfk-versions: 2\ntfk-version: 2\n", whole])
     monkeypatch.setattr(KubernetesServing, "api", property(lambda self: pod))
     target = KubernetesServing(ServingSpec(model_name="linear", claim="models"))
