@@ -6,7 +6,7 @@ it) pulls in neither the Kubernetes client nor TensorFlow nor the template engin
 
 from __future__ import annotations
 
-from airflow_tfk._lazy import lazy_exports
+from airflow_tfk.core.lazy import lazy_exports
 
 # The installed distribution's name: its metadata holds the version (pyproject.toml's).
 DISTRIBUTION = "airflow-tfk"
@@ -14,8 +14,15 @@ DISTRIBUTION = "airflow-tfk"
 __all__, _export = lazy_exports(
     __name__,
     {
-        "airflow_tfk.spec": ("TFClusterSpec", "RoleSpec", "Resources", "StorageSpec", "VolumeSpec", "Mode"),
-        "airflow_tfk.errors": ("SpecError", "TrainingFailed"),
+        "airflow_tfk.spec.cluster": (
+            "TFClusterSpec",
+            "RoleSpec",
+            "Resources",
+            "StorageSpec",
+            "VolumeSpec",
+            "Mode",
+        ),
+        "airflow_tfk.core.errors": ("SpecError", "TrainingFailed"),
     },
 )
 

@@ -1,6 +1,6 @@
 """What DAG files (the example DAGs, the training files) read from the environment.
 
-Each value falls back to :mod:`airflow_tfk.constants`, the one table of defaults; the
+Each value falls back to :mod:`airflow_tfk.core.constants`, the one table of defaults; the
 environment only overrides it, so an unset variable means the provider's default:
 
 - ``TFK_BACKEND``: ``kubernetes`` (default) or ``local`` (processes on this machine;
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-from airflow_tfk import constants
+from airflow_tfk.core import constants
 
 BACKEND = constants.backend_kind(os.environ.get("TFK_BACKEND") or constants.BACKEND, "TFK_BACKEND")
 KUBERNETES_CONN_ID = os.environ.get("TFK_KUBERNETES_CONN_ID") or constants.KUBERNETES_CONN_ID

@@ -154,8 +154,8 @@ def drive_cluster(kubeconfig: str, ns: str, sel: str, workers: int, results: Any
 
 
 def measure(cp: Any, counter: RequestCounter, busy: Busy, a: argparse.Namespace, load: str) -> dict:
-    import airflow_tfk.watch as tfk_watch
-    from airflow_tfk import naming
+    import airflow_tfk.run.wait as tfk_watch
+    from airflow_tfk.core import naming
 
     run_id = f"manual__{load}"
     ctx = {"ti": SimpleNamespace(dag_id="bench", task_id="train", run_id=run_id, map_index=-1, try_number=1)}
@@ -253,9 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     logging.disable(logging.INFO)
 
-    from airflow_tfk.backends import _k8s_watch
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.watch import Wait
+    from airflow_tfk.backends.kubernetes import watch as _k8s_watch
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+    from airflow_tfk.run.wait import Wait
 
     counter = install(RequestCounter())
     # The operator builds its backend inside execute: count the requests of every

@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
     from kubernetes.utils import create_from_yaml
 
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+    from airflow_tfk.spec.cluster import TFClusterSpec
 
     tasks = a.workers + a.ps
     with control_plane() as cp:
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         counter.watch(backend.hook.api_client)  # client built outside the timing, like below
         times, requests = [], []
         from airflow_tfk.backends.base import ClusterRef
-        from airflow_tfk.render import render
+        from airflow_tfk.render.manifests import render
 
         for i in range(a.repeat):  # each from an idle control plane; the last one is kept
             spec = TFClusterSpec.from_dict(

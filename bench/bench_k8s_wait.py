@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     from kubernetes.utils import create_from_dict
 
     from airflow_tfk.backends.base import ClusterRef
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.spec import Mode, TFClusterSpec
-    from airflow_tfk.watch import wait_for_cluster
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+    from airflow_tfk.run.wait import wait_for_cluster
+    from airflow_tfk.spec.cluster import Mode, TFClusterSpec
 
     with control_plane() as cp:
         admin = cp.api_client()

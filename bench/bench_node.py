@@ -56,8 +56,8 @@ def _spec(name: str, namespace: str, ps: int, workers: int, steps: int, image: s
 
 
 def _measure(backend, spec_data: dict[str, Any], running, ps_gone, worker0_log) -> dict[str, float]:
-    from airflow_tfk.spec import TFClusterSpec
-    from airflow_tfk.status import Phase
+    from airflow_tfk.core.status import Phase
+    from airflow_tfk.spec.cluster import TFClusterSpec
 
     spec = TFClusterSpec.from_dict(spec_data)
     t0 = time.monotonic()
@@ -99,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     from k8s_node import node as nodemod
     from kubernetes import client
 
-    from airflow_tfk import naming
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.backends.local import LocalBackend
-    from airflow_tfk.status import Phase
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+    from airflow_tfk.backends.local.backend import LocalBackend
+    from airflow_tfk.core import naming
+    from airflow_tfk.core.status import Phase
 
     node = nodemod.Node.start(log=lambda m: print(m, file=sys.stderr))
     results = []

@@ -59,10 +59,10 @@ def _alive(pid: int) -> bool:
 
 
 def measure(mode: str, on_notice: bool, steps: int, every_ckpt: int, workdir: str, grace: float) -> dict:
-    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.backends.local.backend import LocalBackend
     from airflow_tfk.protocol.progress import last_progress, parse_line
-    from airflow_tfk.spec import Mode, TFClusterSpec
-    from airflow_tfk.watch import wait_for_cluster
+    from airflow_tfk.run.wait import wait_for_cluster
+    from airflow_tfk.spec.cluster import Mode, TFClusterSpec
 
     shape, (role, index) = SHAPES[mode]
     backend = LocalBackend(os.path.join(workdir, "root"), workdir=workdir, restart_backoff_seconds=0.2)

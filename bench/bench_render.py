@@ -23,9 +23,9 @@ import yaml  # noqa: E402
 from jinja2 import DictLoader, StrictUndefined  # noqa: E402
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
 
-from airflow_tfk import render as tfk_render  # noqa: E402
-from airflow_tfk import templating  # noqa: E402
-from airflow_tfk.spec import TFClusterSpec  # noqa: E402
+from airflow_tfk.render import manifests as tfk_render  # noqa: E402
+from airflow_tfk.render import templating  # noqa: E402
+from airflow_tfk.spec.cluster import TFClusterSpec  # noqa: E402
 
 SIZES = [(2, 1), (100, 4), (600, 8)]
 

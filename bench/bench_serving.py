@@ -201,7 +201,7 @@ def main() -> int:
     import tensorflow as tf
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-    from airflow_tfk import _process
+    from airflow_tfk.core import processes as _process
     from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig
 
     tmp = tempfile.mkdtemp(prefix="bench-serving-")

@@ -55,9 +55,9 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from _common import parser  # noqa: E402
 
-from airflow_tfk.backends.local import LocalBackend  # noqa: E402
-from airflow_tfk.naming import RunIdentity  # noqa: E402
-from airflow_tfk.spec import TFClusterSpec  # noqa: E402
+from airflow_tfk.backends.local.backend import LocalBackend  # noqa: E402
+from airflow_tfk.core.naming import RunIdentity  # noqa: E402
+from airflow_tfk.spec.cluster import TFClusterSpec  # noqa: E402
 from airflow_tfk.sweep.config import SweepConfig  # noqa: E402
 from airflow_tfk.sweep.runner import SweepRunner  # noqa: E402
 from airflow_tfk.sweep.study import PRUNED_AT, PRUNING, format_table, storage_url  # noqa: E402

@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     from k8s_node import node as nodemod
     from kubernetes import client
 
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+    from airflow_tfk.backends.local.backend import LocalBackend
     from airflow_tfk.runtime.examples.tf1_between_graph import ACCURACY_THRESHOLD
     from tests.runtime.tf1_reliability import run_once
 

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline-runs", type=int, default=0, help="runs without the device-filter shim")
     args = p.parse_args(argv)
 
-    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.backends.local.backend import LocalBackend
     from airflow_tfk.runtime.examples.tf1_between_graph import ACCURACY_THRESHOLD
     from tests.runtime.tf1_reliability import run_once
 

@@ -110,7 +110,7 @@ class _JobWatch:
         from types import SimpleNamespace
 
         from airflow_tfk.backends.base import ClusterRef
-        from airflow_tfk.backends.kubernetes import KubernetesBackend
+        from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
         from airflow_tfk.kube.api import BY_KIND
 
         ref = ClusterRef.from_dict(self.job["trigger"]["cluster"])
@@ -142,7 +142,7 @@ def _note_first_status(seen: dict[str, float]) -> None:
     tens of seconds to start on a busy machine, and would be measured while starting)."""
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
-    from airflow_tfk.watch import Wait
+    from airflow_tfk.run.wait import Wait
 
     check = Wait.check
 
@@ -228,7 +228,7 @@ def child_main(path: str) -> None:
     (seconds of imports on a busy machine) after it."""
     import airflow.providers.cncf.kubernetes.triggers.job  # noqa: F401 - both waiters' imports
 
-    import airflow_tfk.backends.kubernetes  # noqa: F401
+    import airflow_tfk.backends.kubernetes.backend  # noqa: F401
     import airflow_tfk.triggers.cluster  # noqa: F401
 
     print("@@ready", flush=True)
@@ -239,8 +239,8 @@ def child_main(path: str) -> None:
 
 # -- the parent -----------------------------------------------------------------------------
 def create_trainings(ns: str, count: int, workers: int, ps: int) -> list[dict[str, Any]]:
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+    from airflow_tfk.spec.cluster import TFClusterSpec
     from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 
     backend = KubernetesBackend(conn_id=kb.CONN_ID)
@@ -270,7 +270,7 @@ def finish_workers(api: Any, ns: str) -> dict[str, float]:
     read as a late verdict."""
     from kubernetes import client
 
-    from airflow_tfk import naming
+    from airflow_tfk.core import naming
 
     core = client.CoreV1Api(api)
     pods = core.list_namespaced_pod(ns, label_selector=f"{naming.LABEL_ROLE}=worker").items
@@ -453,7 +453,7 @@ def part2(cp: Any, api: Any, widths: list[int], opts: Any, workdir: Path) -> Non
     from kubernetes import client
 
     from airflow_tfk.backends.base import ClusterRef
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
 
     backend = KubernetesBackend(conn_id=kb.CONN_ID)
     rows: list[tuple[int, str, tuple[float, ...] | None, str]] = []

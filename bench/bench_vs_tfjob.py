@@ -210,7 +210,7 @@ class Provider(System):
         self.error: list[BaseException] = []
 
     def start(self) -> None:
-        from airflow_tfk import naming
+        from airflow_tfk.core import naming
 
         run_id = f"manual__{self.layout}"
         ti = SimpleNamespace(dag_id="bench", task_id="train", run_id=run_id, map_index=-1, try_number=1)
@@ -227,7 +227,7 @@ class Provider(System):
         self.thread.start()
 
     def selectors(self) -> tuple[str, str]:
-        from airflow_tfk import naming
+        from airflow_tfk.core import naming
 
         base = f"{naming.LABEL_CLUSTER}={self.cluster},{naming.LABEL_ROLE}="
         return base + "worker", base + "ps"
@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     from k8s import addons
     from kubernetes import client
 
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
 
     # Build (or find) the controllers before the control plane starts.
     jobset_bin = addons.jobset_binary() if "jobset" in chosen else None

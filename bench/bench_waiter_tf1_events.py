@@ -29,9 +29,9 @@ from unittest import mock
 from _common import parser as bench_parser
 from _k8s_bench import IMAGE, control_plane, namespace
 
-from airflow_tfk import exec_plan
-from airflow_tfk.render import render
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.render.manifests import render
+from airflow_tfk.spec import launch_plan as exec_plan
+from airflow_tfk.spec.cluster import TFClusterSpec
 
 MODES: dict[str, dict[str, Any]] = {
     "between_graph": {"ps": {"replicas": 16}},
@@ -43,7 +43,7 @@ _AFTER = exec_plan.provider_adds_launcher
 
 def _before(spec: TFClusterSpec, role: str) -> bool:
     """The rule the provider had: the launcher only for between_graph."""
-    from airflow_tfk.spec import Mode
+    from airflow_tfk.spec.cluster import Mode
 
     if not spec.legacy_tf1_flags or spec.mode is not Mode.BETWEEN_GRAPH:
         return False

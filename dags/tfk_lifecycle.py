@@ -20,7 +20,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, Param, task
 
-from airflow_tfk.assets import data_asset, model_asset
+from airflow_tfk._airflow.assets import data_asset, model_asset
 from airflow_tfk.dag_env import DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, PROXY_POLICY, STORAGE
 from airflow_tfk.operators.serving import TFPublishModelOperator
 from airflow_tfk.operators.training import TFTrainingOperator

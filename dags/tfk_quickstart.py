@@ -57,7 +57,7 @@ with DAG(
         import subprocess
         import sys
 
-        from airflow_tfk.backends.local import LocalBackend
+        from airflow_tfk.backends.local.backend import LocalBackend
 
         base = str(LocalBackend(**cluster["backend_config"]).claim_path(cluster["namespace"], "tfk-models"))
         out = subprocess.run(

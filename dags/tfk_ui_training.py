@@ -16,12 +16,12 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import Param, task
 
-from airflow_tfk.capacity import local_max_tasks
 from airflow_tfk.dag_env import BACKEND, DEFAULT_ARGS, DIGITS_APP, IMAGE, NAMESPACE, STORAGE
 from airflow_tfk.dagfactory.sandbox import SandboxedDAG
+from airflow_tfk.dagfactory.spec_docs import apply_form, form_params
 from airflow_tfk.operators.tensorboard import TFStartTensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
-from airflow_tfk.spec_docs import apply_form, form_params
+from airflow_tfk.spec.capacity import local_max_tasks
 
 # On the local backend every task is a process of this machine: the form offers no more
 # than the backend's cap (validate checks the sum of the roles against it too).
@@ -77,8 +77,8 @@ with SandboxedDAG(
             spec["chief"] = {"replicas": 1}
         cluster = TFClusterSpec.from_dict(spec)
         if LOCAL_CAP is not None:
-            from airflow_tfk.capacity import check_local_tasks
-            from airflow_tfk.errors import LocalMachineError
+            from airflow_tfk.core.errors import LocalMachineError
+            from airflow_tfk.spec.capacity import check_local_tasks
 
             too_big = check_local_tasks(cluster, LOCAL_CAP)
             if too_big is not None:

@@ -1,5 +1,5 @@
 """Write what the spec's declarations generate: the README's field table (between its
-markers) and the training files' JSON Schema (airflow_tfk/training-file.schema.json).
+markers) and the training files' JSON Schema (airflow_tfk/dagfactory/training-file.schema.json).
 
 Usage: python scripts/gen_spec_docs.py [--check]   (--check: exit 1 when either is stale)
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from airflow_tfk.spec_docs import README_BEGIN, README_END, SCHEMA_FILE, readme_table, schema_text
+from airflow_tfk.dagfactory.spec_docs import README_BEGIN, README_END, SCHEMA_FILE, readme_table, schema_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     check = "--check" in argv
     targets = {
         ROOT / "README.md": lambda text: readme_with_table(text, readme_table()),
-        ROOT / "airflow_tfk" / SCHEMA_FILE: lambda text: schema_text(),
+        ROOT / "airflow_tfk" / "dagfactory" / SCHEMA_FILE: lambda text: schema_text(),
     }
     stale = []
     for path, make in targets.items():

@@ -92,7 +92,7 @@ def local_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "tfk-local"
     monkeypatch.setenv("TFK_LOCAL_ROOT", str(root))
     yield root
-    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.backends.local.backend import LocalBackend
 
     backend = LocalBackend(str(root))
     for state in root.glob("*/*/state.json"):

@@ -25,9 +25,9 @@ import psutil
 import pytest
 
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.spec import RoleSpec, TFClusterSpec
+from airflow_tfk.backends.local.backend import LocalBackend
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.spec.cluster import RoleSpec, TFClusterSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINER = str(Path(__file__).parent / "operators" / "tasks" / "trainer.py")

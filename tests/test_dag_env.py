@@ -6,8 +6,9 @@ import importlib
 
 import pytest
 
-from airflow_tfk import constants, dag_env
-from airflow_tfk.errors import SpecError
+from airflow_tfk import dag_env
+from airflow_tfk.core import constants
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
 
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfk.spec import TFClusterSpec
-from airflow_tfk.spec_yaml import load_yaml_mapping
+from airflow_tfk.spec.cluster import TFClusterSpec
+from airflow_tfk.spec.yaml_reader import load_yaml_mapping
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -105,7 +105,7 @@ def test_yaml_example_is_accepted(block: Block, tmp_path: Path, capsys) -> None:
         return
     assert isinstance(data, dict), block.where
     if "cluster" in data:  # a training file
-        from airflow_tfk.cli import main
+        from airflow_tfk.cli.main import main
 
         path = tmp_path / "example.yaml"
         path.write_text(block.text, encoding="utf-8")
@@ -115,7 +115,7 @@ def test_yaml_example_is_accepted(block: Block, tmp_path: Path, capsys) -> None:
         return
     data = load_yaml_mapping(block.text)
     if "Serving" in block.heading or "TensorBoard" in block.heading:  # a service's options
-        from airflow_tfk.network import ServiceNetworkPolicy
+        from airflow_tfk.spec.network import ServiceNetworkPolicy
 
         assert set(data) == {"network_policy"}, block.where
         ServiceNetworkPolicy.from_value(data["network_policy"])
@@ -216,7 +216,7 @@ def test_the_docs_have_cli_examples() -> None:
 
 @pytest.mark.parametrize(("where", "argv", "shown"), CLI, ids=[w for w, _, _ in CLI])
 def test_cli_example_runs(where: str, argv: list[str], shown: str, monkeypatch, capsys) -> None:
-    from airflow_tfk.cli import main
+    from airflow_tfk.cli.main import main
 
     monkeypatch.chdir(ROOT)
     paths = [a for a in argv[1:] if not a.startswith("-")]
@@ -298,7 +298,7 @@ def test_every_documented_error_has_a_trigger() -> None:
 
 @pytest.mark.parametrize("error", sorted(CLI_TRIGGERS))
 def test_documented_cli_error_is_what_the_cli_prints(error: str, tmp_path: Path, monkeypatch, capsys) -> None:
-    from airflow_tfk.cli import main
+    from airflow_tfk.cli.main import main
 
     monkeypatch.chdir(ROOT)
     argv, spec = CLI_TRIGGERS[error]
@@ -310,7 +310,7 @@ def test_documented_cli_error_is_what_the_cli_prints(error: str, tmp_path: Path,
 
 
 def _validate(files: dict[str, str], tmp_path: Path, capsys) -> str:
-    from airflow_tfk.cli import main
+    from airflow_tfk.cli.main import main
 
     for name, text in files.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
@@ -362,7 +362,7 @@ def test_every_listed_enum_value_is_accepted_unquoted(field: str, value: str, tm
     spec = TFClusterSpec.from_dict(_complete(load_yaml_mapping(f"{field}: {value}\n")))
     got = getattr(spec, field)
     assert (got.value if isinstance(got, enum.Enum) else got) == value
-    from airflow_tfk.cli import main
+    from airflow_tfk.cli.main import main
 
     cluster = textwrap.indent(f"{field}: {value}\n", "  ")
     body = _TRAINING if field != "mode" else _TRAINING.replace("  mode: all_reduce\n", "")

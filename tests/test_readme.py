@@ -10,8 +10,8 @@ import re
 import sys
 from pathlib import Path
 
-from airflow_tfk.schema_check import MIN_KUBERNETES_VERSION
-from airflow_tfk.spec_docs import README_BEGIN, README_END, readme_rows, readme_table
+from airflow_tfk.dagfactory.spec_docs import README_BEGIN, README_END, readme_rows, readme_table
+from airflow_tfk.render.schema_check import MIN_KUBERNETES_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

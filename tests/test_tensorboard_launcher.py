@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from airflow_tfk import _process
+from airflow_tfk.core import processes as _process
 from airflow_tfk.tensorboard.launcher import SCRIPT, command
 
 

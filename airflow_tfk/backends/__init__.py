@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_tfk.backends.base import Backend, ClusterRef
-from airflow_tfk.constants import BACKEND
+from airflow_tfk.core.constants import BACKEND
 
 __all__ = ["Backend", "ClusterRef", "get_backend"]
 
@@ -16,11 +16,11 @@ def get_backend(kind: str = BACKEND, **config: Any) -> Backend:
     Imports lazily: selecting the local backend never loads the Kubernetes client.
     """
     if kind == "kubernetes":
-        from airflow_tfk.backends.kubernetes import KubernetesBackend
+        from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
 
         return KubernetesBackend(**config)
     if kind == "local":
-        from airflow_tfk.backends.local import LocalBackend
+        from airflow_tfk.backends.local.backend import LocalBackend
 
         return LocalBackend(**config)
     raise ValueError(f"backend: unknown kind {kind!r} (expected 'kubernetes' or 'local')")

@@ -14,11 +14,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_tfk import naming
-from airflow_tfk.admission import Layout
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.spec import TFClusterSpec
-from airflow_tfk.status import Activity, ClusterStatus
+from airflow_tfk.core import naming
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.core.status import Activity, ClusterStatus
+from airflow_tfk.spec.admission import Layout
+from airflow_tfk.spec.cluster import TFClusterSpec
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ class Backend(abc.ABC):
 
     def capacity_snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
         """Nodes and their non-terminal pods, for the capacity pre-check
-        (:mod:`airflow_tfk.capacity`); None where the backend has no nodes to compare."""
+        (:mod:`airflow_tfk.spec.capacity`); None where the backend has no nodes to compare."""
         return None
 
     def clusters(self, namespace: str | None) -> list[ClusterRef]:

@@ -2,7 +2,8 @@
 
 The stages, one module each:
 
-- :mod:`~airflow_tfk.spec_yaml`: the file's YAML, read strictly (the spec files' reader), with a line map;
+- :mod:`~airflow_tfk.spec.yaml_reader`: the file's YAML, read strictly (the spec files'
+  reader), with a line map;
 - :mod:`~airflow_tfk.dagfactory.training`: the format, validated (the cluster block by
   ``TFClusterSpec`` itself, operator blocks against the operators' signatures);
 - :mod:`~airflow_tfk.dagfactory.builder`: the one function that builds the DAG;

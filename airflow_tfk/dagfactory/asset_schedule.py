@@ -9,7 +9,7 @@ schedule:
     - {all: [{data: {claim: tfk-data, path: a}}, {data: {claim: tfk-data, path: b}}]}
 ```
 
-An asset written as ``data``/``model``/``serving`` is built by :mod:`airflow_tfk.assets`,
+An asset written as ``data``/``model``/``serving`` is built by :mod:`airflow_tfk._airflow.assets`,
 so it is the very asset a training or publish of this provider declares; a string is a
 reference to an asset by URI (``://`` in it) or by name, declared elsewhere. The file's
 value is checked here as data (bounded size and depth, each error naming its path) and
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_tfk.dagfactory.printable import control_character
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.printable import control_character
 
 MAX_DEPTH = 6
 MAX_ASSETS = 64
@@ -102,7 +102,7 @@ def _check_count(where: str, count: list[int]) -> None:
 
 
 def _asset(node: Mapping[str, Any]) -> Any:
-    from airflow_tfk.assets import data_asset, model_asset, serving_asset
+    from airflow_tfk._airflow.assets import data_asset, model_asset, serving_asset
 
     ((kind, body),) = node.items()
     if kind == "data":

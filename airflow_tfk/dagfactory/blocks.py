@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_tfk import dag_env
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.dagfactory.params import param_refs
-from airflow_tfk.errors import SpecError
 
 # Keys of the operators' __init__ that the training file sets itself.
 _MANAGED = frozenset({"backend", "backend_config", "kubernetes_conn_id", "task_id", "action", "kwargs"})
@@ -59,9 +59,9 @@ def backend_config(data: Mapping[str, Any], backend: str) -> dict[str, Any] | No
     if not config:
         return None if config is None else dict(config)
     if backend == "kubernetes":
-        from airflow_tfk.backends.kubernetes import KubernetesBackend as cls
+        from airflow_tfk.backends.kubernetes.backend import KubernetesBackend as cls
     else:
-        from airflow_tfk.backends.local import LocalBackend as cls  # type: ignore[assignment]
+        from airflow_tfk.backends.local.backend import LocalBackend as cls  # type: ignore[assignment]
     allowed = set(inspect.signature(cls).parameters)
     unknown = sorted(str(k) for k in set(config) - allowed)
     if unknown:

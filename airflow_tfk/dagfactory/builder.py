@@ -15,6 +15,7 @@ import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.dagfactory.training import (
     PUBLISH_TASK,
     SWEEP_TASK,
@@ -22,8 +23,7 @@ from airflow_tfk.dagfactory.training import (
     TRAIN_TASK,
     TrainingFile,
 )
-from airflow_tfk.errors import SpecError
-from airflow_tfk.operator_args import holds_jinja
+from airflow_tfk.spec.operator_options import holds_jinja
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG, BaseOperator, Param

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk.dagfactory.printable import control_character, printable
+from airflow_tfk.core.errors import SpecError, short_repr
+from airflow_tfk.core.printable import control_character, printable
 from airflow_tfk.dagfactory.training import TrainingFile, parse_training
-from airflow_tfk.errors import SpecError, short_repr
-from airflow_tfk.spec_yaml import MAX_BYTES, load_yaml_lines
+from airflow_tfk.spec.yaml_reader import MAX_BYTES, load_yaml_lines
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG

@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 
 __all__ = ["PARAM_KEYS", "param_refs", "parse_params", "with_param_defaults"]
 

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 
 MAX_LENGTH = 1000
 _SAMPLE = frozenset(chr(i) for i in range(256)) | frozenset("é中ß\u2028\u3000")

@@ -36,9 +36,7 @@ import jinja2.nodes as nodes
 import jinja2.sandbox
 from airflow.sdk import DAG
 
-from airflow_tfk.errors import SpecError
-from airflow_tfk.errors import TemplateValueError as TemplateValueError
-from airflow_tfk.template_text import (
+from airflow_tfk._airflow.template_text import (
     mark_spelled_values,
     mark_text_parts,
     text_case,
@@ -46,7 +44,9 @@ from airflow_tfk.template_text import (
     text_operands,
     text_values,
 )
-from airflow_tfk.template_text import text_part as _text_part
+from airflow_tfk._airflow.template_text import text_part as _text_part
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.errors import TemplateValueError as TemplateValueError
 
 if TYPE_CHECKING:
     from jinja2.runtime import Context
@@ -305,7 +305,7 @@ _TEXT_FILTER = "tfk_text_part"
 
 def _mark_text_parts(tree: nodes.Template) -> None:
     """Each printed value of a template that makes a text through ``text_part``
-    (:func:`airflow_tfk.template_text.mark_text_parts`), as a filter: a call would go
+    (:func:`airflow_tfk._airflow.template_text.mark_text_parts`), as a filter: a call would go
     through the sandbox's own ``call`` and its result bound, which are for the template's
     calls, not for this check."""
     mark_spelled_values(

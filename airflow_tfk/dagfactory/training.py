@@ -51,21 +51,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk import dag_env
-from airflow_tfk.constants import (
+from airflow_tfk.core.constants import (
     BACKEND,
     KUBERNETES_CONN_ID,
     PROGRESS_INTERVAL_SECONDS,
     STALL_SECONDS,
 )
+from airflow_tfk.core.errors import SpecError, SpecErrors
 from airflow_tfk.dagfactory import training_keys
 from airflow_tfk.dagfactory.blocks import backend_config as _backend_config
 from airflow_tfk.dagfactory.blocks import operator_blocks as _operator_blocks
 from airflow_tfk.dagfactory.params import param_refs, with_param_defaults
 from airflow_tfk.dagfactory.params import parse_params as _params
 from airflow_tfk.dagfactory.training_keys import DEFAULT_START, KEYS
-from airflow_tfk.errors import SpecError, SpecErrors
-from airflow_tfk.run_policy import PreviousRunPolicy
-from airflow_tfk.spec_decl import Errors
+from airflow_tfk.spec.decl import Errors
+from airflow_tfk.spec.run_policy import PreviousRunPolicy
 
 #: the task ids of the generated DAG
 TRAIN_TASK, PUBLISH_TASK, TENSORBOARD_TASK, SWEEP_TASK = "train", "publish", "tensorboard", "sweep"
@@ -237,7 +237,7 @@ def _sweep_trials(
 ) -> None:
     """The trials' specs as they will be when each trial starts (its flags appended),
     checked now: errors name ``cluster.<field>``."""
-    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.spec.cluster import TFClusterSpec
     from airflow_tfk.sweep.config import SweepConfig
     from airflow_tfk.sweep.trials import TRIAL_SUFFIX_ROOM, check_trials_fit
 
@@ -261,7 +261,7 @@ def _publish_name(
     mismatch is certain, and refusing the file costs nothing, where the run would train in
     full and then find no version of the publish's name, or publish an older one a
     previous run left in the store under that name."""
-    from airflow_tfk.export_name import publish_name_mismatch
+    from airflow_tfk.spec.export_name import publish_name_mismatch
 
     why = publish_name_mismatch(cluster, publish.get("model_name"), prefix="cluster.")
     if why is not None:
@@ -272,8 +272,8 @@ def _cluster(
     cluster: dict[str, Any], params: Mapping[str, Mapping[str, Any]], max_minutes: int | None, dag_id: str
 ) -> dict[str, Any]:
     """The cluster block, checked by TFClusterSpec itself (errors prefixed ``cluster.``)."""
-    from airflow_tfk.naming import cluster_name_for
-    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.core.naming import cluster_name_for
+    from airflow_tfk.spec.cluster import TFClusterSpec
 
     for where, name in param_refs(cluster, "cluster"):
         if name not in params:

@@ -1,9 +1,9 @@
 """The training file's own keys, each declared once: type, default, bounds or choices and
 help. The checks in :func:`~airflow_tfk.dagfactory.training.parse_training` and the JSON
-Schema's entries for these keys (:func:`~airflow_tfk.spec_docs.training_schema`) both come
+Schema's entries for these keys (:func:`~airflow_tfk.dagfactory.spec_docs.training_schema`) both come
 from :data:`KEYS`.
 
-This is a small sibling of :mod:`airflow_tfk.spec_decl` rather than a use of it: the keys
+This is a small sibling of :mod:`airflow_tfk.spec.decl` rather than a use of it: the keys
 are not one dataclass (several defaults depend on the deployment's environment or on other
 keys), and their messages ("must be an integer between 1 and 100") are the ones users
 already see. Blocks with their own logic (``schedule``, ``params``, ``cluster``,
@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from airflow_tfk.constants import (
+from airflow_tfk.core.constants import (
     BACKEND,
     BACKEND_KINDS,
     CLEANUP,
@@ -27,9 +27,9 @@ from airflow_tfk.constants import (
     STALL_SECONDS,
     Cleanup,
 )
-from airflow_tfk.dagfactory.printable import control_character
-from airflow_tfk.errors import SpecError
-from airflow_tfk.run_policy import PreviousRunPolicy
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.printable import control_character
+from airflow_tfk.spec.run_policy import PreviousRunPolicy
 
 __all__ = ["DEFAULT_START", "KEYS", "PRESETS", "Key", "key_schema"]
 
@@ -209,7 +209,7 @@ def _schedule(value: object) -> str | dict[str, Any] | None:
 
 
 def _stall_seconds(value: object) -> float:
-    from airflow_tfk.operator_args import check_stall_seconds
+    from airflow_tfk.spec.operator_options import check_stall_seconds
 
     return check_stall_seconds(value)
 

@@ -24,8 +24,8 @@ EXIT_USAGE = 2
 
 def _collect(paths: Sequence[str], err: TextIO) -> tuple[list[Path], list, int | None]:
     """The files to check, the folders' own errors, and an exit status on a usage error."""
+    from airflow_tfk.core.printable import printable
     from airflow_tfk.dagfactory.loader import SUFFIXES, TrainingFileError, training_files
-    from airflow_tfk.dagfactory.printable import printable
 
     files: list[Path] = []
     errors: list[TrainingFileError] = []
@@ -45,8 +45,8 @@ def _collect(paths: Sequence[str], err: TextIO) -> tuple[list[Path], list, int |
 
 
 def run(paths: Sequence[str], out: TextIO, err: TextIO, *, quiet: bool = False) -> int:
+    from airflow_tfk.core.printable import printable
     from airflow_tfk.dagfactory.loader import FILES_PER_DAG_FILE, load_folder
-    from airflow_tfk.dagfactory.printable import printable
 
     files, folder_errors, usage = _collect(paths, err)
     if usage is not None:

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from airflow_tfk._kwargs import init_kwargs
-from airflow_tfk.constants import KUBERNETES_CONN_ID
+from airflow_tfk.core.constants import KUBERNETES_CONN_ID
+from airflow_tfk.core.kwargs import init_kwargs
 from airflow_tfk.kube.api import AsyncApi, SyncApi
 
 HOOKS_MODULE = "airflow.providers.cncf.kubernetes.hooks.kubernetes"

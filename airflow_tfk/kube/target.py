@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_tfk.constants import FIELD_MANAGER
+from airflow_tfk.core.constants import FIELD_MANAGER
+from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.kube.api import BY_KIND, SyncApi, is_not_found, kind_of
 from airflow_tfk.kube.connection import KubeConnection
-from airflow_tfk.naming import RunIdentity
 
 BACKGROUND = {"propagationPolicy": "Background"}
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfk.dagfactory.printable import control_character, printable
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.printable import control_character, printable
 
 APPROVE = "Approve"
 REJECT = "Reject"

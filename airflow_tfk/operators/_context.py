@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_tfk.naming import RunIdentity
+from airflow_tfk.core.naming import RunIdentity
 
 
 def identity_from_context(context: Any) -> RunIdentity:

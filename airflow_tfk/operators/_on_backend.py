@@ -7,11 +7,11 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_tfk import operator_args as args
-from airflow_tfk.constants import BACKEND, KUBERNETES_CONN_ID
-from airflow_tfk.errors import SpecError
+from airflow_tfk._airflow.templated_fields import CheckedTemplateFields
+from airflow_tfk.core.constants import BACKEND, KUBERNETES_CONN_ID
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators._context import backend_config
-from airflow_tfk.templated_fields import CheckedTemplateFields
+from airflow_tfk.spec import operator_options as args
 
 
 class OnBackendOperator(CheckedTemplateFields, BaseOperator):

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 
 
 def check_downstream_publish(task: Any, spec: Any) -> None:
     """Raise :class:`SpecError` naming the publish task's ``model_name`` and the spec's
     flag when they disagree; a templated name on either side is not known yet."""
-    from airflow_tfk.export_name import publish_name_mismatch, spec_view
     from airflow_tfk.operators.serving import TFPublishModelOperator
+    from airflow_tfk.spec.export_name import publish_name_mismatch, spec_view
 
     if not task.has_dag():  # a task run on its own (tests, tools) has no downstream tasks
         return

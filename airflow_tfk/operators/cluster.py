@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_tfk import operator_args as args
-from airflow_tfk.constants import NAME_PREFIX
+from airflow_tfk._airflow.templated_fields import CheckedTemplateFields
+from airflow_tfk.core.constants import NAME_PREFIX
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
-from airflow_tfk.templated_fields import CheckedTemplateFields
+from airflow_tfk.spec import operator_options as args
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.spec.cluster import TFClusterSpec
 
 
 class TFCreateClusterOperator(OnBackendOperator):
@@ -53,8 +53,8 @@ class TFCreateClusterOperator(OnBackendOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_tfk.backends import get_backend
-        from airflow_tfk.handle import ClusterHandle
-        from airflow_tfk.lifecycle import create_or_reattach, resolve_spec
+        from airflow_tfk.run.handle import ClusterHandle
+        from airflow_tfk.run.lifecycle import create_or_reattach, resolve_spec
 
         identity = identity_from_context(context)
         options = self.backend_options()
@@ -85,8 +85,8 @@ class TFDeleteParameterServersOperator(CheckedTemplateFields, BaseOperator):
         self.grace_seconds = grace_seconds
 
     def execute(self, context: Context) -> list[str]:
-        from airflow_tfk.ending import Remove, RunResult, end_run
-        from airflow_tfk.handle import ClusterHandle
+        from airflow_tfk.run.ending import Remove, RunResult, end_run
+        from airflow_tfk.run.handle import ClusterHandle
 
         args.cluster_arg(self.cluster)
         handle = ClusterHandle.from_dict(self.cluster)
@@ -121,9 +121,9 @@ class TFDeleteClusterOperator(CheckedTemplateFields, BaseOperator):
         self.capture_logs = capture_logs
 
     def execute(self, context: Context) -> None:
-        from airflow_tfk.ending import RunResult, end_run
-        from airflow_tfk.handle import ClusterHandle
-        from airflow_tfk.policies import Outcome, evaluate
+        from airflow_tfk.run.ending import RunResult, end_run
+        from airflow_tfk.run.handle import ClusterHandle
+        from airflow_tfk.run.policies import Outcome, evaluate
 
         if not self.cluster:
             self.log.info("no cluster was created; nothing to delete")

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk import operator_args as args
-from airflow_tfk.constants import backend_kind
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.constants import backend_kind
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
+from airflow_tfk.spec import operator_options as args
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -118,7 +118,7 @@ class TFPublishModelOperator(OnBackendOperator):
         self.metrics = metrics
         self._upstream_metrics: dict[str, Any] | None = None
         if not self.inlets and not self.outlets:
-            from airflow_tfk.assets import publish_assets
+            from airflow_tfk._airflow.assets import publish_assets
 
             self.inlets, self.outlets = publish_assets(
                 model_name, claim, sub_path, base_path, serving, self.backend
@@ -126,7 +126,7 @@ class TFPublishModelOperator(OnBackendOperator):
 
     def spec(self) -> Any:
         """The validated :class:`ServingSpec` (raises ``SpecError`` naming the field)."""
-        from airflow_tfk.errors import SpecError
+        from airflow_tfk.core.errors import SpecError
         from airflow_tfk.serving.spec import ServingSpec
 
         extra = dict(self.serving or {})
@@ -144,7 +144,7 @@ class TFPublishModelOperator(OnBackendOperator):
         )
 
     def _version(self) -> int | None:
-        from airflow_tfk.errors import SpecError
+        from airflow_tfk.core.errors import SpecError
         from airflow_tfk.protocol.digits import MAX_VERSION, model_version
 
         if self.version in (None, "", "None", "latest"):
@@ -173,7 +173,7 @@ class TFPublishModelOperator(OnBackendOperator):
     def _metrics(self) -> dict[str, Any] | None:
         import json
 
-        from airflow_tfk.errors import SpecError
+        from airflow_tfk.core.errors import SpecError
 
         found: Any = self.metrics
         if found in (None, "", "None"):
@@ -202,7 +202,7 @@ class TFPublishModelOperator(OnBackendOperator):
                 metrics = value.get("metrics") if isinstance(value, dict) else None
                 self._upstream_metrics = dict(metrics) if isinstance(metrics, Mapping) else None
         if len(found) > 1:
-            from airflow_tfk.errors import SpecError
+            from airflow_tfk.core.errors import SpecError
 
             raise SpecError(
                 "version", f"upstream tasks exported several versions of {self.model_name}", found
@@ -211,7 +211,7 @@ class TFPublishModelOperator(OnBackendOperator):
             version, task_id = next(iter(found.items()))
             self.log.info("publishing version %s, exported by %s in this run", version, task_id)
             return version
-        from airflow_tfk.asset_events import triggering_model_event
+        from airflow_tfk._airflow.asset_events import triggering_model_event
 
         event = triggering_model_event(context, self.model_name)
         if event is not None:  # a run scheduled on the model asset publishes what it announced
@@ -249,7 +249,7 @@ class TFPublishModelOperator(OnBackendOperator):
     def _publish(
         self, context: Context, target: Any, version: int | None, gate: Any, metrics: Any, approve: Any
     ) -> dict[str, Any]:
-        from airflow_tfk._airflow import AirflowSkipException
+        from airflow_tfk._airflow.compat import AirflowSkipException
         from airflow_tfk.serving.base import NotBlessed
         from airflow_tfk.serving.publish import AwaitApproval, publish
 
@@ -273,7 +273,7 @@ class TFPublishModelOperator(OnBackendOperator):
             if exc.on_failure == "skip":
                 raise AirflowSkipException(str(exc)) from exc
             raise
-        from airflow_tfk.asset_events import record_publish
+        from airflow_tfk._airflow.asset_events import record_publish
 
         out = result.to_dict()
         self._lineage_result = {**out, "metrics": metrics or {}}
@@ -308,13 +308,13 @@ class TFPublishModelOperator(OnBackendOperator):
     def get_openlineage_facets_on_start(self) -> Any:
         """The model in, the serving model out (the ``openlineage`` provider calls this;
         without it nothing here is imported)."""
-        from airflow_tfk.lineage import publish_lineage
+        from airflow_tfk._airflow.lineage import publish_lineage
 
         return publish_lineage(self, None)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """As at start, plus the version that serves, its metrics and endpoint."""
-        from airflow_tfk.lineage import publish_lineage
+        from airflow_tfk._airflow.lineage import publish_lineage
 
         return publish_lineage(self, getattr(self, "_lineage_result", None))
 
@@ -351,7 +351,7 @@ class TFStopModelServerOperator(OnBackendOperator):
         self.serving = serving
 
     def execute(self, context: Context) -> None:
-        from airflow_tfk.errors import SpecError
+        from airflow_tfk.core.errors import SpecError
         from airflow_tfk.serving.spec import ServingSpec
         from airflow_tfk.serving.targets import get_serving_target
 

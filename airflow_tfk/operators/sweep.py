@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk import operator_args as args
-from airflow_tfk.constants import NAME_PREFIX, backend_kind
+from airflow_tfk.core.constants import NAME_PREFIX, backend_kind
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
+from airflow_tfk.spec import operator_options as args
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.spec.cluster import TFClusterSpec
     from airflow_tfk.sweep.runner import SweepRunner
 
 
@@ -74,10 +74,10 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
         self.cluster_spec = cluster_spec
         self.sweep = sweep
         self.name_prefix = name_prefix
-        from airflow_tfk.errors import SpecError
+        from airflow_tfk.core.errors import SpecError
 
         if isinstance(sweep, str) and not args.templated(sweep):
-            from airflow_tfk.spec_yaml import load_yaml_mapping
+            from airflow_tfk.spec.yaml_reader import load_yaml_mapping
 
             try:
                 sweep = load_yaml_mapping(sweep)
@@ -94,8 +94,8 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_tfk.backends import get_backend
-        from airflow_tfk.lifecycle import resolve_spec
-        from airflow_tfk.spec_yaml import load_yaml_mapping
+        from airflow_tfk.run.lifecycle import resolve_spec
+        from airflow_tfk.spec.yaml_reader import load_yaml_mapping
         from airflow_tfk.sweep import study as studies
         from airflow_tfk.sweep.config import SweepConfig
         from airflow_tfk.sweep.runner import SweepRunner

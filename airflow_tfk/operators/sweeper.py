@@ -1,4 +1,4 @@
-"""`TFSweepOrphansOperator`: the Airflow side of :mod:`airflow_tfk.sweeper`.
+"""`TFSweepOrphansOperator`: the Airflow side of :mod:`airflow_tfk.run.orphans`.
 
 Schedule it (``dags/tfk_orphan_sweeper.py`` does, every 10 minutes): it asks Airflow, through
 the task SDK, for the state of each cluster's owning task instance and deletes the
@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk import operator_args as args
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators._on_backend import OnBackendOperator
+from airflow_tfk.spec import operator_options as args
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_tfk.naming import RunIdentity
+    from airflow_tfk.core.naming import RunIdentity
 
 
 class TFSweepOrphansOperator(OnBackendOperator):
@@ -49,7 +49,7 @@ class TFSweepOrphansOperator(OnBackendOperator):
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from airflow_tfk.backends import get_backend
-        from airflow_tfk.sweeper import sweep
+        from airflow_tfk.run.orphans import sweep
 
         options = self.backend_options()
         args.namespace_arg(self.namespace)  # as rendered

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
 
-from airflow_tfk import operator_args as args
-from airflow_tfk.constants import TensorBoardAction, backend_kind, choice
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.constants import TensorBoardAction, backend_kind, choice
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
+from airflow_tfk.spec import operator_options as args
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk import operator_args as args
-from airflow_tfk.constants import (
+from airflow_tfk.core.constants import (
     CLEANUP,
     NAME_PREFIX,
     PROGRESS_INTERVAL_SECONDS,
@@ -27,12 +26,13 @@ from airflow_tfk.constants import (
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
 from airflow_tfk.operators.tensorboard import TensorBoardLink
+from airflow_tfk.spec import operator_options as args
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_tfk.handle import ClusterHandle
-    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.run.handle import ClusterHandle
+    from airflow_tfk.spec.cluster import TFClusterSpec
 
 # The trigger's own deadline fires first; Airflow's defer timeout is only a backstop.
 _DEFER_TIMEOUT_MARGIN = timedelta(minutes=5)
@@ -101,7 +101,9 @@ class TFTrainingOperator(OnBackendOperator):
     ) -> None:
         super().__init__(**kwargs)
         args.cluster_spec_arg(cluster_spec)
-        deferrable = args.deferrable_arg(deferrable)
+        from airflow_tfk._airflow.compat import deferrable_arg
+
+        deferrable = deferrable_arg(deferrable)
         args.waiting_args(deferrable, progress_interval)
         args.name_prefix_arg(name_prefix)
         args.str_arg(tensorboard_task_id, "tensorboard_task_id", max_len=250)
@@ -129,20 +131,20 @@ class TFTrainingOperator(OnBackendOperator):
         if not self.inlets and not self.outlets:
             # The data and model the spec names literally, so Airflow knows them at parse
             # time: a DAG scheduled on the model asset runs after each success.
-            from airflow_tfk.assets import training_assets
+            from airflow_tfk._airflow.assets import training_assets
 
             self.inlets, self.outlets = training_assets(cluster_spec)
 
     # -- the steps --------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_tfk._airflow import AirflowTaskTimeout, TaskDeferred
-        from airflow_tfk.handle import ClusterHandle
-        from airflow_tfk.lifecycle import (
+        from airflow_tfk._airflow.compat import AirflowTaskTimeout, TaskDeferred
+        from airflow_tfk.operators._publish_names import check_downstream_publish
+        from airflow_tfk.run.handle import ClusterHandle
+        from airflow_tfk.run.lifecycle import (
             apply_previous_run_policy,
             create_or_reattach,
         )
-        from airflow_tfk.operators._publish_names import check_downstream_publish
-        from airflow_tfk.watch import TIMEOUT_MESSAGE, Wait, run_blocking, wait_result
+        from airflow_tfk.run.wait import TIMEOUT_MESSAGE, Wait, run_blocking, wait_result
 
         identity, spec, backend = self._resolve(context)
         check_downstream_publish(self, spec)
@@ -154,7 +156,7 @@ class TFTrainingOperator(OnBackendOperator):
         if not apply_previous_run_policy(
             backend, spec, identity, policy, self.log.info, wait_timeout=wait_limit
         ):
-            from airflow_tfk._airflow import AirflowSkipException
+            from airflow_tfk._airflow.compat import AirflowSkipException
 
             raise AirflowSkipException(
                 "an earlier run of this training is still alive (previous_run_policy=skip)"
@@ -214,7 +216,7 @@ class TFTrainingOperator(OnBackendOperator):
         """``previous_run_policy='wait'``, deferred: wait in the triggerer, not in a worker
         slot, until the earlier run's cluster has finished or is gone; then start again
         (:meth:`execute_after_previous_run`), which looks for the next earlier run."""
-        from airflow_tfk.lifecycle import previous_runs
+        from airflow_tfk.run.lifecycle import previous_runs
         from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 
         alive = previous_runs(backend, spec, identity)
@@ -236,7 +238,7 @@ class TFTrainingOperator(OnBackendOperator):
     def execute_after_previous_run(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The earlier run's cluster finished (or is gone): start this run."""
         if event.get("status") == "timeout":
-            from airflow_tfk._airflow import AirflowTaskTimeout
+            from airflow_tfk._airflow.compat import AirflowTaskTimeout
 
             raise AirflowTaskTimeout(
                 f"earlier runs still training at the execution_timeout: {event.get('cluster')}"
@@ -246,7 +248,7 @@ class TFTrainingOperator(OnBackendOperator):
     def execute_complete(
         self, context: Context, event: dict[str, Any], handle: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        from airflow_tfk.handle import ClusterHandle
+        from airflow_tfk.run.handle import ClusterHandle
 
         if handle is None:
             # `airflow dags test` (3.3) resumes with the event only, dropping the defer
@@ -259,7 +261,7 @@ class TFTrainingOperator(OnBackendOperator):
 
     def _record(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
         """The model outlets' events carry the exported version, metrics and run."""
-        from airflow_tfk.asset_events import record_training
+        from airflow_tfk._airflow.asset_events import record_training
 
         self._lineage_result = result
         filled = record_training(context, self.outlets, result)
@@ -273,7 +275,7 @@ class TFTrainingOperator(OnBackendOperator):
         """Identity, validated spec and backend of this task instance (deterministic, so a
         resumed or retried task finds the same cluster)."""
         from airflow_tfk.backends import get_backend
-        from airflow_tfk.lifecycle import resolve_spec
+        from airflow_tfk.run.lifecycle import resolve_spec
 
         identity = identity_from_context(context)
         options = self.backend_options()
@@ -282,16 +284,16 @@ class TFTrainingOperator(OnBackendOperator):
         return identity, spec, backend
 
     def _handle_of(self, context: Context) -> ClusterHandle:
-        from airflow_tfk.handle import ClusterHandle
+        from airflow_tfk.run.handle import ClusterHandle
 
         identity, spec, backend = self._resolve(context)
         return ClusterHandle.for_spec(spec, backend, identity)
 
     def _finish(self, handle: ClusterHandle, result: dict[str, Any]) -> dict[str, Any]:
-        """The task's outcome of a finished wait (:func:`~airflow_tfk.watch.wait_result`
+        """The task's outcome of a finished wait (:func:`~airflow_tfk.run.wait.wait_result`
         or the trigger's event): clean up after success, or tear down and raise."""
-        from airflow_tfk.ending import Remove, RunResult, end_run
-        from airflow_tfk.watch import failure_of
+        from airflow_tfk.run.ending import Remove, RunResult, end_run
+        from airflow_tfk.run.wait import failure_of
 
         message = str(result.get("message", ""))
         error = failure_of(result, handle.ref.name)
@@ -302,7 +304,9 @@ class TFTrainingOperator(OnBackendOperator):
                 and bool(result.get("failed_task"))
             )
             self._teardown(handle, message, keep=keep)
-            raise error
+            from airflow_tfk._airflow.compat import airflow_error
+
+            raise airflow_error(error)
         self.log.info("training succeeded: %s", message)
         started = time.monotonic()
         results = self._results(handle)
@@ -330,7 +334,7 @@ class TFTrainingOperator(OnBackendOperator):
         """after_train's metrics, the evaluator's last metrics and the exported version,
         from the tasks' logs, for XCom and one summary line. The evaluator gets the grace
         period to evaluate the last checkpoint. Best effort: never fails the task."""
-        from airflow_tfk.training_results import collect_results
+        from airflow_tfk.run.results import collect_results
 
         try:
             results = collect_results(
@@ -350,18 +354,18 @@ class TFTrainingOperator(OnBackendOperator):
     def get_openlineage_facets_on_start(self) -> Any:
         """Data in, model out, the cluster's shape and image (the ``openlineage`` provider
         calls this; without it nothing here is imported)."""
-        from airflow_tfk.lineage import training_lineage
+        from airflow_tfk._airflow.lineage import training_lineage
 
         return training_lineage(self, None)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """As at start, plus the exported version and metrics on the model dataset."""
-        from airflow_tfk.lineage import training_lineage
+        from airflow_tfk._airflow.lineage import training_lineage
 
         return training_lineage(self, getattr(self, "_lineage_result", None))
 
     def _teardown(self, handle: ClusterHandle, why: str, keep: bool = False) -> None:
-        from airflow_tfk.ending import Remove, end_run
+        from airflow_tfk.run.ending import Remove, end_run
 
         try:
             ended = end_run(
@@ -392,7 +396,7 @@ class TFTrainingOperator(OnBackendOperator):
 
 
 def _previous_run_policy(value: str) -> Any:
-    from airflow_tfk.run_policy import PreviousRunPolicy
+    from airflow_tfk.spec.run_policy import PreviousRunPolicy
 
     try:
         return PreviousRunPolicy(value)

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
 
-from airflow_tfk import operator_args as args
-from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS, SENSOR_POKE_INTERVAL_SECONDS, STALL_SECONDS
-from airflow_tfk.templated_fields import CheckedTemplateFields
+from airflow_tfk._airflow.templated_fields import CheckedTemplateFields
+from airflow_tfk.core.constants import PROGRESS_INTERVAL_SECONDS, SENSOR_POKE_INTERVAL_SECONDS, STALL_SECONDS
+from airflow_tfk.spec import operator_options as args
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -51,7 +51,9 @@ class TFClusterSensor(CheckedTemplateFields, BaseSensorOperator):
         kwargs.setdefault("poke_interval", SENSOR_POKE_INTERVAL_SECONDS)
         super().__init__(**kwargs)
         args.cluster_arg(cluster)
-        deferrable = args.deferrable_arg(deferrable)
+        from airflow_tfk._airflow.compat import deferrable_arg
+
+        deferrable = deferrable_arg(deferrable)
         args.waiting_args(deferrable, progress_interval)
         args.bool_arg(release_parameter_servers, "release_parameter_servers")
         self.release_parameter_servers = release_parameter_servers
@@ -65,7 +67,7 @@ class TFClusterSensor(CheckedTemplateFields, BaseSensorOperator):
         args.cluster_arg(self.cluster)  # as rendered
         if not self.deferrable:
             return super().execute(context)
-        from airflow_tfk.handle import ClusterHandle
+        from airflow_tfk.run.handle import ClusterHandle
         from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 
         handle = ClusterHandle.from_dict(self.cluster)
@@ -81,10 +83,11 @@ class TFClusterSensor(CheckedTemplateFields, BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> bool:
-        """One status judged by the wait's own check (:meth:`~airflow_tfk.watch.Wait.poke`)."""
-        from airflow_tfk.handle import ClusterHandle
-        from airflow_tfk.policies import Outcome
-        from airflow_tfk.watch import Wait, failure_of, run_blocking, wait_result
+        """One status judged by the wait's own check (:meth:`~airflow_tfk.run.wait.Wait.poke`)."""
+        from airflow_tfk._airflow.compat import airflow_error
+        from airflow_tfk.run.handle import ClusterHandle
+        from airflow_tfk.run.policies import Outcome
+        from airflow_tfk.run.wait import Wait, failure_of, run_blocking, wait_result
 
         handle = ClusterHandle.from_dict(self.cluster)
         if self._wait is None:
@@ -99,15 +102,16 @@ class TFClusterSensor(CheckedTemplateFields, BaseSensorOperator):
         if verdict.outcome is Outcome.FAILED:
             error = failure_of(wait_result(verdict), handle.ref.name)
             if error is not None:
-                raise error
+                raise airflow_error(error)
         return verdict.outcome is Outcome.SUCCEEDED
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
-        from airflow_tfk.watch import failure_of
+        from airflow_tfk._airflow.compat import airflow_error
+        from airflow_tfk.run.wait import failure_of
 
         error = failure_of(event, str((event.get("cluster") or {}).get("name", "cluster")))
         if error is not None:
-            raise error
+            raise airflow_error(error)
         self.log.info("training succeeded: %s", event.get("message", ""))
         if event.get("released") is not None:
             self.log.info(

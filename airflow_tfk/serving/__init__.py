@@ -7,7 +7,7 @@ format the runtime's model server reads lives in :mod:`airflow_tfk.protocol`.)
 
 from __future__ import annotations
 
-from airflow_tfk._lazy import lazy_exports
+from airflow_tfk.core.lazy import lazy_exports
 
 __all__, __getattr__ = lazy_exports(
     __name__,

@@ -3,7 +3,7 @@
 These pods are a Deployment's (``restartPolicy: Always``): a container that dies is
 started again, so a crash never shows as a failed pod, only as restarts, a last
 termination and ``CrashLoopBackOff``. The reading of one pod's status is the training's
-(:func:`airflow_tfk.backends._k8s_status.pod_verdict`), asked with no grace for image
+(:func:`airflow_tfk.backends.kubernetes.status.pod_verdict`), asked with no grace for image
 pulls or scheduling: a publish or a TensorBoard start has no retry budget of its own to
 wait for, and a person is waiting for its answer. On top of it, what only a restarting
 container tells: its last termination (an OOM kill, a non-zero exit) once it has repeated.
@@ -18,10 +18,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from airflow_tfk.backends._k8s_status import PodVerdict, pod_verdict
-from airflow_tfk.excerpt import failure_excerpt
+from airflow_tfk.backends.kubernetes.status import PodVerdict, pod_verdict
+from airflow_tfk.core.excerpt import failure_excerpt
+from airflow_tfk.core.status import Phase
 from airflow_tfk.kube.api import BY_KIND, error_message
-from airflow_tfk.status import Phase
 
 #: how many lines of the pod's log the failure message carries
 LOG_LINES = 15

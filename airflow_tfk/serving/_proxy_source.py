@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_tfk.errors import SpecError
-from airflow_tfk.network import ServiceNetworkPolicy, host_cidr
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.spec.network import ServiceNetworkPolicy, host_cidr
 
 WHERE = "network_policy.api_server_cidrs"
 

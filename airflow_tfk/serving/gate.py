@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tfk.dagfactory.printable import printable
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.printable import printable
 
 ON_FAILURE = ("fail", "skip")
 OPTIONS = ("thresholds", "lower_is_better", "max_regression", "on_failure")

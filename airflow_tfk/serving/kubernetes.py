@@ -127,7 +127,7 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
     def __init__(self, spec: ServingSpec, *, reader_timeout_seconds: float = 300.0, **config: Any) -> None:
         spec.require_claim()
         if spec.smoke_protocol == "grpc":
-            from airflow_tfk.errors import SpecError
+            from airflow_tfk.core.errors import SpecError
 
             raise SpecError(
                 "smoke_protocol",
@@ -195,7 +195,7 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         except Exception as exc:
             if not is_not_found(exc):
                 raise
-            from airflow_tfk.errors import SpecError
+            from airflow_tfk.core.errors import SpecError
 
             raise SpecError(
                 "http_route",

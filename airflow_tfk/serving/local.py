@@ -26,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from airflow_tfk import _process
-from airflow_tfk._kwargs import init_kwargs
-from airflow_tfk.local_env import default_local_root as default_root
+from airflow_tfk.core import processes as _process
+from airflow_tfk.core.kwargs import init_kwargs
+from airflow_tfk.core.local_env import default_local_root as default_root
 from airflow_tfk.protocol.digits import model_version
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import request_json
@@ -54,7 +54,7 @@ S = TypeVar("S", ServingSpec, TensorBoardSpec)
 class LocalServer(Generic[S]):
     """What the local model server and the local TensorBoard share: the local root, the
     server's directory ``<root>/<namespace>/<folder>/<name>/`` with its process record
-    (:class:`~airflow_tfk._process.ServerDir`), and the directory behind the spec's claim."""
+    (:class:`~airflow_tfk.core.processes.ServerDir`), and the directory behind the spec's claim."""
 
     def __init__(self, spec: S, root: str | None, folder: str, start_timeout_seconds: float) -> None:
         self.spec: S = spec
@@ -99,7 +99,7 @@ class LocalServer(Generic[S]):
 
 
 class LocalServing(LocalServer[ServingSpec], ServingTarget):
-    """:param root: the local backend's root (default: :func:`airflow_tfk.local_env.default_local_root`).
+    """:param root: the local backend's root (default: :func:`airflow_tfk.core.local_env.default_local_root`).
     :param poll_seconds: config and file-system poll of the server (local default: 1 s).
     :param server: ``auto`` (``tensorflow_model_server`` if on PATH), ``tensorflow_model_server``
         or ``stand-in``.

@@ -2,7 +2,7 @@
 their records (``<root>/<namespace>/.serving/<name>/server.json``,
 ``<root>/<namespace>/.tensorboard/<name>/server.json``) and stop them.
 
-A record only names a process: :func:`airflow_tfk._process.alive` checks the pid *and*
+A record only names a process: :func:`airflow_tfk.core.processes.alive` checks the pid *and*
 its create time, so a pid reused by another program is never signalled.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_tfk import _process
+from airflow_tfk.core import processes as _process
 from airflow_tfk.serving.spec import default_name
 
 KINDS = {"model-server": ".serving", "tensorboard": ".tensorboard"}

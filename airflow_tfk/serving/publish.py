@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tfk.deadline import SYSTEM, Clock
+from airflow_tfk.core.deadline import SYSTEM, Clock
 from airflow_tfk.protocol.model_config import STABLE_LABEL, ModelConfig, ModelServerConfig
 from airflow_tfk.serving.base import Emit, NotBlessed, PredictError, ServingError, ServingTarget
 from airflow_tfk.serving.gate import QualityGate

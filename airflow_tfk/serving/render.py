@@ -1,7 +1,6 @@
-"""Render TF Serving and TensorBoard objects from ``templates/serving/`` and
-``templates/tensorboard/``. A leaf module (Jinja2 and YAML load on first use), with the
-training templates' rules: a sandbox, ``StrictUndefined``, and values printed only
-through ``tojson``.
+"""Render TF Serving objects from ``templates/serving/``. A leaf module (Jinja2 and YAML
+load on first use), with the training templates' rules: a sandbox, ``StrictUndefined``, and
+values printed only through ``tojson``.
 """
 
 from __future__ import annotations
@@ -12,15 +11,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from airflow_tfk import naming
-from airflow_tfk.naming import RunIdentity
+from airflow_tfk.core import naming
+from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.protocol.model_config import STABLE_LABEL
+from airflow_tfk.render.templating import (
+    RenderError,
+    k8s_escape,
+    template_dirs,
+    template_environment,
+    yaml_loader,
+)
 from airflow_tfk.serving.files import DIGEST_SCRIPT, MAX_ENTRIES, MAX_LISTING_BYTES, MAX_STORE_JSON, PARTS
 from airflow_tfk.serving.replicas import disruption_budget
 from airflow_tfk.serving.scaling import Autoscaling, HTTPRouteSpec, IngressSpec, ParentRef
 from airflow_tfk.serving.spec import (
     CONFIG_FILE,
-    LOGS_MOUNT,
     MODELS_MOUNT,
     PUBLISHED_METRICS,
     ServingSpec,
@@ -28,17 +33,9 @@ from airflow_tfk.serving.spec import (
     batching_text,
     monitoring_text,
 )
-from airflow_tfk.templating import (
-    RenderError,
-    k8s_escape,
-    template_dirs,
-    template_environment,
-    yaml_loader,
-)
 
 LABEL_SERVING = f"{naming.LABEL_PREFIX}/serving"
 LABEL_MODEL = f"{naming.LABEL_PREFIX}/model"
-LABEL_TENSORBOARD = f"{naming.LABEL_PREFIX}/tensorboard"
 CONFIG_MOUNT = "/etc/tfk"  # as in images/serving
 MONITORING_FILE = "monitoring.config"
 BATCHING_FILE = "batching.config"
@@ -94,7 +91,7 @@ echo "tfk-end"
 )
 
 
-def _render(
+def render_object(
     template: str, kind: str, name: str, namespace: str, c: dict[str, Any], template_dir: str | Path | None
 ) -> dict[str, Any]:
     import yaml
@@ -125,7 +122,7 @@ def _resources(spec: ServingSpec | TensorBoardSpec) -> dict[str, dict[str, str]]
     return out
 
 
-def _base(
+def server_context(
     spec: ServingSpec | TensorBoardSpec, app: str, component: str, key: str, identity: RunIdentity | None
 ) -> dict[str, Any]:
     labels = {
@@ -156,7 +153,7 @@ def _base(
     }
 
 
-def _network_policy(
+def server_network_policy(
     spec: ServingSpec | TensorBoardSpec,
     c: dict[str, Any],
     ports: list[int],
@@ -182,7 +179,9 @@ def _network_policy(
         "proxy_port": proxy_port,
     }
     name = str(spec.name)
-    return [_render("serving/networkpolicy.yaml.j2", "NetworkPolicy", name, spec.namespace, c, template_dir)]
+    return [
+        render_object("serving/networkpolicy.yaml.j2", "NetworkPolicy", name, spec.namespace, c, template_dir)
+    ]
 
 
 #: what a serving container may take to start before it loads anything (its image's
@@ -209,7 +208,7 @@ def serving_context(
     spec: ServingSpec, identity: RunIdentity | None = None, model_config: str = ""
 ) -> dict[str, Any]:
     spec.require_claim()
-    c = _base(spec, "tensorflow-serving", "serving", LABEL_SERVING, identity)
+    c = server_context(spec, "tensorflow-serving", "serving", LABEL_SERVING, identity)
     c["labels"][LABEL_MODEL] = naming.safe_label_value(spec.model_name)
     c.update(
         {
@@ -273,7 +272,7 @@ def _scaling(spec: ServingSpec, c: dict[str, Any], template_dir: str | Path | No
     out: list[dict[str, Any]] = []
 
     def add(template: str, kind: str, extra: dict[str, Any]) -> None:
-        out.append(_render(template, kind, spec.resource, spec.namespace, {**c, **extra}, template_dir))
+        out.append(render_object(template, kind, spec.resource, spec.namespace, {**c, **extra}, template_dir))
 
     budget = disruption_budget(spec)
     if budget is not None:
@@ -322,10 +321,12 @@ def render_serving(
     c = serving_context(spec, identity, model_config)
     ports = [spec.rest_port, spec.grpc_port]
     return [
-        *_network_policy(spec, c, ports, spec.rest_port, api_server_cidrs, template_dir),
+        *server_network_policy(spec, c, ports, spec.rest_port, api_server_cidrs, template_dir),
         _config_map(spec, c, spec.config_map_name, c["config_files"], template_dir),
-        _render("serving/service.yaml.j2", "Service", spec.resource, spec.namespace, c, template_dir),
-        _render("serving/deployment.yaml.j2", "Deployment", spec.resource, spec.namespace, c, template_dir),
+        render_object("serving/service.yaml.j2", "Service", spec.resource, spec.namespace, c, template_dir),
+        render_object(
+            "serving/deployment.yaml.j2", "Deployment", spec.resource, spec.namespace, c, template_dir
+        ),
         *_scaling(spec, c, template_dir),
     ]
 
@@ -337,7 +338,7 @@ def _config_map(
     files: dict[str, str],
     template_dir: str | Path | None,
 ) -> dict[str, Any]:
-    return _render(
+    return render_object(
         "serving/configmap.yaml.j2",
         "ConfigMap",
         name,
@@ -393,48 +394,6 @@ def render_sample_reader(
             "reader_labels": {**c["labels"], "app.kubernetes.io/component": "store-reader"},
         }
     )
-    return _render("serving/sample-reader-job.yaml.j2", "Job", job_name, spec.namespace, c, template_dir)
-
-
-def render_tensorboard(
-    spec: TensorBoardSpec,
-    identity: RunIdentity | None = None,
-    template_dir: str | Path | None = None,
-    api_server_cidrs: Sequence[str] | None = None,
-) -> list[dict[str, Any]]:
-    """NetworkPolicy (unless switched off), Service and Deployment of a TensorBoard over
-    the logs claim."""
-    if spec.claim is None:
-        from airflow_tfk.errors import SpecError
-
-        raise SpecError("claim", "is required on Kubernetes (base_path is local-only)")
-    if spec.port == 0:
-        from airflow_tfk.errors import SpecError
-
-        raise SpecError(
-            "port", "must be between 1 and 65535 on Kubernetes (0 picks a free port locally only)", 0
-        )
-    c = _base(spec, "tensorboard", "tensorboard", LABEL_TENSORBOARD, identity)
-    from airflow_tfk.tensorboard.launcher import command
-
-    c.update(
-        {
-            "command": command(),
-            "port": spec.port,
-            "logs_mount": LOGS_MOUNT,
-            "args": [
-                f"--logdir={spec.pod_logdir}",
-                "--bind_all",
-                f"--port={spec.port}",
-                f"--reload_interval={spec.reload_seconds}",
-                # No --path_prefix: the API server's service proxy strips its own prefix, so
-                # TensorBoard sees "/data/..." (with the prefix it answers only under it and
-                # 404s here), and its pages use relative links, which resolve under the proxy.
-            ],
-        }
+    return render_object(
+        "serving/sample-reader-job.yaml.j2", "Job", job_name, spec.namespace, c, template_dir
     )
-    return [
-        *_network_policy(spec, c, [spec.port], spec.port, api_server_cidrs, template_dir),
-        _render("tensorboard/service.yaml.j2", "Service", spec.name, spec.namespace, c, template_dir),
-        _render("tensorboard/deployment.yaml.j2", "Deployment", spec.name, spec.namespace, c, template_dir),
-    ]

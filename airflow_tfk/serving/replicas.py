@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_tfk._spec_checks import _int
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.spec.checks import _int
 
 __all__ = ["check_scaling", "disruption_budget"]
 

@@ -11,7 +11,7 @@ replica, so the same waits serve it unchanged.
 
 from __future__ import annotations
 
-from airflow_tfk.deadline import SYSTEM, Clock
+from airflow_tfk.core.deadline import SYSTEM, Clock
 from airflow_tfk.serving.base import Emit, ServingError, ServingTarget, VersionState
 
 

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tfk import naming
-from airflow_tfk._spec_checks import MAX_MAP_ITEMS, _bounded, _int, _utf8, annotations_size
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core import naming
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.spec.checks import MAX_MAP_ITEMS, _bounded, _int, _utf8, annotations_size
 
 # The host name rule both APIs apply: the Ingress validation's (``IsDNS1123Subdomain``, or
 # ``IsWildcardDNS1123Subdomain`` with a '*') and the Gateway API CRD's ``Hostname`` pattern

@@ -1,7 +1,7 @@
 """`ServingSpec` and `TensorBoardSpec`: typed, validated descriptions of a TF Serving
 deployment and of a TensorBoard. Pure: no Kubernetes client, no TensorFlow, no templates.
 
-Construction validates; invalid input raises :class:`~airflow_tfk.errors.SpecError`
+Construction validates; invalid input raises :class:`~airflow_tfk.core.errors.SpecError`
 naming the field, before any backend is touched.
 """
 
@@ -14,18 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk import naming
-from airflow_tfk._spec_checks import image_text, path_text
-from airflow_tfk.constants import NAMESPACE
-from airflow_tfk.errors import SpecError
-from airflow_tfk.network import ServiceNetworkPolicy
+from airflow_tfk.core import naming
+from airflow_tfk.core.constants import NAMESPACE
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.serving.replicas import check_scaling
-from airflow_tfk.spec import (
+from airflow_tfk.spec.checks import image_text, path_text
+from airflow_tfk.spec.cluster import (
     Resources,
     Toleration,
     _int,  # one integer rule for every spec
 )
-from airflow_tfk.spec_decl import Errors, check_fields, section_from
+from airflow_tfk.spec.decl import Errors, check_fields, section_from
+from airflow_tfk.spec.network import ServiceNetworkPolicy
 
 if TYPE_CHECKING:
     from airflow_tfk.serving.scaling import Autoscaling, HTTPRouteSpec, IngressSpec
@@ -311,7 +311,7 @@ class ServingSpec(_ServerSpec):
         (``max_batch_size``, ``batch_timeout_micros``, ``max_enqueued_batches``,
         ``num_batch_threads``, ``pad_variable_length_inputs``...); None: off.
     :param network_policy: who may connect (Kubernetes): nobody but the API server's
-        service proxy by default; see :class:`~airflow_tfk.network.ServiceNetworkPolicy`.
+        service proxy by default; see :class:`~airflow_tfk.spec.network.ServiceNetworkPolicy`.
     """
 
     model_name: str
@@ -415,7 +415,7 @@ class TensorBoardSpec(_ServerSpec):
     :param base_path: local backend only, instead of ``claim``: the log directory.
     :param port: TensorBoard's port (container and Service; local: 0 picks a free one).
     :param network_policy: who may connect (Kubernetes): nobody but the API server's
-        service proxy by default; see :class:`~airflow_tfk.network.ServiceNetworkPolicy`.
+        service proxy by default; see :class:`~airflow_tfk.spec.network.ServiceNetworkPolicy`.
     """
 
     name: str

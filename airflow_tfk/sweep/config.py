@@ -1,7 +1,7 @@
 """The ``sweep:`` settings: search space, objective, sampler, pruner, limits, storage.
 
 Typed and validated here, before any cluster or study exists: a bad value raises
-:class:`~airflow_tfk.errors.SpecError` naming its field (``sweep.search_space.lr.low``).
+:class:`~airflow_tfk.core.errors.SpecError` naming its field (``sweep.search_space.lr.low``).
 Pure: no Optuna, no Airflow.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 
 MAX_TRIALS = 10_000
 #: The largest bound or step of a range: Optuna computes in floats, and a flag's value
@@ -384,7 +384,7 @@ def _text(value: object, where: str) -> str:
 
 def _name(value: object, where: str) -> str:
     """A name that is shown in logs, tables and the UI: one printable line."""
-    from airflow_tfk.dagfactory.printable import control_character
+    from airflow_tfk.core.printable import control_character
 
     text = _text(value, where)
     bad = control_character(text)
@@ -403,7 +403,7 @@ def _storage(value: object, where: str) -> str | None:
     """A database URL, an absolute path, or a relative path that stays under the local
     backend's root (no '..'): a training file does not choose where on the Airflow
     worker's disk a sweep writes."""
-    from airflow_tfk._spec_checks import path_text
+    from airflow_tfk.spec.checks import path_text
 
     if value is None:
         return None
@@ -440,7 +440,7 @@ def _check_params_env(params: Mapping[str, ParamSpec], where: str) -> None:
     (``SWEEP_TRIAL_PARAMS``): its longest form must fit one string of an exec."""
     import json
 
-    from airflow_tfk._spec_checks import _exec_string
+    from airflow_tfk.spec.checks import _exec_string
     from airflow_tfk.sweep.trials import ENV_PARAMS
 
     longest = 2 + sum(
@@ -454,7 +454,7 @@ def _flag_value(value: object, where: str) -> str:
     """A categorical choice as the trials' command lines carry it (``--<flag> <value>``),
     checked as the spec checks its args: a choice the sampler picks late must not fail a
     trial after others have run."""
-    from airflow_tfk._spec_checks import _str_list
+    from airflow_tfk.spec.checks import _str_list
     from airflow_tfk.sweep.trials import flag_value
 
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_MAGNITUDE:

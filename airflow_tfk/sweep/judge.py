@@ -6,7 +6,7 @@ results and delete) holds a pruning decision back: a pruned trial trains on, at 
 speed, until its cluster is deleted. Each look at a trial reads the tail of its progress
 log, reports only its newest point on the pruner's grid (:mod:`~airflow_tfk.sweep.curve`)
 to Optuna - one write -, asks the pruner, and ends a loser at once through
-:func:`~airflow_tfk.ending.end_run` (in :meth:`SweepRunner._end`), as a killed run's.
+:func:`~airflow_tfk.run.ending.end_run` (in :meth:`SweepRunner._end`), as a killed run's.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk.policies import Outcome, evaluate
 from airflow_tfk.protocol.progress import last_progress, parse_line
+from airflow_tfk.run.policies import Outcome, evaluate
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.curve import LossCurve
 
 if TYPE_CHECKING:
     from airflow_tfk.backends.base import Backend
-    from airflow_tfk.handle import ClusterHandle
+    from airflow_tfk.run.handle import ClusterHandle
     from airflow_tfk.sweep.config import SweepConfig
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_tfk.naming import RunIdentity
+from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.sweep.study import StudyStorageError, display_url
 
 #: The study's user attribute that records its owner.

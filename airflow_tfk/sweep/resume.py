@@ -12,15 +12,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.ending import end_run
-from airflow_tfk.handle import ClusterHandle
+from airflow_tfk.run.ending import end_run
+from airflow_tfk.run.handle import ClusterHandle
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.judge import _Trial
 
 if TYPE_CHECKING:
     from airflow_tfk.backends.base import Backend
-    from airflow_tfk.naming import RunIdentity
-    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.core.naming import RunIdentity
+    from airflow_tfk.spec.cluster import TFClusterSpec
     from airflow_tfk.sweep.config import SweepConfig
 
 

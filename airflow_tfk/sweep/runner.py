@@ -1,7 +1,7 @@
 """The sweep loop: start trials up to the concurrency limit, watch them, prune the losers.
 
 Each trial is one cluster made through the lifecycle every operator uses
-(:func:`~airflow_tfk.lifecycle.create_or_reattach`), owned by the sweep's task instance.
+(:func:`~airflow_tfk.run.lifecycle.create_or_reattach`), owned by the sweep's task instance.
 The loop itself enforces ``max_concurrent_trials``: a new trial starts only once another
 trial's cluster is gone.
 
@@ -23,12 +23,13 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_tfk.backends.base import Backend
-from airflow_tfk.ending import RunResult, end_run
-from airflow_tfk.handle import ClusterHandle
-from airflow_tfk.lifecycle import create_or_reattach
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.policies import Outcome, evaluate
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.run.ending import RunResult, end_run
+from airflow_tfk.run.handle import ClusterHandle
+from airflow_tfk.run.lifecycle import create_or_reattach
+from airflow_tfk.run.policies import Outcome, evaluate
+from airflow_tfk.run.wait import progress_task
+from airflow_tfk.spec.cluster import TFClusterSpec
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.config import Direction, PrunerKind, SweepConfig
 from airflow_tfk.sweep.distinct import exhausted
@@ -37,7 +38,6 @@ from airflow_tfk.sweep.owner import StudyOwnership, SweepOwner
 from airflow_tfk.sweep.result import SweepResult, objective_value, params_text, study_result
 from airflow_tfk.sweep.resume import Resuming
 from airflow_tfk.sweep.trials import trial_name, trial_spec
-from airflow_tfk.watch import progress_task
 
 __all__ = ["SweepResult", "SweepRunner", "SweepStopped", "_Trial"]
 
@@ -268,7 +268,7 @@ class SweepRunner(Judging, Resuming):
 
     # -- the ends of a trial ------------------------------------------------------------
     def _complete(self, study: Any, run: _Trial) -> None:
-        from airflow_tfk.training_results import collect_results
+        from airflow_tfk.run.results import collect_results
 
         handle = run.handle
         results = collect_results(

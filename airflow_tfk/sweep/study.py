@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.sweep.config import Direction, ParamKind, ParamSpec, PrunerKind, SamplerKind, SweepConfig
 
 if TYPE_CHECKING:

@@ -10,10 +10,10 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk import naming
-from airflow_tfk.constants import NAME_PREFIX
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.spec import ROLES, TFClusterSpec
+from airflow_tfk.core import naming
+from airflow_tfk.core.constants import NAME_PREFIX
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.spec.cluster import ROLES, TFClusterSpec
 
 if TYPE_CHECKING:
     from airflow_tfk.sweep.config import SweepConfig
@@ -46,7 +46,7 @@ def trial_name(base: str, number: int) -> str:
 
 def flag_value(value: Any, where: str = "sweep.search_space") -> str:
     """How a parameter value is written on the command line (refused as the spec refuses it)."""
-    from airflow_tfk._spec_checks import flag_text
+    from airflow_tfk.spec.checks import flag_text
 
     return flag_text(value, where)
 
@@ -92,7 +92,7 @@ _LONGEST_VERSION = 2**63 - 1
 def longest_params(config: SweepConfig) -> dict[str, Any]:
     """For each parameter of the search space, the value with the longest command-line and
     JSON spelling a trial can get."""
-    from airflow_tfk._spec_checks import flag_text
+    from airflow_tfk.spec.checks import flag_text
     from airflow_tfk.sweep.config import ParamKind
 
     out: dict[str, Any] = {}
@@ -118,7 +118,7 @@ def check_trials_fit(spec: TFClusterSpec, config: SweepConfig, base: str | None 
     the cluster's field.
 
     ``base``: the trials' base name (default: the spec's name)."""
-    from airflow_tfk.errors import SpecError
+    from airflow_tfk.core.errors import SpecError
 
     params = longest_params(config)
     number = 10 ** (len(str(config.n_trials)) + 1) - 1  # reruns of interrupted trials count on

@@ -56,13 +56,13 @@ class KubernetesTensorBoard(PodHealth, KubeTarget):
         return host + service_proxy_path(self.spec.namespace, self.spec.name, self.spec.port, "/")
 
     def selector(self) -> str:
-        from airflow_tfk.serving.render import LABEL_TENSORBOARD
+        from airflow_tfk.tensorboard.render import LABEL_TENSORBOARD
 
         return f"{LABEL_TENSORBOARD}={self.spec.name},app.kubernetes.io/component=tensorboard"
 
     def start(self, emit: Emit) -> str:
         from airflow_tfk.serving._proxy_source import api_server_cidrs
-        from airflow_tfk.serving.render import render_tensorboard
+        from airflow_tfk.tensorboard.render import render_tensorboard
 
         # Before anything is applied: a policy whose proxy source cannot be known fails here.
         proxy_cidrs = api_server_cidrs(self.api, self.spec.network_policy)

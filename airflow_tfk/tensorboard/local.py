@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from airflow_tfk import _process
+from airflow_tfk.core import processes as _process
 from airflow_tfk.serving.base import Emit
 from airflow_tfk.serving.local import LocalServer
 from airflow_tfk.serving.spec import TensorBoardSpec

@@ -13,15 +13,15 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_tfk import operator_args as args
 from airflow_tfk.backends import get_backend
 from airflow_tfk.backends.base import Backend, ClusterRef
-from airflow_tfk.constants import PROGRESS_INTERVAL_SECONDS, STALL_SECONDS
-from airflow_tfk.errors import SpecError
-from airflow_tfk.handle import ClusterHandle
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.spec import Mode
-from airflow_tfk.watch import Wait, wait_result
+from airflow_tfk.core.constants import PROGRESS_INTERVAL_SECONDS, STALL_SECONDS
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.run.handle import ClusterHandle
+from airflow_tfk.run.wait import Wait, wait_result
+from airflow_tfk.spec import operator_options as args
+from airflow_tfk.spec.cluster import Mode
 
 
 def _check(
@@ -179,8 +179,8 @@ class TFClusterDoneTrigger(BaseTrigger):
     def _prepare(self) -> Backend:
         """The backend, built in a thread: its modules and the ones the trigger's end
         imports take seconds to load on a busy triggerer, which must not stall its loop."""
-        import airflow_tfk.ending  # noqa: F401
-        import airflow_tfk.policies  # noqa: F401
+        import airflow_tfk.run.ending  # noqa: F401
+        import airflow_tfk.run.policies  # noqa: F401
 
         return self._backend()
 
@@ -225,8 +225,8 @@ class TFClusterDoneTrigger(BaseTrigger):
     async def _release(self, handle: ClusterHandle) -> list[str]:
         """The blocking path's clean-up after success, with the grace period awaited here
         rather than slept in a thread of the triggerer."""
-        from airflow_tfk.ending import Remove, RunResult, end_run
-        from airflow_tfk.policies import roles_after_success
+        from airflow_tfk.run.ending import Remove, RunResult, end_run
+        from airflow_tfk.run.policies import roles_after_success
 
         roles = roles_after_success(handle.mode, list(handle.replicas))
         if roles and handle.ps_grace_seconds > 0:
@@ -252,7 +252,7 @@ class TFClusterDoneTrigger(BaseTrigger):
         ends as a killed run does: only if it is still its owner's, its exports set aside."""
         if self._fired or not self.delete_on_kill or self.invalid is not None:
             return
-        from airflow_tfk.ending import end_run
+        from airflow_tfk.run.ending import end_run
 
         handle = ClusterHandle(
             ClusterRef.from_dict(self.cluster),

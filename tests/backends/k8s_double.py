@@ -1,7 +1,7 @@
 """A TEST DOUBLE of the Kubernetes API server, at the HTTP level.
 
 NOT a Kubernetes API server: a small ``ThreadingHTTPServer`` that implements just what
-``airflow_tfk.backends.kubernetes`` uses, so the REAL ``kubernetes`` /
+``airflow_tfk.backends.kubernetes.backend`` uses, so the REAL ``kubernetes`` /
 ``kubernetes_asyncio`` clients and the cncf provider's ``KubernetesHook`` /
 ``AsyncKubernetesHook`` can be driven against it through an ordinary Airflow connection.
 What a real API server does is tested against one (tests/k8s_integration, KWOK nodes);

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from airflow_tfk import naming
+from airflow_tfk.core import naming
 
 _RV = itertools.count(1)
 T0 = "2026-11-22T10:00:00Z"

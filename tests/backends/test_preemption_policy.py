@@ -6,16 +6,16 @@ counted failure would fail the training."""
 from __future__ import annotations
 
 import pytest
-from pods import T0_EPOCH, pod, terminated
 
-from airflow_tfk import naming
-from airflow_tfk.backends._k8s_cluster import Interpreter
-from airflow_tfk.backends._k8s_status import failure_action, job_info
-from airflow_tfk.errors import SpecError
+from airflow_tfk.backends.kubernetes.cluster import Interpreter
+from airflow_tfk.backends.kubernetes.status import failure_action, job_info
+from airflow_tfk.core import naming
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.status import Phase
 from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
-from airflow_tfk.render import render
-from airflow_tfk.spec import TFClusterSpec
-from airflow_tfk.status import Phase
+from airflow_tfk.render.manifests import render
+from airflow_tfk.spec.cluster import TFClusterSpec
+from tests.backends.pods import T0_EPOCH, pod, terminated
 
 NOW = T0_EPOCH + 10
 DISRUPTIONS = [

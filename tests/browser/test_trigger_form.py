@@ -93,7 +93,7 @@ def _dag_known(svc: AirflowServices) -> bool:
 def _stop_what_the_run_left(svc: AirflowServices) -> None:
     """TensorBoard keeps running after the run by design; clusters must already be gone."""
     from airflow_tfk.backends.base import ClusterRef
-    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.backends.local.backend import LocalBackend
     from airflow_tfk.serving.spec import TensorBoardSpec, default_name
     from airflow_tfk.tensorboard.local import LocalTensorBoard
 
@@ -191,7 +191,7 @@ def scenario(services: AirflowServices, driver: Any) -> None:
 
     # Out of range: the number field does not keep a value above the schema's maximum, which
     # on the local backend (these services') is the backend's cap for this machine.
-    from airflow_tfk.capacity import local_max_tasks
+    from airflow_tfk.spec.capacity import local_max_tasks
 
     assert fill(driver, "workers", "700").get_attribute("value") == str(local_max_tasks())
     # Against the pattern: submitting is refused with the field's name, and no run exists.

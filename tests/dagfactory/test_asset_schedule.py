@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from airflow.sdk import AssetAll, AssetAny
 
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.dag_env import NAMESPACE
 from airflow_tfk.dagfactory.asset_schedule import airflow_schedule, parse_asset_schedule
 from airflow_tfk.dagfactory.builder import build_dag
 from airflow_tfk.dagfactory.training import parse_training
-from airflow_tfk.errors import SpecError
 
 CLUSTER = {
     "image": "airflow-tfk/training:2.21.0",

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.dagfactory.builder import build_dag
 from airflow_tfk.dagfactory.training import parse_training
-from airflow_tfk.errors import SpecError
 
 STORAGE = {"logs": {"claim": "tfk-logs"}, "models": {"claim": "tfk-models"}}
 CLUSTER = {
@@ -66,7 +66,7 @@ def test_full_dag() -> None:
 
 def test_templated_spec_renders_natively() -> None:
     """The params reach the spec as ints, and the rendered spec is the spec's to validate."""
-    from airflow_tfk.lifecycle import resolve_spec
+    from airflow_tfk.run.lifecycle import resolve_spec
 
     dag = build()
     train = dag.get_task("train")

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.dagfactory import validate
 from airflow_tfk.dagfactory.loader import FolderResult, load_folder, training_files
 from airflow_tfk.dagfactory.patterns import check_pattern
-from airflow_tfk.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = {"image": "i", "mode": "all_reduce", "command": ["a"], "worker": {"replicas": 1}}

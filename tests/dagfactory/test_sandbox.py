@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 import pytest
 
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.dagfactory.loader import load_folder
 from airflow_tfk.dagfactory.sandbox import (
     SandboxedDAG,
@@ -23,7 +24,6 @@ from airflow_tfk.dagfactory.sandbox import (
     TemplateRefused,
     check_template,
 )
-from airflow_tfk.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
 

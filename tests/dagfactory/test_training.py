@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.dagfactory.loader import TrainingFileError, read_training
 from airflow_tfk.dagfactory.params import with_param_defaults
 from airflow_tfk.dagfactory.training import parse_training
-from airflow_tfk.errors import SpecError
 
 CLUSTER = {
     "image": "airflow-tfk/training:2.21.0",

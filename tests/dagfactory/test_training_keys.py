@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.dagfactory import training_keys
 from airflow_tfk.dagfactory.loader import TrainingFileError, read_training
+from airflow_tfk.dagfactory.spec_docs import schema_text, training_schema
 from airflow_tfk.dagfactory.training import TrainingFile, parse_training
 from airflow_tfk.dagfactory.training_keys import KEYS, Key
-from airflow_tfk.errors import SpecError
-from airflow_tfk.spec_docs import schema_text, training_schema
 
 CLUSTER = {"image": "tf:1", "mode": "all_reduce", "command": ["python"], "worker": {"replicas": 1}}
 MADE_UP = Key("warmup_minutes", "minutes before the first checkpoint", "int", 5, 0, 60)

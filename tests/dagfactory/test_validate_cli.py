@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def validate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "airflow_tfk.cli", "validate", *args],
+        [sys.executable, "-m", "airflow_tfk.cli.main", "validate", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -26,9 +26,9 @@ def validate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def validate_here(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     """The console script's own ``main`` in this process, which has Airflow imported already:
     a new interpreter pays ~2.5 s importing Airflow to build the DAGs. The real
-    ``python -m airflow_tfk.cli`` runs in test_invalid_files_exit_1_with_the_dag_files_messages
+    ``python -m airflow_tfk.cli.main`` runs in test_invalid_files_exit_1_with_the_dag_files_messages
     and test_usage_errors_exit_2."""
-    from airflow_tfk.cli import main
+    from airflow_tfk.cli.main import main
 
     def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         monkeypatch.chdir(cwd)

@@ -136,8 +136,8 @@ def test_ui_training_form_caps_what_the_local_backend_runs(dagbag) -> None:
     form offers no more than the backend's cap, and validate refuses a sum over it."""
     from airflow.sdk.definitions.param import ParamValidationError
 
-    from airflow_tfk.capacity import local_max_tasks
-    from airflow_tfk.errors import LocalMachineError
+    from airflow_tfk.core.errors import LocalMachineError
+    from airflow_tfk.spec.capacity import local_max_tasks
 
     cap = local_max_tasks()
     dag = dagbag.dags["tfk_ui_training"]

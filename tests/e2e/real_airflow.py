@@ -75,10 +75,10 @@ class RealAirflow:
 
     def start(self, timeout: float = 600) -> None:
         # The database migrated once per test process, marked as `airflow-tfk` marks a
-        # home it migrated: `up` skips the migration (tests/test_cli_airflow.py runs it).
+        # home it migrated: `up` skips the migration (tests/cli/test_airflow.py runs it).
         from importlib.metadata import version
 
-        from airflow_tfk.cli import MIGRATED_MARKER
+        from airflow_tfk.cli.main import MIGRATED_MARKER
         from tests.helpers import migrated_airflow_home
 
         migrated_airflow_home(self.home)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfk.naming import RunIdentity
+from airflow_tfk.core.naming import RunIdentity
 from tests.docs_commands import documented_commands, section, shown_runs
 from tests.helpers import migrated_airflow_home, wait_for
 
@@ -85,8 +85,8 @@ def shell(tmp_path: Path) -> Shell:
 
 
 def _cluster(root: Path, name: str, owner: RunIdentity):
-    from airflow_tfk.backends.local import LocalBackend
-    from airflow_tfk.spec import RoleSpec, TFClusterSpec
+    from airflow_tfk.backends.local.backend import LocalBackend
+    from airflow_tfk.spec.cluster import RoleSpec, TFClusterSpec
 
     backend = LocalBackend(str(root))
     spec = TFClusterSpec(

@@ -2,7 +2,7 @@
 
 ``--lr={{ params.lr }}`` with the Param's null default fails the task when Airflow renders
 its fields, naming the field and the task, and no cluster is created; with ``lr`` 0.1 the
-training's process receives ``--lr=0.1`` (airflow_tfk/templated_fields.py).
+training's process receives ``--lr=0.1`` (airflow_tfk/_airflow/templated_fields.py).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def yield_cpu(pids: list[int]) -> None:
 
 
 def test_kill_previous_kills_the_running_first_run(airflow_env, tmp_path) -> None:
-    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.backends.local.backend import LocalBackend
 
     local_root = tmp_path / "tfk-local"  # only this test's clusters
     first_env = {**airflow_env.env, "TFK_LOCAL_ROOT": str(local_root)}

@@ -384,8 +384,8 @@ def _folder(case: Case, folder: Path) -> None:
 
 
 def _cli(case: Case, folder: Path) -> None:
+    from airflow_tfk.core.printable import printable
     from airflow_tfk.dagfactory import validate
-    from airflow_tfk.dagfactory.printable import printable
 
     _prepare(case, folder)
     out, err = io.StringIO(), io.StringIO()
@@ -405,9 +405,9 @@ def _cli(case: Case, folder: Path) -> None:
 
 
 def _api(case: Case, folder: Path) -> None:
+    from airflow_tfk.core.errors import SpecError
     from airflow_tfk.dagfactory.builder import build_dag
     from airflow_tfk.dagfactory.training import parse_training
-    from airflow_tfk.errors import SpecError
 
     assert case.data is not None
     try:
@@ -444,7 +444,7 @@ def _ui_dag() -> Any:
 def _ui(case: Case, folder: Path) -> None:
     from airflow.sdk.definitions.param import ParamsDict
 
-    from airflow_tfk.errors import SpecError
+    from airflow_tfk.core.errors import SpecError
 
     dag = UI_DAG[0]
     params = ParamsDict(dag.params)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfk import cli
-from airflow_tfk.errors import SpecError
-from airflow_tfk.render import RenderError, render
-from airflow_tfk.spec import RoleSpec, TFClusterSpec
-from airflow_tfk.spec_yaml import load_yaml_mapping
+from airflow_tfk.cli import main as cli
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.render.manifests import RenderError, render
+from airflow_tfk.spec.cluster import RoleSpec, TFClusterSpec
+from airflow_tfk.spec.yaml_reader import load_yaml_mapping
 
 from .corpus import BASE, Case, bounded, cases
 

@@ -4,7 +4,7 @@ fault runs on the local backend (a frozen chief).
 
 Each input case is refused within 1 CPU-s and 100 MB with an error naming the field, or
 accepted; none crashes, hangs or runs code. The fault runs and the RBAC probes live with
-their subjects (tests/test_stall.py, tests/test_sweeper.py,
+their subjects (tests/run/test_stall.py, tests/run/test_orphans.py,
 tests/k8s_integration/test_rbac.py); the frozen-chief run is here.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 
 CPU_LIMIT = 1.0
 MEMORY_LIMIT = 100 * 2**20
@@ -70,7 +70,7 @@ def _cli(argv: list[str], name: str, text: str) -> Callable[[Path], Any]:
     """Run the CLI in-process on a file; a refusal is its first error line as SpecError."""
 
     def run(tmp: Path) -> Any:
-        from airflow_tfk import cli
+        from airflow_tfk.cli import main as cli
 
         path = tmp / name
         path.write_text(text, encoding="utf-8")

@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 import pytest
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.serving.gate import QualityGate
 
 from .corpus import bounded
@@ -281,7 +281,7 @@ def _yaml(value: Any) -> str:
 
 @pytest.mark.parametrize("case", FOLDER, ids=lambda c: c.id)
 def test_training_folder_validate(case: Case, tmp_path: Path) -> None:
-    from airflow_tfk import cli
+    from airflow_tfk.cli import main as cli
 
     text = "cluster: " + json.dumps(TRAINING["cluster"]) + "\n"
     text += f"publish: {{model_name: digits, quality_gate: {_yaml(case.value)}}}\n"
@@ -341,7 +341,7 @@ UI_CONF = [
 def ui_dag():
     from airflow_tfk.dagfactory.builder import build_dag
     from airflow_tfk.dagfactory.training import parse_training
-    from airflow_tfk.spec_yaml import load_yaml_mapping
+    from airflow_tfk.spec.yaml_reader import load_yaml_mapping
 
     training = parse_training(load_yaml_mapping(UI_TRAINING), default_dag_id="ui", source="ui.yaml")
     return build_dag(training, UI_TRAINING)

@@ -18,7 +18,7 @@ import pytest
 from k8s import addons
 from kubernetes import client
 
-from airflow_tfk import naming
+from airflow_tfk.core import naming
 from k8s_integration import _tfk
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")

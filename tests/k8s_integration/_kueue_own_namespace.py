@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from k8s_integration import _kueue, _tfk
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from k8s import harness
 from kubernetes import client
 
-from airflow_tfk import naming
+from airflow_tfk.core import naming
 
 T = TypeVar("T")
 IMAGE = "registry.invalid/tfk/train:1"  # KWOK never pulls anything

@@ -128,7 +128,7 @@ def main() -> None:
 
     # Counted around the real code, patched in after the trigger module and before run():
     # the patch must not import what the trigger's start is meant to import itself.
-    from airflow_tfk.backends import _k8s_watch
+    from airflow_tfk.backends.kubernetes import watch as _k8s_watch
     from airflow_tfk.kube import connection
 
     _k8s_watch.MAX_WATCH_SECONDS = watch_seconds

@@ -33,15 +33,15 @@ from k8s import addons
 from kubernetes import client
 from kubernetes.utils import create_from_dict
 
-from airflow_tfk import naming
-from airflow_tfk.admission import KUEUE_QUEUE_LABEL
-from airflow_tfk.backends.kubernetes import KubernetesBackend
-from airflow_tfk.errors import CapacityError
-from airflow_tfk.lifecycle import create_or_reattach
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.render import render
-from airflow_tfk.spec import Mode, TFClusterSpec, quantity_value
-from airflow_tfk.watch import wait_for_cluster
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.core import naming
+from airflow_tfk.core.errors import CapacityError
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.render.manifests import render
+from airflow_tfk.run.lifecycle import create_or_reattach
+from airflow_tfk.run.wait import wait_for_cluster
+from airflow_tfk.spec.admission import KUEUE_QUEUE_LABEL
+from airflow_tfk.spec.cluster import Mode, TFClusterSpec, quantity_value
 from k8s_integration import _tfk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "rbac"))

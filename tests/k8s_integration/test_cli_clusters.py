@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.kubernetes import KubernetesBackend
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.spec.cluster import TFClusterSpec
 from k8s_integration import _tfk
 from tests.helpers import ROOT, migrated_airflow_home
 
@@ -31,7 +31,7 @@ def test_list_status_delete_and_sweep(k8s_cluster, k8s_api, tfk_ns, tfk_conn, tm
         cmd = [
             sys.executable,
             "-m",
-            "airflow_tfk.cli",
+            "airflow_tfk.cli.main",
             "clusters",
             *argv,
             "--kubeconfig",

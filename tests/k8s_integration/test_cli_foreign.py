@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from airflow_tfk import naming
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.kubernetes import KubernetesBackend
-from airflow_tfk.cli import main
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.spec import TFClusterSpec
-from airflow_tfk.sweeper import sweep
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.cli.main import main
+from airflow_tfk.core import naming
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.run.orphans import sweep
+from airflow_tfk.spec.cluster import TFClusterSpec
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.kubernetes import KubernetesBackend
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.spec.cluster import TFClusterSpec
 from k8s_integration import _tfk
 from tests.docs_commands import documented_commands, section
 from tests.helpers import ROOT, migrated_airflow_home
@@ -58,7 +58,7 @@ def test_readme_cluster_commands_on_kubernetes(
         cmd = [
             sys.executable,
             "-m",
-            "airflow_tfk.cli",
+            "airflow_tfk.cli.main",
             *argv[1:],
             "--kubeconfig",
             str(k8s_cluster.kubeconfig),

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from k8s import harness
 
-from airflow_tfk import naming
-from airflow_tfk.errors import TrainingFailed
+from airflow_tfk.core import naming
+from airflow_tfk.core.errors import TrainingFailed
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s
@@ -163,12 +163,12 @@ def test_oomkilled_is_the_same_failure_through_the_blocking_and_the_deferrable_w
 
     These assertions were in the HTTP double's async test until session 4 deleted it;
     KWOK now writes the pod's real OOMKilled status (exit code 137, reason annotation)."""
-    from airflow_tfk.backends._k8s_watch import WatchSession
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.naming import RunIdentity
-    from airflow_tfk.policies import Outcome
-    from airflow_tfk.spec import Mode, TFClusterSpec
-    from airflow_tfk.watch import Wait, failure_of, wait_for_cluster, wait_result
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+    from airflow_tfk.backends.kubernetes.watch import WatchSession
+    from airflow_tfk.core.naming import RunIdentity
+    from airflow_tfk.run.policies import Outcome
+    from airflow_tfk.run.wait import Wait, failure_of, wait_for_cluster, wait_result
+    from airflow_tfk.spec.cluster import Mode, TFClusterSpec
 
     spec = TFClusterSpec.from_dict(_tfk.spec(tfk_ns, "between_graph", workers=2, ps=1, name="oom"))
     ref = KubernetesBackend(conn_id=tfk_conn).create(spec, RunIdentity("k8s_it", "train", "manual__oom", -1))

@@ -160,8 +160,8 @@ def test_retry_after_the_deadline_of_a_finished_training_does_not_retrain(
     workers = {p.metadata.uid for p in _tfk.pods(k8s_api, tfk_ns, name, "worker")}
     assert _tfk.pods(k8s_api, tfk_ns, name, "ps")
     # The task is up for retry; the deadline has passed (as seen an hour later).
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.sweeper import sweep
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+    from airflow_tfk.run.orphans import sweep
 
     swept = sweep(KubernetesBackend(_tfk.CONN_ID), tfk_ns, lambda i: "up_for_retry", now=time.time() + 3601)
     assert [s.ref.name for s in swept] == [name] and "deadline" in swept[0].reason
@@ -181,8 +181,8 @@ def test_the_ps_job_is_stopped_at_its_deadline_by_the_cluster_itself(k8s_api, tf
     it. The control plane alone ends the parameter servers at max_duration_seconds (the
     PS Job's activeDeadlineSeconds; as a StatefulSet they ran until the sweeper came)."""
     from airflow_tfk.backends.base import ClusterRef
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+    from airflow_tfk.spec.cluster import TFClusterSpec
 
     spec = TFClusterSpec.from_dict(
         _tfk.spec(tfk_ns, "between_graph", workers=1, ps=2, name="ps-deadline", max_duration_seconds=5)

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from airflow_tfk import naming
-from airflow_tfk.errors import TrainingFailed
-from airflow_tfk.render import render
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.core import naming
+from airflow_tfk.core.errors import TrainingFailed
+from airflow_tfk.render.manifests import render
+from airflow_tfk.spec.cluster import TFClusterSpec
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s
@@ -109,7 +109,7 @@ class BindWatch:
 
 
 def test_the_api_server_admits_the_pod_group_and_keeps_every_pods_group(k8s_api, tfk_ns, tfk_conn) -> None:
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
 
     spec = TFClusterSpec.from_dict(
         _tfk.spec(

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.render import render
-from airflow_tfk.spec import TFClusterSpec
-from airflow_tfk.spec_yaml import load_yaml_mapping
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.render.manifests import render
+from airflow_tfk.spec.cluster import TFClusterSpec
+from airflow_tfk.spec.yaml_reader import load_yaml_mapping
 from k8s_integration import _tfk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -26,12 +26,12 @@ from airflow.sdk.exceptions import TaskDeferred
 from k8s import addons, harness
 
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.kubernetes import KubernetesBackend
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.kube.api import SyncApi
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.policies import Outcome
-from airflow_tfk.spec import TFClusterSpec
-from airflow_tfk.watch import wait_for_cluster
+from airflow_tfk.run.policies import Outcome
+from airflow_tfk.run.wait import wait_for_cluster
+from airflow_tfk.spec.cluster import TFClusterSpec
 from k8s_integration import _tfk
 
 pytestmark = [pytest.mark.k8s, pytest.mark.addons("jobset")]

@@ -31,7 +31,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferred
 from kubernetes import client
 
-from airflow_tfk.errors import TrainingFailed
+from airflow_tfk.core.errors import TrainingFailed
 from k8s_integration import _tfk
 from tests.helpers import execute_in_thread
 
@@ -213,7 +213,7 @@ def test_retry_replaces_a_failed_cluster_and_ignores_its_stale_pods(k8s_api, tfk
     failed pods the garbage collector has not removed yet."""
     from k8s import harness
 
-    from airflow_tfk import naming
+    from airflow_tfk.core import naming
 
     ctx = _tfk.task_context("manual__replace")
     name = _tfk.cluster_name(ctx)

@@ -35,18 +35,18 @@ from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferred
 from k8s import harness
 from kubernetes import client
 
-from airflow_tfk import naming
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.kubernetes import KubernetesBackend
-from airflow_tfk.errors import TrainingFailed
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.policies import Outcome
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.core import naming
+from airflow_tfk.core.errors import TrainingFailed
+from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.protocol.progress import event_line
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.run.policies import Outcome
+from airflow_tfk.run.wait import wait_for_cluster
+from airflow_tfk.spec.cluster import TFClusterSpec
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.runner import SweepStopped
 from airflow_tfk.sweep.trials import ENV_PARAMS, base_name
-from airflow_tfk.watch import wait_for_cluster
 from k8s_integration import _kueue, _tfk
 
 pytestmark = [pytest.mark.k8s, pytest.mark.addons("jobset", "kueue")]

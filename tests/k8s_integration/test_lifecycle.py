@@ -21,12 +21,12 @@ import pytest
 from k8s import harness
 from kubernetes import client
 
-from airflow_tfk import naming
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.kubernetes import KubernetesBackend
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.render import render
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.core import naming
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.render.manifests import render
+from airflow_tfk.spec.cluster import TFClusterSpec
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s
@@ -279,7 +279,7 @@ def _run_trigger(trigger) -> dict:
 def test_parameter_server_deferrable_chief_done_deletes_workers_and_ps(
     k8s_api, tfk_ns, tfk_conn, capfd
 ) -> None:
-    from airflow_tfk._airflow import TaskDeferred  # where the installed Airflow has it
+    from airflow_tfk._airflow.compat import TaskDeferred  # where the installed Airflow has it
 
     ctx = _tfk.task_context("manual__psmode")
     name = _tfk.cluster_name(ctx)

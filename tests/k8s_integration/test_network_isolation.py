@@ -27,17 +27,18 @@ import pytest
 from kubernetes import client
 from kubernetes.utils import create_from_dict
 
-from airflow_tfk import naming
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.kubernetes import KubernetesBackend
-from airflow_tfk.errors import SpecError
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.core import naming
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.kube.api import SyncApi
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.render import render
+from airflow_tfk.render.manifests import render
 from airflow_tfk.serving._proxy_source import api_server_cidrs
-from airflow_tfk.serving.render import render_serving, render_tensorboard
+from airflow_tfk.serving.render import render_serving
 from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.spec.cluster import TFClusterSpec
+from airflow_tfk.tensorboard.render import render_tensorboard
 from k8s_integration import _tfk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "rbac"))

@@ -18,9 +18,9 @@ import uuid
 import pytest
 from kubernetes import client
 
-from airflow_tfk import naming
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.kubernetes import KubernetesBackend
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.core import naming
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s

@@ -16,14 +16,14 @@ import pytest
 from kubernetes import client
 
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.kubernetes import KubernetesBackend
-from airflow_tfk.ending import end_run
-from airflow_tfk.errors import ClusterOwnershipError
-from airflow_tfk.handle import ClusterHandle
-from airflow_tfk.lifecycle import create_or_reattach, kill_previous
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.spec import TFClusterSpec
-from airflow_tfk.sweeper import sweep
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.core.errors import ClusterOwnershipError
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.run.ending import end_run
+from airflow_tfk.run.handle import ClusterHandle
+from airflow_tfk.run.lifecycle import create_or_reattach, kill_previous
+from airflow_tfk.run.orphans import sweep
+from airflow_tfk.spec.cluster import TFClusterSpec
 from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 from k8s_integration import _tfk
 

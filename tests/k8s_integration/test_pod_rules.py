@@ -1,6 +1,6 @@
 """The pod rules against the real API server: what the spec accepts, the API server admits.
 
-One spec uses every pod field, cluster-wide and per role (tests/test_spec_pods.py's
+One spec uses every pod field, cluster-wide and per role (tests/spec/test_pods.py's
 ``EVERY``): affinity and anti-affinity, topology spread, priority and runtime class, a
 Secret and a ConfigMap as volumes, as ``envFrom`` and as ``valueFrom``, a ``/dev/shm``
 memory volume, a sidecar and an init container, labels and annotations, a ServiceAccount
@@ -24,12 +24,12 @@ import pytest
 from k8s import addons
 from kubernetes import client
 
-from airflow_tfk.backends.kubernetes import KubernetesBackend
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.render import render
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.render.manifests import render
+from airflow_tfk.spec.cluster import TFClusterSpec
 from k8s_integration import _tfk
-from tests.test_spec_pods import EVERY
+from tests.spec.test_pods import EVERY
 
 pytestmark = pytest.mark.k8s
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures

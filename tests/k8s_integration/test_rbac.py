@@ -18,8 +18,8 @@ from k8s import harness
 from kubernetes import client
 from kubernetes.utils import create_from_dict
 
-from airflow_tfk import naming
-from airflow_tfk.backends.kubernetes import KubernetesApiError
+from airflow_tfk.backends.kubernetes.backend import KubernetesApiError
+from airflow_tfk.core import naming
 from k8s_integration import _tfk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "rbac"))

@@ -15,11 +15,11 @@ import uuid
 import pytest
 from kubernetes import client
 
-from airflow_tfk.backends.kubernetes import KubernetesBackend
-from airflow_tfk.cli import main
-from airflow_tfk.errors import TrainingFailed
-from airflow_tfk.spec import TFClusterSpec
-from airflow_tfk.status import Phase
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.cli.main import main
+from airflow_tfk.core.errors import TrainingFailed
+from airflow_tfk.core.status import Phase
+from airflow_tfk.spec.cluster import TFClusterSpec
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s

@@ -21,11 +21,11 @@ import pytest
 from k8s import harness
 from kubernetes import client
 
-from airflow_tfk import naming
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.kubernetes import KubernetesBackend
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.sweeper import sweep
+from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+from airflow_tfk.core import naming
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.run.orphans import sweep
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s
@@ -73,7 +73,7 @@ def _run(api, tfk_ns: str, run_id: str, **op_args: Any) -> tuple[str, str, str, 
     rule = _fail_worker_0 if op_args.get("on_failure") else None
     with _tfk.PodDriver(api, ns, name, rule=rule) as driver:
         if op_args.get("on_failure"):
-            from airflow_tfk.errors import TrainingFailed
+            from airflow_tfk.core.errors import TrainingFailed
 
             with pytest.raises(TrainingFailed):
                 _tfk.make_op(tfk_ns, data, **op_args).execute(ctx)
@@ -155,7 +155,7 @@ def test_a_deferred_training_never_resumed_releases_its_ps_after_the_grace_perio
 ) -> None:
     """The DAG was paused while the task was deferred: Airflow never resumes it, so only
     the trigger can end the PS, which never exit by themselves."""
-    from airflow_tfk._airflow import TaskDeferred
+    from airflow_tfk._airflow.compat import TaskDeferred
 
     grace = 2
     ctx = _tfk.task_context("manual__paused")

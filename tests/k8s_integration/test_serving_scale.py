@@ -16,7 +16,7 @@ import pytest
 from k8s import addons
 from kubernetes import client
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.serving.kubernetes import KubernetesServing
 from airflow_tfk.serving.render import render_serving
 from airflow_tfk.serving.spec import ServingSpec

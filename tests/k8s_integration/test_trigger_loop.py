@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from k8s import harness
 
-from airflow_tfk import naming
+from airflow_tfk.core import naming
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s
@@ -30,7 +30,7 @@ WATCH_SECONDS = 1
 
 
 def test_trigger_start_to_event_never_blocks_the_loop(k8s_api, tfk_ns, tfk_conn, tmp_path) -> None:
-    from airflow_tfk._airflow import TaskDeferred
+    from airflow_tfk._airflow.compat import TaskDeferred
 
     ctx = _tfk.task_context("manual__loop")
     name = _tfk.cluster_name(ctx)

@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes import client
 
-from airflow_tfk import naming
+from airflow_tfk.core import naming
 
 from . import _tfk
 from . import node as nodemod

@@ -16,7 +16,7 @@ from k8s_integration._tfk import cluster_name, create_claim, pods, task_context,
 from k8s_integration._tfk import spec as kwok_spec
 from kubernetes import client
 
-from airflow_tfk import naming
+from airflow_tfk.core import naming
 
 from . import node as nodemod
 
@@ -87,9 +87,9 @@ def local_tf_configs(spec_data: dict[str, Any], ctx: dict[str, Any]) -> dict[str
     """The TF_CONFIG the local backend gives every task of the same spec (and the same
     Airflow identity), read from the tasks' own output. The command only prints it: the
     address map does not depend on the command."""
-    from airflow_tfk.backends.local import LocalBackend
-    from airflow_tfk.naming import RunIdentity
-    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.backends.local.backend import LocalBackend
+    from airflow_tfk.core.naming import RunIdentity
+    from airflow_tfk.spec.cluster import TFClusterSpec
 
     ti = ctx["ti"]
     identity = RunIdentity(ti.dag_id, ti.task_id, ti.run_id, ti.map_index)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from airflow_tfk import naming
+from airflow_tfk.core import naming
 from tests.helpers import dags_test, migrated_airflow_home
 
 from . import _tfk

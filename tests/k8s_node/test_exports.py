@@ -9,8 +9,8 @@ import uuid
 import pytest
 from kubernetes import client
 
-from airflow_tfk.backends._k8s_exports import LABEL_SET_ASIDE_OF
-from airflow_tfk.errors import TrainingFailed
+from airflow_tfk.backends.kubernetes.exports import LABEL_SET_ASIDE_OF
+from airflow_tfk.core.errors import TrainingFailed
 
 from . import _tfk
 from .test_serving import _claim

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from airflow_tfk.errors import TrainingFailed
+from airflow_tfk.core.errors import TrainingFailed
 
 from . import _tfk
 

@@ -14,7 +14,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferred
 from k8s_integration import _tfk as kwok_tfk
 
-from airflow_tfk.errors import TrainingFailed
+from airflow_tfk.core.errors import TrainingFailed
 from tests.helpers import execute_in_thread
 
 from . import _tfk

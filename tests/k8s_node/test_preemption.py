@@ -17,7 +17,7 @@ import pytest
 from k8s_integration._tfk import index_of
 from kubernetes import client
 
-from airflow_tfk.errors import TrainingFailed
+from airflow_tfk.core.errors import TrainingFailed
 from airflow_tfk.runtime.progress import parse_line
 
 from . import _tfk

@@ -16,10 +16,10 @@ import uuid
 import pytest
 from kubernetes import client
 
-from airflow_tfk import naming
+from airflow_tfk.core import naming
 from airflow_tfk.protocol.exec_limits import MAX_STRING_CHARS
-from airflow_tfk.render import render
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.render.manifests import render
+from airflow_tfk.spec.cluster import TFClusterSpec
 
 from . import _tfk
 from . import node as nodemod

@@ -19,7 +19,7 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 from kubernetes import client
 
-from airflow_tfk import naming
+from airflow_tfk.core import naming
 from tests import prometheus_text
 
 from . import _scrape, _tfk

@@ -8,20 +8,15 @@ a 500 on demand, which the real control plane cannot).
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "backends"))
-
-from k8s_double import KubeApiDouble  # noqa: E402
-
 from airflow_tfk.kube import api as kube_api  # noqa: E402
 from airflow_tfk.kube import retry  # noqa: E402
 from airflow_tfk.kube.api import AsyncApi, Call, SyncApi  # noqa: E402
+from tests.backends.k8s_double import KubeApiDouble
 
 POD = {
     "apiVersion": "v1",

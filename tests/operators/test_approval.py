@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators import _approval
 from airflow_tfk.operators._approval import HumanApproval
 from airflow_tfk.operators.serving import TFPublishModelOperator

@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from airflow_tfk.errors import SpecError
-from airflow_tfk.operator_args import BACKEND_OPTIONS
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators.cluster import (
     TFCreateClusterOperator,
     TFDeleteClusterOperator,
@@ -21,6 +20,7 @@ from airflow_tfk.operators.sweeper import TFSweepOrphansOperator
 from airflow_tfk.operators.tensorboard import TFStartTensorBoardOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 from airflow_tfk.sensors.cluster import TFClusterSensor
+from airflow_tfk.spec.operator_options import BACKEND_OPTIONS
 from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 from tests.helpers import spec_dict, task_context
 
@@ -175,8 +175,8 @@ def test_bad_arguments_are_refused_in_init_naming_them(build, field) -> None:
 
 
 def test_the_backend_options_table_is_the_constructors() -> None:
-    from airflow_tfk.backends.kubernetes import KubernetesBackend
-    from airflow_tfk.backends.local import LocalBackend
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+    from airflow_tfk.backends.local.backend import LocalBackend
 
     for kind, cls in (("local", LocalBackend), ("kubernetes", KubernetesBackend)):
         params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
@@ -262,8 +262,8 @@ def test_trigger_arguments_are_an_error_event_naming_them(changes, field) -> Non
 
 
 def test_sweep_refuses_a_namespace_that_is_not_one(tmp_path) -> None:
-    from airflow_tfk.backends.local import LocalBackend
-    from airflow_tfk.sweeper import sweep
+    from airflow_tfk.backends.local.backend import LocalBackend
+    from airflow_tfk.run.orphans import sweep
 
     for bad in (5, "Bad NS", b"ns", ["a"]):
         with pytest.raises(SpecError) as err:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
-from airflow_tfk.assets import data_asset, model_asset, serving_asset
+from airflow_tfk._airflow.assets import data_asset, model_asset, serving_asset
 from airflow_tfk.operators.serving import TFPublishModelOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 from airflow_tfk.serving import targets

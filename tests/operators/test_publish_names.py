@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from airflow.sdk import DAG
 
-from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.errors import SpecError
+from airflow_tfk.backends.local.backend import LocalBackend
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators.serving import TFPublishModelOperator
 from airflow_tfk.operators.training import TFTrainingOperator
 from tests.helpers import task_context
@@ -45,7 +45,7 @@ def test_a_publish_of_another_model_stops_the_training_before_its_cluster(local_
 
 def test_a_templated_publish_name_is_not_known_before_the_run() -> None:
     from airflow_tfk.operators._publish_names import check_downstream_publish
-    from airflow_tfk.spec import TFClusterSpec
+    from airflow_tfk.spec.cluster import TFClusterSpec
 
     train = _dag("digits_v2", "{{ params.model }}")
     spec = TFClusterSpec.from_dict({**train.cluster_spec, "name": "n"})

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators.serving import TFPublishModelOperator
 from airflow_tfk.serving import targets
 from airflow_tfk.serving.base import NotBlessed, ServingError

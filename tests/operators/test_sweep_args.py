@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
 
 CLUSTER = {"image": "i", "mode": "all_reduce", "command": ["python", "a.py"], "worker": {"replicas": 1}}

@@ -91,7 +91,7 @@ def test_link_reads_the_url_from_the_tensorboard_task(monkeypatch):
 
 
 def test_spec_errors_and_defaults():
-    from airflow_tfk.errors import SpecError
+    from airflow_tfk.core.errors import SpecError
 
     op = TFStartTensorBoardOperator(claim="logs", backend="local")
     assert op.task_id == "tensorboard"

@@ -14,11 +14,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowSkipException, AirflowTaskTimeout, TaskDeferred
 
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.errors import LocalMachineError, SpecError, TrainingFailed
-from airflow_tfk.naming import RunIdentity
+from airflow_tfk.backends.local.backend import LocalBackend
+from airflow_tfk.core.errors import LocalMachineError, SpecError, TrainingFailed
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.core.status import Phase
 from airflow_tfk.operators.training import TFTrainingOperator
-from airflow_tfk.status import Phase
 from tests.helpers import (
     assert_no_processes,
     cluster_processes,
@@ -304,7 +304,7 @@ def test_invalid_policy_is_rejected_at_parse_time() -> None:
 def test_fixed_name_cannot_be_taken_over_by_another_run(local_root) -> None:
     """Issue 10 item 1: a second run of the same task with a fixed name neither reports the
     first run's cluster as its own nor deletes it (its on_kill included)."""
-    from airflow_tfk.errors import ClusterOwnershipError
+    from airflow_tfk.core.errors import ClusterOwnershipError
 
     spec = {**spec_dict("between_graph", workers=1, STEPS="1000", STEP_SECONDS="0.1"), "name": "fixed"}
     first = make_op(dict(spec))

@@ -122,7 +122,7 @@ def wheel_problems(wheel: Path) -> list[str]:
         problems += _record_problems(zf, dist_info)
         entry_points = zf.read(f"{dist_info}/entry_points.txt").decode()
         for line in (
-            "airflow-tfk = airflow_tfk.cli:main",
+            "airflow-tfk = airflow_tfk.cli.main:main",
             "provider_info = airflow_tfk.provider_info:get_provider_info",
         ):
             if line not in entry_points:
@@ -396,7 +396,7 @@ def check_provider(venv: WheelVenv, version: str) -> str:
 def expected_render(spec: Path) -> str:
     """The checkout's rendering of ``spec`` (the caller's interpreter runs the checkout)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "airflow_tfk.cli", "render", str(spec)],
+        [sys.executable, "-m", "airflow_tfk.cli.main", "render", str(spec)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -416,7 +416,7 @@ def check_render(venv: WheelVenv, expected: str, spec: Path = EXAMPLE_SPEC) -> s
     expect(proc.returncode == 0, f"airflow-tfk render: {_tail(proc)}")
     expect(proc.stdout == expected, "the installed package renders differently from the checkout")
     where = venv.python_json(
-        "import json; from airflow_tfk.templating import template_dirs\n"
+        "import json; from airflow_tfk.render.templating import template_dirs\n"
         "print(json.dumps(str(template_dirs()[0])))"
     )
     expect(

@@ -20,32 +20,32 @@ HEAVY = [
     "kubernetes_asyncio",
     "tensorflow",
     "keras",
-    "airflow_tfk.render",
+    "airflow_tfk.render.manifests",
     "airflow.providers.cncf.kubernetes.hooks",
     "airflow.providers.cncf.kubernetes.operators",
 ]
 # What only a running task needs (its wait, its end, its approval, the pod patch it
 # applies): a DAG file's parse that loads one of them pays for nothing it uses.
 EXECUTE_ONLY = [
-    "airflow_tfk.asset_events",
+    "airflow_tfk._airflow.asset_events",
     "airflow_tfk.backends",
-    "airflow_tfk.ending",
-    "airflow_tfk.handle",
-    "airflow_tfk.lifecycle",
-    "airflow_tfk.lineage",
+    "airflow_tfk.run.ending",
+    "airflow_tfk.run.handle",
+    "airflow_tfk.run.lifecycle",
+    "airflow_tfk._airflow.lineage",
     "airflow_tfk.operators._approval",
-    "airflow_tfk.pod_patch",
-    "airflow_tfk.policies",
+    "airflow_tfk.spec.pod_patch",
+    "airflow_tfk.run.policies",
     "airflow_tfk.serving.scaling",
-    "airflow_tfk.stall",
-    "airflow_tfk.status",
-    "airflow_tfk.training_results",
+    "airflow_tfk.run.stall",
+    "airflow_tfk.core.status",
+    "airflow_tfk.run.results",
     "airflow_tfk.triggers.cluster",
-    "airflow_tfk.watch",
+    "airflow_tfk.run.wait",
 ]
 # The spec's declarations are needed at parse time only by a DAG file that validates a
 # spec there: one that loads training files, or builds its form from the declarations.
-SPEC = "airflow_tfk.spec"
+SPEC = "airflow_tfk.spec.cluster"
 SPEC_AT_PARSE = {"tfk_trainings.py", "tfk_ui_training.py"}
 WATCHED = HEAVY + EXECUTE_ONLY + [SPEC]
 
@@ -141,13 +141,13 @@ def test_airflow_alone_is_light(server: ForkServer) -> None:
     "module",
     [
         "airflow_tfk",
-        "airflow_tfk.spec",
+        "airflow_tfk.spec.cluster",
         "airflow_tfk.operators.training",
         "airflow_tfk.operators.cluster",
         "airflow_tfk.sensors.cluster",
         "airflow_tfk.triggers.cluster",
-        "airflow_tfk.backends.kubernetes",
-        "airflow_tfk.backends.local",
+        "airflow_tfk.backends.kubernetes.backend",
+        "airflow_tfk.backends.local.backend",
         "airflow_tfk.provider_info",
         "airflow_tfk.operators.serving",
         "airflow_tfk.operators.tensorboard",

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from airflow_tfk import _process
+from airflow_tfk.core import processes as _process
 
 REPO = Path(__file__).resolve().parents[2]
 

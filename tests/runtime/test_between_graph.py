@@ -6,13 +6,13 @@ import sys
 
 import pytest
 
-from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.policies import Outcome
+from airflow_tfk.backends.local.backend import LocalBackend
+from airflow_tfk.core.status import Phase
+from airflow_tfk.run.policies import Outcome
+from airflow_tfk.run.wait import wait_for_cluster
 from airflow_tfk.runtime.examples.digits_app import ACCURACY_THRESHOLD
 from airflow_tfk.runtime.progress import last_event, last_progress
-from airflow_tfk.spec import Mode, TFClusterSpec
-from airflow_tfk.status import Phase
-from airflow_tfk.watch import wait_for_cluster
+from airflow_tfk.spec.cluster import Mode, TFClusterSpec
 
 pytestmark = pytest.mark.e2e
 

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.policies import Outcome
+from airflow_tfk.backends.local.backend import LocalBackend
+from airflow_tfk.core.status import Phase
+from airflow_tfk.run.policies import Outcome
+from airflow_tfk.run.wait import wait_for_cluster
 from airflow_tfk.runtime.progress import last_progress
-from airflow_tfk.spec import Mode, TFClusterSpec
-from airflow_tfk.status import Phase
-from airflow_tfk.watch import wait_for_cluster
+from airflow_tfk.spec.cluster import Mode, TFClusterSpec
 from tests.runtime.test_preemption import _child_pid, _wait_for_step
 
 pytestmark = pytest.mark.e2e

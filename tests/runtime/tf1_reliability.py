@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk.backends.base import Backend
-from airflow_tfk.policies import Outcome
+from airflow_tfk.run.policies import Outcome
+from airflow_tfk.run.wait import wait_for_cluster
 from airflow_tfk.runtime import examples
 from airflow_tfk.runtime.progress import last_event
-from airflow_tfk.spec import Mode, TFClusterSpec
-from airflow_tfk.watch import wait_for_cluster
+from airflow_tfk.spec.cluster import Mode, TFClusterSpec
 
 # Its path, not the module: importing the example imports TensorFlow (~6 CPU-seconds),
 # which every pytest collection of the test modules that import this one would pay.

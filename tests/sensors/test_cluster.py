@@ -8,17 +8,17 @@ import asyncio
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_tfk import naming
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.errors import TrainingFailed
+from airflow_tfk.backends.local.backend import LocalBackend
+from airflow_tfk.core import naming
+from airflow_tfk.core.errors import TrainingFailed
+from airflow_tfk.core.status import Phase
 from airflow_tfk.operators.cluster import (
     TFCreateClusterOperator,
     TFDeleteClusterOperator,
     TFDeleteParameterServersOperator,
 )
 from airflow_tfk.sensors.cluster import TFClusterSensor
-from airflow_tfk.status import Phase
 from tests.helpers import assert_no_processes, spec_dict, task_context
 
 

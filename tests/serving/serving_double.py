@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from airflow_tfk import _process
+from airflow_tfk.core import processes as _process
 from tests.backends.k8s_double import KubeApiDouble, _Handler, _status
 
 _PROXY = re.compile(

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_tfk import _process
+from airflow_tfk.core import processes as _process
 from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig
 
 ROOT = Path(__file__).resolve().parents[2]

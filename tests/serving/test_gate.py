@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.serving.gate import QualityGate
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfk import _process
+from airflow_tfk.core import processes as _process
 from airflow_tfk.serving import local as serving_local
 from airflow_tfk.serving.local import LocalServing
 from airflow_tfk.serving.spec import ServingSpec

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.serving._proxy_source import api_server_cidrs
-from airflow_tfk.serving.render import render_serving, render_tensorboard
+from airflow_tfk.serving.render import render_serving
 from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
+from airflow_tfk.tensorboard.render import render_tensorboard
 from serving.test_render import K8S_VERSIONS, validate
 
 

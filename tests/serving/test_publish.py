@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tfk.deadline import Clock
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.deadline import Clock
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig, parse
 from airflow_tfk.serving.base import NotBlessed, ServingError
 from airflow_tfk.serving.gate import QualityGate

@@ -9,7 +9,7 @@ from unittest import mock
 import kubernetes_validate
 import pytest
 
-from airflow_tfk.naming import RunIdentity
+from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig, parse
 from airflow_tfk.serving.files import MAX_ENTRIES, MAX_LISTING_BYTES, MAX_STORE_JSON, PARTS
 from airflow_tfk.serving.render import (
@@ -17,9 +17,9 @@ from airflow_tfk.serving.render import (
     READER_SCRIPT,
     render_sample_reader,
     render_serving,
-    render_tensorboard,
 )
 from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
+from airflow_tfk.tensorboard.render import render_tensorboard
 
 K8S_VERSIONS = ("1.29", "1.37")
 IDENTITY = RunIdentity("train_and_serve", "publish", "manual__2026-01-01T00:00:00+00:00")

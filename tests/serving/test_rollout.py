@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from airflow_tfk.deadline import Clock
+from airflow_tfk.core.deadline import Clock
 from airflow_tfk.protocol.model_config import STABLE_LABEL, ModelServerConfig
 from airflow_tfk.serving.base import PredictError, ServingError, VersionState
 from airflow_tfk.serving.publish import candidate_name, publish

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.serving.render import render_serving
 from airflow_tfk.serving.spec import ServingSpec
 from tests.serving.host_edges import HOSTS

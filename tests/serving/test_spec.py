@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec, default_name
 
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from airflow_tfk import cli
-from airflow_tfk.errors import SpecError
+from airflow_tfk.cli import main as cli
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators.serving import TFStopModelServerOperator
 from airflow_tfk.serving.local import LocalServing
 from airflow_tfk.serving.spec import ServingSpec

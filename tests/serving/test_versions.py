@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators.serving import TFPublishModelOperator
 from airflow_tfk.protocol.digits import MAX_VERSION, model_version
 from airflow_tfk.runtime.export import next_version, version_of

@@ -9,10 +9,10 @@ import optuna
 import sqlalchemy.exc
 
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.backends.local.backend import LocalBackend
 from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
-from airflow_tfk.policies import Outcome, evaluate
-from airflow_tfk.spec import Mode
+from airflow_tfk.run.policies import Outcome, evaluate
+from airflow_tfk.spec.cluster import Mode
 from airflow_tfk.sweep import study as studies
 from tests.helpers import ROOT
 

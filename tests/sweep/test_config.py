@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from airflow_tfk.errors import SpecError
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.spec.cluster import TFClusterSpec
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.config import Direction, ParamKind, PrunerKind, SweepConfig
 from airflow_tfk.sweep.trials import ENV_PARAMS, base_name, trial_flags, trial_name, trial_spec

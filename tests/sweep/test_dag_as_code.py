@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.dagfactory.builder import build_dag
 from airflow_tfk.dagfactory.training import parse_training
-from airflow_tfk.errors import SpecError
 from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
 
 CLUSTER = {

@@ -11,7 +11,7 @@ import random
 import optuna
 import pytest
 
-from airflow_tfk.errors import SpecError
+from airflow_tfk.core.errors import SpecError
 from airflow_tfk.sweep import distinct
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.config import SweepConfig

@@ -18,8 +18,8 @@ import optuna
 import pytest
 
 import airflow_tfk.sweep.runner as runner
-from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.naming import RunIdentity
+from airflow_tfk.backends.local.backend import LocalBackend
+from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.sweep import owner as owners
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.config import SweepConfig

@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy.exc
 
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.lifecycle import resolve_spec
-from airflow_tfk.naming import RunIdentity
+from airflow_tfk.backends.local.backend import LocalBackend
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.run.lifecycle import resolve_spec
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.config import SweepConfig
 from airflow_tfk.sweep.trials import base_name

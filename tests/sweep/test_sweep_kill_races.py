@@ -14,7 +14,7 @@ import time
 import optuna
 
 import airflow_tfk.sweep.runner as runner
-from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.backends.local.backend import LocalBackend
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.runner import SweepRunner
 from tests.helpers import assert_no_processes, execute_in_thread, task_context

@@ -14,8 +14,8 @@ import optuna
 import pytest
 
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.naming import RunIdentity
+from airflow_tfk.backends.local.backend import LocalBackend
+from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.operators.sweep import TFHyperparameterSweepOperator
 from airflow_tfk.protocol.progress import parse_line
 from airflow_tfk.sweep import study as studies
@@ -161,7 +161,7 @@ def test_a_kill_while_a_trial_completes_leaves_it_completed_not_rerun(
     """The race CI met: the kill lands while the loop is reading a finished trial's results.
     The trial's end belongs to one path only: it stays COMPLETE with its export, it is not
     also marked interrupted and queued again, and the kill returns with nothing left."""
-    import airflow_tfk.training_results as training_results
+    import airflow_tfk.run.results as training_results
 
     real = training_results.collect_results
     op = make_op(tmp_path, n_trials=3, max_concurrent_trials=1)
@@ -223,7 +223,7 @@ def test_a_kill_while_a_trial_is_created_stops_the_sweep(local_root, tmp_path, m
 def test_a_timeout_while_a_trial_completes_ends_and_requeues_it(local_root, tmp_path, monkeypatch) -> None:
     """The execution_timeout's signal lands inside the loop's own end of a trial: that end
     did not happen, so the stop that follows deletes the trial's cluster and queues it again."""
-    import airflow_tfk.training_results as training_results
+    import airflow_tfk.run.results as training_results
 
     class Timeout(BaseException):  # what Airflow's SIGALRM handler raises is a BaseException too
         pass
@@ -259,7 +259,7 @@ def test_a_retry_after_a_hard_kill_ends_the_trial_left_running(local_root, tmp_p
     trial = study.ask({"lr": optuna.distributions.FloatDistribution(0.0, 1.0)})
     name = f"{base_name(identity)}-t{trial.number}"
     trial.set_user_attr(studies.CLUSTER, name)
-    from airflow_tfk.lifecycle import resolve_spec
+    from airflow_tfk.run.lifecycle import resolve_spec
 
     backend = LocalBackend(str(local_root))
     spec = resolve_spec({**trainer_spec(tmp_path, steps=100000), "name": name}, identity)

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.backends.local.backend import LocalBackend
+from airflow_tfk.spec.cluster import TFClusterSpec
 from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 from tests.helpers import assert_no_processes, python_cluster, spec_dict, wait_for
 
@@ -106,7 +106,7 @@ def test_killed_while_deferred_sets_the_runs_export_aside(local_root: Path) -> N
     """A run killed while deferred is a failed run: what it exported is never published
     (as when the operator's own on_kill tears it down)."""
 
-    from airflow_tfk.spec import StorageSpec, VolumeSpec
+    from airflow_tfk.spec.cluster import StorageSpec, VolumeSpec
 
     backend = LocalBackend(str(local_root))
     spec = python_cluster(

@@ -16,9 +16,9 @@ import time
 import pytest
 from kubernetes.utils import create_from_dict
 
-from airflow_tfk.naming import RunIdentity
-from airflow_tfk.render import render
-from airflow_tfk.spec import TFClusterSpec
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.render.manifests import render
+from airflow_tfk.spec.cluster import TFClusterSpec
 from k8s_node import _tfk
 from k8s_node import cluster as clustermod
 

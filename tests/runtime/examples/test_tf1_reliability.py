@@ -4,7 +4,7 @@ backend (the CI share of ``bench/bench_tf1_reliability.py``'s 20 runs)."""
 import pytest
 
 from airflow_tfk.backends.base import ClusterRef
-from airflow_tfk.backends.local import LocalBackend
+from airflow_tfk.backends.local.backend import LocalBackend
 from tests.runtime.tf1_reliability import WORKERS, run_once
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

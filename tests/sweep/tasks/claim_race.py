@@ -15,7 +15,7 @@ from pathlib import Path
 
 import optuna
 
-from airflow_tfk.naming import RunIdentity
+from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.sweep.owner import StudyInUse, StudyOwnership, SweepOwner
 
 
