@@ -9,8 +9,13 @@ from typing import Any
 
 
 def get_provider_info() -> dict[str, Any]:
+    from airflow_tfk import version
+
     return {
         "package-name": "airflow-tfk",
+        # From the installed metadata, as ``--version`` reads it: pyproject.toml is the one
+        # place the version is written (docs/releasing.md).
+        "versions": [version()],
         "name": "TensorFlow on Kubernetes (airflow-tfk)",
         "description": "Distributed TensorFlow training clusters on Kubernetes: create, wait, "
         "clean up, and publish to TensorFlow Serving.",
