@@ -15,6 +15,7 @@ import pytest
 from airflow_tfk._airflow.lineage import dataset_name
 from airflow_tfk.operators.serving import TFPublishModelOperator
 from airflow_tfk.operators.training import TFTrainingOperator
+from tests.helpers import spec_dict, task_context
 from tests.openlineage_events import check_event
 
 pytest.importorskip("airflow.providers.openlineage")
@@ -48,7 +49,7 @@ def _event(lineage, event_type: str) -> dict:
     return json.loads(Serde.to_json(event))
 
 
-def test_training_facets() -> None:
+def test_training_facets_on_start_come_from_the_spec() -> None:
     op = TFTrainingOperator(task_id="train", backend="local", cluster_spec=SPEC)
     start = _event(op.get_openlineage_facets_on_start(), "START")
     check_event(start)
@@ -63,17 +64,34 @@ def test_training_facets() -> None:
         {"worker": "tf:gpu"},
         "parameter_server",
     )
-    op._lineage_result = {
-        "export": {"model_name": "digits", "version": 3},
-        "metrics": {"accuracy": 0.9, "loss": float("inf")},
-    }
+
+
+def test_training_facets_on_complete_carry_what_the_run_exported(local_root) -> None:
+    """A real run on the local backend (stand-in tasks, no TensorFlow) whose chief prints
+    the runtime's ``metrics`` and ``export`` events: the complete event's model facet is
+    what the operator read from that run, not a value the test put there."""
+    spec = spec_dict("parameter_server", workers=1, STEPS="2", STEP_SECONDS="0.05", EXPORT_VERSION="7")
+    spec["storage"] = {"models": {"claim": "tfk-models"}}
+    spec["args"] = ["--tfk_model_name", "digits"]
+    op = TFTrainingOperator(task_id="train", backend="local", cluster_spec=spec, progress_interval=0.2)
+    result = op.execute(task_context())
+    assert result["model_version"] == 7
     complete = _event(op.get_openlineage_facets_on_complete(None), "COMPLETE")
     check_event(complete)
     model = complete["outputs"][0]["outputFacets"]["tfkModel"]
-    assert (model["version"], model["metrics"]) == (3, {"accuracy": 0.9, "loss": "inf"})
+    assert (model["version"], model["metrics"]) == (7, {"accuracy": 0.875, "loss": "inf"})
 
 
-def test_publish_facets() -> None:
+def test_publish_facets_carry_what_the_publish_did(monkeypatch) -> None:
+    """The publish runs for real against a serving double (tests/serving/fakes.py: a stand-in
+    for TF Serving, which cannot run in a unit test): the complete event names the version
+    the publish chose, not a value the test put there."""
+    from airflow_tfk.serving import targets
+    from tests.serving.fakes import FakeServing
+
+    monkeypatch.setattr(
+        targets, "get_serving_target", lambda kind, spec, **config: FakeServing(spec, {1: "ok", 2: "ok"})
+    )
     op = TFPublishModelOperator(
         task_id="publish",
         model_name="digits",
@@ -82,7 +100,7 @@ def test_publish_facets() -> None:
         serving={"namespace": "ml"},
     )
     check_event(_event(op.get_openlineage_facets_on_start(), "START"))
-    op._lineage_result = {"model_name": "digits", "version": 3, "previous_version": 2, "endpoint": "http://e"}
+    xcom = op.execute(task_context(task_id="publish"))
     complete = _event(op.get_openlineage_facets_on_complete(None), "COMPLETE")
     check_event(complete)
     assert [(d["namespace"], d["name"]) for d in complete["inputs"]] == [
@@ -90,7 +108,9 @@ def test_publish_facets() -> None:
     ]
     out = complete["outputs"][0]
     assert (out["namespace"], out["name"]) == ("x-tfk-serving://ml", "digits")
-    assert out["outputFacets"]["tfkModel"]["endpoint"] == "http://e"
+    facet = out["outputFacets"]["tfkModel"]
+    assert (facet["version"], facet["endpoint"]) == (xcom["version"], xcom["endpoint"])
+    assert facet["version"] == 2  # the newest good version the double holds
 
 
 def test_a_facet_off_its_schema_is_caught() -> None:

@@ -133,5 +133,18 @@ def test_failed_event_becomes_training_failed() -> None:
         sensor.execute_complete(task_context(), event)
 
 
-def test_delete_without_cluster_is_a_no_op() -> None:
+def test_delete_without_cluster_deletes_nothing_and_says_so(local_root, monkeypatch, capfd) -> None:
+    """No handle (the create task failed before it made one): no backend is built, no
+    cluster under the root is touched, and the log says why nothing happened."""
+    from airflow_tfk.run import handle as handles
+
+    live = ClusterRef("tfk-live", "default")
+    backend = LocalBackend(root=str(local_root))
+    made: list[object] = []
+    monkeypatch.setattr(handles.ClusterHandle, "backend", lambda self: made.append(self) or backend)
+    (local_root / "default" / live.name).mkdir(parents=True)
     TFDeleteClusterOperator(task_id="delete", cluster=None).execute(task_context())
+    assert made == []  # no handle, no backend
+    assert (local_root / "default" / live.name).is_dir()
+    out, err = capfd.readouterr()
+    assert "no cluster was created; nothing to delete" in out + err
