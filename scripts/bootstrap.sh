@@ -16,7 +16,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 # The lock pins uv itself: install that one, so the sync below keeps the uv it runs with.
-uv_pin=$(grep -E '^uv==' "$LOCK")
+uv_pin=$(grep -oE '^uv==[^ ]+' "$LOCK")
 if ! [ -x "$VENV/bin/uv" ] || [ "$("$VENV/bin/uv" --version | cut -d' ' -f2)" != "${uv_pin#uv==}" ]; then
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$uv_pin"
 fi
@@ -25,7 +25,7 @@ fi
 # --compile-bytecode: every test and task process imports Airflow; without .pyc files
 # (e.g. under PYTHONDONTWRITEBYTECODE) each one recompiles it (measured: 2.7 s -> 1.6 s).
 export VIRTUAL_ENV="$VENV"
-"$VENV/bin/uv" pip sync --quiet --compile-bytecode "$LOCK"
+"$VENV/bin/uv" pip sync --quiet --compile-bytecode --require-hashes "$LOCK"
 # The project itself, with no dependency of its own left to resolve: all are in the lock.
 "$VENV/bin/uv" pip install --quiet --compile-bytecode --no-deps \
   --build-constraints requirements/build-lock.txt -e .

@@ -23,7 +23,7 @@ common=(--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --quiet
 "$uv" pip compile "${common[@]}" pyproject.toml requirements/tools.in \
   --extra test --extra local --extra validate \
   --excludes requirements/excludes.txt \
-  --custom-compile-command "bash scripts/lock.sh" -o "$out" "$@"
+  --generate-hashes --custom-compile-command "bash scripts/lock.sh" -o "$out" "$@"
 "$uv" pip compile "${common[@]}" requirements/build.in \
   --custom-compile-command "bash scripts/lock.sh" -o "$build_out" "$@"
 echo "lock.sh: wrote $out and $build_out" >&2

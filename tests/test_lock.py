@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import tomllib
 from pathlib import Path
@@ -49,6 +50,20 @@ def test_the_lock_leaves_out_the_full_tensorflow() -> None:
     """tensorflow-cpu provides the `tensorflow` module; the full package would be a second copy."""
     pins = lock_diff.pins(LOCK)
     assert "tensorflow-cpu" in pins and "tensorflow" not in pins
+
+
+def test_every_locked_package_carries_its_hashes_and_bootstrap_requires_them() -> None:
+    """A package index that served other bytes under a locked version fails the install
+    (uv checks every hash under --require-hashes) instead of entering the environment."""
+    text = LOCK.read_text()
+    entries = re.split(r"\n(?=[A-Za-z0-9])", text.split("\n", 2)[2])  # after the header
+    pinned = [e for e in entries if "==" in e.splitlines()[0]]
+    assert len(pinned) == len(lock_diff.pins(LOCK))
+    missing = [e.splitlines()[0] for e in pinned if not re.search(r"--hash=sha256:[0-9a-f]{64}", e)]
+    assert not missing, missing
+    bootstrap = (REPO / "scripts" / "bootstrap.sh").read_text()
+    assert re.search(r"uv\" pip sync [^\n]*--require-hashes", bootstrap)
+    assert "--generate-hashes" in (REPO / "scripts" / "lock.sh").read_text()
 
 
 def test_lock_diff_names_changed_added_and_removed_packages(tmp_path: Path) -> None:
