@@ -17,7 +17,7 @@ against the install.
 
 The floors come from the wheel's own metadata, so a raised floor is measured on the next
 run without editing this file. The table goes to stdout and replaces the section of
-README.md between the ``compat:begin`` and ``compat:end`` markers.
+docs/compatibility.md between the ``compat:begin`` and ``compat:end`` markers.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
 
 from tests.packaged import wheel_env as w  # noqa: E402
 
-README = ROOT / "README.md"
+README = ROOT / "docs" / "compatibility.md"  # the page holding the table
 BEGIN, END = "<!-- compat:begin -->", "<!-- compat:end -->"
 ROWS = ("lowest", "newest")
 EXTRAS = ("local",)
@@ -319,7 +319,7 @@ def parse_section(readme: str) -> tuple[str, list[Row]]:
     """The measured line and the rows of the README's section; ValueError if it is not in
     this script's format."""
     if readme.count(BEGIN) != 1 or readme.count(END) != 1:
-        raise ValueError(f"README.md needs exactly one {BEGIN} ... {END} section")
+        raise ValueError(f"docs/compatibility.md needs exactly one {BEGIN} ... {END} section")
     body = readme[readme.index(BEGIN) : readme.index(END) + len(END)]
     match = re.search(r"^Measured by `bash scripts/compat\.sh` on (.+)\.$", body, re.M)
     if match is None:
@@ -353,7 +353,7 @@ def parse_section(readme: str) -> tuple[str, list[Row]]:
 
 def replace_section(readme: str, section: str) -> str:
     if readme.count(BEGIN) != 1 or readme.count(END) != 1:
-        raise ValueError(f"README.md needs exactly one {BEGIN} ... {END} section")
+        raise ValueError(f"docs/compatibility.md needs exactly one {BEGIN} ... {END} section")
     start, end = readme.index(BEGIN), readme.index(END) + len(END)
     return readme[:start] + section + readme[end:]
 
@@ -361,7 +361,7 @@ def replace_section(readme: str, section: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/compat.sh", description=__doc__.split("\n\n")[0])
     parser.add_argument("--row", action="append", choices=ROWS, help="only this row (repeatable)")
-    parser.add_argument("--no-readme", action="store_true", help="print the table; leave README.md alone")
+    parser.add_argument("--no-readme", action="store_true", help="print the table; leave docs/compatibility.md alone")
     parser.add_argument("--no-kwok", action="store_true", help="skip the KWOK test (its column says not run)")
     args = parser.parse_args(argv)
 
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"compat: took {time.monotonic() - started:.0f} s")
     if not args.no_readme and args.row is None:
         README.write_text(replace_section(README.read_text(encoding="utf-8"), section), encoding="utf-8")
-        log("compat: README.md updated")
+        log("compat: docs/compatibility.md updated")
     failed = any(
         r != "pass" for row in rows for c, r in row.results.items() if not (c == "KWOK" and args.no_kwok)
     )

@@ -1,4 +1,4 @@
-"""Write what the spec's declarations generate: the README's field table (between its
+"""Write what the spec's declarations generate: the field table of docs/cluster-spec.md (between its
 markers) and the training files' JSON Schema (airflow_tfk/dagfactory/training-file.schema.json).
 
 Usage: python scripts/gen_spec_docs.py [--check]   (--check: exit 1 when either is stale)
@@ -23,7 +23,7 @@ def readme_with_table(readme: str, table: str) -> str:
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     targets = {
-        ROOT / "README.md": lambda text: readme_with_table(text, readme_table()),
+        ROOT / "docs" / "cluster-spec.md": lambda text: readme_with_table(text, readme_table()),
         ROOT / "airflow_tfk" / "dagfactory" / SCHEMA_FILE: lambda text: schema_text(),
     }
     stale = []

@@ -18,7 +18,7 @@ compat = importlib.util.module_from_spec(_spec)
 sys.modules["compat"] = compat  # its dataclasses look their module up there
 _spec.loader.exec_module(compat)
 
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+README = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
 VERSION = re.compile(r"^\d+(\.\d+)*([a-z]+\d+)?(\.post\d+)?$|^-$")
 
 

@@ -80,9 +80,12 @@ def readme_rows(root: type | None = None) -> list[tuple[str, str, str]]:
 
 
 def readme_table(root: type | None = None) -> str:
+    """The field table of docs/cluster-spec.md. The declarations' help links pages by their
+    path from the repository's root (``docs/kueue.md``), as the JSON Schema shows them; in
+    a page of docs/ the same link is relative to it."""
     lines = ["| field | default | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{path}` | {default} | {meaning} |" for path, default, meaning in readme_rows(root)]
-    return "\n".join(lines)
+    return "\n".join(lines).replace("](docs/", "](")
 
 
 def _field_schema(f: dataclasses.Field[Any], decl: Decl, role: str | None) -> dict[str, Any]:

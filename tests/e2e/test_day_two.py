@@ -112,7 +112,7 @@ def _owner_of(shown: list[tuple[list[str], list[str]]]) -> tuple[str, RunIdentit
 
 
 def test_operating_trainings_commands_run_as_written(shell: Shell) -> None:
-    text = section(ROOT / "README.md", "## Operating trainings: `airflow-tfk clusters`")
+    text = section(ROOT / "docs" / "operations.md", "## Operating trainings: `airflow-tfk clusters`")
     commands = documented_commands(text, "bash")
     verbs = [argv[2] for argv, _ in commands]
     assert verbs == ["list", "status", "logs", "delete", "sweep"], verbs
@@ -251,8 +251,8 @@ def test_stopping_local_servers_runs_as_written(shell: Shell) -> None:
 def test_version_is_the_installed_distributions(shell: Shell) -> None:
     from airflow_tfk import DISTRIBUTION
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "`airflow-tfk --version` prints its version" in readme
+    page = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
+    assert "`airflow-tfk --version` prints its version" in page
     out = shell(["airflow-tfk", "--version"])
     assert importlib.metadata.version(DISTRIBUTION) in out.split(), out
 

@@ -1,8 +1,8 @@
-"""A newcomer's first day, as the README tells it: write a training app and a DAG in a
+"""A newcomer's first day, as the getting-started page tells it: write a training app and a DAG in a
 folder of your own, run them with the one documented command, find the model.
 
-The files and the command are read from the README itself (its "Your first training"
-section), so the README cannot drift from what works. Real TensorFlow, real
+The files and the command are read from docs/getting-started.md itself (its "Your first training"
+section), so the page cannot drift from what works. Real TensorFlow, real
 `airflow dags test`, the local backend; everything lives in a temporary folder.
 """
 
@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs_commands import section
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,9 +26,7 @@ BIN = Path(sys.executable).parent
 
 
 def first_day_section() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("## Your first training, in your own folder")
-    return readme[start : readme.index("\n## ", start + 1)]
+    return section(ROOT / "docs" / "getting-started.md", "## Your first training, in your own folder")
 
 
 def files_and_command(section: str) -> tuple[dict[str, str], list[str]]:

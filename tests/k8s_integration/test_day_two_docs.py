@@ -42,7 +42,7 @@ def test_readme_cluster_commands_on_kubernetes(
     k8s_cluster, k8s_api, tfk_ns, tfk_conn, tmp_path: Path
 ) -> None:
     commands = documented_commands(
-        section(ROOT / "README.md", "## Operating trainings: `airflow-tfk clusters`"), "bash"
+        section(ROOT / "docs" / "operations.md", "## Operating trainings: `airflow-tfk clusters`"), "bash"
     )
     assert [argv[2] for argv, _ in commands] == ["list", "status", "logs", "delete", "sweep"]
     env = migrated_airflow_home(tmp_path / "home")
