@@ -1,5 +1,6 @@
-"""Write what the spec's declarations generate: the field table of docs/cluster-spec.md (between its
-markers) and the training files' JSON Schema (airflow_tfk/dagfactory/training-file.schema.json).
+"""Write what the declarations generate: the field table of docs/cluster-spec.md and the
+sweep block's table of docs/sweeps.md (between their markers), and the training files'
+JSON Schema (airflow_tfk/dagfactory/training-file.schema.json).
 
 Usage: python scripts/gen_spec_docs.py [--check]   (--check: exit 1 when either is stale)
 """
@@ -9,21 +10,25 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from airflow_tfk.dagfactory.config_docs import SWEEP_BEGIN, SWEEP_END, sweep_table
 from airflow_tfk.dagfactory.spec_docs import README_BEGIN, README_END, SCHEMA_FILE, readme_table, schema_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_with_table(readme: str, table: str) -> str:
-    head, rest = readme.split(README_BEGIN, 1)
-    _, tail = rest.split(README_END, 1)
-    return f"{head}{README_BEGIN}\n{table}\n{README_END}{tail}"
+def readme_with_table(readme: str, table: str, begin: str = README_BEGIN, end: str = README_END) -> str:
+    head, rest = readme.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{table}\n{end}{tail}"
 
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     targets = {
         ROOT / "docs" / "cluster-spec.md": lambda text: readme_with_table(text, readme_table()),
+        ROOT / "docs" / "sweeps.md": lambda text: readme_with_table(
+            text, sweep_table(), SWEEP_BEGIN, SWEEP_END
+        ),
         ROOT / "airflow_tfk" / "dagfactory" / SCHEMA_FILE: lambda text: schema_text(),
     }
     stale = []

@@ -1,0 +1,55 @@
+"""The sweep block's reference table (docs/sweeps.md) is generated from the sweep's config
+classes: a key added to a class appears in the table, a key without a meaning fails, and a
+stale page fails until scripts/gen_spec_docs.py is rerun."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from airflow_tfk.dagfactory.config_docs import SWEEP_BEGIN, SWEEP_END, config_rows, sweep_rows, sweep_table
+from airflow_tfk.sweep.config import ParamSpec, PrunerSpec, SamplerSpec, SweepConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+
+def test_the_page_holds_the_table_the_classes_generate() -> None:
+    from gen_spec_docs import readme_with_table
+
+    page = (ROOT / "docs" / "sweeps.md").read_text(encoding="utf-8")
+    assert readme_with_table(page, sweep_table(), SWEEP_BEGIN, SWEEP_END) == page, (
+        "stale: run python scripts/gen_spec_docs.py"
+    )
+
+
+def test_every_key_of_every_block_has_a_row_and_a_meaning() -> None:
+    rows = {key: meaning for key, _, meaning in sweep_rows()}
+    expected = (
+        {f.name for f in dataclasses.fields(SweepConfig)}
+        | {f"search_space.<flag>.{f.name}" for f in dataclasses.fields(ParamSpec)}
+        | {f"sampler.{f.name}" for f in dataclasses.fields(SamplerSpec)}
+        | {f"pruner.{f.name}" for f in dataclasses.fields(PrunerSpec)}
+    )
+    assert set(rows) == expected
+    assert not [key for key, meaning in rows.items() if not meaning.strip()], "a key without :param: text"
+
+
+def test_a_new_key_shows_in_the_table_with_its_default_and_meaning() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Grown(SweepConfig):
+        """:param patience: trials without improvement before the sweep stops."""
+
+        patience: int = 5
+
+    rows = {key: (default, meaning) for key, default, meaning in config_rows(Grown)}
+    assert rows["patience"] == ("`5`", "trials without improvement before the sweep stops.")
+
+
+def test_a_key_without_a_meaning_is_found() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Undocumented(SamplerSpec):
+        silent: bool = False
+
+    assert ("silent", "`false`", "") in config_rows(Undocumented)
