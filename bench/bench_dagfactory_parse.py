@@ -2,12 +2,16 @@
 hand-written DAG files that build the same DAGs, at N = 1, 10, 100, in the same run.
 
 Each sample is a fresh interpreter (with bytecode caches, as installed packages run) that
-imports Airflow's DagBag first (the DAG processor
-has it loaded) and then times ``DagBag(dag_folder=...)`` over the folder, the way the DAG
-processor parses. Both sides parse in one interpreter, so the hand-written files share
-their imports (in production each file is parsed in its own process and pays them again:
-this comparison favours the hand-written files). Samples alternate; the minimum is the
-estimate least disturbed by a shared machine. Per-file time shows the growth is linear.
+imports Airflow's DagBag first (the DAG processor has it loaded), freezes the garbage
+collector's view of that heap as the DAG processor's manager does before it forks a parse
+process (``gc.freeze()`` in ``airflow/dag_processing/manager.py``), and then times the CPU of
+``DagBag(dag_folder=...)`` over the folder, the way the DAG processor parses. Without the
+freeze, whichever side first allocates enough pays a full collection of Airflow's heap
+(~150 ms here), which a real parse process does not. Both sides parse in one interpreter,
+so the hand-written files share their imports (in production each file is parsed in its
+own process and pays them again: this comparison favours the hand-written files). Samples
+alternate; the minimum is the estimate least disturbed by a shared machine. Per-file time
+shows the growth is linear.
 
     .venv/bin/python bench/bench_dagfactory_parse.py [--samples 3] [--sizes 1 10 100]
 """
@@ -99,11 +103,12 @@ with DAG(
 """
 
 TIMER = """
-import time
+import gc, time
 from airflow.dag_processing.dagbag import DagBag
-t0 = time.perf_counter()
+gc.freeze()
+t0 = time.process_time()
 bag = DagBag(dag_folder={folder!r})
-elapsed = time.perf_counter() - t0
+elapsed = time.process_time() - t0
 assert not bag.import_errors, bag.import_errors
 assert len(bag.dag_ids) == {n}, bag.dag_ids
 print(elapsed)
@@ -182,9 +187,15 @@ def main() -> int:
     fits = [_fit([(n, t) for n, t, _ in rows]), _fit([(n, t) for n, _, t in rows])]
     for label, (fixed, per_file) in zip(("DAG-as-code", "hand-written"), fits, strict=True):
         print(f"{label:<12} fixed {fixed * 1000:7.1f} ms + {per_file * 1000:6.2f} ms per file")
-    slope_ratio = fits[0][1] / fits[1][1] if fits[1][1] > 0 else float("inf")
+    # A slope at or below zero is noise or a broken measurement, never a pass.
+    slope_ratio = fits[0][1] / fits[1][1] if fits[0][1] > 0 and fits[1][1] > 0 else float("inf")
     print(f"per-file ratio {slope_ratio:.2f} (target < 2.00: a training file adds at most 2x a DAG file)")
-    return 0 if slope_ratio < 2.0 else 1
+    one = [(lo, lh) for n, lo, lh in rows if n == 1]
+    single = one[0][0] / one[0][1] if one else float("nan")
+    print(
+        f"one file: CPU ratio {single:.2f} (target <= 2.00: one training file against the same DAG in Python)"
+    )
+    return 0 if slope_ratio < 2.0 and (not one or single <= 2.0) else 1
 
 
 def _fit(points: list[tuple[int, float]]) -> tuple[float, float]:
