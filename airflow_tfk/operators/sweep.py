@@ -28,7 +28,7 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
 
     :param cluster_spec: the trials' cluster (a ``TFClusterSpec``, a mapping of its fields,
         or YAML text). Trial N is named ``<name>-t<N>`` (without ``name``: from the task
-        instance) and gets ``--<flag> <value>`` for each parameter after its args. (templated)
+        instance) and gets one ``--<flag>=<value>`` word for each parameter after its args. (templated)
     :param sweep: the :class:`~airflow_tfk.sweep.config.SweepConfig` fields: ``n_trials``,
         ``max_concurrent_trials``, ``search_space``, ``objective``, ``direction``,
         ``sampler``, ``pruner``, ``storage``, ``study_name``... (templated)

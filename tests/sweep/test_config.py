@@ -124,22 +124,13 @@ def test_a_trial_spec_appends_its_flags_to_every_args_and_names_the_trial() -> N
     )
     params = {"tfk_learning_rate": 0.01, "hidden": 64, "optimizer": "adam"}
     t = trial_spec(spec, trial_name("base", 3), 3, params, model_version=1003)
-    flags = (
-        "--tfk_learning_rate",
-        "0.01",
-        "--hidden",
-        "64",
-        "--optimizer",
-        "adam",
-        "--tfk_model_version",
-        "1003",
-    )
+    flags = ("--tfk_learning_rate=0.01", "--hidden=64", "--optimizer=adam", "--tfk_model_version=1003")
     assert t.name == "base-t3"
     assert t.args == (*spec.args, *flags)  # after the spec's own: the trial's value wins
     assert t.chief is not None and t.chief.args == ("--chief_only", *flags)
     assert t.worker.args is None  # the cluster's args, flags included
     assert json.loads(t.env[ENV_PARAMS]) == params
-    assert trial_flags({"use_bn": True}, None) == ("--use_bn", "true")
+    assert trial_flags({"use_bn": True}, None) == ("--use_bn=true",)
 
 
 def test_the_base_name_leaves_room_for_the_trial_suffix() -> None:
