@@ -292,8 +292,11 @@ class SweepConfig:
     :param pruner: :class:`PrunerSpec`. Its intermediate values are the loss of the
         trial's progress lines (smoothed; negated when the objective is maximised, so
         that "better" points the same way for the pruner).
-    :param storage: where the study lives: an SQLite file path (relative: under the local
-        backend's root) or a database URL (``postgresql://...``). Required on Kubernetes.
+    :param storage: where the study lives: an SQLite file under the sweep root (relative:
+        taken from it; the platform's ``[tfk] sweep_root``, else the local backend's
+        ``<root>/.sweeps``) or a database URL the platform allows (``[tfk]
+        sweep_storage_url_prefixes``); never Airflow's own database. Default: the sweep
+        root's ``<study>.db``; on Kubernetes without a sweep root, required.
     :param study_name: default: the task instance's (dag, task, run, map index), so a
         retry of the task resumes it and another run starts afresh.
     :param model_versions: pass ``--tfk_model_version`` (the study's base + trial number)
