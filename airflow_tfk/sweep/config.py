@@ -43,6 +43,31 @@ TUNABLE_PLATFORM_FLAGS = (
 )
 
 
+#: The tunable platform flags the runtime reads as integers (the others: a number).
+_INTEGER_PLATFORM_FLAGS = (
+    "tfk_batch_size",
+    "tfk_steps",
+    "tfk_seed",
+    "tfk_steps_per_call",
+    "tfk_checkpoint_every",
+)
+
+
+def _check_platform_type(name: str, p: ParamSpec, where: str) -> None:
+    """A platform hyperparameter's values are of the type the runtime reads: a string
+    choice (whatever it says) or a float for an integer flag would fail every trial that
+    drew it, after others had run."""
+    if name not in TUNABLE_PLATFORM_FLAGS:
+        return
+    integer = name in _INTEGER_PLATFORM_FLAGS
+    noun = "an integer" if integer else "a number"
+    if integer and p.kind is ParamKind.FLOAT:
+        raise SpecError(f"{where}.type", f"--{name} reads {noun}: use type int (or categorical)", "float")
+    for i, choice in enumerate(p.choices):
+        if isinstance(choice, bool) or not isinstance(choice, int if integer else (int, float)):
+            raise SpecError(f"{where}.choices[{i}]", f"--{name} reads {noun}", choice)
+
+
 def _reserved(name: str) -> bool:
     """A key the sweep does not let a search space use: a platform flag other than the
     tunable ones, in any case or with ``-`` for ``_``, or a prefix of one (``t``, ``tfk``):
@@ -339,6 +364,7 @@ class SweepConfig:
                     f"it), or one of the platform's hyperparameters ({', '.join(TUNABLE_PLATFORM_FLAGS)})",
                 )
             params[name] = ParamSpec.from_dict(spec, f"{where}.search_space.{name}")
+            _check_platform_type(name, params[name], f"{where}.search_space.{name}")
         _check_params_env(params, f"{where}.search_space")
         sampler = SamplerSpec.from_dict(data.get("sampler"), f"{where}.sampler")
         if sampler.name is SamplerKind.GRID:

@@ -126,6 +126,25 @@ def test_a_value_of_a_tunable_platform_flag_is_its_argument_or_refused(flag: str
         runtime_flags.parse_flags(list(trial.args), env=ENV)
 
 
+@pytest.mark.parametrize("flag", TUNABLE_PLATFORM_FLAGS)
+@pytest.mark.parametrize("choice", ["--tfk_model_name=victim", "0.1", True, None])
+def test_a_platform_hyperparameter_s_choices_are_numbers(flag: str, choice: object) -> None:
+    """Refused when the sweep is read, naming the choice, not by each trial that draws it."""
+    space = {flag: {"type": "categorical", "choices": [1, choice]}}
+    with pytest.raises(SpecError) as caught:
+        SweepConfig.from_dict({"n_trials": 1, "search_space": space})
+    assert caught.value.field == f"sweep.search_space.{flag}.choices[1]"
+
+
+@pytest.mark.parametrize("flag", ["tfk_batch_size", "tfk_steps", "tfk_seed", "tfk_steps_per_call"])
+def test_an_integer_platform_flag_takes_no_float_range(flag: str) -> None:
+    with pytest.raises(SpecError, match=rf"sweep.search_space.{flag}.type: --{flag} reads an integer"):
+        SweepConfig.from_dict({"n_trials": 1, "search_space": {flag: {"low": 1.0, "high": 8.0}}})
+    assert SweepConfig.from_dict(
+        {"n_trials": 1, "search_space": {"tfk_learning_rate": {"low": 0.1, "high": 1}}}
+    )
+
+
 def test_a_tunable_platform_flag_reads_its_value() -> None:
     trial = trial_spec(base_spec(), "base-t1", 1, {"tfk_learning_rate": 0.05, "tfk_batch_size": 64}, VERSION)
     flags, _ = runtime_flags.parse_flags(list(trial.args), env=ENV)
