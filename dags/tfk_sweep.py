@@ -9,10 +9,11 @@
 - ``publish`` publishes the best trial's version (the sweep's XCom ``export``) only if its
   held-out accuracy passes the quality gate; the previous version keeps serving otherwise.
 
-The study is kept in an SQLite file: on the local backend under its root
-(``<root>/.sweeps/``); on Kubernetes set ``TFK_SWEEP_STORAGE`` to a file on a volume
-every Airflow worker mounts, or a database URL, so a retry of ``sweep`` resumes the study
-without running its finished trials again. On Kubernetes, give the spec a
+The study is kept in an SQLite file under the sweep root: the platform's
+``[tfk] sweep_root``, else the local backend's ``<root>/.sweeps/``; on Kubernetes the
+platform sets that root on a volume every Airflow worker mounts, or ``TFK_SWEEP_STORAGE``
+names a database URL it allows (``[tfk] sweep_storage_url_prefixes``), so a retry of
+``sweep`` resumes the study without running its finished trials again. On Kubernetes, give the spec a
 ``queue_name`` (a Kueue LocalQueue) too, so that sweeps share the cluster fairly.
 """
 

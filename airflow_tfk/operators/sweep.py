@@ -28,7 +28,7 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
 
     :param cluster_spec: the trials' cluster (a ``TFClusterSpec``, a mapping of its fields,
         or YAML text). Trial N is named ``<name>-t<N>`` (without ``name``: from the task
-        instance) and gets ``--<flag> <value>`` for each parameter after its args. (templated)
+        instance) and gets one ``--<flag>=<value>`` word for each parameter after its args. (templated)
     :param sweep: the :class:`~airflow_tfk.sweep.config.SweepConfig` fields: ``n_trials``,
         ``max_concurrent_trials``, ``search_space``, ``objective``, ``direction``,
         ``sampler``, ``pruner``, ``storage``, ``study_name``... (templated)
@@ -93,6 +93,7 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
         self._runner: SweepRunner | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_tfk._airflow.platform_config import sweep_storage_policy
         from airflow_tfk.backends import get_backend
         from airflow_tfk.run.lifecycle import resolve_spec
         from airflow_tfk.spec.yaml_reader import load_yaml_mapping
@@ -116,8 +117,9 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
         study_name = config.study_name or (
             f"{identity.dag_id}.{identity.task_id}.{identity.run_id}.{identity.map_index}"
         )
+        # Checked against the platform's policy before any study or directory exists.
         storage = studies.storage_url(
-            config.storage, backend.kind, getattr(backend, "root", None), study_name
+            config.storage, backend.kind, getattr(backend, "root", None), study_name, sweep_storage_policy()
         )
         _mask_password(storage)
         self._runner = runner = SweepRunner(

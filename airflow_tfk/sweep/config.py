@@ -22,8 +22,12 @@ MAX_TRIALS = 10_000
 MAX_MAGNITUDE = 1e15
 #: Optuna keeps a study's name in a column of 512 characters.
 MAX_NAME_CHARS = 512
-#: An app flag name as the search space's keys give it (``--<key>`` on the command line).
-_FLAG = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
+#: An app flag name as the search space's keys give it (``--<key>=<value>`` on the command
+#: line): no ``=``, so the word splits where the sweep put the ``=``.
+FLAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
+#: The runtime's platform flags all start so (``airflow_tfk.runtime.flags.PREFIX``, which
+#: the provider does not import; tests/sweep/test_trial_values.py holds them equal).
+PLATFORM_FLAG_PREFIX = "tfk_"
 #: The platform's flags (``--tfk_*``) a search space may tune: the hyperparameters. The
 #: others say where a trial reads, writes and exports (``tfk_export_dir``,
 #: ``tfk_model_name``, ``tfk_model_version``, which the sweep sets itself) or how it reports
@@ -39,8 +43,40 @@ TUNABLE_PLATFORM_FLAGS = (
 )
 
 
+#: The tunable platform flags the runtime reads as integers (the others: a number).
+_INTEGER_PLATFORM_FLAGS = (
+    "tfk_batch_size",
+    "tfk_steps",
+    "tfk_seed",
+    "tfk_steps_per_call",
+    "tfk_checkpoint_every",
+)
+
+
+def _check_platform_type(name: str, p: ParamSpec, where: str) -> None:
+    """A platform hyperparameter's values are of the type the runtime reads: a string
+    choice (whatever it says) or a float for an integer flag would fail every trial that
+    drew it, after others had run."""
+    if name not in TUNABLE_PLATFORM_FLAGS:
+        return
+    integer = name in _INTEGER_PLATFORM_FLAGS
+    noun = "an integer" if integer else "a number"
+    if integer and p.kind is ParamKind.FLOAT:
+        raise SpecError(f"{where}.type", f"--{name} reads {noun}: use type int (or categorical)", "float")
+    for i, choice in enumerate(p.choices):
+        if isinstance(choice, bool) or not isinstance(choice, int if integer else (int, float)):
+            raise SpecError(f"{where}.choices[{i}]", f"--{name} reads {noun}", choice)
+
+
 def _reserved(name: str) -> bool:
-    return name.lower().startswith(("tfk_", "tfk-")) and name not in TUNABLE_PLATFORM_FLAGS
+    """A key the sweep does not let a search space use: a platform flag other than the
+    tunable ones, in any case or with ``-`` for ``_``, or a prefix of one (``t``, ``tfk``):
+    a parser that matches abbreviations (argparse's default ``allow_abbrev``) reads
+    ``--tfk=...`` as the platform flag it abbreviates."""
+    if name in TUNABLE_PLATFORM_FLAGS:
+        return False
+    key = name.lower().replace("-", "_")
+    return key.startswith(PLATFORM_FLAG_PREFIX) or PLATFORM_FLAG_PREFIX.startswith(key)
 
 
 class ParamKind(str, enum.Enum):
@@ -271,7 +307,8 @@ class SweepConfig:
         sweep task does not count and is run again on the retry.
     :param max_concurrent_trials: clusters alive at once, at most.
     :param search_space: flag name -> :class:`ParamSpec`; trial values are passed to the
-        app as ``--<flag> <value>`` after the spec's own args (the last one wins), e.g.
+        app as one word ``--<flag>=<value>`` after the spec's own args (the last one wins;
+        a value is always its flag's argument, never an option of its own), e.g.
         ``tfk_learning_rate`` (the runtime's ``--tfk_learning_rate``) or an app flag.
     :param objective: the metric to optimise, from what the app's ``after_train``
         returned (its metrics line), else from the evaluator's last metrics.
@@ -280,8 +317,11 @@ class SweepConfig:
     :param pruner: :class:`PrunerSpec`. Its intermediate values are the loss of the
         trial's progress lines (smoothed; negated when the objective is maximised, so
         that "better" points the same way for the pruner).
-    :param storage: where the study lives: an SQLite file path (relative: under the local
-        backend's root) or a database URL (``postgresql://...``). Required on Kubernetes.
+    :param storage: where the study lives: an SQLite file under the sweep root (relative:
+        taken from it; the platform's ``[tfk] sweep_root``, else the local backend's
+        ``<root>/.sweeps``) or a database URL the platform allows (``[tfk]
+        sweep_storage_url_prefixes``); never Airflow's own database. Default: the sweep
+        root's ``<study>.db``; on Kubernetes without a sweep root, required.
     :param study_name: default: the task instance's (dag, task, run, map index), so a
         retry of the task resumes it and another run starts afresh.
     :param model_versions: pass ``--tfk_model_version`` (the study's base + trial number)
@@ -317,13 +357,14 @@ class SweepConfig:
         params = {}
         for key, spec in space.items():
             name = str(key)
-            if not _FLAG.match(name) or _reserved(name):
+            if not FLAG_NAME.match(name) or _reserved(name):
                 raise SpecError(
                     f"{where}.search_space.{name}",
-                    "must be an app flag name (letters, digits, '_', '-'), or one of the platform's "
-                    f"hyperparameters ({', '.join(TUNABLE_PLATFORM_FLAGS)})",
+                    "must be an app flag name (letters, digits, '_', '-'; not tfk_* nor a prefix of "
+                    f"it), or one of the platform's hyperparameters ({', '.join(TUNABLE_PLATFORM_FLAGS)})",
                 )
             params[name] = ParamSpec.from_dict(spec, f"{where}.search_space.{name}")
+            _check_platform_type(name, params[name], f"{where}.search_space.{name}")
         _check_params_env(params, f"{where}.search_space")
         sampler = SamplerSpec.from_dict(data.get("sampler"), f"{where}.sampler")
         if sampler.name is SamplerKind.GRID:
@@ -451,7 +492,7 @@ def _check_params_env(params: Mapping[str, ParamSpec], where: str) -> None:
 
 
 def _flag_value(value: object, where: str) -> str:
-    """A categorical choice as the trials' command lines carry it (``--<flag> <value>``),
+    """A categorical choice as the trials' command lines carry it (``--<flag>=<value>``),
     checked as the spec checks its args: a choice the sampler picks late must not fail a
     trial after others have run."""
     from airflow_tfk.spec.checks import _str_list

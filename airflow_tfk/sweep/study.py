@@ -7,13 +7,14 @@ imports it (ruff's TID253 bans it at module level).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk.core.errors import SpecError
 from airflow_tfk.sweep.config import Direction, ParamKind, ParamSpec, PrunerKind, SamplerKind, SweepConfig
+from airflow_tfk.sweep.storage import ROOT_OPTION, SWEEPS_DIR, URLS_OPTION, StoragePolicy, resolve_storage
 
 if TYPE_CHECKING:
     import optuna
@@ -42,37 +43,33 @@ RERUN_OF = "tfk_rerun_of"
 OPEN_WAIT_SECONDS = 60.0
 
 
-def storage_url(storage: str | None, backend_kind: str, local_root: str | None, study_name: str) -> str:
-    """The study's storage as a database URL.
+def storage_url(
+    storage: str | None,
+    backend_kind: str,
+    local_root: str | None,
+    study_name: str,
+    platform: StoragePolicy | None = None,
+) -> str:
+    """The study's storage as a database URL, checked against the platform's policy
+    (:mod:`~airflow_tfk.sweep.storage`) before anything is created.
 
-    A URL (``scheme://...``) is used as it is. A path is an SQLite file: relative paths
-    are under the local backend's root. Without ``storage`` the local backend keeps the
-    study in ``<root>/.sweeps/<study>.db``; on Kubernetes the sweep task runs in an
-    Airflow worker whose disk a retry may not see, so the user must say where.
+    A path, or an ``sqlite:///`` URL, is an SQLite file under the sweep root: the
+    platform's (``[tfk] sweep_root``), else the local backend's ``<root>/.sweeps``; a
+    relative path is taken from it, and without ``storage`` the study is
+    ``<sweep root>/<study>.db``. Any other URL must be one the platform allows. On
+    Kubernetes without a sweep root the user must say where: the sweep task runs in an
+    Airflow worker whose disk a retry may not see.
     """
-    if storage is not None and "://" in storage:
-        return storage
-    if storage is None:
-        if backend_kind != "local" or local_root is None:
-            raise SpecError(
-                "sweep.storage",
-                "is required on the kubernetes backend: an SQLite file on a volume every "
-                "Airflow worker mounts, or a database URL (postgresql://...), so that a "
-                "retried sweep task finds its study",
-            )
-        path = Path(local_root, ".sweeps", f"{_file_name(study_name)}.db")
-    else:
-        path = Path(storage).expanduser()
-        if not path.is_absolute():
-            if backend_kind != "local" or local_root is None:
-                raise SpecError("sweep.storage", "must be an absolute path or a database URL", storage)
-            path = Path(local_root, path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path.resolve()}"
-
-
-def _file_name(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:200]
+    platform = platform or StoragePolicy(None)
+    root = platform.root
+    if root is None and backend_kind == "local" and local_root is not None:
+        root = os.path.join(local_root, SWEEPS_DIR)
+    required = (
+        "is required on the kubernetes backend: a database URL the platform allows "
+        f"({URLS_OPTION}), or the platform sets {ROOT_OPTION} (a volume every Airflow worker "
+        "mounts), so that a retried sweep task finds its study"
+    )
+    return resolve_storage(storage, study_name, replace(platform, root=root), required=required)
 
 
 def distributions(config: SweepConfig) -> dict[str, Any]:

@@ -45,19 +45,32 @@ def trial_name(base: str, number: int) -> str:
 
 
 def flag_value(value: Any, where: str = "sweep.search_space") -> str:
-    """How a parameter value is written on the command line (refused as the spec refuses it)."""
+    """How a parameter value is written on the command line (refused as the spec refuses it).
+
+    ``--``, alone of all texts, does not reach the app: argparse drops it from a flag's
+    value (``--opt=--`` reads as an empty list, ``--tfk_seed=--`` as no number)."""
+    from airflow_tfk.core.errors import SpecError
     from airflow_tfk.spec.checks import flag_text
 
-    return flag_text(value, where)
+    text = flag_text(value, where)
+    if text == "--":
+        raise SpecError(where, "must not be '--': argparse drops it from a flag's value", value)
+    return text
 
 
 def trial_flags(params: Mapping[str, Any], model_version: int | None) -> tuple[str, ...]:
-    """``--<flag> <value>`` for each parameter (and the trial's export version)."""
-    flags: list[str] = []
-    for name, value in params.items():
-        flags += [f"--{name}", flag_value(value, f"sweep.search_space.{name}")]
+    """One ``--<flag>=<value>`` word for each parameter, then the trial's export version.
+
+    One word, never ``--<flag> <value>``: a value is data, and as a word of its own a value
+    that looks like an option (``--tfk_model_name=victim``, ``--``, ``-h``) is read as one,
+    so a trial could export under another model's name or path. argparse and absl split
+    ``--<flag>=<value>`` at its first ``=`` and the part before it is a search-space key
+    (:data:`~airflow_tfk.sweep.config.FLAG_NAME`: no ``=``, never a platform flag the sweep
+    does not let it tune, nor a prefix of one), so whatever the value says it is that
+    flag's argument. The platform's own flag comes last: the last one wins."""
+    flags = [f"--{name}={flag_value(value, f'sweep.search_space.{name}')}" for name, value in params.items()]
     if model_version is not None:
-        flags += ["--tfk_model_version", str(model_version)]
+        flags.append(f"--tfk_model_version={model_version}")
     return tuple(flags)
 
 
@@ -130,7 +143,7 @@ def check_trials_fit(spec: TFClusterSpec, config: SweepConfig, base: str | None 
         first = (getattr(exc, "errors", None) or [exc])[0]
         raise SpecError(
             first.field,
-            f"with a sweep trial's flags appended (up to {added:,} bytes of --flag value) and its "
+            f"with a sweep trial's flags appended (up to {added:,} bytes of --flag=value) and its "
             f"{ENV_TRIAL}/{ENV_PARAMS} variables set: {first.rule}",
             first.value,
         ) from None

@@ -327,6 +327,7 @@ def test_a_sweep_stays_within_the_queue_and_a_killed_sweep_resumes(
     lq = quota(str(SWEEP_QUOTA))
     monkeypatch.setattr(KubernetesBackend, "logs", _trial_logs(k8s_api))
     storage = tmp_path / "study.db"
+    monkeypatch.setenv("AIRFLOW__TFK__SWEEP_ROOT", str(tmp_path))  # the platform's sweep root
     url = f"sqlite:///{storage}"
     ctx = _tfk.task_context("manual__sweep", task_id="sweep")
     base = base_name(RunIdentity("k8s_it", "sweep", "manual__sweep", -1))

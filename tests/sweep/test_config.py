@@ -13,6 +13,7 @@ from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.spec.cluster import TFClusterSpec
 from airflow_tfk.sweep import study as studies
 from airflow_tfk.sweep.config import Direction, ParamKind, PrunerKind, SweepConfig
+from airflow_tfk.sweep.storage import StoragePolicy
 from airflow_tfk.sweep.trials import ENV_PARAMS, base_name, trial_flags, trial_name, trial_spec
 from tests.helpers import ROOT
 
@@ -124,22 +125,13 @@ def test_a_trial_spec_appends_its_flags_to_every_args_and_names_the_trial() -> N
     )
     params = {"tfk_learning_rate": 0.01, "hidden": 64, "optimizer": "adam"}
     t = trial_spec(spec, trial_name("base", 3), 3, params, model_version=1003)
-    flags = (
-        "--tfk_learning_rate",
-        "0.01",
-        "--hidden",
-        "64",
-        "--optimizer",
-        "adam",
-        "--tfk_model_version",
-        "1003",
-    )
+    flags = ("--tfk_learning_rate=0.01", "--hidden=64", "--optimizer=adam", "--tfk_model_version=1003")
     assert t.name == "base-t3"
     assert t.args == (*spec.args, *flags)  # after the spec's own: the trial's value wins
     assert t.chief is not None and t.chief.args == ("--chief_only", *flags)
     assert t.worker.args is None  # the cluster's args, flags included
     assert json.loads(t.env[ENV_PARAMS]) == params
-    assert trial_flags({"use_bn": True}, None) == ("--use_bn", "true")
+    assert trial_flags({"use_bn": True}, None) == ("--use_bn=true",)
 
 
 def test_the_base_name_leaves_room_for_the_trial_suffix() -> None:
@@ -149,16 +141,25 @@ def test_the_base_name_leaves_room_for_the_trial_suffix() -> None:
     assert base_name(identity) == base_name(identity)
 
 
-def test_storage_is_under_the_local_root_and_required_on_kubernetes(tmp_path) -> None:
-    assert studies.storage_url(None, "local", str(tmp_path), "d.t.r.-1") == (
-        f"sqlite:///{tmp_path.resolve()}/.sweeps/d.t.r.-1.db"
+def test_storage_is_under_the_sweep_root_and_required_on_kubernetes(tmp_path) -> None:
+    sweeps = tmp_path.resolve() / ".sweeps"
+    assert studies.storage_url(None, "local", str(tmp_path), "d.t.r.-1") == f"sqlite:///{sweeps}/d.t.r.-1.db"
+    assert (
+        studies.storage_url("studies/s.db", "local", str(tmp_path), "x") == f"sqlite:///{sweeps}/studies/s.db"
     )
-    assert studies.storage_url("studies/s.db", "local", str(tmp_path), "x").endswith("/studies/s.db")
-    assert studies.storage_url("postgresql://db/optuna", "kubernetes", None, "x") == "postgresql://db/optuna"
-    assert studies.storage_url(str(tmp_path / "k.db"), "kubernetes", None, "x").endswith("/k.db")
+    allowed = StoragePolicy(None, ("postgresql://db/",))
+    assert (
+        studies.storage_url("postgresql://db/optuna", "kubernetes", None, "x", allowed)
+        == "postgresql://db/optuna"
+    )
+    shared = StoragePolicy(str(tmp_path / "shared"))
+    assert studies.storage_url(str(tmp_path / "shared/k.db"), "kubernetes", None, "x", shared).endswith(
+        "/shared/k.db"
+    )
+    assert studies.storage_url(None, "kubernetes", None, "x", shared).endswith("/shared/x.db")
     with pytest.raises(SpecError, match="sweep.storage: is required on the kubernetes backend"):
         studies.storage_url(None, "kubernetes", None, "x")
-    with pytest.raises(SpecError, match="sweep.storage: must be an absolute path"):
+    with pytest.raises(SpecError, match="sweep.storage: is a file, but the platform sets no sweep root"):
         studies.storage_url("rel.db", "kubernetes", None, "x")
 
 

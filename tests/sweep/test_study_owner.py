@@ -167,10 +167,14 @@ def test_a_second_sweep_is_refused_before_the_first_has_a_trial_cluster(
         release.set()
     thread.join(120)
     assert not thread.is_alive() and errors == [], errors
-    trials = optuna.load_study(study_name="shared", storage=f"sqlite:///{local_root / 'shared.db'}").trials
+    trials = optuna.load_study(
+        study_name="shared", storage=f"sqlite:///{local_root / '.sweeps' / 'shared.db'}"
+    ).trials
     assert len(trials) == 1 and trials[0].state.name == "COMPLETE", trials
     assert not trials[0].user_attrs.get(studies.INTERRUPTED)
-    claim = optuna.load_study(study_name="shared", storage=f"sqlite:///{local_root / 'shared.db'}").user_attrs
+    claim = optuna.load_study(
+        study_name="shared", storage=f"sqlite:///{local_root / '.sweeps' / 'shared.db'}"
+    ).user_attrs
     assert claim[owners.OWNER]["run_id"] == "manual__first" and claim[owners.OWNER]["released"] is True
     # Released: the next sweep on the study is not refused.
     result = make_op(tmp_path, n_trials=2, steps=5, **shared).execute(

@@ -130,7 +130,7 @@ def test_a_second_sweep_on_a_study_in_use_is_refused_and_the_first_is_untouched(
     backend = LocalBackend(str(local_root))
 
     def a_trial_training() -> bool:
-        path = local_root / "shared.db"
+        path = local_root / ".sweeps" / "shared.db"
         if not path.exists():
             return False
         try:
@@ -147,7 +147,9 @@ def test_a_second_sweep_on_a_study_in_use_is_refused_and_the_first_is_untouched(
         )
     thread.join(120)
     assert not thread.is_alive() and errors == [], errors
-    trials = optuna.load_study(study_name="shared", storage=f"sqlite:///{local_root / 'shared.db'}").trials
+    trials = optuna.load_study(
+        study_name="shared", storage=f"sqlite:///{local_root / '.sweeps' / 'shared.db'}"
+    ).trials
     assert sorted(t.state.name for t in trials) in (
         ["COMPLETE", "COMPLETE"],
         ["COMPLETE", "PRUNED"],
