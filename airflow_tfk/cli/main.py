@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete's global completion looks for this marker)
 """``airflow-tfk``: command-line access to the pure stages and to a local Airflow.
 
 ``airflow-tfk render SPEC.yaml | kubectl apply -f -`` shows, and lets one apply, exactly
@@ -13,6 +14,9 @@ project's local Airflow home and local backend (``airflow_tfk.core.local_env``),
 runs their DAG folder with ``airflow-tfk airflow --dags-folder my_dags dags test my_dag``.
 ``airflow-tfk up`` runs Airflow's api-server, scheduler, dag-processor and triggerer in that
 same environment (``airflow_tfk.cli.local_airflow``).
+
+Shell completion is argcomplete's, as Airflow's own CLI has it (argcomplete comes with
+Airflow): ``eval "$(register-python-argcomplete airflow-tfk)"``.
 """
 
 from __future__ import annotations
@@ -230,8 +234,19 @@ def _render(args: argparse.Namespace) -> list[dict]:
     return render(spec, identity, template_dir=args.template_dir)
 
 
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Answer the shell's completion request and exit, when this run is one (argcomplete's
+    protocol: ``_ARGCOMPLETE`` set); imported only then, so a command pays nothing."""
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    import argcomplete
+
+    argcomplete.autocomplete(parser)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
+    _complete(parser)
     args = parser.parse_args(argv)
     commands = {
         "validate": _validate,
