@@ -225,7 +225,9 @@ def _render(args: argparse.Namespace) -> list[dict]:
     from airflow_tfk.spec.cluster import TFClusterSpec
     from airflow_tfk.spec.yaml_reader import load_yaml_mapping
 
-    spec = TFClusterSpec.from_dict(load_yaml_mapping(_read(args.spec)))
+    data = load_yaml_mapping(_read(args.spec))
+    _refuse_training_file(data, args.spec)
+    spec = TFClusterSpec.from_dict(data)
     if args.namespace is not None:
         spec = dataclasses.replace(spec, namespace=args.namespace)  # validated again
     identity = None
@@ -242,6 +244,28 @@ def _complete(parser: argparse.ArgumentParser) -> None:
     import argcomplete
 
     argcomplete.autocomplete(parser)
+
+
+class TrainingFileGiven(Exception):
+    """``render`` was given a training file, whose errors would all read as unknown keys."""
+
+
+def _refuse_training_file(data: dict, path: str) -> None:
+    """A training file (DAG-as-code) has keys no cluster spec has; ``validate`` checks it."""
+    import dataclasses
+
+    from airflow_tfk.dagfactory.training_keys import KEYS
+    from airflow_tfk.spec.cluster import TFClusterSpec
+
+    spec_fields = {f.name for f in dataclasses.fields(TFClusterSpec)}
+    training_only = sorted({k.name for k in KEYS} - spec_fields)
+    found = [k for k in training_only if k in data]
+    if "cluster" in data or (found and not spec_fields & set(data)):
+        keys = ", ".join(f"{k}:" for k in found[:4])
+        raise TrainingFileGiven(
+            f"{path} is a training file ({keys}), not a cluster spec: check it with "
+            f"`airflow-tfk validate {path}`; `render` takes a cluster spec, such as its cluster: block"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -290,6 +314,9 @@ def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             return EXIT_USAGE
     try:
         manifests = _render(args)
+    except TrainingFileGiven as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
     except SpecError as exc:
         for one in getattr(exc, "errors", None) or [exc]:  # every error, each with its line
             at = f" ({args.spec}, line {one.line})" if one.line else ""
