@@ -325,25 +325,40 @@ def _status(backend: Backend, args: argparse.Namespace) -> int:
     return 0
 
 
-def _task_of(backend: Backend, args: argparse.Namespace) -> tuple[str, int]:
-    """The task ``logs`` reads, which must be one the cluster has: a typo (worker-5 of two
-    workers) is an error naming the tasks there are, not an empty log."""
-    ref = _ref(args)
-    status = backend.status(ref)
-    if not status.tasks:
-        raise LookupError(f"cluster {ref.name} not found in namespace {ref.namespace}")
+def _named_task(args: argparse.Namespace) -> tuple[str, int] | None:
     if not args.task:
-        return _progress_task(status)
+        return None
     role, _, index = args.task.rpartition("-")  # checked by _check_args
-    if status.task(role, int(index)) is None:
-        names = ", ".join(t.name for t in sorted(status.tasks, key=lambda t: (t.role, t.index)))
-        raise LookupError(f"cluster {ref.name} has no task {args.task} (its tasks: {names})")
     return role, int(index)
+
+
+def _gone_cluster_log(backend: Backend, ref: ClusterRef, args: argparse.Namespace) -> str:
+    """The log a deleted cluster left (the local backend keeps its tasks' logs), else a
+    not-found error: nothing is left to tell a typo from a task that was there."""
+    named = _named_task(args)
+    for role, index in [named] if named else [("chief", 0), ("worker", 0)]:
+        try:
+            text = backend.logs(ref, role, index, tail_lines=args.tail)
+        except RuntimeError:  # no such pod any more
+            text = ""
+        if text:
+            return text
+    raise LookupError(f"cluster {ref.name} not found in namespace {ref.namespace}")
 
 
 def _logs(backend: Backend, args: argparse.Namespace) -> int:
     ref = _ref(args)
-    role, index = _task_of(backend, args)
+    status = backend.status(ref)
+    if not status.tasks:
+        sys.stdout.write(_gone_cluster_log(backend, ref, args))
+        return 0
+    named = _named_task(args)
+    if named is not None and status.task(*named) is None:
+        # a typo (worker-5 of two workers) is an error naming the tasks there are, not an
+        # empty log
+        names = ", ".join(t.name for t in sorted(status.tasks, key=lambda t: (t.role, t.index)))
+        raise LookupError(f"cluster {ref.name} has no task {args.task} (its tasks: {names})")
+    role, index = named or _progress_task(status)
     if not args.follow:
         sys.stdout.write(backend.logs(ref, role, index, tail_lines=args.tail))
         return 0

@@ -166,3 +166,18 @@ def test_without_a_kubeconfig_one_line_names_the_local_backend(tmp_path: Path) -
     (line,) = run.stderr.splitlines()
     assert line.startswith("error: no Kubernetes cluster configured (connection 'kubernetes_default'")
     assert line.endswith("add --backend local (or export TFK_BACKEND=local)"), line
+
+
+def test_logs_of_a_deleted_cluster_are_still_read(root: Path) -> None:
+    """The local backend keeps a deleted cluster's logs: the unknown-task check does not
+    hide them, and a cluster that left nothing is still not found."""
+    from airflow_tfk.backends.local.backend import LocalBackend
+
+    backend = LocalBackend()
+    ref = backend.create(python_cluster("out-gone", "print('kept', flush=True); import time; time.sleep(60)"))
+    wait_for(lambda: "kept" in backend.logs(ref, "worker", 0), 30, "the first line")
+    backend.delete(ref)
+    assert _run("logs", "out-gone") == (0, "kept\n", "")
+    assert _run("logs", "out-gone", "worker-0") == (0, "kept\n", "")
+    code, _, err = _run("logs", "out-gone", "worker-3")
+    assert code == 1 and err == "error: cluster out-gone not found in namespace default\n"
