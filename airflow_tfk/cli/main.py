@@ -27,9 +27,9 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from airflow_tfk.cli.table import Command, add_commands, arg
+from airflow_tfk.cli.table import Command, add_commands, arg, format_rows, output_arg
 
 if TYPE_CHECKING:
     from airflow_tfk.core.local_env import LocalAirflowEnv
@@ -118,6 +118,7 @@ COMMANDS = (
             arg("name", nargs="?", help="server name, or a model name (its server tfs-<model>)"),
             arg("--all", action="store_true", help="stop every one (of KIND, if given)"),
             arg("--namespace", help="only this namespace of the local root"),
+            output_arg(),
             arg(
                 "--root",
                 help="the local backend's root (default $TFK_LOCAL_ROOT, else .tfk-local in the "
@@ -191,11 +192,11 @@ def _stop(args: argparse.Namespace) -> int:
     root = os.path.abspath(os.path.expanduser(args.root or default_root()))
     found = local_servers.find(root, args.kind, args.name, args.namespace)
     if args.name is None and not args.all:
-        running = [s for s in found if s.running]
-        for s in running:
-            print(s.describe())
-        if not running:
+        rows = [_server_row(s) for s in found if s.running]
+        if not rows and args.output in ("table", "plain"):
             print(f"no local model server or TensorBoard is running under {root}")
+        else:
+            sys.stdout.write(format_rows(rows, args.output, ("kind", "server", "pid", "url")))
         return 0
     if not found:
         what = " ".join(x for x in (args.kind, args.name) if x) or "server"
@@ -207,6 +208,20 @@ def _stop(args: argparse.Namespace) -> int:
         else:
             print(f"{s.kind} {s.namespace}/{s.name} was not running (record removed)")
     return 0
+
+
+def _server_row(server: Any) -> dict[str, Any]:
+    """A running local server as a listing row (``stop`` without a name)."""
+    record = server.record or {}
+    port = record.get("rest_port") or record.get("port")
+    return {
+        "kind": server.kind,
+        "server": f"{server.namespace}/{server.name}",
+        "namespace": server.namespace,
+        "name": server.name,
+        "pid": record.get("pid"),
+        "url": f"http://127.0.0.1:{port}" if port else None,
+    }
 
 
 def _read(path: str) -> bytes:
