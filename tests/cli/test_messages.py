@@ -66,3 +66,11 @@ def test_render_given_a_training_file_points_at_validate(tmp_path: Path, capsys)
         f"error: {path} is a training file (cluster:, schedule:), not a cluster spec: check it with "
         f"`airflow-tfk validate {path}`; `render` takes a cluster spec, such as its cluster: block"
     )
+
+
+def test_a_sweep_block_says_unknown_key_in_the_same_words(tmp_path: Path, capsys) -> None:
+    text = TRAINING.format(schedule="@daily").replace("replcas", "replicas")
+    text += "sweep:\n  n_trails: 4\n  search_space: {lr: {type: float, low: 0.001, high: 0.1}}\n"
+    (tmp_path / "a.yaml").write_text(text, encoding="utf-8")
+    assert main(["validate", str(tmp_path)]) == 1
+    assert "sweep.n_trails: unknown key (did you mean 'n_trials'? allowed: " in capsys.readouterr().err
