@@ -246,10 +246,10 @@ TRIGGERS: dict[str, str] = {
     "cluster.worker.replicas: must be between 1 and 10000 (got -1)": _TRAINING.replace(
         "{replicas: 1}", "{replicas: -1}"
     ),
-    "schedule: is not a valid cron expression: [0 25 * * *] is not acceptable, out of range": (
-        'schedule: "0 25 * * *"\n' + _TRAINING
-    ),
-    "params.steps.minimun: unknown key (allowed: ...)": (
+    "schedule: is not a valid cron expression: [0 25 * * *] is not acceptable, out of range; write 5 fields "
+    "(minute hour day-of-month month day-of-week, e.g. '0 3 * * *'), or a preset: @once, @continuous, "
+    "@hourly, @daily, @weekly, @monthly, @quarterly, @yearly": ('schedule: "0 25 * * *"\n' + _TRAINING),
+    "params.steps.minimun: unknown key (did you mean 'minimum'? allowed: ...)": (
         "params: {steps: {default: 1, type: integer, minimun: 1}}\n" + _TRAINING
     ),
     "publish.serving.replicas: must be between 1 and 100 (got 0)": (
@@ -331,7 +331,7 @@ def test_documented_error_is_what_the_code_says(error: str, tmp_path: Path, caps
     else:
         out = _validate({"example.yaml": TRIGGERS[error]}, tmp_path, capsys)
         expected = error
-    if expected.endswith("(allowed: ...)"):  # the docs elide the list
+    if expected.endswith("allowed: ...)"):  # the docs elide the list
         assert expected[: -len("...)")] in out, out
     else:
         assert expected in out, out

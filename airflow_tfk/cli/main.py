@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (argcomplete's global completion looks for this marker)
 """``airflow-tfk``: command-line access to the pure stages and to a local Airflow.
 
 ``airflow-tfk render SPEC.yaml | kubectl apply -f -`` shows, and lets one apply, exactly
@@ -13,6 +14,9 @@ project's local Airflow home and local backend (``airflow_tfk.core.local_env``),
 runs their DAG folder with ``airflow-tfk airflow --dags-folder my_dags dags test my_dag``.
 ``airflow-tfk up`` runs Airflow's api-server, scheduler, dag-processor and triggerer in that
 same environment (``airflow_tfk.cli.local_airflow``).
+
+Shell completion is argcomplete's, as Airflow's own CLI has it (argcomplete comes with
+Airflow): ``eval "$(register-python-argcomplete airflow-tfk)"``.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from airflow_tfk.cli.table import Command, add_commands, arg
+from airflow_tfk.cli.table import Command, add_commands, arg, format_rows, output_arg
 
 if TYPE_CHECKING:
     from airflow_tfk.core.local_env import LocalAirflowEnv
@@ -114,6 +118,7 @@ COMMANDS = (
             arg("name", nargs="?", help="server name, or a model name (its server tfs-<model>)"),
             arg("--all", action="store_true", help="stop every one (of KIND, if given)"),
             arg("--namespace", help="only this namespace of the local root"),
+            output_arg(),
             arg(
                 "--root",
                 help="the local backend's root (default $TFK_LOCAL_ROOT, else .tfk-local in the "
@@ -187,11 +192,11 @@ def _stop(args: argparse.Namespace) -> int:
     root = os.path.abspath(os.path.expanduser(args.root or default_root()))
     found = local_servers.find(root, args.kind, args.name, args.namespace)
     if args.name is None and not args.all:
-        running = [s for s in found if s.running]
-        for s in running:
-            print(s.describe())
-        if not running:
+        rows = [_server_row(s) for s in found if s.running]
+        if not rows and args.output in ("table", "plain"):
             print(f"no local model server or TensorBoard is running under {root}")
+        else:
+            sys.stdout.write(format_rows(rows, args.output, ("kind", "server", "pid", "url")))
         return 0
     if not found:
         what = " ".join(x for x in (args.kind, args.name) if x) or "server"
@@ -203,6 +208,20 @@ def _stop(args: argparse.Namespace) -> int:
         else:
             print(f"{s.kind} {s.namespace}/{s.name} was not running (record removed)")
     return 0
+
+
+def _server_row(server: Any) -> dict[str, Any]:
+    """A running local server as a listing row (``stop`` without a name)."""
+    record = server.record or {}
+    port = record.get("rest_port") or record.get("port")
+    return {
+        "kind": server.kind,
+        "server": f"{server.namespace}/{server.name}",
+        "namespace": server.namespace,
+        "name": server.name,
+        "pid": record.get("pid"),
+        "url": f"http://127.0.0.1:{port}" if port else None,
+    }
 
 
 def _read(path: str) -> bytes:
@@ -221,7 +240,9 @@ def _render(args: argparse.Namespace) -> list[dict]:
     from airflow_tfk.spec.cluster import TFClusterSpec
     from airflow_tfk.spec.yaml_reader import load_yaml_mapping
 
-    spec = TFClusterSpec.from_dict(load_yaml_mapping(_read(args.spec)))
+    data = load_yaml_mapping(_read(args.spec))
+    _refuse_training_file(data, args.spec)
+    spec = TFClusterSpec.from_dict(data)
     if args.namespace is not None:
         spec = dataclasses.replace(spec, namespace=args.namespace)  # validated again
     identity = None
@@ -230,8 +251,41 @@ def _render(args: argparse.Namespace) -> list[dict]:
     return render(spec, identity, template_dir=args.template_dir)
 
 
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Answer the shell's completion request and exit, when this run is one (argcomplete's
+    protocol: ``_ARGCOMPLETE`` set); imported only then, so a command pays nothing."""
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    import argcomplete
+
+    argcomplete.autocomplete(parser)
+
+
+class TrainingFileGiven(Exception):
+    """``render`` was given a training file, whose errors would all read as unknown keys."""
+
+
+def _refuse_training_file(data: dict, path: str) -> None:
+    """A training file (DAG-as-code) has keys no cluster spec has; ``validate`` checks it."""
+    import dataclasses
+
+    from airflow_tfk.dagfactory.training_keys import KEYS
+    from airflow_tfk.spec.cluster import TFClusterSpec
+
+    spec_fields = {f.name for f in dataclasses.fields(TFClusterSpec)}
+    training_only = sorted({k.name for k in KEYS} - spec_fields)
+    found = [k for k in training_only if k in data]
+    if "cluster" in data or (found and not spec_fields & set(data)):
+        keys = ", ".join(f"{k}:" for k in found[:4])
+        raise TrainingFileGiven(
+            f"{path} is a training file ({keys}), not a cluster spec: check it with "
+            f"`airflow-tfk validate {path}`; `render` takes a cluster spec, such as its cluster: block"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
+    _complete(parser)
     args = parser.parse_args(argv)
     commands = {
         "validate": _validate,
@@ -275,6 +329,9 @@ def _render_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             return EXIT_USAGE
     try:
         manifests = _render(args)
+    except TrainingFileGiven as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
     except SpecError as exc:
         for one in getattr(exc, "errors", None) or [exc]:  # every error, each with its line
             at = f" ({args.spec}, line {one.line})" if one.line else ""

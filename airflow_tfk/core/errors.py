@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import reprlib
+from collections.abc import Iterable
 
 # A value quoted in a message is cut short: a hostile input (an expanded YAML alias bomb,
 # a 5,000-digit integer) must not turn an error message into gigabytes.
@@ -139,3 +141,12 @@ class WaitTimedOut(TimeoutError):
 class CapacityError(RuntimeError):
     """``capacity_check: fail``: the cluster does not fit what the nodes have free.
     Raised before anything is created; the message names the shortfall."""
+
+
+def unknown_key(key: object, allowed: Iterable[object], what: str = "unknown key") -> str:
+    """The rule for a key nobody declared: the closest declared one first, as a typo
+    (``replcas``) most often is one, then every key allowed there."""
+    names = [str(a) for a in allowed]
+    close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{what} ({hint}allowed: {', '.join(names)})"

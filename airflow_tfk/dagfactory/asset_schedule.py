@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.errors import SpecError, unknown_key
 from airflow_tfk.core.printable import control_character
 
 MAX_DEPTH = 6
@@ -73,7 +73,7 @@ def _node(value: object, where: str, depth: int, count: list[int]) -> Any:
             raise SpecError(f"{where}.{key}", f"must be a mapping of {', '.join(_KINDS[key])}", body)
         unknown = sorted(str(k) for k in set(body) - set(_KINDS[key]))
         if unknown:
-            raise SpecError(f"{where}.{key}.{unknown[0]}", f"unknown key (allowed: {', '.join(_KINDS[key])})")
+            raise SpecError(f"{where}.{key}.{unknown[0]}", unknown_key(unknown[0], _KINDS[key]))
         try:
             _asset({key: dict(body)})
         except SpecError as exc:
@@ -82,7 +82,7 @@ def _node(value: object, where: str, depth: int, count: list[int]) -> Any:
         except (TypeError, ValueError) as exc:
             raise SpecError(f"{where}.{key}", str(exc), body) from None
         return {key: dict(body)}
-    raise SpecError(f"{where}.{key}", f"unknown key (allowed: {', '.join((*_CONDITIONS, *_KINDS))})")
+    raise SpecError(f"{where}.{key}", unknown_key(key, (*_CONDITIONS, *_KINDS)))
 
 
 def _reference(value: str, where: str) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_tfk import dag_env
-from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.errors import SpecError, unknown_key
 from airflow_tfk.dagfactory.params import param_refs
 
 # Keys of the operators' __init__ that the training file sets itself.
@@ -43,7 +43,7 @@ def _operator_options(value: object, key: str, operator: type, *, true_means: di
     accepted = _keywords(operator)
     unknown = sorted(set(value) - accepted)
     if unknown:
-        raise SpecError(f"{key}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(accepted))})")
+        raise SpecError(f"{key}.{unknown[0]}", unknown_key(unknown[0], sorted(accepted)))
     if "base_path" in value:  # a local directory instead of the cluster's claim
         return dict(value)
     return {**true_means, **dict(value)}
@@ -67,7 +67,7 @@ def backend_config(data: Mapping[str, Any], backend: str) -> dict[str, Any] | No
     if unknown:
         raise SpecError(
             f"backend_config.{unknown[0]}",
-            f"unknown option of the {backend} backend (allowed: {', '.join(sorted(allowed))})",
+            unknown_key(unknown[0], sorted(allowed), f"unknown option of the {backend} backend"),
         )
     return dict(config)
 

@@ -15,7 +15,7 @@ import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.errors import SpecError, unknown_key
 from airflow_tfk.dagfactory.training import (
     PUBLISH_TASK,
     SWEEP_TASK,
@@ -23,6 +23,7 @@ from airflow_tfk.dagfactory.training import (
     TRAIN_TASK,
     TrainingFile,
 )
+from airflow_tfk.dagfactory.training_keys import PRESETS
 from airflow_tfk.spec.operator_options import holds_jinja
 
 if TYPE_CHECKING:
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
 _DIRECT_SPEC_FIELDS = frozenset({"model_name", "claim", "sub_path", "base_path", "name"})
 # TrainingFile fields that go unchanged to the parameter of the same name: of the DAG, of
 # every operator, of the training operator.
+#: What a schedule may be, said after croniter's own words, which name neither the fields
+#: nor the presets that most schedules are.
+CRON_HINT = (
+    "write 5 fields (minute hour day-of-month month day-of-week, e.g. '0 3 * * *'), or a preset: "
+    + ", ".join(PRESETS)
+)
 _DAG_FIELDS = ("dag_id", "description", "schedule", "start_date", "catchup", "max_active_runs")
 _OPERATOR_FIELDS = ("backend", "backend_config", "kubernetes_conn_id")
 _TRAIN_FIELDS = ("deferrable", "cleanup", "progress_interval", "stall_seconds", "previous_run_policy")
@@ -103,7 +110,7 @@ def _check_keys(where: str, options: Any, spec_class: type) -> None:
     allowed = {f.name for f in dataclasses.fields(spec_class)} - _DIRECT_SPEC_FIELDS
     unknown = sorted(str(k) for k in set(options) - allowed)
     if unknown:
-        raise SpecError(f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        raise SpecError(f"{where}.{unknown[0]}", unknown_key(unknown[0], sorted(allowed)))
 
 
 def _check_gate(options: dict[str, Any], publish: Any) -> None:
@@ -239,6 +246,6 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
         dag.validate()  # what the DagBag would do; here the error still knows its file
     except AirflowException as exc:
         if "timetable" in type(exc).__name__.lower():
-            raise SpecError("schedule", f"is not a valid cron expression: {exc}") from None
+            raise SpecError("schedule", f"is not a valid cron expression: {exc}; {CRON_HINT}") from None
         raise SpecError("spec", str(exc)) from None
     return dag

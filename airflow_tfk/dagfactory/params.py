@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.errors import SpecError, unknown_key
 
 __all__ = ["PARAM_KEYS", "param_refs", "parse_params", "with_param_defaults"]
 
@@ -65,9 +65,7 @@ def parse_params(value: object) -> dict[str, dict[str, Any]]:
         if isinstance(definition, Mapping):
             unknown = sorted(set(definition) - PARAM_KEYS)
             if unknown:
-                raise SpecError(
-                    f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(PARAM_KEYS))})"
-                )
+                raise SpecError(f"{where}.{unknown[0]}", unknown_key(unknown[0], sorted(PARAM_KEYS)))
             check_schema_patterns({k: v for k, v in definition.items() if k != "default"}, where)
             out[name] = dict(definition)
         elif definition is None or isinstance(definition, (bool, int, float, str)):

@@ -57,7 +57,7 @@ from airflow_tfk.core.constants import (
     PROGRESS_INTERVAL_SECONDS,
     STALL_SECONDS,
 )
-from airflow_tfk.core.errors import SpecError, SpecErrors
+from airflow_tfk.core.errors import SpecError, SpecErrors, unknown_key
 from airflow_tfk.dagfactory import training_keys
 from airflow_tfk.dagfactory.blocks import backend_config as _backend_config
 from airflow_tfk.dagfactory.blocks import operator_blocks as _operator_blocks
@@ -152,7 +152,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     allowed = [key.name for key in keys]
     unknown = sorted(set(data) - set(allowed))
     if unknown:
-        raise SpecError(unknown[0], f"unknown key (allowed: {', '.join(allowed)})")
+        raise SpecError(unknown[0], unknown_key(unknown[0], allowed))
     for block in TEMPLATED:
         check_templates(data.get(block), block)
     dag_id = next(key for key in keys if key.name == "dag_id").parse(data, default_dag_id)

@@ -27,7 +27,7 @@ from airflow_tfk.core.constants import (
     STALL_SECONDS,
     Cleanup,
 )
-from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.errors import SpecError, unknown_key
 from airflow_tfk.core.printable import control_character
 from airflow_tfk.spec.run_policy import PreviousRunPolicy
 
@@ -203,7 +203,7 @@ def _schedule(value: object) -> str | dict[str, Any] | None:
         raise SpecError("schedule", "must be a cron expression, a preset such as @daily, or null", value)
     value = value.strip()
     if value.startswith("@") and value not in PRESETS:
-        raise SpecError("schedule", f"unknown preset (known: {', '.join(PRESETS)})", value)
+        raise SpecError("schedule", unknown_key(value, PRESETS, "unknown preset"), value)
     # Cron syntax is checked by Airflow's own timetable when the DAG is built.
     return value
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.errors import SpecError, unknown_key
 from airflow_tfk.core.printable import control_character, printable
 
 APPROVE = "Approve"
@@ -49,9 +49,8 @@ class HumanApproval:
             )
         unknown = sorted(str(k) for k in set(value) - {"timeout_seconds", "poll_seconds", "subject"})
         if unknown:
-            raise SpecError(
-                f"approval.{unknown[0]}", "unknown key (allowed: poll_seconds, subject, timeout_seconds)"
-            )
+            allowed = ("poll_seconds", "subject", "timeout_seconds")
+            raise SpecError(f"approval.{unknown[0]}", unknown_key(unknown[0], allowed))
         for key, lo, hi in (("timeout_seconds", 1, 7 * 24 * 3600), ("poll_seconds", 0.1, 600)):
             number = value.get(key, getattr(cls, key))
             if isinstance(number, bool) or not isinstance(number, (int, float)) or not lo <= number <= hi:

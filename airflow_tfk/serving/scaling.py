@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk.core import naming
-from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.errors import SpecError, unknown_key
 from airflow_tfk.spec.checks import MAX_MAP_ITEMS, _bounded, _int, _utf8, annotations_size
 
 # The host name rule both APIs apply: the Ingress validation's (``IsDNS1123Subdomain``, or
@@ -34,7 +34,7 @@ def _mapping(cls: type, value: object, where: str) -> dict[str, Any]:
     allowed = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted((str(k) for k in value if k not in allowed), key=str)
     if unknown:
-        raise SpecError(f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        raise SpecError(f"{where}.{unknown[0]}", unknown_key(unknown[0], sorted(allowed)))
     return dict(value)
 
 

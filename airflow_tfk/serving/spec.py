@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.core import naming
 from airflow_tfk.core.constants import NAMESPACE
-from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.errors import SpecError, unknown_key
 from airflow_tfk.serving.replicas import check_scaling
 from airflow_tfk.spec.checks import image_text, path_text
 from airflow_tfk.spec.cluster import (
@@ -231,7 +231,7 @@ def _from_dict(cls: type, data: Mapping[str, Any]) -> Any:
     allowed = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - allowed, key=str)  # keys of mixed types do not compare
     if unknown:
-        raise SpecError(str(unknown[0]), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        raise SpecError(str(unknown[0]), unknown_key(unknown[0], sorted(allowed)))
     required = [
         f.name
         for f in dataclasses.fields(cls)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.core import naming
-from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.errors import SpecError, unknown_key
 
 if TYPE_CHECKING:
     from airflow_tfk.spec.network import TrainingNetworkPolicy
@@ -269,7 +269,7 @@ def _reject_unknown(data: Mapping[str, Any], allowed: Sequence[str], where: str)
     unknown = sorted(set(data) - set(allowed))
     if unknown:
         path = f"{where}.{unknown[0]}" if where else str(unknown[0])
-        raise SpecError(path, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        raise SpecError(path, unknown_key(unknown[0], sorted(allowed)))
 
 
 def _fields(cls: type) -> list[str]:

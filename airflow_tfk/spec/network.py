@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_tfk.core import naming
-from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.errors import SpecError, unknown_key
 from airflow_tfk.spec.decl import spec_field
 
 __all__ = ["Egress", "Peer", "ServiceNetworkPolicy", "TrainingNetworkPolicy", "cidr", "host_cidr"]
@@ -212,9 +212,7 @@ class Peer:
             _string_keys(data, where)
             unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
             if unknown:
-                raise SpecError(
-                    f"{where}.{unknown[0]}", "unknown key (allowed: " + ", ".join(_PEER_KEYS) + ")"
-                )
+                raise SpecError(f"{where}.{unknown[0]}", unknown_key(unknown[0], _PEER_KEYS))
             kwargs = dict(data)
             for key in ("except_cidrs", "ports"):
                 if isinstance(kwargs.get(key), list):
@@ -269,7 +267,7 @@ def _from_mapping(cls: type, data: object, where: str) -> Any:
     allowed = sorted(f.name for f in dataclasses.fields(cls))
     unknown = sorted(set(data) - set(allowed))
     if unknown:
-        raise SpecError(f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(allowed)})")
+        raise SpecError(f"{where}.{unknown[0]}", unknown_key(unknown[0], allowed))
     return cls(**data)
 
 

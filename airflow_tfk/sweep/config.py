@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tfk.core.errors import SpecError
+from airflow_tfk.core.errors import SpecError, unknown_key
 
 MAX_TRIALS = 10_000
 #: The largest bound or step of a range: Optuna computes in floats, and a flag's value
@@ -136,7 +136,7 @@ def _mapping(value: object, where: str) -> Mapping[str, Any]:
 def _reject_unknown(data: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
     unknown = sorted(str(k) for k in data if k not in known)
     if unknown:
-        raise SpecError(f"{where}.{unknown[0]}", f"is not a field; known: {', '.join(known)}")
+        raise SpecError(f"{where}.{unknown[0]}", unknown_key(unknown[0], known))
 
 
 def _named_choice(data: object, where: str, known: tuple[str, ...]) -> Mapping[str, Any]:

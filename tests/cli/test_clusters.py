@@ -40,10 +40,12 @@ def test_list_status_logs_and_delete_with_owner_checks(root: Path) -> None:
         wait_for(lambda: "hello from" in backend.logs(ref, "worker", 0), 30, "the worker's first line")
         code, out, _ = _run("list")
         assert code == 0
-        header, row = out.splitlines()[:2]
-        assert header.split()[:4] == ["NAMESPACE", "NAME", "AGE", "TASKS"]
-        assert row.split()[:2] == ["default", "cli-a"] and "worker 1 running" in row
-        assert "dag 'cli_dag', task 'train', run 'manual__1'" in row
+        header, rule, row = out.splitlines()[:3]
+        assert [c.strip() for c in header.split("|")] == ["namespace", "name", "age", "tasks", "owner"]
+        assert set(rule) == {"=", "+"}
+        cells = [c.strip() for c in row.split("|")]
+        assert cells[:2] == ["default", "cli-a"] and cells[3] == "worker 1 running"
+        assert cells[4] == "dag 'cli_dag', task 'train', run 'manual__1'"
 
         code, out, _ = _run("status", "cli-a")
         assert code == 0 and "tasks:     worker 1 running" in out and "worker-0     running" in out
@@ -57,8 +59,12 @@ def test_list_status_logs_and_delete_with_owner_checks(root: Path) -> None:
             "delete", "cli-a", "--dag-id", "cli_dag", "--task-id", "train", "--run-id", "other"
         )
         assert code == 1 and "belongs to dag 'cli_dag', task 'train', run 'manual__1'" in err
+        # The refusal names the flags that name an owner, not the create-time advice.
+        assert "refusing to delete it for dag 'cli_dag', task 'train', run 'other'" in err
+        assert "name that task instance with --dag-id, --task-id, --run-id" in err
+        assert "another name" not in err and len(err.splitlines()) == 1
         code, _, err = _run("delete", "cli-a")
-        assert code == 1 and "not to this code outside Airflow" in err
+        assert code == 1 and "refusing to delete it without --dag-id/--task-id/--run-id" in err
         assert backend.exists(ref)
 
         code, out, _ = _run(

@@ -57,7 +57,7 @@ def test_minimal_file_defaults() -> None:
         ({"start_date": "tomorrow"}, "start_date", "a date"),
         ({"params": {"steps": {"default": 1, "minimun": 0}}}, "params.steps.minimun", "unknown key"),
         ({"params": {"bad-name": 1}}, "params.bad-name", "letters, digits"),
-        ({"publish": {"model": "x"}}, "publish.model", "unknown key (allowed: "),
+        ({"publish": {"model": "x"}}, "publish.model", "unknown key (did you mean 'model_name'? allowed: "),
         ({"publish": {"claim": "c"}}, "publish.model_name", "is required"),
         ({"publish": "yes"}, "publish", "true, false or a mapping"),
         ({"tensorboard": True}, "tensorboard.claim", "is required"),

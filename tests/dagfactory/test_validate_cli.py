@@ -75,7 +75,8 @@ def test_invalid_files_exit_1_with_the_dag_files_messages(repo: Path) -> None:
     errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [
         "error: bad/cron.yml:1: schedule: is not a valid cron expression: [0 25 * * *] is not acceptable, "
-        "out of range",
+        "out of range; write 5 fields (minute hour day-of-month month day-of-week, e.g. '0 3 * * *'), "
+        "or a preset: @once, @continuous, @hourly, @daily, @weekly, @monthly, @quarterly, @yearly",
         "error: bad/replicas.yaml:5: cluster.worker.replicas: must be between 1 and 10000 (got 0)",
     ]
     assert out.stderr.strip().endswith("2 valid, 2 invalid training file(s)")

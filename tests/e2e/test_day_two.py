@@ -104,10 +104,10 @@ def _owner_of(shown: list[tuple[list[str], list[str]]]) -> tuple[str, RunIdentit
     """The cluster name and owner the example output shows (its list row)."""
     for argv, lines in shown:
         if argv[1:3] == ["clusters", "list"]:
-            row = lines[1]
+            row = lines[2]  # under the header and its rule (Airflow's table)
             m = re.search(r"dag '([^']+)', task '([^']+)', run '([^']+)'", row)
             assert m, row
-            return row.split()[1], RunIdentity(m.group(1), m.group(2), m.group(3), -1)
+            return row.split("|")[1].strip(), RunIdentity(m.group(1), m.group(2), m.group(3), -1)
     raise AssertionError("the section shows no `clusters list` output")
 
 
@@ -144,7 +144,8 @@ def test_operating_trainings_commands_run_as_written(shell: Shell) -> None:
             verb = argv[2]
             if verb == "list":  # "every cluster: namespace, name, age, tasks, owning task instance"
                 out = shell(argv)
-                assert out.split("\n", 1)[0].split() == ["NAMESPACE", "NAME", "AGE", "TASKS", "OWNER"]
+                header = out.split("\n", 1)[0].split("|")
+                assert [h.strip() for h in header] == ["namespace", "name", "age", "tasks", "owner"]
                 assert "-A" in argv and "orphan-of-old-dag" in out and name in out, out
             elif verb == "status":  # "each task's phase, restarts and exit code; the owner; ..."
                 out = shell(argv)
@@ -225,7 +226,8 @@ def test_stopping_local_servers_runs_as_written(shell: Shell) -> None:
             out = shell(argv)
             print(f"{shlex.join(argv)}: {time.monotonic() - t0:.1f}s")
             if argv[1:] == ["stop"]:  # "list what is running under the local root"
-                listed = [line.split()[:2] for line in out.splitlines()]
+                # Airflow's table: a header and its rule, then kind | server | pid | url
+                listed = [[c.strip() for c in line.split("|")][:2] for line in out.splitlines()[2:]]
                 assert sorted(listed) == [
                     ["model-server", "default/tfs-digits"],
                     ["model-server", "default/tfs-iris"],

@@ -49,7 +49,7 @@ def test_list_status_delete_and_sweep(k8s_cluster, k8s_api, tfk_ns, tfk_conn, tm
 
     out = cli("list", "-n", tfk_ns)
     assert out.returncode == 0, out.stderr
-    rows = {line.split()[1]: line for line in out.stdout.splitlines()[1:]}
+    rows = {line.split("|")[1].strip(): line for line in out.stdout.splitlines()[2:]}  # under the rule
     assert set(rows) == {"cli-a", "cli-orphan"}
     assert "run 'manual__1'" in rows["cli-a"] and "run 'manual__gone'" in rows["cli-orphan"]
 

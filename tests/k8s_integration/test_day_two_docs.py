@@ -73,11 +73,11 @@ def test_readme_cluster_commands_on_kubernetes(
     for argv, _ in commands:
         verb = argv[2]
         if verb == "list":
-            rows = typed(argv).splitlines()
-            assert rows[0].split() == ["NAMESPACE", "NAME", "AGE", "TASKS", "OWNER"]
-            mine = [r for r in rows if r.split()[:2] == [tfk_ns, ref.name]]
-            assert len(mine) == 1 and "ps 1 running; worker 2 running" in mine[0], rows
-            assert f"run '{OWNER.run_id}'" in mine[0]
+            rows = [[c.strip() for c in r.split("|")] for r in typed(argv).splitlines()]
+            assert rows[0] == ["namespace", "name", "age", "tasks", "owner"]
+            mine = [r for r in rows if r[:2] == [tfk_ns, ref.name]]
+            assert len(mine) == 1 and "ps 1 running; worker 2 running" in mine[0][3], rows
+            assert f"run '{OWNER.run_id}'" in mine[0][4]
         elif verb == "status":
             out = typed(argv)
             assert f"owner:     dag '{OWNER.dag_id}', task '{OWNER.task_id}', run '{OWNER.run_id}'" in out

@@ -167,3 +167,11 @@ def test_subject_is_one_printable_line(subject: str) -> None:
     with pytest.raises(SpecError) as info:
         HumanApproval.from_option({"subject": subject})
     assert info.value.field == "approval.subject"
+
+
+def test_a_misspelt_option_names_the_one_meant() -> None:
+    with pytest.raises(SpecError) as info:
+        TFPublishModelOperator(
+            task_id="p", model_name="digits", claim="m", backend="local", approval={"timeout": 5}
+        )
+    assert "unknown key (did you mean 'timeout_seconds'? allowed: " in str(info.value)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import psutil
@@ -28,10 +29,21 @@ def _server(root, model: str) -> LocalServing:
 def test_cli_lists_and_stops_and_the_operator_stops(tmp_path, capsys) -> None:
     a, b = _server(tmp_path, "alpha"), _server(tmp_path, "beta")
     pid_a, pid_b = a._record()["pid"], b._record()["pid"]
+    capsys.readouterr()  # what starting them printed
     try:
         assert cli.main(["stop", "--root", str(tmp_path)]) == 0  # no name: a listing
-        listing = capsys.readouterr().out
-        assert f"default/tfs-alpha  pid {pid_a}" in listing and f"default/tfs-beta  pid {pid_b}" in listing
+        listing = capsys.readouterr().out.splitlines()
+        assert [c.strip() for c in listing[0].split("|")] == ["kind", "server", "pid", "url"]
+        rows = sorted([c.strip() for c in line.split("|")][:3] for line in listing[2:])
+        assert rows == [
+            ["model-server", "default/tfs-alpha", str(pid_a)],
+            ["model-server", "default/tfs-beta", str(pid_b)],
+        ]
+        # the same listing as data, as Airflow's listings give it
+        assert cli.main(["stop", "--root", str(tmp_path), "-o", "json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert sorted((d["name"], d["pid"]) for d in data) == [("tfs-alpha", pid_a), ("tfs-beta", pid_b)]
+        assert all(d["url"].startswith("http://127.0.0.1:") for d in data)
 
         assert cli.main(["stop", "model-server", "alpha", "--root", str(tmp_path)]) == 0
         assert f"stopped model-server default/tfs-alpha (pid {pid_a})" in capsys.readouterr().out
@@ -48,6 +60,8 @@ def test_cli_lists_and_stops_and_the_operator_stops(tmp_path, capsys) -> None:
         assert not psutil.pid_exists(pid_b) and not b.running()
         assert cli.main(["stop", "--root", str(tmp_path)]) == 0
         assert "no local model server or TensorBoard is running" in capsys.readouterr().out
+        assert cli.main(["stop", "--root", str(tmp_path), "-o", "yaml"]) == 0
+        assert capsys.readouterr().out == "[]\n"
     finally:
         a.delete(print)
         b.delete(print)
