@@ -29,7 +29,7 @@ import string
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 import jinja2.nodes as nodes
@@ -47,6 +47,13 @@ MAX_OUTPUT = 4 * 2**20
 MAX_VALUE = 2**20
 #: items of one list or mapping a template makes, counted as a dump visits them
 MAX_ITEMS = 100_000
+#: parsed nodes of one template: 3.5 times the largest built-in (_macros.yaml.j2, 426);
+#: compiling costs about 0.13 CPU-ms a node
+MAX_TEMPLATE_NODES = 1_500
+#: levels of nesting of one template's nodes (the built-ins: at most 8)
+MAX_TEMPLATE_DEPTH = 50
+#: ``{{`` and ``{%`` of one template, counted before it is lexed (the built-ins: at most 105)
+MAX_TEMPLATE_TAGS = 500
 _CHECK_CLOCK_EVERY = 256
 _MAX_INT_BITS = 256
 _MAX_POWER = 64
@@ -258,6 +265,21 @@ def bound_tree(tree: nodes.Template) -> None:
                 setattr(node, field, _filter(value, "tfk-value"))
 
 
+def _check_shape(tree: nodes.Template, shown: str) -> None:
+    """Nodes and nesting, before compiling: it costs per node and recurses per level."""
+    count, stack = 0, [(cast(nodes.Node, tree), 0)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_TEMPLATE_NODES:
+            raise TemplateBoundError(
+                f"template {shown!r} has more than {MAX_TEMPLATE_NODES} expressions and statements"
+            )
+        if depth > MAX_TEMPLATE_DEPTH:
+            raise TemplateBoundError(f"template {shown!r} is nested more than {MAX_TEMPLATE_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in node.iter_child_nodes())
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -292,7 +314,17 @@ class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "%", "//", "+"})
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
-        tree = super()._parse(source, name, filename)
+        shown = name or "<string>"
+        tags = source.count("{{") + source.count("{%")
+        if tags > MAX_TEMPLATE_TAGS:  # cheap, before the lexer and the parser run
+            raise TemplateBoundError(
+                f"template {shown!r} has {tags} tags; a template may have {MAX_TEMPLATE_TAGS}"
+            )
+        try:
+            tree = super()._parse(source, name, filename)
+        except RecursionError:
+            raise TemplateBoundError(f"template {shown!r} is nested too deeply") from None
+        _check_shape(tree, shown)
         bound_tree(tree)
         return tree
 

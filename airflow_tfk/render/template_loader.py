@@ -31,9 +31,10 @@ from types import CodeType
 import jinja2
 from jinja2.bccache import Bucket
 
-#: far above the largest built-in template (a few KiB); a template's compile time grows
-#: with its size, so this also bounds the work before any bound of the render applies
-MAX_TEMPLATE_BYTES = 256 * 1024
+#: between two and three times the largest built-in template (6 KiB): parsing and compiling
+#: grow with the size (a dense 256 KiB template took 5.6 CPU-s to compile), so this bounds
+#: the work before the render's own bounds apply
+MAX_TEMPLATE_BYTES = 16 * 1024
 
 
 class TemplateReadRefused(jinja2.TemplateError):

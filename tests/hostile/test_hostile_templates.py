@@ -196,6 +196,12 @@ def _spending() -> list[Case]:
         "list-plus-doubling": _ns("[1]", "X + X"),
         "shared-list-tojson": _ns("[1]", "[X, X]", "{{ ns.x | tojson }}"),
         "shared-list-string": _ns("[1]", "[X, X]", "{{ ns.x | string | tojson }}"),
+        "dense-template": "{{ c | tojson }}\n" * ((MAX_TEMPLATE_BYTES - 100) // 17),
+        "dense-ifs": "{% if c %}a{% endif %}" * ((MAX_TEMPLATE_BYTES - 100) // 22),
+        "deep-parentheses": "{{ " + "(" * 10_000 + "1" + ")" * 10_000 + " }}",
+        "deep-ifs": "{% if c %}" * 2_000 + "{% endif %}" * 2_000,
+        "deep-ifs-under-tags": "{% if c %}" * 400 + "{% endif %}" * 400,
+        "long-expression": "{{ (" + " + ".join(["c"] * 3_000) + ") | tojson }}",
         "range-bomb": "{{ range(10**9) | list | tojson }}",
         "list-string-chain": "{{ ('aaaa'" + " | list | string" * 30 + ") | length | tojson }}",
         "sort-in-loop": (
