@@ -63,6 +63,14 @@ def run(paths: Sequence[str], out: TextIO, err: TextIO, *, quiet: bool = False) 
         )
     result = load_folder(Path("."), files=files)
     errors = [*folder_errors, *result.errors]
+    # The DAG file renders no template; validate renders each template_dir once, bounded.
+    from airflow_tfk.dagfactory.template_check import check_template_dir
+
+    for path, training in list(result.trainings.items()):
+        error = check_template_dir(path, training)
+        if error is not None:
+            errors.append(error)
+            del result.trainings[path]
     for error in errors:
         for one in error.all():  # every error of the file, each with its field and line
             print(f"error: {one.describe()}", file=err)

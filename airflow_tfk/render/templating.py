@@ -89,22 +89,28 @@ def template_dirs(template_dir: str | Path | None = None) -> list[Path]:
 @functools.lru_cache(maxsize=16)
 def template_environment(dirs: tuple[Path, ...]) -> Any:
     """The sandboxed Jinja2 environment every template of this project renders in (training,
-    serving, TensorBoard): strict undefined, and values printed only through ``tojson``."""
-    from jinja2 import FileSystemLoader, StrictUndefined
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    serving, TensorBoard): strict undefined, values printed only through ``tojson``, each
+    template read only from its own directory (:mod:`~airflow_tfk.render.template_loader`)
+    and each render within a time and size budget (:mod:`~airflow_tfk.render.template_bounds`)."""
+    from jinja2 import StrictUndefined
 
-    env = ImmutableSandboxedEnvironment(
-        loader=FileSystemLoader([str(d) for d in dirs]),
+    from airflow_tfk.render.template_bounds import INTERNAL_FILTERS, BoundedSandbox, bounded_filter
+    from airflow_tfk.render.template_loader import SHARED_BYTECODE, ConfinedLoader
+
+    env = BoundedSandbox(
+        loader=ConfinedLoader(dirs),
         undefined=StrictUndefined,
         autoescape=False,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
         auto_reload=False,
+        bytecode_cache=SHARED_BYTECODE,
         finalize=_finalize,
     )
-    env.filters["tojson"] = _tojson
-    env.filters["fragment"] = _fragment
+    found = {**env.filters, "tojson": _tojson, "fragment": _fragment}
+    env.filters = {name: bounded_filter(name, f) for name, f in found.items()}
+    env.filters.update(INTERNAL_FILTERS)
     return env
 
 

@@ -95,9 +95,15 @@ def render_object(
     template: str, kind: str, name: str, namespace: str, c: dict[str, Any], template_dir: str | Path | None
 ) -> dict[str, Any]:
     import yaml
+    from jinja2 import TemplateError
 
     env = template_environment(tuple(template_dirs(template_dir)))
-    text = env.get_template(template).render(c=c)
+    try:
+        text = env.get_template(template).render(c=c)
+    except TemplateError as exc:  # a user's template: missing, refused, over its bounds
+        raise RenderError(f"{template} failed to render {kind} {name}: {exc}"[:1000]) from None
+    except (RecursionError, MemoryError, ArithmeticError, TypeError, ValueError) as exc:
+        raise RenderError(f"{template} failed to render {kind} {name}: {exc!r}"[:1000]) from None
     try:
         doc = yaml.load(text, Loader=yaml_loader())  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
