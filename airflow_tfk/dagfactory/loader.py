@@ -182,7 +182,12 @@ def read_training(path: Path, root: Path | None = None) -> tuple[TrainingFile, s
         raw = _read_bounded(path, root)
         text = raw.decode("utf-8")
         data, lines = load_yaml_lines(text)
-        training = parse_training(data, default_dag_id=default_dag_id(path), source=str(path))
+        training = parse_training(
+            data,
+            default_dag_id=default_dag_id(path),
+            source=str(path),
+            root=str(root) if root is not None else None,
+        )
     except SpecError as exc:
         raise _error(path, exc, lines) from None
     except UnicodeDecodeError as exc:

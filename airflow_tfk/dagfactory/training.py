@@ -143,9 +143,14 @@ TOP_LEVEL = tuple(key.name for key in KEYS)
 TEMPLATED = ("cluster", "backend_config", "publish", "tensorboard", "sweep")
 
 
-def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str) -> TrainingFile:
+def parse_training(
+    data: Mapping[str, Any], *, default_dag_id: str, source: str, root: str | None = None
+) -> TrainingFile:
     """Validate a training file's mapping. Raises :class:`SpecError` naming the field
-    (``cluster.worker.replicas``, ``publish.serving.replicas``, ``params.steps.minimun``...)."""
+    (``cluster.worker.replicas``, ``publish.serving.replicas``, ``params.steps.minimun``...).
+
+    :param root: the trainings folder the file was found in: its ``template_dir`` must stay
+        inside it (default: the file's own folder)."""
     from airflow_tfk.dagfactory.sandbox import check_templates
 
     keys = training_keys.KEYS
@@ -182,7 +187,7 @@ def parse_training(data: Mapping[str, Any], *, default_dag_id: str, source: str)
     params = take(lambda: _params(data.get("params")), {})
     cluster = take(lambda: _required_cluster(data, params, checked["max_duration_minutes"], dag_id), None)
     if cluster is not None:
-        _file_relative_template_dir(cluster, source)
+        take(lambda: _file_relative_template_dir(cluster, source, root))
     blocks = take(lambda: _operator_blocks(data, params, cluster)) if cluster is not None else None
     checked["publish"], checked["tensorboard"] = blocks or (None, None)
     checked["backend_config"] = take(lambda: _backend_config(data, checked["backend"]))
@@ -212,12 +217,32 @@ def _required_cluster(
     return _cluster(cluster, params, max_minutes, dag_id)
 
 
-def _file_relative_template_dir(cluster: dict[str, Any], source: str) -> None:
+def _file_relative_template_dir(cluster: dict[str, Any], source: str, root: str | None) -> None:
     """A training file names its template overrides beside itself: a relative
-    ``template_dir`` is taken from the file's folder, whatever the worker's directory."""
+    ``template_dir`` is taken from the file's folder, whatever the worker's directory.
+
+    The renderer confines templates to their directory (render/template_loader.py); this
+    confines the directory to the repository: whoever can merge a training file is not
+    trusted with the worker's files, and ``template_dir: /`` with ``include 'etc/passwd'``
+    would read them. So the folder must resolve, symbolic links followed, inside the
+    trainings folder; an absolute path or a templated one (a Param could make it ``/``) is
+    refused. Operators written in Python keep any directory: their author runs code anyway."""
     value = cluster.get("template_dir")
-    if isinstance(value, str) and value and "{" not in value and not os.path.isabs(value):
-        cluster["template_dir"] = os.path.join(os.path.dirname(os.path.abspath(source)), value)
+    if value is None:
+        return
+    field = "cluster.template_dir"
+    if not isinstance(value, str) or not value:
+        raise SpecError(field, "must be a folder path relative to the training file", value)
+    if "{" in value:
+        raise SpecError(field, "cannot be templated in a training file: write the folder's path", value)
+    if os.path.isabs(value):
+        raise SpecError(field, "must be relative to the training file (inside the trainings folder)", value)
+    base = os.path.dirname(os.path.abspath(source))
+    limit = os.path.realpath(root if root is not None else base)
+    folder = os.path.realpath(os.path.join(base, value))
+    if folder != limit and not folder.startswith(limit + os.sep):
+        raise SpecError(field, f"must stay inside {limit} (symbolic links followed), not {folder}", value)
+    cluster["template_dir"] = os.path.join(base, value)
 
 
 def _sweep(value: object, params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:

@@ -3,6 +3,7 @@ as written in the file, with its line."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -173,8 +174,58 @@ def test_a_relative_template_dir_is_beside_the_training_file(tmp_path: Path) -> 
         source=str(tmp_path / "t.yaml"),
     )
     assert training.cluster["template_dir"] == str(tmp_path / "templates")
-    absolute = parse(cluster={**CLUSTER, "template_dir": "/opt/tfk-templates"})
-    assert absolute.cluster["template_dir"] == "/opt/tfk-templates"
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("/", "must be relative"),
+        ("/etc", "must be relative"),
+        ("/opt/tfk-templates", "must be relative"),
+        ("out", "must stay inside"),  # a symbolic link in the folder that leads out of it
+        ("out/sub", "must stay inside"),
+        ("{{ params.dir }}", "cannot be templated"),
+        ("../..", "'..'"),  # the spec's own rule
+        ("templates/../../x", "'..'"),
+        ("", "empty"),
+    ],
+)
+def test_a_template_dir_that_leaves_the_trainings_folder_is_refused(
+    tmp_path: Path, value: str, why: str
+) -> None:
+    """``template_dir: /`` with ``{% include 'etc/passwd' %}`` in an override would read the
+    worker's files: the renderer confines templates to their folder, and the folder must
+    stay inside the repository's trainings folder."""
+    root = tmp_path / "trainings"
+    (root / "team").mkdir(parents=True)
+    (root / "team" / "out").symlink_to(tmp_path.parent)
+    with pytest.raises(SpecError) as info:
+        parse_training(
+            {
+                "cluster": {**CLUSTER, "template_dir": value},
+                "params": {"dir": {"default": "/", "type": "string"}},
+            },
+            default_dag_id="t",
+            source=str(root / "team" / "t.yaml"),
+            root=str(root),
+        )
+    assert info.value.field == "cluster.template_dir"
+    assert why in str(info.value)
+
+
+def test_a_template_dir_elsewhere_in_the_trainings_folder_is_kept(tmp_path: Path) -> None:
+    root = tmp_path / "trainings"
+    (root / "team").mkdir(parents=True)
+    (root / "shared-templates").mkdir()
+    (root / "team" / "link").symlink_to(root / "shared-templates")
+    for value in ("link", "link/."):
+        training = parse_training(
+            {"cluster": {**CLUSTER, "template_dir": value}},
+            default_dag_id="t",
+            source=str(root / "team" / "t.yaml"),
+            root=str(root),
+        )
+        assert os.path.realpath(training.cluster["template_dir"]) == str(root / "shared-templates")
 
 
 def test_a_publish_of_another_model_than_the_args_export_is_refused() -> None:
