@@ -2,7 +2,7 @@
 
     airflow-tfk clusters list [-A | -n NS]
     airflow-tfk clusters status NAME [-n NS]
-    airflow-tfk clusters logs NAME [TASK] [--tail N]
+    airflow-tfk clusters logs NAME [TASK] [--tail N]    (default: the last 200 lines)
     airflow-tfk clusters delete NAME [-n NS] [--dag-id D --task-id T --run-id R [--map-index I]]
     airflow-tfk clusters sweep [-A | -n NS] [--dry-run]
 
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from airflow_tfk.core.status import ClusterStatus
 
 EXIT_ERROR = 1
+# ``logs`` shows the end of a log unless asked for more: a training's log may be gigabytes.
+LOGS_TAIL = 200
 
 
 _ALL_NAMESPACES = arg("-A", "--all-namespaces", action="store_true")
@@ -53,7 +55,12 @@ ACTIONS = (
         (
             arg("name"),
             arg("task", nargs="?", help="ROLE-INDEX, e.g. worker-1 (default: chief-0, else worker-0)"),
-            arg("--tail", type=int, default=None, help="only the last N lines"),
+            arg(
+                "--tail",
+                type=int,
+                default=LOGS_TAIL,
+                help=f"the last N lines (default {LOGS_TAIL}; -1: all the backend reads at once)",
+            ),
         ),
     ),
     Command(
@@ -93,6 +100,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     from airflow_tfk.core.errors import ClusterOwnershipError, SpecError
+    from airflow_tfk.core.printable import printable
 
     try:
         _check_args(args)
@@ -103,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     except RuntimeError as exc:  # the backend's own errors (an API call that failed for good)
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:  # a file refused (a log that is a FIFO or a link) or unreadable
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -118,8 +129,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise SpecError("NAME", "is not a cluster name (a DNS-1035 label)", name)
     if args.namespace is not None and not naming.is_dns1123_label(args.namespace):
         raise SpecError("--namespace", "is not a namespace name (a DNS-1123 label)", args.namespace)
-    if getattr(args, "tail", None) is not None and args.tail < 0:
-        raise SpecError("--tail", "must be 0 or more lines", args.tail)
+    if getattr(args, "tail", None) is not None and args.tail < -1:
+        raise SpecError("--tail", "must be 0 or more lines, or -1 for all", args.tail)
     task = getattr(args, "task", None)
     if task:
         role, _, index = task.rpartition("-")
@@ -211,7 +222,7 @@ def _status(backend: Backend, args: argparse.Namespace) -> int:
     try:
         progress = last_progress(backend.logs(ref, role, index, tail_lines=200)) if status.tasks else None
         shown = f"[{role}-{index}] {format_progress(progress)}" if progress else "none reported yet"
-    except RuntimeError as exc:  # the log is not readable (yet): the status above still holds
+    except (RuntimeError, OSError) as exc:  # the log is not readable (yet): the status above still holds
         shown = f"unknown: {exc}"
     print(f"progress:  {shown}")
     return 0
@@ -224,7 +235,7 @@ def _logs(backend: Backend, args: argparse.Namespace) -> int:
         task = (role, int(index))
     else:
         task = _progress_task(backend.status(ref))
-    sys.stdout.write(backend.logs(ref, task[0], task[1], tail_lines=args.tail))
+    sys.stdout.write(backend.logs(ref, task[0], task[1], tail_lines=None if args.tail == -1 else args.tail))
     return 0
 
 

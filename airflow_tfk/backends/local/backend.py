@@ -197,7 +197,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def _cluster(self, ref: ClusterRef) -> ClusterState | None:
-        return records.read(self.cluster_dir(ref) / "state.json", ClusterState)
+        return records.read(self.cluster_dir(ref) / "state.json", ClusterState, self.root)
 
     def _tasks(self, ref: ClusterRef) -> tuple[TaskEntry, ...]:
         state = self._cluster(ref)
@@ -323,7 +323,10 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
         return ClusterStatus(tasks=tuple(self._task_status(ref, t) for t in state.tasks))
 
     def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
-        return _tail(self.log_path(ref, role, index), tail_lines)
+        """The task's last ``tail_lines`` lines (None: its last :data:`MAX_LOG_READ_BYTES`),
+        read as data: a log that is not a regular file under the root, reached without a
+        symlink, is an :class:`~airflow_tfk.core.bounded_files.UnsafeFileError` naming it."""
+        return _tail(self.log_path(ref, role, index), tail_lines, self.root)
 
     def task_activity(self, ref: ClusterRef, role: str, index: int) -> Activity:
         """When the task last wrote to its log (the file's mtime), and whether its process
@@ -395,8 +398,17 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
             if not naming.is_dns1123_label(ns):
                 continue
             for state_file in sorted(Path(self.root, ns).glob("*/state.json")):
-                state = records.read(state_file, ClusterState)
+                # One bad record is skipped with a warning (records.read); the rest are listed.
+                state = records.read(state_file, ClusterState, self.root)
                 if state is None or state.deleted_at:
+                    continue
+                if (state.namespace, state.name) != (ns, state_file.parent.name):
+                    log.warning(
+                        "local backend: skipping the record %s: it names cluster %r in namespace %r",
+                        state_file,
+                        state.name,
+                        state.namespace,
+                    )
                     continue
                 if all(state.labels.get(k) == v for k, v in labels.items()):
                     found.append(ClusterRef(name=state.name, namespace=state.namespace))

@@ -126,6 +126,28 @@ def write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
+# records.MAX_RECORD_BYTES: the task's record is read as the backend reads it (a regular
+# file, not through a symlink, bounded), here with the standard library alone.
+MAX_TASK_BYTES = 4 * 1024 * 1024
+
+
+def read_task(path: str) -> dict:
+    """``task.json``; ValueError when it is not a regular JSON object of at most
+    :data:`MAX_TASK_BYTES` (a FIFO in its place would hang the supervisor for good)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_TASK_BYTES:
+            raise ValueError(f"{path} is not a regular file of at most {MAX_TASK_BYTES} bytes")
+        os.set_blocking(fd, True)
+        task = json.loads(fh.read(MAX_TASK_BYTES + 1))
+    if not isinstance(task, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return task
+
+
 def _exit_code(returncode: int) -> int:
     """Kubernetes convention: a process killed by signal N exited with 128 + N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -143,8 +165,7 @@ def _signal_name(code: int) -> str:
 class Supervisor:
     def __init__(self, task_dir: str) -> None:
         self.dir = task_dir
-        with open(os.path.join(task_dir, "task.json"), encoding="utf-8") as fh:
-            self.task = json.load(fh)
+        self.task = read_task(os.path.join(task_dir, "task.json"))
         self.restarts = 0
         self.free_retries = 0  # restarts after a stop on notice: not counted in `restarts`
         self.attempt = 0
