@@ -76,6 +76,7 @@ from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.core.status import Activity, ClusterStatus
 from airflow_tfk.spec import capacity
 from airflow_tfk.spec.cluster import ROLES, TFClusterSpec
+from airflow_tfk.spec.operator_options import backend_options
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,24 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
     ) -> None:
         if os.name != "posix":
             raise RuntimeError("the local backend needs a POSIX system (process groups)")
+        # The operators check backend_config with the same table; a backend made directly
+        # (the CLI, a test, a DAG's own code) gets the same refusals, naming the option.
+        backend_options(
+            self.kind,
+            {
+                "root": root,
+                "fixed_ports": fixed_ports,
+                "workdir": workdir,
+                "kill_grace_seconds": kill_grace_seconds,
+                "restart_backoff_seconds": restart_backoff_seconds,
+                "poll_interval": poll_interval,
+                "inherit_env": inherit_env,
+                "env_allowlist": env_allowlist,
+                "loopback_only": loopback_only,
+                "keep_history": keep_history,
+                "start_timeout_seconds": start_timeout_seconds,
+            },
+        )
         self.root = os.path.abspath(os.path.expanduser(root or default_root()))
         self.fixed_ports = bool(fixed_ports)
         self.workdir = os.path.abspath(workdir) if workdir else None
