@@ -17,6 +17,11 @@ import sys
 from collections.abc import Mapping
 
 from airflow_tfk.core import naming
+from airflow_tfk.core.constants import (
+    PROGRESS_INTERVAL_SECONDS,
+    STALL_PROGRESS_INTERVALS,
+    STALL_SECONDS_FLOOR,
+)
 from airflow_tfk.core.errors import SpecError
 
 __all__ = [
@@ -27,6 +32,7 @@ __all__ = [
     "backend_options",
     "bool_arg",
     "check_stall_seconds",
+    "default_stall_seconds",
     "cluster_arg",
     "cluster_spec_arg",
     "holds_jinja",
@@ -330,9 +336,27 @@ def name_prefix_arg(value: object) -> None:
 STALL_SECONDS_MAX = 7 * 24 * 3600.0
 
 
-def check_stall_seconds(value: object, field: str = "stall_seconds") -> float:
-    """``stall_seconds`` as given to an operator or in a training file: 0 (off), or a
+def default_stall_seconds(progress_interval: object = PROGRESS_INTERVAL_SECONDS) -> float:
+    """``stall_seconds`` when none is given: :data:`STALL_PROGRESS_INTERVALS` progress
+    intervals, at least :data:`STALL_SECONDS_FLOOR` (5 minutes at the default interval)."""
+    interval = (
+        float(progress_interval)
+        if isinstance(progress_interval, (int, float)) and not isinstance(progress_interval, bool)
+        else PROGRESS_INTERVAL_SECONDS
+    )
+    if not math.isfinite(interval) or interval <= 0:
+        interval = PROGRESS_INTERVAL_SECONDS
+    return min(STALL_SECONDS_MAX, max(STALL_SECONDS_FLOOR, STALL_PROGRESS_INTERVALS * interval))
+
+
+def check_stall_seconds(
+    value: object, field: str = "stall_seconds", *, progress_interval: object = PROGRESS_INTERVAL_SECONDS
+) -> float:
+    """``stall_seconds`` as given to an operator or in a training file: None (the default,
+    which follows ``progress_interval``: :func:`default_stall_seconds`), 0 (off), or a
     number of seconds from 1 to a week. Raises :class:`~airflow_tfk.core.errors.SpecError`."""
+    if value is None:
+        return default_stall_seconds(progress_interval)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             seconds = float(value)

@@ -84,3 +84,35 @@ def test_start_timeout_zero_is_refused_by_the_operator_at_parse_time() -> None:
             task_id="t", backend="local", cluster_spec=spec, backend_config={"start_timeout_seconds": 0}
         )
     assert err.value.field == "backend_config.start_timeout_seconds"
+
+
+def _serving(**kw: Any) -> None:
+    from airflow_tfk.serving.spec import ServingSpec
+
+    ServingSpec(model_name="m", base_path="/m", **kw)
+
+
+def _cluster(**kw: Any) -> None:
+    from airflow_tfk.spec.cluster import TFClusterSpec
+
+    base = {"name": "x", "image": "i", "command": ["python", "t.py"], "mode": "all_reduce"}
+    TFClusterSpec.from_dict({**base, "worker": {"replicas": 1}, **kw})
+
+
+NAME_LISTS = [
+    ("env_allowlist", lambda v: backend_config_arg({"env_allowlist": v}, "local")),
+    ("image_pull_secrets", lambda v: _serving(image_pull_secrets=v)),
+    ("image_pull_secrets", lambda v: _cluster(image_pull_secrets=v)),
+    ("command", lambda v: _cluster(command=v)),
+    ("args", lambda v: _cluster(args=v)),
+]
+
+
+@pytest.mark.parametrize("value", ["PATH", "ab", "x"])
+@pytest.mark.parametrize(
+    ("field", "build"), NAME_LISTS, ids=[f"{f}-{i}" for i, (f, _) in enumerate(NAME_LISTS)]
+)
+def test_no_list_of_names_takes_a_bare_string(field: str, build: Any, value: str) -> None:
+    with pytest.raises(SpecError) as err:
+        build(value)
+    assert err.value.field.endswith(field)
