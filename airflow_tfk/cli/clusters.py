@@ -131,6 +131,10 @@ def _check_args(args: argparse.Namespace) -> None:
         raise SpecError("--namespace", "is not a namespace name (a DNS-1123 label)", args.namespace)
     if getattr(args, "tail", None) is not None and args.tail < -1:
         raise SpecError("--tail", "must be 0 or more lines, or -1 for all", args.tail)
+    if getattr(args, "kubeconfig", None):
+        from airflow_tfk.kube.connection import check_kubeconfig
+
+        check_kubeconfig(args.kubeconfig, "--kubeconfig")
     task = getattr(args, "task", None)
     if task:
         role, _, index = task.rpartition("-")
