@@ -277,8 +277,13 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
             try:
                 self._start(ref, spec, identity, commands, ports, workdir, preload)
             except BaseException:
-                self._kill(ref, self._tasks(ref), None)
-                shutil.rmtree(cdir, ignore_errors=True)
+                # A failed start (a full disk, a supervisor that did not come up) removes
+                # all it made, even when stopping its processes fails: no record may stay
+                # that looks like a cluster.
+                try:
+                    self._kill(ref, self._tasks(ref), None)
+                finally:
+                    shutil.rmtree(cdir, ignore_errors=True)
                 raise
         return ref
 
@@ -396,7 +401,18 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
                 )
             if not state.deleted_at:
                 deleted = replace(state, deleted_at=time.time(), deleted_reason=reason)
-                records.write(self.cluster_dir(ref) / "state.json", deleted)
+                try:
+                    records.write(self.cluster_dir(ref) / "state.json", deleted)
+                except OSError as exc:
+                    # A full disk: the processes are gone, but a state without deleted_at
+                    # would look live. Removing it needs no space; the reason is lost.
+                    log.warning(
+                        "local backend: cannot record the deletion of %s/%s (%s); removing its state",
+                        ref.namespace,
+                        ref.name,
+                        exc,
+                    )
+                    (self.cluster_dir(ref) / "state.json").unlink(missing_ok=True)
         log.info(
             "local backend: deleted %s/%s%s (logs kept in %s)",
             ref.namespace,

@@ -207,7 +207,13 @@ class LocalProcesses:
         for t in tasks:
             tdir = self._task_dir(ref, t.role, t.index)
             if tdir.is_dir() and not (tdir / "deleted").exists():
-                _write_json(tdir / "deleted", {"deleted_at": time.time()})
+                try:
+                    _write_json(tdir / "deleted", {"deleted_at": time.time()})
+                except OSError:
+                    # A full disk: the marker's presence is what counts (an empty file needs
+                    # no block), and the signals below stop the task without it anyway.
+                    with contextlib.suppress(OSError):
+                        os.close(os.open(tdir / "deleted", os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
             config = records.read(tdir / "task.json", TaskConfig, self.root)
             grace = max(grace, float(config.kill_grace_seconds) if config else 0.0)
         return grace

@@ -263,11 +263,15 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     The file is 0600: task records hold the task's environment."""
     tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:6]}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
-    with open(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no half-written temp file is left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _read_json(path: Path, root: str | None = None) -> Any:

@@ -119,11 +119,18 @@ def _pidfd(pid: int) -> int | None:
 
 def write_json(path: str, data: dict) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: the old record stays whole, no temp file is left
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 # records.MAX_RECORD_BYTES: the task's record is read as the backend reads it (a regular
