@@ -132,7 +132,7 @@ def _check_args(args: argparse.Namespace) -> None:
     if getattr(args, "tail", None) is not None and args.tail < -1:
         raise SpecError("--tail", "must be 0 or more lines, or -1 for all", args.tail)
     if getattr(args, "kubeconfig", None):
-        from airflow_tfk.kube.connection import check_kubeconfig
+        from airflow_tfk.core.bounded_files import check_kubeconfig
 
         check_kubeconfig(args.kubeconfig, "--kubeconfig")
     task = getattr(args, "task", None)

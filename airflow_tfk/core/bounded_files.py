@@ -29,6 +29,10 @@ _CUT = b" [... cut by airflow-tfk: longer than %d bytes]"
 _EARLIER = b"[... earlier output not shown: over %d bytes]\n"
 
 
+#: A kubeconfig of hundreds of contexts is far below this; the client reads it whole.
+MAX_KUBECONFIG_BYTES = 4 * 1024 * 1024
+
+
 class UnsafeFileError(OSError):
     """A file this process refuses to read: not a regular file, a link, outside its root,
     too large or nested too deeply. The message names the file and the rule."""
@@ -197,3 +201,24 @@ def iter_lines(
                 while (rest := fh.readline(BLOCK)) and not rest.endswith(b"\n"):
                     pass  # the rest of an over-long line is skipped, not held
             yield _cut(line.rstrip(b"\n"), max_line).decode("utf-8", errors="replace")
+
+
+def check_kubeconfig(path: str, field: str) -> None:
+    """``path`` is a kubeconfig the Kubernetes client can read: a regular file (a link to
+    one is fine: ~/.kube/config often is) of at most :data:`MAX_KUBECONFIG_BYTES`. A
+    directory, ``/dev/zero`` or a FIFO (which would hang the client) is a
+    :class:`~airflow_tfk.core.errors.SpecError` naming ``field``."""
+    from airflow_tfk.core.errors import SpecError
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SpecError(field, f"cannot be read as a kubeconfig: {exc.strerror}", path) from None
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise SpecError(field, "is not a kubeconfig file (a directory, a device or a FIFO)", path)
+    if info.st_size > MAX_KUBECONFIG_BYTES:
+        raise SpecError(field, f"is larger than {MAX_KUBECONFIG_BYTES} bytes: not a kubeconfig", path)

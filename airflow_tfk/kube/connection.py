@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import os
-import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from airflow_tfk.core import bounded_files
+from airflow_tfk.core.bounded_files import MAX_KUBECONFIG_BYTES as MAX_KUBECONFIG_BYTES
 from airflow_tfk.core.constants import KUBERNETES_CONN_ID
-from airflow_tfk.core.errors import SpecError
 from airflow_tfk.core.kwargs import init_kwargs
 from airflow_tfk.kube.api import AsyncApi, SyncApi
 
@@ -32,27 +31,10 @@ CONNECTION_LOOKUP_MODULES = (
 )
 
 
-#: A kubeconfig of hundreds of contexts is far below this; the client reads it whole.
-MAX_KUBECONFIG_BYTES = 4 * 1024 * 1024
-
-
 def check_kubeconfig(path: str, field: str = "config_file") -> None:
-    """``path`` is a kubeconfig the client can read: a regular file (a link to one is
-    fine) of at most :data:`MAX_KUBECONFIG_BYTES`. A directory, ``/dev/zero`` or a FIFO
-    (which would hang the client) is a :class:`SpecError` naming ``field``, before the
-    client library is even imported."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise SpecError(field, f"cannot be read as a kubeconfig: {exc.strerror}", path) from None
-    try:
-        info = os.fstat(fd)
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(info.st_mode):
-        raise SpecError(field, "is not a kubeconfig file (a directory, a device or a FIFO)", path)
-    if info.st_size > MAX_KUBECONFIG_BYTES:
-        raise SpecError(field, f"is larger than {MAX_KUBECONFIG_BYTES} bytes: not a kubeconfig", path)
+    """``path`` is a kubeconfig the client can read (``bounded_files.check_kubeconfig``),
+    checked before the client library is even imported."""
+    bounded_files.check_kubeconfig(path, field)
 
 
 def _import_client_modules() -> Any:
