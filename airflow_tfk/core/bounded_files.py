@@ -157,13 +157,18 @@ def tail(
         end = os.fstat(fh.fileno()).st_size
         pos = end
         chunks: list[bytes] = []
+        # Newlines before the log's trailing ones: k of them make k + 1 pieces, the first
+        # maybe cut, so ``lines`` whole lines are in hand once k reaches ``lines``.
         newlines = 0
-        while pos > 0 and end - pos < max_bytes and (lines is None or newlines <= lines):
+        content = False
+        while pos > 0 and end - pos < max_bytes and (lines is None or newlines < lines):
             step = min(BLOCK, pos, max_bytes - (end - pos))
             pos -= step
             fh.seek(pos)
             chunk = fh.read(step)
-            newlines += chunk.count(b"\n")
+            counted = chunk if content else chunk.rstrip(b"\n")
+            content = content or bool(counted)
+            newlines += counted.count(b"\n")
             chunks.append(chunk)
     data = b"".join(reversed(chunks))
     got = data.rstrip(b"\n").split(b"\n") if data else []
