@@ -2,7 +2,7 @@
 
     airflow-tfk clusters list [-A | -n NS] [-o table|json|yaml|plain]
     airflow-tfk clusters status NAME [-n NS] [-o table|json|yaml|plain]
-    airflow-tfk clusters logs NAME [TASK] [--tail N] [-f]
+    airflow-tfk clusters logs NAME [TASK] [--tail N] [-f]    (default: the last 200 lines)
     airflow-tfk clusters delete NAME [-n NS] [--dag-id D --task-id T --run-id R [--map-index I]]
     airflow-tfk clusters sweep [-A | -n NS] [--dry-run]
 
@@ -39,6 +39,8 @@ EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
 #: Seconds between two reads of a followed log (and of its task's phase).
 FOLLOW_INTERVAL_SECONDS = 1.0
+# ``logs`` shows the end of a log unless asked for more: a training's log may be gigabytes.
+LOGS_TAIL = 200
 
 
 _ALL_NAMESPACES = arg("-A", "--all-namespaces", action="store_true")
@@ -64,7 +66,12 @@ ACTIONS = (
         (
             arg("name"),
             arg("task", nargs="?", help="ROLE-INDEX, e.g. worker-1 (default: chief-0, else worker-0)"),
-            arg("--tail", type=int, default=None, help="only the last N lines"),
+            arg(
+                "--tail",
+                type=int,
+                default=LOGS_TAIL,
+                help=f"the last N lines (default {LOGS_TAIL}; -1: all the backend reads at once)",
+            ),
             arg(
                 "-f",
                 "--follow",
@@ -110,6 +117,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     from airflow_tfk.core.errors import ClusterOwnershipError, SpecError
+    from airflow_tfk.core.printable import printable
 
     try:
         _check_args(args)
@@ -123,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except RuntimeError as exc:  # the backend's own errors (an API call that failed for good)
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:  # a file refused (a log that is a FIFO or a link) or unreadable
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:
         if not _is_kube_config_error(exc):
@@ -181,8 +192,12 @@ def _check_args(args: argparse.Namespace) -> None:
         raise SpecError("NAME", "is not a cluster name (a DNS-1035 label)", name)
     if args.namespace is not None and not naming.is_dns1123_label(args.namespace):
         raise SpecError("--namespace", "is not a namespace name (a DNS-1123 label)", args.namespace)
-    if getattr(args, "tail", None) is not None and args.tail < 0:
-        raise SpecError("--tail", "must be 0 or more lines", args.tail)
+    if getattr(args, "tail", None) is not None and args.tail < -1:
+        raise SpecError("--tail", "must be 0 or more lines, or -1 for all", args.tail)
+    if getattr(args, "kubeconfig", None):
+        from airflow_tfk.core.bounded_files import check_kubeconfig
+
+        check_kubeconfig(args.kubeconfig, "--kubeconfig")
     task = getattr(args, "task", None)
     if task:
         role, _, index = task.rpartition("-")
@@ -293,7 +308,7 @@ def _status(backend: Backend, args: argparse.Namespace) -> int:
     try:
         progress = last_progress(backend.logs(ref, role, index, tail_lines=200)) if status.tasks else None
         shown_progress = f"[{role}-{index}] {format_progress(progress)}" if progress else "none reported yet"
-    except RuntimeError as exc:  # the log is not readable (yet): the status above still holds
+    except (RuntimeError, OSError) as exc:  # the log is not readable (yet): the status above still holds
         shown_progress = f"unknown: {exc}"
     tasks = sorted(status.tasks, key=lambda t: (t.role, t.index))
     if args.output in ("json", "yaml"):
@@ -338,7 +353,7 @@ def _gone_cluster_log(backend: Backend, ref: ClusterRef, args: argparse.Namespac
     named = _named_task(args)
     for role, index in [named] if named else [("chief", 0), ("worker", 0)]:
         try:
-            text = backend.logs(ref, role, index, tail_lines=args.tail)
+            text = backend.logs(ref, role, index, tail_lines=None if args.tail == -1 else args.tail)
         except RuntimeError:  # no such pod any more
             text = ""
         if text:
@@ -360,14 +375,14 @@ def _logs(backend: Backend, args: argparse.Namespace) -> int:
         raise LookupError(f"cluster {ref.name} has no task {args.task} (its tasks: {names})")
     role, index = named or _progress_task(status)
     if not args.follow:
-        sys.stdout.write(backend.logs(ref, role, index, tail_lines=args.tail))
+        sys.stdout.write(backend.logs(ref, role, index, tail_lines=None if args.tail == -1 else args.tail))
         return 0
     from airflow_tfk.cli.follow import follow
 
     # The whole log is where the follow starts from; --tail only limits what is shown of it.
     text = backend.logs(ref, role, index)
     lines = text.splitlines(keepends=True)
-    sys.stdout.write("".join(lines if args.tail is None else lines[max(0, len(lines) - args.tail) :]))
+    sys.stdout.write("".join(lines if args.tail == -1 else lines[max(0, len(lines) - args.tail) :]))
     sys.stdout.flush()
     follow(backend, ref, role, index, text, FOLLOW_INTERVAL_SECONDS, sys.stdout)
     return 0

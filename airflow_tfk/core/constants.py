@@ -13,10 +13,15 @@ from typing import Final, Literal
 
 #: Seconds between two progress lines (step/total/%/ETA) in the task log.
 PROGRESS_INTERVAL_SECONDS: Final = 30.0
-#: Seconds a running training may go without a new step before it fails as stalled
-#: (``stall_seconds``; warned at half). Long enough for a slow evaluation or checkpoint
-#: between two progress lines; 0 turns the check off.
-STALL_SECONDS: Final = 900.0
+#: A running training fails as stalled after this many progress intervals without a new
+#: step (``stall_seconds``' default; warned at half), and never sooner than
+#: :data:`STALL_SECONDS_FLOOR`: long enough for a slow evaluation or checkpoint between two
+#: progress lines and for the wait's reads, which back off to four intervals while the
+#: step stands still; short enough that a frozen worker is named within minutes.
+STALL_PROGRESS_INTERVALS: Final = 10
+STALL_SECONDS_FLOOR: Final = 120.0
+#: ``stall_seconds``' default at the default progress interval (300 s); 0 turns it off.
+STALL_SECONDS: Final = STALL_PROGRESS_INTERVALS * PROGRESS_INTERVAL_SECONDS
 #: The cncf ``kubernetes`` connection.
 KUBERNETES_CONN_ID: Final = "kubernetes_default"
 #: Server-side apply field manager of every object the provider applies.

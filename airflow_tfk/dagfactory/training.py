@@ -55,7 +55,6 @@ from airflow_tfk.core.constants import (
     BACKEND,
     KUBERNETES_CONN_ID,
     PROGRESS_INTERVAL_SECONDS,
-    STALL_SECONDS,
 )
 from airflow_tfk.core.errors import SpecError, SpecErrors, unknown_key
 from airflow_tfk.dagfactory import training_keys
@@ -108,7 +107,7 @@ class TrainingFile:
     backend_config: dict[str, Any] | None = None
     deferrable: bool | None = None  # None: Airflow's [operators] default_deferrable
     progress_interval: float = PROGRESS_INTERVAL_SECONDS
-    stall_seconds: float = STALL_SECONDS
+    stall_seconds: float | None = None  # None: follows progress_interval (default_stall_seconds)
     cleanup: str = "ps"
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     publish: dict[str, Any] | None = None

@@ -24,7 +24,8 @@ from airflow_tfk.core.constants import (
     CLEANUP,
     KUBERNETES_CONN_ID,
     PROGRESS_INTERVAL_SECONDS,
-    STALL_SECONDS,
+    STALL_PROGRESS_INTERVALS,
+    STALL_SECONDS_FLOOR,
     Cleanup,
 )
 from airflow_tfk.core.errors import SpecError, unknown_key
@@ -208,10 +209,11 @@ def _schedule(value: object) -> str | dict[str, Any] | None:
     return value
 
 
-def _stall_seconds(value: object) -> float:
+def _stall_seconds(value: object) -> float | None:
     from airflow_tfk.spec.operator_options import check_stall_seconds
 
-    return check_stall_seconds(value)
+    # absent: None, so the operator's default follows the file's progress_interval
+    return None if value is None else check_stall_seconds(value)
 
 
 _OBJECT = {"type": ["object", "null"]}
@@ -284,11 +286,12 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "stall_seconds",
-        "a training whose step does not move for this long is reported as stalled",
+        "a training whose step does not move for this long is reported as stalled (default: "
+        f"{STALL_PROGRESS_INTERVALS} progress intervals, at least {STALL_SECONDS_FLOOR:.0f} s; 0: off)",
         "custom",
-        STALL_SECONDS,
+        None,
         check=_stall_seconds,
-        schema={"type": "number", "minimum": 0, "maximum": 7 * 24 * 3600, "default": STALL_SECONDS},
+        schema={"type": ["number", "null"], "minimum": 0, "maximum": 7 * 24 * 3600},
     ),
     Key(
         "cleanup",

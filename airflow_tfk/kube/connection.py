@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from airflow_tfk.core import bounded_files
+from airflow_tfk.core.bounded_files import MAX_KUBECONFIG_BYTES as MAX_KUBECONFIG_BYTES
 from airflow_tfk.core.constants import KUBERNETES_CONN_ID
 from airflow_tfk.core.kwargs import init_kwargs
 from airflow_tfk.kube.api import AsyncApi, SyncApi
@@ -27,6 +29,12 @@ CONNECTION_LOOKUP_MODULES = (
     "airflow.sdk.execution_time.cache",
     "airflow.sdk.execution_time.supervisor",
 )
+
+
+def check_kubeconfig(path: str, field: str = "config_file") -> None:
+    """``path`` is a kubeconfig the client can read (``bounded_files.check_kubeconfig``),
+    checked before the client library is even imported."""
+    bounded_files.check_kubeconfig(path, field)
 
 
 def _import_client_modules() -> Any:
@@ -69,6 +77,8 @@ class KubeConnection:
     def hook(self) -> Any:
         """The cncf ``KubernetesHook`` (built once)."""
         if self._hook is None:
+            if self.config_file:
+                check_kubeconfig(self.config_file)
             from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
             self._hook = KubernetesHook(
@@ -94,6 +104,8 @@ class KubeConnection:
         The hook's module pulls in both Kubernetes clients (seconds on a busy machine):
         it and what its connection lookup imports are loaded in a thread, so a
         triggerer's first wait does not stall every other trigger on the loop."""
+        if self.config_file:
+            check_kubeconfig(self.config_file)
         hooks = await asyncio.to_thread(_import_client_modules)
         AsyncKubernetesHook = hooks.AsyncKubernetesHook  # noqa: N806 - a class
 

@@ -154,14 +154,25 @@ def park(operator: Any, context: Mapping[str, Any], request: dict[str, Any], con
     raise TaskAwaitingInput(method_name="execute_approved", kwargs={"request": request}, timeout=timeout)
 
 
+def _shown(value: object, limit: int = 200) -> str:
+    """A value of the resume event as the log shows it: one line, escaped, bounded. The
+    approver's name, the options and the error are typed by people or other systems, and
+    a newline or an escape sequence in them must not forge lines of the task's log."""
+    text = printable(str(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def approved(event: Mapping[str, Any]) -> tuple[bool, str]:
-    """Whether the resume event approves, and what it says."""
+    """Whether the resume event approves, and what it says (escaped: :func:`_shown`)."""
     if "error" in event:
         kind = event.get("error_type", "error")
         return False, (
-            "nobody answered in time" if kind == "timeout" else f"the approval failed: {event['error']}"
+            "nobody answered in time"
+            if kind == "timeout"
+            else f"the approval failed: {_shown(event['error'])}"
         )
     chosen = list(event.get("chosen_options") or [])
     who = event.get("responded_by_user") or {}
     name = who.get("name") if isinstance(who, Mapping) else getattr(who, "name", None)
-    return chosen == [APPROVE], f"{name or 'someone'} chose {chosen}"
+    shown = "[" + ", ".join(_shown(c, 50) for c in chosen[:10]) + (", ..." if len(chosen) > 10 else "") + "]"
+    return chosen == [APPROVE], f"{_shown(name) if name else 'someone'} chose {shown}"

@@ -17,7 +17,6 @@ from airflow_tfk.core.constants import (
     CLEANUP,
     NAME_PREFIX,
     PROGRESS_INTERVAL_SECONDS,
-    STALL_SECONDS,
     TENSORBOARD_TASK_ID,
     Cleanup,
     backend_kind,
@@ -65,7 +64,8 @@ class TFTrainingOperator(OnBackendOperator):
     :param progress_interval: seconds between progress lines (step/total/%/ETA).
     :param stall_seconds: fail the training as stalled when its progress (the chief's, else
         worker 0's step) stands still this long while its tasks run, naming the task(s)
-        that went silent; warn at half of it. 0 turns it off. Default 900.
+        that went silent; warn at half of it. 0 turns it off. Default: 10 progress intervals,
+        at least 120 s (300 s at the default interval).
     :param tensorboard_task_id: the TensorBoard task whose URL the "TensorBoard" extra
         link of this task opens.
     :param previous_run_policy: what to do with a still-alive cluster of an earlier run of
@@ -93,7 +93,7 @@ class TFTrainingOperator(OnBackendOperator):
         cleanup: Cleanup | str = CLEANUP,
         on_failure: str = "delete",
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
-        stall_seconds: float = STALL_SECONDS,
+        stall_seconds: float | None = None,
         name_prefix: str = NAME_PREFIX,
         previous_run_policy: str = "allow",
         tensorboard_task_id: str = TENSORBOARD_TASK_ID,
@@ -124,7 +124,7 @@ class TFTrainingOperator(OnBackendOperator):
         self.cluster_spec = cluster_spec
         self.deferrable = deferrable
         self.progress_interval = progress_interval
-        self.stall_seconds = args.check_stall_seconds(stall_seconds)
+        self.stall_seconds = args.check_stall_seconds(stall_seconds, progress_interval=progress_interval)
         self.name_prefix = name_prefix
         self._handle: ClusterHandle | None = None
         self._created = False  # this try created or reattached to its cluster

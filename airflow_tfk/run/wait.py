@@ -26,8 +26,9 @@ from airflow_tfk.core.constants import PROGRESS_INTERVAL_SECONDS as DEFAULT_PROG
 from airflow_tfk.core.status import Activity, ClusterStatus, Phase, TaskStatus
 from airflow_tfk.protocol.progress import Progress, last_progress
 from airflow_tfk.run.policies import Outcome, Verdict, evaluate
-from airflow_tfk.run.stall import DEFAULT_STALL_SECONDS, ProgressStall, StallDetector, running_tasks
+from airflow_tfk.run.stall import ProgressStall, StallDetector, running_tasks
 from airflow_tfk.spec.cluster import Mode
+from airflow_tfk.spec.operator_options import default_stall_seconds
 
 if TYPE_CHECKING:
     from airflow_tfk.run.handle import ClusterHandle
@@ -193,7 +194,8 @@ class Wait:
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL
     emit: Callable[[str], None] = log.info
     timeout_message: str = TIMEOUT_MESSAGE
-    stall_seconds: float = DEFAULT_STALL_SECONDS
+    # None: the default, which follows progress_interval (default_stall_seconds)
+    stall_seconds: float | None = None
     max_lost_workers: int = 0
     reporter: ProgressReporter = field(init=False)
     queue: QueueReporter = field(init=False)
@@ -205,6 +207,8 @@ class Wait:
     _waiting: bool = field(default=False, init=False)  # the last status: nothing started yet
 
     def __post_init__(self) -> None:
+        if self.stall_seconds is None:
+            self.stall_seconds = default_stall_seconds(self.progress_interval)
         self.stalls = StallDetector(self.mode, self.replicas, self.stall_seconds or float("inf"))
         role, index = progress_task(self.mode, self.replicas)
         self.progress = ProgressStall((role, index), self.stall_seconds)
@@ -324,7 +328,7 @@ def wait_for_cluster(
     timeout: float | None = None,
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
     emit: Callable[[str], None] = log.info,
-    stall_seconds: float = DEFAULT_STALL_SECONDS,
+    stall_seconds: float | None = None,
     max_lost_workers: int = 0,
 ) -> Verdict:
     """Block until the training succeeds or fails, or ``timeout`` seconds pass: the

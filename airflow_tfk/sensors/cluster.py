@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator
 
 from airflow_tfk._airflow.templated_fields import CheckedTemplateFields
-from airflow_tfk.core.constants import PROGRESS_INTERVAL_SECONDS, SENSOR_POKE_INTERVAL_SECONDS, STALL_SECONDS
+from airflow_tfk.core.constants import PROGRESS_INTERVAL_SECONDS, SENSOR_POKE_INTERVAL_SECONDS
 from airflow_tfk.spec import operator_options as args
 
 if TYPE_CHECKING:
@@ -28,7 +28,8 @@ class TFClusterSensor(CheckedTemplateFields, BaseSensorOperator):
         ``[operators] default_deferrable``.
     :param progress_interval: seconds between progress lines (step/total/%/ETA).
     :param stall_seconds: fail as stalled when the progress stands still this long while
-        the tasks run, naming the silent task(s); 0 turns it off.
+        the tasks run, naming the silent task(s); 0 turns it off. Default: 10 progress
+        intervals, at least 120 s.
     :param release_parameter_servers: deferred, the triggerer ends the roles that never
         exit (the PS) once the training succeeded, after the cluster's grace period, as
         :class:`~airflow_tfk.operators.training.TFTrainingOperator` does: they do not wait
@@ -44,7 +45,7 @@ class TFClusterSensor(CheckedTemplateFields, BaseSensorOperator):
         cluster: Any,
         deferrable: bool | None = None,
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
-        stall_seconds: float = STALL_SECONDS,
+        stall_seconds: float | None = None,
         release_parameter_servers: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -60,7 +61,7 @@ class TFClusterSensor(CheckedTemplateFields, BaseSensorOperator):
         self.cluster = cluster
         self.deferrable = deferrable
         self.progress_interval = progress_interval
-        self.stall_seconds = args.check_stall_seconds(stall_seconds)
+        self.stall_seconds = args.check_stall_seconds(stall_seconds, progress_interval=progress_interval)
         self._wait: Any = None  # the Wait of the pokes, built on the first
 
     def execute(self, context: Context) -> Any:

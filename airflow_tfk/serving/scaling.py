@@ -83,6 +83,13 @@ def _optional_name(value: object, where: str, what: str) -> str | None:
     return value
 
 
+# An ingress controller pastes a "*-snippet" annotation (nginx.ingress.kubernetes.io/
+# configuration-snippet, server-snippet, auth-snippet, nginx.org/location-snippets,
+# haproxy.org/backend-config-snippet ...) into its own configuration: whoever writes one
+# configures the shared proxy for every host behind it. Any controller, any spelling.
+_SNIPPET = "snippet"
+
+
 def _annotations(value: object, where: str) -> dict[str, str]:
     if value is None:
         return {}
@@ -92,6 +99,12 @@ def _annotations(value: object, where: str) -> dict[str, str]:
     for k, v in value.items():
         if not isinstance(k, str) or not naming.is_label_key(k):
             raise SpecError(f"{where}.{k}", "is not a valid annotation key")
+        if _SNIPPET in k.rpartition("/")[2].lower():
+            raise SpecError(
+                f"{where}.{k}",
+                "is a snippet annotation: raw controller configuration (nginx's configuration-, "
+                "server-, auth-snippet and the like) is the platform's, not a training file's",
+            )
         if not isinstance(v, str) or len(v) > 4096:
             raise SpecError(f"{where}.{k}", "must be a string of at most 4096 characters", v)
         if "\x00" in v:

@@ -138,6 +138,10 @@ def _image(spec: Any) -> None:
     image_text(spec.image, "image")  # the training spec's rule: no control characters
     if spec.image_pull_policy not in ("Always", "IfNotPresent", "Never"):
         raise SpecError("image_pull_policy", "must be Always, IfNotPresent or Never", spec.image_pull_policy)
+    if isinstance(spec.image_pull_secrets, (str, bytes)):  # not read as one name per character
+        raise SpecError(
+            "image_pull_secrets", "must be a list of Secret names, not a string", spec.image_pull_secrets
+        )
     secrets = tuple(spec.image_pull_secrets or ())
     for i, s in enumerate(secrets):
         if not isinstance(s, str) or not naming.is_dns1123_subdomain(s):

@@ -17,18 +17,28 @@ import sys
 from collections.abc import Mapping
 
 from airflow_tfk.core import naming
+from airflow_tfk.core.constants import (
+    PROGRESS_INTERVAL_SECONDS,
+    STALL_PROGRESS_INTERVALS,
+    STALL_SECONDS_FLOOR,
+)
 from airflow_tfk.core.errors import SpecError
 
 __all__ = [
     "BACKEND_OPTIONS",
+    "BACKEND_OPTION_RULES",
     "backend_config_arg",
+    "backend_option",
+    "backend_options",
     "bool_arg",
     "check_stall_seconds",
+    "default_stall_seconds",
     "cluster_arg",
     "cluster_spec_arg",
     "holds_jinja",
     "mapping_arg",
     "name_prefix_arg",
+    "names_arg",
     "namespace_arg",
     "number_arg",
     "plain",
@@ -66,6 +76,82 @@ BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {
         "field_manager",
     ),
 }
+
+#: What each backend option holds, checked wherever ``backend_config`` is given (an
+#: operator at parse time, once rendered) and by the backends' constructors: a timeout,
+#: an interval, a grace or a history of zero or less, or a bare string where a list of
+#: names belongs (``'PATH'`` read as four names), is refused naming the option.
+#: (kind, low, high): "seconds" and "count" are bounded numbers (low exclusive for
+#: seconds: zero waits nothing and polls without pause), "names" a list of names.
+BACKEND_OPTION_RULES: dict[str, dict[str, tuple[str, float, float]]] = {
+    "local": {
+        "root": ("path", 0, 0),
+        "fixed_ports": ("bool", 0, 0),
+        "workdir": ("path", 0, 0),
+        "kill_grace_seconds": ("seconds", 0, 86400),
+        "restart_backoff_seconds": ("seconds", 0, 3600),
+        "poll_interval": ("seconds", 0, 3600),
+        "inherit_env": ("bool", 0, 0),
+        "env_allowlist": ("names", 0, 0),
+        "loopback_only": ("bool", 0, 0),
+        "keep_history": ("count", 1, 10_000),
+        "start_timeout_seconds": ("seconds", 0, 86400),
+        "max_tasks": ("count", 1, 1_000_000),
+    },
+    "kubernetes": {
+        "conn_id": ("str", 0, 0),
+        "cluster_context": ("str", 0, 0),
+        "config_file": ("path", 0, 0),
+        "in_cluster": ("bool", 0, 0),
+        "unschedulable_timeout": ("seconds", 0, 7 * 86400),
+        "image_pull_timeout": ("seconds", 0, 7 * 86400),
+        "field_manager": ("str", 0, 0),
+    },
+}
+
+
+def names_arg(value: object, field: str, *, optional: bool = True) -> None:
+    """A list of names (strings): a bare string is refused, not read as its characters."""
+    if value is None and optional:
+        return
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise SpecError(field, "must be a list of names, not a single string", value)
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not name or len(name) > 1024:
+            raise SpecError(f"{field}[{i}]", "must be a non-empty name", name)
+
+
+def backend_option(kind: str, name: str, value: object, field: str = "backend_config") -> None:
+    """``value`` for the option ``name`` of the ``kind`` backend, by
+    :data:`BACKEND_OPTION_RULES`; None is the option's default."""
+    rule = BACKEND_OPTION_RULES.get(kind, {}).get(name)
+    if rule is None or value is None or holds_jinja(value) or templated(value):
+        return
+    what, lo, hi = rule
+    where = f"{field}.{name}"
+    if what == "seconds":
+        number_arg(value, where, lo=lo, hi=hi)
+        if value == lo:
+            raise SpecError(where, f"must be more than {lo:g} seconds", value)
+    elif what == "count":
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise SpecError(where, f"must be an integer from {lo:g} to {hi:g}", value)
+    elif what == "bool":
+        bool_arg(value, where)
+    elif what == "names":
+        names_arg(value, where)
+    else:
+        str_arg(value, where)
+        if what == "path" and "\0" in str(value):
+            raise SpecError(where, "must be a path without NUL", value)
+
+
+def backend_options(kind: str, options: Mapping[str, object], field: str = "backend_config") -> None:
+    """Every option of ``options`` by :func:`backend_option` (unknown names are
+    :func:`backend_config_arg`'s)."""
+    for name, value in options.items():
+        backend_option(kind, name, value, field)
+
 
 # Far above any real argument; what a hostile one (a million-item list, a 10,000-deep
 # nesting) is refused at, before the spec classes look at it item by item.
@@ -183,6 +269,7 @@ def backend_config_arg(value: object, backend: object, field: str = "backend_con
             f"{field}.{unknown[0]}",
             f"is not an option of the {backend} backend (options: {', '.join(allowed)})",
         )
+    backend_options(str(backend), value, field)
 
 
 def number_arg(value: object, field: str, *, lo: float, hi: float, optional: bool = False) -> None:
@@ -249,9 +336,27 @@ def name_prefix_arg(value: object) -> None:
 STALL_SECONDS_MAX = 7 * 24 * 3600.0
 
 
-def check_stall_seconds(value: object, field: str = "stall_seconds") -> float:
-    """``stall_seconds`` as given to an operator or in a training file: 0 (off), or a
+def default_stall_seconds(progress_interval: object = PROGRESS_INTERVAL_SECONDS) -> float:
+    """``stall_seconds`` when none is given: :data:`STALL_PROGRESS_INTERVALS` progress
+    intervals, at least :data:`STALL_SECONDS_FLOOR` (5 minutes at the default interval)."""
+    interval = (
+        float(progress_interval)
+        if isinstance(progress_interval, (int, float)) and not isinstance(progress_interval, bool)
+        else PROGRESS_INTERVAL_SECONDS
+    )
+    if not math.isfinite(interval) or interval <= 0:
+        interval = PROGRESS_INTERVAL_SECONDS
+    return min(STALL_SECONDS_MAX, max(STALL_SECONDS_FLOOR, STALL_PROGRESS_INTERVALS * interval))
+
+
+def check_stall_seconds(
+    value: object, field: str = "stall_seconds", *, progress_interval: object = PROGRESS_INTERVAL_SECONDS
+) -> float:
+    """``stall_seconds`` as given to an operator or in a training file: None (the default,
+    which follows ``progress_interval``: :func:`default_stall_seconds`), 0 (off), or a
     number of seconds from 1 to a week. Raises :class:`~airflow_tfk.core.errors.SpecError`."""
+    if value is None:
+        return default_stall_seconds(progress_interval)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             seconds = float(value)

@@ -18,6 +18,8 @@ platform's, an identity label, a Secret value spelled out. Pure: no Kubernetes c
 from __future__ import annotations
 
 import functools
+import posixpath
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -130,7 +132,17 @@ def _volumes(value: Any, path: str) -> tuple[dict[str, Any], ...]:
     return items
 
 
+def normal_path(path: str) -> str:
+    """``path`` as the kubelet resolves it: repeated slashes, ``.`` segments and a
+    trailing slash gone (``//tfk/home``, ``/tfk/./home/`` are ``/tfk/home``). posixpath's
+    normpath alone keeps a leading ``//``; ``..`` is refused before (path_text)."""
+    return posixpath.normpath(re.sub("/+", "/", path)) if path else path
+
+
 def _under(path: str, root: str) -> bool:
+    """``path`` is ``root`` or inside it, both compared as :func:`normal_path` has them, so
+    no spelling of a path slips past a rule about it."""
+    path, root = normal_path(path), normal_path(root)
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
@@ -143,9 +155,9 @@ def _mounts(value: Any, path: str) -> tuple[dict[str, Any], ...]:
         mount = item["mountPath"]
         if any(_under(mount, root) or _under(root, mount) for root in PLATFORM_MOUNTS):
             raise SpecError(f"{at}.mountPath", f"overlaps the platform's mounts {PLATFORM_MOUNTS}", mount)
-        if mount in seen:
+        if normal_path(mount) in seen:
             raise SpecError(f"{at}.mountPath", "is mounted twice", mount)
-        seen.add(mount)
+        seen.add(normal_path(mount))
         if not isinstance(item.get("name"), str):
             raise SpecError(f"{at}.name", "must name a volume of pod.volumes")
     return items

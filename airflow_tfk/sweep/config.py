@@ -206,11 +206,14 @@ class ParamSpec:
         choices = data.get("choices")
         if not isinstance(choices, (list, tuple)) or not choices:
             raise SpecError(f"{where}.choices", "must be a non-empty list", choices)
+        # Optuna stores a choice as the index of the first one equal to it (1 == 1.0 ==
+        # True): an equal later choice could never be a trial's value of its own. The
+        # choices are strings, numbers and booleans, whose equal values hash alike, so one
+        # dict finds each one's first equal in a single pass (not a scan per choice).
+        firsts: dict[Any, int] = {}
         for i, c in enumerate(choices):
             _flag_value(c, f"{where}.choices[{i}]")
-            # Optuna stores a choice as the index of the first one equal to it (1 == 1.0 ==
-            # True): an equal later choice could never be a trial's value of its own.
-            first = next(j for j, d in enumerate(choices) if d == c)
+            first = firsts.setdefault(c, i)
             if first != i:
                 raise SpecError(
                     f"{where}.choices[{i}]",

@@ -15,7 +15,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_tfk.backends import get_backend
 from airflow_tfk.backends.base import Backend, ClusterRef
-from airflow_tfk.core.constants import PROGRESS_INTERVAL_SECONDS, STALL_SECONDS
+from airflow_tfk.core.constants import PROGRESS_INTERVAL_SECONDS
 from airflow_tfk.core.errors import SpecError
 from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.run.handle import ClusterHandle
@@ -88,7 +88,7 @@ class TFClusterDoneTrigger(BaseTrigger):
         progress_interval: float = PROGRESS_INTERVAL_SECONDS,
         delete_on_kill: bool = True,
         release_handle: dict[str, Any] | None = None,
-        stall_seconds: float = STALL_SECONDS,
+        stall_seconds: float | None = None,
         max_lost_workers: int = 0,
         owner: dict[str, Any] | None = None,
     ) -> None:
@@ -132,7 +132,7 @@ class TFClusterDoneTrigger(BaseTrigger):
         deadline: float | None = None,
         progress_interval: float,
         release_after_success: bool = False,
-        stall_seconds: float = STALL_SECONDS,
+        stall_seconds: float | None = None,
     ) -> TFClusterDoneTrigger:
         """The trigger that waits on the cluster of ``handle`` (a create task's XCom);
         with ``release_after_success`` it also ends the PS after a success. Raises

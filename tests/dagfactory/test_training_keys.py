@@ -94,7 +94,7 @@ def test_the_schema_agrees_with_the_checks_on_top_level_keys() -> None:
         {"dag_id": "a b"},
         {"tags": [""]},
         {"max_active_runs": 0},
-        {"stall_seconds": None},
+        {"stall_seconds": -1},
     ):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({**good, **bad}, schema)

@@ -119,7 +119,6 @@ STALL_BAD: list[tuple[str, object]] = [
     ("over-a-week", 604801),
     ("bool", True),
     ("text", "900"),
-    ("none", None),
     ("list", [900]),
     ("dict", {"s": 1}),
     ("jinja", JINJA),
@@ -130,6 +129,7 @@ STALL_GOOD: list[tuple[str, object]] = [
     ("default", 900),
     ("week", 604800),
     ("float", 90.5),
+    ("none-is-the-default", None),  # the default, which follows progress_interval
 ]
 STALL_YAML_BAD = [
     ("negative", "-1"),
@@ -140,14 +140,14 @@ STALL_YAML_BAD = [
     ("bool", "true"),
     ("yes-word", "yes"),
     ("quoted", '"900"'),
-    ("null", "null"),
     ("list", "[900]"),
     ("mapping", "{s: 1}"),
     ("jinja", f'"{JINJA}"'),
     ("duration-text", "15m"),
     ("sexagesimal", "15:00"),
 ]
-STALL_YAML_GOOD = [("off", "0"), ("one", "1"), ("default", "900"), ("float", "90.5")]
+# null, as absent: the default, which follows progress_interval
+STALL_YAML_GOOD = [("off", "0"), ("one", "1"), ("default", "900"), ("float", "90.5"), ("null", "null")]
 # A YAML 1.1 boolean word in a field that takes text: the text, as YAML 1.2 reads it.
 SPEC_WORDS_OK = [
     ("capacity_check", "off"),

@@ -175,3 +175,28 @@ def test_a_misspelt_option_names_the_one_meant() -> None:
             task_id="p", model_name="digits", claim="m", backend="local", approval={"timeout": 5}
         )
     assert "unknown key (did you mean 'timeout_seconds'? allowed: " in str(info.value)
+
+
+HOSTILE_TEXT = [
+    "ana\nINFO - published version 9",
+    "\x1b[2J\x1b]0;pwned\x07",
+    "a\u202eb",
+    "x" * 10_000,
+    "\r\x00",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXT)
+@pytest.mark.parametrize("where", ["name", "option", "error"])
+def test_what_the_resume_event_says_reaches_the_log_escaped(text: str, where: str) -> None:
+    """The approver's name, the options and the error are shown on one line, escaped and
+    bounded: none can forge a log line or drive the terminal."""
+    if where == "error":
+        event = {"error": text, "error_type": "error"}
+    else:
+        event = {
+            "chosen_options": [text if where == "option" else "Approve"],
+            "responded_by_user": {"name": text if where == "name" else "ana"},
+        }
+    _, said = _approval.approved(event)
+    assert said.isprintable() and len(said) < 400

@@ -14,7 +14,7 @@ from airflow_tfk.core.status import Activity, ClusterStatus, Phase, TaskStatus
 from airflow_tfk.protocol.progress import Progress
 from airflow_tfk.run.policies import Outcome, Verdict
 from airflow_tfk.run.stall import ProgressStall, StallDetector
-from airflow_tfk.run.wait import failure_of, wait_for_cluster, wait_result
+from airflow_tfk.run.wait import Wait, failure_of, wait_for_cluster, wait_result
 from airflow_tfk.spec.cluster import Mode
 from tests.helpers import python_cluster
 
@@ -144,7 +144,9 @@ def test_a_moving_step_rearms_and_done_or_off_never_stalls() -> None:
     assert not off.stalled(ps_status()) and off.warning(ps_status()) is None
 
 
-@pytest.mark.parametrize("value", [-1, 0.5, 10**400, float("nan"), float("inf"), True, "60", None, [60]])
+@pytest.mark.parametrize(
+    "value", [-1, 0.5, 10**400, float("nan"), float("inf"), True, "60", [60]]
+)  # None: the default
 def test_stall_seconds_is_checked_before_anything_is_created(value) -> None:
     from airflow_tfk.operators.training import TFTrainingOperator
     from airflow_tfk.sensors.cluster import TFClusterSensor
@@ -271,3 +273,54 @@ def test_a_sigstopped_task_fails_the_training_as_stalled_naming_it(tmp_path: Pat
     assert took < 15, took  # the bound (4 s) plus a read or two, not the run's deadline
     error = failure_of(wait_result(verdict), ref.name)
     assert isinstance(error, TrainingFailed) and error.task == frozen and error.reason == "Stalled"
+
+
+@pytest.mark.parametrize(("interval", "bound"), [(30, 300), (60, 600), (5, 120), (1, 120), (2, 120)])
+def test_the_default_stall_bound_follows_the_progress_interval(interval: float, bound: float) -> None:
+    """Minutes, not a quarter of an hour: 10 progress intervals, at least 120 s, wherever
+    the default is taken (the operator, the sensor, the wait, a training file without it)."""
+    from airflow_tfk.dagfactory.training import parse_training
+    from airflow_tfk.operators.training import TFTrainingOperator
+    from airflow_tfk.sensors.cluster import TFClusterSensor
+
+    op = TFTrainingOperator(task_id="t", backend="local", cluster_spec={}, progress_interval=interval)
+    sensor = TFClusterSensor(task_id="s", cluster={}, progress_interval=interval)
+    wait = Wait(
+        LocalBackend("/nonexistent"),
+        ClusterRef("c", "default"),
+        Mode.ALL_REDUCE,
+        {"worker": 1},
+        progress_interval=interval,
+    )
+    assert op.stall_seconds == sensor.stall_seconds == wait.stall_seconds == wait.progress.bound == bound
+    data = {
+        "cluster": {"image": "x:1", "command": ["python"], "mode": "all_reduce", "worker": {}},
+        "progress_interval": interval,
+    }
+    assert parse_training(data, default_dag_id="d", source="f.yaml").stall_seconds is None  # the operator's
+
+
+def test_a_frozen_worker_is_named_within_the_default_bound() -> None:
+    """At the default progress interval a frozen worker fails the training, named, within
+    5 minutes of the last step: the wait's reads (backing off to 4 intervals) see it."""
+    now = [0.0]
+    wait = Wait(
+        LocalBackend("/nonexistent"),
+        ClusterRef("c", "default"),
+        Mode.PARAMETER_SERVER,
+        {"chief": 1, "ps": 1, "worker": 3},
+    )
+    p = ProgressStall(("chief", 0), bound=wait.stall_seconds, clock=lambda: now[0])
+    p.saw(_progress(10))
+    running = ps_status()
+    now[0] = 4 * 30 * 2  # two backed-off reads later: not yet
+    assert not p.stalled(running)
+    now[0] = 300
+    assert p.stalled(running)
+    activity = {
+        "chief-0": Activity(1000.0 - 1),
+        "worker-1": Activity(1000.0 - 299, "its process 7 is stopped"),
+    }
+    verdict = p.verdict(running, activity, 1000.0)
+    assert verdict.failed_task is not None and verdict.failed_task.name == "worker-1"
+    assert "no progress for 300 s" in verdict.message

@@ -246,3 +246,29 @@ def test_host_names_are_what_the_api_server_admits(what, host, ingress_ok, route
 def test_an_empty_ingress_host_is_every_host():
     ingress = by_kind(spec(network_policy=ALLOW, ingress={"host": ""}))["Ingress"]
     assert "host" not in ingress["spec"]["rules"][0]
+
+
+SNIPPETS = [
+    f"{prefix}/{name}"
+    for prefix in ("nginx.ingress.kubernetes.io", "nginx.org", "haproxy.org", "example.com")
+    for name in (
+        "configuration-snippet",
+        "server-snippet",
+        "auth-snippet",
+        "stream-snippet",
+        "modsecurity-snippet",
+        "location-snippets",
+        "backend-config-snippet",
+        "Server-Snippet",
+    )
+]
+
+
+@pytest.mark.parametrize("key", SNIPPETS)
+def test_snippet_annotations_are_refused_naming_them(key: str) -> None:
+    """A snippet is raw configuration of the shared ingress controller: never from a
+    training file, whatever the controller or the spelling."""
+    ingress = {"host": "ml.example.com", "annotations": {key: "return 200 'owned';"}}
+    with pytest.raises(SpecError) as err:
+        by_kind(spec(ingress=ingress, network_policy=ALLOW))
+    assert err.value.field == f"ingress.annotations.{key}" and "snippet" in str(err.value)

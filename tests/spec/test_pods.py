@@ -275,3 +275,33 @@ def test_every_error_of_the_pod_rules_is_reported_at_once() -> None:
 def test_template_dir_is_a_field_so_operators_and_training_files_can_set_it() -> None:
     assert spec(template_dir="/opt/templates").template_dir == "/opt/templates"
     assert refused({**BASE, "template_dir": "a\nb"}).field == "template_dir"
+
+
+def _spellings(path: str) -> list[str]:
+    """Ways to write ``path`` that the kubelet resolves to it."""
+    head, _, tail = path.strip("/").partition("/")
+    out = [f"//{head}/{tail}", f"/{head}//{tail}", f"/./{head}/{tail}", f"/{head}/./{tail}", f"{path}/"]
+    out += [f"///{head}/{tail}//", f"/{head}/{tail}/.", f"/{head}/./././{tail}"]
+    return [p.replace("//.", "/.") if p.endswith("//.") else p for p in out]
+
+
+PLATFORM_SPELLINGS = [p for root in ("/tfk/home", "/tmp/x", "/tfk") for p in _spellings(root + "/y")]
+PLATFORM_SPELLINGS += ["//tfk", "/tfk/", "//tmp", "/./tfk", "/tfk/."]
+
+
+@pytest.mark.parametrize("mount", PLATFORM_SPELLINGS)
+def test_every_spelling_of_a_platform_mount_is_refused(mount: str) -> None:
+    """``//tfk/home`` passed the platform-mount rule: paths are normalised before it."""
+    pod = {"volumes": [{"name": "v", "emptyDir": {}}], "volume_mounts": [{"name": "v", "mountPath": mount}]}
+    with pytest.raises(SpecError) as err:
+        TFClusterSpec.from_dict({**BASE, "pod": pod})
+    assert "pod.volume_mounts[0].mountPath" in str(err.value) and "platform" in str(err.value)
+
+
+@pytest.mark.parametrize("second", ["/etc/x/", "//etc/x", "/etc/./x", "/etc//x"])
+def test_one_path_spelled_twice_is_mounted_twice(second: str) -> None:
+    mounts = [{"name": "v", "mountPath": "/etc/x"}, {"name": "v", "mountPath": second}]
+    pod = {"volumes": [{"name": "v", "emptyDir": {}}], "volume_mounts": mounts}
+    with pytest.raises(SpecError) as err:
+        TFClusterSpec.from_dict({**BASE, "pod": pod})
+    assert "mounted twice" in str(err.value)

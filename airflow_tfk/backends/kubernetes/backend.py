@@ -59,6 +59,7 @@ from airflow_tfk.kube.api import (
 from airflow_tfk.kube.connection import KubeConnection
 from airflow_tfk.spec.admission import Layout
 from airflow_tfk.spec.cluster import TFClusterSpec
+from airflow_tfk.spec.operator_options import backend_options
 
 __all__ = ["KubernetesApiError", "KubernetesBackend"]
 
@@ -93,6 +94,19 @@ class KubernetesBackend(Backend):
         image_pull_timeout: float = IMAGE_PULL_TIMEOUT_SECONDS,
         field_manager: str = FIELD_MANAGER,
     ) -> None:
+        # the table the operators check backend_config with, for a backend made directly
+        backend_options(
+            self.kind,
+            {
+                "conn_id": conn_id,
+                "cluster_context": cluster_context,
+                "config_file": config_file,
+                "in_cluster": in_cluster,
+                "unschedulable_timeout": unschedulable_timeout,
+                "image_pull_timeout": image_pull_timeout,
+                "field_manager": field_manager,
+            },
+        )
         self.connection = KubeConnection(conn_id, cluster_context, config_file, in_cluster)
         self.unschedulable_timeout = unschedulable_timeout
         self.image_pull_timeout = image_pull_timeout

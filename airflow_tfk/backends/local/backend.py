@@ -76,6 +76,7 @@ from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.core.status import Activity, ClusterStatus
 from airflow_tfk.spec import capacity
 from airflow_tfk.spec.cluster import ROLES, TFClusterSpec
+from airflow_tfk.spec.operator_options import backend_options
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,24 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
     ) -> None:
         if os.name != "posix":
             raise RuntimeError("the local backend needs a POSIX system (process groups)")
+        # The operators check backend_config with the same table; a backend made directly
+        # (the CLI, a test, a DAG's own code) gets the same refusals, naming the option.
+        backend_options(
+            self.kind,
+            {
+                "root": root,
+                "fixed_ports": fixed_ports,
+                "workdir": workdir,
+                "kill_grace_seconds": kill_grace_seconds,
+                "restart_backoff_seconds": restart_backoff_seconds,
+                "poll_interval": poll_interval,
+                "inherit_env": inherit_env,
+                "env_allowlist": env_allowlist,
+                "loopback_only": loopback_only,
+                "keep_history": keep_history,
+                "start_timeout_seconds": start_timeout_seconds,
+            },
+        )
         self.root = os.path.abspath(os.path.expanduser(root or default_root()))
         self.fixed_ports = bool(fixed_ports)
         self.workdir = os.path.abspath(workdir) if workdir else None
@@ -197,7 +216,7 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def _cluster(self, ref: ClusterRef) -> ClusterState | None:
-        return records.read(self.cluster_dir(ref) / "state.json", ClusterState)
+        return records.read(self.cluster_dir(ref) / "state.json", ClusterState, self.root)
 
     def _tasks(self, ref: ClusterRef) -> tuple[TaskEntry, ...]:
         state = self._cluster(ref)
@@ -258,8 +277,13 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
             try:
                 self._start(ref, spec, identity, commands, ports, workdir, preload)
             except BaseException:
-                self._kill(ref, self._tasks(ref), None)
-                shutil.rmtree(cdir, ignore_errors=True)
+                # A failed start (a full disk, a supervisor that did not come up) removes
+                # all it made, even when stopping its processes fails: no record may stay
+                # that looks like a cluster.
+                try:
+                    self._kill(ref, self._tasks(ref), None)
+                finally:
+                    shutil.rmtree(cdir, ignore_errors=True)
                 raise
         return ref
 
@@ -323,7 +347,10 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
         return ClusterStatus(tasks=tuple(self._task_status(ref, t) for t in state.tasks))
 
     def logs(self, ref: ClusterRef, role: str, index: int, tail_lines: int | None = None) -> str:
-        return _tail(self.log_path(ref, role, index), tail_lines)
+        """The task's last ``tail_lines`` lines (None: its last :data:`MAX_LOG_READ_BYTES`),
+        read as data: a log that is not a regular file under the root, reached without a
+        symlink, is an :class:`~airflow_tfk.core.bounded_files.UnsafeFileError` naming it."""
+        return _tail(self.log_path(ref, role, index), tail_lines, self.root)
 
     def task_activity(self, ref: ClusterRef, role: str, index: int) -> Activity:
         """When the task last wrote to its log (the file's mtime), and whether its process
@@ -374,7 +401,18 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
                 )
             if not state.deleted_at:
                 deleted = replace(state, deleted_at=time.time(), deleted_reason=reason)
-                records.write(self.cluster_dir(ref) / "state.json", deleted)
+                try:
+                    records.write(self.cluster_dir(ref) / "state.json", deleted)
+                except OSError as exc:
+                    # A full disk: the processes are gone, but a state without deleted_at
+                    # would look live. Removing it needs no space; the reason is lost.
+                    log.warning(
+                        "local backend: cannot record the deletion of %s/%s (%s); removing its state",
+                        ref.namespace,
+                        ref.name,
+                        exc,
+                    )
+                    (self.cluster_dir(ref) / "state.json").unlink(missing_ok=True)
         log.info(
             "local backend: deleted %s/%s%s (logs kept in %s)",
             ref.namespace,
@@ -395,8 +433,17 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
             if not naming.is_dns1123_label(ns):
                 continue
             for state_file in sorted(Path(self.root, ns).glob("*/state.json")):
-                state = records.read(state_file, ClusterState)
+                # One bad record is skipped with a warning (records.read); the rest are listed.
+                state = records.read(state_file, ClusterState, self.root)
                 if state is None or state.deleted_at:
+                    continue
+                if (state.namespace, state.name) != (ns, state_file.parent.name):
+                    log.warning(
+                        "local backend: skipping the record %s: it names cluster %r in namespace %r",
+                        state_file,
+                        state.name,
+                        state.namespace,
+                    )
                     continue
                 if all(state.labels.get(k) == v for k, v in labels.items()):
                     found.append(ClusterRef(name=state.name, namespace=state.namespace))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from airflow_tfk.core import bounded_files
 from airflow_tfk.core import processes as _process
 from airflow_tfk.core.excerpt import failure_excerpt
 
@@ -19,6 +20,9 @@ log = logging.getLogger("airflow_tfk.backends.local.backend")
 
 LOCALHOST = "127.0.0.1"
 FAILURE_LOG_LINES = 20
+# The most of one log a read takes, from its end: ``logs`` without a line count, and a
+# tail whose lines are longer than this, show that much and say so.
+MAX_LOG_READ_BYTES = 4 * 1024 * 1024
 _CTIME_TOLERANCE = 1.0  # seconds; psutil create times of one process agree far better
 
 
@@ -67,35 +71,22 @@ def _private_dir(path: Path) -> None:
         os.chmod(d, PRIVATE_DIR)  # mkdir's mode is filtered by the umask
 
 
-def _tail(path: Path, lines: int | None) -> str:
-    """The last ``lines`` lines of a file (all of it for None), '' when it does not exist."""
-    try:
-        with open(path, "rb") as fh:
-            if lines is None:
-                data = fh.read()
-            else:
-                if lines <= 0:
-                    return ""
-                fh.seek(0, os.SEEK_END)
-                pos = fh.tell()
-                data = b""
-                while pos > 0 and data.count(b"\n") <= lines:
-                    step = min(64 * 1024, pos)
-                    pos -= step
-                    fh.seek(pos)
-                    data = fh.read(step) + data
-                data = b"\n".join(data.rstrip(b"\n").split(b"\n")[-lines:])
-                if data:
-                    data += b"\n"
-    except FileNotFoundError:
-        return ""
-    return data.decode("utf-8", errors="replace")
+def _tail(path: Path, lines: int | None, root: str | None = None) -> str:
+    """The last ``lines`` lines of a file (None: as many as :data:`MAX_LOG_READ_BYTES`
+    hold), '' when it does not exist. A log is data: a FIFO, a device or a symlink (on the
+    way under ``root`` too) is refused with :class:`~airflow_tfk.core.bounded_files.UnsafeFileError`,
+    and no more than :data:`MAX_LOG_READ_BYTES` of it is read, backwards from its end."""
+    return bounded_files.tail(path, lines, max_bytes=MAX_LOG_READ_BYTES, root=root)
 
 
-def _excerpt(log_path: Path) -> str:
+def _excerpt(log_path: Path, root: str | None = None) -> str:
     """The meaningful last lines of a task's log (no TF runtime noise, no progress JSON)
-    and where the whole log is."""
-    text = failure_excerpt(_tail(log_path, 50 * FAILURE_LOG_LINES), FAILURE_LOG_LINES)
+    and where the whole log is; '' when there are none or the log is not a file to read."""
+    try:
+        text = failure_excerpt(_tail(log_path, 50 * FAILURE_LOG_LINES, root), FAILURE_LOG_LINES)
+    except OSError as exc:
+        log.warning("local backend: not reading the log %s: %s", log_path, exc)
+        return ""
     return f"{text}\n(full log: {log_path})" if text else ""
 
 

@@ -10,6 +10,7 @@ on Kubernetes, where the image brings the command.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import sys
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from airflow_tfk.backends.base import ClusterRef, RunExport
-from airflow_tfk.backends.local.files import LOCALHOST, _port_free, _tail
+from airflow_tfk.backends.local.files import LOCALHOST, _port_free
+from airflow_tfk.core import bounded_files
 from airflow_tfk.core import processes as _process
 from airflow_tfk.core.errors import LocalMachineError, SpecError
 from airflow_tfk.protocol.digits import is_plain_int
@@ -27,6 +29,8 @@ from airflow_tfk.spec.cluster import TFClusterSpec
 if TYPE_CHECKING:
     from airflow_tfk.backends.local.records import ClusterState
 
+log = logging.getLogger("airflow_tfk.backends.local.backend")
+
 _PYTHONS = ("python", "python3")
 # The key of a task's metrics port among the allocated ports (``metrics:worker-0``).
 METRICS_PORT_KEY = "metrics:"
@@ -34,6 +38,7 @@ METRICS_PORT_KEY = "metrics:"
 
 class LocalHostChecks:
     fixed_ports: bool
+    root: str
 
     def _cluster(self, ref: ClusterRef) -> ClusterState | None:
         raise NotImplementedError
@@ -161,13 +166,16 @@ class LocalHostChecks:
             return []
         found: dict[str, RunExport] = {}
         for log_file in sorted(logs.glob("*.log")):
-            for line in _tail(log_file, None).splitlines():
-                event = parse_event(line, "export") if '"export"' in line else None
-                if event is None or not isinstance(event.get("path"), str):
-                    continue
-                path = Path(event["path"]).resolve()
-                if is_plain_int(path.name) and any(path.is_relative_to(r) for r in roots):
-                    found.setdefault(str(path), RunExport(str(path)))
+            try:  # streamed a line at a time: a log of any size costs one line of memory
+                for line in bounded_files.iter_lines(log_file, root=self.root):
+                    event = parse_event(line, "export") if '"export"' in line else None
+                    if event is None or not isinstance(event.get("path"), str):
+                        continue
+                    path = Path(event["path"]).resolve()
+                    if is_plain_int(path.name) and any(path.is_relative_to(r) for r in roots):
+                        found.setdefault(str(path), RunExport(str(path)))
+            except OSError as exc:
+                log.warning("local backend: not reading the log %s: %s", log_file, exc)
         return list(found.values())
 
     def discard_exports(self, ref: ClusterRef, exports: list[RunExport]) -> list[str]:

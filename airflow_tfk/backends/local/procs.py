@@ -82,7 +82,7 @@ class LocalProcesses:
         launched = []
         for t in tasks:
             tdir = cdir / "tasks" / t.name
-            while (info := records.read(tdir / "supervisor.json", SupervisorInfo)) is None:
+            while (info := records.read(tdir / "supervisor.json", SupervisorInfo, self.root)) is None:
                 if time.monotonic() > give_up:
                     raise RuntimeError(
                         f"local backend: the supervisor of {t.name} did not "
@@ -101,15 +101,15 @@ class LocalProcesses:
         role, index = task.role, task.index
         tdir = self._task_dir(ref, role, index)
         log_path = self.log_path(ref, role, index)
-        final = records.read(tdir / "exit.json", TaskExit)
-        current = records.read(tdir / "status.json", AttemptStatus) or AttemptStatus()
+        final = records.read(tdir / "exit.json", TaskExit, self.root)
+        current = records.read(tdir / "status.json", AttemptStatus, self.root) or AttemptStatus()
         restarts = int((final or current).restarts)
         deleted = (tdir / "deleted").exists()
         if final is not None and final.phase != "Deleted":
             phase = Phase(final.phase)
             message = ""
             if phase is Phase.FAILED:
-                message = _excerpt(log_path) or final.message
+                message = _excerpt(log_path, self.root) or final.message
             return TaskStatus(role, index, phase, final.reason, message, final.exit_code, restarts)
         if final is not None or deleted:
             return TaskStatus(
@@ -129,7 +129,7 @@ class LocalProcesses:
             # itself still runs, it is running; otherwise it is lost.
             if self._child(ref, task) is not None:
                 return TaskStatus(role, index, Phase.RUNNING, "", "", None, restarts)
-            tail = _excerpt(log_path)
+            tail = _excerpt(log_path, self.root)
             note = (
                 "the local supervisor of this task is gone without recording an exit "
                 "status (killed from outside, or the machine restarted)"
@@ -177,7 +177,9 @@ class LocalProcesses:
             if sup.create_time is None:
                 return None
             return _verified(sup.pid, sup.create_time)
-        info = records.read(self._task_dir(ref, task.role, task.index) / "supervisor.json", SupervisorInfo)
+        info = records.read(
+            self._task_dir(ref, task.role, task.index) / "supervisor.json", SupervisorInfo, self.root
+        )
         if info is None:  # still launching (create holds the lock)
             return None
         proc = _verified(info.pid, None)
@@ -186,7 +188,9 @@ class LocalProcesses:
         return proc
 
     def _child(self, ref: ClusterRef, task: TaskEntry) -> psutil.Process | None:
-        st = records.read(self._task_dir(ref, task.role, task.index) / "status.json", AttemptStatus)
+        st = records.read(
+            self._task_dir(ref, task.role, task.index) / "status.json", AttemptStatus, self.root
+        )
         if st is None or st.state != "running":
             return None
         return _verified(st.pid, st.pid_create_time)
@@ -203,8 +207,14 @@ class LocalProcesses:
         for t in tasks:
             tdir = self._task_dir(ref, t.role, t.index)
             if tdir.is_dir() and not (tdir / "deleted").exists():
-                _write_json(tdir / "deleted", {"deleted_at": time.time()})
-            config = records.read(tdir / "task.json", TaskConfig)
+                try:
+                    _write_json(tdir / "deleted", {"deleted_at": time.time()})
+                except OSError:
+                    # A full disk: the marker's presence is what counts (an empty file needs
+                    # no block), and the signals below stop the task without it anyway.
+                    with contextlib.suppress(OSError):
+                        os.close(os.open(tdir / "deleted", os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
+            config = records.read(tdir / "task.json", TaskConfig, self.root)
             grace = max(grace, float(config.kill_grace_seconds) if config else 0.0)
         return grace
 

@@ -15,6 +15,12 @@ counts from the cluster's creation. ``tests/backends/local/test_records.py`` pin
 The files are plain JSON objects, read leniently: a key a record does not know is ignored
 and a missing one takes the field's default, so a record written by hand (the
 supervisor's) needs only the keys it has a value for.
+
+They are also data that anyone with this uid may have replaced, so they are read with
+bounds (:mod:`airflow_tfk.core.bounded_files`: a regular file, no symlink, at most
+:data:`MAX_RECORD_BYTES`, nested at most :data:`MAX_RECORD_DEPTH` deep) and every value is
+checked against its field's type before a record is built: one bad record is that
+record's warning (naming the file) and reads as none, never an error of every command.
 """
 
 from __future__ import annotations
@@ -22,23 +28,30 @@ from __future__ import annotations
 import json
 import logging
 import os
+import types
+import typing
 import uuid
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+from airflow_tfk.core import bounded_files
 
 log = logging.getLogger("airflow_tfk.backends.local.backend")
 
 STATE_VERSION = 1
 PRIVATE_FILE = 0o600
+# A state.json holds the spec (at most 1 MiB of YAML) and a task.json the task's
+# environment (256 KiB from the spec plus what it inherits): far below these.
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+MAX_RECORD_DEPTH = 100
+MAX_TASK_INDEX = 999_999
+# The roles a task entry may name (spec.roles.ROLES; repeated here because the names
+# become paths: tasks/<role>-<index>).
+TASK_ROLES = frozenset({"chief", "ps", "worker", "evaluator"})
+TASK_PHASES = frozenset({"Succeeded", "Failed", "Deleted"})
 
 R = TypeVar("R")
-
-
-def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
 
 
 @dataclass(frozen=True)
@@ -58,16 +71,14 @@ class TaskEntry:
     port: int | None = None
     supervisor: ProcessRef | None = None
 
+    def __post_init__(self) -> None:
+        # The name becomes a path (tasks/<role>-<index>): only the roles there are.
+        if self.role not in TASK_ROLES or not 0 <= self.index <= MAX_TASK_INDEX:
+            raise ValueError(f"not a task: role {self.role!r}, index {self.index!r}")
+
     @property
     def name(self) -> str:
         return f"{self.role}-{self.index}"
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TaskEntry:
-        sup = data.get("supervisor")
-        known = _known(cls, data)
-        known["supervisor"] = ProcessRef(**_known(ProcessRef, sup)) if sup else None
-        return cls(**known)
 
 
 @dataclass(frozen=True)
@@ -91,11 +102,15 @@ class ClusterState:
     workdir: str = ""
     tasks: tuple[TaskEntry, ...] = ()
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ClusterState:
-        known = _known(cls, data)
-        known["tasks"] = tuple(TaskEntry.from_json(t) for t in data.get("tasks") or ())
-        return cls(**known)
+    def __post_init__(self) -> None:
+        limit = self.spec.get("max_duration_seconds")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))):
+            raise ValueError(f"spec.max_duration_seconds is not a number: {limit!r}")
+        if self.identity is not None and not (
+            all(isinstance(self.identity.get(k), str) for k in ("dag_id", "task_id", "run_id"))
+            and _conforms(self.identity.get("map_index", -1), int)
+        ):
+            raise ValueError("identity is not a task instance (dag_id, task_id, run_id, map_index)")
 
 
 @dataclass(frozen=True)
@@ -156,17 +171,85 @@ class TaskExit:
     finished_at: float | None = None
     pids: list[int] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if self.phase not in TASK_PHASES:
+            raise ValueError(f"phase {self.phase!r} is none of {sorted(TASK_PHASES)}")
 
-def read(path: Path, record: type[R]) -> R | None:
-    """The record in ``path``; None when there is none (or it is unreadable)."""
-    data = _read_json(path)
-    if not isinstance(data, dict):
-        return None
-    build = getattr(record, "from_json", None)
+
+def read(path: Path, record: type[R], root: str | None = None) -> R | None:
+    """The record in ``path``; None when there is none, or when it is not a record (see
+    the module's doc), with a warning naming the file and why. Given ``root``, a
+    symlink anywhere on the way from it is refused too."""
     try:
-        return build(data) if build is not None else record(**_known(record, data))
-    except (TypeError, ValueError):  # a required key is missing: as unreadable
+        data = _read_json(path, root)
+        return None if data is None else _build(record, data, path.name)
+    except (OSError, ValueError, TypeError) as exc:
+        log.warning("local backend: skipping the record %s: %s", path, exc)
         return None
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """``value`` (parsed JSON) is of the type ``hint`` names: int is not bool, a float
+    field takes an int, ``Any`` takes anything."""
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is list:
+        return isinstance(value, list) and all(_conforms(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(
+            _conforms(k, args[0]) and _conforms(v, args[1]) for k, v in value.items()
+        )
+    return False
+
+
+def _build(cls: type[R], data: Any, where: str) -> R:
+    """``cls`` from the JSON object ``data``, every known key checked against its field's
+    type first (nested records built the same way); :class:`ValueError` naming the field
+    otherwise."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: is not a JSON object")
+    assert is_dataclass(cls)
+    hints = typing.get_type_hints(cls)
+    known: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        value, hint = data[f.name], hints[f.name]
+        inner = [a for a in typing.get_args(hint) if a is not type(None) and a is not Ellipsis]
+        if is_dataclass(hint) or (len(inner) == 1 and is_dataclass(inner[0])):
+            nested: Any = inner[0] if inner else hint
+            if value is None and type(None) in typing.get_args(hint):
+                known[f.name] = None
+            elif typing.get_origin(hint) is tuple:
+                if not isinstance(value, list):
+                    raise ValueError(f"{where}.{f.name}: is not a list")
+                known[f.name] = tuple(
+                    _build(nested, v, f"{where}.{f.name}[{i}]") for i, v in enumerate(value)
+                )
+            else:
+                known[f.name] = _build(nested, value, f"{where}.{f.name}")
+        elif _conforms(value, hint):
+            known[f.name] = value
+        else:
+            raise ValueError(f"{where}.{f.name}: is not a {hint} (got {type(value).__name__})")
+    try:
+        return cls(**known)
+    except TypeError as exc:  # a required key is missing
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def write(path: Path, record: Any) -> None:
@@ -180,19 +263,22 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     The file is 0600: task records hold the task's environment."""
     tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}.{uuid.uuid4().hex[:6]}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
-    with open(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> Any:
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+        with open(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no half-written temp file is left behind
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _read_json(path: Path, root: str | None = None) -> Any:
+    """The JSON in ``path`` within the records' bounds, None when there is no file."""
+    try:
+        return bounded_files.read_json(
+            path, max_bytes=MAX_RECORD_BYTES, max_depth=MAX_RECORD_DEPTH, root=root
+        )
     except FileNotFoundError:
-        return None
-    except ValueError:  # only a crash mid-write of a non-atomic writer could do this
-        log.warning("local backend: ignoring unreadable %s", path)
         return None

@@ -119,11 +119,40 @@ def _pidfd(pid: int) -> int | None:
 
 def write_json(path: str, data: dict) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: the old record stays whole, no temp file is left
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# records.MAX_RECORD_BYTES: the task's record is read as the backend reads it (a regular
+# file, not through a symlink, bounded), here with the standard library alone.
+MAX_TASK_BYTES = 4 * 1024 * 1024
+
+
+def read_task(path: str) -> dict:
+    """``task.json``; ValueError when it is not a regular JSON object of at most
+    :data:`MAX_TASK_BYTES` (a FIFO in its place would hang the supervisor for good)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_TASK_BYTES:
+            raise ValueError(f"{path} is not a regular file of at most {MAX_TASK_BYTES} bytes")
+        os.set_blocking(fd, True)
+        task = json.loads(fh.read(MAX_TASK_BYTES + 1))
+    if not isinstance(task, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return task
 
 
 def _exit_code(returncode: int) -> int:
@@ -143,8 +172,7 @@ def _signal_name(code: int) -> str:
 class Supervisor:
     def __init__(self, task_dir: str) -> None:
         self.dir = task_dir
-        with open(os.path.join(task_dir, "task.json"), encoding="utf-8") as fh:
-            self.task = json.load(fh)
+        self.task = read_task(os.path.join(task_dir, "task.json"))
         self.restarts = 0
         self.free_retries = 0  # restarts after a stop on notice: not counted in `restarts`
         self.attempt = 0
