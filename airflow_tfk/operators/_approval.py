@@ -163,7 +163,10 @@ def _shown(value: object, limit: int = 200) -> str:
 
 
 def approved(event: Mapping[str, Any]) -> tuple[bool, str]:
-    """Whether the resume event approves, and what it says (escaped: :func:`_shown`)."""
+    """Whether the resume event approves, and what it says (escaped: :func:`_shown`).
+    Airflow's own timeout (the scheduler's sweep, or the HITL trigger) resumes with the
+    default option and ``timedout: True``, no person: that is "nobody answered", never
+    "someone chose"."""
     if "error" in event:
         kind = event.get("error_type", "error")
         return False, (
@@ -172,7 +175,35 @@ def approved(event: Mapping[str, Any]) -> tuple[bool, str]:
             else f"the approval failed: {_shown(event['error'])}"
         )
     chosen = list(event.get("chosen_options") or [])
+    shown = "[" + ", ".join(_shown(c, 50) for c in chosen[:10]) + (", ..." if len(chosen) > 10 else "") + "]"
+    if event.get("timedout"):
+        return False, f"nobody answered in time (Airflow applied the default {shown})"
     who = event.get("responded_by_user") or {}
     name = who.get("name") if isinstance(who, Mapping) else getattr(who, "name", None)
-    shown = "[" + ", ".join(_shown(c, 50) for c in chosen[:10]) + (", ..." if len(chosen) > 10 else "") + "]"
-    return chosen == [APPROVE], f"{_shown(name) if name else 'someone'} chose {shown}"
+    if not name:
+        return False, f"no person answered (the recorded choice {shown} names nobody)"
+    return chosen == [APPROVE], f"{_shown(name)} chose {shown}"
+
+
+def airflow_states(context: Mapping[str, Any], task_ids: list[str]) -> dict[str, str | None]:
+    """What Airflow's database holds now for ``task_ids`` of this run (through the task
+    runner's supervisor and the execution API: not what this process believes)."""
+    ti = context["ti"]
+    states = ti.get_task_states(dag_id=ti.dag_id, task_ids=list(task_ids), run_ids=[ti.run_id])
+    mine = states.get(ti.run_id) or {}
+    out: dict[str, str | None] = {}
+    for task_id in task_ids:
+        state = mine.get(task_id)
+        out[task_id] = None if state is None else str(getattr(state, "value", state))
+    return out
+
+
+def require_running(context: Mapping[str, Any], why: str) -> None:
+    """The fence before anything a client can see: Airflow must hold this task instance
+    as ``running``; otherwise (e.g. the scheduler failed it) :class:`NotApproved`."""
+    from airflow_tfk.serving.publish import NotApproved
+
+    ti = context["ti"]
+    state = airflow_states(context, [ti.task_id])[ti.task_id]
+    if state != "running":
+        raise NotApproved(f"Airflow holds {ti.task_id} as {state}, not running: {why}")

@@ -247,7 +247,14 @@ class TFPublishModelOperator(OnBackendOperator):
         return self._publish(context, target, version, gate, metrics, approve)
 
     def _publish(
-        self, context: Context, target: Any, version: int | None, gate: Any, metrics: Any, approve: Any
+        self,
+        context: Context,
+        target: Any,
+        version: int | None,
+        gate: Any,
+        metrics: Any,
+        approve: Any,
+        fence: Any = None,
     ) -> dict[str, Any]:
         from airflow_tfk._airflow.compat import AirflowSkipException
         from airflow_tfk.serving.base import NotBlessed
@@ -262,6 +269,7 @@ class TFPublishModelOperator(OnBackendOperator):
                 gate=gate,
                 metrics=metrics,
                 approve=approve,
+                fence=fence,
             )
         except AwaitApproval as wait:
             from airflow_tfk.operators._approval import park
@@ -303,7 +311,22 @@ class TFPublishModelOperator(OnBackendOperator):
             )
         metrics = request.get("metrics") or None
         approve = same_files(request)
-        return self._publish(context, target, int(request["version"]), self.gate(), metrics, approve)
+        # A resumed execution can be failed by the scheduler while it runs (the parked
+        # execution's late exit: issue 35): nothing moves unless Airflow holds it running,
+        # and a promotion Airflow did not keep is undone.
+        from airflow_tfk.operators._approval import require_running
+
+        def fence() -> None:
+            require_running(context, "the approved version is not promoted")
+
+        try:
+            fence()
+        except NotApproved:
+            withdraw_candidate(target, self.log.info)
+            raise
+        out = self._publish(context, target, int(request["version"]), self.gate(), metrics, approve, fence)
+        _undo_unless_running(context, target, out, self.log.info)
+        return out
 
     def get_openlineage_facets_on_start(self) -> Any:
         """The model in, the serving model out (the ``openlineage`` provider calls this;
@@ -382,3 +405,16 @@ def _options(
         args.mapping_arg(value, field)
     if not isinstance(metrics, str):  # a mapping, or its JSON text (parsed when used)
         args.mapping_arg(metrics, "metrics")
+
+
+def _undo_unless_running(context: Any, target: Any, out: Mapping[str, Any], emit: Any) -> None:
+    """After the label moved: if Airflow no longer holds the task as running (its success
+    will be refused), put the label back and fail, so what serves matches Airflow's record."""
+    from airflow_tfk.operators._approval import require_running
+    from airflow_tfk.serving.publish import NotApproved, withdraw_version
+
+    try:
+        require_running(context, "the promotion is undone")
+    except NotApproved:
+        withdraw_version(target, int(out["version"]), out.get("previous_version"), emit)
+        raise

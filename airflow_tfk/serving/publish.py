@@ -122,6 +122,35 @@ def withdraw_candidate(target: ServingTarget, emit: Emit) -> None:
     emit(f"withdrew {name}: the version that served before still serves")
 
 
+def withdraw_version(target: ServingTarget, version: int, previous: int | None, emit: Emit) -> bool:
+    """Undo a promotion that Airflow did not record as a success: when the ``stable``
+    label (or the policy) holds ``version``, the label goes back to ``previous`` and the
+    version leaves the policy (the model's entry leaves the config when nothing served
+    before); the candidate entry goes too. True when something was undone."""
+    name = target.spec.model_name
+    config = target.read_config() or ModelServerConfig()
+    model = config.get(name)
+    clean = _without(config, candidate_name(name))
+    changed = clean != config
+    if model is not None and (version in model.versions or model.labels.get(STABLE_LABEL) == version):
+        if previous is None:
+            clean = _without(clean, name)
+        else:
+            labels = {**model.labels, STABLE_LABEL: previous}
+            keep = tuple(v for v in model.versions if v != version) or (previous,)
+            if previous not in keep:
+                keep = (*keep, previous)
+            clean = clean.put(model.with_versions(tuple(sorted(keep)), labels))
+        changed = True
+    if changed:
+        target.write_config(clean)
+        emit(
+            f"withdrew {name} version {version}: the '{STABLE_LABEL}' label is on "
+            f"{previous if previous is not None else 'no version'} again; the candidate entry is gone"
+        )
+    return changed
+
+
 def candidate_name(model: str) -> str:
     """The model name a candidate is validated under; no client calls it."""
     return f"{model}{CANDIDATE_SUFFIX}"
@@ -186,6 +215,7 @@ def publish(
     gate: QualityGate | None = None,
     metrics: dict[str, Any] | None = None,
     approve: Approve | None = None,
+    fence: Callable[[], None] | None = None,
 ) -> PublishResult:
     """Publish ``version`` (default: the newest exported) of ``target``'s model.
 
@@ -194,8 +224,11 @@ def publish(
         metrics file the training app exported with the version.
     :param approve: asked, once the candidate answered its smoke test under its candidate
         name, with the candidate's and the serving version's metrics; False rolls back.
+    :param fence: called last before the ``stable`` label moves (every replica has the
+        version): raising (e.g. :class:`NotApproved`: the scheduler no longer holds the task
+        as running) rolls back as any failure before promotion does.
     :raises NotBlessed: the gate refused the version; nothing was touched.
-    :raises NotApproved: ``approve`` refused it; rolled back, no client saw it.
+    :raises NotApproved: ``approve`` or ``fence`` refused it; rolled back, no client saw it.
     :raises ServingError: the version did not load or answer; the previous serving
         version (if any) is serving, and never stopped.
     """
@@ -260,6 +293,8 @@ def publish(
         # Last, once every replica has loaded it and just before the label moves to it: the
         # files the servers read must be the ones the gate and the approval vouched for.
         _same_files_as_checked(target, version, files, emit)
+        if fence is not None:
+            fence()
         emit(
             f"{name} version {version} is AVAILABLE on every replica ({len(replicas)}): "
             f"moving the '{STABLE_LABEL}' label to it"

@@ -5,9 +5,10 @@
   the training: the triggerer goes on waiting, the training ends and its parameter server
   is ended by the triggerer, and the task stays ``scheduled`` until the DAG is unpaused.
 - (``TFK_REAL_AIRFLOW=1``) New data triggers the retrain and the new model the publish,
-  with no trigger but the first; then one candidate is approved and one rejected through
-  the HITL endpoints while a client polls the stable endpoint: the rejected version never
-  answers it.
+  with no trigger but the first; then, through the HITL endpoints, candidates published as
+  stage >> approve >> promote are approved, approved into Airflow's race (issue 35),
+  rejected, and left to Airflow's timeout, while a client polls the stable endpoint: after
+  each, Airflow's record and the served version agree, and only the approved one answers.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ from typing import Any
 
 import pytest
 
+from airflow_tfk.serving.local import LocalServing
+from airflow_tfk.serving.spec import ServingSpec
 from tests.helpers import cluster_processes
 
+from .approval_cases import run_case
 from .real_airflow import ROOT, ApiError, RealAirflow, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -108,7 +112,13 @@ def test_deferred_training_through_the_rest_api(tmp_path: Path) -> None:
 
 
 # -- the model lifecycle on the real deployment (TFK_REAL_AIRFLOW=1) ---------------------
-LIFECYCLE = ("tfk_digits_data", "tfk_retrain_on_data", "tfk_publish_on_model", "tfk_e2e_approval")
+LIFECYCLE = (
+    "tfk_digits_data",
+    "tfk_retrain_on_data",
+    "tfk_publish_on_model",
+    "tfk_e2e_approval_tasks",
+    "tfk_e2e_approval_timeout",
+)
 MODEL_URI = "x-tfk-pvc://tfk-models/digits?namespace=default"
 SERVING_URI = "x-tfk-serving://local/digits"
 
@@ -218,24 +228,6 @@ def _candidate_versions(rest: str) -> dict[int, str]:
         return {int(s["version"]): s["state"] for s in json.load(resp)["model_version_status"]}
 
 
-def _answer(airflow: RealAirflow, run: str, choice: str, rest: str, version: int) -> dict[str, Any]:
-    dag = "tfk_e2e_approval"
-    wait_for(
-        f"the publish of {run} to await a person's input",
-        lambda: _state(airflow, dag, run, "publish") == "awaiting_input",
-        600,
-        airflow,
-    )
-    path = f"/dags/{dag}/dagRuns/{run}/taskInstances/publish/-1/hitlDetails"
-    request = airflow.api("GET", path)
-    assert request["options"] == ["Approve", "Reject"] and "| accuracy |" in request["body"], request
-    # loaded and smoke-tested under the candidate's name while the person decides
-    assert _candidate_versions(rest).get(version) == "AVAILABLE"
-    answered = airflow.api("PATCH", path, {"chosen_options": [choice]})
-    assert answered["chosen_options"] == [choice] and answered["responded_by"]["name"] == "admin"
-    return dict(request)
-
-
 @pytest.mark.skipif(
     os.environ.get("TFK_REAL_AIRFLOW") != "1",
     reason="two real trainings' worth of lifecycle on four Airflow processes (minutes): TFK_REAL_AIRFLOW=1",
@@ -243,8 +235,12 @@ def _answer(airflow: RealAirflow, run: str, choice: str, rest: str, version: int
 def test_lifecycle_and_approval_on_a_real_deployment(tmp_path: Path) -> None:
     airflow = RealAirflow(
         tmp_path,
-        [ROOT / "dags" / "tfk_lifecycle.py", HERE / "real_airflow_dags" / "tfk_e2e_approval.py"],
+        [ROOT / "dags" / "tfk_lifecycle.py", HERE / "real_airflow_dags" / "tfk_e2e_approval_tasks.py"],
         AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE="true",
+        # the approval race made deterministic for runs that ask for it (tfk_e2e_race)
+        AIRFLOW__CORE__PLUGINS_FOLDER=str(HERE / "real_airflow_plugins"),
+        # the scheduler's sweep of unanswered approvals (default every 15 s)
+        AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL="2",
     )
     poller: StablePoller | None = None
     airflow.start()
@@ -274,10 +270,10 @@ def test_lifecycle_and_approval_on_a_real_deployment(tmp_path: Path) -> None:
         assert serving_event["extra"]["version"] == version
         stable = str(serving_event["extra"]["endpoint"])
 
-        # Two candidates: copies of the real export under the next version numbers.
+        # Candidates: copies of the real export under the next version numbers.
         model_dir = airflow.local_root / "default" / ".claims" / "tfk-models" / "digits"
-        approve, reject = version + 1, version + 2
-        for v in (approve, reject):
+        approve, race, reject, timeout = (version + i for i in (1, 2, 3, 4))
+        for v in (approve, race, reject, timeout):
             shutil.copytree(model_dir / str(version), model_dir / str(v))
         server = json.loads(
             (airflow.local_root / "default" / ".serving" / "tfs-digits" / "server.json").read_text()
@@ -286,35 +282,33 @@ def test_lifecycle_and_approval_on_a_real_deployment(tmp_path: Path) -> None:
             tmp_path, f"127.0.0.1:{server['grpc_port']}", f"{stable}:predict", model_dir / str(version)
         )
         wait_for("the stable label to answer over gRPC", lambda: poller.answers(), 300)
+        serving = LocalServing(ServingSpec(model_name="digits", claim="tfk-models"), str(airflow.local_root))
 
-        run = airflow.trigger("tfk_e2e_approval", {"version": approve})
-        rest = f"http://127.0.0.1:{server['rest_port']}"
-        request = _answer(airflow, run, "Approve", rest, approve)
-        assert request["subject"] == f"Promote digits version {approve}?"
-        wait_for(
-            "the approved publish",
-            lambda: airflow.run_state("tfk_e2e_approval", run) == "success",
-            600,
-            airflow,
-        )
+        # After each answer, Airflow's record and the stable label agree (approval_cases).
+        dag, t0 = "tfk_e2e_approval_tasks", time.monotonic()
+        approved = run_case(airflow, serving, dag, approve, "Approve")
+        assert approved["states"]["publish.promote"] == "success"
+        assert approved["request"]["subject"] == f"Promote digits version {approve}?"
+        assert "| accuracy |" in approved["request"]["body"]
         wait_for(f"version {approve} to answer the stable label", lambda: approve in poller.answers(), 60)
-
-        run = airflow.trigger("tfk_e2e_approval", {"version": reject})
-        _answer(airflow, run, "Reject", rest, reject)
-        wait_for(
-            "the rejected publish to fail",
-            lambda: airflow.run_state("tfk_e2e_approval", run) == "failed",
-            600,
-        )
-        assert _state(airflow, "tfk_e2e_approval", run, "publish") == "failed"
+        raced = run_case(airflow, serving, dag, race, "Approve", race=True)
+        assert raced["states"]["publish.approve"] == "failed"  # Airflow's race did happen
+        assert raced["states"]["publish.promote"] == "upstream_failed"
+        rejected = run_case(airflow, serving, dag, reject, "Reject")
+        assert rejected["states"]["publish.promote"] == "skipped"
+        timed_out = run_case(airflow, serving, "tfk_e2e_approval_timeout", timeout, None)
+        assert timed_out["states"]["publish.promote"] == "skipped"
+        path = f"/dags/tfk_e2e_approval_timeout/dagRuns/{timed_out['run']}/taskInstances/publish.approve/-1"
+        detail = airflow.api("GET", f"{path}/hitlDetails")  # Airflow's own timeout: its default, no one
+        assert detail["chosen_options"] == ["Reject"] and not detail.get("responded_by"), detail
+        print(f"approval cases: {time.monotonic() - t0:.1f} s", flush=True)
         seen_after = len(poller.answers())
-        wait_for("more answers after the rejection", lambda: len(poller.answers()) > seen_after + 20, 120)
+        wait_for("more answers after the cases", lambda: len(poller.answers()) > seen_after + 20, 120)
         poller.stop()
         answers = poller.answers()
         counts = {v: answers.count(v) for v in sorted(set(answers))}
         print(f"stable label: gRPC answers by version {counts}; REST {poller.rest_ok} answers")
-        assert reject not in counts, f"the rejected version answered a client: {counts}"
-        assert answers[-1] == approve and set(counts) == {version, approve}, counts
+        assert answers[-1] == approve and set(counts) == {version, approve}, counts  # nothing else answered
         assert poller.errors() == [] and poller.rest_errors == [], (
             poller.errors()[:5],
             poller.rest_errors[:5],
@@ -323,9 +317,6 @@ def test_lifecycle_and_approval_on_a_real_deployment(tmp_path: Path) -> None:
         if poller is not None:
             poller.stop()
         airflow.stop()
-        from airflow_tfk.serving.local import LocalServing
-        from airflow_tfk.serving.spec import ServingSpec
-
         LocalServing(ServingSpec(model_name="digits", claim="tfk-models"), str(airflow.local_root)).delete(
             print
         )

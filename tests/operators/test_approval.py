@@ -68,10 +68,20 @@ def served(monkeypatch):
     return target, requests
 
 
-def _context() -> dict:
+def _context(*held: str) -> dict:
+    """A task context whose ``ti.get_task_states`` answers, call by call, what Airflow's
+    database holds for the publish (the last answer repeats; default ``running``)."""
     from tests.helpers import task_context
 
-    return {**task_context(task_id="publish"), "task_instance": SimpleNamespace(id="ti-1")}
+    ctx = task_context(task_id="publish")
+    answers = list(held or ("running",))
+
+    def get_task_states(dag_id, task_ids, run_ids, **_):
+        state = answers.pop(0) if len(answers) > 1 else answers[0]
+        return {run_ids[0]: {t: state for t in task_ids}}
+
+    ctx["ti"].get_task_states = get_task_states
+    return {**ctx, "task_instance": SimpleNamespace(id="ti-1")}
 
 
 def _park(served):
@@ -113,6 +123,19 @@ def test_approved_candidate_is_promoted(served) -> None:
     ("event", "why"),
     [
         ({"chosen_options": ["Reject"], "params_input": {}, "responded_by_user": {"name": "bo"}}, "bo chose"),
+        # Airflow 3.3's own timeout (the scheduler's sweep, models/hitl.py
+        # as_resume_event_payload): the default option, no person, timedout
+        (
+            {
+                "chosen_options": ["Reject"],
+                "params_input": {},
+                "responded_at": None,
+                "responded_by_user": None,
+                "timedout": True,
+            },
+            r"nobody answered in time \(Airflow applied the default \[Reject\]\)",
+        ),
+        # the HITL trigger's timeout without defaults (Airflow < 3.3)
         ({"error": "timed out", "error_type": "timeout"}, "nobody answered in time"),
     ],
 )
@@ -200,3 +223,40 @@ def test_what_the_resume_event_says_reaches_the_log_escaped(text: str, where: st
         }
     _, said = _approval.approved(event)
     assert said.isprintable() and len(said) < 400
+
+
+def test_a_resumed_publish_that_airflow_failed_promotes_nothing(served) -> None:
+    """Issue 35: the scheduler failed the resumed task (the parked execution's late exit);
+    an approval in the event does not move the label, and the candidate is withdrawn."""
+    from airflow_tfk.serving.publish import NotApproved
+
+    target, _ = served
+    op, kwargs = _park(served)
+    event = {"chosen_options": ["Approve"], "params_input": {}, "responded_by_user": {"name": "ana"}}
+    with pytest.raises(NotApproved, match="Airflow holds publish as failed"):
+        op.execute_approved(_context("failed"), event, **kwargs)
+    assert target.config.get("digits-tfk-candidate") is None
+    assert target.label_version("stable") == 1 and target.config.get("digits").versions == (1,)
+
+
+@pytest.mark.parametrize("failed_at", [2, 3])
+def test_a_publish_failed_while_promoting_serves_what_served_before(served, failed_at) -> None:
+    """Failed before the label moves (the fence, 2nd look) or just after (3rd look): the
+    label is on version 1 again and the task fails, as Airflow recorded."""
+    from airflow_tfk.serving.publish import NotApproved
+
+    target, _ = served
+    op, kwargs = _park(served)
+    event = {"chosen_options": ["Approve"], "params_input": {}, "responded_by_user": {"name": "ana"}}
+    held = ["running"] * (failed_at - 1) + ["failed"]
+    with pytest.raises(NotApproved, match="Airflow holds publish as failed"):
+        op.execute_approved(_context(*held), event, **kwargs)
+    assert target.label_version("stable") == 1 and 2 not in target.config.get("digits").versions
+    assert target.config.get("digits-tfk-candidate") is None
+
+
+def test_an_answer_that_names_no_person_does_not_approve() -> None:
+    from airflow_tfk.operators._approval import approved
+
+    yes, why = approved({"chosen_options": ["Approve"], "responded_by_user": None})
+    assert not yes and "names nobody" in why
