@@ -11,9 +11,15 @@ and database) a sweep's study may use. Default: none.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.sweep.storage import StoragePolicy
+
+if TYPE_CHECKING:
+    from airflow_tfk.spec.platform_policy import PlatformPolicy
+
+#: the section of Airflow's configuration that holds the platform policy
+POLICY_SECTION = "tfk_policy"
 
 
 def _conf() -> Any:
@@ -34,3 +40,14 @@ def sweep_storage_policy() -> StoragePolicy:
         allowed_url_prefixes=tuple(p.strip() for p in prefixes.split(",") if p.strip()),
         metadata_url=conf.get("database", "sql_alchemy_conn", fallback=None),
     )
+
+
+def platform_policy() -> PlatformPolicy:
+    """The platform team's pod policy, from ``[tfk_policy]`` of Airflow's configuration
+    (``AIRFLOW__TFK_POLICY__<OPTION>`` too): Pod Security ``restricted`` and no host paths,
+    capabilities, ``nodeName``, host ports or tokens when the section says nothing. An
+    option the policy does not know is an error naming it, not a setting silently lost."""
+    from airflow_tfk.spec.platform_policy import PlatformPolicy
+
+    section = _conf().getsection(POLICY_SECTION) or {}
+    return PlatformPolicy.from_config(section, name=POLICY_SECTION)

@@ -248,7 +248,14 @@ def _render(args: argparse.Namespace) -> list[dict]:
     identity = None
     if args.dag_id or args.task_id or args.run_id:
         identity = RunIdentity(args.dag_id, args.task_id, args.run_id, args.map_index)
-    return render(spec, identity, template_dir=args.template_dir)
+    manifests = render(spec, identity, template_dir=args.template_dir)
+    # The final pod templates, every patch applied, against the platform's policy (Pod
+    # Security restricted unless [tfk_policy] says otherwise): every violation named.
+    from airflow_tfk._airflow.platform_config import platform_policy
+    from airflow_tfk.spec.platform_policy import check_manifests, raise_for
+
+    raise_for(check_manifests(manifests, platform_policy()))
+    return manifests
 
 
 def _complete(parser: argparse.ArgumentParser) -> None:
