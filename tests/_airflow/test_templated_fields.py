@@ -30,6 +30,11 @@ import airflow_tfk.operators
 import airflow_tfk.sensors
 from airflow_tfk._airflow.templated_fields import CheckedTemplateFields, field_path
 from airflow_tfk.core.errors import SpecError, TemplateFieldError, TemplateValueError
+from airflow_tfk.operators.approval_flow import (
+    TFPromoteCandidateOperator,
+    TFStageCandidateOperator,
+    TFWithdrawCandidateOperator,
+)
 from airflow_tfk.operators.cluster import (
     TFCreateClusterOperator,
     TFDeleteClusterOperator,
@@ -55,6 +60,26 @@ BUILD: dict[type, Callable[[], BaseOperator]] = {
     TFClusterSensor: lambda: TFClusterSensor(task_id="t", cluster=HANDLE),
     TFPublishModelOperator: lambda: TFPublishModelOperator(
         task_id="t", backend="local", model_name="m", base_path="/m"
+    ),
+    TFStageCandidateOperator: lambda: TFStageCandidateOperator(
+        task_id="t", backend="local", model_name="m", base_path="/m"
+    ),
+    TFPromoteCandidateOperator: lambda: TFPromoteCandidateOperator(
+        task_id="t",
+        backend="local",
+        model_name="m",
+        base_path="/m",
+        stage_task_id="stage",
+        approve_task_id="approve",
+    ),
+    TFWithdrawCandidateOperator: lambda: TFWithdrawCandidateOperator(
+        task_id="t",
+        backend="local",
+        model_name="m",
+        base_path="/m",
+        stage_task_id="stage",
+        approve_task_id="approve",
+        promote_task_id="promote",
     ),
     TFStopModelServerOperator: lambda: TFStopModelServerOperator(
         task_id="t", backend="local", model_name="m"

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from k8s import addons
@@ -43,9 +41,9 @@ from airflow_tfk.run.wait import wait_for_cluster
 from airflow_tfk.spec.admission import KUEUE_QUEUE_LABEL
 from airflow_tfk.spec.cluster import Mode, TFClusterSpec, quantity_value
 from k8s_integration import _tfk
+from tests.helpers import rbac_render
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "rbac"))
-import render as rbac  # noqa: E402 - deploy/rbac/render.py
+rbac = rbac_render()  # deploy/rbac/render.py
 
 pytestmark = pytest.mark.k8s
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures

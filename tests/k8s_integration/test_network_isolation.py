@@ -19,9 +19,7 @@ docs/network-isolation.md).
 from __future__ import annotations
 
 import json
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -40,9 +38,9 @@ from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
 from airflow_tfk.spec.cluster import TFClusterSpec
 from airflow_tfk.tensorboard.render import render_tensorboard
 from k8s_integration import _tfk
+from tests.helpers import rbac_render
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "rbac"))
-import render as rbac  # noqa: E402 - deploy/rbac/render.py
+rbac = rbac_render()  # deploy/rbac/render.py
 
 pytestmark = pytest.mark.k8s
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures

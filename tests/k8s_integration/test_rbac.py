@@ -8,7 +8,6 @@ single 403; the same identity is denied in any other namespace.
 from __future__ import annotations
 
 import asyncio
-import sys
 import uuid
 from pathlib import Path
 
@@ -21,9 +20,9 @@ from kubernetes.utils import create_from_dict
 from airflow_tfk.backends.kubernetes.backend import KubernetesApiError
 from airflow_tfk.core import naming
 from k8s_integration import _tfk
+from tests.helpers import rbac_render
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "rbac"))
-import render as rbac  # noqa: E402 - deploy/rbac/render.py
+rbac = rbac_render()  # deploy/rbac/render.py
 
 pytestmark = pytest.mark.k8s
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures

@@ -11,11 +11,9 @@ pod or a kubelet, so the proof is the status: anything but 403 passed RBAC.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,9 +27,9 @@ from airflow_tfk.serving.kubernetes import KubernetesServing
 from airflow_tfk.serving.spec import ServingSpec, TensorBoardSpec
 from airflow_tfk.tensorboard.kubernetes import KubernetesTensorBoard
 from k8s_integration import _tfk
+from tests.helpers import rbac_render
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy" / "rbac"))
-import render as rbac  # noqa: E402 - deploy/rbac/render.py
+rbac = rbac_render()  # deploy/rbac/render.py
 
 pytestmark = pytest.mark.k8s
 tfk_ns = _tfk.tfk_ns  # fixture

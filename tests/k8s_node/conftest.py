@@ -310,13 +310,13 @@ def node_conn(k8s_node, node_api, node_ns, tmp_path) -> Iterator[str]:
     """The ``kubernetes`` connection the operators use: deploy/rbac's ServiceAccount in the
     test's namespace (a bound token in a kubeconfig), so every test of the tier also shows
     that the least-privilege Role is enough on a real node (a 403 fails the operator)."""
-    import sys
 
     from k8s_integration._tfk import use_connection
     from kubernetes.utils import create_from_dict
 
-    sys.path.insert(0, str(nodemod.REPO / "deploy" / "rbac"))
-    import render as rbac  # deploy/rbac/render.py
+    from tests.helpers import rbac_render
+
+    rbac = rbac_render()  # deploy/rbac/render.py
 
     for doc in rbac.manifests(node_ns):
         create_from_dict(node_api, doc, namespace=doc["metadata"].get("namespace", node_ns))
