@@ -23,6 +23,7 @@ from airflow_tfk.core import naming
 from airflow_tfk.core.constants import POD_SECURITY_LEVEL, PodSecurityLevel
 from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
+from airflow_tfk.render.pod_semantics import check_pod_semantics
 from airflow_tfk.render.pods import patch_pod_templates, pod_context
 from airflow_tfk.render.templating import (
     RenderError,
@@ -428,6 +429,7 @@ def render(
         from airflow_tfk.render.pod_schema import check_pod_rules
 
         check_pod_rules(spec, manifests)
+    check_pod_semantics(spec, manifests)
     return manifests
 
 
