@@ -47,6 +47,23 @@ TENSORBOARD_TASK_ID: Final = "tensorboard"
 #: Seconds between two pokes of the blocking sensor.
 SENSOR_POKE_INTERVAL_SECONDS: Final = 10
 
+PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
+POD_SECURITY_LEVELS: Final[tuple[PodSecurityLevel, ...]] = ("privileged", "baseline", "restricted")
+#: The Pod Security Standard level the namespaces the provider creates enforce (and warn
+#: and audit at), so a per-training namespace is never weaker than the hardened pods the
+#: templates render, whatever the cluster's own default is. The platform policy sets it;
+#: this is its default, and the one place the level is read from.
+POD_SECURITY_LEVEL: Final[PodSecurityLevel] = "restricted"
+
+
+def pod_security_level(value: object, field: str = "pod_security_level") -> PodSecurityLevel:
+    """``value`` as a Pod Security level, or a ValueError naming ``field``."""
+    for level in POD_SECURITY_LEVELS:
+        if value == level:
+            return level
+    raise ValueError(f"{field}: must be one of {', '.join(POD_SECURITY_LEVELS)} (got {value!r})")
+
+
 BackendKind = Literal["kubernetes", "local"]
 BACKEND_KINDS: Final[tuple[BackendKind, ...]] = ("kubernetes", "local")
 #: The backend an operator or a training file runs on unless told otherwise. Kubernetes is

@@ -10,7 +10,7 @@ import hashlib
 import re
 from dataclasses import asdict, dataclass
 
-from airflow_tfk.core.constants import NAME_PREFIX
+from airflow_tfk.core.constants import NAME_PREFIX, POD_SECURITY_LEVEL, PodSecurityLevel, pod_security_level
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -47,6 +47,22 @@ ANNOTATION_SPEC_HASH = f"{LABEL_PREFIX}/spec-hash"
 # time out by itself (the local backend's processes); every Job also carries it as
 # activeDeadlineSeconds.
 ANNOTATION_MAX_DURATION = f"{LABEL_PREFIX}/max-duration-seconds"
+# Pod Security admission's namespace labels (https://kubernetes.io/docs/concepts/security/pod-security-admission/)
+POD_SECURITY_PREFIX = "pod-security.kubernetes.io"
+POD_SECURITY_MODES = ("enforce", "warn", "audit")
+
+
+def pod_security_labels(level: PodSecurityLevel = POD_SECURITY_LEVEL) -> dict[str, str]:
+    """The labels a namespace the provider creates carries: ``level`` enforced against the
+    newest version of the standard, and warned and audited at the same level."""
+    level = pod_security_level(level)
+    labels: dict[str, str] = {}
+    for mode in POD_SECURITY_MODES:
+        labels[f"{POD_SECURITY_PREFIX}/{mode}"] = level
+        labels[f"{POD_SECURITY_PREFIX}/{mode}-version"] = "latest"
+    return labels
+
+
 # Airflow stores the map index in a 32-bit integer column.
 MAP_INDEX_MAX = 2**31 - 1
 

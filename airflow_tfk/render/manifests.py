@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from airflow_tfk.core import naming
+from airflow_tfk.core.constants import POD_SECURITY_LEVEL, PodSecurityLevel
 from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
+from airflow_tfk.render.pod_semantics import check_pod_semantics
 from airflow_tfk.render.pods import patch_pod_templates, pod_context
 from airflow_tfk.render.templating import (
     RenderError,
@@ -363,7 +365,11 @@ def _plan(spec: TFClusterSpec, ctx: Mapping[str, Any]) -> list[tuple[str, str, d
 
 # -- public API -----------------------------------------------------------------------
 def render(
-    spec: TFClusterSpec, identity: RunIdentity | None = None, template_dir: str | Path | None = None
+    spec: TFClusterSpec,
+    identity: RunIdentity | None = None,
+    template_dir: str | Path | None = None,
+    *,
+    pod_security_level: PodSecurityLevel = POD_SECURITY_LEVEL,
 ) -> list[dict[str, Any]]:
     """Manifests of the whole cluster, in apply order (Namespace, NetworkPolicy, PVCs,
     Services, the PodGroup of a gang, the PS Job, the other Jobs).
@@ -373,6 +379,8 @@ def render(
         annotations); optional.
     :param template_dir: a directory whose files override the built-in templates of the
         same name (``job.yaml.j2``, ``_macros.yaml.j2``...).
+    :param pod_security_level: the Pod Security level a per-training namespace enforces
+        (its ``pod-security.kubernetes.io/*`` labels, set whatever the template says).
     :raises RenderError: a template produced something other than the expected object.
     """
     import yaml
@@ -392,6 +400,7 @@ def render(
         raise RenderError(f"a template failed to compile: {exc!r}"[:1000]) from None
     loader = yaml_loader()
     ctx = _context(spec, identity)
+    ctx["pod_security_labels"] = naming.pod_security_labels(pod_security_level)
     patches = {role: role_rules(spec, role)["patches"] for role in spec.roles()}
     manifests = []
     for kind, name, extra in _plan(spec, ctx):
@@ -408,12 +417,19 @@ def render(
         except yaml.YAMLError as exc:
             raise RenderError(f"{TEMPLATES[kind]} rendered invalid YAML for {name}: {exc}") from None
         _check(doc, kind, name, spec.namespace_name)
+        if kind == "Namespace":
+            # not the template's to weaken: a user's namespace template keeps its other labels
+            doc["metadata"]["labels"] = {
+                **(doc["metadata"].get("labels") or {}),
+                **ctx["pod_security_labels"],
+            }
         patch_pod_templates(doc, patches)
         manifests.append(doc)
     if _uses_pod_rules(spec):
         from airflow_tfk.render.pod_schema import check_pod_rules
 
         check_pod_rules(spec, manifests)
+    check_pod_semantics(spec, manifests)
     return manifests
 
 

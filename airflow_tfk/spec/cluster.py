@@ -141,7 +141,8 @@ class TFClusterSpec:
     namespace_per_training: bool = spec_field(
         False,
         kind="bool",
-        help="create the namespace `<namespace>-<name>` for this training, deleted with it; the "
+        help="create the namespace `<namespace>-<name>` for this training, deleted with it, enforcing "
+        "the `restricted` Pod Security level (its `pod-security.kubernetes.io` labels); the "
         "`image_pull_secrets` and `service_account` are copied into it from `namespace` and the "
         "LocalQueue `queue_name` is made there; an existing `storage.*.claim` is refused (a claim binds "
         "its volume to its own namespace)",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,18 @@ def _sa_user(namespace: str) -> str:
 
 
 def manifests(
-    namespace: str, *, namespace_per_training: bool = False, name_suffix: str = ""
+    namespace: str,
+    *,
+    namespace_per_training: bool = False,
+    name_suffix: str = "",
+    pull_secrets: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The objects of ``namespaced.yaml`` (or ``namespace-per-training.yaml``) with the
     ServiceAccount (and, for the Role, every object) in ``namespace``.
 
     ``name_suffix`` is appended to the cluster-scoped names, so several copies can coexist.
+    ``pull_secrets``: the image pull secrets of ``namespace`` the per-training identity may
+    read (by name) to copy; the file's example name when None.
     """
     import yaml
 
@@ -59,6 +66,10 @@ def manifests(
             meta["namespace"] = namespace
         for s in d.get("subjects", []):
             s["namespace"] = namespace
+        if d["kind"] == "Role" and pull_secrets is not None:
+            for rule in d["rules"]:
+                if rule["resources"] == ["secrets"]:
+                    rule["resourceNames"] = list(pull_secrets)
     return docs
 
 
@@ -91,12 +102,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("namespace")
     p.add_argument("--namespace-per-training", action="store_true")
+    p.add_argument(
+        "--pull-secret",
+        action="append",
+        dest="pull_secrets",
+        help="an image pull secret of <namespace> the per-training identity may read to copy (repeatable)",
+    )
     a = p.parse_args(argv)
     import yaml
 
     sys.stdout.write(
         yaml.safe_dump_all(
-            manifests(a.namespace, namespace_per_training=a.namespace_per_training), sort_keys=False
+            manifests(
+                a.namespace, namespace_per_training=a.namespace_per_training, pull_secrets=a.pull_secrets
+            ),
+            sort_keys=False,
         )
     )
     return 0

@@ -8,6 +8,7 @@ single 403; the same identity is denied in any other namespace.
 from __future__ import annotations
 
 import asyncio
+import base64
 import uuid
 from pathlib import Path
 
@@ -149,6 +150,20 @@ def _delete_cluster_scoped(k8s_api, docs: list[dict]) -> None:
                     raise
 
 
+def _allowed(api, user: str, resource: str, verb: str, namespace: str | None, name: str | None) -> bool:
+    """The API server's authorizer, asked whether ``user`` may ``verb`` the resource."""
+    attributes: dict = {"verb": verb, "resource": resource, "namespace": namespace or "", "name": name or ""}
+    groups = [
+        "system:serviceaccounts",
+        f"system:serviceaccounts:{user.split(':')[2]}",
+        "system:authenticated",
+    ]
+    review = client.AuthorizationV1Api(api).create_subject_access_review(
+        {"spec": {"user": user, "groups": groups, "resourceAttributes": attributes}}
+    )
+    return bool(review.status.allowed)
+
+
 def _denied(call, *args, **kw) -> str:
     """The 403 message of a write as the ServiceAccount (dry run: nothing is changed even
     if it were allowed)."""
@@ -192,7 +207,7 @@ def test_namespace_per_training_identity_is_confined_to_its_own_namespaces(
     lifecycle in a namespace the provider made, without a 403; 403 for every write in
     kube-system and in a namespace of another owner; and it cannot make a namespace its own."""
     suffix = f"-{uuid.uuid4().hex[:6]}"
-    docs = rbac.manifests(tfk_ns, namespace_per_training=True, name_suffix=suffix)
+    docs = rbac.manifests(tfk_ns, namespace_per_training=True, name_suffix=suffix, pull_secrets=["regcred"])
     assert {d["kind"] for d in docs} >= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     admin = client.CoreV1Api(k8s_api)
     other = f"t-owner-{uuid.uuid4().hex[:6]}"  # someone else's namespace, with a workload
@@ -211,6 +226,19 @@ def test_namespace_per_training_identity_is_confined_to_its_own_namespaces(
             admin.create_namespaced_config_map(
                 ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="kept"), data={"a": "b"})
             )
+        # the pull secret trainings name, and secrets it must not read: another owner's, and
+        # one beside the pull secret in the source namespace
+        pull = {".dockerconfigjson": base64.b64encode(b'{"auths":{}}').decode()}
+        admin.create_namespaced_secret(
+            tfk_ns,
+            client.V1Secret(
+                metadata=client.V1ObjectMeta(name="regcred"), type="kubernetes.io/dockerconfigjson", data=pull
+            ),
+        )
+        for ns in (other, tfk_ns):
+            admin.create_namespaced_secret(
+                ns, client.V1Secret(metadata=client.V1ObjectMeta(name="db-password"), string_data={"p": "x"})
+            )
         admin.create_namespaced_service(
             other,
             client.V1Service(
@@ -221,6 +249,27 @@ def test_namespace_per_training_identity_is_confined_to_its_own_namespaces(
         sa = k8s_cluster.api_client(token=k8s_cluster.service_account_token(tfk_ns, rbac.SERVICE_ACCOUNT))
         core, batch = client.CoreV1Api(sa), client.BatchV1Api(sa)
         _wait_enforced(core, other, "may change or delete only the namespaces it created")
+
+        # No Secret anywhere but the pull secret it copies, by name (the API server's own
+        # authorizer, asked for the ServiceAccount, and a real read as it)
+        user = f"system:serviceaccount:{tfk_ns}:{rbac.SERVICE_ACCOUNT}"
+        reads = [
+            (verb, ns, name)
+            for verb in ("get", "list", "watch")
+            for ns, name in (
+                (other, "db-password"),
+                ("kube-system", None),
+                (tfk_ns, "db-password"),
+                (None, None),
+            )
+        ]
+        assert [r for r in reads if _allowed(k8s_api, user, "secrets", *r)] == []
+        assert _allowed(k8s_api, user, "secrets", "get", tfk_ns, "regcred")
+        for ns in (other, tfk_ns):
+            with pytest.raises(client.ApiException) as read:
+                core.read_namespaced_secret("db-password", ns)
+            assert read.value.status == 403, read.value
+        assert core.read_namespaced_secret("regcred", tfk_ns).type == "kubernetes.io/dockerconfigjson"
 
         # kube-system and another owner's namespace: every write refused by the API server
         # (the API server itself never deletes kube-system: its NamespaceLifecycle says so first)
@@ -272,15 +321,50 @@ def test_namespace_per_training_identity_is_confined_to_its_own_namespaces(
         with _tfk.use_connection(kubeconfig, "tfk_rbac_ns"):
             ctx = _tfk.task_context("manual__ownns")
             name = _tfk.cluster_name(ctx)
-            spec = _tfk.spec(tfk_ns, "all_reduce", workers=2, ps=0, namespace_per_training=True)
+            spec = _tfk.spec(
+                tfk_ns,
+                "all_reduce",
+                workers=2,
+                ps=0,
+                namespace_per_training=True,
+                image_pull_secrets=["regcred"],
+            )
             own_ns = f"{tfk_ns}-{name}"
             op = _tfk.make_op(tfk_ns, spec, kubernetes_conn_id="tfk_rbac_ns", cleanup="all")
-            with _tfk.PodDriver(k8s_api, own_ns, name):
+
+            seen = []
+
+            def copied(pod):
+                # the pods name the copy, and it is there: made in the training's namespace
+                # from the pull secret it read by name
+                copy = admin.read_namespaced_secret("regcred", own_ns)
+                names = [s.name for s in pod.spec.image_pull_secrets or []]
+                seen.append((names, copy.type, copy.data == pull))
+                return _tfk.default_rule(pod)
+
+            with _tfk.PodDriver(k8s_api, own_ns, name, rule=copied):
                 assert op.execute(ctx)["outcome"] == "succeeded"
+            assert seen and set(map(str, seen)) == {
+                str((["regcred"], "kubernetes.io/dockerconfigjson", True))
+            }
             out = capfd.readouterr().out + caplog.text
             assert f"networkpolicies, namespace {own_ns})" in out, out[-2000:]  # deleted with it
             _no_forbidden(out)
             _tfk.wait_no_leftovers(k8s_api, own_ns, name, timeout=90)
+
+            # a pull secret its Role does not list: refused naming the field, nothing made
+            ctx = _tfk.task_context("manual__ownns_secret")
+            name = _tfk.cluster_name(ctx)
+            op = _tfk.make_op(
+                tfk_ns, {**spec, "image_pull_secrets": ["db-password"]}, kubernetes_conn_id="tfk_rbac_ns"
+            )
+            with pytest.raises(KubernetesApiError) as denied:
+                op.execute(ctx)
+            assert denied.value.status == 403, denied.value
+            assert f"image_pull_secrets[0]: read Secret {tfk_ns}/db-password" in str(denied.value), (
+                denied.value
+            )
+            _tfk.wait_no_leftovers(k8s_api, f"{tfk_ns}-{name}", name, timeout=90)
     finally:
         _delete_cluster_scoped(k8s_api, docs)
         for ns in (other, shared):

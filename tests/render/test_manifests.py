@@ -386,6 +386,32 @@ def test_namespace_everywhere_and_namespace_object_first():
     assert [m["kind"] for m in render(make())].count("Namespace") == 0
 
 
+@pytest.mark.parametrize("level", ["restricted", "baseline"])
+def test_a_per_training_namespace_enforces_the_pod_security_level(level, tmp_path):
+    """enforce, warn and audit at one level against the latest standard; the default is
+    restricted, and a user's namespace template can neither drop nor weaken it."""
+    expected = {
+        f"pod-security.kubernetes.io/{mode}{suffix}": (level if not suffix else "latest")
+        for mode in ("enforce", "warn", "audit")
+        for suffix in ("", "-version")
+    }
+    spec = make(SPECS["namespace_per_training"])
+    default = render(spec)[0]["metadata"]["labels"]
+    assert {k: v for k, v in default.items() if k.startswith("pod-security")} == {
+        k: "restricted" if v == level else v for k, v in expected.items()
+    }
+    (tmp_path / "namespace.yaml.j2").write_text(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {{ c.namespace | tojson }}\n"
+        "  labels: {team: ml, pod-security.kubernetes.io/enforce: privileged}\n"
+    )
+    for template_dir in (None, tmp_path):
+        labels = render(spec, template_dir=template_dir, pod_security_level=level)[0]["metadata"]["labels"]
+        assert {k: v for k, v in labels.items() if k.startswith("pod-security")} == expected
+    assert labels["team"] == "ml"
+    with pytest.raises(ValueError, match="pod_security_level: must be one of"):
+        render(spec, pod_security_level="none")  # type: ignore[arg-type]
+
+
 def test_pods_are_hardened():
     for m in render(make(SPECS["kitchen_sink"])):
         if m["kind"] != "Job":

@@ -51,7 +51,11 @@ def needs_plan(spec: TFClusterSpec, labels: dict[str, str]) -> Plan:
     out: list[dict[str, Any]] = []
     for i, name in enumerate(spec.image_pull_secrets):
         secret = yield Request(
-            "GET", BY_KIND["Secret"].item(source, name), what=f"read Secret {source}/{name}"
+            "GET",
+            BY_KIND["Secret"].item(source, name),
+            # a 403 names the field too: the identity may read only the pull secrets its
+            # RBAC lists by name (deploy/rbac/namespace-per-training.yaml)
+            what=f"image_pull_secrets[{i}]: read Secret {source}/{name}",
         )
         if secret is None:
             raise SpecError(
