@@ -68,14 +68,19 @@ def test_a_spec_that_breaks_the_policy_is_refused_naming_the_field(tmp_path: Pat
 
 
 def test_only_the_deployments_configuration_relaxes_it(tmp_path: Path) -> None:
-    extra, _ = HOSTILE["host-pid-patch"]
+    volume = (
+        "pod: {volumes: [{name: shared, hostPath: {path: /srv/data}}],"
+        " volume_mounts: [{name: shared, mountPath: /shared}]}\n"
+    )
+    refused = _render(BASE + volume, tmp_path)
+    assert refused.returncode != 0 and "hostPath" in refused.stderr, refused.stderr
     relaxed = {
         "AIRFLOW__TFK_POLICY__POD_SECURITY_LEVEL": "privileged",
-        "AIRFLOW__TFK_POLICY__TEMPLATE_PATCH_MAY_SET_SECURITY": "true",
+        "AIRFLOW__TFK_POLICY__ALLOWED_HOST_PATHS": "/srv",
     }
-    out = _render(BASE + extra, tmp_path, **relaxed)
+    out = _render(BASE + volume, tmp_path, **relaxed)
     assert out.returncode == 0, out.stderr
-    assert "hostPID: true" in out.stdout
+    assert "path: /srv/data" in out.stdout
 
 
 def test_an_unknown_policy_option_is_an_error_naming_it(tmp_path: Path) -> None:
