@@ -21,18 +21,22 @@ def parser(doc: str, **defaults: int | float | str) -> argparse.ArgumentParser:
     return p
 
 
-def python_seconds(code: str) -> float:
-    """Run ``code`` in a new interpreter from the repository root; it prints a number of
-    seconds as its last line, which is returned.
+def python_seconds(code: str, root: Path = ROOT) -> float:
+    """Run ``code`` in a new interpreter from ``root`` (this repository by default, or
+    another checkout, whose ``airflow_tfk`` then comes first on the path, whatever the
+    venv's editable install points at); it prints a number of seconds as its last line,
+    which is returned.
 
     The interpreter reads and writes bytecode as an installed wheel's would, whatever the
     caller's environment says: under an inherited ``PYTHONDONTWRITEBYTECODE`` every sample
     would compile the package's modules again and time the compiler.
     """
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    if root != ROOT:
+        env["PYTHONPATH"] = str(root)
     out = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=ROOT,
+        cwd=root,
         env=env,
         capture_output=True,
         text=True,

@@ -12,13 +12,11 @@ both alike; the ratio of minima (this / other) is the verdict (target: within 10
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 from _common import parser as bench_parser
+from _common import python_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,30 +36,13 @@ print(time.perf_counter() - t0)
 """
 
 
-def seconds(code: str, checkout: Path) -> float:
-    """``code`` in a new interpreter whose ``airflow_tfk`` is ``checkout``'s (first on the
-    path, whatever the venv's editable install points at)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-    env["PYTHONPATH"] = str(checkout)
-    out = subprocess.run(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(checkout)!r})\n{code}"],
-        cwd=checkout,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    return float(out.stdout.strip().splitlines()[-1])
-
-
 def compare(name: str, code: dict[Path, str], samples: int) -> float:
     for checkout, snippet in code.items():
-        seconds(snippet, checkout)  # bytecode and caches, outside the measurement
+        python_seconds(snippet, checkout)  # bytecode and caches, outside the measurement
     times: dict[Path, list[float]] = {checkout: [] for checkout in code}
     for _ in range(samples):
         for checkout, snippet in code.items():
-            times[checkout].append(seconds(snippet, checkout))
+            times[checkout].append(python_seconds(snippet, checkout))
     this, other = (times[c] for c in code)
     ratio = min(this) / min(other)
     print(
