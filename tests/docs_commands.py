@@ -12,10 +12,16 @@ from pathlib import Path
 def section(path: Path, heading: str) -> str:
     """``heading``'s section of ``path``: up to the next heading of its level or higher."""
     text = path.read_text(encoding="utf-8")
-    body = text.index(heading + "\n") + len(heading) + 1
+    lines = text.splitlines(keepends=True)
+    start = lines.index(heading + "\n") + 1
     level = len(heading.split(" ", 1)[0])
-    end = re.search(rf"^#{{1,{level}}} ", text[body:], flags=re.M)
-    return text[body : body + end.start()] if end else text[body:]
+    in_fence = False
+    for i in range(start, len(lines)):
+        if lines[i].startswith("```"):
+            in_fence = not in_fence
+        elif not in_fence and re.match(rf"#{{1,{level}}} ", lines[i]):
+            return "".join(lines[start:i])  # a comment in a code block is not a heading
+    return "".join(lines[start:])
 
 
 def fenced(text: str, lang: str) -> list[str]:
