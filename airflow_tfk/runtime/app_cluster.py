@@ -15,6 +15,7 @@ from airflow_tfk.runtime.loops import server_inter_op_threads
 
 if TYPE_CHECKING:
     from airflow_tfk.runtime.flags import PlatformFlags
+    from airflow_tfk.runtime.notice import Notice
 
 
 class ClusterTask:
@@ -22,6 +23,8 @@ class ClusterTask:
         flags: PlatformFlags
         task: _cluster.TaskInfo | None
         mode: str
+        notice: Notice | None
+        step: int
 
         @property
         def is_chief(self) -> bool: ...
@@ -83,6 +86,24 @@ class ClusterTask:
         server.join()
 
     def wait_for(self, roles: Sequence[str], tcp: bool = True) -> None:
-        """Wait (``--tfk_cluster_wait`` at most) until the tasks of ``roles`` are reachable."""
+        """Wait (``--tfk_cluster_wait`` at most) until the tasks of ``roles`` are reachable;
+        a notice (SIGTERM) ends the wait at once: :class:`~.notice.Preempted`."""
+        from airflow_tfk.runtime.notice import Preempted
+
         assert self.task is not None
-        _cluster.wait_for_cluster(self.task, roles=roles, tcp=tcp, timeout=self.flags.cluster_wait)
+        notice = self.notice
+        if notice is None:
+            _cluster.wait_for_cluster(self.task, roles=roles, tcp=tcp, timeout=self.flags.cluster_wait)
+            return
+        try:
+            _cluster.wait_for_cluster(
+                self.task,
+                roles=roles,
+                tcp=tcp,
+                timeout=self.flags.cluster_wait,
+                sleep=notice.wait,
+                stop=lambda: notice.received,
+            )
+        except _cluster.ClusterWaitStopped as exc:
+            log(f"on notice: {exc}")
+            raise Preempted(self.step, False) from None

@@ -170,6 +170,7 @@ def train_between_graph(app: TrainingApp) -> None:
     server = app.server()
     if app.notice is not None:
         app.notice.install()  # again: the server's start may have taken SIGTERM
+        app.notice.waiting_for("the session's step (its variables live on the ps)")
     app.wait_for(["ps"])
     # replicas: the chief (if any) first, then the workers
     n_replicas = info.num("chief") + info.num("worker")

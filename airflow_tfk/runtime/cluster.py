@@ -34,6 +34,11 @@ class ClusterConfigError(ValueError):
     """The task environment does not describe a usable TensorFlow cluster."""
 
 
+class ClusterWaitStopped(Exception):
+    """:func:`wait_for_cluster` was told to stop (the task got its notice) before the
+    tasks it waited for were up."""
+
+
 class ClusterWaitTimeout(TimeoutError):
     """Some cluster addresses did not resolve or accept connections in time."""
 
@@ -256,7 +261,8 @@ def wait_for_cluster(
     connect_timeout: float = 2.0,
     log: Callable[[str], None] = _log,
     clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], object] = time.sleep,
+    stop: Callable[[], bool] | None = None,
 ) -> None:
     """Wait until every address of ``roles`` (default: all) resolves and, with ``tcp``,
     accepts TCP connections; this task's own address is skipped.
@@ -265,6 +271,8 @@ def wait_for_cluster(
     raises :class:`ClusterWaitTimeout` naming the missing ones after ``timeout`` seconds.
     Use ``tcp=False`` when peers open their ports only after they have waited too (e.g.
     all-reduce workers), otherwise all of them would wait for each other forever.
+    ``stop`` (e.g. "SIGTERM came") is asked before each round: true, it raises
+    :class:`ClusterWaitStopped` naming who was still awaited.
     """
     wanted = list(roles) if roles is not None else list(info.cluster)
     pending = [
@@ -277,6 +285,9 @@ def wait_for_cluster(
     last_logged: dict[str, float] = {}
     reasons: dict[str, str] = {}
     while True:
+        if stop is not None and stop():
+            missing = ", ".join(f"{r}:{i} at {a}" for r, i, a in pending) or "nobody"
+            raise ClusterWaitStopped(f"stopped while waiting for {missing}")
         still = []
         for role, i, addr in pending:
             why = _probe(addr, tcp, connect_timeout)
@@ -297,3 +308,69 @@ def wait_for_cluster(
             missing = ", ".join(f"{r}:{i} at {a} ({reasons.get(a, '?')})" for r, i, a in pending)
             raise ClusterWaitTimeout(f"cluster not ready after {timeout:g}s; still waiting for {missing}")
         sleep(min(interval, max(0.0, deadline - clock())))
+
+
+def unreachable(
+    peers: Iterable[tuple[str, int, str]], connect_timeout: float = 1.0
+) -> list[tuple[str, int, str, str]]:
+    """The ``(role, index, address)`` of ``peers`` that do not accept a TCP connection now,
+    each with why (``(role, index, address, why)``), probed in parallel: a stopping task
+    asks whether the tasks it still waits for are there at all."""
+    import concurrent.futures
+
+    peers = list(peers)
+    if not peers:
+        return []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(peers))) as pool:
+        whys = list(pool.map(lambda p: _probe(p[2], True, connect_timeout), peers))
+    return [(r, i, a, why) for (r, i, a), why in zip(peers, whys, strict=True) if why is not None]
+
+
+class PeerWatch:
+    """Are the tasks a stopping task still waits for gone for good? For a task that got its
+    notice (SIGTERM): when its whole cluster is deleted, every task gets one at once, the
+    ps and parameter_server workers end at once, and the calls this task has in flight to
+    them never return (``ClusterCoordinator`` waits up to an hour for its workers to come
+    back, a TF1 session's step for its ps).
+
+    :meth:`gone` says why nothing is left to wait for when a ps (the variables live there),
+    or (``workers``) every worker, refused or did not answer a TCP connection at two looks
+    in a row: a transient miss of a live cluster does not count.
+    """
+
+    #: workers probed per look (a random sample of a big cluster)
+    SAMPLE = 8
+
+    def __init__(self, info: TaskInfo, workers: bool, connect_timeout: float = 0.5) -> None:
+        self.ps = [("ps", i, a) for i, a in enumerate(info.cluster.get("ps") or [])]
+        self.workers = [("worker", i, a) for i, a in enumerate(info.cluster.get("worker") or [])]
+        if not workers:
+            self.workers = []
+        self.connect_timeout = connect_timeout
+        self._closed_before: set[tuple[str, int]] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.ps or self.workers)
+
+    def gone(self) -> str | None:
+        import random
+
+        sample = self.workers
+        if len(sample) > self.SAMPLE:
+            sample = random.sample(sample, self.SAMPLE)
+        closed = unreachable(self.ps + sample, connect_timeout=self.connect_timeout)
+        keys = {(r, i) for r, i, _, _ in closed}
+        confirmed = [c for c in closed if (c[0], c[1]) in self._closed_before]
+        self._closed_before = keys
+        ps = [c for c in confirmed if c[0] == "ps"]
+        workers = [c for c in confirmed if c[0] == "worker"]
+        if ps:
+            return f"the ps the variables live on are gone ({_shown(ps)})"
+        if sample and len(workers) == len(sample):
+            return f"every worker is gone ({_shown(workers)})"
+        return None
+
+
+def _shown(closed: list[tuple[str, int, str, str]], most: int = 3) -> str:
+    text = ", ".join(f"{r}:{i} at {a}: {why}" for r, i, a, why in closed[:most])
+    return text + (f" and {len(closed) - most} more" if len(closed) > most else "")

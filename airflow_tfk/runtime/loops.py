@@ -125,6 +125,8 @@ def train_parameter_server(app: TrainingApp) -> None:
     app.strategy = strategy = tf.distribute.ParameterServerStrategy(resolver)
     app.coordinator = coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     state = setup_state(app)
+    if app.notice is not None:  # what the notice's watchdog says a stop waits for
+        app.notice.waiting_for("the steps scheduled on the workers")
     spc = app.flags.steps_per_call
     step_var = state.step_var
 

@@ -9,6 +9,14 @@ with :data:`EXIT_PREEMPTED`, which the provider restarts without counting it as 
 ``all_reduce`` uses TensorFlow's own ``PreemptionCheckpointHandler`` instead (the workers
 must agree on the step to save at); it ends the same way, through :class:`Preempted`.
 
+The notice is bounded: a task has the pod's grace period to stop, and the platform passes
+it as ``TFK_TERMINATION_GRACE_SECONDS``. :func:`notice_bound` keeps a margin from it; a
+task still running that long after the notice (its loop waits for peers that are gone, a
+save that hangs) is ended by the notice's watchdog, which first logs what the task was
+waiting for (:meth:`Notice.waiting_for`), then exits :data:`EXIT_PREEMPTED` without a
+checkpoint. The grace is a bound, not the usual wait: the loops stop at once when the
+peers they wait for are gone (a whole cluster being deleted).
+
 Every task that stops, on notice or on an error, leaves a small record next to the
 checkpoints (``.tfk_attempts/<role>-<index>.json``: the step it had reached and when).
 The next attempt of the same task reads it when it resumes and states in its log the
@@ -21,14 +29,38 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_tfk.runtime.exits import log
+from airflow_tfk.runtime.exits import EXIT_PREEMPTED, log
 
 ATTEMPTS_DIR = ".tfk_attempts"
+
+#: The pod's grace period (``terminationGracePeriodSeconds``, the spec's
+#: ``termination_grace_seconds``; the local backend's kill grace), set by the platform.
+GRACE_ENV = "TFK_TERMINATION_GRACE_SECONDS"
+#: Kubernetes' default grace, when the variable is not set (an app run by hand).
+DEFAULT_GRACE_SECONDS = 30.0
+#: How often, after the notice, the watchdog looks whether the peers are gone.
+PEER_LOOK_SECONDS = 0.5
+
+
+def notice_bound(env: Mapping[str, str] | None = None) -> tuple[float, float]:
+    """(grace, bound): the grace period and how long after the notice the task may still
+    run before its watchdog ends it, a margin before the SIGKILL (5 s, or a fifth of a
+    short grace) so that the log says why and the stop record is written."""
+    env = os.environ if env is None else env
+    try:
+        grace = float(env.get(GRACE_ENV, "") or DEFAULT_GRACE_SECONDS)
+    except ValueError:
+        grace = DEFAULT_GRACE_SECONDS
+    if not grace > 0:  # also NaN
+        grace = DEFAULT_GRACE_SECONDS
+    return grace, max(0.5, grace - min(5.0, grace / 5))
 
 
 class Preempted(Exception):  # noqa: N818 - what happened, not an error
@@ -40,16 +72,50 @@ class Preempted(Exception):  # noqa: N818 - what happened, not an error
 
 
 class Notice:
-    """SIGTERM sets a flag (once) instead of ending the process; the loop polls it."""
+    """SIGTERM sets a flag (once) instead of ending the process; the loop polls it.
 
-    def __init__(self) -> None:
+    A watchdog thread (started by :meth:`install`) ends the process :attr:`bound` seconds
+    after the notice if it is still running, logging what it was waiting for, and at once
+    when ``peers_gone`` says the tasks it waits on are gone for good (a deleted cluster);
+    ``on_expiry`` (the app's stop record and last progress line) runs first.
+    """
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        on_expiry: Callable[[], None] | None = None,
+        peers_gone: Callable[[], str | None] | None = None,
+    ) -> None:
         self.at: float | None = None  # time.time() of the first SIGTERM
+        self.grace, self.bound = notice_bound(env)
+        self.on_expiry = on_expiry
+        #: after the notice, asked every PEER_LOOK_SECONDS: why the peers this task waits
+        #: on are gone for good (then it ends at once), or None
+        self.peers_gone = peers_gone
         self._event = threading.Event()
         self._previous: Any = None
+        self._waiting_for = "the step in progress"
+        self._watchdog: threading.Thread | None = None
+        self._done = threading.Event()  # uninstalled: the watchdog has nothing to watch
+        self._wake = threading.Event()  # the notice, or uninstalled
 
     @property
     def received(self) -> bool:
         return self._event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, waking at once on the notice; True if it came."""
+        return self._event.wait(timeout)
+
+    def waiting_for(self, what: str) -> None:
+        """What the task waits for now (the watchdog's last word, if the bound passes)."""
+        self._waiting_for = what
+
+    def left(self) -> float:
+        """Seconds until the watchdog ends the process (the full bound before a notice)."""
+        if self.at is None:
+            return self.bound
+        return max(0.0, self.at + self.bound - time.time())
 
     def install(self) -> None:
         """Take SIGTERM (main thread only; a no-op elsewhere).
@@ -63,18 +129,67 @@ class Notice:
         previous = signal.signal(signal.SIGTERM, self._on_signal)
         if self._previous is None:
             self._previous = previous
+        if self._watchdog is None:
+            # Started here, not in the signal handler: a handler runs between two bytecodes
+            # of the main thread, which may hold threading's own locks at that moment.
+            self._done, self._wake = threading.Event(), threading.Event()
+            if self._event.is_set():
+                self._wake.set()
+            self._watchdog = threading.Thread(
+                target=self._watch, args=(self._done, self._wake), name="tfk-notice-watchdog", daemon=True
+            )
+            self._watchdog.start()
 
     def uninstall(self) -> None:
         if self._previous is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._previous)
             self._previous = None
+        # Trained: a notice that came meanwhile is the loop's to honour, not the
+        # watchdog's (the task exits on its own, e.g. after its export).
+        self._done.set()
+        self._wake.set()  # the watchdog sees _done and ends
+        self._watchdog = None
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if self._event.is_set():
             return
         self.at = time.time()
         self._event.set()
-        log("SIGTERM: notice received, saving a checkpoint at the next step boundary")
+        self._wake.set()
+        log(
+            f"SIGTERM: notice received: stopping at the next step boundary after a checkpoint "
+            f"(at most {self.bound:.0f}s of the {self.grace:.0f}s grace)"
+        )
+
+    def _watch(self, done: threading.Event, wake: threading.Event) -> None:
+        wake.wait()
+        if done.is_set() or self.at is None:
+            return
+        while True:
+            left = self.at + self.bound - time.time()
+            if left <= 0:
+                self._end(
+                    f"SIGTERM {time.time() - self.at:.1f}s ago and still waiting for {self._waiting_for}: "
+                    f"exiting now with {EXIT_PREEMPTED}, before the {self.grace:.0f}s grace ends in a SIGKILL"
+                )
+            why = self.peers_gone() if self.peers_gone is not None else None
+            if why is not None and not done.is_set():
+                self._end(
+                    f"on notice: {why}; {self._waiting_for} will never finish: exiting now with "
+                    f"{EXIT_PREEMPTED}, {time.time() - self.at:.1f}s after SIGTERM, without a checkpoint"
+                )
+            if done.wait(min(left, PEER_LOOK_SECONDS) if self.peers_gone is not None else left):
+                return
+
+    def _end(self, why: str) -> None:
+        log(why)
+        try:
+            if self.on_expiry is not None:
+                self.on_expiry()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_PREEMPTED)
 
 
 @dataclass

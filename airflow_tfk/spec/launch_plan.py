@@ -245,6 +245,7 @@ def exec_footprint(spec: TFClusterSpec, role: str) -> dict[str, int]:
         ("TFK_INDEX", str(index)),
         ("TFK_MODE", spec.mode.value),
         ("TFK_CLUSTER_NAME", spec.name),
+        ("TFK_TERMINATION_GRACE_SECONDS", str(spec.termination_grace_seconds)),
         ("TMPDIR", f"{StorageSpec.MOUNT_ROOT}/scratch"),
         ("HOME", f"{StorageSpec.MOUNT_ROOT}/home"),
         *((f"TFK_{v.upper()}_DIR", f"{StorageSpec.MOUNT_ROOT}/{v}") for v in spec.storage.volumes()),

@@ -199,3 +199,63 @@ def test_wait_reports_when_a_task_comes_up():
     finally:
         s.close()
     assert logs[0].startswith(f"waiting for ps:0 at {addr}") and logs[-1].endswith("is up")
+
+
+def test_the_wait_stops_on_the_notice_naming_who_it_waited_for():
+    import pytest
+
+    from airflow_tfk.runtime.cluster import ClusterWaitStopped, TaskInfo, wait_for_cluster
+
+    info = TaskInfo({"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:9"]}, "chief", 0)
+    asked = []
+
+    def stop():
+        asked.append(1)
+        return len(asked) > 1  # the notice comes after the first round
+
+    with pytest.raises(ClusterWaitStopped, match=r"ps:0 at 127.0.0.1:9"):
+        wait_for_cluster(info, roles=["ps"], timeout=60, sleep=lambda s: None, stop=stop, log=lambda m: None)
+
+
+def test_unreachable_names_the_closed_peers_only():
+    import socket
+
+    from airflow_tfk.runtime.cluster import unreachable
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        up = f"127.0.0.1:{listening.getsockname()[1]}"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            closed = f"127.0.0.1:{s.getsockname()[1]}"  # bound, not listening: refused
+            gone = unreachable([("ps", 0, up), ("worker", 1, closed)], connect_timeout=1)
+    assert [(r, i, a) for r, i, a, _ in gone] == [("worker", 1, closed)]
+    assert "refused" in gone[0][3]
+
+
+def test_the_peer_watch_counts_a_ps_gone_at_the_second_look_only():
+    import socket
+
+    from airflow_tfk.runtime.cluster import PeerWatch, TaskInfo
+
+    with socket.socket() as listening, socket.socket() as closed:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        closed.bind(("127.0.0.1", 0))  # bound, not listening: refused
+        up = f"127.0.0.1:{listening.getsockname()[1]}"
+        down = f"127.0.0.1:{closed.getsockname()[1]}"
+        cluster = {"chief": ["127.0.0.1:1"], "ps": [up, down], "worker": [up, up]}
+        watch = PeerWatch(TaskInfo(cluster, "chief", 0), workers=True)
+        assert watch.gone() is None  # a first miss may be transient
+        assert (
+            watch.gone() == f"the ps the variables live on are gone (ps:1 at {down}: "
+            "TCP connect failed (Connection refused))"
+        )
+        workers_gone = PeerWatch(
+            TaskInfo({**cluster, "ps": [up], "worker": [down, down]}, "chief", 0), workers=True
+        )
+        workers_gone.gone()
+        assert (workers_gone.gone() or "").startswith("every worker is gone (worker:0 at")
+        # a between_graph worker waits on the ps only, not on the other workers
+        assert not PeerWatch(TaskInfo({"worker": [down, up]}, "worker", 1), workers=False)

@@ -36,3 +36,84 @@ def test_no_checkpoint_dir_no_record(tmp_path):
     notice.record_stop(None, "chief-0", 5, None, "error")
     assert notice.take_record(None, "chief-0") is None
     assert notice.take_record(str(tmp_path), "chief-0") is None
+
+
+def test_the_bound_keeps_a_margin_from_the_grace():
+    assert notice.notice_bound({notice.GRACE_ENV: "60"}) == (60.0, 55.0)
+    assert notice.notice_bound({notice.GRACE_ENV: "10"}) == (10.0, 8.0)
+    assert notice.notice_bound({notice.GRACE_ENV: "1"}) == (1.0, 0.8)
+    assert notice.notice_bound({}) == (30.0, 25.0)  # Kubernetes' default grace
+    assert notice.notice_bound({notice.GRACE_ENV: "nan"}) == (30.0, 25.0)
+
+
+WATCHED = """
+import os, signal, sys, time
+from airflow_tfk.runtime import notice
+n = notice.Notice(on_expiry=lambda: print("expiry hook ran", file=sys.stderr, flush=True))
+n.install()
+n.waiting_for("the ps:0 at 10.0.0.1:2222 that never answers")
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(60)  # a loop blocked on a peer that is gone
+"""
+
+
+def test_a_task_still_running_at_the_bound_says_what_it_waited_for_and_exits_76():
+    import subprocess
+    import sys
+    import time
+
+    from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
+
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", WATCHED],
+        env={**os.environ, notice.GRACE_ENV: "2"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == EXIT_PREEMPTED, done.stderr
+    assert "still waiting for the ps:0 at 10.0.0.1:2222 that never answers" in done.stderr
+    assert "expiry hook ran" in done.stderr
+    assert took < 1.6 + 10, took  # the bound (2 s grace - 0.4 s), plus the interpreter's start
+
+
+def test_no_watchdog_once_uninstalled():
+    n = notice.Notice({notice.GRACE_ENV: "1"})
+    n.install()
+    n.uninstall()  # trained: a late notice is the app's to honour
+    assert not n.received
+    n._on_signal(signal.SIGTERM, None)
+    assert n.received and n.left() <= n.bound
+
+
+PEERS_GONE = """
+import os, signal, time
+from airflow_tfk.runtime import notice
+n = notice.Notice(peers_gone=lambda: "the ps the variables live on are gone (ps:0 at 10.0.0.1:2222: refused)")
+n.install()
+n.waiting_for("the steps scheduled on the workers")
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(60)  # blocked on a step that will never finish
+"""
+
+
+def test_a_task_whose_peers_are_gone_exits_76_at_once_not_at_the_bound():
+    import subprocess
+    import sys
+
+    from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
+
+    done = subprocess.run(
+        [sys.executable, "-c", PEERS_GONE],
+        env={**os.environ, notice.GRACE_ENV: "60"},  # bound 55 s: the timeout below is shorter
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == EXIT_PREEMPTED, done.stderr
+    assert (
+        "on notice: the ps the variables live on are gone (ps:0 at 10.0.0.1:2222: refused); "
+        "the steps scheduled on the workers will never finish: exiting now with 76" in done.stderr
+    )

@@ -65,6 +65,8 @@ class LocalStart:
         }
         env["PYTHONUNBUFFERED"] = "1"  # progress lines reach the log as they are printed
         env.update(pod_env)
+        if self.kill_grace_seconds is not None:  # the supervisor's grace, not the pod's
+            env["TFK_TERMINATION_GRACE_SECONDS"] = f"{self.kill_grace_seconds:g}"
         env[MARKER_ENV] = self._marker(ClusterRef(spec.name, spec.namespace_name))
         env[TASK_ENV] = f"{role}-{index}"
         if preload is not None:

@@ -242,15 +242,21 @@ class Supervisor:
         return deadline is not None and time.time() >= deadline
 
     # -- killing ----------------------------------------------------------------------
-    def kill(self, proc: subprocess.Popen) -> int:
-        """SIGTERM the task's group (and strays), SIGKILL after the grace; its exit code."""
+    def kill(self, proc: subprocess.Popen, why: str = "deleted") -> int:
+        """SIGTERM the task's group (and strays), SIGKILL after the grace; its exit code.
+        The task's log says what was sent, and when it ended."""
         grace = float(self.task.get("kill_grace_seconds", 5.0))
         strays = self._descendants(proc.pid)
+        self.log(f"{why}: SIGTERM sent; waiting up to {grace:g}s for the task to exit before SIGKILL")
+        sent = time.monotonic()
         self._signal_group(proc.pid, signal.SIGTERM, strays)
         try:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            pass
+            self.log(f"still running {grace:g}s after SIGTERM: SIGKILL")
+        else:
+            code = _exit_code(proc.returncode)
+            self.log(f"exited {time.monotonic() - sent:.1f}s after SIGTERM (exit code {code})")
         self._signal_group(proc.pid, signal.SIGKILL, strays + self._descendants(proc.pid))
         proc.wait()
         return _exit_code(proc.returncode)
@@ -380,13 +386,19 @@ class Supervisor:
 
     def kill_if_due(self, proc: subprocess.Popen) -> str | None:
         if self.stop_requested():
-            self.last_exit_code = self.kill(proc)
+            if os.path.exists(self.path("deleted")):
+                why = "deleted"
+            elif _stop_signal is not None:
+                why = f"stopped ({signal.Signals(_stop_signal).name} to the supervisor)"
+            else:
+                why = "the task directory is gone"
+            self.last_exit_code = self.kill(proc, why)
             return "Deleted"
         if self.deadline_passed():
             self.log(
                 f"max_duration_seconds ({self.task.get('max_duration_seconds')}) exceeded: killing the task"
             )
-            self.last_exit_code = self.kill(proc)
+            self.last_exit_code = self.kill(proc, "max_duration_seconds exceeded")
             return "DeadlineExceeded"
         return None
 

@@ -126,6 +126,9 @@ def test_local_task_setup_is_the_kubelet_expansion_of_the_rendered_pod(tmp_path:
                         mount = next(m for m in container["volumeMounts"] if m["name"] == "tfk-scratch")
                         assert e["value"] == mount["mountPath"]
                         expected[e["name"]] = str(backend.cluster_dir(ref) / "scratch" / f"{role}-{index}")
+                    elif e["name"] == "TFK_TERMINATION_GRACE_SECONDS":  # the backend's kill grace here
+                        assert e["value"] == str(spec.termination_grace_seconds)
+                        expected[e["name"]] = "0.3"
                     elif e["name"] == "HOME":  # the pod's home emptyDir: the user's own home here
                         mount = next(m for m in container["volumeMounts"] if m["name"] == "tfk-home")
                         assert e["value"] == mount["mountPath"]
