@@ -19,9 +19,9 @@ import time
 import psutil
 import pytest
 
-from airflow_tfk.backends.local import LocalBackend
-from airflow_tfk.ending import end_run
-from airflow_tfk.handle import ClusterHandle
+from airflow_tfk.backends.local.backend import LocalBackend
+from airflow_tfk.run.ending import end_run
+from airflow_tfk.run.handle import ClusterHandle
 from airflow_tfk.runtime.progress import last_progress
 from airflow_tfk.spec import TFClusterSpec
 
