@@ -320,7 +320,14 @@ def _cluster(
         # generated-name length checks are the real ones.
         probe["name"] = cluster_name_for(dag_id, TRAIN_TASK, "scheduled__2026-01-01T00:00:00+00:00")
     try:
-        TFClusterSpec.from_dict(probe)
+        spec = TFClusterSpec.from_dict(probe)
+        # The platform policy on what the file adds to the pods (no template is rendered
+        # here; validate and the backend check the rendered pods).
+        from airflow_tfk._airflow.platform_config import platform_policy
+        from airflow_tfk.spec.platform_policy import raise_for
+        from airflow_tfk.spec.spec_policy import check_spec
+
+        raise_for(check_spec(spec, platform_policy()))
     except SpecError as exc:
         moved = [SpecError(f"cluster.{e.field}", e.rule, e.value) for e in getattr(exc, "errors", [exc])]
         raise (moved[0] if len(moved) == 1 else SpecErrors(moved)) from None

@@ -5,12 +5,15 @@ they are labelled with, and applying and deleting named objects in their namespa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.core.constants import FIELD_MANAGER
 from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.kube.api import BY_KIND, SyncApi, is_not_found, kind_of
 from airflow_tfk.kube.connection import KubeConnection
+
+if TYPE_CHECKING:
+    from airflow_tfk.spec.platform_policy import PlatformPolicy
 
 BACKGROUND = {"propagationPolicy": "Background"}
 
@@ -29,6 +32,18 @@ class KubeTarget:
         self.connection = KubeConnection.from_config(config)
         self.identity = identity
         self.field_manager = field_manager
+        #: the platform policy every pod this target makes must meet; set by the operators
+        #: from the deployment's configuration (``[tfk_policy]``). None: unchecked.
+        self.policy: PlatformPolicy | None = None
+
+    def checked(self, manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``manifests``, once their pods pass :attr:`policy`; else every violation raised,
+        named, before anything is applied."""
+        if self.policy is not None:
+            from airflow_tfk.spec.platform_policy import check_manifests, raise_for
+
+            raise_for(check_manifests(manifests, self.policy))
+        return manifests
 
     def config(self) -> dict[str, Any]:
         """The keyword arguments that reach the same cluster the same way (serializable)."""

@@ -48,6 +48,24 @@ class OnBackendOperator(CheckedTemplateFields, BaseOperator):
         args.backend_config_arg(self.backend_config, self.backend)
         return backend_config(self.backend, self.backend_config, self.kubernetes_conn_id)
 
+    def make_backend(self, **options: Any) -> Any:
+        """The backend this task acts on (``options``: :meth:`backend_options`, by
+        default), bound on Kubernetes to the deployment's platform policy
+        (``[tfk_policy]``): every cluster it creates is checked against it first."""
+        from airflow_tfk.backends import get_backend
+
+        return self.bound(get_backend(self.backend, **(options or self.backend_options())))
+
+    def bound(self, target: Any) -> Any:
+        """``target`` (a backend, a serving or TensorBoard target) bound on Kubernetes to the
+        deployment's platform policy: every pod it makes is checked before it is applied.
+        The local backend runs processes, not pods."""
+        if self.backend == "kubernetes":
+            from airflow_tfk._airflow.platform_config import platform_policy
+
+            target.policy = platform_policy()
+        return target
+
 
 def _backend_kind(value: object) -> None:
     if not isinstance(value, str) or value not in args.BACKEND_OPTIONS:

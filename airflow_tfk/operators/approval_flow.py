@@ -156,7 +156,7 @@ class TFPromoteCandidateOperator(TFPublishModelOperator):
             from airflow_tfk.operators._context import identity_from_context
 
             config["identity"] = identity_from_context(context)
-        target = get_serving_target(self.backend, self.spec(), **config)
+        target = self.bound(get_serving_target(self.backend, self.spec(), **config))
         approve = same_files(dict(request))
 
         def approve_now(req: dict[str, Any]) -> bool:  # before the version loads under the model
@@ -210,7 +210,7 @@ class TFWithdrawCandidateOperator(TFPublishModelOperator):
             from airflow_tfk.operators._context import identity_from_context
 
             config["identity"] = identity_from_context(context)
-        target = get_serving_target(self.backend, self.spec(), **config)
+        target = self.bound(get_serving_target(self.backend, self.spec(), **config))
         if states[self.promote_task_id] == "success":
             withdraw_candidate(target, self.log.info)  # a no-op after a promotion
             return {"withdrawn": False, "states": states}

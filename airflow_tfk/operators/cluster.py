@@ -52,14 +52,13 @@ class TFCreateClusterOperator(OnBackendOperator):
         self.name_prefix = name_prefix
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_tfk.backends import get_backend
         from airflow_tfk.run.handle import ClusterHandle
         from airflow_tfk.run.lifecycle import create_or_reattach, resolve_spec
 
         identity = identity_from_context(context)
         options = self.backend_options()
         spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
-        backend = get_backend(self.backend, **options)
+        backend = self.make_backend(**options)
         create_or_reattach(backend, spec, identity, self.log.info)
         return ClusterHandle.for_spec(spec, backend, identity).to_dict()
 

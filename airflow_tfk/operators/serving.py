@@ -238,7 +238,7 @@ class TFPublishModelOperator(OnBackendOperator):
         config = self.backend_options()
         if self.backend == "kubernetes":
             config["identity"] = identity_from_context(context)
-        target = get_serving_target(self.backend, spec, **config)
+        target = self.bound(get_serving_target(self.backend, spec, **config))
         approve = None
         if self.approval is not None:
             from airflow_tfk.operators._approval import request_approval
@@ -301,7 +301,7 @@ class TFPublishModelOperator(OnBackendOperator):
         config = self.backend_options()
         if self.backend == "kubernetes":
             config["identity"] = identity_from_context(context)
-        target = get_serving_target(self.backend, self.spec(), **config)
+        target = self.bound(get_serving_target(self.backend, self.spec(), **config))
         yes, why = approved(event)
         self.log.info("approval of %s version %s: %s", request["model_name"], request["version"], why)
         if not yes:
@@ -386,7 +386,7 @@ class TFStopModelServerOperator(OnBackendOperator):
         # the claim only satisfies the spec's rules: stopping never touches the store
         spec = ServingSpec(model_name=self.model_name, claim="unused", **extra)
         config = self.backend_options()
-        target = get_serving_target(self.backend, spec, **config)
+        target = self.bound(get_serving_target(self.backend, spec, **config))
         target.delete(self.log.info)
 
 

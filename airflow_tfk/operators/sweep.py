@@ -94,7 +94,6 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_tfk._airflow.platform_config import sweep_storage_policy
-        from airflow_tfk.backends import get_backend
         from airflow_tfk.run.lifecycle import resolve_spec
         from airflow_tfk.spec.yaml_reader import load_yaml_mapping
         from airflow_tfk.sweep import study as studies
@@ -113,7 +112,7 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
             base = base_name(identity, self.name_prefix)
         # Every trial's spec as it will start (its flags appended), before any is made.
         check_trials_fit(spec, config, base)
-        backend = get_backend(self.backend, **self.backend_options())
+        backend = self.make_backend()
         study_name = config.study_name or (
             f"{identity.dag_id}.{identity.task_id}.{identity.run_id}.{identity.map_index}"
         )

@@ -48,14 +48,13 @@ class TFSweepOrphansOperator(OnBackendOperator):
         self.report_only = report_only
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        from airflow_tfk.backends import get_backend
         from airflow_tfk.run.orphans import sweep
 
         options = self.backend_options()
         args.namespace_arg(self.namespace)  # as rendered
         if args.templated(self.namespace):
             raise SpecError("namespace", "must be a namespace name (DNS-1123 label)", self.namespace)
-        backend = get_backend(self.backend, **options)
+        backend = self.make_backend(**options)
         ti = context["ti"]
 
         def ti_state(identity: RunIdentity) -> str | None:

@@ -136,7 +136,7 @@ class TFStartTensorBoardOperator(OnBackendOperator):
         config = self.backend_options()
         if self.backend == "kubernetes":
             config["identity"] = identity
-        return get_tensorboard(self.backend, self.spec(identity.dag_id), **config)
+        return self.bound(get_tensorboard(self.backend, self.spec(identity.dag_id), **config))
 
     def execute(self, context: Context) -> dict[str, Any] | None:
         server = self.server(context)

@@ -274,13 +274,12 @@ class TFTrainingOperator(OnBackendOperator):
     def _resolve(self, context: Context) -> tuple[Any, TFClusterSpec, Any]:
         """Identity, validated spec and backend of this task instance (deterministic, so a
         resumed or retried task finds the same cluster)."""
-        from airflow_tfk.backends import get_backend
         from airflow_tfk.run.lifecycle import resolve_spec
 
         identity = identity_from_context(context)
         options = self.backend_options()
         spec = resolve_spec(self.cluster_spec, identity, self.name_prefix)
-        backend = get_backend(self.backend, **options)
+        backend = self.make_backend(**options)
         return identity, spec, backend
 
     def _handle_of(self, context: Context) -> ClusterHandle:

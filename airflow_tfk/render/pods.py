@@ -16,19 +16,12 @@ from typing import Any
 from airflow_tfk.core import naming
 from airflow_tfk.render.templating import RenderError
 from airflow_tfk.spec.pod_patch import MAIN_CONTAINER, apply_patch
+from airflow_tfk.spec.pods import hardened as _hardened
 from airflow_tfk.spec.pods import role_rules
 
 __all__ = ["SHM_VOLUME", "patch_pod_templates", "pod_context"]
 
 SHM_VOLUME = "tfk-shm"
-# What a sidecar or init container gets when it says nothing of its own security context:
-# the training container's hardening, less the read-only root (an agent writes its state).
-_SIDECAR_SECURITY = {
-    "allowPrivilegeEscalation": False,
-    "privileged": False,
-    "capabilities": {"drop": ["ALL"]},
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
 
 
 def pod_context(spec: Any, role: str, selector: Mapping[str, str]) -> dict[str, Any]:
@@ -61,12 +54,6 @@ def pod_context(spec: Any, role: str, selector: Mapping[str, str]) -> dict[str, 
         "env_value_from": [{"name": k, "valueFrom": v} for k, v in rules["env_value_from"].items()],
         "init_containers": init,
     }
-
-
-def _hardened(container: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(container)
-    out.setdefault("securityContext", _SIDECAR_SECURITY)
-    return out
 
 
 def role_templates(doc: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -170,7 +170,7 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         created = []
         # The ConfigMap is applied with the model config it holds now (the policy is the
         # publish step's), so the monitoring and batching files follow the spec.
-        manifests = render_serving(self.spec, self.identity, text, api_server_cidrs=proxy_cidrs)
+        manifests = self.checked(render_serving(self.spec, self.identity, text, api_server_cidrs=proxy_cidrs))
         existed = False
         for manifest in manifests:
             code = self._apply(manifest)
@@ -310,9 +310,10 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         from airflow_tfk.serving.render import render_sample_reader
 
         job = f"{self.spec.name}-read-{secrets.token_hex(3)}"
-        self._apply(
-            render_sample_reader(self.spec, job, version, self.identity, int(self.reader_timeout_seconds))
+        (reader,) = self.checked(
+            [render_sample_reader(self.spec, job, version, self.identity, int(self.reader_timeout_seconds))]
         )
+        self._apply(reader)
         try:
             text = self._job_log(job)
         finally:

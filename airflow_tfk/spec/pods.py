@@ -349,6 +349,24 @@ def _by_name(first: Iterable[Mapping[str, Any]], then: Iterable[Mapping[str, Any
     return list(out.values())
 
 
+#: what a sidecar or init container gets when it says nothing of its own security context:
+#: the training container's hardening, less the read-only root (an agent writes its state)
+SIDECAR_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def hardened(container: Mapping[str, Any]) -> dict[str, Any]:
+    """A sidecar or init container as the pod gets it: :data:`SIDECAR_SECURITY` unless it
+    sets a security context of its own."""
+    out = dict(container)
+    out.setdefault("securityContext", SIDECAR_SECURITY)
+    return out
+
+
 def role_rules(spec: Any, role: str) -> dict[str, Any]:
     """The cluster's and the role's pod rules joined, as plain data."""
     c, r = spec.pod, spec.roles()[role].pod

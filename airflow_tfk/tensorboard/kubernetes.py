@@ -66,7 +66,9 @@ class KubernetesTensorBoard(PodHealth, KubeTarget):
 
         # Before anything is applied: a policy whose proxy source cannot be known fails here.
         proxy_cidrs = api_server_cidrs(self.api, self.spec.network_policy)
-        for manifest in render_tensorboard(self.spec, self.identity, api_server_cidrs=proxy_cidrs):
+        for manifest in self.checked(
+            render_tensorboard(self.spec, self.identity, api_server_cidrs=proxy_cidrs)
+        ):
             self.apply_object(self.spec.namespace, manifest)
         emit(
             f"TensorBoard {self.spec.name} in namespace {self.spec.namespace} over claim "

@@ -177,7 +177,10 @@ def test_logs_of_a_deleted_cluster_are_still_read(root: Path) -> None:
     ref = backend.create(python_cluster("out-gone", "print('kept', flush=True); import time; time.sleep(60)"))
     wait_for(lambda: "kept" in backend.logs(ref, "worker", 0), 30, "the first line")
     backend.delete(ref)
-    assert _run("logs", "out-gone") == (0, "kept\n", "")
-    assert _run("logs", "out-gone", "worker-0") == (0, "kept\n", "")
+    # the task's output, then the supervisor's word on how it ended
+    code, out, err = _run("logs", "out-gone")
+    assert (code, err) == (0, "") and out.startswith("kept\n"), out
+    assert "[tfk-local] deleted: SIGTERM sent" in out, out
+    assert _run("logs", "out-gone", "worker-0") == (0, out, "")
     code, _, err = _run("logs", "out-gone", "worker-3")
     assert code == 1 and err == "error: cluster out-gone not found in namespace default\n"

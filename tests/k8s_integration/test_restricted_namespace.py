@@ -22,6 +22,7 @@ from airflow_tfk.tensorboard.render import render_tensorboard
 from k8s_integration import _tfk
 
 pytestmark = pytest.mark.k8s
+tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
 
 SIDE = {"name": "side", "image": "busybox:1", "command": ["sleep", "1"]}
 INIT = {"name": "prepare", "image": "busybox:1", "command": ["true"]}
@@ -88,3 +89,43 @@ def test_a_per_training_namespace_admits_every_rendered_pod_and_refuses_a_privil
         assert err.value.status == 403 and "violates PodSecurity" in body and "restricted:latest" in body
     finally:
         core.delete_namespace(ns)
+
+
+def test_the_operator_refuses_a_pod_the_policy_forbids_before_the_api_server_sees_it(
+    k8s_api, tfk_ns, tfk_conn, monkeypatch
+) -> None:
+    """The operator binds the deployment's policy (``[tfk_policy]``, restricted by default)
+    to its backend: a privileged sidecar is refused naming its field, and nothing of the
+    cluster exists. Under a policy of ``privileged`` the platform team chose (the API
+    server's own namespace allows it: the test namespace enforces nothing), the same
+    training's objects are made."""
+    from airflow_tfk.core.errors import SpecErrors
+
+    bad = {
+        "name": "agent",
+        "image": "busybox:1",
+        "command": ["sleep", "1"],
+        "securityContext": {"privileged": True},
+    }
+    data = _tfk.spec(tfk_ns, "all_reduce", workers=1, ps=0, pod={"sidecars": [bad]})
+    ctx = _tfk.task_context("manual__policy")
+    name = _tfk.cluster_name(ctx)
+    with pytest.raises(SpecErrors) as err:
+        _tfk.make_op(tfk_ns, data).execute(ctx)
+    assert "pod.sidecars[0].securityContext.privileged" in [e.field for e in err.value.errors]
+    assert _tfk.leftovers(k8s_api, tfk_ns, name) == []
+
+    monkeypatch.setenv("AIRFLOW__TFK_POLICY__POD_SECURITY_LEVEL", "privileged")
+    from airflow_tfk.backends.kubernetes.backend import KubernetesBackend
+    from airflow_tfk.operators.training import TFTrainingOperator
+
+    op = _tfk.make_op(tfk_ns, data)
+    backend = op.make_backend()
+    assert isinstance(op, TFTrainingOperator) and isinstance(backend, KubernetesBackend)
+    spec = TFClusterSpec.from_dict({**data, "name": name})
+    ref = backend.create(spec)
+    try:
+        assert _tfk.leftovers(k8s_api, tfk_ns, name)
+    finally:
+        backend.delete(ref, "test over")
+        _tfk.wait_no_leftovers(k8s_api, tfk_ns, name)

@@ -20,7 +20,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef, ClusterWatcher, RunExport
 from airflow_tfk.backends.kubernetes.cluster import Interpreter
@@ -60,6 +60,9 @@ from airflow_tfk.kube.connection import KubeConnection
 from airflow_tfk.spec.admission import Layout
 from airflow_tfk.spec.cluster import TFClusterSpec
 from airflow_tfk.spec.operator_options import backend_options
+
+if TYPE_CHECKING:
+    from airflow_tfk.spec.platform_policy import PlatformPolicy
 
 __all__ = ["KubernetesApiError", "KubernetesBackend"]
 
@@ -113,6 +116,10 @@ class KubernetesBackend(Backend):
         self.field_manager = field_manager
         self._interpreters: dict[ClusterRef, Interpreter] = {}
         self._jobs: dict[ClusterRef, dict[str, JobInfo]] = {}
+        #: the platform policy every cluster this backend creates must meet; set by the
+        #: operators from the deployment's configuration (``[tfk_policy]``), never from a
+        #: spec or ``backend_config``. None (a backend made directly): no policy check.
+        self.policy: PlatformPolicy | None = None
 
     def config(self) -> dict[str, Any]:
         return {
@@ -142,14 +149,27 @@ class KubernetesBackend(Backend):
         return run(self._api, plan)
 
     # -- create -------------------------------------------------------------------------
-    @staticmethod
-    def _render(spec: TFClusterSpec, identity: RunIdentity | None) -> list[dict[str, Any]]:
+    def _render(self, spec: TFClusterSpec, identity: RunIdentity | None) -> list[dict[str, Any]]:
+        """The cluster's manifests; with a :attr:`policy`, its namespaces enforce the policy's
+        Pod Security level and every violation of the final pods is raised, each named."""
         from airflow_tfk.render.manifests import render
 
-        return render(spec, identity)
+        if self.policy is None:
+            return render(spec, identity)
+        from airflow_tfk.spec.platform_policy import check_manifests, raise_for
+        from airflow_tfk.spec.spec_policy import check_spec
+
+        manifests = render(spec, identity, pod_security_level=self.policy.pod_security_level.value)
+        found = check_spec(spec, self.policy)
+        seen = {(v.rule, v.message) for v in found}
+        # the rendered pods' own findings, less those the spec's fields already named
+        found += [v for v in check_manifests(manifests, self.policy) if (v.rule, v.message) not in seen]
+        raise_for(found)
+        return manifests
 
     def preflight(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> None:
-        """Render: template errors and object-size bounds surface before the first apply."""
+        """Render and check against the platform policy: template errors, object-size bounds
+        and policy violations surface before the first apply."""
         self._render(spec, identity)
 
     def create(self, spec: TFClusterSpec, identity: RunIdentity | None = None) -> ClusterRef:

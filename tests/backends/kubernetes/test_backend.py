@@ -259,6 +259,47 @@ def test_failed_apply_deletes_what_this_call_created_and_raises(double, backend)
     assert labelled(double, ref) == existing
 
 
+def test_a_cluster_the_platform_policy_refuses_sends_no_request(double):
+    """With the deployment's policy bound (the operators do it), every violation of the
+    spec's own settings and of the rendered pods is raised, named, before any request."""
+    from airflow_tfk.core.errors import SpecErrors
+    from airflow_tfk.spec.platform_policy import Level, PlatformPolicy
+
+    backend = KubernetesBackend(conn_id=CONN_ID)  # the real render
+    backend.policy = PlatformPolicy()
+    bad = {"sidecars": [{"name": "a", "image": "a:1", "securityContext": {"privileged": True}}]}
+    spec = TFClusterSpec.from_dict(
+        {
+            "name": "tfk-policy",
+            "image": "tf:2",
+            "command": ["python", "t.py"],
+            "mode": "all_reduce",
+            "worker": {"replicas": 2},
+            "pod": bad,
+            "namespace_per_training": True,
+        }
+    )
+    mark = double.mark()
+    with pytest.raises(SpecErrors) as err:
+        backend.create(spec)
+    fields = [e.field for e in err.value.errors]
+    assert "pod.sidecars[0].securityContext.privileged" in fields, fields
+    assert len(fields) == len(set(fields)) and not any("initContainers" in f for f in fields), fields
+    assert "[platform policy: pod-security/privileged]" in str(err.value)
+    with pytest.raises(SpecErrors):
+        backend.preflight(spec)
+    assert double.count(since=mark) == 0
+
+    # The same cluster under a privileged policy: created, its namespace enforcing that level.
+    backend.policy = PlatformPolicy(pod_security_level=Level.PRIVILEGED)
+    ref = backend.create(spec)
+    labels = [
+        o["metadata"].get("labels", {}) for k, o in double.objects.items() if o.get("kind") == "Namespace"
+    ]
+    assert any(ls.get("pod-security.kubernetes.io/enforce") == "privileged" for ls in labels), labels
+    backend.delete(ref)
+
+
 def test_manifest_without_the_cluster_label_is_refused_before_anything_is_created(double):
     backend = KubernetesBackend(conn_id=CONN_ID)
     spec = make_spec()
