@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._common import parser  # noqa: E402
+from bench._common import parser
 
 SHAPES = {
     "all_reduce": ({"worker": 2}, ("worker", 0)),

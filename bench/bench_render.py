@@ -19,13 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import yaml  # noqa: E402
-from jinja2 import DictLoader, StrictUndefined  # noqa: E402
-from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
+import yaml
+from jinja2 import DictLoader, StrictUndefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from airflow_tfk.render import manifests as tfk_render  # noqa: E402
-from airflow_tfk.render import templating  # noqa: E402
-from airflow_tfk.spec.cluster import TFClusterSpec  # noqa: E402
+from airflow_tfk.render import manifests as tfk_render
+from airflow_tfk.render import templating
+from airflow_tfk.spec.cluster import TFClusterSpec
 
 SIZES = [(2, 1), (100, 4), (600, 8)]
 
@@ -102,7 +102,7 @@ def render_seeds(spec: TFClusterSpec) -> list[dict]:
     out = []
 
     def emit(template: str, **values: object) -> None:
-        out.append(yaml.load(SEED[template].render(**common, **values), Loader=LOADER))  # noqa: S506
+        out.append(yaml.load(SEED[template].render(**common, **values), Loader=LOADER))
 
     for vol in ("data", "logs"):
         emit("pvc", name=f"{name}-{vol}", role="storage", index=0)

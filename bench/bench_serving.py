@@ -209,7 +209,7 @@ def main() -> int:
     config = Path(tmp, "models.config")
     config.write_text(ModelServerConfig((ModelConfig("mlp", os.path.dirname(path)),)).to_text())
     rest, grpc_port = _process.free_port(), _process.free_port()
-    log = open(Path(tmp, "server.log"), "wb")  # noqa: SIM115 - closed at the end
+    log = open(Path(tmp, "server.log"), "wb")  # closed at the end
     server = subprocess.Popen(
         [
             sys.executable,

@@ -182,7 +182,7 @@ def config(args, pruned: bool) -> SweepConfig:
 
 def run_arm(args, name: str, pruned: bool, work: Path) -> dict:
     root = work / name
-    log = open(f"{args.log}.{name}", "w") if args.log else None  # noqa: SIM115
+    log = open(f"{args.log}.{name}", "w") if args.log else None
     backend = LocalBackend(str(root), workdir=str(REPO))
     identity = RunIdentity("bench_sweep", "sweep", name)
     cfg = config(args, pruned)

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _k8s_bench as kb  # noqa: E402
-from _common import parser  # noqa: E402
+import _k8s_bench as kb
+from _common import parser
 
 HERE = Path(__file__).resolve()
 
@@ -228,7 +228,7 @@ def child_main(path: str) -> None:
     (seconds of imports on a busy machine) after it."""
     import airflow.providers.cncf.kubernetes.triggers.job  # noqa: F401 - both waiters' imports
 
-    import airflow_tfk.backends.kubernetes.backend  # noqa: F401
+    import airflow_tfk.backends.kubernetes.backend
     import airflow_tfk.triggers.cluster  # noqa: F401
 
     print("@@ready", flush=True)

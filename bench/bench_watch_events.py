@@ -20,12 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "backends"))
 
 from _common import parser as bench_parser
-from pods import T0_EPOCH, job, pod, scheduled, with_status  # noqa: E402
+from pods import T0_EPOCH, job, pod, scheduled, with_status
 
-from airflow_tfk.backends.kubernetes.cluster import ClusterTracker, Interpreter  # noqa: E402
-from airflow_tfk.backends.kubernetes.status import job_info  # noqa: E402
-from airflow_tfk.run.policies import Outcome, evaluate  # noqa: E402
-from airflow_tfk.spec.cluster import Mode  # noqa: E402
+from airflow_tfk.backends.kubernetes.cluster import ClusterTracker, Interpreter
+from airflow_tfk.backends.kubernetes.status import job_info
+from airflow_tfk.run.policies import Outcome, evaluate
+from airflow_tfk.spec.cluster import Mode
 
 PADDING = "x" * 3000  # managedFields and the rest of a real pod: events are ~5 kB
 

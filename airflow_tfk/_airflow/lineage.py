@@ -94,7 +94,7 @@ def cluster_shape(cluster_spec: Any) -> dict[str, Any]:
 
         try:
             fields = load_yaml_mapping(fields)
-        except Exception:  # noqa: BLE001 - lineage never fails a task
+        except Exception:  # lineage never fails a task
             return {}
     if not isinstance(fields, Mapping):
         return {}

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 NOT_TEXT = (type(None), bool, bytes, bytearray, Mapping, Set, Sequence)
 
 
-class WholeValue(Exception):  # noqa: N818 - not an error: how the value leaves the render
+class WholeValue(Exception):  # not an error: how the value leaves the render
     """The value of a template that is one ``{{ expression }}``, leaving a text render."""
 
     def __init__(self, value: Any) -> None:

@@ -20,7 +20,7 @@ def short_repr(value: object) -> str:
     """``repr(value)`` bounded in length and depth, whatever ``value`` is."""
     try:
         text = _SHORT.repr(value)
-    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
+    except Exception:  # a broken __repr__ must not hide the real error
         text = f"<{type(value).__name__}>"
     return text if len(text) <= 200 else text[:197] + "..."
 

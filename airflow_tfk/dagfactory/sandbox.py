@@ -362,7 +362,7 @@ class SandboxedNativeEnvironment(
     def is_safe_callable(self, obj: Any) -> bool:
         return not isinstance(obj, type) and super().is_safe_callable(obj)
 
-    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's signature
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # Jinja's signature
         return _within(super().call(__context, __obj, *args, **kwargs), "a method call")
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:

@@ -102,7 +102,7 @@ def _field_schema(f: dataclasses.Field[Any], decl: Decl, role: str | None) -> di
     return out
 
 
-def _kind_schema(f: dataclasses.Field[Any], decl: Decl, role: str | None) -> dict[str, Any]:  # noqa: C901
+def _kind_schema(f: dataclasses.Field[Any], decl: Decl, role: str | None) -> dict[str, Any]:
     kind = decl.kind
     lo, hi = decl.bounds(role)
     out: dict[str, Any]

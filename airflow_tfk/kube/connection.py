@@ -107,7 +107,7 @@ class KubeConnection:
         if self.config_file:
             check_kubeconfig(self.config_file)
         hooks = await asyncio.to_thread(_import_client_modules)
-        AsyncKubernetesHook = hooks.AsyncKubernetesHook  # noqa: N806 - a class
+        AsyncKubernetesHook = hooks.AsyncKubernetesHook  # a class
 
         kwargs: dict[str, Any] = {
             "conn_id": self.conn_id,

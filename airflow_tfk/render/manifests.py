@@ -413,7 +413,7 @@ def render(
         if len(text) > MAX_OBJECT_BYTES:
             raise _too_big(kind, name, len(text))
         try:
-            doc = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+            doc = yaml.load(text, Loader=loader)  # a safe loader
         except yaml.YAMLError as exc:
             raise RenderError(f"{TEMPLATES[kind]} rendered invalid YAML for {name}: {exc}") from None
         _check(doc, kind, name, spec.namespace_name)

@@ -361,7 +361,7 @@ class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
 
         return checked
 
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's signature
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # Jinja's signature
         _budget().step(clock=True)
         owner = getattr(__obj, "__self__", None)
         name = getattr(__obj, "__name__", "")

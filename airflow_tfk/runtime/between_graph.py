@@ -122,7 +122,7 @@ def _release_hook_class() -> Any:
     return ReleaseHook
 
 
-def _ReleaseHook(release: Any, last_step: int) -> Any:  # noqa: N802 - a class, built lazily
+def _ReleaseHook(release: Any, last_step: int) -> Any:  # a class, built lazily
     return _release_hook_class()(release, last_step)
 
 
@@ -157,7 +157,7 @@ def _notice_hook_class() -> Any:
     return NoticeHook
 
 
-def _NoticeHook(notice: Any, checkpoint_dir: str | None) -> Any:  # noqa: N802 - a class, built lazily
+def _NoticeHook(notice: Any, checkpoint_dir: str | None) -> Any:  # a class, built lazily
     return _notice_hook_class()(notice, checkpoint_dir)
 
 

@@ -48,7 +48,7 @@ def write_saved_model(model: Any, serving_fn: Callable[..., Any], signature: lis
     try:
         from keras.export import ExportArchive
     except ImportError:  # pragma: no cover - Keras 2
-        ExportArchive = None  # noqa: N806
+        ExportArchive = None
     if ExportArchive is not None:
         archive = ExportArchive()
         archive.track(model)

@@ -180,7 +180,7 @@ def serve(metrics: TrainingMetrics, port: int, path: str = "/metrics", host: str
             self.handle_one_request()
             self.close_connection = True
 
-        def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
+        def do_GET(self) -> None:  # the http.server protocol
             if self.path.split("?", 1)[0] != path:
                 self.send_error(404)
                 return
@@ -192,7 +192,7 @@ def serve(metrics: TrainingMetrics, port: int, path: str = "/metrics", host: str
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - a scrape is no news
+        def log_message(self, format: str, *args: Any) -> None:  # a scrape is no news
             return
 
     try:

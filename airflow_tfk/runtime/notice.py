@@ -63,7 +63,7 @@ def notice_bound(env: Mapping[str, str] | None = None) -> tuple[float, float]:
     return grace, max(0.5, grace - min(5.0, grace / 5))
 
 
-class Preempted(Exception):  # noqa: N818 - what happened, not an error
+class Preempted(Exception):  # what happened, not an error
     """The loop saved a checkpoint on notice and stopped: exit with EXIT_PREEMPTED."""
 
     def __init__(self, step: int, saved: bool) -> None:

@@ -21,7 +21,7 @@ def request_json(method: str, url: str, body: Any = None, timeout: float = 10.0)
         headers={"Content-Type": "application/json", "Accept": "application/json"},
     )
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - our URLs
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # our URLs
             status, raw = resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         status, raw = exc.code, exc.read()

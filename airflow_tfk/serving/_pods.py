@@ -167,7 +167,7 @@ class PodHealth:
         for attempt in (True, False) if previous else (False,):
             try:
                 return str(self.api.text(path, {**query, "previous": attempt} if attempt else query))
-            except Exception as exc:  # noqa: BLE001 - no log (yet) is an answer, not an error
+            except Exception as exc:  # no log (yet) is an answer, not an error
                 text = f"(no log: {error_message(exc)})"
         return text
 

@@ -104,7 +104,7 @@ class NotApproved(ServingError):
 Approve = Callable[[dict[str, Any]], bool]
 
 
-class AwaitApproval(BaseException):  # noqa: N818 - a signal, like Airflow's TaskDeferred
+class AwaitApproval(BaseException):  # a signal, like Airflow's TaskDeferred
     """Raised by an ``approve`` callback whose answer comes later: publish returns at once,
     leaving the candidate loaded (where no client calls it) and the serving version as it
     was; then :func:`publish` again with the answer, or :func:`withdraw_candidate`."""
@@ -317,7 +317,7 @@ def publish(
     if metrics:
         try:
             target.record_metrics(version, metrics)
-        except Exception as exc:  # noqa: BLE001 - the version serves; say the baseline is missing
+        except Exception as exc:  # the version serves; say the baseline is missing
             emit(f"warning: could not record the metrics of version {version}: {exc}")
     endpoint = target.endpoint(STABLE_LABEL)
     emit(f"{name} version {version} is serving (policy keeps {list(keep)}); endpoint {endpoint}")
@@ -479,5 +479,5 @@ def _rollback(
             f"(version {version} and its candidate entry removed; serving: "
             f"{previous if previous is not None else 'none'})"
         )
-    except Exception as exc:  # noqa: BLE001 - the original failure is what the user must see
+    except Exception as exc:  # the original failure is what the user must see
         emit(f"could not roll back the version policy of {target.spec.model_name}: {exc}")

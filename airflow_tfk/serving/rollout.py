@@ -46,7 +46,7 @@ class ServerWatch:
         self.emit(f"{why}: starting it again")
         try:
             self.target.ensure(self.emit)
-        except Exception as exc:  # noqa: BLE001 - the reason is what the user must see
+        except Exception as exc:  # the reason is what the user must see
             raise ServerDown(f"{why}; starting it again failed: {exc}") from exc
         self.restarted.append(why)
         return True

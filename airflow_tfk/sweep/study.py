@@ -159,7 +159,7 @@ def open_study(config: SweepConfig, url: str, study_name: str) -> optuna.study.S
             if not transient or time.monotonic() > deadline:
                 raise _storage_error(url, study_name, exc) from None
             time.sleep(min(1.0, 0.1 * attempt))
-        except Exception as exc:  # noqa: BLE001 - any failure to open is the storage's, said once
+        except Exception as exc:  # any failure to open is the storage's, said once
             raise _storage_error(url, study_name, exc) from None
     # Optuna loads an existing study whatever direction it is asked for: a sweep that
     # maximises would be pruned and ranked as the minimising one it found.

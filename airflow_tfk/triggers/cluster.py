@@ -179,7 +179,7 @@ class TFClusterDoneTrigger(BaseTrigger):
     def _prepare(self) -> Backend:
         """The backend, built in a thread: its modules and the ones the trigger's end
         imports take seconds to load on a busy triggerer, which must not stall its loop."""
-        import airflow_tfk.run.ending  # noqa: F401
+        import airflow_tfk.run.ending
         import airflow_tfk.run.policies  # noqa: F401
 
         return self._backend()

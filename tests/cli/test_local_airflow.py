@@ -183,13 +183,13 @@ time.sleep(600)
 class _Health(http.server.BaseHTTPRequestHandler):
     """Another Airflow's api-server: healthy, on the port ours was to use."""
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
+    def do_GET(self) -> None:  # the http.server protocol
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()
         self.wfile.write(b"{}")
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         return
 
 

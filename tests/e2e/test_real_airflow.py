@@ -197,7 +197,7 @@ class StablePoller:
                 with urllib.request.urlopen(req, timeout=30) as resp:
                     json.load(resp)["predictions"]
                 self.rest_ok += 1
-            except Exception as exc:  # noqa: BLE001 - every failure is a finding
+            except Exception as exc:  # every failure is a finding
                 self.rest_errors.append(repr(exc)[:300])
             time.sleep(0.05)
 

@@ -386,7 +386,7 @@ def bounded(fn: Any) -> tuple[object, float, int]:
     t0 = time.process_time()
     try:
         result: object = fn()
-    except Exception as exc:  # noqa: BLE001 - classified by the caller
+    except Exception as exc:  # classified by the caller
         result = exc
     seconds = time.process_time() - t0
     _, peak = tracemalloc.get_traced_memory()

@@ -499,7 +499,7 @@ def _run_bounded(fn: Callable[[], None]) -> tuple[BaseException | None, float, i
         try:
             fn()
             box["exc"] = None
-        except BaseException as exc:  # noqa: BLE001 - classified by the caller
+        except BaseException as exc:  # classified by the caller
             box["exc"] = exc
         box["cpu"] = time.thread_time() - start
         box["peak"] = tracemalloc.get_traced_memory()[1]

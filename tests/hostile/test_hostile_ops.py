@@ -245,7 +245,7 @@ def _measure(case: Case, tmp: Path) -> tuple[object, float, int]:
     cpu = time.process_time()
     try:
         result: object = case.run(tmp)
-    except Exception as exc:  # noqa: BLE001 - classified below
+    except Exception as exc:  # classified below
         result = exc
     seconds = time.process_time() - cpu
     _, peak = tracemalloc.get_traced_memory()

@@ -369,7 +369,7 @@ def test_ui_form_conf(case: Case, ui_dag) -> None:
 
 
 # -- the model server's REST and gRPC requests --------------------------------------------------------
-from tests.serving.conftest import model_store  # noqa: E402,F401,F811 - the session's tiny SavedModels
+from tests.serving.conftest import model_store  # noqa: E402, F401 - the session's tiny SavedModels (a fixture)
 
 BODY_LIMIT = 1 << 20
 

@@ -589,7 +589,7 @@ def _outcome(case: Case) -> tuple[str, str]:
         error: BaseException | None = None
     except (SpecError, LocalMachineError) as exc:
         error = exc
-    except Exception as exc:  # noqa: BLE001 - a crash is what this test looks for
+    except Exception as exc:  # a crash is what this test looks for
         error = exc
     cpu = time.process_time() - t0
     _, peak = tracemalloc.get_traced_memory()

@@ -231,7 +231,7 @@ class _Controller:
     def _launch(self, api: Any, env: dict[str, str], timeout: float, then: Callable[[Any], None]) -> Any:
         """Start the controller (output to its log), wait until it is ready, then
         ``then(api)``; if any of that fails, stop it again."""
-        log = open(self.log_path, "wb")  # noqa: SIM115 - lives with the process
+        log = open(self.log_path, "wb")  # lives with the process
         self.proc = subprocess.Popen(
             self.argv(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )

@@ -126,7 +126,7 @@ def wait_until(
         try:
             if ok():
                 return
-        except Exception as e:  # noqa: BLE001 - retried until the deadline
+        except Exception as e:  # retried until the deadline
             last = e
         time.sleep(0.2)
     tails = "\n".join(f"--- {name}:\n{tail(path)}" for name, path in logs.items())
@@ -254,7 +254,7 @@ class _Proc:
     popen: subprocess.Popen | None = None
 
     def start(self, env: dict[str, str]) -> None:
-        fh = open(self.log, "ab")  # noqa: SIM115 - owned by the child
+        fh = open(self.log, "ab")  # owned by the child
         try:
             self.popen = subprocess.Popen(
                 self.argv,

@@ -253,7 +253,7 @@ class OperatorThread:
     def _run(self) -> None:
         try:
             self.result = self.op.execute(self.ctx)
-        except BaseException as exc:  # noqa: BLE001 - asserted by the test
+        except BaseException as exc:  # asserted by the test
             self.error = exc
 
     def join(self, timeout: float = 90) -> None:
@@ -291,7 +291,7 @@ class ConcurrencySampler:
                 running = sum(p.status.phase == "Running" for p in pods)
                 jobs = batch.list_namespaced_job(self.ns, label_selector=naming.LABEL_CLUSTER).items
                 clusters = {j.metadata.labels[naming.LABEL_CLUSTER] for j in jobs}
-            except Exception as exc:  # noqa: BLE001 - reported by stop()
+            except Exception as exc:  # reported by stop()
                 self.errors.append(exc)
             else:
                 self.peak_admitted = max(self.peak_admitted, admitted)

@@ -401,7 +401,7 @@ class PodDriver:
             except client.ApiException as exc:
                 if exc.status != 404:
                     self.errors.append(exc)
-            except Exception as exc:  # noqa: BLE001 - reported by stop()
+            except Exception as exc:  # reported by stop()
                 self.errors.append(exc)
             self._stop.wait(self.every)
 

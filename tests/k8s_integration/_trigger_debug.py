@@ -54,7 +54,7 @@ def _kind(path: str) -> str:
 
 def _watch_stacks(loop: asyncio.AbstractEventLoop, path: str) -> None:
     """Diagnosis: write the loop thread's stack to ``path`` while it is blocked."""
-    out = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open for the process's life
+    out = open(path, "a", encoding="utf-8")  # open for the process's life
     main = threading.get_ident()
     beat = [time.monotonic()]
 

@@ -33,7 +33,7 @@ def _run(op: Any, ctx: dict[str, Any]) -> tuple[threading.Thread, dict[str, Any]
     def target() -> None:
         try:
             box["result"] = op.execute(ctx)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
+        except BaseException as exc:  # handed to the test
             box["error"] = exc
 
     thread = threading.Thread(target=target, daemon=True)

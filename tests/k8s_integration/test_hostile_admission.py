@@ -20,8 +20,8 @@ from airflow_tfk.spec.yaml_reader import load_yaml_mapping
 from k8s_integration import _tfk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hostile.corpus import cases  # noqa: E402
-from hostile.test_hostile_spec import accepted_specs  # noqa: E402
+from hostile.corpus import cases
+from hostile.test_hostile_spec import accepted_specs
 
 pytestmark = pytest.mark.k8s
 tfk_ns = _tfk.tfk_ns  # fixture
@@ -54,7 +54,7 @@ def test_every_accepted_case_is_admitted_by_the_api_server(k8s_api, tfk_ns) -> N
         for m in manifests:
             try:
                 status, warning = _tfk.apply_dry_run(k8s_api, m, tfk_ns)
-            except Exception as exc:  # noqa: BLE001 - collected, reported together
+            except Exception as exc:  # collected, reported together
                 refused.append((case.id, m["kind"], str(getattr(exc, "body", exc))[:300]))
                 continue
             if status not in (200, 201) or warning:  # a dry-run create answers 201
@@ -73,7 +73,7 @@ def test_accepted_cases_of_the_spec_classes_are_admitted(k8s_api, tfk_ns) -> Non
         for m in render(spec):
             try:
                 status, warning = _tfk.apply_dry_run(k8s_api, m, tfk_ns)
-            except Exception as exc:  # noqa: BLE001 - collected, reported together
+            except Exception as exc:  # collected, reported together
                 refused.append((case_id, m["kind"], str(getattr(exc, "body", exc))[:300]))
                 continue
             if status not in (200, 201) or warning:

@@ -45,7 +45,7 @@ def _status_of(call) -> int | str | None:
     """
     try:
         call()
-    except Exception as exc:  # noqa: BLE001 - the status is what is checked
+    except Exception as exc:  # the status is what is checked
         status = api_status(exc) or getattr(exc, "status", None)
         body = str(getattr(exc, "body", None) or getattr(exc, "message", None) or exc)
         if status is None and isinstance(exc.__cause__, Exception):

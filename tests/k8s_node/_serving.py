@@ -84,7 +84,7 @@ def post(port: int, path: str, body: dict[str, Any], timeout: float = 30.0) -> t
         headers={"Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - a loopback forward
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # a loopback forward
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode(errors="replace")

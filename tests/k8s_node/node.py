@@ -378,7 +378,7 @@ class Node:
         return r.stdout
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        fh = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        fh = open(self.logs / f"{name}.log", "ab")  # owned by the child
         try:
             self.procs[name] = subprocess.Popen(
                 self._nsenter() + argv,
@@ -467,7 +467,7 @@ class Node:
                 setup,
             ],
             stdout=subprocess.PIPE,
-            stderr=open(self.logs / "holder.log", "ab"),  # noqa: SIM115
+            stderr=open(self.logs / "holder.log", "ab"),
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             preexec_fn=harness._die_with_parent,
@@ -609,7 +609,7 @@ class Node:
         assert self.cp is not None
         try:
             node = self.cp._request("GET", f"/api/v1/nodes/{self.name}")
-        except Exception:  # noqa: BLE001 - not registered yet
+        except Exception:  # not registered yet
             return False
         return any(
             c["type"] == "Ready" and c["status"] == "True"

@@ -54,7 +54,7 @@ class Training:
         def run() -> None:
             try:
                 self.result = op.execute(ctx)
-            except BaseException as e:  # noqa: BLE001 - handed to the test
+            except BaseException as e:  # handed to the test
                 self.error = e
 
         self.thread = threading.Thread(target=run, daemon=True)

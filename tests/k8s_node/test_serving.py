@@ -178,7 +178,7 @@ def test_train_publish_rollback_and_tensorboard(
         kubernetes_conn_id=_tfk.CONN_ID,
         serving=serving,
     )
-    with pytest.raises(Exception) as err:  # noqa: B017 - the serving failure type is the publisher's
+    with pytest.raises(Exception) as err:  # the serving failure type is the publisher's
         bad_publish.execute(ctx)
     assert str(version + 1) in str(err.value), err.value
     took["corrupt candidate rolled back"], t0 = time.monotonic() - t0, time.monotonic()
@@ -356,5 +356,5 @@ def _same_predictions(a: list, b: list) -> bool:
 def _try(fn):
     try:
         return fn()
-    except Exception:  # noqa: BLE001 - retried by wait_for
+    except Exception:  # retried by wait_for
         return None

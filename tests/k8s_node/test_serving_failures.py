@@ -60,7 +60,7 @@ def test_crash_looping_serving_and_a_missing_tensorboard_image_fail_with_their_r
         },
     )
     t0 = time.monotonic()
-    with pytest.raises(Exception) as err:  # noqa: B017 - the serving failure type is the publisher's
+    with pytest.raises(Exception) as err:  # the serving failure type is the publisher's
         publish.execute(ctx)
     took = time.monotonic() - t0
     text = str(err.value)
@@ -80,7 +80,7 @@ def test_crash_looping_serving_and_a_missing_tensorboard_image_fail_with_their_r
         },
     )
     t1 = time.monotonic()
-    with pytest.raises(Exception) as tb_err:  # noqa: B017 - TensorBoardFailed, by message
+    with pytest.raises(Exception) as tb_err:  # TensorBoardFailed, by message
         board.execute(ctx)
     tb_took = time.monotonic() - t1
     assert ": ErrImageNeverPull" in str(tb_err.value), tb_err.value

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from airflow_tfk.kube import api as kube_api  # noqa: E402
-from airflow_tfk.kube import retry  # noqa: E402
-from airflow_tfk.kube.api import AsyncApi, Call, SyncApi  # noqa: E402
+from airflow_tfk.kube import api as kube_api
+from airflow_tfk.kube import retry
+from airflow_tfk.kube.api import AsyncApi, Call, SyncApi
 from tests.backends.k8s_double import KubeApiDouble
 
 POD = {

@@ -24,7 +24,7 @@ class FakeServing(ServingTarget):
         self.recorded: dict[int, dict[str, Any]] = {}
         self.predicted: list[tuple[str, int | None]] = []  # (model, version) of each predict
 
-    def ensure(self, emit) -> None:  # noqa: ANN001
+    def ensure(self, emit) -> None:
         self.ensured += 1
 
     def read_config(self) -> ModelServerConfig | None:
@@ -70,7 +70,7 @@ class FakeServing(ServingTarget):
         model = self.config.get(self.spec.model_name) if self.config else None
         return model.labels.get(label) if model else None
 
-    def predict(self, body, *, version=None, label=None, timeout=30.0, model=None, protocol="rest"):  # noqa: ANN001
+    def predict(self, body, *, version=None, label=None, timeout=30.0, model=None, protocol="rest"):
         self.predicted.append((model or self.spec.model_name, version))
         if label is not None:
             version = self.label_version(label)
@@ -86,5 +86,5 @@ class FakeServing(ServingTarget):
     def endpoint(self, label: str | None = None) -> str:
         return f"fake://{self.spec.model_name}" + (f"/labels/{label}" if label else "")
 
-    def delete(self, emit) -> None:  # noqa: ANN001
+    def delete(self, emit) -> None:
         self.config = None

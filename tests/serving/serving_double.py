@@ -60,7 +60,7 @@ class ServingApiDouble(KubeApiDouble):
     def local_path(self, pod_path: str) -> str:
         return re.sub(r"^/tfk/models(?=/|$)", self.store, pod_path)
 
-    def _apply(self, plural, ns, name, query, body):  # noqa: ANN001 - the parent's signature
+    def _apply(self, plural, ns, name, query, body):  # the parent's signature
         code, obj = super()._apply(plural, ns, name, query, body)
         labels = (body.get("metadata") or {}).get("labels") or {}
         if code in (200, 201) and plural == "configmaps" and "tfk.airflow.apache.org/serving" in labels:

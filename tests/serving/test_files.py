@@ -75,7 +75,7 @@ def test_a_version_swapped_after_the_gate_is_not_promoted(tmp_path: Path, swap) 
     d = _version(tmp_path, 2)
     smoke = target.predict
 
-    def swapped_during_the_smoke_test(*args, **kwargs):  # noqa: ANN002, ANN003
+    def swapped_during_the_smoke_test(*args, **kwargs):
         swap(d)
         target.predict = smoke  # type: ignore[method-assign]
         return smoke(*args, **kwargs)
@@ -98,7 +98,7 @@ def test_a_swap_while_the_replicas_load_the_promoted_version_is_caught(tmp_path:
     d = _version(tmp_path, 2)
     write = target.write_config
 
-    def swapped_as_it_loads(config):  # noqa: ANN001
+    def swapped_as_it_loads(config):
         entry = config.get("digits")
         if entry is not None and 2 in entry.versions:
             (d / "saved_model.pb").write_bytes(b"graph-X")

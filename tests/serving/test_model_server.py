@@ -201,7 +201,7 @@ def test_non_finite_inputs_are_refused_with_400(server, instances, message) -> N
         f"{server.url}/v1/models/linear:predict", data=f'{{"instances": {instances}}}'.encode(), method="POST"
     )
     with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(req, timeout=10)  # noqa: S310 - loopback
+        urllib.request.urlopen(req, timeout=10)  # loopback
     assert refused.value.code == 400
     assert message in json.loads(refused.value.read())["error"]
 

@@ -11,7 +11,7 @@ from tests.serving.test_publish import make, run
 
 
 class NoSample(FakeServing):
-    def sample_request(self, version: int):  # noqa: ANN201 - as a missing version has none
+    def sample_request(self, version: int):  # as a missing version has none
         return None if version not in self.behaviour else super().sample_request(version)
 
 

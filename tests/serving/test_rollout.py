@@ -50,7 +50,7 @@ class Replica:
 
     def predict(
         self, body: dict[str, Any], *, version=None, label=None, timeout=30.0, model=None, protocol="rest"
-    ):  # noqa: ANN001
+    ):
         self.predicted.append((model, version))
         if self.version_state(version, model=model) is None:
             raise PredictError("predict answered HTTP 404: not found")
@@ -81,7 +81,7 @@ class Deployment(FakeServing):
         for r in self.pods.values():
             r.queue.append((r.lag, config))
 
-    def replicas(self):  # noqa: ANN201
+    def replicas(self):
         for r in self.pods.values():
             r.tick()
         return dict(self.pods)

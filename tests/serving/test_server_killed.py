@@ -33,7 +33,7 @@ class DyingServing(FakeServing):
         self.down = False
         self.die_on_candidate = False
 
-    def write_config(self, config) -> None:  # noqa: ANN001
+    def write_config(self, config) -> None:
         super().write_config(config)
         if self.die_on_candidate and config.get("digits-tfk-candidate") is not None:
             self.down, self.die_on_candidate = True, False
@@ -41,7 +41,7 @@ class DyingServing(FakeServing):
     def server_down(self) -> str | None:
         return "the model server (pid 42) is not running" if self.down else None
 
-    def ensure(self, emit) -> None:  # noqa: ANN001
+    def ensure(self, emit) -> None:
         super().ensure(emit)
         if self.down and not self.starts:
             raise RuntimeError("port 8501 is taken")
@@ -107,7 +107,7 @@ def test_the_real_local_server_killed_during_a_publish(model_store, monkeypatch)
         # killed again, and this time it cannot be started: fail at once, say no version serves
         ensure = target.ensure
 
-        def cannot_start(emit) -> None:  # noqa: ANN001
+        def cannot_start(emit) -> None:
             if target.server_down():
                 raise RuntimeError("no room for another server")
             ensure(emit)

@@ -67,7 +67,7 @@ def test_several_openers_of_a_new_study_file_at_once_all_get_the_study(tmp_path)
         start.wait()
         try:
             opened.append(studies.open_study(config, url, "shared")._study_id)
-        except BaseException as exc:  # noqa: BLE001 - the test reports it
+        except BaseException as exc:  # the test reports it
             errors.append(exc)
 
     threads = [threading.Thread(target=open_it) for _ in range(6)]

@@ -283,7 +283,7 @@ class Supervisor:
         for p in strays:  # processes that left the group (setsid) but are still ours
             try:
                 p.send_signal(sig)  # psutil checks the pid was not reused
-            except Exception:  # noqa: BLE001 - gone, or never ours
+            except Exception:  # gone, or never ours
                 pass
 
     # -- the loop ---------------------------------------------------------------------
@@ -325,7 +325,7 @@ class Supervisor:
         except OSError as exc:
             return self.finish("Failed", "StartError", 128, f"cannot make the scratch directory: {exc}")
         try:
-            log = open(  # noqa: SIM115 - handed to the child
+            log = open(  # handed to the child
                 os.open(self.task["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab"
             )
         except OSError as exc:

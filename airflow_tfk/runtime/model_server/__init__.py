@@ -54,7 +54,7 @@ BANNER = (
 def _warm_up() -> None:
     try:
         import tensorflow  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - the loads will report it per version
+    except Exception as exc:  # the loads will report it per version
         log(f"cannot import tensorflow: {exc}")
 
 

@@ -85,7 +85,7 @@ class _Servicers:
             with self.limits.hold(size, "the request"):
                 try:
                     feeds = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
-                except Exception as exc:  # noqa: BLE001 - a malformed TensorProto
+                except Exception as exc:  # a malformed TensorProto
                     raise RequestError(400, f"cannot decode the inputs: {exc}"[:2000]) from None
                 outputs = run_arrays(fn, feeds, limit)
                 del feeds
@@ -145,11 +145,11 @@ def start_grpc(
     servicers = _Servicers(manager, metrics, limits)
 
     class Prediction(prediction_service_pb2_grpc.PredictionServiceServicer):
-        def Predict(self, request: Any, context: Any) -> Any:  # noqa: N802 - the proto's name
+        def Predict(self, request: Any, context: Any) -> Any:  # the proto's name
             return servicers.predict(request, context)
 
     class Models(model_service_pb2_grpc.ModelServiceServicer):
-        def GetModelStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
+        def GetModelStatus(self, request: Any, context: Any) -> Any:
             return servicers.get_model_status(request, context)
 
     # A message is read whole before its handler runs: the receive limit bounds each one,

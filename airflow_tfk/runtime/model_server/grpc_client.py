@@ -35,7 +35,7 @@ def signature_inputs(saved_model_dir: str, signature: str = "serving_default") -
         data = fh.read()
     try:
         proto.ParseFromString(data)
-    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError
+    except Exception as exc:  # protobuf's DecodeError
         raise GrpcPredictError(f"{saved_model_dir}/saved_model.pb is not a SavedModel: {exc}") from None
     for meta in proto.meta_graphs:
         if signature in meta.signature_def:

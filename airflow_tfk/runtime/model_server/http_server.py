@@ -215,7 +215,7 @@ class ReactorHTTPServer:
                     else:
                         try:
                             self._readable(key.data)
-                        except Exception:  # noqa: BLE001 - one connection's failure is not the server's
+                        except Exception:  # one connection's failure is not the server's
                             self._close(key.data)
                 while not self._returned.empty():
                     self._await_head(self._returned.get())
@@ -405,7 +405,7 @@ class ReactorHTTPServer:
             return
         try:
             keep = self._serve(conn, Reader(conn, self.read_timeout), Writer(conn.sock, self.read_timeout))
-        except Exception:  # noqa: BLE001, S110 - one connection's failure is not the server's
+        except Exception:  # one connection's failure is not the server's
             pass
         finally:
             if large:

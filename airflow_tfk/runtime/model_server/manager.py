@@ -233,7 +233,7 @@ def _signature(fn: Any) -> dict[str, Any]:
             },
             "method_name": "tensorflow/serving/predict",
         }
-    except Exception:  # noqa: BLE001 - the description is informative; the answer stands
+    except Exception:  # the description is informative; the answer stands
         return {"method_name": "tensorflow/serving/predict"}
 
 
@@ -241,7 +241,7 @@ def _shape(spec: Any) -> list[int | None] | None:
     shape = getattr(spec, "shape", None)
     try:
         return None if shape is None else [d if d is None else int(d) for d in shape.as_list()]
-    except Exception:  # noqa: BLE001 - an unknown rank
+    except Exception:  # an unknown rank
         return None
 
 
@@ -282,6 +282,6 @@ def poll(
             elif time.monotonic() >= next_fs:
                 manager.reconcile()
                 next_fs = time.monotonic() + fs_wait
-        except Exception as exc:  # noqa: BLE001 - logged; the next round tries again
+        except Exception as exc:  # logged; the next round tries again
             log(f"config poll failed, retrying: {type(exc).__name__}: {exc}")
         stop.wait(min(config_wait if config_wait > 0 else fs_wait, fs_wait))

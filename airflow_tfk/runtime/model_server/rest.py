@@ -88,7 +88,7 @@ class Handler(BaseHTTPRequestHandler):
     def finish(self) -> None:
         pass
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: Any) -> None:  # the stdlib's name
         pass
 
     def _send(self, status: int, body: dict[str, Any] | str, content_type: str = "application/json") -> None:
@@ -159,7 +159,7 @@ class Handler(BaseHTTPRequestHandler):
             if m:
                 self.metrics.observe(model, api, "REST", exc.code, time.perf_counter() - start)
             return self._send(exc.status, {"error": str(exc)})
-        except Exception as exc:  # noqa: BLE001 - never let one request kill the server
+        except Exception as exc:  # never let one request kill the server
             self.close_connection = True
             return self._send(500, {"error": f"{type(exc).__name__}: {exc}"[:2000]})
 
@@ -182,10 +182,10 @@ class Handler(BaseHTTPRequestHandler):
         answer = run_signature(fn, loads(raw), self.limits.max_request_bytes)
         return 200, answer, "application/json"
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:  # the stdlib's name
         self._route("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._route("POST")
 
 

@@ -95,7 +95,7 @@ def _patch_session_manager(module: ModuleType) -> None:
 def _patch_monitored_training_session(module: ModuleType) -> None:
     original = module.MonitoredTrainingSession
 
-    def MonitoredTrainingSession(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - TF's name
+    def MonitoredTrainingSession(*args: Any, **kwargs: Any) -> Any:  # TF's name
         # stop_grace_period_secs is the 11th parameter; only its default is changed
         if len(args) < 11:
             kwargs.setdefault("stop_grace_period_secs", STOP_GRACE_PERIOD_SECS)

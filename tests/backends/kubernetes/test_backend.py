@@ -32,16 +32,16 @@ from typing import Any
 
 import pytest
 
-from airflow_tfk.backends import get_backend  # noqa: E402
-from airflow_tfk.backends.base import ClusterRef  # noqa: E402
-from airflow_tfk.backends.kubernetes.backend import KubernetesApiError, KubernetesBackend  # noqa: E402
-from airflow_tfk.backends.kubernetes.plan import LIST_PAGE  # noqa: E402
-from airflow_tfk.core import naming  # noqa: E402
-from airflow_tfk.core.naming import RunIdentity  # noqa: E402
-from airflow_tfk.core.status import ClusterStatus, Phase  # noqa: E402
-from airflow_tfk.kube import retry as _k8s_retry  # noqa: E402
-from airflow_tfk.spec.cluster import RoleSpec, TFClusterSpec  # noqa: E402
-from tests.backends.k8s_double import KubeApiDouble  # noqa: E402
+from airflow_tfk.backends import get_backend
+from airflow_tfk.backends.base import ClusterRef
+from airflow_tfk.backends.kubernetes.backend import KubernetesApiError, KubernetesBackend
+from airflow_tfk.backends.kubernetes.plan import LIST_PAGE
+from airflow_tfk.core import naming
+from airflow_tfk.core.naming import RunIdentity
+from airflow_tfk.core.status import ClusterStatus, Phase
+from airflow_tfk.kube import retry as _k8s_retry
+from airflow_tfk.spec.cluster import RoleSpec, TFClusterSpec
+from tests.backends.k8s_double import KubeApiDouble
 
 ROOT = Path(__file__).resolve().parents[3]
 CONN_ID = "tfk_test"

@@ -13,8 +13,8 @@ import sys
 import time
 
 sys.path.insert(0, os.environ["REPO_DIR"])
-from airflow_tfk.protocol.progress import event_line  # noqa: E402
-from airflow_tfk.runtime.progress import progress_line  # noqa: E402
+from airflow_tfk.protocol.progress import event_line
+from airflow_tfk.runtime.progress import progress_line
 
 config = json.loads(os.environ["TF_CONFIG"])
 role, index = config["task"]["type"], config["task"]["index"]

@@ -20,7 +20,7 @@ import sys
 import time
 
 sys.path.insert(0, os.environ["REPO_DIR"])
-from airflow_tfk.protocol.progress import event_line, progress_line  # noqa: E402
+from airflow_tfk.protocol.progress import event_line, progress_line
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--lr", type=float, default=0.3)
