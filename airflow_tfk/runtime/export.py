@@ -2,6 +2,11 @@
 
 Written to a temporary sibling and renamed, so TF Serving never sees a half-written
 version; the sample request and the metrics go to ``assets.extra/`` next to it.
+
+Versions are small integers that only increase: an export without ``--tfk_model_version``
+takes one more than the newest version in the model's directory at the moment it is
+published, and the rename is the claim. Two writers that pick the same number (concurrent
+sweep trials, a training beside a sweep) cannot both win it: the loser takes the next one.
 """
 
 from __future__ import annotations
@@ -29,17 +34,49 @@ def version_of(name: str) -> int | None:
     return model_version(name)
 
 
+def _claimed(name: str) -> int | None:
+    """The version a directory name holds or held: ``<N>``, or a failed run's export set
+    aside as ``.failed-<N>-<uid>`` (its number is never given out again)."""
+    if name.startswith(".failed-"):
+        return version_of(name.split("-")[1]) if name.count("-") >= 2 else None
+    return version_of(name)
+
+
 def next_version(model_dir: str) -> int:
-    """One more than the newest integer version under ``model_dir`` (1 if none)."""
+    """One more than the newest version under ``model_dir``, published or set aside (1 if
+    none): versions are small integers that only increase."""
     try:
         names = os.listdir(model_dir)
     except FileNotFoundError:
         names = []
-    versions = [v for v in map(version_of, names) if v is not None]
+    versions = [v for v in map(_claimed, names) if v is not None]
     newest = max(versions, default=0)
     if newest >= MAX_VERSION:
         raise ValueError(f"{model_dir} holds version {newest}, int64's maximum: there is no next version")
     return newest + 1
+
+
+#: how many times a version another writer claimed first is skipped before giving up
+CLAIM_ATTEMPTS = 100
+
+
+def _publish(tmp: str, model_dir: str, version: int | None) -> tuple[int, str]:
+    """Rename the finished ``tmp`` to its version directory: ``version``, or the next free
+    one. The rename is atomic, and fails when another writer's version of that number is
+    there (a non-empty directory), so no two exports ever share a version."""
+    for _ in range(CLAIM_ATTEMPTS):
+        number = version if version is not None else next_version(model_dir)
+        final = os.path.join(model_dir, str(number))
+        try:
+            os.rename(tmp, final)
+        except OSError as exc:
+            if not os.path.isdir(final):
+                raise
+            if version is not None:
+                raise UsageError(f"export: {final} already exists") from exc
+            continue  # another writer published this number first: take the next
+        return number, final
+    raise UsageError(f"export: {CLAIM_ATTEMPTS} versions under {model_dir} were claimed first; giving up")
 
 
 def write_saved_model(model: Any, serving_fn: Callable[..., Any], signature: list[Any], path: str) -> None:
@@ -80,11 +117,10 @@ def export_model(
         return None
     model_dir = os.path.join(base, name)
     os.makedirs(model_dir, exist_ok=True)
-    version = version or next_version(model_dir)
-    final = os.path.join(model_dir, str(version))
-    if os.path.exists(final):
-        raise UsageError(f"export: {final} already exists")
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=model_dir)
+    chosen = version or None  # 0 or None: the next free version
+    if chosen is not None and os.path.exists(os.path.join(model_dir, str(chosen))):
+        raise UsageError(f"export: {os.path.join(model_dir, str(chosen))} already exists")
+    tmp = tempfile.mkdtemp(prefix=".tmp-export-", dir=model_dir)
     try:
 
         def serving_fn(inputs: Any) -> Mapping[str, Any]:
@@ -105,7 +141,7 @@ def export_model(
         if metrics:
             with open(os.path.join(extra, METRICS_FILE), "w") as f:
                 json.dump(dict(metrics), f, default=str)
-        os.rename(tmp, final)
+        version, final = _publish(tmp, model_dir, chosen)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -327,9 +327,10 @@ class SweepConfig:
         root's ``<study>.db``; on Kubernetes without a sweep root, required.
     :param study_name: default: the task instance's (dag, task, run, map index), so a
         retry of the task resumes it and another run starts afresh.
-    :param model_versions: pass ``--tfk_model_version`` (the study's base + trial number)
-        so concurrent trials never race for the same export version; false for apps that
-        are not a ``TrainingApp``.
+    :param model_versions: pass ``--tfk_model_version`` (the study's base + trial number,
+        a large number) to every trial. Off by default: each trial's export takes the next
+        free small version when it publishes (the rename is the claim, so concurrent
+        trials never share one), and the sweep records the version each trial exported.
     :param poll_interval: seconds between two looks at the running trials.
     :param smoothing: weight of the newest loss in the running average reported to the
         pruner (1: the raw loss of each progress line).
@@ -344,7 +345,7 @@ class SweepConfig:
     pruner: PrunerSpec = field(default_factory=PrunerSpec)
     storage: str | None = None
     study_name: str | None = None
-    model_versions: bool = True
+    model_versions: bool = False
     poll_interval: float = 2.0
     smoothing: float = 0.5
 
@@ -384,7 +385,7 @@ class SweepConfig:
             pruner=PrunerSpec.from_dict(data.get("pruner"), f"{where}.pruner"),
             storage=_storage(data.get("storage"), f"{where}.storage"),
             study_name=_optional_name(data.get("study_name"), f"{where}.study_name"),
-            model_versions=_flag(data.get("model_versions", True), f"{where}.model_versions"),
+            model_versions=_flag(data.get("model_versions", False), f"{where}.model_versions"),
             poll_interval=_bounded(data.get("poll_interval", 2.0), f"{where}.poll_interval", 0.01, 600),
             smoothing=_bounded(data.get("smoothing", 0.5), f"{where}.smoothing", 0.01, 1.0),
         )

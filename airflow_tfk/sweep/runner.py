@@ -280,6 +280,9 @@ class SweepRunner(Judging, Resuming):
         run.trial.set_user_attr(studies.METRICS, results.metrics)
         if results.export:
             run.trial.set_user_attr(studies.EXPORT, results.export)
+            exported = results.export.get("version") if isinstance(results.export, dict) else None
+            if exported is not None and studies.MODEL_VERSION not in run.trial.user_attrs:
+                run.trial.set_user_attr(studies.MODEL_VERSION, exported)  # the version it claimed
         # The roles that never exit (PS, workers of parameter_server) go with the rest;
         # collect_results gave the evaluator its grace already.
         end_run(

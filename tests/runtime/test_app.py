@@ -3,6 +3,7 @@ resume, progress lines, the export layout and its serving signature, exit codes.
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -45,9 +46,45 @@ def test_infer_mode():
 
 def test_next_version(tmp_path):
     assert next_version(str(tmp_path / "missing")) == 1
-    for name in ("1", "7", ".tmp-8-x", "notes"):
+    for name in ("1", "7", ".tmp-8-x", "notes", ".failed-x-1"):
         (tmp_path / name).mkdir()
     assert next_version(str(tmp_path)) == 8
+    (tmp_path / ".failed-11-ab12").mkdir()  # a set-aside export's number is not reused
+    assert next_version(str(tmp_path)) == 12
+
+
+def test_concurrent_exports_each_claim_their_own_small_version(tmp_path):
+    """Writers that finish at the same moment, each choosing "the next version": the rename
+    is the claim, so each gets its own number, and the numbers are 1..N."""
+    import threading
+
+    from airflow_tfk.runtime.export import _publish
+
+    models = tmp_path / "m"
+    models.mkdir()
+    start, got, lock = threading.Barrier(8), [], threading.Lock()
+
+    def writer(i: int) -> None:
+        tmp = models / f".tmp-export-{i}"
+        tmp.mkdir()
+        (tmp / "saved_model.pb").write_text(str(i))
+        start.wait()
+        version, final = _publish(str(tmp), str(models), None)
+        with lock:
+            got.append((version, (Path(final) / "saved_model.pb").read_text()))
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(v for v, _ in got) == list(range(1, 9))
+    assert sorted(w for _, w in got) == [str(i) for i in range(8)]  # nothing overwritten
+    tmp = models / ".tmp-export-x"
+    tmp.mkdir()
+    (tmp / "f").write_text("x")
+    with pytest.raises(app_mod.UsageError, match="already exists"):
+        _publish(str(tmp), str(models), 3)  # an explicit version is never bumped
 
 
 def test_train_checkpoint_resume_and_export(tmp_path, capsys):
