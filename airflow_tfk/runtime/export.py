@@ -60,7 +60,7 @@ def next_version(model_dir: str) -> int:
 CLAIM_ATTEMPTS = 100
 
 
-def _publish(tmp: str, model_dir: str, version: int | None) -> tuple[int, str]:
+def publish_version(tmp: str, model_dir: str, version: int | None) -> tuple[int, str]:
     """Rename the finished ``tmp`` to its version directory: ``version``, or the next free
     one. The rename is atomic, and fails when another writer's version of that number is
     there (a non-empty directory), so no two exports ever share a version."""
@@ -141,7 +141,7 @@ def export_model(
         if metrics:
             with open(os.path.join(extra, METRICS_FILE), "w") as f:
                 json.dump(dict(metrics), f, default=str)
-        version, final = _publish(tmp, model_dir, chosen)
+        version, final = publish_version(tmp, model_dir, chosen)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -300,6 +300,38 @@ _FIELDS = (
 )
 
 
+def _search_space(data: Mapping[str, Any], where: str) -> dict[str, ParamSpec]:
+    """The search space's parameters, every error of them at once."""
+    from airflow_tfk.spec.decl import Errors
+
+    space = _mapping(data.get("search_space"), f"{where}.search_space")
+    if not space:
+        raise SpecError(f"{where}.search_space", "must name at least one parameter")
+    errors = Errors()
+    params = {}
+    for key, spec in space.items():
+        name = str(key)
+        path = f"{where}.search_space.{name}"
+        if not FLAG_NAME.match(name) or _reserved(name):
+            errors.add(
+                SpecError(
+                    path,
+                    "must be an app flag name (letters, digits, '_', '-'; not tfk_* nor a prefix of "
+                    f"it), or one of the platform's hyperparameters ({', '.join(TUNABLE_PLATFORM_FLAGS)})",
+                )
+            )
+            continue
+        try:
+            params[name] = ParamSpec.from_dict(spec, path)
+            _check_platform_type(name, params[name], path)
+        except SpecError as exc:
+            errors.add(exc)
+    if not errors.items:
+        errors.run(lambda: _check_params_env(params, f"{where}.search_space"))
+    errors.raise_if_any()
+    return params
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     """A sweep of ``n_trials`` trainings of one cluster spec.
@@ -351,44 +383,52 @@ class SweepConfig:
 
     @classmethod
     def from_dict(cls, data: object, where: str = "sweep") -> SweepConfig:
+        """The sweep block of ``data``; every error of it at once (a
+        :class:`~airflow_tfk.core.errors.SpecErrors` when there are several), each naming
+        its field."""
+        from airflow_tfk.spec.decl import Errors
+
         data = _mapping(data, where)
-        _reject_unknown(data, _FIELDS, where)
+        errors = Errors()
+
+        def read(fn: Callable[[], Any], default: Any = None) -> Any:
+            try:
+                return fn()
+            except SpecError as exc:
+                errors.add(exc)
+                return default
+
+        read(lambda: _reject_unknown(data, _FIELDS, where))
         if "n_trials" not in data:
-            raise SpecError(f"{where}.n_trials", "is required: how many trials to run")
-        space = _mapping(data.get("search_space"), f"{where}.search_space")
-        if not space:
-            raise SpecError(f"{where}.search_space", "must name at least one parameter")
-        params = {}
-        for key, spec in space.items():
-            name = str(key)
-            if not FLAG_NAME.match(name) or _reserved(name):
-                raise SpecError(
-                    f"{where}.search_space.{name}",
-                    "must be an app flag name (letters, digits, '_', '-'; not tfk_* nor a prefix of "
-                    f"it), or one of the platform's hyperparameters ({', '.join(TUNABLE_PLATFORM_FLAGS)})",
-                )
-            params[name] = ParamSpec.from_dict(spec, f"{where}.search_space.{name}")
-            _check_platform_type(name, params[name], f"{where}.search_space.{name}")
-        _check_params_env(params, f"{where}.search_space")
-        sampler = SamplerSpec.from_dict(data.get("sampler"), f"{where}.sampler")
-        if sampler.name is SamplerKind.GRID:
-            _check_grid(params, where)
-        return cls(
-            n_trials=_count(data["n_trials"], f"{where}.n_trials", 1),
-            search_space=params,
-            max_concurrent_trials=_count(
-                data.get("max_concurrent_trials", 1), f"{where}.max_concurrent_trials", 1
+            errors.add(SpecError(f"{where}.n_trials", "is required: how many trials to run"))
+        params = read(lambda: _search_space(data, where), {})
+        sampler = read(lambda: SamplerSpec.from_dict(data.get("sampler"), f"{where}.sampler"))
+        if sampler is not None and sampler.name is SamplerKind.GRID and params and not errors.items:
+            read(lambda: _check_grid(params, where))
+        values = {
+            "n_trials": read(lambda: _count(data["n_trials"], f"{where}.n_trials", 1))
+            if "n_trials" in data
+            else None,
+            "max_concurrent_trials": read(
+                lambda: _count(data.get("max_concurrent_trials", 1), f"{where}.max_concurrent_trials", 1)
             ),
-            objective=_name(data.get("objective", "loss"), f"{where}.objective"),
-            direction=_choice(Direction, data.get("direction", "minimize"), f"{where}.direction"),
-            sampler=sampler,
-            pruner=PrunerSpec.from_dict(data.get("pruner"), f"{where}.pruner"),
-            storage=_storage(data.get("storage"), f"{where}.storage"),
-            study_name=_optional_name(data.get("study_name"), f"{where}.study_name"),
-            model_versions=_flag(data.get("model_versions", False), f"{where}.model_versions"),
-            poll_interval=_bounded(data.get("poll_interval", 2.0), f"{where}.poll_interval", 0.01, 600),
-            smoothing=_bounded(data.get("smoothing", 0.5), f"{where}.smoothing", 0.01, 1.0),
-        )
+            "objective": read(lambda: _name(data.get("objective", "loss"), f"{where}.objective")),
+            "direction": read(
+                lambda: _choice(Direction, data.get("direction", "minimize"), f"{where}.direction")
+            ),
+            "pruner": read(lambda: PrunerSpec.from_dict(data.get("pruner"), f"{where}.pruner")),
+            "storage": read(lambda: _storage(data.get("storage"), f"{where}.storage")),
+            "study_name": read(lambda: _optional_name(data.get("study_name"), f"{where}.study_name")),
+            "model_versions": read(
+                lambda: _flag(data.get("model_versions", False), f"{where}.model_versions")
+            ),
+            "poll_interval": read(
+                lambda: _bounded(data.get("poll_interval", 2.0), f"{where}.poll_interval", 0.01, 600)
+            ),
+            "smoothing": read(lambda: _bounded(data.get("smoothing", 0.5), f"{where}.smoothing", 0.01, 1.0)),
+        }
+        errors.raise_if_any()
+        return cls(search_space=params, sampler=sampler, **values)
 
     def to_dict(self) -> dict[str, Any]:
         """The plain form (what :meth:`from_dict` reads back)."""

@@ -122,3 +122,34 @@ def test_a_publish_name_the_training_does_not_export_is_an_error(tmp_path: Path,
         "error: digits.yaml:8: publish.model_name: is 'digits', but cluster.args gives "
         "--tfk_model_name 'digits_v2'"
     ), out.stderr
+
+
+def test_every_error_of_every_block_at_once_each_with_its_line(tmp_path: Path, validate_here) -> None:
+    """A cluster error and several in the sweep block: all printed in one pass, each with
+    its field and line, in one wording (``error: <file>:<line>: <field>: <rule>``)."""
+    (tmp_path / "trainings").mkdir()
+    (tmp_path / "trainings" / "t.yaml").write_text(
+        "cluster:\n"
+        "  image: registry.example/t:1\n"
+        "  mode: all_reduce\n"
+        "  command: [python, t.py]\n"
+        "  worker:\n"
+        "    replicas: 0\n"
+        "sweep:\n"
+        "  n_trials: 0\n"
+        "  search_space:\n"
+        "    lr: {type: float, low: 1, high: 0}\n"
+        "    tfk_model_name: {type: categorical, choices: [a]}\n"
+        "  poll_interval: -3\n"
+    )
+    out = validate_here("trainings", cwd=tmp_path)
+    assert out.returncode == 1
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    fields = {line.split(": ")[2]: line.split(": ")[1] for line in errors}
+    assert fields == {
+        "cluster.worker.replicas": "trainings/t.yaml:6",
+        "sweep.n_trials": "trainings/t.yaml:8",
+        "sweep.search_space.lr.high": "trainings/t.yaml:10",
+        "sweep.search_space.tfk_model_name": "trainings/t.yaml:11",
+        "sweep.poll_interval": "trainings/t.yaml:12",
+    }, errors

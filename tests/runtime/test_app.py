@@ -58,7 +58,7 @@ def test_concurrent_exports_each_claim_their_own_small_version(tmp_path):
     is the claim, so each gets its own number, and the numbers are 1..N."""
     import threading
 
-    from airflow_tfk.runtime.export import _publish
+    from airflow_tfk.runtime.export import publish_version
 
     models = tmp_path / "m"
     models.mkdir()
@@ -69,7 +69,7 @@ def test_concurrent_exports_each_claim_their_own_small_version(tmp_path):
         tmp.mkdir()
         (tmp / "saved_model.pb").write_text(str(i))
         start.wait()
-        version, final = _publish(str(tmp), str(models), None)
+        version, final = publish_version(str(tmp), str(models), None)
         with lock:
             got.append((version, (Path(final) / "saved_model.pb").read_text()))
 
@@ -84,7 +84,7 @@ def test_concurrent_exports_each_claim_their_own_small_version(tmp_path):
     tmp.mkdir()
     (tmp / "f").write_text("x")
     with pytest.raises(app_mod.UsageError, match="already exists"):
-        _publish(str(tmp), str(models), 3)  # an explicit version is never bumped
+        publish_version(str(tmp), str(models), 3)  # an explicit version is never bumped
 
 
 def test_train_checkpoint_resume_and_export(tmp_path, capsys):

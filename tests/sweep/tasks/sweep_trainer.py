@@ -1,6 +1,7 @@
 """A stand-in training task (no TensorFlow) for the sweep tests.
 
-Takes ``--lr`` (its hyperparameter) and the sweep's ``--tfk_model_version``; prints a
+Takes ``--lr`` (its hyperparameter) and, if the sweep passes one, ``--tfk_model_version``
+(else its export claims the next free version, as the platform's does); prints a
 progress line per step whose loss is ``(lr - 0.3)**2 + 1/step``: the further ``lr`` is
 from 0.3, the worse it does at every step, so a pruner can tell the losers early. At the
 end it prints the held-out ``score`` (``-(lr - 0.3)**2``) as its metrics line and, with
@@ -24,7 +25,7 @@ from airflow_tfk.protocol.progress import event_line, progress_line
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--lr", type=float, default=0.3)
-parser.add_argument("--tfk_model_version", type=int, default=1)
+parser.add_argument("--tfk_model_version", type=int, default=None)
 args, _ = parser.parse_known_args()
 steps = int(os.environ.get("STEPS", "10"))
 export_at = int(os.environ.get("EXPORT_AT_STEP", str(steps)))
@@ -41,11 +42,17 @@ def export() -> None:
     base = os.environ.get("TFK_MODEL_DIR")
     if not base:
         return
-    path = os.path.join(base, "toy", str(args.tfk_model_version))
-    os.makedirs(path)
-    with open(os.path.join(path, "model.json"), "w") as f:
+    import tempfile
+
+    from airflow_tfk.runtime.export import publish_version
+
+    model_dir = os.path.join(base, "toy")
+    os.makedirs(model_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tmp-export-", dir=model_dir)
+    with open(os.path.join(tmp, "model.json"), "w") as f:
         json.dump({"lr": args.lr}, f)
-    print(event_line("export", path=path, model_name="toy", version=args.tfk_model_version), flush=True)
+    version, path = publish_version(tmp, model_dir, args.tfk_model_version)
+    print(event_line("export", path=path, model_name="toy", version=version), flush=True)
 
 
 for step in range(1, steps + 1):
