@@ -12,6 +12,10 @@ imports nothing heavy: an import hook waits for TensorFlow's own modules and the
   ``MonitoredTrainingSession`` without a ``ConfigProto`` hit.
 - makes a non-chief's session manager check every second (not every 30 s) whether the
   chief has initialised the variables, so the workers start together.
+- adds a hook to ``MonitoredTrainingSession`` that prints the platform's progress line
+  (the global step; the total from the script's ``StopAtStepHook``) at the first step,
+  then every 10 s (``TFK_TF1_PROGRESS_SECONDS``), and ``done`` at the end, so an
+  unmodified script's progress reaches the Airflow log and the stall bound applies;
 - gives ``MonitoredTrainingSession`` a 2 s ``stop_grace_period_secs`` (TF's default is
   120 s) when the script passes none. In a synchronous script (``SyncReplicasOptimizer``)
   the chief's gradient-aggregation queue runner is left waiting for gradients that no
@@ -36,6 +40,12 @@ from typing import Any
 
 RECOVERY_WAIT_SECS = 1
 STOP_GRACE_PERIOD_SECS = 2
+#: seconds between two progress lines of an unmodified script (``TFK_TF1_PROGRESS_SECONDS``;
+#: 0: none)
+try:
+    PROGRESS_SECONDS = float(os.environ.get("TFK_TF1_PROGRESS_SECONDS", "10"))
+except ValueError:
+    PROGRESS_SECONDS = 10.0
 
 
 def task_filters(env: Any = os.environ) -> list[str] | None:
@@ -92,6 +102,56 @@ def _patch_session_manager(module: ModuleType) -> None:
     manager_cls.__init__ = __init__
 
 
+def _total_steps(hooks: Any) -> int:
+    """The last step a ``StopAtStepHook`` among ``hooks`` stops at (0: not known)."""
+    for hook in hooks or ():
+        last = getattr(hook, "_last_step", None)
+        if type(hook).__name__ == "StopAtStepHook" and isinstance(last, int):
+            return last
+    return 0
+
+
+def _progress_hook(total: int) -> Any:
+    """A ``SessionRunHook`` that prints the platform's progress line (the global step, the
+    total when a ``StopAtStepHook`` says it) at the first step, then every
+    ``PROGRESS_SECONDS``, and a last one with status ``done``: an unmodified script's
+    progress shows in the Airflow log and its stall is noticed. No loss: the script's own
+    tensor is not known."""
+    import time
+
+    from tensorflow.python.training import session_run_hook, training_util
+
+    from airflow_tfk.protocol.progress import progress_line
+
+    class ProgressHook(session_run_hook.SessionRunHook):
+        def begin(self) -> None:
+            self._step_tensor = training_util.get_global_step()
+            self._start = time.time()
+            self._printed = 0.0
+            self._step = 0
+
+        def before_run(self, run_context: Any) -> Any:
+            if self._step_tensor is None:
+                return None
+            return session_run_hook.SessionRunArgs(self._step_tensor)
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            if run_values.results is None:
+                return
+            self._step = int(run_values.results)
+            now = time.time()
+            if not self._printed or now - self._printed >= PROGRESS_SECONDS:
+                self._printed = now
+                print(progress_line(self._step, total, None, self._start), flush=True)
+
+        def end(self, session: Any) -> None:
+            if self._step_tensor is not None:
+                self._step = int(session.run(self._step_tensor))
+            print(progress_line(self._step, total or self._step, None, self._start, "done"), flush=True)
+
+    return ProgressHook()
+
+
 def _patch_monitored_training_session(module: ModuleType) -> None:
     original = module.MonitoredTrainingSession
 
@@ -99,6 +159,13 @@ def _patch_monitored_training_session(module: ModuleType) -> None:
         # stop_grace_period_secs is the 11th parameter; only its default is changed
         if len(args) < 11:
             kwargs.setdefault("stop_grace_period_secs", STOP_GRACE_PERIOD_SECS)
+        # hooks is the 5th; the platform's own between-graph training prints its own lines
+        if PROGRESS_SECONDS > 0 and "airflow_tfk.runtime.between_graph" not in sys.modules:
+            if len(args) >= 5:
+                args = (*args[:4], [*(args[4] or ()), _progress_hook(_total_steps(args[4]))], *args[5:])
+            else:
+                hooks = kwargs.get("hooks")
+                kwargs["hooks"] = [*(hooks or ()), _progress_hook(_total_steps(hooks))]
         return original(*args, **kwargs)
 
     MonitoredTrainingSession.__doc__ = original.__doc__
