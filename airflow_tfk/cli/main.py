@@ -109,6 +109,19 @@ COMMANDS = (
         (arg("--dags-folder", help=_DAGS_FOLDER),),
     ),
     Command(
+        "sweep",
+        "a sweep's table of trials and its picture (learning curves, parameter importance)",
+        "Print the trials of a sweep's study (an SQLite file, e.g. .tfk-local/.sweeps/<study>.db, "
+        "or a database URL), then its learning curves with the pruned trials marked and the "
+        "importance of each parameter. Read-only.",
+        (
+            arg("action", choices=["trials"], help="what to show"),
+            arg("storage", metavar="STORAGE", help="the study's SQLite file or database URL"),
+            arg("--study", help="the study's name (default: the only study in STORAGE)"),
+            output_arg(),
+        ),
+    ),
+    Command(
         "stop",
         "stop local model servers or TensorBoards (they outlive their DAG runs)",
         "Stop a local model server or TensorBoard started by the local backend, "
@@ -302,9 +315,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "render": lambda a: _render_command(parser, a),
         "stop": lambda a: _stop_command(parser, a),
         "clusters": _clusters,
+        "sweep": _sweep,
     }
     command = commands.get(args.command)
     return command(args) if command is not None else 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from airflow_tfk.cli import sweeps
+
+    return sweeps.run(args)
 
 
 def _clusters(args: argparse.Namespace) -> int:

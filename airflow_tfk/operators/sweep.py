@@ -136,6 +136,7 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
         self.log.info(
             "sweep %s: table of trials\n%s", study_name, studies.format_table(result.trials, config.objective)
         )
+        self._picture(runner, study_name, storage)
         self._runner = None
         if result.best is None:
             raise RuntimeError(f"sweep {study_name}: no trial completed (see the table of trials above)")
@@ -149,6 +150,20 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
             (best.get("export") or {}).get("version"),
         )
         return result.to_xcom()
+
+    def _picture(self, runner: Any, study_name: str, storage: str) -> None:
+        """The sweep's learning curves and parameter importance, in the log (and as an SVG
+        beside an SQLite study). A picture that cannot be drawn never fails the sweep."""
+        from airflow_tfk.sweep.picture import draw
+
+        try:
+            text, svg = draw(runner.study, storage, f"sweep {study_name}")
+        except Exception as exc:  # the sweep's result stands without its picture
+            self.log.warning("sweep %s: no picture: %s", study_name, exc)
+            return
+        self.log.info("sweep %s: the trials at a glance\n%s", study_name, text)
+        if svg is not None:
+            self.log.info("sweep %s: the same picture as SVG: %s", study_name, svg)
 
     def on_kill(self) -> None:
         """Mark-failed, ``dagrun_timeout`` and ``execution_timeout``: no trial is left."""

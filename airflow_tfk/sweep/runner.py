@@ -102,6 +102,11 @@ class SweepRunner(Judging, Resuming):
         self._sign = -1.0 if config.direction is Direction.MAXIMIZE else 1.0
 
     # -- the loop -------------------------------------------------------------------------
+    @property
+    def study(self) -> Any:
+        """The Optuna study, once :meth:`run` opened it."""
+        return self._study
+
     def run(self) -> SweepResult:
         self._study = study = studies.open_study(self.config, self.storage, self.study_name)
         # Owned before anything of the study is read as this sweep's: another sweep's

@@ -106,6 +106,8 @@ def test_pruning_ends_losing_trials_and_the_limit_holds(local_root, tmp_path, ca
     out = capfd.readouterr()
     log = out.out + out.err
     assert "table of trials" in log and "PRUNED" in log
+    assert "the trials at a glance" in log and "parameter importance" in log  # the picture
+    assert list(Path(result["storage"].removeprefix("sqlite:///")).parent.glob("*.svg"))
     assert_no_processes(local_root)
 
 
