@@ -25,7 +25,7 @@ import os
 
 from airflow_tfk.core import constants
 
-BACKEND = constants.backend_kind(os.environ.get("TFK_BACKEND") or constants.BACKEND, "TFK_BACKEND")
+BACKEND = constants.backend_kind(os.environ.get("TFK_BACKEND") or constants.BACKEND, "TFK_BACKEND").value
 KUBERNETES_CONN_ID = os.environ.get("TFK_KUBERNETES_CONN_ID") or constants.KUBERNETES_CONN_ID
 IMAGE = os.environ.get("TFK_IMAGE") or constants.IMAGE
 NAMESPACE = os.environ.get("TFK_NAMESPACE") or constants.NAMESPACE

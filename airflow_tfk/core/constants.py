@@ -64,20 +64,31 @@ def pod_security_level(value: object, field: str = "pod_security_level") -> PodS
     raise ValueError(f"{field}: must be one of {', '.join(POD_SECURITY_LEVELS)} (got {value!r})")
 
 
-BackendKind = Literal["kubernetes", "local"]
-BACKEND_KINDS: Final[tuple[BackendKind, ...]] = ("kubernetes", "local")
+class BackendKind(str, enum.Enum):
+    """Where a cluster runs. A ``str`` enum: it compares equal to its name as written in
+    specs, training files and ``conf`` (``"kubernetes"``), and serialises as that text."""
+
+    KUBERNETES = "kubernetes"
+    LOCAL = "local"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+BACKEND_KINDS: Final[tuple[str, ...]] = tuple(k.value for k in BackendKind)
 #: The backend an operator or a training file runs on unless told otherwise. Kubernetes is
 #: the product: a training meant for the cluster must never quietly run as processes
 #: beside the scheduler. The local backend is always chosen by name (``backend: local``,
 #: or ``TFK_BACKEND=local``, which ``airflow-tfk airflow`` sets for a local Airflow).
-BACKEND: Final[BackendKind] = "kubernetes"
+BACKEND: Final[str] = BackendKind.KUBERNETES.value
 
 
-def backend_kind(value: str, field: str = "backend") -> BackendKind:
+def backend_kind(value: object, field: str = "backend") -> BackendKind:
     """``value`` as a backend kind, or a ValueError naming ``field``."""
-    if value not in BACKEND_KINDS:
-        raise ValueError(f"{field}: must be 'kubernetes' or 'local' (got {value!r})")
-    return value
+    for kind in BackendKind:
+        if value == kind.value:
+            return kind
+    raise ValueError(f"{field}: must be 'kubernetes' or 'local' (got {value!r})")
 
 
 class Cleanup(str, enum.Enum):

@@ -66,7 +66,7 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.backend = backend_kind(self.backend)
+        self.backend = backend_kind(self.backend).value  # stored as its text: it serialises with the DAG
         # The arguments a training takes are checked as a training checks them, before
         # the task exists: nothing of a bad sweep is created at run time.
         args.cluster_spec_arg(cluster_spec)

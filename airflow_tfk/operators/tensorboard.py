@@ -98,7 +98,7 @@ class TFStartTensorBoardOperator(OnBackendOperator):
     ) -> None:
         kwargs.setdefault("task_id", DEFAULT_TASK_ID)
         super().__init__(**kwargs)
-        kind = backend_kind(self.backend)
+        kind = backend_kind(self.backend).value  # its text: it serialises with the DAG
         act = TensorBoardAction(choice(TensorBoardAction, action, "action"))
         for field, value in (("name", name), ("claim", claim), ("base_path", base_path)):
             args.str_arg(value, field, optional=True)

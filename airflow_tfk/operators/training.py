@@ -108,7 +108,7 @@ class TFTrainingOperator(OnBackendOperator):
         args.name_prefix_arg(name_prefix)
         args.str_arg(tensorboard_task_id, "tensorboard_task_id", max_len=250)
         self.cleanup = Cleanup(choice(Cleanup, cleanup, "cleanup"))
-        self.backend = backend_kind(self.backend)
+        self.backend = backend_kind(self.backend).value  # stored as its text: it serialises with the DAG
         if on_failure not in ("delete", "keep"):
             raise ValueError(f"on_failure: must be 'delete' or 'keep' (got {on_failure!r})")
         self.on_failure = on_failure

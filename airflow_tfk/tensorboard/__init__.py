@@ -9,24 +9,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk.core.constants import BackendKind
+from airflow_tfk.core.registry import Registry
+
 if TYPE_CHECKING:
     from airflow_tfk.serving.spec import TensorBoardSpec
     from airflow_tfk.tensorboard.kubernetes import KubernetesTensorBoard
     from airflow_tfk.tensorboard.local import LocalTensorBoard
 
-__all__ = ["get_tensorboard"]
+__all__ = ["TENSORBOARDS", "get_tensorboard"]
+
+#: the TensorBoard of each backend kind, imported only when asked for
+TENSORBOARDS = Registry(
+    "tensorboard",
+    {
+        BackendKind.KUBERNETES: "airflow_tfk.tensorboard.kubernetes:KubernetesTensorBoard",
+        BackendKind.LOCAL: "airflow_tfk.tensorboard.local:LocalTensorBoard",
+    },
+)
 
 
 def get_tensorboard(
     kind: str, spec: TensorBoardSpec, **config: Any
 ) -> LocalTensorBoard | KubernetesTensorBoard:
     """The TensorBoard of backend ``kind`` (``kubernetes`` or ``local``) for ``spec``."""
-    if kind == "kubernetes":
-        from airflow_tfk.tensorboard.kubernetes import KubernetesTensorBoard
-
-        return KubernetesTensorBoard(spec, **config)
-    if kind == "local":
-        from airflow_tfk.tensorboard.local import LocalTensorBoard
-
-        return LocalTensorBoard(spec, **config)
-    raise ValueError(f"backend: unknown kind {kind!r} (expected 'kubernetes' or 'local')")
+    board: LocalTensorBoard | KubernetesTensorBoard = TENSORBOARDS.load(kind)(spec, **config)
+    return board
