@@ -6,7 +6,7 @@
 # Without a test path among the arguments, the real-node tier (tests/k8s_node) runs in a
 # second pytest process beside the rest: it mostly waits on its kubelet and pods, so on
 # two cores the two overlap instead of adding up. The local end-to-end tier (tests/e2e,
-# about 8 min) runs after it in that process, so the two lanes take about as long as each
+# about 15 min with the real-deployment approval test) runs after it in that process, so the two lanes take about as long as each
 # other. Its output follows the main run's. TFK_TEST_LANES=1 runs everything in one
 # process. A -m expression that no node test can match (the fast lane's "... and not
 # k8s_node") starts no second lane (scripts/node_lane_selects.py); the main lane then runs

@@ -21,7 +21,6 @@ No training: an untrained digits model exported by the platform's own export.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -38,10 +37,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
 TASKS, TIMEOUT, IN_TASK = "tfk_e2e_approval_tasks", "tfk_e2e_approval_timeout", "tfk_e2e_approval"
 
 
-@pytest.mark.skipif(
-    os.environ.get("TFK_REAL_AIRFLOW") != "1",
-    reason="four Airflow processes and a model server (~3 min): TFK_REAL_AIRFLOW=1",
-)
 def test_approval_outcomes_agree_with_what_serves(tmp_path: Path) -> None:
     started = time.monotonic()
     airflow = RealAirflow(
