@@ -99,3 +99,22 @@ def local_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         from airflow_tfk.backends.base import ClusterRef
 
         backend.delete(ClusterRef(state.parent.name, state.parent.parent.name))
+
+
+#: one-line figures a test wants in the run's summary even when it passes under -q (e.g.
+#: how many docs examples the site's pages hold): the ``summary_line`` fixture adds them
+_SUMMARY = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture
+def summary_line(request: pytest.FixtureRequest):
+    """Call with a line of text: printed in the run's "figures" section at the end."""
+    return request.config.stash.setdefault(_SUMMARY, []).append
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = terminalreporter.config.stash.get(_SUMMARY, [])
+    if lines:
+        terminalreporter.section("figures")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -28,7 +28,7 @@ def _nav_pages(nav: list[object]) -> set[str]:
     return pages
 
 
-def test_the_site_builds_strict_with_every_page_in_the_navigation(tmp_path: Path) -> None:
+def test_the_site_builds_strict_with_every_page_in_the_navigation(tmp_path: Path, summary_line) -> None:
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     assert config["strict"] is True
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
@@ -48,7 +48,9 @@ def test_the_site_builds_strict_with_every_page_in_the_navigation(tmp_path: Path
     counts = {
         lang: len([b for b in blocks(lang) if "docs" in b.path.parts]) for lang in ("yaml", "python", "bash")
     }
-    print(f"docs site: {len(pages)} pages; examples checked by tests/test_docs_examples.py: {counts}")
+    summary_line(
+        f"docs site: {len(pages)} pages built strict; examples run by tests/test_docs_examples.py: {counts}"
+    )
 
 
 def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
