@@ -3,10 +3,11 @@
 Written to a temporary sibling and renamed, so TF Serving never sees a half-written
 version; the sample request and the metrics go to ``assets.extra/`` next to it.
 
-Versions are small integers that only increase: an export without ``--tfk_model_version``
-takes one more than the newest version in the model's directory at the moment it is
-published, and the rename is the claim. Two writers that pick the same number (concurrent
-sweep trials, a training beside a sweep) cannot both win it: the loser takes the next one.
+Versions are small integers, and the published ones only increase: an export without
+``--tfk_model_version`` takes one more than the newest published version in the model's
+directory at the moment it is published, and the rename is the claim. Two writers that
+pick the same number (concurrent sweep trials, a training beside a sweep) cannot both win
+it: the loser takes the next one.
 """
 
 from __future__ import annotations
@@ -34,22 +35,15 @@ def version_of(name: str) -> int | None:
     return model_version(name)
 
 
-def _claimed(name: str) -> int | None:
-    """The version a directory name holds or held: ``<N>``, or a failed run's export set
-    aside as ``.failed-<N>-<uid>`` (its number is never given out again)."""
-    if name.startswith(".failed-"):
-        return version_of(name.split("-")[1]) if name.count("-") >= 2 else None
-    return version_of(name)
-
-
 def next_version(model_dir: str) -> int:
-    """One more than the newest version under ``model_dir``, published or set aside (1 if
-    none): versions are small integers that only increase."""
+    """One more than the newest published version under ``model_dir`` (1 if none): a
+    failed or pruned run's export was set aside (``.failed-<N>-<uid>``) with its number,
+    so the run that replaces it takes that number again instead of building on it."""
     try:
         names = os.listdir(model_dir)
     except FileNotFoundError:
         names = []
-    versions = [v for v in map(_claimed, names) if v is not None]
+    versions = [v for v in map(version_of, names) if v is not None]
     newest = max(versions, default=0)
     if newest >= MAX_VERSION:
         raise ValueError(f"{model_dir} holds version {newest}, int64's maximum: there is no next version")

@@ -46,11 +46,9 @@ def test_infer_mode():
 
 def test_next_version(tmp_path):
     assert next_version(str(tmp_path / "missing")) == 1
-    for name in ("1", "7", ".tmp-8-x", "notes", ".failed-x-1"):
+    for name in ("1", "7", ".tmp-8-x", "notes", ".failed-11-ab12"):
         (tmp_path / name).mkdir()
-    assert next_version(str(tmp_path)) == 8
-    (tmp_path / ".failed-11-ab12").mkdir()  # a set-aside export's number is not reused
-    assert next_version(str(tmp_path)) == 12
+    assert next_version(str(tmp_path)) == 8  # a set-aside export's number is given out again
 
 
 def test_concurrent_exports_each_claim_their_own_small_version(tmp_path):
