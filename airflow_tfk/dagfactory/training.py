@@ -46,7 +46,7 @@ import dataclasses
 import datetime as dt
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,14 +163,7 @@ def parse_training(
     # Every independent error of the file at once: each key is checked on its own, and a
     # block that depends on another (publish on cluster) is checked only when that one is valid.
     errors = Errors()
-
-    def take(check: Callable[[], Any], fallback: Any = None) -> Any:
-        try:
-            return check()
-        except SpecError as exc:
-            errors.add(exc)
-            return fallback
-
+    take = errors.take
     # Defaults read from the deployment's environment when the DAG file is parsed.
     env = {"backend": dag_env.BACKEND, "kubernetes_conn_id": dag_env.KUBERNETES_CONN_ID}
     checked = {

@@ -220,6 +220,15 @@ class Errors:
         except SpecError as exc:
             self.add(exc)
 
+    def take(self, fn: Callable[[], Any], fallback: Any = None) -> Any:
+        """``fn()``'s value; on a :class:`SpecError`, the error is collected and
+        ``fallback`` returned, so the next independent value is read too."""
+        try:
+            return fn()
+        except SpecError as exc:
+            self.add(exc)
+            return fallback
+
     def raise_if_any(self) -> None:
         if len(self.items) == 1:
             raise self.items[0]

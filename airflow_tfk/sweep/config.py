@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -390,14 +390,7 @@ class SweepConfig:
 
         data = _mapping(data, where)
         errors = Errors()
-
-        def read(fn: Callable[[], Any], default: Any = None) -> Any:
-            try:
-                return fn()
-            except SpecError as exc:
-                errors.add(exc)
-                return default
-
+        read = errors.take
         read(lambda: _reject_unknown(data, _FIELDS, where))
         if "n_trials" not in data:
             errors.add(SpecError(f"{where}.n_trials", "is required: how many trials to run"))

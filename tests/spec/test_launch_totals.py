@@ -110,7 +110,13 @@ def test_just_under_the_budget_is_accepted() -> None:
     assert EXEC_BUDGET - 2 * CHUNK < sum(exec_footprint(s, "worker").values()) <= EXEC_BUDGET
 
 
-SWEEP = {"n_trials": 20, "search_space": {"tfk_learning_rate": {"low": 1e-4, "high": 0.1, "log": True}}}
+#: with model_versions, each trial's flags end in --tfk_model_version=<13 digits>: the longest
+#: flags a trial gets, which the fit check must count
+SWEEP = {
+    "n_trials": 20,
+    "search_space": {"tfk_learning_rate": {"low": 1e-4, "high": 0.1, "log": True}},
+    "model_versions": True,
+}
 
 
 def test_a_sweep_whose_trials_would_not_start_is_refused_before_any_runs() -> None:
