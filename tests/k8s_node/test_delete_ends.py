@@ -1,17 +1,19 @@
-"""Ending a running parameter_server cluster on the real node takes less than its grace.
+"""A killed parameter_server cluster on the real node ends on its tasks' notices, not on the
+kubelet's SIGKILL.
 
 A chief, a ps and two workers train the digits app with checkpoints in a models volume (so
 the chief's notice path, drain then save, is the one taken), each pod with the default
 termination grace of 60 s. The task is killed (``on_kill``, as a kill or a timeout of the
-Airflow task does): every pod is gone and no container process is left on the node
-before the grace, so no task sat out its 60 s waiting for gone peers (without the runtime's
-peer watch after the notice, the same cluster took 60.5 s on the local backend: the chief
-blocked on its gone workers until the SIGKILL).
+Airflow task does). The ps and the workers exit on their SIGTERM (143) within seconds; the
+chief stops on its notice (76), before the grace, not at the kubelet's SIGKILL (137);
+nothing of the cluster is left afterwards. Each task's exit and the total are printed.
 
-Measured here: 36.9 s and 42.9 s from the kill to nothing left, where the local backend takes about
-1.3 s (held to 10 s by tests/runtime/test_delete_ends.py). Where the rest of the
-half-minute goes on the node (the kubelet's pod teardown, the volume, the processes' own
-exits) is not yet known: issue 38's 10 s is not met on the node.
+Measured (four runs): ps and workers 0.9-1.5 s; the chief 35-56 s, so nothing left after
+37-57 s, where the local backend ends the same cluster in about 1.3 s
+(tests/runtime/test_delete_ends.py holds it to 10 s). On the node the chief's peer watch
+sees the ps and workers gone late (once at its own bound, 5 s before the grace); why is
+not yet known (its TCP and DNS probes of the peers' Service names are the suspects). Issue
+38's 10 s is not met on the node.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from . import _tfk
 
 pytestmark = pytest.mark.k8s_node
 
-#: the grace is 60 s: a cluster whose every task ended on its notice is gone before it
-#: (36.9 s and 42.9 s measured, the second beside a full CI run)
-ENDED_WITHIN = 57.0
+#: the grace is 60 s; the chief's notice ends it 5 s before, and the kubelet's SIGKILL
+#: would end it at 60 s: nothing is left before the grace and the teardown's few seconds
+ENDED_WITHIN = 64.0
+#: the ps and the workers end on their SIGTERM (exit 143): seconds, not the grace
+SIGTERM_WITHIN = 10.0
 
 
-def test_every_pod_of_a_killed_parameter_server_cluster_is_gone_before_the_grace(
+def test_a_killed_parameter_server_cluster_ends_on_its_notices_not_the_sigkill(
     k8s_node, node_api, node_ns, node_conn, local_volumes
 ) -> None:
     ctx, name, _models = _tfk.run_with_models_volume(local_volumes, node_ns)
@@ -71,11 +75,34 @@ def test_every_pod_of_a_killed_parameter_server_cluster_is_gone_before_the_grace
         raise
     t0 = time.monotonic()
     op.on_kill()
+    ended = _watch_exits(node_api, node_ns, name, t0)
     thread.join(90)
     assert not thread.is_alive()
     assert errors and isinstance(errors[0], TrainingFailed), errors
     kwok_tfk.wait_no_leftovers(node_api, node_ns, name, timeout=90)
     _tfk.container_processes_gone(k8s_node, 90)
     took = time.monotonic() - t0
-    print(f"parameter_server cluster (chief, ps, 2 workers): nothing left {took:.1f}s after the kill")
-    assert took < ENDED_WITHIN, f"{took:.1f}s: some task waited for its grace (60 s), not for its peers"
+    shown = ", ".join(f"{task} exit {code} at {at:.1f}s" for task, (code, at) in sorted(ended.items()))
+    print(f"parameter_server cluster killed: {shown}; nothing left {took:.1f}s after the kill")
+    # The ps and the workers end on their SIGTERM, within seconds.
+    for task in ("ps-0", "worker-0", "worker-1"):
+        assert task in ended and ended[task][1] < SIGTERM_WITHIN, (task, ended)
+    # The chief ends itself (76: stopped on notice) before the kubelet's SIGKILL (137).
+    assert ended.get("chief-0", (None,))[0] == 76, ended
+    assert took < ENDED_WITHIN, f"{took:.1f}s: {shown}"
+
+
+def _watch_exits(api, namespace: str, cluster: str, t0: float) -> dict[str, tuple[int, float]]:
+    """Each task's container exit code and when it was first seen, until no pod is left."""
+    ended: dict[str, tuple[int, float]] = {}
+    while time.monotonic() - t0 < 120:
+        pods = _tfk.pods(api, namespace, cluster)
+        for pod in pods:
+            task = pod.metadata.name.rsplit("-", 1)[0].split("-", 3)[-1]  # chief-0, ps-0, worker-1
+            for c in pod.status.container_statuses or []:
+                if c.state.terminated is not None and task not in ended:
+                    ended[task] = (c.state.terminated.exit_code, time.monotonic() - t0)
+        if not pods:
+            break
+        time.sleep(0.3)
+    return ended
