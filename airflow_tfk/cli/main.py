@@ -249,7 +249,6 @@ def _read(path: str) -> bytes:
 
 def _render(args: argparse.Namespace) -> list[dict]:
     from airflow_tfk.core.naming import RunIdentity
-    from airflow_tfk.render.manifests import render
     from airflow_tfk.spec.cluster import TFClusterSpec
     from airflow_tfk.spec.yaml_reader import load_yaml_mapping
 
@@ -261,13 +260,15 @@ def _render(args: argparse.Namespace) -> list[dict]:
     identity = None
     if args.dag_id or args.task_id or args.run_id:
         identity = RunIdentity(args.dag_id, args.task_id, args.run_id, args.map_index)
-    manifests = render(spec, identity, template_dir=args.template_dir)
     # The final pod templates, every patch applied, against the platform's policy (Pod
-    # Security restricted unless [tfk_policy] says otherwise): every violation named.
+    # Security restricted unless [tfk_policy] says otherwise): every violation named, and
+    # a per-training namespace at the policy's level, as the backend would create it.
     from airflow_tfk._airflow.platform_config import platform_policy
-    from airflow_tfk.spec.platform_policy import check_manifests, raise_for
+    from airflow_tfk.render.checked import render_checked
+    from airflow_tfk.spec.platform_policy import raise_for
 
-    raise_for(check_manifests(manifests, platform_policy()))
+    manifests, found = render_checked(spec, platform_policy(), identity, args.template_dir)
+    raise_for(found)
     return manifests
 
 

@@ -29,10 +29,9 @@ def check_template_dir(path: Path, training: TrainingFile) -> TrainingFileError 
     from airflow_tfk._airflow.platform_config import platform_policy
     from airflow_tfk.core.errors import SpecError
     from airflow_tfk.dagfactory.params import with_param_defaults
-    from airflow_tfk.render.manifests import render
+    from airflow_tfk.render.checked import render_checked
     from airflow_tfk.render.templating import RenderError
     from airflow_tfk.spec.cluster import TFClusterSpec
-    from airflow_tfk.spec.platform_policy import check_manifests
 
     cluster = training.cluster
     if not isinstance(cluster, dict):
@@ -45,14 +44,13 @@ def check_template_dir(path: Path, training: TrainingFile) -> TrainingFileError 
         spec = TFClusterSpec.from_dict({"name": _PROBE_NAME, **values})
     except SpecError:
         return None  # values only the worker renders: the worker checks them
-    policy = platform_policy()
     try:
-        manifests = render(spec, pod_security_level=policy.pod_security_level.value)
+        _, violations = render_checked(spec, platform_policy())
     except (RenderError, SpecError) as exc:
         return TrainingFileError(path, FIELD, f"does not render: {exc}"[:1000])
     found = [
         TrainingFileError(path, f"cluster.{v.field}", f"{v.message} [platform policy: {v.rule}]")
-        for v in check_manifests(manifests, policy)
+        for v in violations
     ]
     if not found:
         return None

@@ -156,14 +156,10 @@ class KubernetesBackend(Backend):
 
         if self.policy is None:
             return render(spec, identity)
-        from airflow_tfk.spec.platform_policy import check_manifests, raise_for
-        from airflow_tfk.spec.spec_policy import check_spec
+        from airflow_tfk.render.checked import render_checked
+        from airflow_tfk.spec.platform_policy import raise_for
 
-        manifests = render(spec, identity, pod_security_level=self.policy.pod_security_level.value)
-        found = check_spec(spec, self.policy)
-        seen = {(v.rule, v.message) for v in found}
-        # the rendered pods' own findings, less those the spec's fields already named
-        found += [v for v in check_manifests(manifests, self.policy) if (v.rule, v.message) not in seen]
+        manifests, found = render_checked(spec, self.policy, identity)
         raise_for(found)
         return manifests
 
