@@ -20,9 +20,11 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_tfk.protocol.digits import plain_int
 
@@ -230,11 +232,37 @@ def _log(msg: str) -> None:
     print(f"[tfk] {msg}", file=sys.stderr, flush=True)
 
 
-def _probe(addr: str, tcp: bool, connect_timeout: float) -> str | None:
+def _lookup(host: str, port: int, timeout: float | None) -> list[Any]:
+    """``socket.getaddrinfo``, given up after ``timeout`` seconds (None: the resolver's own
+    bounds). The lookup goes on in a daemon thread: the C resolver cannot be interrupted."""
+    if timeout is None:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as exc:
+            box.append(exc)
+
+    thread = threading.Thread(target=run, name="tfk-peer-lookup", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not box:
+        raise TimeoutError(f"DNS lookup did not answer within {timeout:g}s")
+    if isinstance(box[0], OSError):
+        raise box[0]
+    return list(box[0])
+
+
+def _probe(addr: str, tcp: bool, connect_timeout: float, dns_timeout: float | None = None) -> str | None:
     """None if ``addr`` is ready, else why not."""
     host, port = split_address(addr)
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = _lookup(host, port, dns_timeout)
+    except TimeoutError as exc:
+        return str(exc)
     except socket.gaierror as exc:
         return f"DNS lookup failed ({exc.strerror or exc})"
     if not tcp:
@@ -311,18 +339,19 @@ def wait_for_cluster(
 
 
 def unreachable(
-    peers: Iterable[tuple[str, int, str]], connect_timeout: float = 1.0
+    peers: Iterable[tuple[str, int, str]], connect_timeout: float = 1.0, dns_timeout: float | None = None
 ) -> list[tuple[str, int, str, str]]:
     """The ``(role, index, address)`` of ``peers`` that do not accept a TCP connection now,
     each with why (``(role, index, address, why)``), probed in parallel: a stopping task
-    asks whether the tasks it still waits for are there at all."""
+    asks whether the tasks it still waits for are there at all. ``dns_timeout``: a lookup
+    that has not answered by then counts as a peer that did not answer."""
     import concurrent.futures
 
     peers = list(peers)
     if not peers:
         return []
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(peers))) as pool:
-        whys = list(pool.map(lambda p: _probe(p[2], True, connect_timeout), peers))
+        whys = list(pool.map(lambda p: _probe(p[2], True, connect_timeout, dns_timeout), peers))
     return [(r, i, a, why) for (r, i, a), why in zip(peers, whys, strict=True) if why is not None]
 
 
@@ -336,10 +365,19 @@ class PeerWatch:
     :meth:`gone` says why nothing is left to wait for when a ps (the variables live there),
     or (``workers``) every worker, refused or did not answer a TCP connection at two looks
     in a row: a transient miss of a live cluster does not count.
+
+    A look's DNS lookups are bounded (:attr:`DNS_TIMEOUT`): a deleted peer's name is not in
+    the cluster's zone any more, and the resolver then walks its search list and asks
+    upstream, which on a cluster with no upstream answer took 48 s (the pod's own resolver
+    bound). A live peer's name is answered by the cluster's DNS in milliseconds.
     """
 
     #: workers probed per look (a random sample of a big cluster)
     SAMPLE = 8
+    #: seconds between two log lines of what the looks find, when it does not change
+    SAY_EVERY = 10.0
+    #: seconds a look waits for a peer's name to resolve
+    DNS_TIMEOUT = 1.0
 
     def __init__(self, info: TaskInfo, workers: bool, connect_timeout: float = 0.5) -> None:
         self.ps = [("ps", i, a) for i, a in enumerate(info.cluster.get("ps") or [])]
@@ -348,6 +386,7 @@ class PeerWatch:
             self.workers = []
         self.connect_timeout = connect_timeout
         self._closed_before: set[tuple[str, int]] = set()
+        self._said: tuple[str, float] = ("", 0.0)
 
     def __bool__(self) -> bool:
         return bool(self.ps or self.workers)
@@ -358,7 +397,11 @@ class PeerWatch:
         sample = self.workers
         if len(sample) > self.SAMPLE:
             sample = random.sample(sample, self.SAMPLE)
-        closed = unreachable(self.ps + sample, connect_timeout=self.connect_timeout)
+        started = time.monotonic()
+        closed = unreachable(
+            self.ps + sample, connect_timeout=self.connect_timeout, dns_timeout=self.DNS_TIMEOUT
+        )
+        self._say(self.ps + sample, closed, time.monotonic() - started)
         keys = {(r, i) for r, i, _, _ in closed}
         confirmed = [c for c in closed if (c[0], c[1]) in self._closed_before]
         self._closed_before = keys
@@ -369,6 +412,18 @@ class PeerWatch:
         if sample and len(workers) == len(sample):
             return f"every worker is gone ({_shown(workers)})"
         return None
+
+    def _say(
+        self, looked: list[tuple[str, int, str]], closed: list[tuple[str, int, str, str]], took: float
+    ) -> None:
+        """Log what a look found when it changes, else every :attr:`SAY_EVERY` seconds."""
+        gone = {(r, i) for r, i, _, _ in closed}
+        answering = [f"{r}:{i}" for r, i, _ in looked if (r, i) not in gone]
+        text = f"answering: {', '.join(answering) or 'none'}; not: {_shown(closed) if closed else 'none'}"
+        now = time.monotonic()
+        if text != self._said[0] or now - self._said[1] >= self.SAY_EVERY:
+            _log(f"on notice: looked at the peers in {took:.1f}s: {text}")
+            self._said = (text, now)
 
 
 def _shown(closed: list[tuple[str, int, str, str]], most: int = 3) -> str:

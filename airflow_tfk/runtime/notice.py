@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -98,6 +99,8 @@ class Notice:
         self._watchdog: threading.Thread | None = None
         self._done = threading.Event()  # uninstalled: the watchdog has nothing to watch
         self._wake = threading.Event()  # the notice, or uninstalled
+        self._once = threading.Lock()  # taken by whoever sees the first SIGTERM
+        self._wakeup: tuple[socket.socket, socket.socket] | None = None
 
     @property
     def received(self) -> bool:
@@ -129,6 +132,7 @@ class Notice:
         previous = signal.signal(signal.SIGTERM, self._on_signal)
         if self._previous is None:
             self._previous = previous
+        self._listen()
         if self._watchdog is None:
             # Started here, not in the signal handler: a handler runs between two bytecodes
             # of the main thread, which may hold threading's own locks at that moment.
@@ -140,10 +144,58 @@ class Notice:
             )
             self._watchdog.start()
 
+    def _listen(self) -> None:
+        """See SIGTERM at once, not when the main thread next runs Python.
+
+        Python runs a signal's handler in the main thread between two bytecodes; a main
+        thread blocked inside TensorFlow (a step, a save, a read of a ps variable whose
+        peer vanished without a reset, as a deleted pod's address does) runs none until
+        that call returns, and the watchdog, woken by the handler, would not start. The
+        C-level handler writes the signal's number to the wakeup fd at once, from whichever
+        thread took the signal; a thread reads it and takes the notice. Left alone when the
+        process already has a wakeup fd (an event loop's).
+        """
+        if self._wakeup is not None:
+            return
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        try:
+            previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        except ValueError:  # not the main thread
+            reader.close()
+            writer.close()
+            return
+        if previous != -1:
+            signal.set_wakeup_fd(previous)
+            reader.close()
+            writer.close()
+            return
+        self._wakeup = (reader, writer)
+        threading.Thread(
+            target=self._read_wakeups, args=(reader,), name="tfk-notice-signal", daemon=True
+        ).start()
+
+    def _read_wakeups(self, reader: socket.socket) -> None:
+        while True:
+            try:
+                data = reader.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            if signal.SIGTERM in data:
+                self._noticed("SIGTERM")
+
     def uninstall(self) -> None:
         if self._previous is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._previous)
             self._previous = None
+            if self._wakeup is not None:
+                signal.set_wakeup_fd(-1)
+                reader, writer = self._wakeup
+                self._wakeup = None
+                writer.close()  # the reading thread sees the end and returns
+                reader.shutdown(socket.SHUT_RDWR)
         # Trained: a notice that came meanwhile is the loop's to honour, not the
         # watchdog's (the task exits on its own, e.g. after its export).
         self._done.set()
@@ -151,13 +203,17 @@ class Notice:
         self._watchdog = None
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        if self._event.is_set():
+        self._noticed("SIGTERM")
+
+    def _noticed(self, what: str) -> None:
+        """The first SIGTERM, from the handler (main thread) or the wakeup fd's thread."""
+        if not self._once.acquire(blocking=False):  # never blocks: the handler may run here
             return
         self.at = time.time()
         self._event.set()
         self._wake.set()
         log(
-            f"SIGTERM: notice received: stopping at the next step boundary after a checkpoint "
+            f"{what}: notice received: stopping at the next step boundary after a checkpoint "
             f"(at most {self.bound:.0f}s of the {self.grace:.0f}s grace)"
         )
 

@@ -1,19 +1,17 @@
-"""A killed parameter_server cluster on the real node ends on its tasks' notices, not on the
-kubelet's SIGKILL.
+"""A killed parameter_server cluster on the real node ends within 10 s, on its tasks' notices.
 
 A chief, a ps and two workers train the digits app with checkpoints in a models volume (so
-the chief's notice path, drain then save, is the one taken), each pod with the default
-termination grace of 60 s. The task is killed (``on_kill``, as a kill or a timeout of the
-Airflow task does). The ps and the workers exit on their SIGTERM (143) within seconds; the
-chief stops on its notice (76), before the grace, not at the kubelet's SIGKILL (137);
-nothing of the cluster is left afterwards. Each task's exit and the total are printed.
+the chief's notice path, drain then save, is the one taken), each pod with a termination
+grace of 60 s. The task is killed (``on_kill``, as a kill or a timeout of the Airflow task
+does). The ps and the workers exit on their SIGTERM (143); the chief's notice watchdog finds
+them gone and it stops (76), long before the grace and the kubelet's SIGKILL (137). Every
+pod is gone within 10 s (issue 38), and nothing of the cluster is left afterwards. Each
+task's exit, the times and the chief's last lines are printed.
 
-Measured (four runs): ps and workers 0.9-1.5 s; the chief 35-56 s, so nothing left after
-37-57 s, where the local backend ends the same cluster in about 1.3 s
-(tests/runtime/test_delete_ends.py holds it to 10 s). On the node the chief's peer watch
-sees the ps and workers gone late (once at its own bound, 5 s before the grace); why is
-not yet known (its TCP and DNS probes of the peers' Service names are the suspects). Issue
-38's 10 s is not met on the node.
+Measured: ps and workers 1.2-1.6 s; the chief 2.0 s; every pod gone 2.6 s (the local
+backend: about 1.3 s, tests/runtime/test_delete_ends.py). Before the notice's peer look had
+a DNS bound, the chief took 35-56 s: a deleted peer's name walked the resolver's search
+list to a DNS with no upstream, up to the resolver's own 48 s.
 """
 
 from __future__ import annotations
@@ -32,11 +30,10 @@ from . import _tfk
 
 pytestmark = pytest.mark.k8s_node
 
-#: the grace is 60 s; the chief's notice ends it 5 s before, and the kubelet's SIGKILL
-#: would end it at 60 s: nothing is left before the grace and the teardown's few seconds
-ENDED_WITHIN = 64.0
-#: the ps and the workers end on their SIGTERM (exit 143): seconds, not the grace
-SIGTERM_WITHIN = 10.0
+#: every pod of the cluster is gone this long after the kill (issue 38; the grace is 60 s)
+PODS_GONE_WITHIN = 10.0
+#: and everything else (Jobs, Services, the claim, the containers' processes)
+ENDED_WITHIN = 30.0
 
 
 def test_a_killed_parameter_server_cluster_ends_on_its_notices_not_the_sigkill(
@@ -75,7 +72,7 @@ def test_a_killed_parameter_server_cluster_ends_on_its_notices_not_the_sigkill(
         raise
     t0 = time.monotonic()
     op.on_kill()
-    ended = _watch_exits(node_api, node_ns, name, t0)
+    ended, chief_log, pods_gone = _watch_exits(node_api, node_ns, name, t0)
     thread.join(90)
     assert not thread.is_alive()
     assert errors and isinstance(errors[0], TrainingFailed), errors
@@ -83,26 +80,48 @@ def test_a_killed_parameter_server_cluster_ends_on_its_notices_not_the_sigkill(
     _tfk.container_processes_gone(k8s_node, 90)
     took = time.monotonic() - t0
     shown = ", ".join(f"{task} exit {code} at {at:.1f}s" for task, (code, at) in sorted(ended.items()))
-    print(f"parameter_server cluster killed: {shown}; nothing left {took:.1f}s after the kill")
-    # The ps and the workers end on their SIGTERM, within seconds.
+    print(
+        f"parameter_server cluster killed: {shown}; every pod gone {pods_gone:.1f}s, "
+        f"nothing left {took:.1f}s after the kill"
+    )
+    print("the chief's last lines:\n" + "\n".join(chief_log.splitlines()[-15:]))
+    # The ps and the workers end on their SIGTERM (143, or gone between two looks).
     for task in ("ps-0", "worker-0", "worker-1"):
-        assert task in ended and ended[task][1] < SIGTERM_WITHIN, (task, ended)
-    # The chief ends itself (76: stopped on notice) before the kubelet's SIGKILL (137).
+        assert task in ended and ended[task][0] in (143, None), (task, ended)
+    # The chief ends itself (76: stopped on notice), not by the kubelet's SIGKILL (137).
     assert ended.get("chief-0", (None,))[0] == 76, ended
+    assert pods_gone < PODS_GONE_WITHIN, f"{pods_gone:.1f}s: {shown}"
     assert took < ENDED_WITHIN, f"{took:.1f}s: {shown}"
 
 
-def _watch_exits(api, namespace: str, cluster: str, t0: float) -> dict[str, tuple[int, float]]:
-    """Each task's container exit code and when it was first seen, until no pod is left."""
-    ended: dict[str, tuple[int, float]] = {}
+def _watch_exits(
+    api, namespace: str, cluster: str, t0: float
+) -> tuple[dict[str, tuple[int | None, float]], str]:
+    """Each task's container exit code and when it was first seen, until no pod is left
+    (a pod gone between two looks: exit code None, at the look that missed it); the
+    chief's log as last read while it ran; and when no pod was left."""
+    ended: dict[str, tuple[int | None, float]] = {}
+    present = {"chief-0", "ps-0", "worker-0", "worker-1"}  # all running before the kill
+    chief_log = ""
     while time.monotonic() - t0 < 120:
         pods = _tfk.pods(api, namespace, cluster)
+        now = time.monotonic() - t0
+        seen = set()
         for pod in pods:
             task = pod.metadata.name.rsplit("-", 1)[0].split("-", 3)[-1]  # chief-0, ps-0, worker-1
+            seen.add(task)
             for c in pod.status.container_statuses or []:
                 if c.state.terminated is not None and task not in ended:
-                    ended[task] = (c.state.terminated.exit_code, time.monotonic() - t0)
+                    ended[task] = (c.state.terminated.exit_code, now)
+                elif c.state.running is not None and task == "chief-0":
+                    try:
+                        chief_log = _tfk.pod_log(api, namespace, pod.metadata.name)
+                    except ApiException:
+                        pass
+        for task in present - seen:
+            ended.setdefault(task, (None, now))
+        present |= seen
         if not pods:
-            break
+            return ended, chief_log, now
         time.sleep(0.3)
-    return ended
+    return ended, chief_log, float("inf")

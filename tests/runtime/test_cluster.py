@@ -259,3 +259,38 @@ def test_the_peer_watch_counts_a_ps_gone_at_the_second_look_only():
         assert (workers_gone.gone() or "").startswith("every worker is gone (worker:0 at")
         # a between_graph worker waits on the ps only, not on the other workers
         assert not PeerWatch(TaskInfo({"worker": [down, up]}, "worker", 1), workers=False)
+
+
+def test_a_peer_whose_name_does_not_resolve_in_time_counts_as_gone(monkeypatch, listener):
+    """A deleted peer's name may take the resolver its whole bound (48 s on the real node,
+    whose DNS has no upstream); a look gives it :attr:`PeerWatch.DNS_TIMEOUT`. A stand-in
+    resolver that never answers for the ps's name, the real one for the rest."""
+    import threading
+    import time
+
+    from airflow_tfk.runtime import cluster as cl
+
+    real = socket.getaddrinfo
+    release = threading.Event()
+
+    def resolver(host, *args, **kwargs):
+        if host == "ps-0.gone.svc":
+            release.wait(60)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(cl.socket, "getaddrinfo", resolver)
+    cluster = {"chief": ["127.0.0.1:1"], "ps": ["ps-0.gone.svc:2222"], "worker": [listener]}
+    watch = cl.PeerWatch(cl.TaskInfo(cluster, "chief", 0), workers=True)
+    try:
+        started = time.monotonic()
+        assert watch.gone() is None  # a first miss may be transient
+        why = watch.gone()
+        took = time.monotonic() - started
+    finally:
+        release.set()
+    assert why == (
+        "the ps the variables live on are gone "
+        f"(ps:0 at ps-0.gone.svc:2222: DNS lookup did not answer within {cl.PeerWatch.DNS_TIMEOUT:g}s)"
+    )
+    assert took < 2 * cl.PeerWatch.DNS_TIMEOUT + 2, took

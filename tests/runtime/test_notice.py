@@ -117,3 +117,50 @@ def test_a_task_whose_peers_are_gone_exits_76_at_once_not_at_the_bound():
         "on notice: the ps the variables live on are gone (ps:0 at 10.0.0.1:2222: refused); "
         "the steps scheduled on the workers will never finish: exiting now with 76" in done.stderr
     )
+
+
+BLOCKED_MAIN = """
+import signal, sys, time
+from airflow_tfk.runtime import notice
+n = notice.Notice(peers_gone=lambda: "every worker is gone (worker:0 at 10.0.0.2:2222: timed out)")
+n.install()
+n.waiting_for("the steps scheduled on the workers")
+# The main thread now runs no Python handler, as when it is blocked inside TensorFlow (a
+# read of a ps variable whose pod vanished): the signal goes to another thread.
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_notice_is_taken_while_the_main_thread_is_blocked_in_native_code():
+    """The SIGTERM reaches the watchdog through the wakeup fd, not the main thread's
+    handler: the task ends within seconds, not when the blocked call returns (60 s here)."""
+    import subprocess
+    import sys
+    import time
+
+    from airflow_tfk.protocol.exit_codes import EXIT_PREEMPTED
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BLOCKED_MAIN],
+        env={**os.environ, notice.GRACE_ENV: "60"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read() if proc.stderr is not None else ""
+    assert code == EXIT_PREEMPTED, err
+    assert "SIGTERM: notice received" in err
+    assert "every worker is gone" in err
+    assert took < 5, (took, err)
