@@ -377,6 +377,13 @@ class TrainingApp(ClusterTask, FinishSteps):
         where = "local" if self.task is None else f"{self.task.role}:{self.task.index}"
         log(f"{type(self).__name__}: mode {self.mode}, task {where}")
         try:
+            return self._run_task()
+        finally:  # the process may go on (an app run in-process): leave no handler behind
+            if self.notice is not None:
+                self.notice.uninstall()
+
+    def _run_task(self) -> int:
+        try:
             self._configure_tensorflow()
             return self._dispatch()
         except _notice.Preempted as exc:

@@ -183,7 +183,9 @@ class Notice:
                 return
             if not data:
                 return
-            if signal.SIGTERM in data:
+            # Only while this notice's handler is the one Python has for SIGTERM: the fd
+            # outlives a handler that someone else replaced (then the signal is theirs).
+            if signal.SIGTERM in data and signal.getsignal(signal.SIGTERM) == self._on_signal:
                 self._noticed("SIGTERM")
 
     def uninstall(self) -> None:

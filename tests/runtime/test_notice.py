@@ -164,3 +164,33 @@ def test_a_notice_is_taken_while_the_main_thread_is_blocked_in_native_code():
     assert "SIGTERM: notice received" in err
     assert "every worker is gone" in err
     assert took < 5, (took, err)
+
+
+REPLACED = """
+import os, signal, sys, time
+from airflow_tfk.runtime import notice
+n = notice.Notice(peers_gone=lambda: "every worker is gone")
+n.install()  # and never uninstalled
+taken = []
+signal.signal(signal.SIGTERM, lambda *a: taken.append(1))  # the signal is someone else's now
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(1.5)  # the wakeup fd's thread has read the byte by now
+print("received" if n.received else "not received", len(taken), flush=True)
+"""
+
+
+def test_a_notice_whose_handler_was_replaced_takes_no_sigterm():
+    """The wakeup fd outlives the handler: a SIGTERM that another handler took is not a
+    notice (a stale notice must not end a process whose signal is now someone else's)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", REPLACED],
+        env={**os.environ, notice.GRACE_ENV: "60"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["not", "received", "1"], (done.stdout, done.stderr)
