@@ -399,6 +399,8 @@ class TrainingApp(ClusterTask, FinishSteps):
                 first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
                 log(f"on notice: a peer is gone ({type(exc).__name__}: {first}); no checkpoint")
                 return self._stopped_on_notice(f"stopped on notice at step {self.step}")
+            if is_transient(exc) and self.recovery is not None and self.recovery.why == "notice":
+                return self._aftermath_of_notice(exc)
             traceback.print_exc()
             self._final_progress("failed")
             self._record_stop("error")
@@ -407,6 +409,21 @@ class TrainingApp(ClusterTask, FinishSteps):
             return EXIT_RETRYABLE if is_transient(exc) else EXIT_APP_ERROR
 
     # ==== platform internals ==============================================================
+    def _aftermath_of_notice(self, exc: BaseException) -> int:
+        """A transient TensorFlow error before the first step of an attempt that resumed
+        after a stop on notice: what a preemption leaves behind (a ps still holding the
+        stopped attempt's call answers ``ABORTED: The same RunGraph request was received
+        twice``), not a failure of the training. Exits 76, restarted without counting a
+        retry; recorded as an error, so the attempt after it gets no second pass."""
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        log(
+            f"a transient error before the first step after a restart on notice "
+            f"({type(exc).__name__}: {first}): exiting with {EXIT_PREEMPTED} to be restarted once more"
+        )
+        self._final_progress("failed")
+        self._record_stop("error")
+        return EXIT_PREEMPTED
+
     def _stopped_on_notice(self, what: str) -> int:
         log(f"{what}: exiting with {EXIT_PREEMPTED} to be restarted")
         self._record_stop("notice")

@@ -210,3 +210,35 @@ def test_tensorboard_summaries(tmp_path, capsys):
     events = list((tmp_path / "logs").rglob("events.out.tfevents.*"))
     assert events and events[0].parent == tmp_path / "logs" / "digits" / "local"
     assert last_event(capsys.readouterr().out, "export") is None  # no export dir: no export
+
+
+class AbortedAfterResume(TrainingApp):
+    """A loop that resumes, then meets what a preemption leaves on the ps: TF's duplicate
+    RunGraph abort (CI's cold run once failed on it)."""
+
+    def build_model(self):  # pragma: no cover - train() is the app's own
+        raise AssertionError
+
+    def dataset(self, input_context):  # pragma: no cover
+        raise AssertionError
+
+    def train(self):
+        import tensorflow as tf
+
+        self.resumed(5)
+        raise tf.errors.AbortedError(None, None, "The same RunGraph (Worker) request was received twice")
+
+
+def test_a_transient_error_right_after_a_restart_on_notice_is_restarted_once_more(tmp_path, capsys):
+    from airflow_tfk.runtime import notice
+
+    args = ["--tfk_steps", "10", "--tfk_checkpoint_dir", str(tmp_path)]
+    notice.record_stop(str(tmp_path), "local", 7, 1000.0, "notice")  # the previous attempt
+    assert AbortedAfterResume().run(args) == app_mod.EXIT_PREEMPTED  # restarted, not counted
+    err = capsys.readouterr().err
+    assert "a transient error before the first step after a restart on notice (AbortedError: " in err
+    assert "Traceback" not in err
+    # That attempt recorded an error: the next one gets no second pass, nor does a first one.
+    assert AbortedAfterResume().run(args) == app_mod.EXIT_RETRYABLE
+    assert AbortedAfterResume().run(args) == app_mod.EXIT_RETRYABLE
+    assert "Traceback" in capsys.readouterr().err
