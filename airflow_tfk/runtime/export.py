@@ -1,7 +1,8 @@
 """The SavedModel export in TF Serving's ``<base>/<model>/<int version>/`` layout.
 
 Written to a temporary sibling and renamed, so TF Serving never sees a half-written
-version; the sample request and the metrics go to ``assets.extra/`` next to it.
+version; the sample request, its warm-up record (:mod:`.warmup`) and the metrics go to
+``assets.extra/`` next to it.
 
 Versions are small integers, and the published ones only increase: an export without
 ``--tfk_model_version`` takes one more than the newest published version in the model's
@@ -21,6 +22,7 @@ from typing import Any
 
 from airflow_tfk.protocol.digits import MAX_VERSION, model_version
 from airflow_tfk.runtime import progress as _progress
+from airflow_tfk.runtime import warmup as _warmup
 from airflow_tfk.runtime.exits import UsageError, log
 
 SAMPLE_REQUEST = "tfk_sample_request.json"
@@ -129,9 +131,14 @@ def export_model(
                 json.dump({"instances": sample.tolist()}, f)
             # smoke test: the exported signature answers the sample request
             loaded = tf.saved_model.load(tmp)
-            out = loaded.signatures["serving_default"](tf.constant(sample))
+            fn = loaded.signatures["serving_default"]
+            out = fn(tf.constant(sample))
             if not out:
                 raise RuntimeError("export: serving_default returned nothing")
+            # the model server replays it before it reports the version available
+            names = _warmup.signature_inputs(fn)
+            if len(names) == 1:
+                _warmup.write(extra, name, {names[0]: sample})
         if metrics:
             with open(os.path.join(extra, METRICS_FILE), "w") as f:
                 json.dump(dict(metrics), f, default=str)

@@ -130,6 +130,16 @@ def test_train_checkpoint_resume_and_export(tmp_path, capsys):
     np.testing.assert_allclose(result["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
     metrics = json.loads((version_dir / "assets.extra" / "tfk_metrics.json").read_text())
     assert metrics["accuracy"] >= 0.85
+    # the warm-up record is the sample request, as TF Serving reads it
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    warm = version_dir / "assets.extra" / "tf_serving_warmup_requests"
+    records = [r.numpy() for r in tf.data.TFRecordDataset(str(warm))]
+    assert len(records) == 1
+    logged = prediction_log_pb2.PredictionLog.FromString(records[0]).predict_log.request
+    assert (logged.model_spec.name, logged.model_spec.signature_name) == ("digits", "serving_default")
+    assert list(logged.inputs) == ["inputs"]
+    np.testing.assert_allclose(tf.make_ndarray(logged.inputs["inputs"]), request["instances"], rtol=1e-6)
 
     # a second run with more steps resumes at the checkpoint and exports version 2
     assert DigitsApp().run(["--tfk_steps", "300", *common]) == 0

@@ -138,6 +138,15 @@ class ModelManager:
                     f"signature (has {sorted(signatures)})"
                 )
             fn = signatures["serving_default"]
+            from airflow_tfk.runtime.model_server.warm import replay
+
+            started = time.monotonic()
+            warmed = replay(ver.path, fn)
+            if warmed:
+                log(
+                    f"{name} version {ver.version}: warmed up with {warmed} request(s) "
+                    f"in {time.monotonic() - started:.2f}s"
+                )
         except Exception as exc:
             with self.lock:
                 ver.state, ver.error_code = "END", _error_code(exc)
