@@ -30,7 +30,7 @@ from airflow_tfk.spec.network import ServiceNetworkPolicy
 if TYPE_CHECKING:
     from airflow_tfk.serving.scaling import Autoscaling, HTTPRouteSpec, IngressSpec
 
-DEFAULT_SERVING_IMAGE = "tensorflow/serving:2.19.0"
+DEFAULT_SERVING_IMAGE = "tensorflow/serving:2.21.0"
 DEFAULT_TENSORBOARD_IMAGE = "tensorflow/tensorflow:2.21.0"
 MODELS_MOUNT = "/tfk/models"  # where the training pods mount it too
 LOGS_MOUNT = "/tfk/logs"

@@ -226,3 +226,28 @@ def test_dockerignore_keeps_the_context_small():
     assert excluded("tests/runtime/test_app.py", patterns)
     assert not excluded("airflow_tfk/runtime/app.py", patterns)
     assert excluded("airflow_tfk/__pycache__/x.pyc", patterns)
+
+
+def test_serving_is_at_the_tensorflow_version_the_trainings_export_with():
+    """TF Serving loads SavedModels written by the same or an older TensorFlow: the serving
+    images (the provider's default and images/serving) are at the training image's version
+    and the lock's, so a default publish never meets ops its server does not know."""
+    from airflow_tfk.serving.spec import DEFAULT_SERVING_IMAGE, DEFAULT_TENSORBOARD_IMAGE
+
+    def minor(version: str) -> tuple[int, int]:
+        major, minor_, *_ = version.split(".")
+        return int(major), int(minor_)
+
+    training = parse(TRAINING).stages[-1].args["TF_VERSION"]
+    serving = parse(SERVING).global_args["TF_SERVING_VERSION"]
+    lock = (REPO / "requirements" / "lock.txt").read_text()
+    locked = re.search(r"^tensorflow-cpu==([0-9.]+)", lock, re.M)
+    assert training and serving and locked
+    versions = {
+        "images/training TF_VERSION": training,
+        "the lock's tensorflow-cpu": locked.group(1),
+        "images/serving TF_SERVING_VERSION": serving,
+        "DEFAULT_SERVING_IMAGE": DEFAULT_SERVING_IMAGE.rsplit(":", 1)[1],
+        "DEFAULT_TENSORBOARD_IMAGE": DEFAULT_TENSORBOARD_IMAGE.rsplit(":", 1)[1],
+    }
+    assert len({minor(v) for v in versions.values()}) == 1, versions
