@@ -212,12 +212,13 @@ class Notice:
         if not self._once.acquire(blocking=False):  # never blocks: the handler may run here
             return
         self.at = time.time()
-        self._event.set()
-        self._wake.set()
+        # Said before the watchdog wakes: it may end the process at once (peers gone).
         log(
             f"{what}: notice received: stopping at the next step boundary after a checkpoint "
             f"(at most {self.bound:.0f}s of the {self.grace:.0f}s grace)"
         )
+        self._event.set()
+        self._wake.set()
 
     def _watch(self, done: threading.Event, wake: threading.Event) -> None:
         wake.wait()

