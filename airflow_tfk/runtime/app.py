@@ -396,7 +396,7 @@ class TrainingApp(ClusterTask, FinishSteps):
             if self.notice is not None and self.notice.received and is_transient(exc):
                 # After a SIGTERM, a peer that is gone is the stop itself (a deleted
                 # cluster's tasks all get one), not a failure to report with a traceback.
-                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                first = _first_line(exc)
                 log(f"on notice: a peer is gone ({type(exc).__name__}: {first}); no checkpoint")
                 return self._stopped_on_notice(f"stopped on notice at step {self.step}")
             if is_transient(exc) and self.recovery is not None and self.recovery.why == "notice":
@@ -415,7 +415,7 @@ class TrainingApp(ClusterTask, FinishSteps):
         stopped attempt's call answers ``ABORTED: The same RunGraph request was received
         twice``), not a failure of the training. Exits 76, restarted without counting a
         retry; recorded as an error, so the attempt after it gets no second pass."""
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        first = _first_line(exc)
         log(
             f"a transient error before the first step after a restart on notice "
             f"({type(exc).__name__}: {first}): exiting with {EXIT_PREEMPTED} to be restarted once more"
@@ -509,3 +509,9 @@ class TrainingApp(ClusterTask, FinishSteps):
         self._reporter.report(self.step, None, status="done", force=True)
         self._reporter.close()
         return EXIT_OK
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, at most 200 characters, for a one-line log."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else ""
