@@ -283,9 +283,11 @@ class TrainingApp(ClusterTask, FinishSteps):
     def report(self, step: int, loss: float | None = None, force: bool = False) -> None:
         """Record progress (prints a progress line when one is due)."""
         self.step = step
-        if self.recovery is not None and self.recovery.resumed_step is not None:
-            if step > self.recovery.resumed_step:
-                self.recovery.trained(step)
+        recovery = self.recovery
+        if recovery is not None and recovery.resumed_step is not None and step > recovery.resumed_step:
+            if recovery.trained_at is None:
+                recovery.trained(step)
+            elif not recovery.settling():
                 self.recovery = None
         if self._reporter is not None:
             self._reporter.report(step, loss, force=force)
@@ -399,7 +401,13 @@ class TrainingApp(ClusterTask, FinishSteps):
                 first = _first_line(exc)
                 log(f"on notice: a peer is gone ({type(exc).__name__}: {first}); no checkpoint")
                 return self._stopped_on_notice(f"stopped on notice at step {self.step}")
-            if is_transient(exc) and self.recovery is not None and self.recovery.why == "notice":
+            recovery = self.recovery
+            if (
+                is_transient(exc)
+                and recovery is not None
+                and recovery.why == "notice"
+                and recovery.settling()
+            ):
                 return self._aftermath_of_notice(exc)
             traceback.print_exc()
             self._final_progress("failed")
@@ -410,14 +418,15 @@ class TrainingApp(ClusterTask, FinishSteps):
 
     # ==== platform internals ==============================================================
     def _aftermath_of_notice(self, exc: BaseException) -> int:
-        """A transient TensorFlow error before the first step of an attempt that resumed
-        after a stop on notice: what a preemption leaves behind (a ps still holding the
-        stopped attempt's call answers ``ABORTED: The same RunGraph request was received
-        twice``), not a failure of the training. Exits 76, restarted without counting a
-        retry; recorded as an error, so the attempt after it gets no second pass."""
+        """A transient TensorFlow error in the first moments of an attempt that resumed
+        after a stop on notice (``Recovery.SETTLING_SECONDS``): what a preemption leaves
+        behind (a ps reconnecting to the restarted task's address, whose retried call
+        reaches it twice: ``ABORTED: The same RunGraph request was received twice``),
+        not a failure of the training. Exits 76, restarted without counting a retry;
+        recorded as an error, so the attempt after it gets no second pass."""
         first = _first_line(exc)
         log(
-            f"a transient error before the first step after a restart on notice "
+            f"a transient error right after a restart on notice "
             f"({type(exc).__name__}: {first}): exiting with {EXIT_PREEMPTED} to be restarted once more"
         )
         self._final_progress("failed")

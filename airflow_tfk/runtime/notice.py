@@ -259,6 +259,15 @@ class Recovery:
     at: float
     why: str  # "notice" | "error"
     resumed_step: int | None = None
+    #: monotonic time of this attempt's first trained step (None: not trained yet)
+    trained_at: float | None = None
+
+    #: how long after its first step an attempt resumed after a notice may still meet
+    #: what the stop left behind: a ps whose gRPC channel to the restarted task's address
+    #: reconnects, TF's RPC retry that then reaches the ps twice (``ABORTED: The same
+    #: RunGraph request was received twice``). Seen 0 and 2 steps after the first; a
+    #: minute holds both with room, and the pass is taken once (see ``TrainingApp``).
+    SETTLING_SECONDS = 60.0
 
     def resumed(self, step: int) -> None:
         self.resumed_step = step
@@ -269,7 +278,12 @@ class Recovery:
         )
 
     def trained(self, step: int) -> None:
+        self.trained_at = time.monotonic()
         log(f"training again at step {step}, {time.time() - self.at:.1f}s after the previous attempt stopped")
+
+    def settling(self) -> bool:
+        """Still within the first moments of training after the resume."""
+        return self.trained_at is None or time.monotonic() - self.trained_at < self.SETTLING_SECONDS
 
 
 def _record_path(directory: str, task: str) -> str:

@@ -3,6 +3,7 @@ resume, progress lines, the export layout and its serving signature, exit codes.
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -232,10 +233,17 @@ class AbortedAfterResume(TrainingApp):
     def dataset(self, input_context):  # pragma: no cover
         raise AssertionError
 
+    #: steps trained after the resume before the abort, and seconds they take
+    after_steps = 0
+    seconds_per_step = 0.0
+
     def train(self):
         import tensorflow as tf
 
         self.resumed(5)
+        for step in range(6, 6 + self.after_steps):
+            self.report(step)
+            time.sleep(self.seconds_per_step)
         raise tf.errors.AbortedError(None, None, "The same RunGraph (Worker) request was received twice")
 
 
@@ -246,9 +254,39 @@ def test_a_transient_error_right_after_a_restart_on_notice_is_restarted_once_mor
     notice.record_stop(str(tmp_path), "local", 7, 1000.0, "notice")  # the previous attempt
     assert AbortedAfterResume().run(args) == app_mod.EXIT_PREEMPTED  # restarted, not counted
     err = capsys.readouterr().err
-    assert "a transient error before the first step after a restart on notice (AbortedError: " in err
+    assert "a transient error right after a restart on notice (AbortedError: " in err
     assert "Traceback" not in err
     # That attempt recorded an error: the next one gets no second pass, nor does a first one.
     assert AbortedAfterResume().run(args) == app_mod.EXIT_RETRYABLE
     assert AbortedAfterResume().run(args) == app_mod.EXIT_RETRYABLE
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_the_pass_after_a_restart_on_notice_covers_the_first_steps_not_later_ones(
+    tmp_path, capsys, monkeypatch
+):
+    """CI saw the abort two steps after the resumed attempt trained again: the pass holds
+    for the attempt's first moments of training, and ends once they are over."""
+    from airflow_tfk.runtime import notice
+
+    args = ["--tfk_steps", "100", "--tfk_checkpoint_dir", str(tmp_path)]
+
+    class AFewStepsIn(AbortedAfterResume):
+        after_steps = 3
+
+    notice.record_stop(str(tmp_path), "local", 7, 1000.0, "notice")
+    assert AFewStepsIn().run(args) == app_mod.EXIT_PREEMPTED
+    err = capsys.readouterr().err
+    assert "training again at step 6" in err
+    assert "a transient error right after a restart on notice (AbortedError: " in err
+
+    monkeypatch.setattr(notice.Recovery, "SETTLING_SECONDS", 0.2)
+
+    class SettledFirst(AbortedAfterResume):
+        after_steps, seconds_per_step = 3, 0.15
+
+    notice.record_stop(str(tmp_path), "local", 7, 1000.0, "notice")
+    assert SettledFirst().run(args) == app_mod.EXIT_RETRYABLE  # a failure like any other
+    err = capsys.readouterr().err
+    assert "right after a restart on notice" not in err
+    assert "Traceback" in err
