@@ -42,7 +42,7 @@ ENDED_WITHIN = 64.0
 
 
 def test_a_killed_parameter_server_cluster_ends_on_its_notices_not_the_sigkill(
-    k8s_node, node_api, node_ns, node_conn, local_volumes
+    k8s_node, node_api, node_ns, node_conn, local_volumes, summary_line
 ) -> None:
     ctx, name, _models = _tfk.run_with_models_volume(local_volumes, node_ns)
     spec_data = _tfk.spec(
@@ -85,12 +85,17 @@ def test_a_killed_parameter_server_cluster_ends_on_its_notices_not_the_sigkill(
     _tfk.container_processes_gone(k8s_node, 90)
     took = time.monotonic() - t0
     shown = ", ".join(f"{task} exit {code} at {at:.1f}s" for task, (code, at) in sorted(ended.items()))
-    print(
-        f"parameter_server cluster killed: {shown}; every pod gone {pods_gone:.1f}s, "
-        f"nothing left {took:.1f}s after the kill"
+    figures = (
+        f"parameter_server cluster killed on the real node: {shown}; every pod gone "
+        f"{pods_gone:.1f}s, nothing left {took:.1f}s after the kill"
     )
+    print(figures)
+    summary_line(figures)  # in the run's summary even under -q
     own = [line for line in chief_log.splitlines() if line.startswith("[tfk]")]
     print("the chief's own last lines:\n" + "\n".join(own[-20:]))
+    if pods_gone >= PODS_GONE_WITHIN:  # what CI's log needs to tell why
+        for line in own[-12:]:
+            summary_line(f"  chief: {line}")
     # The ps and the workers end on their SIGTERM (143, or gone between two looks).
     for task in ("ps-0", "worker-0", "worker-1"):
         assert task in ended and ended[task][0] in (143, None), (task, ended)
