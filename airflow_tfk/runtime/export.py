@@ -27,6 +27,8 @@ from airflow_tfk.runtime.exits import UsageError, log
 
 SAMPLE_REQUEST = "tfk_sample_request.json"
 METRICS_FILE = "tfk_metrics.json"
+#: what wrote the export: ``{"tensorflow": "2.21.0"}`` (the publish refuses an older server)
+EXPORT_INFO_FILE = "tfk_export.json"
 
 
 def version_of(name: str) -> int | None:
@@ -125,6 +127,8 @@ def export_model(
         write_saved_model(model, serving_fn, signature, tmp)
         extra = os.path.join(tmp, "assets.extra")
         os.makedirs(extra, exist_ok=True)
+        with open(os.path.join(extra, EXPORT_INFO_FILE), "w") as f:
+            json.dump({"tensorflow": tf.__version__}, f)
         if sample is not None:
             sample = np.asarray(sample)
             with open(os.path.join(extra, SAMPLE_REQUEST), "w") as f:

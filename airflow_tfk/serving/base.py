@@ -116,6 +116,18 @@ class ServingTarget(abc.ABC):
         """The metrics the training app exported with ``version``
         (``assets.extra/tfk_metrics.json``), None if none."""
 
+    def export_info(self, version: int) -> dict[str, Any] | None:
+        """What the training runtime recorded about ``version``'s export
+        (``assets.extra/tfk_export.json``: the TensorFlow that wrote it), None if nothing."""
+        return None
+
+    def server_tensorflow(self) -> tuple[str | None, str]:
+        """The model server's TensorFlow version (None: it cannot be told) and where that
+        comes from, in words: by default the serving image's tag."""
+        from airflow_tfk.serving.compat import image_tensorflow
+
+        return image_tensorflow(self.spec.image), f"the serving image {self.spec.image}"
+
     def version_files(self, version: int) -> str | None:
         """A digest of the files of ``version`` in the model store as they are now (see
         :mod:`~airflow_tfk.serving.files`); None when this backend cannot tell or the

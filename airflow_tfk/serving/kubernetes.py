@@ -67,10 +67,16 @@ def _json_or_none(text: str) -> Any:
 def reader_metrics(text: str) -> dict[str, Any] | None:
     """The ``tfk-metrics:`` line of the store reader's log (the version's metrics file).
     The sample request comes after it, raw: a line of the sample is never the metrics."""
+    return reader_json(text, "tfk-metrics:")
+
+
+def reader_json(text: str, prefix: str) -> dict[str, Any] | None:
+    """The JSON object on the reader log's line that starts with ``prefix``, before the
+    raw sample request (whose lines are never read as one of these)."""
     for line in _lines(text):
         if line.strip() == "tfk-sample:":
             return None
-        if line.startswith("tfk-metrics:"):
+        if line.startswith(prefix):
             found = _json_or_none(line.split(":", 1)[1])
             return found if isinstance(found, dict) else None
     return None
@@ -139,6 +145,7 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         self.reader_timeout_seconds = float(reader_timeout_seconds)
         self._store: dict[int | None, tuple[list[int], int | None, dict[str, Any] | None]] = {}
         self._metrics: dict[int, dict[str, Any] | None] = {}
+        self._exports: dict[int, dict[str, Any] | None] = {}  # the tfk-export: lines
         self._files: dict[int, str] = {}  # the reader's log, for its digest line
         self._unreachable: str | None = None
         self._pod: str | None = None  # set on a view of one replica (:meth:`replicas`)
@@ -325,6 +332,7 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         self._store[version] = result
         if result[1] is not None:
             self._metrics[result[1]] = reader_metrics(text)
+            self._exports[result[1]] = reader_json(text, "tfk-export:")
             self._files[result[1]] = text
         if version is None and result[1] is not None:
             self._store[result[1]] = result
@@ -386,6 +394,10 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
     def version_metrics(self, version: int) -> dict[str, Any] | None:
         self._read_store(version)
         return self._metrics.get(version)
+
+    def export_info(self, version: int) -> dict[str, Any] | None:
+        self._read_store(version)
+        return self._exports.get(version)
 
     def version_files(self, version: int) -> str | None:
         """A reader Job of its own: the files as they are now, not as a read before saw them."""

@@ -16,8 +16,10 @@ stand-in for a PVC) or ``base_path``.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -178,6 +180,20 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
     def version_metrics(self, version: int) -> dict[str, Any] | None:
         found = self._json(os.path.join(self.model_base_path(), str(version), METRICS_FILE))
         return found if isinstance(found, dict) else None
+
+    def export_info(self, version: int) -> dict[str, Any] | None:
+        from airflow_tfk.serving.compat import EXPORT_INFO_FILE
+
+        found = self._json(os.path.join(self.model_base_path(), str(version), EXPORT_INFO_FILE))
+        return found if isinstance(found, dict) else None
+
+    def server_tensorflow(self) -> tuple[str | None, str]:
+        """The TensorFlow of the server this target starts: ``tensorflow_model_server
+        --version``'s library line, or the stand-in's (this Python's) installed one."""
+        binary = shutil.which(TF_SERVING_BINARY) if self.server != "stand-in" else None
+        if binary:
+            return _binary_tensorflow(binary), f"the local {binary}"
+        return _installed_tensorflow(), f"the local stand-in model server ({sys.executable})"
 
     def version_files(self, version: int) -> str | None:
         from airflow_tfk.serving.files import tree_digest
@@ -372,3 +388,35 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
             record = self.process.stop()
         if record is not None:
             emit(f"stopped the local model server of {self.spec.model_name} (pid {record['pid']})")
+
+
+#: the distributions that install the ``tensorflow`` package
+TENSORFLOW_DISTRIBUTIONS = (
+    "tensorflow",
+    "tensorflow-cpu",
+    "tensorflow-gpu",
+    "tensorflow-intel",
+    "tf-nightly",
+)
+
+
+def _installed_tensorflow() -> str | None:
+    """The installed TensorFlow's version, from its distribution's metadata (no import)."""
+    for name in TENSORFLOW_DISTRIBUTIONS:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _binary_tensorflow(binary: str) -> str | None:
+    """``TensorFlow Library: 2.21.0`` of ``tensorflow_model_server --version``, or None."""
+    try:
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=20, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"TensorFlow Library:\s*(\S+)", out)
+    return m.group(1) if m else None

@@ -241,6 +241,7 @@ def publish(
                 f"no exported version of {name} in the model store ({target.model_base_path()})"
             )
         version = exported[-1]
+    _check_server(target, version, emit)
     config = target.read_config() or ModelServerConfig()
     previous = serving_version(config.get(name))
     # Before the gate reads the metrics: a swap after this point is a change at promotion.
@@ -324,6 +325,16 @@ def publish(
     return PublishResult(
         name, version, previous, target.endpoint(STABLE_LABEL), keep, target.kind, predictions
     )
+
+
+def _check_server(target: ServingTarget, version: int, emit: Emit) -> None:
+    """Before anything is created or loaded: a server older than the export's TensorFlow
+    is refused (:mod:`~airflow_tfk.serving.compat`)."""
+    from airflow_tfk.serving.compat import check_server
+
+    info = target.export_info(version) or {}
+    server, where = target.server_tensorflow()
+    check_server(target.spec.model_name, version, info.get("tensorflow"), server, where, emit)
 
 
 def _smoke(target: ServingTarget, body: dict[str, Any], version: int, candidate: str, emit: Emit) -> Any:

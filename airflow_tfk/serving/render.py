@@ -41,7 +41,8 @@ MONITORING_FILE = "monitoring.config"
 BATCHING_FILE = "batching.config"
 # Prints "tfk-versions: 1 2 3", "tfk-version: 3", the digest of that version's files
 # ("tfk-files:", taken before its metrics and sample are read, so a swap between them is a
-# change the publish sees), the sample request after "tfk-sample:", and last "tfk-end": a log
+# change the publish sees), its metrics ("tfk-metrics:") and what exported it ("tfk-export:"),
+# the sample request after "tfk-sample:", and last "tfk-end": a log
 # without it was read before the container runtime had written all of it.
 # Arguments: the model's directory, the version (empty: the newest), then the digest's
 # bounds and parts (airflow_tfk.serving.files), then the largest metrics or sample file read.
@@ -84,6 +85,8 @@ inside() { r=$(readlink -f "$1" 2>/dev/null) && case "$r" in "$base"/*) true ;; 
 small() { inside "$1" && [ -f "$1" ] && [ "$(wc -c < "$1")" -le "$max_json" ]; }
 m="$v/assets.extra/tfk_metrics.json"
 if small "$m"; then printf 'tfk-metrics: '; head -c "$max_json" "$m" | tr -d '\n'; echo; fi
+e="$v/assets.extra/tfk_export.json"
+if small "$e"; then printf 'tfk-export: '; head -c "$max_json" "$e" | tr -d '\n'; echo; fi
 f="$v/assets.extra/tfk_sample_request.json"
 if small "$f"; then echo "tfk-sample:"; head -c "$max_json" "$f"; echo; fi
 echo "tfk-end"

@@ -131,6 +131,9 @@ def test_train_checkpoint_resume_and_export(tmp_path, capsys):
     np.testing.assert_allclose(result["probabilities"].numpy().sum(axis=1), 1.0, rtol=1e-5)
     metrics = json.loads((version_dir / "assets.extra" / "tfk_metrics.json").read_text())
     assert metrics["accuracy"] >= 0.85
+    # what wrote it, for the publish's check of the server's TensorFlow
+    written = json.loads((version_dir / "assets.extra" / "tfk_export.json").read_text())
+    assert written == {"tensorflow": tf.__version__}
     # the warm-up record is the sample request, as TF Serving reads it
     from tensorflow_serving.apis import prediction_log_pb2
 
