@@ -9,7 +9,7 @@ is deterministic) or replaces it if it failed.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from airflow_tfk.spec import operator_options as args
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_tfk.run.forecast import DeadlineForecast
     from airflow_tfk.run.handle import ClusterHandle
     from airflow_tfk.spec.cluster import TFClusterSpec
 
@@ -70,6 +71,16 @@ class TFTrainingOperator(OnBackendOperator):
         link of this task opens.
     :param previous_run_policy: what to do with a still-alive cluster of an earlier run of
         this task: ``allow`` (default), ``kill_previous``, ``skip`` or ``wait``.
+    :param deadline_action: when the progress projects that the training ends after its
+        deadline (the ``execution_timeout``, or the spec's ``max_duration_seconds``,
+        whichever comes first) on two progress lines in a row: ``warn`` (default: a log
+        line and the callback; the run goes on, and a run that speeds up clears the alert)
+        or ``checkpoint_and_stop`` (also end the run at once, as failed: each training task
+        takes its notice and saves a checkpoint, which a retry resumes from).
+    :param on_deadline_forecast: ``callback(context, forecast)`` for that alert, where
+        ``forecast`` holds ``step``, ``total_steps``, ``eta_seconds``, ``projected_end``,
+        ``deadline``, ``late_seconds``, ``deadline_of``, ``action`` and ``message``.
+        Deferred, the task resumes to run it, then waits again (or stops).
     :return: (XCom) the cluster handle plus ``outcome``, and what the training produced:
         ``metrics`` (what the app's ``after_train`` returned), ``eval_metrics`` (the
         evaluator's last, with its ``step``), ``export`` (``model_name``, ``version``,
@@ -97,10 +108,17 @@ class TFTrainingOperator(OnBackendOperator):
         name_prefix: str = NAME_PREFIX,
         previous_run_policy: str = "allow",
         tensorboard_task_id: str = TENSORBOARD_TASK_ID,
+        deadline_action: str = "warn",
+        on_deadline_forecast: Callable[[Context, dict[str, Any]], Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         args.cluster_spec_arg(cluster_spec)
+        args.deadline_action_arg(deadline_action)
+        if on_deadline_forecast is not None and not callable(on_deadline_forecast):
+            raise ValueError(f"on_deadline_forecast: must be callable (got {on_deadline_forecast!r})")
+        self.deadline_action = deadline_action
+        self.on_deadline_forecast = on_deadline_forecast
         from airflow_tfk._airflow.compat import deferrable_arg
 
         deferrable = deferrable_arg(deferrable)
@@ -169,13 +187,18 @@ class TFTrainingOperator(OnBackendOperator):
             create_or_reattach(backend, spec, identity, self.log.info)
             self._created = True
             if self.deferrable:
-                self._defer(handle)
+                forecast = self._forecast(context, spec.max_duration_seconds)
+                if forecast is not None:
+                    # the task resumes for an alert only when it has something to do
+                    forecast.hand_over = self.on_deadline_forecast is not None or forecast.action != "warn"
+                self._defer(handle, forecast)
             wait = Wait.of_handle(
                 handle,
                 backend,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
                 stall_seconds=self.stall_seconds,
+                forecast=self._forecast(context, spec.max_duration_seconds),
             )
             verdict = run_blocking(wait.run())
         except TaskDeferred:
@@ -191,14 +214,18 @@ class TFTrainingOperator(OnBackendOperator):
             raise
         return self._record(context, self._finish(handle, wait_result(verdict)))
 
-    def _defer(self, handle: ClusterHandle) -> None:
+    def _defer(
+        self, handle: ClusterHandle, forecast: DeadlineForecast | None = None, deadline: float | None = None
+    ) -> None:
+        """Wait in the triggerer. ``forecast`` and ``deadline``: a wait resumed for the
+        forecast's callback goes on with the same ones."""
         from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 
-        deadline = None
         timeout = None
         if self.execution_timeout is not None:
-            deadline = time.time() + self.execution_timeout.total_seconds()
-            timeout = self.execution_timeout + _DEFER_TIMEOUT_MARGIN
+            if deadline is None:
+                deadline = time.time() + self.execution_timeout.total_seconds()
+            timeout = timedelta(seconds=max(0.0, deadline - time.time())) + _DEFER_TIMEOUT_MARGIN
         self.defer(
             trigger=TFClusterDoneTrigger.for_handle(
                 handle,
@@ -206,10 +233,37 @@ class TFTrainingOperator(OnBackendOperator):
                 progress_interval=self.progress_interval,
                 release_after_success=True,
                 stall_seconds=self.stall_seconds,
+                forecast=forecast.to_dict() if forecast is not None else None,
             ),
             method_name="execute_complete",
-            kwargs={"handle": handle.to_dict()},
+            kwargs={"handle": handle.to_dict(), "deadline": deadline},
             timeout=timeout,
+        )
+
+    def _forecast(
+        self, context: Context, max_duration_seconds: int | None, deadline: float | None = None
+    ) -> DeadlineForecast | None:
+        """The deadline forecast of this run (None without a deadline): against the earlier
+        of the ``execution_timeout`` (from the task's start) and ``max_duration_seconds``
+        (from now, after the create: a reattached cluster's own age is not read)."""
+        from airflow_tfk.run.forecast import DeadlineForecast, run_deadline
+
+        if deadline is None and self.execution_timeout is not None:
+            ti = context.get("ti")
+            start = getattr(ti, "start_date", None)
+            began = start.timestamp() if start is not None else time.time()
+            deadline = began + self.execution_timeout.total_seconds()
+        cluster = time.time() + max_duration_seconds if max_duration_seconds else None
+        found = run_deadline(deadline, cluster)
+        if found is None:
+            return None
+        callback = self.on_deadline_forecast
+        return DeadlineForecast(
+            found[0],
+            found[1],
+            self.deadline_action,
+            self.log.info,
+            on_alert=(lambda info: callback(context, info)) if callback is not None else None,
         )
 
     def _defer_while_previous_runs(self, backend: Any, spec: TFClusterSpec, identity: Any) -> None:
@@ -246,7 +300,11 @@ class TFTrainingOperator(OnBackendOperator):
         return self.execute(context)
 
     def execute_complete(
-        self, context: Context, event: dict[str, Any], handle: dict[str, Any] | None = None
+        self,
+        context: Context,
+        event: dict[str, Any],
+        handle: dict[str, Any] | None = None,
+        deadline: float | None = None,
     ) -> dict[str, Any]:
         from airflow_tfk.run.handle import ClusterHandle
 
@@ -257,7 +315,40 @@ class TFTrainingOperator(OnBackendOperator):
         h = ClusterHandle.from_dict(handle)
         self._handle = h
         self._created = True
+        if event.get("status") == "forecast":
+            event = self._on_forecast(context, h, event, deadline)
         return self._record(context, self._finish(h, event))
+
+    def _on_forecast(
+        self, context: Context, handle: ClusterHandle, event: dict[str, Any], deadline: float | None
+    ) -> dict[str, Any]:
+        """The triggerer's forecast of a missed deadline: run the DAG's callback here, then
+        stop the run (``checkpoint_and_stop``: the failed event to finish with) or wait
+        again with the alert raised (defers; a run that speeds up clears it)."""
+        from airflow_tfk.run.forecast import DeadlineForecast, stop_verdict
+        from airflow_tfk.run.wait import wait_result
+
+        info = dict(event.get("forecast") or {})
+        self.log.info("%s", info.get("message", event.get("message", "")))
+        if self.on_deadline_forecast is not None:
+            try:
+                self.on_deadline_forecast(context, info)
+            except Exception as exc:  # a callback's failure is the DAG's, not the wait's
+                self.log.warning("the deadline forecast's callback failed: %s: %s", type(exc).__name__, exc)
+        if info.get("action") == "checkpoint_and_stop":
+            self.log.info(
+                "stopping the training now with a checkpoint (deadline_action='checkpoint_and_stop')"
+            )
+            return wait_result(stop_verdict(info))
+        forecast = DeadlineForecast(
+            float(info["deadline"]),
+            str(info["deadline_of"]),
+            self.deadline_action,
+            alerted=True,
+            hand_over=True,
+        )
+        self._defer(handle, forecast, deadline)
+        raise AssertionError("defer returns only by raising")  # pragma: no cover
 
     def _record(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
         """The model outlets' events carry the exported version, metrics and run."""

@@ -289,6 +289,29 @@ def bool_arg(value: object, field: str) -> None:
         raise SpecError(field, "must be true or false", value)
 
 
+#: what a deadline forecast may do besides its line and callback (run.forecast)
+DEADLINE_ACTIONS = ("warn", "checkpoint_and_stop")
+
+
+def deadline_action_arg(value: object) -> None:
+    if value not in DEADLINE_ACTIONS:
+        raise SpecError("deadline_action", f"must be one of {', '.join(DEADLINE_ACTIONS)}", value)
+
+
+def forecast_arg(value: object) -> None:
+    """A trigger's deadline forecast state (``DeadlineForecast.to_dict()``)."""
+    if not isinstance(value, Mapping) or set(value) != {"deadline", "what", "action", "alerted", "hand_over"}:
+        raise SpecError(
+            "forecast", "must be a mapping of deadline, what, action, alerted and hand_over", value
+        )
+    number_arg(value["deadline"], "forecast.deadline", lo=0, hi=2**40)
+    str_arg(value["what"], "forecast.what", max_len=200)
+    deadline_action_arg(value["action"])
+    for key in ("alerted", "hand_over"):
+        if not isinstance(value[key], bool):
+            raise SpecError(f"forecast.{key}", "must be true or false", value[key])
+
+
 def str_arg(value: object, field: str, *, optional: bool = False, max_len: int = 4096) -> None:
     if value is None and optional:
         return

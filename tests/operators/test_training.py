@@ -403,3 +403,106 @@ def test_wait_for_the_previous_run_starts_when_it_succeeds_holding_no_slot_meanw
     earlier_event = run_trigger(earlier_deferred.value.trigger)
     assert earlier.execute_complete(earlier_ctx, earlier_event, **earlier_deferred.value.kwargs)
     assert_no_processes(local_root)
+
+
+# -- predictive deadlines (run/forecast.py) -----------------------------------------------------
+# The fake trainer's steps are STEP_SECONDS apart: 1000 steps of 0.1 s end 100 s after the
+# start, far past an execution_timeout of 30 s; the forecast says so within seconds.
+def _slow_spec() -> dict:
+    return spec_dict("all_reduce", workers=1, STEPS="1000", STEP_SECONDS="0.1")
+
+
+def test_a_forecast_miss_calls_back_in_the_task_and_the_run_goes_on_with_warn(local_root) -> None:
+    from datetime import timedelta
+
+    seen: list[tuple[dict, dict]] = []
+    ctx = task_context()
+    op = make_op(
+        _slow_spec(),
+        execution_timeout=timedelta(seconds=30),
+        on_deadline_forecast=lambda context, info: seen.append((context, info)),
+    )
+    thread, errors = execute_in_thread(op, ctx)
+    wait_for(lambda: seen, timeout=20)
+    assert thread.is_alive()  # warn: the training goes on
+    context, info = seen[0]
+    assert (
+        context is ctx and info["action"] == "warn" and info["deadline_of"] == "the task's execution_timeout"
+    )
+    assert info["late_seconds"] > 0 and 0 < info["step"] < 1000
+    op.on_kill()
+    thread.join(30)
+    assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
+
+
+def test_a_deferred_forecast_resumes_the_task_for_its_callback_then_waits_again(local_root) -> None:
+    from datetime import timedelta
+
+    seen: list[dict] = []
+    ctx = task_context()
+    op = make_op(
+        _slow_spec(),
+        deferrable=True,
+        execution_timeout=timedelta(seconds=30),
+        on_deadline_forecast=lambda context, info: seen.append(info),
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    path, kwargs = deferred.value.trigger.serialize()
+    assert kwargs["forecast"]["alerted"] is False
+    event = run_trigger(type(deferred.value.trigger)(**kwargs))
+    assert event["status"] == "forecast" and event["forecast"]["step"] > 0
+    assert seen == []  # the triggerer never runs the DAG's code
+    with pytest.raises(TaskDeferred) as again:
+        op.execute_complete(ctx, event, **deferred.value.kwargs)
+    assert len(seen) == 1 and seen[0]["step"] == event["forecast"]["step"]
+    # the same deadline, the alert raised: the next trigger does not resume the task again
+    assert again.value.kwargs["deadline"] == deferred.value.kwargs["deadline"]
+    assert again.value.trigger.serialize()[1]["forecast"]["alerted"] is True
+    assert again.value.trigger.deadline == deferred.value.trigger.deadline
+    assert LocalBackend(str(local_root)).exists(cluster_of(ctx))
+    op.on_kill()
+    assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
+
+
+def test_a_deferred_checkpoint_and_stop_ends_the_run_failed_naming_the_forecast(local_root) -> None:
+    from datetime import timedelta
+
+    ctx = task_context()
+    op = make_op(
+        _slow_spec(),
+        deferrable=True,
+        execution_timeout=timedelta(seconds=30),
+        deadline_action="checkpoint_and_stop",
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    event = run_trigger(deferred.value.trigger)
+    assert event["status"] == "forecast"
+    with pytest.raises(TrainingFailed, match="stopped before its deadline: deadline forecast: at step"):
+        op.execute_complete(ctx, event, **deferred.value.kwargs)
+    assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
+    assert_no_processes(local_root)
+
+
+def test_deadline_action_is_checked_at_parse_time() -> None:
+    with pytest.raises(SpecError, match="deadline_action"):
+        make_op(_slow_spec(), deadline_action="kill")
+    with pytest.raises(ValueError, match="on_deadline_forecast: must be callable"):
+        make_op(_slow_spec(), on_deadline_forecast="page me")
+
+
+def test_a_deferred_warn_without_a_callback_never_resumes_the_task(local_root) -> None:
+    """Nothing for the task to do: the triggerer logs the alert and waits on."""
+    from datetime import timedelta
+
+    ctx = task_context()
+    op = make_op(_slow_spec(), deferrable=True, execution_timeout=timedelta(seconds=12))
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    assert deferred.value.trigger.serialize()[1]["forecast"]["hand_over"] is False
+    event = run_trigger(deferred.value.trigger)
+    assert event["status"] == "timeout"  # no forecast event before the deadline
+    with pytest.raises(AirflowTaskTimeout):
+        op.execute_complete(ctx, event, **deferred.value.kwargs)
+    assert_no_processes(local_root)
