@@ -92,6 +92,9 @@ def _config() -> dict[str, Any]:
         "sweep_root": "the directory sweep studies (SQLite files) live in; default: the local backend's "
         "<root>/.sweeps",
         "sweep_storage_url_prefixes": "comma-separated database URLs a sweep's study may use; default: none",
+        "prices": "the price table of a training's usage, JSON: cpu_core_hour, memory_gib_hour, "
+        'accelerator_hour, currency (e.g. {"cpu_core_hour": 0.031, "currency": "USD"}); '
+        "default: none (usage is reported without a cost)",
     }
     return {
         "tfk_policy": {
@@ -100,7 +103,7 @@ def _config() -> dict[str, Any]:
             "options": options,
         },
         "tfk": {
-            "description": "Where hyperparameter sweeps keep their studies.",
+            "description": "Where hyperparameter sweeps keep their studies, and the price table of usage.",
             "options": {
                 name: {
                     "description": text,

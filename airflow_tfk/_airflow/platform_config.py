@@ -7,6 +7,8 @@ spec, a training file, Params or conf. Read when a task runs, not when a DAG is 
 a volume every Airflow worker mounts. Default: none (the local backend's ``<root>/.sweeps``).
 ``[tfk] sweep_storage_url_prefixes``: comma-separated database URLs (a server, or a server
 and database) a sweep's study may use. Default: none.
+``[tfk] prices``: the price table of a training's usage (JSON: ``cpu_core_hour``,
+``memory_gib_hour``, ``accelerator_hour``, ``currency``). Default: none (no cost).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_tfk.sweep.storage import StoragePolicy
 
 if TYPE_CHECKING:
+    from airflow_tfk.run.usage import Prices
     from airflow_tfk.spec.platform_policy import PlatformPolicy
 
 #: the section of Airflow's configuration that holds the platform policy
@@ -40,6 +43,14 @@ def sweep_storage_policy() -> StoragePolicy:
         allowed_url_prefixes=tuple(p.strip() for p in prefixes.split(",") if p.strip()),
         metadata_url=conf.get("database", "sql_alchemy_conn", fallback=None),
     )
+
+
+def prices() -> Prices | None:
+    """The price table of a training's usage, ``[tfk] prices`` (JSON); None when unset.
+    A table that is not one is an error naming the option."""
+    from airflow_tfk.run.usage import Prices
+
+    return Prices.parse(_conf().get("tfk", "prices", fallback="") or None, field="[tfk] prices")
 
 
 def platform_policy() -> PlatformPolicy:

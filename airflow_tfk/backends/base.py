@@ -17,6 +17,7 @@ from typing import Any
 from airflow_tfk.core import naming
 from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.core.status import Activity, ClusterStatus
+from airflow_tfk.core.usage import TaskUsage
 from airflow_tfk.spec.admission import Layout
 from airflow_tfk.spec.cluster import TFClusterSpec
 
@@ -140,6 +141,11 @@ class Backend(abc.ABC):
         when it last wrote to its log, and whether its process is stopped. Asked only once
         the progress has stood still past the bound; the default knows nothing."""
         return Activity()
+
+    def usage(self, ref: ClusterRef) -> list[TaskUsage]:
+        """Each task's run so far (how long, what it requested), read while its tasks are
+        there: a task still running counts until now. The default knows nothing."""
+        return []
 
     @abc.abstractmethod
     def delete_roles(self, ref: ClusterRef, roles: list[str]) -> None:

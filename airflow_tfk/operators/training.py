@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from airflow_tfk.run.forecast import DeadlineForecast
     from airflow_tfk.run.handle import ClusterHandle
+    from airflow_tfk.run.usage import Usage
     from airflow_tfk.spec.cluster import TFClusterSpec
 
 # The trigger's own deadline fires first; Airflow's defer timeout is only a backstop.
@@ -77,6 +78,11 @@ class TFTrainingOperator(OnBackendOperator):
         line and the callback; the run goes on, and a run that speeds up clears the alert)
         or ``checkpoint_and_stop`` (also end the run at once, as failed: each training task
         takes its notice and saves a checkpoint, which a retry resumes from).
+    :param prices: the price table of the run's usage (a mapping or JSON: ``cpu_core_hour``,
+        ``memory_gib_hour``, ``accelerator_hour``, ``currency``); default: ``[tfk] prices``
+        of Airflow's configuration. The usage (requested core-, memory-GiB- and
+        accelerator-seconds per role, from each task's start and end) is logged at the end,
+        with its cost when priced, and returned in the XCom as ``usage``.
     :param on_deadline_forecast: ``callback(context, forecast)`` for that alert, where
         ``forecast`` holds ``step``, ``total_steps``, ``eta_seconds``, ``projected_end``,
         ``deadline``, ``late_seconds``, ``deadline_of``, ``action`` and ``message``.
@@ -110,6 +116,7 @@ class TFTrainingOperator(OnBackendOperator):
         tensorboard_task_id: str = TENSORBOARD_TASK_ID,
         deadline_action: str = "warn",
         on_deadline_forecast: Callable[[Context, dict[str, Any]], Any] | None = None,
+        prices: Mapping[str, Any] | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -119,6 +126,10 @@ class TFTrainingOperator(OnBackendOperator):
             raise ValueError(f"on_deadline_forecast: must be callable (got {on_deadline_forecast!r})")
         self.deadline_action = deadline_action
         self.on_deadline_forecast = on_deadline_forecast
+        from airflow_tfk.run.usage import Prices
+
+        Prices.parse(prices)  # a bad table fails the DAG's parse, naming the key
+        self.prices = prices
         from airflow_tfk._airflow.compat import deferrable_arg
 
         deferrable = deferrable_arg(deferrable)
@@ -383,6 +394,7 @@ class TFTrainingOperator(OnBackendOperator):
         """The task's outcome of a finished wait (:func:`~airflow_tfk.run.wait.wait_result`
         or the trigger's event): clean up after success, or tear down and raise."""
         from airflow_tfk.run.ending import Remove, RunResult, end_run
+        from airflow_tfk.run.usage import Usage
         from airflow_tfk.run.wait import failure_of
 
         message = str(result.get("message", ""))
@@ -405,7 +417,7 @@ class TFTrainingOperator(OnBackendOperator):
         if released is not None:  # the trigger ended them already, without waiting for this resume
             self.log.info("the triggerer ended %s after the success", ", ".join(released) or "nothing")
         try:
-            end_run(
+            ended = end_run(
                 handle,
                 f"the training succeeded (cleanup={self.cleanup.value})",
                 result=RunResult.ACCEPTED,
@@ -418,7 +430,27 @@ class TFTrainingOperator(OnBackendOperator):
             self._teardown(handle, "clean-up after success was interrupted")
             raise
         self._handle = None
-        return {**handle.to_dict(), "outcome": "succeeded", **results}
+        usage = self._report_usage(Usage.from_event(result["usage"]) if "usage" in result else ended.usage)
+        return {**handle.to_dict(), "outcome": "succeeded", **results, **usage}
+
+    def _report_usage(self, usage: Usage | None) -> dict[str, Any]:
+        """Log the run's usage (and cost, when priced); the XCom's ``usage``."""
+        if usage is None or not usage.tasks:
+            return {}
+        from airflow_tfk.run.usage import Prices
+
+        try:
+            if self.prices is not None:
+                prices = Prices.parse(self.prices)
+            else:
+                from airflow_tfk._airflow.platform_config import prices as configured
+
+                prices = configured()
+        except Exception as exc:  # a bad table costs the money figure, not the run
+            self.log.warning("usage without a cost: %s", exc)
+            prices = None
+        self.log.info("%s", usage.summary(prices))
+        return {"usage": usage.to_dict(prices)}
 
     def _results(self, handle: ClusterHandle) -> dict[str, Any]:
         """after_train's metrics, the evaluator's last metrics and the exported version,
@@ -464,6 +496,7 @@ class TFTrainingOperator(OnBackendOperator):
                 remove=Remove.KEEP_FAILED if keep else Remove.ALL,
                 emit=self.log.info,
             )
+            self._report_usage(ended.usage)
             if ended.gone:
                 # Never created (a pre-flight check failed, a rolled-back create), or
                 # deleted by someone else since (kill_previous of a newer run).

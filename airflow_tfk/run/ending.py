@@ -10,6 +10,7 @@ what the clean-up policy removes, and why. The steps, and their order, are the s
    owner, and nothing of it is touched;
 3. the logs the policy keeps, copied while their tasks are still there;
 4. a rejected run's exports, read while its tasks (and their logs) are still there;
+   the tasks' usage (run times and requests, :mod:`~airflow_tfk.run.usage`);
 5. the delete, with the reason kept where a watcher of the cluster reads it;
 6. the rejected run's exports set aside: after the delete, so no task of the run can
    export anything more.
@@ -29,6 +30,7 @@ from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef, RunExpo
 from airflow_tfk.core.status import ClusterStatus, Phase
 from airflow_tfk.run.handle import ClusterHandle
 from airflow_tfk.run.policies import roles_after_success
+from airflow_tfk.run.usage import Usage
 
 log = logging.getLogger(__name__)
 Emit = Callable[[str], None]
@@ -73,6 +75,7 @@ class Ended:
     deleted: bool = False  # the whole cluster was deleted
     removed: tuple[str, ...] = ()  # roles deleted (without deleting the whole cluster)
     set_aside: tuple[str, ...] = ()  # exported paths made unpublishable
+    usage: Usage | None = None  # what the run's tasks used, read right before the delete
 
 
 def end_run(
@@ -113,6 +116,7 @@ def end_run(
     status = _copy_logs(backend, handle, result, remove, leftovers, status, log_lines, emit)
     rejected = result is RunResult.REJECTED
     exports = run_exports(backend, ref, emit) if rejected else []
+    usage = _usage(backend, ref)
     removed = _remove(handle, backend, reason, remove, leftovers, status, emit)
     set_aside: list[str] = []
     if rejected:
@@ -121,7 +125,17 @@ def end_run(
         known = {e.path for e in exports}
         exports += [e for e in run_exports(backend, ref, emit) if e.path not in known]
         set_aside = set_aside_exports(backend, ref, exports, emit)
-    return Ended(deleted=remove is Remove.ALL, removed=removed, set_aside=tuple(set_aside))
+    return Ended(deleted=remove is Remove.ALL, removed=removed, set_aside=tuple(set_aside), usage=usage)
+
+
+def _usage(backend: Backend, ref: ClusterRef) -> Usage | None:
+    """The tasks' usage while they are all still there (best effort: a read that fails
+    costs the figures, never the end of the run)."""
+    try:
+        return Usage.of(backend.usage(ref))
+    except Exception as exc:
+        log.warning("could not read the usage of %s: %s", ref.name, exc)
+        return None
 
 
 def _leftovers(

@@ -96,7 +96,7 @@ def _quantities(values: Mapping[str, Any] | None) -> dict[str, float]:
     return out
 
 
-def _pod_requests(pod: Mapping[str, Any]) -> dict[str, float]:
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, float]:
     """A pod's effective requests: the sum over its containers, or the largest init
     container when that is bigger (what the scheduler reserves)."""
     spec = pod.get("spec") or {}
@@ -173,7 +173,7 @@ def check(
         if not node_name or (pod.get("status") or {}).get("phase") in _TERMINAL:
             continue
         bucket = used.setdefault(node_name, {})
-        for k, v in _pod_requests(pod).items():
+        for k, v in pod_requests(pod).items():
             bucket[k] = bucket.get(k, 0.0) + v
     free_by_node: dict[str, dict[str, float]] = {}
     for node in nodes:

@@ -20,6 +20,7 @@ from airflow_tfk.core.errors import SpecError
 from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.run.forecast import DeadlineForecast, ForecastAlert
 from airflow_tfk.run.handle import ClusterHandle
+from airflow_tfk.run.usage import Usage
 from airflow_tfk.run.wait import Wait, wait_result
 from airflow_tfk.spec import operator_options as args
 from airflow_tfk.spec.cluster import Mode
@@ -238,12 +239,14 @@ class TFClusterDoneTrigger(BaseTrigger):
         extra: dict[str, Any] = {}
         if result["status"] == "success" and self.release_handle is not None:
             try:
-                extra["released"] = await self._release(ClusterHandle.from_dict(self.release_handle))
+                extra["released"], usage = await self._release(ClusterHandle.from_dict(self.release_handle))
+                if usage is not None:  # read before the PS went: the task's own read misses them
+                    extra["usage"] = usage.to_event()
             except Exception:  # the resumed task cleans up as the blocking path does
                 self.log.exception("could not end the PS of cluster %s here", ref.name)
         yield self._event(result["status"], result["message"], failed_task=result["failed_task"], **extra)
 
-    async def _release(self, handle: ClusterHandle) -> list[str]:
+    async def _release(self, handle: ClusterHandle) -> tuple[list[str], Usage | None]:
         """The blocking path's clean-up after success, with the grace period awaited here
         rather than slept in a thread of the triggerer."""
         from airflow_tfk.run.ending import Remove, RunResult, end_run
@@ -266,7 +269,7 @@ class TFClusterDoneTrigger(BaseTrigger):
             emit=self.log.info,
             grace_seconds=0,
         )
-        return list(ended.removed)
+        return list(ended.removed), ended.usage
 
     async def on_kill(self) -> None:
         """Airflow >= 3.3 calls this when the user kills the deferred task. The cluster

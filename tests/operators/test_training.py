@@ -506,3 +506,66 @@ def test_a_deferred_warn_without_a_callback_never_resumes_the_task(local_root) -
     with pytest.raises(AirflowTaskTimeout):
         op.execute_complete(ctx, event, **deferred.value.kwargs)
     assert_no_processes(local_root)
+
+
+# -- usage and cost (run/usage.py) --------------------------------------------------------------
+def _priced_spec(steps: str = "10", seconds: str = "0.3") -> dict:
+    spec = spec_dict("between_graph", workers=2, STEPS=steps, STEP_SECONDS=seconds)
+    spec["worker"]["resources"] = {"cpu": "500m", "memory": "1Gi"}
+    spec["ps"]["resources"] = {"cpu": "250m", "memory": "512Mi"}
+    return spec
+
+
+def _training_span(backend: LocalBackend, ref: ClusterRef, role: str, index: int) -> float:
+    """What the task itself says it trained: its first progress line's start to its last."""
+    from airflow_tfk.protocol.progress import parse_line
+
+    lines = [p for p in map(parse_line, backend.logs(ref, role, index).splitlines()) if p is not None]
+    return lines[-1].time - lines[0].start_time
+
+
+def test_the_usage_of_a_run_is_logged_priced_and_returned(local_root, capfd) -> None:
+    ctx = task_context()
+    op = make_op(_priced_spec(), prices={"cpu_core_hour": 3.6, "memory_gib_hour": 0.36, "currency": "USD"})
+    t0 = time.time()
+    result = op.execute(ctx)
+    wall = time.time() - t0
+    usage = result["usage"]
+    roles = usage["per_role"]
+    assert usage["tasks"] == 3 and set(roles) == {"ps", "worker"}
+    backend = LocalBackend(str(local_root))
+    trained = [_training_span(backend, cluster_of(ctx), "worker", i) for i in (0, 1)]
+    # each worker counts from its start to its exit: its own training and the process's
+    # start-up (an interpreter and an import), never more than the whole run
+    assert sum(trained) <= roles["worker"]["seconds"] <= sum(trained) + 2 * 3.0, (trained, roles)
+    # the PS runs from before the workers' first step until the clean-up deletes it
+    assert max(trained) <= roles["ps"]["seconds"] <= wall
+    for role, cpu, gib in (("worker", 0.5, 1.0), ("ps", 0.25, 0.5)):
+        f = roles[role]
+        assert f["core_seconds"] == pytest.approx(f["seconds"] * cpu, abs=0.01)
+        assert f["memory_gib_seconds"] == pytest.approx(f["seconds"] * gib, abs=0.01)
+    total = usage["total"]
+    assert usage["cost"] == pytest.approx(
+        (total["core_seconds"] * 3.6 + total["memory_gib_seconds"] * 0.36) / 3600, abs=1e-5
+    )
+    assert usage["currency"] == "USD"
+    text = capfd.readouterr().out
+    assert "usage: " in text and "core-hours" in text and " USD" in text
+
+
+def test_a_deferred_run_counts_the_ps_the_triggerer_deleted(local_root) -> None:
+    ctx = task_context()
+    op = make_op(_priced_spec(steps="4"), deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    event = run_trigger(deferred.value.trigger)
+    assert event["released"] == ["ps"] and {t["role"] for t in event["usage"]} == {"ps", "worker"}
+    result = op.execute_complete(ctx, event, **deferred.value.kwargs)
+    ps = result["usage"]["per_role"]["ps"]
+    assert ps["seconds"] > 0 and ps["core_seconds"] == pytest.approx(ps["seconds"] * 0.25, abs=0.01)
+    assert "cost" not in result["usage"]  # no price table configured
+
+
+def test_a_bad_price_table_fails_the_parse_naming_the_key() -> None:
+    with pytest.raises(SpecError, match=r"prices\.cpu_core_hour"):
+        make_op(_priced_spec(), prices={"cpu_core_hour": -1})

@@ -36,6 +36,7 @@ from airflow_tfk.backends.kubernetes.objects import (
 from airflow_tfk.backends.kubernetes.plan import Plan, Request, arun, list_plan, reraise, run, single
 from airflow_tfk.backends.kubernetes.reads import ACTIVITY_LOG, pod_log_plan, queue_plan, status_plan
 from airflow_tfk.backends.kubernetes.status import JobInfo, log_line_time
+from airflow_tfk.backends.kubernetes.usage import pods_usage, usage_plan
 from airflow_tfk.backends.kubernetes.watch import KubernetesWatcher
 from airflow_tfk.core import naming
 from airflow_tfk.core.constants import (
@@ -46,6 +47,7 @@ from airflow_tfk.core.constants import (
 )
 from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.core.status import Activity, ClusterStatus
+from airflow_tfk.core.usage import TaskUsage
 from airflow_tfk.kube.api import (
     BY_KIND,
     AsyncApi,
@@ -297,6 +299,11 @@ class KubernetesBackend(Backend):
         """When the task's container last wrote a line: the kubelet's timestamp of its
         newest log line (one line read). A frozen process is not visible from here."""
         return Activity(last_output=log_line_time(self._run(pod_log_plan(ref, role, index, ACTIVITY_LOG))))
+
+    def usage(self, ref: ClusterRef) -> list[TaskUsage]:
+        """Every pod of the cluster, from its containers' start to their end (or now),
+        times its effective requests (one pod list; see :mod:`.usage`)."""
+        return pods_usage(_items(self._run(usage_plan(ref))))
 
     # -- delete ---------------------------------------------------------------------------
     def delete_roles(self, ref: ClusterRef, roles: list[str]) -> None:

@@ -66,7 +66,7 @@ from airflow_tfk.backends.local.files import (
 )
 from airflow_tfk.backends.local.host import LocalHostChecks
 from airflow_tfk.backends.local.procs import LocalProcesses
-from airflow_tfk.backends.local.records import PRIVATE_FILE, ClusterState, TaskEntry
+from airflow_tfk.backends.local.records import PRIVATE_FILE, ClusterState, SupervisorInfo, TaskEntry, TaskExit
 from airflow_tfk.backends.local.start import LocalStart
 from airflow_tfk.core import naming
 from airflow_tfk.core.errors import ClusterOwnershipError, LocalMachineError
@@ -74,6 +74,7 @@ from airflow_tfk.core.kwargs import init_kwargs
 from airflow_tfk.core.local_env import default_local_root as default_root
 from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.core.status import Activity, ClusterStatus
+from airflow_tfk.core.usage import TaskUsage
 from airflow_tfk.spec import capacity
 from airflow_tfk.spec.cluster import ROLES, TFClusterSpec
 from airflow_tfk.spec.operator_options import backend_options
@@ -368,6 +369,31 @@ class LocalBackend(LocalProcesses, LocalHostChecks, LocalStart, Backend):
         except psutil.Error:
             pass
         return Activity(last_output=last, note=note)
+
+    def usage(self, ref: ClusterRef) -> list[TaskUsage]:
+        """Each task from its supervisor's start to its exit (or now), with its role's
+        requests from the spec it was created from. A task restarted in place counts
+        its whole span, the restarts' backoff included, as a pod restarted in place does."""
+        state = self._cluster(ref)
+        if state is None or not state.spec:
+            return []
+        try:
+            roles = TFClusterSpec.from_dict(state.spec).roles()
+        except Exception as exc:  # a record this version cannot read: no figures, no failure
+            log.warning("local backend: no usage for %s/%s: %s", ref.namespace, ref.name, exc)
+            return []
+        now = time.time()
+        out = []
+        for t in state.tasks:
+            tdir = self._task_dir(ref, t.role, t.index)
+            info = records.read(tdir / "supervisor.json", SupervisorInfo, self.root)
+            if info is None or t.role not in roles:
+                continue
+            final = records.read(tdir / "exit.json", TaskExit, self.root)
+            end = final.finished_at if final is not None and final.finished_at is not None else now
+            requests = capacity.task_requests(roles[t.role])
+            out.append(TaskUsage(f"{t.role}-{t.index}", t.role, max(0.0, end - info.started_at), requests))
+        return out
 
     def delete_roles(self, ref: ClusterRef, roles: list[str]) -> None:
         unknown = sorted(set(roles) - set(ROLES))
