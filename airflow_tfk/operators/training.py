@@ -30,9 +30,9 @@ from airflow_tfk.spec import operator_options as args
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_tfk.run.forecast import DeadlineForecast
+    from airflow_tfk.run.forecast import Forecast
     from airflow_tfk.run.handle import ClusterHandle
-    from airflow_tfk.run.usage import Usage
+    from airflow_tfk.run.usage import Prices, Usage
     from airflow_tfk.spec.cluster import TFClusterSpec
 
 # The trigger's own deadline fires first; Airflow's defer timeout is only a backstop.
@@ -177,6 +177,14 @@ class TFTrainingOperator(OnBackendOperator):
 
         identity, spec, backend = self._resolve(context)
         check_downstream_publish(self, spec)
+        if spec.budget is not None and spec.budget.cost is not None and self._prices() is None:
+            from airflow_tfk.core.errors import SpecError
+
+            raise SpecError(
+                "budget.cost",
+                "needs a price table: [tfk] prices in Airflow's configuration (or the operator's prices)",
+                spec.budget.cost,
+            )
         handle = ClusterHandle.for_spec(spec, backend, identity)
         wait_limit = self.execution_timeout.total_seconds() if self.execution_timeout else None
         policy = _previous_run_policy(self.previous_run_policy)
@@ -198,18 +206,14 @@ class TFTrainingOperator(OnBackendOperator):
             create_or_reattach(backend, spec, identity, self.log.info)
             self._created = True
             if self.deferrable:
-                forecast = self._forecast(context, spec.max_duration_seconds)
-                if forecast is not None:
-                    # the task resumes for an alert only when it has something to do
-                    forecast.hand_over = self.on_deadline_forecast is not None or forecast.action != "warn"
-                self._defer(handle, forecast)
+                self._defer(handle, self._forecasts(context, spec))
             wait = Wait.of_handle(
                 handle,
                 backend,
                 progress_interval=self.progress_interval,
                 emit=self.log.info,
                 stall_seconds=self.stall_seconds,
-                forecast=self._forecast(context, spec.max_duration_seconds),
+                forecasts=tuple(self._forecasts(context, spec)),
             )
             verdict = run_blocking(wait.run())
         except TaskDeferred:
@@ -226,9 +230,9 @@ class TFTrainingOperator(OnBackendOperator):
         return self._record(context, self._finish(handle, wait_result(verdict)))
 
     def _defer(
-        self, handle: ClusterHandle, forecast: DeadlineForecast | None = None, deadline: float | None = None
+        self, handle: ClusterHandle, forecasts: Sequence[Forecast] = (), deadline: float | None = None
     ) -> None:
-        """Wait in the triggerer. ``forecast`` and ``deadline``: a wait resumed for the
+        """Wait in the triggerer. ``forecasts`` and ``deadline``: a wait resumed for a
         forecast's callback goes on with the same ones."""
         from airflow_tfk.triggers.cluster import TFClusterDoneTrigger
 
@@ -244,38 +248,61 @@ class TFTrainingOperator(OnBackendOperator):
                 progress_interval=self.progress_interval,
                 release_after_success=True,
                 stall_seconds=self.stall_seconds,
-                forecast=forecast.to_dict() if forecast is not None else None,
+                forecasts=[f.to_dict() for f in forecasts] or None,
             ),
             method_name="execute_complete",
             kwargs={"handle": handle.to_dict(), "deadline": deadline},
             timeout=timeout,
         )
 
-    def _forecast(
-        self, context: Context, max_duration_seconds: int | None, deadline: float | None = None
-    ) -> DeadlineForecast | None:
-        """The deadline forecast of this run (None without a deadline): against the earlier
-        of the ``execution_timeout`` (from the task's start) and ``max_duration_seconds``
-        (from now, after the create: a reattached cluster's own age is not read)."""
-        from airflow_tfk.run.forecast import DeadlineForecast, run_deadline
+    def _forecasts(
+        self, context: Context, spec: TFClusterSpec, deadline: float | None = None
+    ) -> list[Forecast]:
+        """This run's forecasts: of its deadline (the earlier of the ``execution_timeout``,
+        from the task's start, and ``max_duration_seconds``, from now, after the create: a
+        reattached cluster's own age is not read), and of each cap of its ``budget``
+        (held since now). Deferred, a forecast with a callback to run hands its alert to
+        the task."""
+        from airflow_tfk.run.forecast import DeadlineForecast, budget_forecasts, run_deadline
+        from airflow_tfk.spec.capacity import task_requests
 
+        out: list[Forecast] = []
         if deadline is None and self.execution_timeout is not None:
             ti = context.get("ti")
             start = getattr(ti, "start_date", None)
             began = start.timestamp() if start is not None else time.time()
             deadline = began + self.execution_timeout.total_seconds()
-        cluster = time.time() + max_duration_seconds if max_duration_seconds else None
-        found = run_deadline(deadline, cluster)
-        if found is None:
-            return None
-        callback = self.on_deadline_forecast
-        return DeadlineForecast(
-            found[0],
-            found[1],
-            self.deadline_action,
-            self.log.info,
-            on_alert=(lambda info: callback(context, info)) if callback is not None else None,
-        )
+        max_duration = spec.max_duration_seconds
+        found = run_deadline(deadline, time.time() + max_duration if max_duration else None)
+        if found is not None:
+            callback = self.on_deadline_forecast
+            out.append(
+                DeadlineForecast(
+                    found[0],
+                    found[1],
+                    self.deadline_action,
+                    self.log.info,
+                    on_alert=(lambda info: callback(context, info)) if callback is not None else None,
+                    hand_over=self.deferrable and callback is not None,
+                )
+            )
+        if spec.budget is not None:
+            hold: dict[str, float] = {}
+            for role in spec.roles().values():
+                for name, value in task_requests(role).items():
+                    hold[name] = hold.get(name, 0.0) + value * role.replicas
+            out += budget_forecasts(spec.budget, hold, self._prices(), time.time(), self.log.info)
+        return out
+
+    def _prices(self) -> Prices | None:
+        """The price table: the operator's ``prices``, else ``[tfk] prices``."""
+        from airflow_tfk.run.usage import Prices
+
+        if self.prices is not None:
+            return Prices.parse(self.prices)
+        from airflow_tfk._airflow.platform_config import prices
+
+        return prices()
 
     def _defer_while_previous_runs(self, backend: Any, spec: TFClusterSpec, identity: Any) -> None:
         """``previous_run_policy='wait'``, deferred: wait in the triggerer, not in a worker
@@ -335,8 +362,9 @@ class TFTrainingOperator(OnBackendOperator):
     ) -> dict[str, Any]:
         """The triggerer's forecast of a missed deadline: run the DAG's callback here, then
         stop the run (``checkpoint_and_stop``: the failed event to finish with) or wait
-        again with the alert raised (defers; a run that speeds up clears it)."""
-        from airflow_tfk.run.forecast import DeadlineForecast, stop_verdict
+        again, every forecast as the trigger left it (the one that alerted stays alerted;
+        a run that speeds up clears it)."""
+        from airflow_tfk.run.forecast import from_state, stop_verdict
         from airflow_tfk.run.wait import wait_result
 
         info = dict(event.get("forecast") or {})
@@ -351,14 +379,7 @@ class TFTrainingOperator(OnBackendOperator):
                 "stopping the training now with a checkpoint (deadline_action='checkpoint_and_stop')"
             )
             return wait_result(stop_verdict(info))
-        forecast = DeadlineForecast(
-            float(info["deadline"]),
-            str(info["deadline_of"]),
-            self.deadline_action,
-            alerted=True,
-            hand_over=True,
-        )
-        self._defer(handle, forecast, deadline)
+        self._defer(handle, [from_state(f) for f in event.get("forecasts") or ()], deadline)
         raise AssertionError("defer returns only by raising")  # pragma: no cover
 
     def _record(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
@@ -437,15 +458,8 @@ class TFTrainingOperator(OnBackendOperator):
         """Log the run's usage (and cost, when priced); the XCom's ``usage``."""
         if usage is None or not usage.tasks:
             return {}
-        from airflow_tfk.run.usage import Prices
-
         try:
-            if self.prices is not None:
-                prices = Prices.parse(self.prices)
-            else:
-                from airflow_tfk._airflow.platform_config import prices as configured
-
-                prices = configured()
+            prices = self._prices()
         except Exception as exc:  # a bad table costs the money figure, not the run
             self.log.warning("usage without a cost: %s", exc)
             prices = None

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from airflow_tfk.protocol.progress import Progress
 from airflow_tfk.run.policies import Outcome, Verdict
@@ -138,6 +138,7 @@ class DeadlineForecast:
             "deadline": self.deadline,
             "late_seconds": round(ends - self.deadline, 1),
             "deadline_of": self.what,
+            "kind": "deadline",
             "action": self.action,
             "message": (
                 f"deadline forecast: at step {p.step}/{p.total_steps} the training is projected to "
@@ -149,6 +150,7 @@ class DeadlineForecast:
     # -- the trigger's state: a deferred wait forecasts in the triggerer ---------------------
     def to_dict(self) -> dict[str, Any]:
         return {
+            "kind": "deadline",
             "deadline": self.deadline,
             "what": self.what,
             "action": self.action,
@@ -170,7 +172,18 @@ class DeadlineForecast:
 
 def stop_verdict(info: dict[str, Any]) -> Verdict:
     """The failed verdict of ``checkpoint_and_stop``, naming the forecast."""
-    return Verdict(Outcome.FAILED, f"stopped before its deadline: {info['message']}")
+    before = "crossing its budget" if info.get("kind") == "budget" else "its deadline"
+    return Verdict(Outcome.FAILED, f"stopped before {before}: {info['message']}")
+
+
+Forecast = Union["DeadlineForecast", "BudgetForecast"]
+
+
+def from_state(data: dict[str, Any], emit: Callable[[str], None] = log.info) -> Forecast:
+    """A forecast from its ``to_dict()`` (a trigger's serialized state)."""
+    if data.get("kind") == "budget":
+        return BudgetForecast.from_dict(data, emit)
+    return DeadlineForecast.from_dict(data, emit)
 
 
 def run_deadline(wait_deadline: float | None, cluster_deadline: float | None) -> tuple[float, str] | None:
@@ -185,3 +198,136 @@ def run_deadline(wait_deadline: float | None, cluster_deadline: float | None) ->
         if d is not None
     ]
     return min(found) if found else None
+
+
+@dataclass
+class BudgetForecast:
+    """Judges each new progress line against a budget (``budget:`` of the spec): what the
+    cluster will have held at completion, projected as its hold per second (every task's
+    requests, priced for a cost) times the time from the create to the progress's ETA.
+    It acts on the first line whose projection crosses the cap, once; a run whose
+    projection comes back under it clears the alert. Every task is taken to hold its
+    requests from the create on: a projection from above while pods wait to start.
+
+    :param rate: cap units (core-hours, or money) the cluster holds per second.
+    :param since: when the cluster was created (UNIX time).
+    """
+
+    cap: float
+    unit: str
+    rate: float
+    since: float
+    action: str = "warn"
+    emit: Callable[[str], None] = log.info
+    alerted: bool = False
+    hand_over: bool = False
+    _last_step: int | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.action not in DEADLINE_ACTIONS:
+            raise ValueError(
+                f"budget.action: must be one of {', '.join(DEADLINE_ACTIONS)} (got {self.action!r})"
+            )
+
+    def observe(self, p: Progress | None) -> Verdict | None:
+        if p is None or p.step == self._last_step or p.total_steps <= 0 or p.step >= p.total_steps:
+            return None
+        self._last_step = p.step
+        eta = p.eta_seconds()
+        if eta is None:
+            return None
+        projected = self.rate * max(0.0, p.time + eta - self.since)
+        if projected <= self.cap:
+            if self.alerted:
+                self.alerted = False
+                self.emit(
+                    f"budget forecast cleared: at step {p.step}/{p.total_steps} the training is projected "
+                    f"to hold {projected:.4g} {self.unit} at completion, within its budget of "
+                    f"{self.cap:g} {self.unit}"
+                )
+            return None
+        if self.alerted:
+            return None
+        self.alerted = True
+        message = (
+            f"budget forecast: at step {p.step}/{p.total_steps} the training is projected to hold "
+            f"{projected:.4g} {self.unit} at completion (ETA {_span(eta)}), over its budget of "
+            f"{self.cap:g} {self.unit}"
+        )
+        info: dict[str, Any] = {
+            "step": p.step,
+            "total_steps": p.total_steps,
+            "eta_seconds": round(eta, 1),
+            "projected": projected,
+            "budget": self.cap,
+            "unit": self.unit,
+            "kind": "budget",
+            "action": self.action,
+            "message": message,
+        }
+        if self.hand_over:
+            self.emit(message)
+            raise ForecastAlert(info)
+        stop = self.action == "checkpoint_and_stop"
+        self.emit(
+            message
+            + (
+                "; stopping it now with a checkpoint (budget.action='checkpoint_and_stop')"
+                if stop
+                else "; it goes on (budget.action='warn')"
+            )
+        )
+        if stop:
+            return stop_verdict(info)
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "budget",
+            "cap": self.cap,
+            "unit": self.unit,
+            "rate": self.rate,
+            "since": self.since,
+            "action": self.action,
+            "alerted": self.alerted,
+            "hand_over": self.hand_over,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], emit: Callable[[str], None] = log.info) -> BudgetForecast:
+        return cls(
+            float(data["cap"]),
+            str(data["unit"]),
+            float(data["rate"]),
+            float(data["since"]),
+            str(data.get("action", "warn")),
+            emit,
+            alerted=bool(data.get("alerted", False)),
+            hand_over=bool(data.get("hand_over", False)),
+        )
+
+
+def budget_forecasts(
+    budget: Any, hold: Mapping[str, float], prices: Any, since: float, emit: Callable[[str], None]
+) -> list[BudgetForecast]:
+    """The forecasts of a spec's ``budget`` (a ``BudgetSpec``): one per cap it sets.
+
+    :param hold: what the whole cluster requests (``cpu`` cores, ``memory`` bytes, an
+        accelerator resource in units), summed over its tasks.
+    :param prices: a ``Prices`` table, or None (a ``cost`` cap then cannot be judged:
+        the caller refuses it before the create).
+    """
+    from airflow_tfk.run.usage import Figures
+
+    out = []
+    if budget.core_hours is not None:
+        rate = float(hold.get("cpu", 0.0)) / 3600.0
+        out.append(BudgetForecast(float(budget.core_hours), "core-hours", rate, since, budget.action, emit))
+    if budget.cost is not None and prices is not None:
+        from airflow_tfk.core.usage import TaskUsage
+
+        one = TaskUsage("cluster", "", 1.0, dict(hold))
+        per_second = prices.cost(Figures(1.0, one.cores, one.memory_gib, one.accelerators))
+        unit = prices.currency or "(priced)"
+        out.append(BudgetForecast(float(budget.cost), unit, per_second, since, budget.action, emit))
+    return out

@@ -25,7 +25,7 @@ from airflow_tfk.backends.base import Backend, ClusterRef, ClusterWatcher
 from airflow_tfk.core.constants import PROGRESS_INTERVAL_SECONDS as DEFAULT_PROGRESS_INTERVAL
 from airflow_tfk.core.status import Activity, ClusterStatus, Phase, TaskStatus
 from airflow_tfk.protocol.progress import Progress, last_progress
-from airflow_tfk.run.forecast import DeadlineForecast
+from airflow_tfk.run.forecast import Forecast
 from airflow_tfk.run.policies import Outcome, Verdict, evaluate
 from airflow_tfk.run.stall import ProgressStall, StallDetector, running_tasks
 from airflow_tfk.spec.cluster import Mode
@@ -198,8 +198,8 @@ class Wait:
     # None: the default, which follows progress_interval (default_stall_seconds)
     stall_seconds: float | None = None
     max_lost_workers: int = 0
-    #: judges each new progress line against the run's deadline (None: no forecast)
-    forecast: DeadlineForecast | None = None
+    #: judge each new progress line against the run's deadline and budget
+    forecasts: tuple[Forecast, ...] = ()
     reporter: ProgressReporter = field(init=False)
     queue: QueueReporter = field(init=False)
     stalls: StallDetector = field(init=False)
@@ -262,8 +262,9 @@ class Wait:
             await self.queue.read(watcher)
         if self.reporter.due():
             p = await self.read_progress(watcher)
-            if self.forecast is not None and (stop := self.forecast.observe(p)) is not None:
-                return stop
+            for forecast in self.forecasts:
+                if (stop := forecast.observe(p)) is not None:
+                    return stop
         return verdict
 
     def wake_in(self, seen: bool) -> float:

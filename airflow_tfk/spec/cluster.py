@@ -24,6 +24,7 @@ from typing import Any
 from airflow_tfk.core.constants import NAMESPACE, PS_GRACE_SECONDS
 from airflow_tfk.core.quantity import parse_quantity, quantity_value
 from airflow_tfk.spec.admission import CapacityCheck, GangScheduling, Layout
+from airflow_tfk.spec.budget import BudgetSpec
 from airflow_tfk.spec.checks import (
     _int,  # noqa: F401 - the serving spec's integer rule
     _local_dir,
@@ -319,6 +320,12 @@ class TFClusterSpec:
         PodRules,
         "what every pod carries beyond the training (each role's `<role>.pod` adds to it)",
         prefix="[<role>.]pod.",
+    )
+    budget: BudgetSpec | None = section_field(
+        BudgetSpec,
+        "a cap on requested core-hours or cost, acted on when the projection at completion "
+        "crosses it: [docs/operators.md](docs/operators.md#budgets)",
+        absent="none",
     )
     template_dir: str | None = spec_field(
         None,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -245,7 +246,7 @@ def _int(value: object, path: str, lo: int | None, hi: int | None) -> int:
 
 
 def _number(decl: Decl, value: Any, path: str, role: str | None) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise SpecError(path, "must be a number", value)
     lo, hi = decl.bounds(role)
     if (lo is not None and value < lo) or (hi is not None and value > hi):

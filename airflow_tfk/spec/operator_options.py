@@ -298,18 +298,32 @@ def deadline_action_arg(value: object) -> None:
         raise SpecError("deadline_action", f"must be one of {', '.join(DEADLINE_ACTIONS)}", value)
 
 
+_FORECAST_KEYS: dict[str, tuple[dict[str, float], tuple[str, ...]]] = {
+    "deadline": ({"deadline": 2**40}, ("what",)),
+    "budget": ({"cap": 1e15, "rate": 1e15, "since": 2**40}, ("unit",)),
+}
+
+
 def forecast_arg(value: object) -> None:
-    """A trigger's deadline forecast state (``DeadlineForecast.to_dict()``)."""
-    if not isinstance(value, Mapping) or set(value) != {"deadline", "what", "action", "alerted", "hand_over"}:
+    """A trigger's forecast state (``DeadlineForecast.to_dict()``, ``BudgetForecast.to_dict()``)."""
+    kind = value.get("kind") if isinstance(value, Mapping) else None
+    if kind not in _FORECAST_KEYS:
+        raise SpecError("forecasts", "must be forecast states of kind deadline or budget", value)
+    assert isinstance(value, Mapping)
+    numbers, texts = _FORECAST_KEYS[kind]
+    keys = {"kind", "action", "alerted", "hand_over", *numbers, *texts}
+    if set(value) != keys:
         raise SpecError(
-            "forecast", "must be a mapping of deadline, what, action, alerted and hand_over", value
+            "forecasts", f"a {kind} forecast must be a mapping of {', '.join(sorted(keys))}", value
         )
-    number_arg(value["deadline"], "forecast.deadline", lo=0, hi=2**40)
-    str_arg(value["what"], "forecast.what", max_len=200)
+    for key, hi in numbers.items():
+        number_arg(value[key], f"forecasts.{key}", lo=0, hi=hi)
+    for key in texts:
+        str_arg(value[key], f"forecasts.{key}", max_len=200)
     deadline_action_arg(value["action"])
     for key in ("alerted", "hand_over"):
         if not isinstance(value[key], bool):
-            raise SpecError(f"forecast.{key}", "must be true or false", value[key])
+            raise SpecError(f"forecasts.{key}", "must be true or false", value[key])
 
 
 def str_arg(value: object, field: str, *, optional: bool = False, max_len: int = 4096) -> None:

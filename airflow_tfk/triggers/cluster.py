@@ -18,7 +18,7 @@ from airflow_tfk.backends.base import Backend, ClusterRef
 from airflow_tfk.core.constants import PROGRESS_INTERVAL_SECONDS
 from airflow_tfk.core.errors import SpecError
 from airflow_tfk.core.naming import RunIdentity
-from airflow_tfk.run.forecast import DeadlineForecast, ForecastAlert
+from airflow_tfk.run.forecast import ForecastAlert, from_state
 from airflow_tfk.run.handle import ClusterHandle
 from airflow_tfk.run.usage import Usage
 from airflow_tfk.run.wait import Wait, wait_result
@@ -36,7 +36,7 @@ def _check(
     progress_interval: object,
     delete_on_kill: object,
     owner: object = None,
-    forecast: object = None,
+    forecasts: object = None,
 ) -> None:
     """The trigger's arguments (a serialized trigger is data too), each naming itself."""
     args.cluster_arg(cluster)
@@ -51,8 +51,11 @@ def _check(
     args.number_arg(deadline, "deadline", lo=0, hi=2**40, optional=True)
     args.number_arg(progress_interval, "progress_interval", lo=0.1, hi=86400)
     args.bool_arg(delete_on_kill, "delete_on_kill")
-    if forecast is not None:
-        args.forecast_arg(forecast)
+    if forecasts is not None:
+        if not isinstance(forecasts, list) or len(forecasts) > 4:
+            raise SpecError("forecasts", "must be a list of forecast states", forecasts)
+        for state in forecasts:
+            args.forecast_arg(state)
     if owner is not None:
         try:
             RunIdentity.from_dict(owner)  # type: ignore[arg-type]
@@ -80,10 +83,11 @@ class TFClusterDoneTrigger(BaseTrigger):
         after the handle's grace period. It does so here, in the triggerer, so they do not
         wait for a free worker slot, or for the DAG to be unpaused, to resume the task; the
         event's ``released`` lists the roles it deleted.
-    :param forecast: the deadline forecast's state (``DeadlineForecast.to_dict()``; None:
-        none). With ``hand_over``, its alert ends this trigger with a ``forecast`` event
-        (the alert's details under ``forecast``): the task runs the DAG's callback, then
-        acts or waits again; without, the alert is a line of the triggerer's log.
+    :param forecasts: the deadline's and the budget's forecast states (their
+        ``to_dict()``). One with ``hand_over`` ends this trigger on its alert with a
+        ``forecast`` event (the alert under ``forecast``, every forecast's state under
+        ``forecasts``): the task runs the DAG's callback, then acts or waits again;
+        without, the alert is a line of the triggerer's log, and a stop a failed event.
     """
 
     def __init__(
@@ -100,7 +104,7 @@ class TFClusterDoneTrigger(BaseTrigger):
         stall_seconds: float | None = None,
         max_lost_workers: int = 0,
         owner: dict[str, Any] | None = None,
-        forecast: dict[str, Any] | None = None,
+        forecasts: list[dict[str, Any]] | None = None,
     ) -> None:
         super().__init__()
         # Checked here, reported by run() as its one event (a trigger yields, it does not
@@ -117,7 +121,7 @@ class TFClusterDoneTrigger(BaseTrigger):
                 progress_interval,
                 delete_on_kill,
                 owner,
-                forecast,
+                forecasts,
             )
         except SpecError as exc:
             self.invalid = exc
@@ -133,7 +137,7 @@ class TFClusterDoneTrigger(BaseTrigger):
         self.stall_seconds = stall_seconds
         self.max_lost_workers = max_lost_workers
         self.owner = owner
-        self.forecast = forecast
+        self.forecasts = forecasts
         self._fired = False
 
     @classmethod
@@ -145,7 +149,7 @@ class TFClusterDoneTrigger(BaseTrigger):
         progress_interval: float,
         release_after_success: bool = False,
         stall_seconds: float | None = None,
-        forecast: dict[str, Any] | None = None,
+        forecasts: list[dict[str, Any]] | None = None,
     ) -> TFClusterDoneTrigger:
         """The trigger that waits on the cluster of ``handle`` (a create task's XCom);
         with ``release_after_success`` it also ends the PS after a success. Raises
@@ -162,7 +166,7 @@ class TFClusterDoneTrigger(BaseTrigger):
             stall_seconds=stall_seconds,
             max_lost_workers=handle.max_lost_workers,
             owner=handle.owner.to_dict() if handle.owner is not None else None,
-            forecast=forecast,
+            forecasts=forecasts,
         )
         if trigger.invalid is not None:
             raise trigger.invalid
@@ -184,7 +188,7 @@ class TFClusterDoneTrigger(BaseTrigger):
                 "stall_seconds": self.stall_seconds,
                 "max_lost_workers": self.max_lost_workers,
                 "owner": self.owner,
-                "forecast": self.forecast,
+                "forecasts": self.forecasts,
             },
         )
 
@@ -208,11 +212,9 @@ class TFClusterDoneTrigger(BaseTrigger):
             yield self._event("error", f"{type(self.invalid).__name__}: {self.invalid}")
             return
         ref = ClusterRef.from_dict(self.cluster)
+        forecasts = tuple(from_state(f, emit=self.log.info) for f in self.forecasts or ())
         try:
             backend = await asyncio.to_thread(self._prepare)
-            forecast = None
-            if self.forecast is not None:
-                forecast = DeadlineForecast.from_dict(self.forecast, emit=self.log.info)
             wait = Wait(
                 backend,
                 ref,
@@ -223,11 +225,12 @@ class TFClusterDoneTrigger(BaseTrigger):
                 emit=self.log.info,
                 stall_seconds=self.stall_seconds,
                 max_lost_workers=self.max_lost_workers,
-                forecast=forecast,
+                forecasts=forecasts,
             )
             result = wait_result(await wait.run())
         except ForecastAlert as alert:
-            yield self._event("forecast", str(alert.info["message"]), forecast=alert.info)
+            states = [f.to_dict() for f in forecasts]
+            yield self._event("forecast", str(alert.info["message"]), forecast=alert.info, forecasts=states)
             return
         except Exception as exc:  # reported as an event; the operator raises and cleans up
             self.log.exception("error while waiting on cluster %s", ref.name)

@@ -449,7 +449,7 @@ def test_a_deferred_forecast_resumes_the_task_for_its_callback_then_waits_again(
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     path, kwargs = deferred.value.trigger.serialize()
-    assert kwargs["forecast"]["alerted"] is False
+    assert kwargs["forecasts"][0]["alerted"] is False and kwargs["forecasts"][0]["hand_over"] is True
     event = run_trigger(type(deferred.value.trigger)(**kwargs))
     assert event["status"] == "forecast" and event["forecast"]["step"] > 0
     assert seen == []  # the triggerer never runs the DAG's code
@@ -458,7 +458,7 @@ def test_a_deferred_forecast_resumes_the_task_for_its_callback_then_waits_again(
     assert len(seen) == 1 and seen[0]["step"] == event["forecast"]["step"]
     # the same deadline, the alert raised: the next trigger does not resume the task again
     assert again.value.kwargs["deadline"] == deferred.value.kwargs["deadline"]
-    assert again.value.trigger.serialize()[1]["forecast"]["alerted"] is True
+    assert again.value.trigger.serialize()[1]["forecasts"][0]["alerted"] is True
     assert again.value.trigger.deadline == deferred.value.trigger.deadline
     assert LocalBackend(str(local_root)).exists(cluster_of(ctx))
     op.on_kill()
@@ -478,7 +478,8 @@ def test_a_deferred_checkpoint_and_stop_ends_the_run_failed_naming_the_forecast(
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     event = run_trigger(deferred.value.trigger)
-    assert event["status"] == "forecast"
+    # no callback to run: the triggerer stops it itself, the task resumes only to end it
+    assert event["status"] == "failed" and event["message"].startswith("stopped before its deadline")
     with pytest.raises(TrainingFailed, match="stopped before its deadline: deadline forecast: at step"):
         op.execute_complete(ctx, event, **deferred.value.kwargs)
     assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
@@ -500,7 +501,7 @@ def test_a_deferred_warn_without_a_callback_never_resumes_the_task(local_root) -
     op = make_op(_slow_spec(), deferrable=True, execution_timeout=timedelta(seconds=12))
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
-    assert deferred.value.trigger.serialize()[1]["forecast"]["hand_over"] is False
+    assert deferred.value.trigger.serialize()[1]["forecasts"][0]["hand_over"] is False
     event = run_trigger(deferred.value.trigger)
     assert event["status"] == "timeout"  # no forecast event before the deadline
     with pytest.raises(AirflowTaskTimeout):
@@ -569,3 +570,52 @@ def test_a_deferred_run_counts_the_ps_the_triggerer_deleted(local_root) -> None:
 def test_a_bad_price_table_fails_the_parse_naming_the_key() -> None:
     with pytest.raises(SpecError, match=r"prices\.cpu_core_hour"):
         make_op(_priced_spec(), prices={"cpu_core_hour": -1})
+
+
+# -- budgets (spec budget:, run/forecast.py) ----------------------------------------------------
+def _budget_spec(cap: dict) -> dict:
+    spec = _slow_spec()  # ~100 s of steps
+    spec["worker"]["resources"] = {"cpu": "1", "memory": "1Gi"}
+    spec["budget"] = cap
+    return spec
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["blocking", "deferred"])
+def test_a_budget_below_the_projection_stops_the_run_at_the_crossing(local_root, deferrable) -> None:
+    """1 core for ~100 s projects 0.028 core-hours; the cap is 0.01: the first progress
+    line with a rate crosses it, and the run ends there, nothing left, naming the budget."""
+    ctx = task_context()
+    op = make_op(_budget_spec({"core_hours": 0.01, "action": "checkpoint_and_stop"}), deferrable=deferrable)
+    t0 = time.monotonic()
+    with pytest.raises(TrainingFailed) as failed:
+        if deferrable:
+            with pytest.raises(TaskDeferred) as deferred:
+                op.execute(ctx)
+            event = run_trigger(deferred.value.trigger)
+            op.execute_complete(ctx, event, **deferred.value.kwargs)
+        else:
+            op.execute(ctx)
+    took = time.monotonic() - t0
+    text = str(failed.value)
+    assert "stopped before crossing its budget: budget forecast: at step" in text
+    assert "over its budget of 0.01 core-hours" in text
+    assert took < 30, took  # at the projection's crossing, not at the cap's
+    assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
+    assert_no_processes(local_root)
+
+
+def test_a_cost_budget_without_a_price_table_fails_before_anything_is_created(local_root) -> None:
+    ctx = task_context()
+    op = make_op(_budget_spec({"cost": 5}))
+    with pytest.raises(SpecError, match=r"budget\.cost: needs a price table"):
+        op.execute(ctx)
+    assert not LocalBackend(str(local_root)).exists(cluster_of(ctx))
+
+
+def test_a_cost_budget_is_priced_by_the_table(local_root, capfd) -> None:
+    ctx = task_context()
+    prices = {"cpu_core_hour": 36.0, "currency": "EUR"}  # 1 core for ~100 s: about 1 EUR
+    op = make_op(_budget_spec({"cost": 0.2, "action": "checkpoint_and_stop"}), prices=prices)
+    with pytest.raises(TrainingFailed, match=r"over its budget of 0\.2 EUR"):
+        op.execute(ctx)
+    assert_no_processes(local_root)

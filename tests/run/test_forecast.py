@@ -8,7 +8,7 @@ import pytest
 
 from airflow_tfk.core.errors import SpecError
 from airflow_tfk.protocol.progress import Progress
-from airflow_tfk.run.forecast import DeadlineForecast, ForecastAlert, run_deadline
+from airflow_tfk.run.forecast import BudgetForecast, DeadlineForecast, ForecastAlert, from_state, run_deadline
 from airflow_tfk.run.policies import Outcome
 from airflow_tfk.spec.operator_options import forecast_arg
 
@@ -101,8 +101,8 @@ def test_a_deferred_forecast_hands_the_alert_over_and_comes_back_alerted():
     assert raised.value.info["step"] == 100 and alerts == []  # the task runs the callback
     state = f.to_dict()
     forecast_arg(state)  # what the trigger checks of its serialized state
-    again = DeadlineForecast.from_dict(state, emit=lines.append)
-    assert again.hand_over
+    again = from_state(state, emit=lines.append)
+    assert isinstance(again, DeadlineForecast) and again.hand_over
     again.observe(line(150, 18.0))
     again.observe(line(200, 24.0))  # still late: no second alert
     assert again.alerted
@@ -123,30 +123,76 @@ def test_the_deadline_is_the_earlier_of_the_two():
     assert run_deadline(None, 70.0) == (70.0, "the cluster's max_duration_seconds")
 
 
+DEADLINE_STATE = {
+    "kind": "deadline",
+    "deadline": 1,
+    "what": "x",
+    "action": "warn",
+    "alerted": False,
+    "hand_over": True,
+}
+BUDGET_STATE = {
+    "kind": "budget",
+    "cap": 2.0,
+    "unit": "core-hours",
+    "rate": 0.001,
+    "since": 5.0,
+    "action": "warn",
+    "alerted": False,
+    "hand_over": False,
+}
+
+
 @pytest.mark.parametrize(
     ("state", "field"),
     [
-        ([], "forecast"),
-        ({"deadline": 1, "what": "x", "action": "warn", "alerted": False}, "forecast"),
-        (
-            {"deadline": "soon", "what": "x", "action": "warn", "alerted": False, "hand_over": True},
-            "forecast.deadline",
-        ),
-        (
-            {"deadline": 1, "what": "x", "action": "kill", "alerted": False, "hand_over": True},
-            "deadline_action",
-        ),
-        (
-            {"deadline": 1, "what": "x", "action": "warn", "alerted": "no", "hand_over": True},
-            "forecast.alerted",
-        ),
-        (
-            {"deadline": 1, "what": "x", "action": "warn", "alerted": False, "hand_over": 1},
-            "forecast.hand_over",
-        ),
+        ([], "forecasts"),
+        ({**DEADLINE_STATE, "kind": "money"}, "forecasts"),
+        ({k: v for k, v in DEADLINE_STATE.items() if k != "hand_over"}, "forecasts"),
+        ({**DEADLINE_STATE, "deadline": "soon"}, "forecasts.deadline"),
+        ({**DEADLINE_STATE, "action": "kill"}, "deadline_action"),
+        ({**DEADLINE_STATE, "alerted": "no"}, "forecasts.alerted"),
+        ({**DEADLINE_STATE, "hand_over": 1}, "forecasts.hand_over"),
+        ({**BUDGET_STATE, "rate": -1}, "forecasts.rate"),
+        ({**BUDGET_STATE, "unit": 5}, "forecasts.unit"),
+        ({**BUDGET_STATE, "deadline": 1}, "forecasts"),
     ],
 )
 def test_a_triggers_forecast_state_is_checked_naming_the_field(state, field):
     with pytest.raises(SpecError) as info:
         forecast_arg(state)
     assert info.value.field == field
+
+
+def test_the_states_round_trip():
+    for state in (DEADLINE_STATE, BUDGET_STATE):
+        forecast_arg(state)
+        assert from_state(state).to_dict() == state
+
+
+# -- budgets --------------------------------------------------------------------------------
+def budget(action: str = "warn", cap: float = 2.0) -> tuple[BudgetForecast, list]:
+    lines: list[str] = []
+    # 3 cores held since the create, 10 s before the loop started: 3/3600 core-hours a second
+    return BudgetForecast(cap, "core-hours", 3 / 3600, START - 10, action, lines.append), lines
+
+
+def test_a_budget_projection_over_the_cap_acts_on_that_line():
+    f, lines = budget("checkpoint_and_stop")
+    # 1000 steps at 0.12 s: done 130 s after the create -> 0.108 core-hours; under 2
+    assert f.observe(line(100, 12.0)) is None and lines == []
+    f2, lines2 = budget("checkpoint_and_stop", cap=0.1)
+    verdict = f2.observe(line(100, 12.0))  # over on the first line: acts on it
+    assert verdict is not None and verdict.outcome is Outcome.FAILED
+    assert verdict.message.startswith(
+        "stopped before crossing its budget: budget forecast: at step 100/1000 the training is projected "
+        "to hold 0.1083 core-hours at completion"
+    )
+    assert "over its budget of 0.1 core-hours" in verdict.message and "stopping it now" in lines2[-1]
+
+
+def test_a_budget_warning_clears_when_the_run_speeds_up():
+    f, lines = budget(cap=0.1)
+    assert f.observe(line(100, 12.0)) is None and f.alerted and "it goes on" in lines[-1]
+    f.observe(line(900, 20.0))  # 1000 steps by 22 s: 32 s held, 0.027 core-hours
+    assert not f.alerted and lines[-1].startswith("budget forecast cleared: at step 900/1000")
