@@ -77,7 +77,13 @@ def test_checkpoint_and_stop_alerts_early_stops_and_a_retry_resumes(tmp_path, su
             on_alert=lambda info: alerts.append((time.time(), info)),
         )
         wait = Wait(
-            backend, ref, Mode.ALL_REDUCE, {"worker": 1}, progress_interval=2.0, emit=emit, forecasts=(forecast,)
+            backend,
+            ref,
+            Mode.ALL_REDUCE,
+            {"worker": 1},
+            progress_interval=2.0,
+            emit=emit,
+            forecasts=(forecast,),
         )
         verdict = run_blocking(wait.run())
         stopped = time.time()
