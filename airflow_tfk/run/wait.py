@@ -208,6 +208,8 @@ class Wait:
     _phases: frozenset[tuple[str, Phase]] = field(default=frozenset(), init=False)
     _summary_at: float = field(default=0.0, init=False)  # monotonic time of the last summary line
     _waiting: bool = field(default=False, init=False)  # the last status: nothing started yet
+    #: the last status: the progress task has run (a log to read); reads wait for it
+    _progress_started: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         if self.stall_seconds is None:
@@ -255,12 +257,13 @@ class Wait:
         if verdict.outcome is Outcome.RUNNING and self.progress.stalled(status):
             verdict = await self.judge_stall(watcher, status)
         self._waiting = self.queue.waiting(status)
+        self._progress_started = self._progress_started or self._started(status)
         if verdict.outcome is not Outcome.RUNNING:
             await self.read_progress(watcher)
             return verdict
         if self.queue.wants(status):
             await self.queue.read(watcher)
-        if self.reporter.due():
+        if self._progress_started and self.reporter.due():
             p = await self.read_progress(watcher)
             for forecast in self.forecasts:
                 if (stop := forecast.observe(p)) is not None:
@@ -271,7 +274,7 @@ class Wait:
         """Seconds until the loop must look again though nothing changed: a read or a
         stall bound comes due, or the deadline passes."""
         due = [WAKE_SECONDS_MAX]
-        if seen:  # the reads wait for the first status
+        if seen and self._progress_started:  # the reads wait for the progress task to run
             due.append(self.reporter.due_in())
             if self._waiting:
                 due.append(self.queue.due_in())
@@ -279,6 +282,13 @@ class Wait:
         if self.deadline is not None:
             due.append(self.deadline - time.time())
         return max(WAKE_SECONDS_MIN, min(due))
+
+    def _started(self, status: ClusterStatus) -> bool:
+        """The progress task runs or has run: its log has lines to read. Until then a read
+        finds nothing (and costs a request per training on Kubernetes); its quick first
+        reads are kept for when it runs."""
+        task = status.task(self.reporter.role, self.reporter.index)
+        return task is not None and (task.phase is not Phase.PENDING or task.restarts > 0)
 
     def timed_out(self) -> bool:
         return self.deadline is not None and time.time() >= self.deadline
