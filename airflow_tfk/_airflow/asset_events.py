@@ -54,8 +54,20 @@ def training_extra(result: Mapping[str, Any], run: Mapping[str, Any]) -> dict[st
         "eval_metrics": result.get("eval_metrics") or {},
         "cluster": result.get("name"),
         "run": dict(run),
+        # what the training held (and cost, when priced): its total, not per role
+        "usage": _usage_total(result.get("usage")),
     }
     return json_value({k: v for k, v in extra.items() if v is not None})
+
+
+def _usage_total(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, Mapping) or not isinstance(usage.get("total"), Mapping):
+        return None
+    out = dict(usage["total"])
+    for key in ("cost", "currency"):
+        if key in usage:
+            out[key] = usage[key]
+    return out
 
 
 def publish_extra(result: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
     from airflow_tfk.core.naming import RunIdentity
     from airflow_tfk.core.status import ClusterStatus
+    from airflow_tfk.run.usage import Usage
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
@@ -311,6 +312,7 @@ def _status(backend: Backend, args: argparse.Namespace) -> int:
     except (RuntimeError, OSError) as exc:  # the log is not readable (yet): the status above still holds
         shown_progress = f"unknown: {exc}"
     tasks = sorted(status.tasks, key=lambda t: (t.role, t.index))
+    usage = _usage_so_far(backend, ref)
     if args.output in ("json", "yaml"):
         record = {
             "name": ref.name,
@@ -322,6 +324,7 @@ def _status(backend: Backend, args: argparse.Namespace) -> int:
             "summary": summary(status),
             "tasks": [shown(t, status).data() for t in tasks],
             "progress": shown_progress,
+            "usage": usage.to_dict() if usage is not None else None,
         }
         sys.stdout.write(format_record(record, args.output))
         return 0
@@ -337,7 +340,20 @@ def _status(backend: Backend, args: argparse.Namespace) -> int:
         code = f", exit code {view.exit_code}" if view.exit_code is not None else ""
         print(f"  {task.name:<12} {view.phase}{why}{code}, restarts {task.restarts}")
     print(f"progress:  {printable(shown_progress)}")
+    if usage is not None:
+        print(f"usage:     {usage.summary().removeprefix('usage: ')} so far")
     return 0
+
+
+def _usage_so_far(backend: Backend, ref: ClusterRef) -> Usage | None:
+    """What the cluster's tasks have held so far (None when the backend cannot tell)."""
+    from airflow_tfk.run.usage import Usage
+
+    try:
+        tasks = backend.usage(ref)
+    except (RuntimeError, OSError):  # the figures are extra: the status above still holds
+        return None
+    return Usage.of(tasks) if tasks else None
 
 
 def _named_task(args: argparse.Namespace) -> tuple[str, int] | None:

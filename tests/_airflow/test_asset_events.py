@@ -19,6 +19,18 @@ RESULT = {
     "eval_metrics": {"accuracy": 0.91, "step": 600},
     "export": {"model_name": "digits", "version": 7, "path": "/models/digits/7"},
     "model_version": 7,
+    "usage": {
+        "per_role": {"worker": {"seconds": 10.0, "core_seconds": 20.0}},
+        "total": {
+            "seconds": 10.0,
+            "core_seconds": 20.0,
+            "memory_gib_seconds": 40.0,
+            "accelerator_seconds": 0.0,
+        },
+        "tasks": 1,
+        "cost": 0.5,
+        "currency": "USD",
+    },
 }
 
 
@@ -39,6 +51,8 @@ def test_training_event_carries_version_metrics_and_run() -> None:
         "map_index": -1,
         "try_number": 1,
     }
+    # what the training held and cost, its total
+    assert extra["usage"] == {**RESULT["usage"]["total"], "cost": 0.5, "currency": "USD"}
     json.dumps(extra, allow_nan=False)
     assert context["outlet_events"][other].extra == {}
     assert context["outlet_events"][data].extra == {}
@@ -50,6 +64,7 @@ def test_a_training_without_export_still_names_its_run() -> None:
     record_training(context, [model], {"name": "c", "outcome": "succeeded"})
     assert context["outlet_events"][model].extra["run"]["task_id"] == "train"
     assert "version" not in context["outlet_events"][model].extra
+    assert "usage" not in context["outlet_events"][model].extra
 
 
 def test_publish_event() -> None:

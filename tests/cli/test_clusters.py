@@ -164,6 +164,9 @@ def test_status_escapes_what_the_cluster_says(root: Path, monkeypatch: pytest.Mo
         def logs(self, *args: object, **kwargs: object) -> str:
             return ""
 
+        def usage(self, ref: ClusterRef) -> list:
+            return []
+
     monkeypatch.setattr(cli_clusters, "_backend", lambda args: Backend())
     code, out, err = _run("status", "x")
     assert code == 0, err
@@ -192,6 +195,9 @@ def test_status_leads_with_why_a_task_waits_or_failed(monkeypatch: pytest.Monkey
 
         def logs(self, *args: object, **kwargs: object) -> str:
             return ""
+
+        def usage(self, ref: ClusterRef) -> list:
+            return []
 
     monkeypatch.setattr(cli_clusters, "_backend", lambda args: Backend())
     code, out, err = _run("status", "x")

@@ -72,10 +72,18 @@ def test_list_and_status_in_every_output_format(sleeper) -> None:
 
     code, out, _ = _run("status", "out-a", "-o", "json")
     record = json.loads(out)
-    assert record == yaml.safe_load(_run("status", "out-a", "-o", "yaml")[1])
+    again = yaml.safe_load(_run("status", "out-a", "-o", "yaml")[1])
+    assert again.pop("usage")["tasks"] == 2  # the seconds so far have moved on
+    assert {k: v for k, v in record.items() if k != "usage"} == again
     assert [t["task"] for t in record["tasks"]] == ["worker-0", "worker-1"]
     assert {t["phase"] for t in record["tasks"]} == {"running"} and record["summary"] == "worker 2 running"
     assert record["owner"]["run_id"] == "manual__1" and record["progress"] == "none reported yet"
+    # what the two running workers have held so far (python_cluster requests no CPU)
+    usage = record["usage"]
+    assert usage["tasks"] == 2 and usage["per_role"]["worker"]["seconds"] > 0
+    assert usage["total"]["core_seconds"] == 0.0
+    text = _run("status", "out-a")[1]
+    assert "usage:     0.0000 core-hours" in text and "over 2 task(s) so far" in text
 
 
 def test_empty_listing_is_still_data(root: Path) -> None:
