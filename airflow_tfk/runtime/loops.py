@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.protocol.digits import plain_int
-from airflow_tfk.runtime.exits import log
+from airflow_tfk.runtime.exits import is_transient, log
 
 if TYPE_CHECKING:
     from airflow_tfk.runtime.app import TrainingApp
@@ -190,6 +190,21 @@ def _finished(remote_value: Any) -> bool:
     return event is not None and event.is_set()
 
 
+def _fetch_marker(remote_value: Any) -> Any:
+    """A finished marker's values, or None when they were lost with the worker that ran it:
+    the coordinator re-runs a closure whose worker fails before it returns, but a value
+    computed on a worker that then died (killed, preempted, restarted) cannot be copied
+    to the chief any more (``UnavailableError: failed to connect``). A marker only reports
+    the cluster's counter, which lives on the ps: nothing of the training is lost."""
+    try:
+        return remote_value.fetch()
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        log(f"a progress marker's worker went away before its values were read ({type(exc).__name__})")
+        return None
+
+
 class _PSLoop:
     """Schedules the steps of a parameter_server training and keeps it paced, reported,
     checkpointed and stoppable on notice.
@@ -229,7 +244,10 @@ class _PSLoop:
         to be waited for) and report the newest progress among them."""
         taken = False
         while self.markers and (block or _finished(self.markers[0])):
-            step, loss = self.markers.popleft().fetch()
+            values = _fetch_marker(self.markers.popleft())
+            if values is None:
+                continue  # its worker went away: a later marker reports the same counter
+            step, loss = values
             # Markers finish out of order across workers: the highest counter is the truth.
             if int(step) >= self.step:
                 self.step, self.loss = int(step), (None if loss != loss else float(loss))  # NaN: none

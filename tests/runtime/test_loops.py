@@ -77,3 +77,31 @@ def test_parameter_server_trains_when_tensorflow_is_given_one_inter_op_thread(lo
     for role in ("worker", "ps"):
         assert "2 inter-op threads for the server" in c.stderr(role, 0), c.describe()
     assert "inter-op" not in c.stderr("chief", 0)
+
+
+class _Marker:
+    def __init__(self, values=None, error=None):
+        self.values, self.error = values, error
+
+    def fetch(self):
+        if self.error is not None:
+            raise self.error
+        return self.values
+
+
+def test_a_marker_whose_worker_died_is_skipped_and_other_errors_are_not(capsys):
+    """CI saw the chief of a parameter_server training exit 75 when a worker was killed
+    and restarted: the marker that worker had finished could no longer be copied to the
+    chief. Its values are lost, not the training's: it is skipped."""
+    import tensorflow as tf
+
+    from airflow_tfk.runtime.loops import _fetch_marker
+
+    gone = tf.errors.UnavailableError(None, None, "failed to connect to all addresses")
+    assert _fetch_marker(_Marker(error=gone)) is None
+    assert "a progress marker's worker went away before its values were read (UnavailableError)" in (
+        capsys.readouterr().err
+    )
+    assert _fetch_marker(_Marker(values=(120.0, 0.5))) == (120.0, 0.5)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        _fetch_marker(_Marker(error=tf.errors.InvalidArgumentError(None, None, "a bug in the app")))

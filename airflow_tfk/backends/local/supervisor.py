@@ -384,15 +384,16 @@ class Supervisor:
         self.current = None
         return outcome
 
+    def stop_reason(self) -> str:
+        if os.path.exists(self.path("deleted")):
+            return "deleted"
+        if _stop_signal is not None:
+            return f"stopped ({signal.Signals(_stop_signal).name} to the supervisor)"
+        return "the task directory is gone"
+
     def kill_if_due(self, proc: subprocess.Popen) -> str | None:
         if self.stop_requested():
-            if os.path.exists(self.path("deleted")):
-                why = "deleted"
-            elif _stop_signal is not None:
-                why = f"stopped ({signal.Signals(_stop_signal).name} to the supervisor)"
-            else:
-                why = "the task directory is gone"
-            self.last_exit_code = self.kill(proc, why)
+            self.last_exit_code = self.kill(proc, self.stop_reason())
             return "Deleted"
         if self.deadline_passed():
             self.log(
@@ -404,6 +405,10 @@ class Supervisor:
 
     def judge(self, outcome: str | None, code: int | None) -> int | None:
         """The finish() code when this attempt ends the task; None to restart it."""
+        if outcome != "Deleted" and self.stop_requested():
+            # The delete's SIGTERM reached the task's group before this supervisor looked:
+            # the task's log says so as when this supervisor sends it.
+            self.log(f"{self.stop_reason()}: SIGTERM sent to the task's group; it exited (exit code {code})")
         if outcome == "Deleted" or self.stop_requested():
             return self.finish("Deleted", "Deleted", code, "deleted while running")
         if outcome == "DeadlineExceeded":
