@@ -55,12 +55,13 @@ def training_extra(result: Mapping[str, Any], run: Mapping[str, Any]) -> dict[st
         "cluster": result.get("name"),
         "run": dict(run),
         # what the training held (and cost, when priced): its total, not per role
-        "usage": _usage_total(result.get("usage")),
+        "usage": usage_total(result.get("usage")),
     }
     return json_value({k: v for k, v in extra.items() if v is not None})
 
 
-def _usage_total(usage: Any) -> dict[str, Any] | None:
+def usage_total(usage: Any) -> dict[str, Any] | None:
+    """The total of a training's XCom ``usage``, with its cost and currency when priced."""
     if not isinstance(usage, Mapping) or not isinstance(usage.get("total"), Mapping):
         return None
     out = dict(usage["total"])

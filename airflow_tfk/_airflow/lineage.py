@@ -61,6 +61,7 @@ def _facets() -> Any:
         eval_metrics: dict[str, Any] = attrs.field(factory=dict)
         endpoint: str | None = None
         previous_version: int | None = None
+        usage: dict[str, Any] | None = None
 
         @staticmethod
         def _get_schema() -> str:
@@ -136,6 +137,8 @@ def training_lineage(operator: Any, result: Mapping[str, Any] | None) -> Any:
     """The OperatorLineage of a training task (``result``: its XCom, None at start)."""
     from airflow.providers.openlineage.extractors import OperatorLineage
 
+    from airflow_tfk._airflow.asset_events import usage_total
+
     cluster_facet, model_facet = _facets()
     facets = {}
     if result is not None:
@@ -146,6 +149,7 @@ def training_lineage(operator: Any, result: Mapping[str, Any] | None) -> Any:
             version=export.get("version"),
             metrics=_plain(result.get("metrics")),
             eval_metrics=_plain(result.get("eval_metrics")),
+            usage=usage_total(result.get("usage")),
         )
     return OperatorLineage(
         inputs=_datasets(operator.inlets, "input"),

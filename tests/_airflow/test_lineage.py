@@ -73,13 +73,23 @@ def test_training_facets_on_complete_carry_what_the_run_exported(local_root) -> 
     spec = spec_dict("parameter_server", workers=1, STEPS="2", STEP_SECONDS="0.05", EXPORT_VERSION="7")
     spec["storage"] = {"models": {"claim": "tfk-models"}}
     spec["args"] = ["--tfk_model_name", "digits"]
-    op = TFTrainingOperator(task_id="train", backend="local", cluster_spec=spec, progress_interval=0.2)
+    spec["chief"]["resources"] = {"cpu": "2"}
+    op = TFTrainingOperator(
+        task_id="train",
+        backend="local",
+        cluster_spec=spec,
+        progress_interval=0.2,
+        prices={"cpu_core_hour": 1.0, "currency": "USD"},
+    )
     result = op.execute(task_context())
     assert result["model_version"] == 7
     complete = _event(op.get_openlineage_facets_on_complete(None), "COMPLETE")
     check_event(complete)
     model = complete["outputs"][0]["outputFacets"]["tfkModel"]
     assert (model["version"], model["metrics"]) == (7, {"accuracy": 0.875, "loss": "inf"})
+    # what the run held and cost, as its XCom says (the chief's 2 cores for its run time)
+    assert model["usage"]["core_seconds"] == result["usage"]["total"]["core_seconds"] > 0
+    assert model["usage"]["currency"] == "USD" and model["usage"]["cost"] == result["usage"]["cost"]
 
 
 def test_publish_facets_carry_what_the_publish_did(monkeypatch) -> None:
