@@ -136,6 +136,7 @@ class TFHyperparameterSweepOperator(OnBackendOperator):
         self.log.info(
             "sweep %s: table of trials\n%s", study_name, studies.format_table(result.trials, config.objective)
         )
+        self.log.info("%s", result.usage_line())
         self._picture(runner, study_name, storage)
         self._runner = None
         if result.best is None:

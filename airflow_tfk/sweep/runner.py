@@ -290,7 +290,7 @@ class SweepRunner(Judging, Resuming):
                 run.trial.set_user_attr(studies.MODEL_VERSION, exported)  # the version it claimed
         # The roles that never exit (PS, workers of parameter_server) go with the rest;
         # collect_results gave the evaluator its grace already.
-        end_run(
+        ended = end_run(
             handle,
             f"trial {run.number} of sweep {self.study_name} finished",
             result=RunResult.ACCEPTED,
@@ -298,6 +298,7 @@ class SweepRunner(Judging, Resuming):
             grace_seconds=0,
             log_lines=0,
         )
+        _record_usage(run, ended)
         if value is None:
             error = f"the training succeeded but reported no finite {self.config.objective!r}"
             run.trial.set_user_attr(studies.ERROR, error)
@@ -312,13 +313,15 @@ class SweepRunner(Judging, Resuming):
     def _fail(self, study: Any, run: _Trial, message: str) -> None:
         self.emit(f"trial {run.number} failed: {message}")
         run.trial.set_user_attr(studies.ERROR, message[:500])
-        end_run(run.handle, f"trial {run.number} of sweep {self.study_name} failed", emit=self.emit)
+        _record_usage(
+            run, end_run(run.handle, f"trial {run.number} of sweep {self.study_name} failed", emit=self.emit)
+        )
         study.tell(run.trial, state=_state("FAIL"))
 
     def _end(self, run: _Trial, reason: str) -> None:
         """End a trial's cluster that has not finished (pruned, interrupted): a rejected
         run, so its exports (if any) are set aside and nothing of it can be published."""
-        end_run(run.handle, reason, emit=self.emit, log_lines=0)
+        _record_usage(run, end_run(run.handle, reason, emit=self.emit, log_lines=0))
 
     def _claim(self, run: _Trial) -> bool:
         """Take the end of a running trial for this thread; False when another path
@@ -434,3 +437,13 @@ def _state(name: str) -> Any:
     import optuna
 
     return optuna.trial.TrialState[name]
+
+
+def _record_usage(run: _Trial, ended: Any) -> None:
+    """What the trial's cluster held, on the trial (before the study is told its end)."""
+    if ended.usage is None or not ended.usage.tasks:
+        return
+    try:
+        run.trial.set_user_attr(studies.USAGE, ended.usage.total().to_dict())
+    except Exception as exc:  # a trial the study already holds as finished: no figures
+        log.debug("no usage recorded for trial %s: %s", run.number, exc)

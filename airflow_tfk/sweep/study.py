@@ -33,6 +33,8 @@ PRUNED_AT = "tfk_pruned_at_step"
 #: How a pruning went: the age of the progress line it was decided on, the seconds the
 #: end took, the last step the trial reported (where its logs outlive it).
 PRUNING = "tfk_pruning"
+#: What the trial's cluster held: its usage total (``Figures.to_dict()``), read at its end.
+USAGE = "tfk_usage"
 #: A trial that was running when its sweep task stopped: failed, and run again (its
 #: parameters enqueued); it does not count towards ``n_trials``.
 INTERRUPTED = "tfk_interrupted"
@@ -276,6 +278,7 @@ def trial_row(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
         "seconds": seconds,
         "cluster": attrs.get(CLUSTER),
         "model_version": attrs.get(MODEL_VERSION) if t.state.name == "COMPLETE" else None,
+        "core_seconds": (attrs.get(USAGE) or {}).get("core_seconds"),
         "note": attrs.get(ERROR)
         or (f"pruned at step {attrs[PRUNED_AT]}" if PRUNED_AT in attrs else None)
         or ("interrupted; run again" if attrs.get(INTERRUPTED) else None),

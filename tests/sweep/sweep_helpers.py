@@ -24,7 +24,8 @@ def trainer_spec(tmp_path: Path, steps: int = 30, step_seconds: float = 0.1) -> 
         "image": "local/unused:1",
         "mode": "all_reduce",
         "command": ["python", TRAINER],
-        "worker": {"replicas": 1},
+        # a request, so each trial's usage counts core-seconds (the sweep totals them)
+        "worker": {"replicas": 1, "resources": {"cpu": "500m"}},
         "env": {
             "REPO_DIR": str(ROOT),
             "STEPS": str(steps),

@@ -103,9 +103,22 @@ def test_pruning_ends_losing_trials_and_the_limit_holds(local_root, tmp_path, ca
     assert len(set_aside) >= sum(1 for r in pruned if r["steps"] >= 3), sorted(
         p.name for p in models.iterdir()
     )
+    # what each trial held (half a core for its run), and what pruning saved
+    usage = result["usage"]
+    assert usage["trials"] == 8 and usage["pruned"] == len(pruned)
+    held = {r["number"]: r["core_seconds"] for r in rows.values()}
+    assert all(v > 0 for v in held.values()), held
+    assert usage["core_seconds"] == pytest.approx(sum(held.values()), abs=0.01)
+    mean = sum(held[r["number"]] for r in complete) / len(complete)
+    # a pruned trial ran fewer steps: it held less than a completed one on the whole
+    assert sum(held[r["number"]] for r in pruned) / len(pruned) < mean
+    assert usage["pruning_saved_core_seconds"] == pytest.approx(
+        sum(max(0.0, mean - held[r["number"]]) for r in pruned), abs=0.01
+    )
     out = capfd.readouterr()
     log = out.out + out.err
     assert "table of trials" in log and "PRUNED" in log
+    assert "sweep usage: " in log and f"({len(pruned)} pruned: about " in log
     assert "the trials at a glance" in log and "parameter importance" in log  # the picture
     assert list(Path(result["storage"].removeprefix("sqlite:///")).parent.glob("*.svg"))
     assert_no_processes(local_root)
