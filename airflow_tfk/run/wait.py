@@ -276,8 +276,8 @@ class Wait:
         due = [WAKE_SECONDS_MAX]
         if seen and self._progress_started:  # the reads wait for the progress task to run
             due.append(self.reporter.due_in())
-            if self._waiting:
-                due.append(self.queue.due_in())
+        if seen and self._waiting:
+            due.append(self.queue.due_in())
         due += [d for d in (self.stalls.due_in(), self.progress.due_in()) if d is not None]
         if self.deadline is not None:
             due.append(self.deadline - time.time())

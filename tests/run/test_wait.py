@@ -219,3 +219,37 @@ def test_a_timeout_raised_in_a_callback_of_the_loop_ends_the_blocking_wait() -> 
     with pytest.raises(Timeout):
         wait_for_cluster(Backend(), ClusterRef("c", "ns"), Mode.ALL_REDUCE, {"worker": 1}, timeout=20)  # type: ignore[arg-type]
     assert time.monotonic() - started < 5
+
+
+def test_no_progress_read_before_the_progress_task_runs_then_the_quick_reads() -> None:
+    """A read before the task runs finds nothing (a request per training on Kubernetes)
+    and would spend the quick first reads before the first line can exist: the wait reads
+    only once the task runs, then every ``first_interval`` until the first line."""
+    import asyncio
+
+    from airflow_tfk.core.status import ClusterStatus, Phase, TaskStatus
+    from airflow_tfk.run.wait import Wait
+    from airflow_tfk.spec.cluster import Mode
+
+    pending = ClusterStatus(tasks=(TaskStatus("worker", 0, Phase.PENDING),))
+    running = ClusterStatus(tasks=(TaskStatus("worker", 0, Phase.RUNNING),))
+
+    class Watcher:
+        reads = 0
+
+        async def logs(self, role, index, tail_lines=None):
+            Watcher.reads += 1
+            return ""
+
+        async def queue_message(self):
+            return None
+
+    wait = Wait(None, None, Mode.ALL_REDUCE, {"worker": 1}, progress_interval=30.0)  # type: ignore[arg-type]
+    watcher = Watcher()
+    for _ in range(5):  # statuses while it waits for its pod: no read, and no wake-up for one
+        asyncio.run(wait.check(watcher, pending))  # type: ignore[arg-type]
+        assert wait.wake_in(True) > wait.reporter.first_interval
+    assert Watcher.reads == 0
+    asyncio.run(wait.check(watcher, running))  # type: ignore[arg-type]
+    assert Watcher.reads == 1
+    assert wait.wake_in(True) <= wait.reporter.first_interval  # the quick reads begin
