@@ -215,9 +215,20 @@ def test_parameter_server_trainingapp_with_shared_models_volume(
         args=["--tfk_steps", "30", "--tfk_checkpoint_every", "10"],
         storage={"models": {"size": "1Gi", "storage_class": "tfk-local"}},
     )
+    for role in ("chief", "ps", "worker"):  # a request, so the usage counts core-seconds
+        spec_data[role] = {**spec_data.get(role, {}), "resources": {"cpu": "100m"}}
     caplog.set_level(logging.INFO)  # the trigger reports progress through its logger
+    t0 = time.time()
     result = _execute(_tfk.make_op(spec_data, cleanup="all", deferrable=deferrable), ctx)
+    wall = time.time() - t0
     assert result["outcome"] == "succeeded", result
+    # What the pods held, from the kubelet's container times (deferred: read by the
+    # triggerer before it deleted the PS): every task, each for at most the whole run.
+    usage = result["usage"]
+    assert usage["tasks"] >= 3 and set(usage["per_role"]) == {"chief", "ps", "worker"}, usage
+    for role, figures in usage["per_role"].items():
+        assert 0 < figures["seconds"] <= wall + 1, (role, figures, wall)
+        assert figures["core_seconds"] == pytest.approx(figures["seconds"] * 0.1, abs=0.01)
     out = capfd.readouterr().out + caplog.text
     assert _tfk.progress_lines(out), out[-3000:]
     # The PS log, copied into the task log before the delete, shows the raised pool.
