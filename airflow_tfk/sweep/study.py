@@ -278,11 +278,20 @@ def trial_row(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
         "seconds": seconds,
         "cluster": attrs.get(CLUSTER),
         "model_version": attrs.get(MODEL_VERSION) if t.state.name == "COMPLETE" else None,
-        "core_seconds": (attrs.get(USAGE) or {}).get("core_seconds"),
+        "core_seconds": _core_seconds(attrs.get(USAGE)),
         "note": attrs.get(ERROR)
         or (f"pruned at step {attrs[PRUNED_AT]}" if PRUNED_AT in attrs else None)
         or ("interrupted; run again" if attrs.get(INTERRUPTED) else None),
     }
+
+
+def _core_seconds(usage: Any) -> float | None:
+    """A trial's recorded core-seconds; None for anything but a finite number >= 0 (the
+    study is a file: what it holds is read as data)."""
+    value = usage.get("core_seconds") if isinstance(usage, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], objective: str) -> str:

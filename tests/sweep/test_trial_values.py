@@ -208,3 +208,28 @@ def test_the_sweep_knows_the_runtime_s_prefix() -> None:
     """The provider does not import the runtime: the prefix it reserves is checked here."""
     assert runtime_flags.PREFIX == "--" + PLATFORM_FLAG_PREFIX
     assert all(flag.startswith(runtime_flags.PREFIX) for flag in PLATFORM_FLAGS)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "expected"),
+    [
+        ({"core_seconds": 12.5}, 12.5),
+        ({"core_seconds": 0}, 0.0),
+        ({"core_seconds": -1}, None),
+        ({"core_seconds": float("nan")}, None),
+        ({"core_seconds": "12"}, None),
+        ({"core_seconds": True}, None),
+        ([12.5], None),
+        ("12.5", None),
+        (None, None),
+    ],
+)
+def test_a_trials_recorded_usage_is_read_as_data(recorded, expected):
+    """The study is a file: a usage attribute that is not a finite number of seconds is
+    no figure, never an error in the sweep's result."""
+    from airflow_tfk.sweep.result import sweep_usage
+    from airflow_tfk.sweep.study import _core_seconds
+
+    assert _core_seconds(recorded) == expected
+    row = {"number": 0, "state": "COMPLETE", "core_seconds": _core_seconds(recorded)}
+    assert sweep_usage([row])["trials"] == (0 if expected is None else 1)
