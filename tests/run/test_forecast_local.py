@@ -93,7 +93,9 @@ def test_checkpoint_and_stop_alerts_early_stops_and_a_retry_resumes(tmp_path, su
     assert verdict.outcome is Outcome.FAILED and "stopped before its deadline" in verdict.message, verdict
     assert len(alerts) == 1
     at, info = alerts[0]
-    assert at - started < DEADLINE / 2, f"alerted only {at - started:.1f}s after the start"
+    # long before the deadline: about 14 s on a quiet machine (TensorFlow's start-up, then
+    # two progress reads); the bound leaves room for a loaded one
+    assert at - started < 0.75 * DEADLINE, f"alerted only {at - started:.1f}s after the start"
     assert info["projected_end"] > started + DEADLINE and info["step"] > 0 and info["eta_seconds"] > 0
     # within two progress lines of the projection passing the deadline: every line of this
     # paced run with an ETA is late, so the alert comes with the second such line read
