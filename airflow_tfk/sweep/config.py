@@ -297,6 +297,7 @@ _FIELDS = (
     "model_versions",
     "poll_interval",
     "smoothing",
+    "budget_core_hours",
 )
 
 
@@ -366,6 +367,9 @@ class SweepConfig:
     :param poll_interval: seconds between two looks at the running trials.
     :param smoothing: weight of the newest loss in the running average reported to the
         pruner (1: the raw loss of each progress line).
+    :param budget_core_hours: the most requested core-hours the sweep's trials may hold in
+        all: no trial starts once the next would cross it (a trial is taken to hold what the
+        completed ones held on average); None: no budget.
     """
 
     n_trials: int
@@ -380,6 +384,7 @@ class SweepConfig:
     model_versions: bool = False
     poll_interval: float = 2.0
     smoothing: float = 0.5
+    budget_core_hours: float | None = None
 
     @classmethod
     def from_dict(cls, data: object, where: str = "sweep") -> SweepConfig:
@@ -419,6 +424,13 @@ class SweepConfig:
                 lambda: _bounded(data.get("poll_interval", 2.0), f"{where}.poll_interval", 0.01, 600)
             ),
             "smoothing": read(lambda: _bounded(data.get("smoothing", 0.5), f"{where}.smoothing", 0.01, 1.0)),
+            "budget_core_hours": read(
+                lambda: (
+                    None
+                    if data.get("budget_core_hours") is None
+                    else _bounded(data["budget_core_hours"], f"{where}.budget_core_hours", 0.0001, 1e9)
+                )
+            ),
         }
         errors.raise_if_any()
         return cls(search_space=params, sampler=sampler, **values)
@@ -451,6 +463,7 @@ class SweepConfig:
             "model_versions": self.model_versions,
             "poll_interval": self.poll_interval,
             "smoothing": self.smoothing,
+            "budget_core_hours": self.budget_core_hours,
         }
 
 

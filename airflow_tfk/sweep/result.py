@@ -26,6 +26,8 @@ class SweepResult:
     #: The size of the search space when the study came to hold every point of it (the
     #: sweep then stopped short of ``n_trials``); None otherwise.
     search_space_exhausted: int | None = None
+    #: The sweep's ``budget_core_hours`` stopped trials from starting.
+    budget_reached: bool = False
 
     def to_xcom(self) -> dict[str, Any]:
         best = self.best or {}
@@ -45,7 +47,7 @@ class SweepResult:
             "model_name": export.get("model_name"),
             "model_version": export.get("version"),
             "model_path": export.get("path"),
-            "usage": sweep_usage(self.trials),
+            "usage": {**sweep_usage(self.trials), "budget_reached": self.budget_reached},
         }
 
     def usage_line(self) -> str:

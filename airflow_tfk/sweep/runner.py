@@ -96,6 +96,7 @@ class SweepRunner(Judging, Resuming):
         self.peak_concurrency = 0
         #: The size of the search space once the study holds every point of it.
         self.exhausted: int | None = None
+        self.over_budget = False  # the budget stopped the starts (said once)
         self._study: Any = None
         self.try_number = try_number
         self._owner: StudyOwnership | None = None
@@ -167,12 +168,14 @@ class SweepRunner(Judging, Resuming):
         if busy >= self.config.max_concurrent_trials:
             return
         # Read only when a slot is free: the study holds every trial's curve.
-        finished = sum(studies.counted(t) for t in study.get_trials(deepcopy=False))
+        trials = study.get_trials(deepcopy=False)
+        finished = sum(studies.counted(t) for t in trials)
         while (
             busy < self.config.max_concurrent_trials
             and finished + busy < self.config.n_trials
             and not self._stopping
             and not self._space_exhausted(study, finished + busy)
+            and not self._over_budget(trials, busy)
         ):
             self._check_owner(renew=True)
             self._start(study, distributions)
@@ -185,6 +188,33 @@ class SweepRunner(Judging, Resuming):
         owner = self._owner
         if owner is not None and (not owner.renew() if renew else owner.lost is not None):
             raise SweepStopped(f"sweep {self.study_name}: its study was taken over by {owner.lost}")
+
+    def _over_budget(self, trials: list[Any], busy: int) -> bool:
+        """Would the next trial cross ``budget_core_hours``? What the ended trials held,
+        plus a completed trial's mean for each running one and for the next (None before
+        a trial has completed: nothing to go by, so it starts). Said once."""
+        budget = self.config.budget_core_hours
+        if budget is None:
+            return False
+        held = [studies.trial_core_seconds(t) for t in trials]
+        ended = sum(h for h in held if h is not None)
+        complete = [
+            h for t, h in zip(trials, held, strict=True) if h is not None and t.state.name == "COMPLETE"
+        ]
+        if not complete:
+            return False
+        mean = sum(complete) / len(complete)
+        projected = ended + (busy + 1) * mean
+        if projected <= budget * 3600:
+            return False
+        if not self.over_budget:
+            self.over_budget = True
+            self.emit(
+                f"sweep {self.study_name}: the next trial would cross its budget of {budget:g} core-hours "
+                f"(held {ended / 3600:.4f}, {busy} running and the next about {mean / 3600:.4f} each): "
+                "no more trials start"
+            )
+        return True
 
     def _space_exhausted(self, study: Any, taken: int) -> bool:
         """Does the study hold every point of the search space? Then no trial is asked
@@ -430,6 +460,7 @@ class SweepRunner(Judging, Resuming):
     def result(self) -> SweepResult:
         result = study_result(self._study, self.config, self.study_name, self.storage, self.peak_concurrency)
         result.search_space_exhausted = self.exhausted
+        result.budget_reached = self.over_budget
         return result
 
 

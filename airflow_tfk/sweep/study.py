@@ -285,6 +285,11 @@ def trial_row(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
     }
 
 
+def trial_core_seconds(t: Any) -> float | None:
+    """What a trial's cluster held, as recorded at its end (None: not recorded)."""
+    return _core_seconds(t.user_attrs.get(USAGE))
+
+
 def _core_seconds(usage: Any) -> float | None:
     """A trial's recorded core-seconds; None for anything but a finite number >= 0 (the
     study is a file: what it holds is read as data)."""

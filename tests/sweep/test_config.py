@@ -290,3 +290,14 @@ def test_many_choices_are_checked_in_linear_time() -> None:
         except SpecError as exc:
             assert last == 0 and exc.field == "sweep.search_space.c.choices[100000]"
         assert time.process_time() - start < 10
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "2", True, 1e10])
+def test_a_sweep_budget_is_a_finite_positive_number_of_core_hours(bad) -> None:
+    base = {"n_trials": 2, "search_space": {"lr": {"type": "float", "low": 0.0, "high": 1.0}}}
+    assert SweepConfig.from_dict({**base, "budget_core_hours": 2.5}).budget_core_hours == 2.5
+    assert SweepConfig.from_dict(base).budget_core_hours is None
+    assert SweepConfig.from_dict({**base, "budget_core_hours": 2.5}).to_dict()["budget_core_hours"] == 2.5
+    with pytest.raises(SpecError) as info:
+        SweepConfig.from_dict({**base, "budget_core_hours": bad})
+    assert info.value.field == "sweep.budget_core_hours"

@@ -369,3 +369,26 @@ def test_a_parameter_server_sweep_prunes_though_no_two_trials_report_the_same_st
         assert r["steps"] < 60 and r["steps"] % 10 != 0, r  # judged at a line off the grid
         assert any(abs(r["params"]["lr"] - 0.3) > abs(c["params"]["lr"] - 0.3) for c in complete)
     assert_no_processes(local_root)
+
+
+def test_a_sweep_budget_stops_starting_trials_when_the_next_would_cross_it(
+    local_root, tmp_path, capfd
+) -> None:
+    """Each trial holds half a core for a few seconds; a budget of about three trials'
+    worth ends the sweep short of its 8 trials, each start within the budget when it was
+    made, and says so."""
+    op = make_op(tmp_path, n_trials=8, steps=20, max_concurrent_trials=1, pruner={"name": "none"})
+    op.sweep["budget_core_hours"] = 3 * 0.5 * 3.0 / 3600  # ~3 trials of ~3 s at 500m
+    result = op.execute(task_context(task_id="sweep"))
+    usage = result["usage"]
+    assert usage["budget_reached"] is True
+    held = [r["core_seconds"] for r in sorted(result["trials"], key=lambda r: r["number"])]
+    assert 1 <= len(held) < 8, held
+    # a trial started only when what was held, plus one more of the mean so far, fit
+    budget = op.sweep["budget_core_hours"] * 3600
+    for n in range(1, len(held)):
+        mean = sum(held[:n]) / n
+        assert sum(held[:n]) + mean <= budget, (n, held, budget)
+    log = capfd.readouterr().out
+    assert "would cross its budget of" in log and "no more trials start" in log
+    assert_no_processes(local_root)
