@@ -85,9 +85,12 @@ class ProgressReporter:
 
     Reading logs costs an API request on Kubernetes, so it is rate-limited to one per
     ``interval``; an unchanged step is not logged again. Until the task has printed its
-    first progress line the log is read every ``first_interval`` seconds instead, for the
-    first ``quick_reads`` reads, so the first line shows within the first interval rather
-    than one whole interval after a read that came too early. A step that stands still
+    first progress line (the wait reads only once the task runs) the reads come sooner:
+    ``first_interval`` after the first, then twice as long after each read that found no
+    line, up to ``interval`` (2, 4, 8, 16 s...): the first line shows within about as long
+    again as the task took to print it, rather than one whole interval after a read that
+    came too early, and a slow start-up (TensorFlow's import) costs a few reads, not one
+    every 2 s. A step that stands still
     (or a task that prints no progress) is read less and less often, up to
     ``STILL_BACKOFF`` intervals apart: a triggerer waits on hundreds of trainings, and a
     read that finds nothing new is a request per training for nothing.
@@ -98,7 +101,6 @@ class ProgressReporter:
     interval: float = DEFAULT_PROGRESS_INTERVAL
     emit: Callable[[str], None] = log.info
     first_interval: float = 2.0
-    quick_reads: int = 15
     _last_read: float = float("-inf")
     _last_step: int | None = None
     _reads: int = 0
@@ -106,8 +108,8 @@ class ProgressReporter:
 
     def every(self) -> float:
         """Seconds between reads, as the last reads found the progress moving or not."""
-        if self._last_step is None and self._reads < self.quick_reads:
-            return min(self.interval, self.first_interval)
+        if self._last_step is None:
+            return min(self.interval, self.first_interval * 2 ** max(0, self._reads - 1))
         return self.interval * min(STILL_BACKOFF, 2 ** max(0, self._still - 1))
 
     def due_in(self) -> float:

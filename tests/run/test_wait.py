@@ -253,3 +253,24 @@ def test_no_progress_read_before_the_progress_task_runs_then_the_quick_reads() -
     asyncio.run(wait.check(watcher, running))  # type: ignore[arg-type]
     assert Watcher.reads == 1
     assert wait.wake_in(True) <= wait.reporter.first_interval  # the quick reads begin
+
+
+def test_the_reads_before_the_first_line_back_off_to_the_interval() -> None:
+    """Before the first progress line: 2, 4, 8, 16 s between reads, then the interval;
+    a slow start-up costs a few reads in its first minute, not one every 2 s."""
+    from airflow_tfk.run.wait import ProgressReporter
+
+    rep = ProgressReporter("worker", 0, interval=30.0)
+    gaps = []
+    for _ in range(7):
+        gaps.append(rep.every())
+        rep._reads += 1
+    assert gaps == [2.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    # reads in the first minute of a task that prints nothing yet: at 0, 2, 6, 14, 30, 60
+    at, reads = 0.0, 0
+    rep = ProgressReporter("worker", 0, interval=30.0)
+    while at < 60.0:
+        reads += 1
+        rep._reads += 1
+        at += rep.every()
+    assert reads == 5, reads
