@@ -133,6 +133,7 @@ def test_an_unschedulable_serving_pod_fails_the_publish_at_once(k8s_api, tfk_ns,
     # KWOK runs no container, so a reader that schedules prints nothing: the digest's own
     # path is proven where a container runs it (tests/k8s_node/test_serving.py).
     target.files_as_read = target.version_files = lambda version: None  # type: ignore[method-assign]
+    target.export_info = lambda version: None  # type: ignore[method-assign]  # the reader's too
     t0 = time.monotonic()
     with pytest.raises(ServingError) as err:
         publish(target, 1, {"instances": [[1.0]]}, lines.append, poll=0.5, metrics={"accuracy": 1.0})
