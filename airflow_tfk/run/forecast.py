@@ -58,15 +58,90 @@ def _span(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}"
 
 
+class _Judge:
+    """What a deadline's and a budget's forecasts share: each new progress line, its ETA,
+    late or not; after :attr:`CONFIRM` late lines in a row, one alert (a line, the
+    callback, or the alert handed over), and the stop of ``checkpoint_and_stop``; a line
+    that is no longer late clears the alert."""
+
+    CONFIRM = 1
+    ACTION_FIELD = ""
+    action: str
+    emit: Callable[[str], None]
+    on_alert: Callable[[dict[str, Any]], None] | None
+    alerted: bool
+    hand_over: bool
+    _late_lines: int
+    _last_step: int | None
+
+    def _check_action(self) -> None:
+        if self.action not in DEADLINE_ACTIONS:
+            raise ValueError(
+                f"{self.ACTION_FIELD}: must be one of {', '.join(DEADLINE_ACTIONS)} (got {self.action!r})"
+            )
+
+    def observe(self, p: Progress | None) -> Verdict | None:
+        """A verdict that ends the run (``checkpoint_and_stop``), else None."""
+        if p is None or p.step == self._last_step or p.total_steps <= 0 or p.step >= p.total_steps:
+            return None
+        self._last_step = p.step
+        eta = p.eta_seconds()
+        if eta is None:
+            return None
+        if not self._late(p, eta):
+            self._late_lines = 0
+            if self.alerted:
+                self.alerted = False
+                self.emit(self._cleared(p, eta))
+            return None
+        self._late_lines += 1
+        if self.alerted or self._late_lines < self.CONFIRM:
+            return None
+        self.alerted = True
+        info = self._info(p, eta)
+        message = info["message"]
+        if self.hand_over:
+            self.emit(message)
+            raise ForecastAlert(info)
+        stop = self.action == "checkpoint_and_stop"
+        self.emit(
+            message
+            + (
+                f"; stopping it now with a checkpoint ({self.ACTION_FIELD}='checkpoint_and_stop')"
+                if stop
+                else f"; it goes on ({self.ACTION_FIELD}='warn')"
+            )
+        )
+        if self.on_alert is not None:
+            try:
+                self.on_alert(info)
+            except Exception as exc:  # a callback's failure is the DAG's, not the wait's
+                self.emit(f"the {info['kind']} forecast's callback failed: {type(exc).__name__}: {exc}")
+        return stop_verdict(info) if stop else None
+
+    def _late(self, p: Progress, eta: float) -> bool:
+        raise NotImplementedError
+
+    def _info(self, p: Progress, eta: float) -> dict[str, Any]:
+        """What the callback gets (``kind``, ``action`` and ``message`` among it)."""
+        raise NotImplementedError
+
+    def _cleared(self, p: Progress, eta: float) -> str:
+        raise NotImplementedError
+
+
 @dataclass
-class DeadlineForecast:
+class DeadlineForecast(_Judge):
     """Judges each new progress line against ``deadline`` (UNIX time).
 
     :param what: the deadline in words, e.g. ``the task's execution_timeout``.
-    :param on_alert: called with :meth:`alert_info` when the forecast alerts.
+    :param on_alert: called with the alert's details when the forecast alerts.
     :param hand_over: raise :class:`ForecastAlert` instead of calling ``on_alert`` and
         acting (the trigger's wait; the task acts on the event).
     """
+
+    CONFIRM = CONFIRMING_LINES
+    ACTION_FIELD = "deadline_action"
 
     deadline: float
     what: str
@@ -79,57 +154,21 @@ class DeadlineForecast:
     _last_step: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        if self.action not in DEADLINE_ACTIONS:
-            raise ValueError(
-                f"deadline_action: must be one of {', '.join(DEADLINE_ACTIONS)} (got {self.action!r})"
-            )
+        self._check_action()
 
-    def observe(self, p: Progress | None) -> Verdict | None:
-        """A verdict that ends the run (``checkpoint_and_stop``), else None."""
-        if p is None or p.step == self._last_step or p.total_steps <= 0 or p.step >= p.total_steps:
-            return None
-        self._last_step = p.step
-        eta = p.eta_seconds()
-        if eta is None:
-            return None
-        ends = p.time + eta
-        if ends <= self.deadline:
-            self._late_lines = 0
-            if self.alerted:
-                self.alerted = False
-                self.emit(
-                    f"deadline forecast cleared: at step {p.step}/{p.total_steps} the training is "
-                    f"projected to end at {_clock(ends)} (ETA {_span(eta)}), before {self.what} "
-                    f"({_clock(self.deadline)})"
-                )
-            return None
-        self._late_lines += 1
-        if self.alerted or self._late_lines < CONFIRMING_LINES:
-            return None
-        self.alerted = True
-        info = self.alert_info(p, eta, ends)
-        stop = self.action == "checkpoint_and_stop"
-        message = info["message"]
-        if self.hand_over:
-            self.emit(message)
-            raise ForecastAlert(info)
-        self.emit(
-            message
-            + (
-                "; stopping it now with a checkpoint (deadline_action='checkpoint_and_stop')"
-                if stop
-                else "; it goes on (deadline_action='warn')"
-            )
+    def _late(self, p: Progress, eta: float) -> bool:
+        return p.time + eta > self.deadline
+
+    def _cleared(self, p: Progress, eta: float) -> str:
+        return (
+            f"deadline forecast cleared: at step {p.step}/{p.total_steps} the training is "
+            f"projected to end at {_clock(p.time + eta)} (ETA {_span(eta)}), before {self.what} "
+            f"({_clock(self.deadline)})"
         )
-        if self.on_alert is not None:
-            try:
-                self.on_alert(info)
-            except Exception as exc:  # a callback's failure is the DAG's, not the wait's
-                self.emit(f"the deadline forecast's callback failed: {type(exc).__name__}: {exc}")
-        return stop_verdict(info) if stop else None
 
-    def alert_info(self, p: Progress, eta: float, ends: float) -> dict[str, Any]:
-        """What the callback gets: the step, total, ETA, projected end, deadline, action."""
+    def _info(self, p: Progress, eta: float) -> dict[str, Any]:
+        """The step, total, ETA, projected end, deadline, lateness, action, message."""
+        ends = p.time + eta
         return {
             "step": p.step,
             "total_steps": p.total_steps,
@@ -201,7 +240,7 @@ def run_deadline(wait_deadline: float | None, cluster_deadline: float | None) ->
 
 
 @dataclass
-class BudgetForecast:
+class BudgetForecast(_Judge):
     """Judges each new progress line against a budget (``budget:`` of the spec): what the
     cluster will have held at completion, projected as its hold per second (every task's
     requests, priced for a cost) times the time from the create to the progress's ETA.
@@ -213,6 +252,8 @@ class BudgetForecast:
     :param since: when the cluster was created (UNIX time).
     """
 
+    ACTION_FIELD = "budget.action"
+
     cap: float
     unit: str
     rate: float
@@ -221,40 +262,29 @@ class BudgetForecast:
     emit: Callable[[str], None] = log.info
     alerted: bool = False
     hand_over: bool = False
+    on_alert: Callable[[dict[str, Any]], None] | None = None
+    _late_lines: int = field(default=0, init=False)
     _last_step: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        if self.action not in DEADLINE_ACTIONS:
-            raise ValueError(
-                f"budget.action: must be one of {', '.join(DEADLINE_ACTIONS)} (got {self.action!r})"
-            )
+        self._check_action()
 
-    def observe(self, p: Progress | None) -> Verdict | None:
-        if p is None or p.step == self._last_step or p.total_steps <= 0 or p.step >= p.total_steps:
-            return None
-        self._last_step = p.step
-        eta = p.eta_seconds()
-        if eta is None:
-            return None
-        projected = self.rate * max(0.0, p.time + eta - self.since)
-        if projected <= self.cap:
-            if self.alerted:
-                self.alerted = False
-                self.emit(
-                    f"budget forecast cleared: at step {p.step}/{p.total_steps} the training is projected "
-                    f"to hold {projected:.4g} {self.unit} at completion, within its budget of "
-                    f"{self.cap:g} {self.unit}"
-                )
-            return None
-        if self.alerted:
-            return None
-        self.alerted = True
-        message = (
-            f"budget forecast: at step {p.step}/{p.total_steps} the training is projected to hold "
-            f"{projected:.4g} {self.unit} at completion (ETA {_span(eta)}), over its budget of "
+    def _projected(self, p: Progress, eta: float) -> float:
+        return self.rate * max(0.0, p.time + eta - self.since)
+
+    def _late(self, p: Progress, eta: float) -> bool:
+        return self._projected(p, eta) > self.cap
+
+    def _cleared(self, p: Progress, eta: float) -> str:
+        return (
+            f"budget forecast cleared: at step {p.step}/{p.total_steps} the training is projected "
+            f"to hold {self._projected(p, eta):.4g} {self.unit} at completion, within its budget of "
             f"{self.cap:g} {self.unit}"
         )
-        info: dict[str, Any] = {
+
+    def _info(self, p: Progress, eta: float) -> dict[str, Any]:
+        projected = self._projected(p, eta)
+        return {
             "step": p.step,
             "total_steps": p.total_steps,
             "eta_seconds": round(eta, 1),
@@ -263,23 +293,12 @@ class BudgetForecast:
             "unit": self.unit,
             "kind": "budget",
             "action": self.action,
-            "message": message,
+            "message": (
+                f"budget forecast: at step {p.step}/{p.total_steps} the training is projected to hold "
+                f"{projected:.4g} {self.unit} at completion (ETA {_span(eta)}), over its budget of "
+                f"{self.cap:g} {self.unit}"
+            ),
         }
-        if self.hand_over:
-            self.emit(message)
-            raise ForecastAlert(info)
-        stop = self.action == "checkpoint_and_stop"
-        self.emit(
-            message
-            + (
-                "; stopping it now with a checkpoint (budget.action='checkpoint_and_stop')"
-                if stop
-                else "; it goes on (budget.action='warn')"
-            )
-        )
-        if stop:
-            return stop_verdict(info)
-        return None
 
     def to_dict(self) -> dict[str, Any]:
         return {
