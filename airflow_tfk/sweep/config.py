@@ -368,8 +368,10 @@ class SweepConfig:
     :param smoothing: weight of the newest loss in the running average reported to the
         pruner (1: the raw loss of each progress line).
     :param budget_core_hours: the most requested core-hours the sweep's trials may hold in
-        all: no trial starts once the next would cross it (a trial is taken to hold what the
-        completed ones held on average); None: no budget.
+        all: no trial starts once the next would cross it (a trial is taken to hold the
+        completed trials' mean; the first trials start before there is one). The XCom's
+        ``usage`` says ``budget_reached``, each trial's ``core_seconds``, the total and what
+        pruning saved. None: no budget.
     """
 
     n_trials: int
