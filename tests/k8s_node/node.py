@@ -440,6 +440,12 @@ class Node:
             [
                 "mount -t tmpfs -o mode=0755 tmpfs /run",
                 "mount -t tmpfs -o mode=0755 tmpfs /var/log",
+                # The kubelet keeps its device-plugin socket and serving certificate under
+                # the fixed /var/lib/kubelet, not its --root-dir: one of this node's own, or
+                # two nodes started together race for the socket (CI: "bind: address
+                # already in use", the second kubelet exits).
+                "mkdir -p /var/lib/kubelet",
+                "mount -t tmpfs -o mode=0755 tmpfs /var/lib/kubelet",
                 # containerd's content store and snapshots in memory too: importing the
                 # real training image (~2 GB, test_image.py) and deleting it at the end
                 # each took ~50 s on this disk (ext4 with online discard).
