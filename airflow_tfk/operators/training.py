@@ -255,19 +255,18 @@ class TFTrainingOperator(OnBackendOperator):
             timeout=timeout,
         )
 
-    def _forecasts(
-        self, context: Context, spec: TFClusterSpec, deadline: float | None = None
-    ) -> list[Forecast]:
+    def _forecasts(self, context: Context, spec: TFClusterSpec) -> list[Forecast]:
         """This run's forecasts: of its deadline (the earlier of the ``execution_timeout``,
         from the task's start, and ``max_duration_seconds``, from now, after the create: a
         reattached cluster's own age is not read), and of each cap of its ``budget``
         (held since now). Deferred, a forecast with a callback to run hands its alert to
         the task."""
         from airflow_tfk.run.forecast import DeadlineForecast, budget_forecasts, run_deadline
-        from airflow_tfk.spec.capacity import task_requests
+        from airflow_tfk.spec.capacity import cluster_requests
 
         out: list[Forecast] = []
-        if deadline is None and self.execution_timeout is not None:
+        deadline = None
+        if self.execution_timeout is not None:
             ti = context.get("ti")
             start = getattr(ti, "start_date", None)
             began = start.timestamp() if start is not None else time.time()
@@ -287,10 +286,7 @@ class TFTrainingOperator(OnBackendOperator):
                 )
             )
         if spec.budget is not None:
-            hold: dict[str, float] = {}
-            for role in spec.roles().values():
-                for name, value in task_requests(role).items():
-                    hold[name] = hold.get(name, 0.0) + value * role.replicas
+            hold = cluster_requests(spec)  # every task's requests
             out += budget_forecasts(spec.budget, hold, self._prices(), time.time(), self.log.info)
         return out
 

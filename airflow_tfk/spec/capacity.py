@@ -86,6 +86,16 @@ def task_requests(role: RoleSpec) -> dict[str, float]:
     return out
 
 
+def cluster_requests(spec: TFClusterSpec) -> dict[str, float]:
+    """What the whole cluster asks the scheduler for: every role's :func:`task_requests`
+    times its replicas, summed."""
+    total: dict[str, float] = {}
+    for rs in spec.roles().values():
+        for k, v in task_requests(rs).items():
+            total[k] = total.get(k, 0.0) + v * rs.replicas
+    return total
+
+
 def _quantities(values: Mapping[str, Any] | None) -> dict[str, float]:
     out = {}
     for name, raw in (values or {}).items():
@@ -182,14 +192,12 @@ def check(
         taken = used.get(name, {})
         free_by_node[name] = {k: max(0.0, v - taken.get(k, 0.0)) for k, v in allocatable.items()}
 
-    needed: dict[str, float] = {}
+    needed = cluster_requests(spec)
     free: dict[str, float] = {}
     unfit: list[str] = []
     counted: set[str] = set()
     for role, rs in spec.roles().items():
         per_task = task_requests(rs)
-        for k, v in per_task.items():
-            needed[k] = needed.get(k, 0.0) + v * rs.replicas
         candidates = [n for n in nodes if _matches(n, rs.node_selector)]
         # the free capacity counted once per node, over the nodes any role may use
         for n in candidates:
