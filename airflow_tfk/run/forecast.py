@@ -336,17 +336,15 @@ def budget_forecasts(
     :param prices: a ``Prices`` table, or None (a ``cost`` cap then cannot be judged:
         the caller refuses it before the create).
     """
-    from airflow_tfk.run.usage import Figures
+    from airflow_tfk.run.usage import TaskUsage, figures_of
 
     out = []
     if budget.core_hours is not None:
         rate = float(hold.get("cpu", 0.0)) / 3600.0
         out.append(BudgetForecast(float(budget.core_hours), "core-hours", rate, since, budget.action, emit))
     if budget.cost is not None and prices is not None:
-        from airflow_tfk.core.usage import TaskUsage
-
-        one = TaskUsage("cluster", "", 1.0, dict(hold))
-        per_second = prices.cost(Figures(1.0, one.cores, one.memory_gib, one.accelerators))
+        # what the whole cluster holds in one second, priced
+        per_second = prices.cost(figures_of(TaskUsage("cluster", "", 1.0, dict(hold))))
         unit = prices.currency or "(priced)"
         out.append(BudgetForecast(float(budget.cost), unit, per_second, since, budget.action, emit))
     return out
