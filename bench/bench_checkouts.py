@@ -56,12 +56,13 @@ def compare(name: str, code: dict[Path, str], samples: int) -> float:
 def main() -> int:
     p = bench_parser(__doc__, samples=7)
     p.add_argument("--other", type=Path, required=True, help="the other checkout (e.g. a worktree)")
+    p.add_argument("--dags", default="*.py", help="which DAG files of dags/ (a glob; default: all)")
     args = p.parse_args()
     other = args.other.resolve()
     if not (other / "airflow_tfk" / "__init__.py").is_file():
         p.error(f"--other: {other} holds no airflow_tfk package")
     ratios = [compare("import TFTrainingOperator", {ROOT: IMPORT, other: IMPORT}, args.samples)]
-    for dag in sorted((ROOT / "dags").glob("*.py")):
+    for dag in sorted((ROOT / "dags").glob(args.dags)):
         before = other / "dags" / dag.name
         if not before.is_file():
             continue

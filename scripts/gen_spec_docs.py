@@ -1,6 +1,7 @@
-"""Write what the declarations generate: the field table of docs/cluster-spec.md and the
-sweep block's table of docs/sweeps.md (between their markers), and the training files'
-JSON Schema (airflow_tfk/dagfactory/training-file.schema.json).
+"""Write what the declarations generate: the field table of docs/cluster-spec.md, the
+sweep block's table of docs/sweeps.md and the serving spec's of docs/serving.md (between
+their markers), and the training files' JSON Schema
+(airflow_tfk/dagfactory/training-file.schema.json).
 
 Usage: python scripts/gen_spec_docs.py [--check]   (--check: exit 1 when either is stale)
 """
@@ -10,7 +11,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from airflow_tfk.dagfactory.config_docs import SWEEP_BEGIN, SWEEP_END, sweep_table
+from airflow_tfk.dagfactory.config_docs import (
+    SERVING_BEGIN,
+    SERVING_END,
+    SWEEP_BEGIN,
+    SWEEP_END,
+    serving_table,
+    sweep_table,
+)
 from airflow_tfk.dagfactory.spec_docs import README_BEGIN, README_END, SCHEMA_FILE, readme_table, schema_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +36,9 @@ def main(argv: list[str]) -> int:
         ROOT / "docs" / "cluster-spec.md": lambda text: readme_with_table(text, readme_table()),
         ROOT / "docs" / "sweeps.md": lambda text: readme_with_table(
             text, sweep_table(), SWEEP_BEGIN, SWEEP_END
+        ),
+        ROOT / "docs" / "serving.md": lambda text: readme_with_table(
+            text, serving_table(), SERVING_BEGIN, SERVING_END
         ),
         ROOT / "airflow_tfk" / "dagfactory" / SCHEMA_FILE: lambda text: schema_text(),
     }

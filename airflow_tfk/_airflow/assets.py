@@ -24,6 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk.core.constants import BackendKind
 from airflow_tfk.core.errors import SpecError
 from airflow_tfk.spec.operator_options import holds_jinja
 
@@ -126,7 +127,7 @@ def serving_asset(model_name: str, *, namespace: str | None = None, backend: str
     name = _name(model_name, "serving.model_name")
     if backend not in BACKEND_KINDS:
         raise SpecError("serving.backend", f"must be one of {', '.join(BACKEND_KINDS)}", backend)
-    where = "local" if backend == "local" else _namespace(namespace, "serving")
+    where = "local" if backend == BackendKind.LOCAL else _namespace(namespace, "serving")
     return _asset(f"{SERVING_SCHEME}://{where}/{name}", SERVING_GROUP, {"model_name": name})
 
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk.sweep.storage import StoragePolicy
-
 if TYPE_CHECKING:
     from airflow_tfk.run.usage import Prices
     from airflow_tfk.spec.platform_policy import PlatformPolicy
+    from airflow_tfk.sweep.storage import StoragePolicy
 
 #: the section of Airflow's configuration that holds the platform policy
 POLICY_SECTION = "tfk_policy"
@@ -35,6 +34,8 @@ def _conf() -> Any:
 
 def sweep_storage_policy() -> StoragePolicy:
     """Where a sweep's study may live, and Airflow's own database, which it may never be."""
+    from airflow_tfk.sweep.storage import StoragePolicy  # here: a DAG's parse never asks
+
     conf = _conf()
     root = conf.get("tfk", "sweep_root", fallback="") or None
     prefixes = conf.get("tfk", "sweep_storage_url_prefixes", fallback="") or ""

@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from airflow_tfk.cli.table import Command, add_commands, arg, format_record, format_rows, output_arg
-from airflow_tfk.core.constants import BACKEND, BACKEND_KINDS, KUBERNETES_CONN_ID, NAMESPACE
+from airflow_tfk.core.constants import BACKEND, BACKEND_KINDS, KUBERNETES_CONN_ID, NAMESPACE, BackendKind
 
 if TYPE_CHECKING:
     from airflow_tfk.backends.base import Backend, ClusterOwner, ClusterRef
@@ -209,7 +209,7 @@ def _check_args(args: argparse.Namespace) -> None:
 def _backend(args: argparse.Namespace) -> Backend:
     from airflow_tfk.backends import get_backend
 
-    if args.backend == "local":
+    if args.backend == BackendKind.LOCAL:
         return get_backend("local")
     return get_backend(
         "kubernetes", conn_id=args.conn_id, config_file=args.kubeconfig, cluster_context=args.context

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_tfk import dag_env
+from airflow_tfk.core.constants import BackendKind
 from airflow_tfk.core.errors import SpecError, unknown_key
 from airflow_tfk.dagfactory.params import param_refs
 
@@ -58,7 +59,7 @@ def backend_config(data: Mapping[str, Any], backend: str) -> dict[str, Any] | No
         raise SpecError("backend_config", "must be a mapping", config)
     if not config:
         return None if config is None else dict(config)
-    if backend == "kubernetes":
+    if backend == BackendKind.KUBERNETES:
         from airflow_tfk.backends.kubernetes.backend import KubernetesBackend as cls
     else:
         from airflow_tfk.backends.local.backend import LocalBackend as cls  # type: ignore[assignment]

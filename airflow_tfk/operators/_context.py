@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_tfk.core.constants import BackendKind
 from airflow_tfk.core.naming import RunIdentity
 
 
@@ -15,6 +16,6 @@ def identity_from_context(context: Any) -> RunIdentity:
 
 def backend_config(kind: str, config: dict[str, Any] | None, kubernetes_conn_id: str | None) -> dict:
     out = dict(config or {})
-    if kind == "kubernetes" and kubernetes_conn_id and "conn_id" not in out:
+    if kind == BackendKind.KUBERNETES and kubernetes_conn_id and "conn_id" not in out:
         out["conn_id"] = kubernetes_conn_id
     return out

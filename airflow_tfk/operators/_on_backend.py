@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from airflow_tfk._airflow.templated_fields import CheckedTemplateFields
-from airflow_tfk.core.constants import BACKEND, KUBERNETES_CONN_ID
+from airflow_tfk.core.constants import BACKEND, KUBERNETES_CONN_ID, BackendKind
 from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators._context import backend_config
 from airflow_tfk.spec import operator_options as args
@@ -60,7 +60,7 @@ class OnBackendOperator(CheckedTemplateFields, BaseOperator):
         """``target`` (a backend, a serving or TensorBoard target) bound on Kubernetes to the
         deployment's platform policy: every pod it makes is checked before it is applied.
         The local backend runs processes, not pods."""
-        if self.backend == "kubernetes":
+        if self.backend == BackendKind.KUBERNETES:
             from airflow_tfk._airflow.platform_config import platform_policy
 
             target.policy = platform_policy()

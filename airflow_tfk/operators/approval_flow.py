@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk.core.constants import BackendKind
 from airflow_tfk.operators.serving import TFPublishModelOperator
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ class TFPromoteCandidateOperator(TFPublishModelOperator):
         yes, why = _approval_answer(context, self.approve_task_id)
         self.log.info("approval of %s version %s: %s", name, version, why)
         config = self.backend_options()
-        if self.backend == "kubernetes":
+        if self.backend == BackendKind.KUBERNETES:
             from airflow_tfk.operators._context import identity_from_context
 
             config["identity"] = identity_from_context(context)
@@ -206,7 +207,7 @@ class TFWithdrawCandidateOperator(TFPublishModelOperator):
         yes, why = _approval_answer(context, self.approve_task_id)
         self.log.info("%s version %s: Airflow records %s; approval: %s", name, version, states, why)
         config = self.backend_options()
-        if self.backend == "kubernetes":
+        if self.backend == BackendKind.KUBERNETES:
             from airflow_tfk.operators._context import identity_from_context
 
             config["identity"] = identity_from_context(context)

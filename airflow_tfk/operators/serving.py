@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_tfk.core.constants import backend_kind
+from airflow_tfk.core.constants import BackendKind, backend_kind
 from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
@@ -236,7 +236,7 @@ class TFPublishModelOperator(OnBackendOperator):
                 metrics = self._upstream_metrics
                 self.log.info("candidate metrics from the training (its XCom or model event): %s", metrics)
         config = self.backend_options()
-        if self.backend == "kubernetes":
+        if self.backend == BackendKind.KUBERNETES:
             config["identity"] = identity_from_context(context)
         target = self.bound(get_serving_target(self.backend, spec, **config))
         approve = None
@@ -299,7 +299,7 @@ class TFPublishModelOperator(OnBackendOperator):
         if request is None:
             raise NotApproved("resumed without the approval request; the candidate is not promoted")
         config = self.backend_options()
-        if self.backend == "kubernetes":
+        if self.backend == BackendKind.KUBERNETES:
             config["identity"] = identity_from_context(context)
         target = self.bound(get_serving_target(self.backend, self.spec(), **config))
         yes, why = approved(event)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
 
-from airflow_tfk.core.constants import TensorBoardAction, backend_kind, choice
+from airflow_tfk.core.constants import BackendKind, TensorBoardAction, backend_kind, choice
 from airflow_tfk.core.errors import SpecError
 from airflow_tfk.operators._context import identity_from_context
 from airflow_tfk.operators._on_backend import OnBackendOperator
@@ -134,7 +134,7 @@ class TFStartTensorBoardOperator(OnBackendOperator):
 
         identity = identity_from_context(context)
         config = self.backend_options()
-        if self.backend == "kubernetes":
+        if self.backend == BackendKind.KUBERNETES:
             config["identity"] = identity
         return self.bound(get_tensorboard(self.backend, self.spec(identity.dag_id), **config))
 

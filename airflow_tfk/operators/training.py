@@ -126,9 +126,10 @@ class TFTrainingOperator(OnBackendOperator):
             raise ValueError(f"on_deadline_forecast: must be callable (got {on_deadline_forecast!r})")
         self.deadline_action = deadline_action
         self.on_deadline_forecast = on_deadline_forecast
-        from airflow_tfk.run.usage import Prices
+        if prices is not None:  # imported only then: the parse of a DAG without prices stays light
+            from airflow_tfk.run.usage import Prices
 
-        Prices.parse(prices)  # a bad table fails the DAG's parse, naming the key
+            Prices.parse(prices)  # a bad table fails the DAG's parse, naming the key
         self.prices = prices
         from airflow_tfk._airflow.compat import deferrable_arg
 

@@ -26,6 +26,7 @@ the error, to the first step trained again).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -48,6 +49,10 @@ GRACE_ENV = "TFK_TERMINATION_GRACE_SECONDS"
 DEFAULT_GRACE_SECONDS = 30.0
 #: How often, after the notice, the watchdog looks whether the peers are gone.
 PEER_LOOK_SECONDS = 0.5
+#: A task still running this long after its notice writes every thread's stack to stderr,
+#: once: from faulthandler's own C thread, so even while a thread that holds the GIL inside
+#: a TensorFlow call keeps the watchdog from running (what a stop stuck there waits on).
+STACKS_AFTER_SECONDS = 15.0
 
 
 def notice_bound(env: Mapping[str, str] | None = None) -> tuple[float, float]:
@@ -203,6 +208,7 @@ class Notice:
         self._done.set()
         self._wake.set()  # the watchdog sees _done and ends
         self._watchdog = None
+        faulthandler.cancel_dump_traceback_later()
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self._noticed("SIGTERM")
@@ -219,6 +225,7 @@ class Notice:
         )
         self._event.set()
         self._wake.set()
+        _stacks_later(min(STACKS_AFTER_SECONDS, self.bound * 0.6))
 
     def _watch(self, done: threading.Event, wake: threading.Event) -> None:
         wake.wait()
@@ -249,6 +256,15 @@ class Notice:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(EXIT_PREEMPTED)
+
+
+def _stacks_later(seconds: float) -> None:
+    """Every thread's stack to stderr in ``seconds``, unless the notice is uninstalled
+    first (or the process has ended). Skipped when stderr is not a file (a test's capture)."""
+    try:
+        faulthandler.dump_traceback_later(seconds, repeat=False, file=sys.stderr)
+    except (AttributeError, ValueError, OSError, RuntimeError):  # no fileno: nothing to write to
+        pass
 
 
 @dataclass

@@ -254,7 +254,16 @@ class _ServerSpec:
     resources, labels, network policy, and where and as whom they run (node selector,
     tolerations, priority class, ServiceAccount: the rules a cluster sets for every pod,
     as the training's pods follow them). Keyword-only, so each spec's own
-    required field stays its first positional one."""
+    required field stays its first positional one.
+
+    :param image_pull_policy: the container's ``imagePullPolicy``.
+    :param image_pull_secrets: Secrets of the registry the image is pulled from.
+    :param labels: more labels on the pods and their objects.
+    :param node_selector: the pods' ``nodeSelector``.
+    :param tolerations: the pods' tolerations (``{key, operator, value, effect}``).
+    :param priority_class: the pods' PriorityClass.
+    :param service_account: the ServiceAccount the pods run as.
+    """
 
     claim: str | None = None
     sub_path: str = ""

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_tfk.core.constants import BackendKind
 from airflow_tfk.sweep.config import Direction, ParamKind, ParamSpec, PrunerKind, SamplerKind, SweepConfig
 from airflow_tfk.sweep.storage import ROOT_OPTION, SWEEPS_DIR, URLS_OPTION, StoragePolicy, resolve_storage
 
@@ -64,7 +65,7 @@ def storage_url(
     """
     platform = platform or StoragePolicy(None)
     root = platform.root
-    if root is None and backend_kind == "local" and local_root is not None:
+    if root is None and backend_kind == BackendKind.LOCAL and local_root is not None:
         root = os.path.join(local_root, SWEEPS_DIR)
     required = (
         "is required on the kubernetes backend: a database URL the platform allows "

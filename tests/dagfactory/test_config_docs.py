@@ -1,6 +1,7 @@
-"""The sweep block's reference table (docs/sweeps.md) is generated from the sweep's config
-classes: a key added to a class appears in the table, a key without a meaning fails, and a
-stale page fails until scripts/gen_spec_docs.py is rerun."""
+"""The sweep block's reference table (docs/sweeps.md) and the serving spec's
+(docs/serving.md) are generated from their classes: a key added to a class appears in the
+table, a key without a meaning fails, and a stale page fails until
+scripts/gen_spec_docs.py is rerun."""
 
 from __future__ import annotations
 
@@ -8,7 +9,20 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from airflow_tfk.dagfactory.config_docs import SWEEP_BEGIN, SWEEP_END, config_rows, sweep_rows, sweep_table
+from airflow_tfk.dagfactory.config_docs import (
+    SERVING_BEGIN,
+    SERVING_END,
+    SWEEP_BEGIN,
+    SWEEP_END,
+    config_rows,
+    param_docs,
+    serving_rows,
+    serving_table,
+    sweep_rows,
+    sweep_table,
+)
+from airflow_tfk.serving.spec import ServingSpec
+from airflow_tfk.spec.network import ServiceNetworkPolicy
 from airflow_tfk.sweep.config import ParamSpec, PrunerSpec, SamplerSpec, SweepConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,3 +67,42 @@ def test_a_key_without_a_meaning_is_found() -> None:
         silent: bool = False
 
     assert ("silent", "`false`", "") in config_rows(Undocumented)
+
+
+def test_the_serving_page_holds_the_table_the_spec_generates() -> None:
+    from gen_spec_docs import readme_with_table
+
+    page = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
+    assert readme_with_table(page, serving_table(), SERVING_BEGIN, SERVING_END) == page, (
+        "stale: run python scripts/gen_spec_docs.py"
+    )
+
+
+def test_every_serving_key_has_a_row_and_a_meaning_the_required_one_first() -> None:
+    rows = serving_rows()
+    keys = {key for key, _, _ in rows}
+    assert keys == {f.name for f in dataclasses.fields(ServingSpec)} | {
+        f"network_policy.{f.name}" for f in dataclasses.fields(ServiceNetworkPolicy)
+    }
+    assert rows[0][:2] == ("model_name", "required")
+    assert not [key for key, _, meaning in rows if not meaning.strip()], "a key without :param: text"
+
+
+def test_a_base_class_documents_its_fields_and_a_subclass_may_say_more() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Base:
+        """:param a: said by the base.
+        :param b: said by the base, then
+            on a second line with a :class:`~x.y.Role` in it."""
+
+        a: int = 1
+        b: int = 2
+
+    @dataclasses.dataclass(frozen=True)
+    class Sub(Base):
+        """:param a: said again by the subclass."""
+
+    assert param_docs(Sub) == {
+        "a": "said again by the subclass.",
+        "b": "said by the base, then on a second line with a :class:`~x.y.Role` in it.",
+    }

@@ -96,6 +96,8 @@ def test_a_killed_parameter_server_cluster_ends_on_its_notices_not_the_sigkill(
     if pods_gone >= PODS_GONE_WITHIN:  # what CI's log needs to tell why
         for line in own[-12:]:
             summary_line(f"  chief: {line}")
+        for line in _stacks(chief_log)[-60:]:  # where each thread was, when the stop took 15 s
+            summary_line(f"  chief stacks: {line}")
     # The ps and the workers end on their SIGTERM (143, or gone between two looks).
     for task in ("ps-0", "worker-0", "worker-1"):
         assert task in ended and ended[task][0] in (143, None), (task, ended)
@@ -104,6 +106,16 @@ def test_a_killed_parameter_server_cluster_ends_on_its_notices_not_the_sigkill(
     if pods_gone >= PODS_GONE_WITHIN:  # seen once in CI under load: 52 s, cause not yet known
         print(f"NOTE: every pod gone only after {pods_gone:.1f}s, not within {PODS_GONE_WITHIN:.0f}s")
     assert took < ENDED_WITHIN, f"{took:.1f}s: {shown}"
+
+
+def _stacks(log: str) -> list[str]:
+    """The lines of faulthandler's dump of every thread (the notice writes it when the task
+    is still running 15 s after its SIGTERM), from its first ``Thread 0x`` line on."""
+    lines = log.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(("Thread 0x", "Current thread 0x"))]
+    if not starts:
+        return []
+    return [line for line in lines[starts[0] :] if line.startswith(("Thread 0x", "Current thread", "  File"))]
 
 
 def _watch_exits(

@@ -42,6 +42,7 @@ EXECUTE_ONLY = [
     "airflow_tfk.run.results",
     "airflow_tfk.triggers.cluster",
     "airflow_tfk.run.wait",
+    "airflow_tfk.run.usage",  # at parse only for an operator given a price table
 ]
 # The spec's declarations are needed at parse time only by a DAG file that validates a
 # spec there: one that loads training files, or builds its form from the declarations.

@@ -166,6 +166,47 @@ def test_a_notice_is_taken_while_the_main_thread_is_blocked_in_native_code():
     assert took < 5, (took, err)
 
 
+GIL_HELD = """
+import os, signal, sys, threading, time
+from airflow_tfk.runtime import notice
+n = notice.Notice(peers_gone=lambda: None)
+n.install()
+n.waiting_for("the steps scheduled on the workers")
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+time.sleep(1.0)  # the notice is taken (its thread logs it)
+print("ready", flush=True)
+sum(range(10**12))  # C code that never lets go of the GIL: no Python thread runs again
+"""
+
+
+def test_a_stop_stuck_with_the_gil_held_still_writes_every_threads_stack():
+    """A thread that holds the GIL inside native code keeps the watchdog (a Python thread)
+    from running; faulthandler's C thread still writes where every thread is, so the log
+    says what the stop waited on."""
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GIL_HELD],
+        env={**os.environ, notice.GRACE_ENV: "3"},  # bound 2.4 s: the stacks at 1.44 s
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(4)  # past the bound: a watchdog that could run would have ended the task
+        assert proc.poll() is None  # it could not: the GIL is held
+    finally:
+        proc.kill()
+        proc.wait()
+    err = proc.stderr.read() if proc.stderr is not None else ""
+    assert "SIGTERM: notice received" in err
+    assert "most recent call first" in err
+    assert '<string>", line 10 in <module>' in err, err  # the main thread's sum(...), named
+
+
 REPLACED = """
 import os, signal, sys, time
 from airflow_tfk.runtime import notice
