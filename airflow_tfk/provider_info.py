@@ -60,59 +60,19 @@ def get_provider_info() -> dict[str, Any]:
     }
 
 
+#: the config sections, generated from the platform policy's declaration by
+#: scripts/gen_spec_docs.py (:func:`airflow_tfk.dagfactory.config_docs.provider_config`; a
+#: test fails when they drift): Airflow reads them while it loads its configuration, in
+#: every Airflow process, where importing the policy's modules cost about 14 ms
+CONFIG_FILE = "dagfactory/provider-config.json"
+
+
 def _config() -> dict[str, Any]:
     """The provider's sections of Airflow's configuration, so ``airflow config list`` shows
     them and ``AIRFLOW__TFK_POLICY__<OPTION>`` is read (Airflow reads the environment only
-    for sections it knows). The platform policy's options come from its own declaration
-    (stdlib only: cheap while Airflow loads its configuration)."""
-    import dataclasses
+    for sections it knows)."""
+    import json
+    from pathlib import Path
 
-    from airflow_tfk.dagfactory.config_docs import param_docs
-    from airflow_tfk.spec.platform_policy import PlatformPolicy
-
-    docs = param_docs(PlatformPolicy)
-    options: dict[str, Any] = {}
-    for f in dataclasses.fields(PlatformPolicy):
-        default = f.default
-        value = getattr(default, "value", default)
-        if isinstance(value, bool):
-            text, kind = str(value), "boolean"
-        elif value in (None, ()):
-            text, kind = "", "string"
-        else:
-            text, kind = str(value), "string"
-        options[f.name] = {
-            "description": docs.get(f.name, ""),
-            "version_added": None,
-            "type": kind,
-            "example": None,
-            "default": text,
-        }
-    sweep = {
-        "sweep_root": "the directory sweep studies (SQLite files) live in; default: the local backend's "
-        "<root>/.sweeps",
-        "sweep_storage_url_prefixes": "comma-separated database URLs a sweep's study may use; default: none",
-        "prices": "the price table of a training's usage, JSON: cpu_core_hour, memory_gib_hour, "
-        'accelerator_hour, currency (e.g. {"cpu_core_hour": 0.031, "currency": "USD"}); '
-        "default: none (usage is reported without a cost)",
-    }
-    return {
-        "tfk_policy": {
-            "description": "The platform's policy for every pod a training makes (docs/deployment.md): set "
-            "by the platform team only, never by a spec, a training file, Params or conf.",
-            "options": options,
-        },
-        "tfk": {
-            "description": "Where hyperparameter sweeps keep their studies, and the price table of usage.",
-            "options": {
-                name: {
-                    "description": text,
-                    "version_added": None,
-                    "type": "string",
-                    "example": None,
-                    "default": "",
-                }
-                for name, text in sweep.items()
-            },
-        },
-    }
+    config: dict[str, Any] = json.loads((Path(__file__).parent / CONFIG_FILE).read_text(encoding="utf-8"))
+    return config

@@ -1,13 +1,15 @@
 """Write what the declarations generate: the field table of docs/cluster-spec.md, the
 sweep block's table of docs/sweeps.md and the serving spec's of docs/serving.md (between
-their markers), and the training files' JSON Schema
-(airflow_tfk/dagfactory/training-file.schema.json).
+their markers), the training files' JSON Schema
+(airflow_tfk/dagfactory/training-file.schema.json) and the provider's config sections
+(airflow_tfk/dagfactory/provider-config.json, read by provider_info).
 
 Usage: python scripts/gen_spec_docs.py [--check]   (--check: exit 1 when either is stale)
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -16,10 +18,12 @@ from airflow_tfk.dagfactory.config_docs import (
     SERVING_END,
     SWEEP_BEGIN,
     SWEEP_END,
+    provider_config,
     serving_table,
     sweep_table,
 )
 from airflow_tfk.dagfactory.spec_docs import README_BEGIN, README_END, SCHEMA_FILE, readme_table, schema_text
+from airflow_tfk.provider_info import CONFIG_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +45,7 @@ def main(argv: list[str]) -> int:
             text, serving_table(), SERVING_BEGIN, SERVING_END
         ),
         ROOT / "airflow_tfk" / "dagfactory" / SCHEMA_FILE: lambda text: schema_text(),
+        ROOT / "airflow_tfk" / CONFIG_FILE: lambda text: json.dumps(provider_config(), indent=2) + "\n",
     }
     stale = []
     for path, make in targets.items():

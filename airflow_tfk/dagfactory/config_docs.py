@@ -22,6 +22,7 @@ __all__ = [
     "SWEEP_END",
     "config_rows",
     "param_docs",
+    "provider_config",
     "serving_table",
     "sweep_table",
 ]
@@ -139,3 +140,59 @@ def serving_table() -> str:
     lines = ["| key | default | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{key}` | {default} | {meaning} |" for key, default, meaning in serving_rows()]
     return "\n".join(lines)
+
+
+def provider_config() -> dict[str, Any]:
+    """The provider's sections of Airflow's configuration, so ``airflow config list`` shows
+    them and ``AIRFLOW__TFK_POLICY__<OPTION>`` is read (Airflow reads the environment only
+    for sections it knows). The platform policy's options come from its own declaration.
+    Written to ``provider-config.json`` beside this module by scripts/gen_spec_docs.py,
+    which ``airflow_tfk.provider_info`` reads."""
+    from airflow_tfk.spec.platform_policy import PlatformPolicy
+
+    docs = param_docs(PlatformPolicy)
+    options: dict[str, Any] = {}
+    for f in dataclasses.fields(PlatformPolicy):
+        default = f.default
+        value = getattr(default, "value", default)
+        if isinstance(value, bool):
+            text, kind = str(value), "boolean"
+        elif value in (None, ()):
+            text, kind = "", "string"
+        else:
+            text, kind = str(value), "string"
+        options[f.name] = {
+            "description": docs.get(f.name, ""),
+            "version_added": None,
+            "type": kind,
+            "example": None,
+            "default": text,
+        }
+    sweep = {
+        "sweep_root": "the directory sweep studies (SQLite files) live in; default: the local backend's "
+        "<root>/.sweeps",
+        "sweep_storage_url_prefixes": "comma-separated database URLs a sweep's study may use; default: none",
+        "prices": "the price table of a training's usage, JSON: cpu_core_hour, memory_gib_hour, "
+        'accelerator_hour, currency (e.g. {"cpu_core_hour": 0.031, "currency": "USD"}); '
+        "default: none (usage is reported without a cost)",
+    }
+    return {
+        "tfk_policy": {
+            "description": "The platform's policy for every pod a training makes (docs/deployment.md): set "
+            "by the platform team only, never by a spec, a training file, Params or conf.",
+            "options": options,
+        },
+        "tfk": {
+            "description": "Where hyperparameter sweeps keep their studies, and the price table of usage.",
+            "options": {
+                name: {
+                    "description": text,
+                    "version_added": None,
+                    "type": "string",
+                    "example": None,
+                    "default": "",
+                }
+                for name, text in sweep.items()
+            },
+        },
+    }

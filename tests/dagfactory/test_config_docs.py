@@ -106,3 +106,33 @@ def test_a_base_class_documents_its_fields_and_a_subclass_may_say_more() -> None
         "a": "said again by the subclass.",
         "b": "said by the base, then on a second line with a :class:`~x.y.Role` in it.",
     }
+
+
+def test_the_provider_config_file_is_what_the_policy_declares() -> None:
+    import json
+
+    from airflow_tfk.dagfactory.config_docs import provider_config
+    from airflow_tfk.provider_info import CONFIG_FILE, get_provider_info
+    from airflow_tfk.spec.platform_policy import PlatformPolicy
+
+    written = json.loads((ROOT / "airflow_tfk" / CONFIG_FILE).read_text(encoding="utf-8"))
+    assert written == provider_config(), "stale: run python scripts/gen_spec_docs.py"
+    assert get_provider_info()["config"] == written
+    assert set(written["tfk_policy"]["options"]) == {f.name for f in dataclasses.fields(PlatformPolicy)}
+
+
+def test_airflow_reading_the_provider_info_imports_no_module_of_the_stages() -> None:
+    """Every Airflow process reads it while loading its configuration."""
+    import subprocess
+
+    code = (
+        "import sys; from airflow_tfk.provider_info import get_provider_info; get_provider_info(); "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('airflow_tfk.'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    # the package's lazy face and the entry point itself, nothing of a stage
+    assert set(out.stdout.split()) <= {
+        "airflow_tfk.core",
+        "airflow_tfk.core.lazy",
+        "airflow_tfk.provider_info",
+    }
