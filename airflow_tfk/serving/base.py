@@ -92,6 +92,13 @@ class ServingTarget(abc.ABC):
     def ensure(self, emit: Emit) -> None:
         """Create the server if it does not exist; never changes an existing model config."""
 
+    def store_file(self, path: str, max_bytes: int) -> bytes:
+        """The bytes of ``path`` (relative, checked by the caller) in the model store, beside
+        the models' folders (e.g. an evaluation data set); raises :class:`ServingError`
+        saying why not: missing, not a regular file, larger than ``max_bytes``, or resolving
+        outside the store."""
+        raise ServingError(f"the {self.kind} backend cannot read files of the model store")
+
     @abc.abstractmethod
     def read_config(self) -> ModelServerConfig | None:
         """The model config the server reads (None when there is none yet)."""

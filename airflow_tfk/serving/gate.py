@@ -23,7 +23,7 @@ from airflow_tfk.core.errors import SpecError
 from airflow_tfk.core.printable import printable
 
 ON_FAILURE = ("fail", "skip")
-OPTIONS = ("thresholds", "lower_is_better", "max_regression", "on_failure")
+OPTIONS = ("thresholds", "lower_is_better", "max_regression", "on_failure", "evaluate")
 #: metric names are short words (``accuracy``, ``val_loss``); a longer "name" is a mistake
 MAX_NAME = 200
 #: more metrics than a gate could mean; also keeps a hostile mapping's cost small
@@ -94,14 +94,24 @@ class QualityGate:
         bounded metric, the bound cannot be checked and the gate refuses the candidate.
     :param on_failure: ``fail`` (the task fails) or ``skip`` (the task is skipped); either
         way nothing is published.
+    :param evaluate: measure the metrics instead of taking the training's word: the data
+        set and metrics (:class:`~airflow_tfk.serving.evaluation.Evaluation`); the bounds
+        then judge the candidate's measured metrics, and the regression bound the serving
+        version's measured on the same rows.
     """
 
     thresholds: Mapping[str, float] = field(default_factory=dict)
     lower_is_better: tuple[str, ...] = ()
     max_regression: float | Mapping[str, float] | None = None
     on_failure: str = "fail"
+    evaluation: Any = None  # an Evaluation (the option ``evaluate``, a mapping)
 
     def __post_init__(self) -> None:
+        if self.evaluation is not None:
+            from airflow_tfk.serving.evaluation import Evaluation
+
+            if not isinstance(self.evaluation, Evaluation):
+                object.__setattr__(self, "evaluation", Evaluation.from_dict(self.evaluation))
         bounds = _metric_map(self.thresholds, "quality_gate.thresholds")
         object.__setattr__(self, "thresholds", bounds)
         lower = _names(self.lower_is_better, "quality_gate.lower_is_better")
@@ -160,7 +170,10 @@ class QualityGate:
                     f"quality_gate.{key}" if isinstance(key, str) and len(key) <= MAX_NAME else "quality_gate"
                 )
                 raise SpecError(where, f"is not a quality gate option (options: {', '.join(OPTIONS)})", key)
-        return cls(**dict(data))
+        options = dict(data)
+        if "evaluate" in options:
+            options["evaluation"] = options.pop("evaluate")
+        return cls(**options)
 
     def _tolerances(self) -> dict[str, float]:
         if self.max_regression is None:

@@ -338,6 +338,43 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
             self._store[result[1]] = result
         return result
 
+    #: the most of a store file read through the reader's log (base64 in a log of at most
+    #: LOG_LIMIT_BYTES, with room for its line ends)
+    MAX_FILE_BYTES = 5 * 2**19
+
+    def store_file(self, path: str, max_bytes: int) -> bytes:
+        """Through a store-reader Job, which prints the file as base64 in its log."""
+        import base64
+
+        from airflow_tfk.serving.render import render_file_reader
+
+        limit = min(max_bytes, self.MAX_FILE_BYTES)
+        job = f"{self.spec.name}-file-{secrets.token_hex(3)}"
+        (reader,) = self.checked(
+            [render_file_reader(self.spec, job, path, limit, self.identity, int(self.reader_timeout_seconds))]
+        )
+        self._apply(reader)
+        try:
+            text = self._job_log(job)
+        finally:
+            try:
+                self.delete_object(self.spec.namespace, "Job", job)
+            except Exception as exc:  # ttlSecondsAfterFinished removes it anyway
+                log.warning("could not delete the store reader Job %s: %s", job, error_message(exc))
+        where = f"{path} in the model store (claim {self.spec.claim})"
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("tfk-no-file:"):
+                raise ServingError(f"cannot read {where}: {line.split(':', 1)[1].strip()}")
+            if line.startswith("tfk-file:"):
+                size = int(line.split(":", 1)[1])
+                body = "".join(lines[i + 1 : lines.index(READER_END, i)])
+                data = base64.b64decode(body, validate=True)
+                if len(data) != size:
+                    raise ServingError(f"cannot read {where}: {len(data)} bytes came of {size}")
+                return data
+        raise ServingError(f"cannot read {where}: the store reader {job} printed no file")
+
     def _job_log(self, job: str) -> str:
         deadline = time.monotonic() + self.reader_timeout_seconds
         pods_path = BY_KIND["Pod"].collection(self.spec.namespace)

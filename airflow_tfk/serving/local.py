@@ -34,7 +34,7 @@ from airflow_tfk.core.local_env import default_local_root as default_root
 from airflow_tfk.protocol.digits import model_version
 from airflow_tfk.protocol.model_config import ModelServerConfig, parse
 from airflow_tfk.serving._http import request_json
-from airflow_tfk.serving.base import Emit, PredictError, ServingTarget
+from airflow_tfk.serving.base import Emit, PredictError, ServingError, ServingTarget
 from airflow_tfk.serving.files import MAX_STORE_JSON
 from airflow_tfk.serving.spec import (
     CONFIG_FILE,
@@ -143,6 +143,31 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
         return sorted(
             v for v, d in found if v is not None and os.path.isfile(os.path.join(base, d, "saved_model.pb"))
         )
+
+    def store_file(self, path: str, max_bytes: int) -> bytes:
+        store = os.path.realpath(self.store())
+        full = os.path.join(store, path)
+        where = f"{path} in the model store {store}"
+        if not os.path.realpath(full).startswith(store + os.sep):
+            raise ServingError(f"{where} resolves outside the store (a link elsewhere)")
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError as exc:
+            raise ServingError(f"cannot read {where}: {exc.strerror or exc}") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ServingError(f"{where} is not a regular file")
+            if info.st_size > max_bytes:
+                raise ServingError(f"{where} holds {info.st_size} bytes, more than {max_bytes}")
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                data = fh.read(max_bytes + 1)
+        finally:
+            os.close(fd)
+        if len(data) > max_bytes:
+            raise ServingError(f"{where} grew past {max_bytes} bytes while it was read")
+        return data
 
     def _json(self, path: str | Path) -> Any:
         """A JSON file the training exported with a version, or None. The training wrote

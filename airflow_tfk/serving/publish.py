@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tfk.core.deadline import SYSTEM, Clock
+from airflow_tfk.core.printable import printable
 from airflow_tfk.protocol.model_config import STABLE_LABEL, ModelConfig, ModelServerConfig
 from airflow_tfk.serving.base import Emit, NotBlessed, PredictError, ServingError, ServingTarget
 from airflow_tfk.serving.gate import QualityGate
@@ -172,6 +173,13 @@ def _gate(
         source = f"{name}/{version}/assets.extra/tfk_metrics.json"
     if gate is None:
         return metrics
+    if gate.evaluation is not None:  # judged once measured, on the loaded candidate
+        shown = ", ".join(f"{k} {v}" for k, v in sorted(metrics.items())[:10]) if metrics else "none"
+        emit(
+            f"the training's own metrics of {name} version {version} ({source}): "
+            f"{printable(shown[:500])}; shown, not judged: the gate measures its own"
+        )
+        return metrics
     baseline = (
         _baseline(target, previous) if previous is not None and gate.max_regression is not None else None
     )
@@ -192,6 +200,94 @@ def _gate(
             gate.on_failure,
         )
     return metrics
+
+
+def _not_published(exc: BaseException, name: str, version: int, now: str) -> ServingError:
+    """What a publish that failed after it loaded the candidate raises, once rolled back."""
+    if isinstance(exc, NotBlessed):  # by its own evaluation: keeps the gate's on_failure
+        return NotBlessed(f"{exc}; {now}", exc.failures, exc.on_failure)
+    kind = NotApproved if isinstance(exc, NotApproved) else ServingError
+    return kind(f"{name} version {version} was not published: {exc}; {now}")
+
+
+def _evaluation_rows(
+    target: ServingTarget, gate: QualityGate | None, emit: Emit
+) -> tuple[list[list[float]], list[float]] | None:
+    """The evaluation data set of ``gate.evaluation``, read from the model store and
+    checked; None without one. Raises :class:`ServingError` naming the file and why."""
+    if gate is None or gate.evaluation is None:
+        return None
+    from airflow_tfk.serving.evaluation import MAX_DATA_BYTES, EvaluationError, read_rows
+
+    ev = gate.evaluation
+    data = target.store_file(ev.data, MAX_DATA_BYTES)
+    try:
+        rows, labels = read_rows(ev, data)
+    except EvaluationError as exc:
+        raise ServingError(f"quality_gate.evaluate: {exc}") from None
+    emit(f"evaluation data {ev.data}: {len(rows)} rows of {len(rows[0])} features")
+    return rows, labels
+
+
+def _measured(
+    target: ServingTarget,
+    gate: QualityGate | None,
+    version: int,
+    candidate: str,
+    previous: int | None,
+    data: tuple[list[list[float]], list[float]] | None,
+    reported: dict[str, Any] | None,
+    emit: Emit,
+) -> dict[str, Any] | None:
+    """The candidate's metrics measured on the evaluation rows, through the model server
+    (and the serving version's, when a regression bound needs them); raises
+    :class:`NotBlessed` when the gate refuses them. Returns the measured metrics, with
+    the training's own under ``reported`` (``reported`` itself when nothing is measured)."""
+    if gate is None or gate.evaluation is None or data is None:
+        return reported
+    from airflow_tfk.serving.evaluation import EvaluationError, compute, differences, requests
+
+    ev = gate.evaluation
+    name = target.spec.model_name
+    rows, labels = data
+
+    def measure(model: str, v: int) -> dict[str, float]:
+        answers: list[Any] = []
+        for body in requests(ev, rows):
+            answer = target.predict(body, version=v, timeout=target.spec.predict_timeout_seconds, model=model)
+            answers += _check_answer(answer, body)
+        try:
+            return compute(ev, answers, labels)
+        except EvaluationError as exc:
+            raise ServingError(f"quality_gate.evaluate of {model} version {v}: {exc}") from None
+
+    def shown(m: dict[str, float]) -> str:
+        return ", ".join(f"{k} {v:g}" for k, v in m.items())
+
+    got = measure(candidate, version)
+    emit(f"independent evaluation of {name} version {version} on {ev.data} ({len(rows)} rows): {shown(got)}")
+    baseline = None
+    if previous is not None and gate.max_regression is not None:
+        baseline = measure(name, previous)
+        emit(f"serving version {previous} on the same rows: {shown(baseline)}")
+    for line in differences(ev, got, reported):
+        emit(f"warning: {printable(line)} (max_difference {ev.max_difference:g})")
+    verdict = gate.evaluate(got, baseline, previous)
+    claims = {k: reported[k] for k in got if isinstance(reported, dict) and k in reported}
+    said = f" (the training reported {printable(_claims(claims))})" if claims else ""
+    emit(f"quality gate on {name} version {version}, measured metrics: {verdict.summary()}")
+    if not verdict.blessed:
+        raise NotBlessed(
+            f"{name} version {version} is not blessed by its own evaluation on {ev.data}, "
+            f"nothing was published: " + "; ".join(verdict.failures) + said,
+            verdict.failures,
+            gate.on_failure,
+        )
+    return {**got, "reported": dict(reported or {})}
+
+
+def _claims(claims: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in claims.items())[:300]
 
 
 def _baseline(target: ServingTarget, version: int) -> dict[str, Any] | None:
@@ -247,6 +343,7 @@ def publish(
     # Before the gate reads the metrics: a swap after this point is a change at promotion.
     files = _files(target, version, as_read=True)
     metrics = _gate(target, gate, version, metrics, previous, emit)
+    rows = _evaluation_rows(target, gate, emit)  # read and checked before anything is loaded
     target.ensure(emit)
     config = target.read_config() or ModelServerConfig()
     before = config.get(name)
@@ -279,6 +376,7 @@ def publish(
             target, version, spec.load_timeout_seconds, emit, poll, clock, model=cand.name, server=server
         )
         predictions = _smoke(target, body, version, cand.name, emit)
+        metrics = _measured(target, gate, version, cand.name, previous, rows, metrics, emit)
         _ask(approve, target, name, version, cand.name, metrics, previous, emit, files)
         # promote: the model's own entry loads the validated version on every replica,
         # then the label moves
@@ -305,8 +403,7 @@ def publish(
     except (ServingError, OSError) as exc:
         _rollback(target, restore, version, previous, emit)
         now = _what_serves(target, previous, server, emit, poll, clock)
-        kind = NotApproved if isinstance(exc, NotApproved) else ServingError
-        raise kind(f"{name} version {version} was not published: {exc}; {now}") from exc
+        raise _not_published(exc, name, version, now) from exc
     except BaseException:
         _rollback(target, restore, version, previous, emit)
         raise

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import posixpath
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,52 @@ if small "$f"; then echo "tfk-sample:"; head -c "$max_json" "$f"; echo; fi
 echo "tfk-end"
 """
 )
+
+
+#: prints one file of the model store (an evaluation data set) as base64, between
+#: ``tfk-file: <bytes>`` and ``tfk-end``; or ``tfk-no-file: <why>``. The same bounds as the
+#: store reader's: a regular file that resolves inside the store, of at most $3 bytes.
+FILE_SCRIPT = r"""set -eu
+no() { echo "tfk-no-file: $1"; echo "tfk-end"; exit 0; }
+cd "$1" 2>/dev/null || no "there is no model store at $1"
+base=$(pwd -P)
+r=$(readlink -f "$2" 2>/dev/null) || r=""
+case "$r" in "$base"/*) ;; *) no "it resolves outside the store" ;; esac
+[ -f "$r" ] || no "no regular file there"
+n=$(wc -c < "$r")
+[ "$n" -le "$3" ] || no "$n bytes, more than $3"
+echo "tfk-file: $n"
+head -c "$3" "$r" | base64
+echo "tfk-end"
+"""
+
+
+def render_file_reader(
+    spec: ServingSpec,
+    job_name: str,
+    path: str,
+    max_bytes: int,
+    identity: RunIdentity | None = None,
+    deadline_seconds: int = 300,
+    template_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """A store-reader Job that prints one file of the model store (``path``, relative to
+    the store: the directory that holds the models' folders)."""
+    c = serving_context(spec, identity)
+    c.update(
+        {
+            "job_name": job_name,
+            "reader_deadline": deadline_seconds,
+            "reader_script": k8s_escape(FILE_SCRIPT),
+            "model_dir": k8s_escape(posixpath.dirname(spec.pod_base_path)),
+            "reader_version": k8s_escape(path),
+            "reader_bounds": [str(int(max_bytes))],
+            "reader_labels": {**c["labels"], "app.kubernetes.io/component": "store-reader"},
+        }
+    )
+    return render_object(
+        "serving/sample-reader-job.yaml.j2", "Job", job_name, spec.namespace, c, template_dir
+    )
 
 
 def render_object(

@@ -141,19 +141,33 @@ def test_train_publish_rollback_and_tensorboard(
         # two replicas: the publish promotes a version only once both have it
         "replicas": 2,
     }
+    # The gate measures the version itself: the app's held-out rows, read from the claim
+    # by a store-reader Job, sent to the loaded candidate through the Service.
+    from airflow_tfk.runtime.examples.digits_app import load_data
+    from tests.serving.models import write_eval_csv
+
+    _, _, x_test, y_test = load_data()
+    write_eval_csv(str(models_dir), "eval/digits.csv", x_test, y_test)
     publish = TFPublishModelOperator(
         task_id="publish",
         model_name=MODEL,
         claim="tfk-models",
         kubernetes_conn_id=_tfk.CONN_ID,
         serving=serving,
+        quality_gate={"thresholds": {"accuracy": 0.2}, "evaluate": {"data": "eval/digits.csv"}},
     )
     result = publish.execute(ctx)
-    took["publish (first: deploy, load, smoke, promote)"], t0 = time.monotonic() - t0, time.monotonic()
+    took["publish (first: deploy, load, smoke, evaluate, promote)"], t0 = (
+        time.monotonic() - t0,
+        time.monotonic(),
+    )
     assert result["version"] == version, result
+    out = capfd.readouterr().out
+    evaluated = f"independent evaluation of {MODEL} version {version} on eval/digits.csv ({len(y_test)} rows)"
+    assert evaluated in out, out[-3000:]
     # untouched since the reader Job read its metrics: the files were checked, and promoted
     checked = f"the files of {MODEL} version {version} are the ones the gate checked"
-    assert checked in capfd.readouterr().out
+    assert checked in out
     status = json.loads(_proxy_get(node_api, node_ns, f"tfs-{MODEL}", 8501, f"v1/models/{MODEL}"))
     states = {int(s["version"]): s["state"] for s in status["model_version_status"]}
     assert states.get(version) == "AVAILABLE", status

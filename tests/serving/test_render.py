@@ -13,8 +13,10 @@ from airflow_tfk.core.naming import RunIdentity
 from airflow_tfk.protocol.model_config import ModelConfig, ModelServerConfig, parse
 from airflow_tfk.serving.files import MAX_ENTRIES, MAX_LISTING_BYTES, MAX_STORE_JSON, PARTS
 from airflow_tfk.serving.render import (
+    FILE_SCRIPT,
     LABEL_SERVING,
     READER_SCRIPT,
+    render_file_reader,
     render_sample_reader,
     render_serving,
 )
@@ -53,6 +55,7 @@ def all_manifests():
         *render_serving(SPEC, IDENTITY, CONFIG),
         render_sample_reader(SPEC, "tfs-digits-read-abc123", None, IDENTITY),
         render_sample_reader(ServingSpec(model_name="d", claim="m"), "tfs-d-read-1", 7),
+        render_file_reader(SPEC, "tfs-digits-file-abc123", "eval/digits.csv", 2**20, IDENTITY),
         *render_tensorboard(
             TensorBoardSpec(
                 name="tb-digits", claim="logs", sub_path="r1", namespace="ml", resources={"cpu": "100m"}
@@ -167,6 +170,14 @@ def test_reader_job_passes_paths_as_arguments():
     # escaped for Kubernetes' $(VAR) expansion, and nothing else changed
     assert c["command"][2].replace("$$", "$") == READER_SCRIPT
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_file_reader_job_reads_from_the_store_root_by_argument():
+    job = render_file_reader(SPEC, "tfs-digits-file-x", "eval/$(id).csv", 1000)
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"][3:] == ["tfk-read-store", "/tfk/models/exports", "eval/$$(id).csv", "1000"]
+    assert c["command"][2].replace("$$", "$") == FILE_SCRIPT
+    assert job["spec"]["backoffLimit"] == 0
 
 
 def test_hostile_values_stay_values():
