@@ -251,10 +251,14 @@ def _measured(
     name = target.spec.model_name
     rows, labels = data
 
+    # One replica, asked directly (they all loaded the candidate): before the first
+    # promotion no pod is Ready, so the Service has no endpoint to send a request to.
+    view = next(iter(target.replicas().values()))
+
     def measure(model: str, v: int) -> dict[str, float]:
         answers: list[Any] = []
         for body in requests(ev, rows):
-            answer = target.predict(body, version=v, timeout=target.spec.predict_timeout_seconds, model=model)
+            answer = view.predict(body, version=v, timeout=target.spec.predict_timeout_seconds, model=model)
             answers += _check_answer(answer, body)
         try:
             return compute(ev, answers, labels)
