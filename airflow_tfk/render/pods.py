@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_tfk.core import naming
 from airflow_tfk.render.templating import RenderError
+from airflow_tfk.spec.placement import KUEUE_TOPOLOGY, affinity_with_placement
 from airflow_tfk.spec.pod_patch import MAIN_CONTAINER, apply_patch
 from airflow_tfk.spec.pods import hardened as _hardened
 from airflow_tfk.spec.pods import role_rules
@@ -40,14 +41,18 @@ def pod_context(spec: Any, role: str, selector: Mapping[str, str]) -> dict[str, 
     # task exits instead of waiting for a sidecar that never does (Kubernetes >= 1.29).
     init = [_hardened(c) for c in rules["init_containers"]]
     init += [{**_hardened(c), "restartPolicy": "Always"} for c in rules["sidecars"]]
+    annotations = dict(rules["annotations"])
+    placement = getattr(spec, "placement", None)
+    if placement is not None and spec.queue_name is not None:  # Kueue's Topology Aware Scheduling
+        annotations[KUEUE_TOPOLOGY[placement.mode]] = placement.level
     return {
-        "affinity": rules["affinity"],
+        "affinity": affinity_with_placement(rules["affinity"], placement, {naming.LABEL_CLUSTER: spec.name}),
         "topology_spread": spread,
         "priority_class": rules["priority_class"],
         "runtime_class": rules["runtime_class"],
         "service_account": rules["service_account"],
         "labels": rules["labels"],
-        "annotations": rules["annotations"],
+        "annotations": annotations,
         "volumes": volumes,
         "volume_mounts": mounts,
         "env_from": rules["env_from"],

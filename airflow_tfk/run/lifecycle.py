@@ -117,18 +117,38 @@ def create_or_reattach(
 def check_capacity(backend: Backend, spec: TFClusterSpec, emit: Emit) -> None:
     """``capacity_check``: compare the cluster's requests with the nodes' free capacity
     before anything is created; ``warn`` logs a shortfall, ``fail`` raises
-    :class:`~airflow_tfk.core.errors.CapacityError`. Skipped where the backend cannot tell."""
+    :class:`~airflow_tfk.core.errors.CapacityError`. A ``required`` placement is checked
+    whatever ``capacity_check`` says: no domain with room for the whole cluster raises.
+    Skipped where the backend cannot tell."""
     from airflow_tfk.spec.admission import CapacityCheck
 
-    if spec.capacity_check is CapacityCheck.OFF:
+    placement = spec.placement if spec.placement is not None and spec.placement.mode == "required" else None
+    if spec.capacity_check is CapacityCheck.OFF and placement is None:
         return
-    snapshot = backend.capacity_snapshot()
+    try:
+        snapshot = backend.capacity_snapshot()
+    except Exception as exc:
+        if spec.capacity_check is not CapacityCheck.OFF or placement is None:
+            raise
+        level = placement.level
+        emit(f"placement: cannot read the nodes to check that one {level} domain has room: {exc}; skipped")
+        return
     if snapshot is None:
         emit(f"capacity check: the {backend.kind} backend has no node capacity to compare; skipped")
         return
     from airflow_tfk.core.errors import CapacityError
     from airflow_tfk.spec import capacity
 
+    if placement is not None:
+        # Never created half: pods bound in two domains would wait forever for the rest.
+        domain, reports = capacity.domains(spec, placement.level, *snapshot)
+        if domain is None:
+            raise CapacityError(
+                capacity.domains_message(spec, placement.level, reports) + "; nothing was created"
+            )
+        emit(f"placement: {placement.level}={domain} has room for the whole cluster")
+    if spec.capacity_check is CapacityCheck.OFF:
+        return
     report = capacity.check(spec, *snapshot)
     text = report.message(spec.name)
     if report.fits:

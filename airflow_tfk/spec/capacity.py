@@ -26,6 +26,8 @@ __all__ = [
     "CapacityReport",
     "check",
     "check_local_tasks",
+    "domains",
+    "domains_message",
     "local_max_tasks",
     "task_requests",
 ]
@@ -185,6 +187,7 @@ def check(
         bucket = used.setdefault(node_name, {})
         for k, v in pod_requests(pod).items():
             bucket[k] = bucket.get(k, 0.0) + v
+        bucket["pods"] = bucket.get("pods", 0.0) + 1  # a node's allocatable pods count them
     free_by_node: dict[str, dict[str, float]] = {}
     for node in nodes:
         name = (node.get("metadata") or {}).get("name", "")
@@ -220,3 +223,44 @@ def check(
         needed["pods"] = float(spec.task_count())
     short = {k: v - free.get(k, 0.0) for k, v in needed.items() if v > free.get(k, 0.0) + 1e-9}
     return CapacityReport(needed, free, short, tuple(unfit))
+
+
+def domains(
+    spec: TFClusterSpec, level: str, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> tuple[str | None, dict[str, CapacityReport]]:
+    """``placement``'s check: the first domain (a value of the node label ``level``) whose
+    nodes have room for the whole cluster, or None; and every domain's report. Nodes
+    without the label are in no domain."""
+    nodes, pods = list(nodes), list(pods)
+    by_domain: dict[str, list[Mapping[str, Any]]] = {}
+    for node in nodes:
+        value = ((node.get("metadata") or {}).get("labels") or {}).get(level)
+        if value is not None:
+            by_domain.setdefault(value, []).append(node)
+    reports = {d: check(spec, members, pods) for d, members in sorted(by_domain.items())}
+    fits = [d for d, report in reports.items() if report.fits]
+    return (fits[0] if fits else None), reports
+
+
+def domains_message(spec: TFClusterSpec, level: str, reports: Mapping[str, CapacityReport]) -> str:
+    """Why no ``level`` domain has room for the cluster, naming the level and the domains
+    closest to fitting."""
+    needed = cluster_requests(spec)
+    needed["pods"] = float(spec.task_count())
+    needs = ", ".join(f"{k} {_fmt(k, v)}" for k, v in sorted(needed.items()))
+    if not reports:
+        return (
+            f"placement: no schedulable node has the label {level!r}, so no {level} domain can "
+            f"hold cluster {spec.name} (needs {needs})"
+        )
+    ranked = sorted(reports.items(), key=lambda item: sum(item[1].short.values()) + len(item[1].unfit))
+    shown = []
+    for domain, report in ranked[:3]:
+        free = ", ".join(f"{k} {_fmt(k, report.free.get(k, 0.0))}" for k in sorted(needed))
+        shown.append(f"{level}={domain} has {free}")
+    more = f" and {len(ranked) - 3} more" if len(ranked) > 3 else ""
+    return (
+        f"placement: no {level} domain has room for the whole cluster {spec.name} (needs {needs}): "
+        + "; ".join(shown)
+        + more
+    )

@@ -50,6 +50,7 @@ from airflow_tfk.spec.decl import (
     validate,
 )
 from airflow_tfk.spec.network import TrainingNetworkPolicy
+from airflow_tfk.spec.placement import PlacementSpec
 from airflow_tfk.spec.pods import PodRules
 from airflow_tfk.spec.resources import Resources, Toleration
 from airflow_tfk.spec.roles import (
@@ -325,6 +326,12 @@ class TFClusterSpec:
         BudgetSpec,
         "a cap on requested core-hours or cost, acted on when the projection at completion "
         "crosses it: [docs/operators.md](docs/operators.md#budgets)",
+        absent="none",
+    )
+    placement: PlacementSpec | None = section_field(
+        PlacementSpec,
+        "every pod in one topology domain (a node label's value: a rack, a zone), checked to fit "
+        "before anything is created: [docs/pod-rules.md](docs/pod-rules.md#one-topology-domain)",
         absent="none",
     )
     template_dir: str | None = spec_field(

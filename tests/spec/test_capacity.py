@@ -202,3 +202,43 @@ def test_the_local_backend_refuses_a_cluster_over_its_cap_before_starting_anythi
         with pytest.raises(LocalMachineError) as err:
             get_backend("local", root=str(tmp_path / "root"), max_tasks=bad)
         assert err.value.field == "max_tasks"
+
+
+def _racks(pods_per_node: int = 2) -> list:
+    return [
+        node(f"r{r}-{i}", pods=str(pods_per_node), labels={"rack": f"r{r}"})
+        for r in range(3)
+        for i in range(4)
+    ] + [node("loose", pods="110")]  # no rack label: in no domain
+
+
+def test_placement_finds_a_domain_with_room_for_the_whole_cluster():
+    from airflow_tfk.spec.capacity import domains
+
+    fits, reports = domains(spec(), "rack", _racks(), [pod("r0-0"), pod("r0-1")])  # 6 pods; r0 has 6 left
+    assert fits == "r0" and set(reports) == {"r0", "r1", "r2"}
+    busy = [pod(f"r0-{i}") for i in range(4)]  # r0 is full: the next rack
+    assert domains(spec(), "rack", _racks(), busy)[0] == "r1"
+
+
+def test_placement_that_fits_no_domain_names_the_level_and_what_each_has():
+    lines: list[str] = []
+    big = spec(worker={"replicas": 9, "resources": {"cpu": "1"}}, placement={"level": "rack"})  # 11 pods
+    with pytest.raises(CapacityError) as err:
+        check_capacity(_Backend((_racks(), [])), big, lines.append)  # capacity_check off: still checked
+    message = str(err.value)
+    assert "placement: no rack domain has room for the whole cluster big (needs" in message, message
+    assert "pods 11" in message and "rack=r0 has" in message and "pods 8" in message, message
+    assert message.endswith("nothing was created")
+    # preferred: not checked, and one that fits says where
+    check_capacity(
+        _Backend((_racks(), [])), spec(placement={"level": "rack", "mode": "preferred"}), lines.append
+    )
+    assert lines == []
+    check_capacity(_Backend((_racks(), [])), spec(placement={"level": "rack"}), lines.append)
+    assert lines == ["placement: rack=r0 has room for the whole cluster"]
+
+
+def test_placement_without_labelled_nodes_says_so():
+    with pytest.raises(CapacityError, match="no schedulable node has the label 'zone'"):
+        check_capacity(_Backend(([node("a")], [])), spec(placement={"level": "zone"}), print)
