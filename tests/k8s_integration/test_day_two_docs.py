@@ -2,11 +2,16 @@
 the default), against the real API server with KWOK nodes through ``--kubeconfig``, as the
 section offers. tests/e2e/test_day_two.py runs the same lines on the local backend, logs
 and the example output included; KWOK has no kubelet, so ``logs`` has nothing to show (an
-empty answer, or an error that says so: never a traceback)."""
+empty answer, or an error that says so: never a traceback).
+
+Each command runs through the CLI's own ``main`` with its argv as typed, in one interpreter
+that the test starts with the CLI's environment (an Airflow home of its own) and feeds one
+command at a time: a fresh interpreter per command cost 14-34 s apiece under CI's load, so
+this test used to run on request only."""
 
 from __future__ import annotations
 
-import os
+import json
 import shlex
 import subprocess
 import sys
@@ -23,16 +28,24 @@ from k8s_integration import _tfk
 from tests.docs_commands import documented_commands, section
 from tests.helpers import ROOT, migrated_airflow_home
 
-# Each CLI call is a fresh interpreter (14-34 s apiece under load) and test_cli_clusters.py
-# covers the same commands through the API in CI: this one runs on request.
-pytestmark = [
-    pytest.mark.k8s,
-    pytest.mark.skipif(
-        os.environ.get("TFK_DOCS_KWOK") != "1",
-        reason="the README's cluster commands on KWOK: set TFK_DOCS_KWOK=1 to run them",
-    ),
-]
+pytestmark = pytest.mark.k8s
 tfk_conn, tfk_ns = _tfk.tfk_conn, _tfk.tfk_ns  # fixtures
+
+#: Runs one CLI command per line of stdin (a JSON argv) through ``main``, and answers one
+#: JSON line: the exit code and what the command printed.
+DRIVER = r"""
+import contextlib, io, json, sys
+from airflow_tfk.cli.main import main
+for line in sys.stdin:
+    argv = json.loads(line)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    print(json.dumps({"code": code or 0, "out": out.getvalue()}), flush=True)
+"""
 
 OWNER = RunIdentity("digits_nightly", "train", "scheduled__2026-11-25T02:00:00+00:00", -1)
 GONE = RunIdentity("old_dag", "train", "manual__gone", -1)
@@ -53,22 +66,30 @@ def test_readme_cluster_commands_on_kubernetes(
     _tfk.wait_for("the pods running", lambda: "worker 2 running" in backend.status(ref).summary())
     fill = {"NAME": ref.name, "NS": tfk_ns, "D": OWNER.dag_id, "T": OWNER.task_id, "R": OWNER.run_id}
 
+    cli = subprocess.Popen(
+        [sys.executable, "-c", DRIVER],
+        env=env,
+        cwd=ROOT,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
     def typed(argv: list[str], code: int | tuple[int, ...] = 0) -> str:
         argv = [fill.get(a, a) for a in argv]
-        cmd = [
-            sys.executable,
-            "-m",
-            "airflow_tfk.cli.main",
-            *argv[1:],
-            "--kubeconfig",
-            str(k8s_cluster.kubeconfig),
-        ]
         t0 = time.monotonic()
-        run = subprocess.run(cmd, env=env, cwd=ROOT, text=True, capture_output=True, timeout=300)
+        assert cli.stdin is not None and cli.stdout is not None
+        cli.stdin.write(json.dumps([*argv[1:], "--kubeconfig", str(k8s_cluster.kubeconfig)]) + "\n")
+        cli.stdin.flush()
+        line = cli.stdout.readline()
+        assert line, cli.stderr.read() if cli.stderr else "the CLI's interpreter ended"
+        answer = json.loads(line)
         print(f"{shlex.join(argv)}: {time.monotonic() - t0:.1f}s")
         codes = code if isinstance(code, tuple) else (code,)
-        assert run.returncode in codes, (shlex.join(argv), run.returncode, run.stdout, run.stderr)
-        return run.stdout + run.stderr
+        assert answer["code"] in codes, (shlex.join(argv), answer)
+        assert "Traceback" not in answer["out"], answer["out"]
+        return str(answer["out"])
 
     for argv, _ in commands:
         verb = argv[2]
@@ -94,6 +115,9 @@ def test_readme_cluster_commands_on_kubernetes(
             out = typed(argv)
             assert "would delete orphaned cluster orphan-of-old-dag" in out, out
             assert backend.exists(ClusterRef("orphan-of-old-dag", tfk_ns))
+    assert cli.stdin is not None
+    cli.stdin.close()
+    assert cli.wait(timeout=60) == 0
     backend.delete(ClusterRef("orphan-of-old-dag", tfk_ns))
     for name in ("digits-nightly", "orphan-of-old-dag"):
         _tfk.wait_no_leftovers(k8s_api, tfk_ns, name)
