@@ -169,13 +169,13 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
             raise ServingError(f"{where} grew past {max_bytes} bytes while it was read")
         return data
 
-    def _json(self, path: str | Path) -> Any:
+    def _json(self, path: str | Path, within: str | Path | None = None) -> Any:
         """A JSON file the training exported with a version, or None. The training wrote
         it, so it is read as data from a stranger: a regular file inside the model's
-        folder only (a FIFO would hang the publish, ``/dev/zero`` fill its memory, a link
-        to a credentials file show that file as "metrics"), of at most
+        folder (or ``within``) only (a FIFO would hang the publish, ``/dev/zero`` fill its
+        memory, a link to a credentials file show that file as "metrics"), of at most
         :data:`MAX_STORE_JSON` bytes, and JSON nested too deeply is None as well."""
-        base = os.path.realpath(self.model_base_path())
+        base = os.path.realpath(within if within is not None else self.model_base_path())
         if not os.path.realpath(path).startswith(base + os.sep):
             return None
         try:
@@ -226,7 +226,9 @@ class LocalServing(LocalServer[ServingSpec], ServingTarget):
         return tree_digest(os.path.join(self.model_base_path(), str(version)))
 
     def published_metrics(self) -> dict[int, dict[str, Any]]:
-        found = self._json(self.dir / PUBLISHED_METRICS)
+        found = self._json(
+            self.dir / PUBLISHED_METRICS, within=self.dir
+        )  # beside the config, not in the store
         if not isinstance(found, dict):
             return {}
         return {int(k): v for k, v in found.items() if model_version(k) is not None and isinstance(v, dict)}

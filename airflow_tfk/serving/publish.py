@@ -242,7 +242,8 @@ def _measured(
     """The candidate's metrics measured on the evaluation rows, through the model server
     (and the serving version's, when a regression bound needs them); raises
     :class:`NotBlessed` when the gate refuses them. Returns the measured metrics, with
-    the training's own under ``reported`` (``reported`` itself when nothing is measured)."""
+    the training's own beside them as ``reported_<name>`` (``reported`` itself when nothing
+    is measured)."""
     if gate is None or gate.evaluation is None or data is None:
         return reported
     from airflow_tfk.serving.evaluation import EvaluationError, compute, differences, requests
@@ -287,7 +288,8 @@ def _measured(
             verdict.failures,
             gate.on_failure,
         )
-    return {**got, "reported": dict(reported or {})}
+    # flat, so an approver's table and the next publish's baseline read them as metrics
+    return {**got, **{f"reported_{k}": v for k, v in (reported or {}).items()}}
 
 
 def _claims(claims: dict[str, Any]) -> str:

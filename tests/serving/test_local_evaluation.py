@@ -66,6 +66,9 @@ def test_a_model_that_claims_1_0_at_chance_is_refused_by_the_gates_own_evaluatio
     honest = _accuracy(first, "independent evaluation of digits version 1")
     assert honest >= 0.8, first
     assert serving.label_version("stable") == 1
+    # recorded as the version's metrics: the measured ones, the training's beside them
+    recorded = serving.published_metrics()[1]
+    assert recorded["accuracy"] == honest and recorded["reported_accuracy"] == 0.9, recorded
 
     lines: list[str] = []
     with pytest.raises(NotBlessed) as caught:
