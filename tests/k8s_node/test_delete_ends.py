@@ -22,8 +22,10 @@ import time
 
 import pytest
 from k8s_integration import _tfk as kwok_tfk
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from airflow_tfk.core import naming
 from airflow_tfk.core.errors import TrainingFailed
 from airflow_tfk.protocol.progress import parse_line
 from tests.helpers import execute_in_thread
@@ -118,34 +120,65 @@ def _stacks(log: str) -> list[str]:
     return [line for line in lines[starts[0] :] if line.startswith(("Thread 0x", "Current thread", "  File"))]
 
 
+def _task_of(pod) -> str:
+    return pod.metadata.name.rsplit("-", 1)[0].split("-", 3)[-1]  # chief-0, ps-0, worker-1
+
+
 def _watch_exits(
     api, namespace: str, cluster: str, t0: float
-) -> tuple[dict[str, tuple[int | None, float]], str]:
-    """Each task's container exit code and when it was first seen, until no pod is left
-    (a pod gone between two looks: exit code None, at the look that missed it); the
-    chief's log as last read while it ran; and when no pod was left."""
+) -> tuple[dict[str, tuple[int | None, float]], str, float]:
+    """Each task's container exit code and when it was first seen, until no pod is left;
+    the chief's log as last read while it ran; and when no pod was left.
+
+    The pods are watched, not polled: a pod that ends and is removed between two polls
+    (0.3 s apart) showed no exit code at all (CI once: the chief gone 2.3 s after the kill,
+    its 76 never seen). Every status update reaches the watch, the last one on the pod's
+    DELETED event. A pod whose exit code no event carried counts as None."""
+    import threading
+
+    from kubernetes import watch
+
     ended: dict[str, tuple[int | None, float]] = {}
-    present = {"chief-0", "ps-0", "worker-0", "worker-1"}  # all running before the kill
+    core = client.CoreV1Api(api)
+    listed = core.list_namespaced_pod(namespace, label_selector=f"{naming.LABEL_CLUSTER}={cluster}")
+    present = {p.metadata.name: _task_of(p) for p in listed.items}
+    gone_at: list[float] = []
     chief_log = ""
-    while time.monotonic() - t0 < 120:
-        pods = _tfk.pods(api, namespace, cluster)
-        now = time.monotonic() - t0
-        seen = set()
-        for pod in pods:
-            task = pod.metadata.name.rsplit("-", 1)[0].split("-", 3)[-1]  # chief-0, ps-0, worker-1
-            seen.add(task)
-            for c in pod.status.container_statuses or []:
-                if c.state.terminated is not None and task not in ended:
-                    ended[task] = (c.state.terminated.exit_code, now)
-                elif c.state.running is not None and task == "chief-0":
-                    try:
-                        chief_log = _tfk.pod_log(api, namespace, pod.metadata.name)
-                    except ApiException:
-                        pass
-        for task in present - seen:
-            ended.setdefault(task, (None, now))
-        present |= seen
-        if not pods:
-            return ended, chief_log, now
+
+    def note(pod) -> None:
+        for c in pod.status.container_statuses or []:
+            if c.state.terminated is not None and _task_of(pod) not in ended:
+                ended[_task_of(pod)] = (c.state.terminated.exit_code, time.monotonic() - t0)
+
+    def follow() -> None:
+        w = watch.Watch()
+        for event in w.stream(
+            core.list_namespaced_pod,
+            namespace,
+            label_selector=f"{naming.LABEL_CLUSTER}={cluster}",
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=120,
+        ):
+            pod = event["object"]
+            note(pod)
+            if event["type"] == "DELETED":
+                task = present.pop(pod.metadata.name, _task_of(pod))
+                ended.setdefault(task, (None, time.monotonic() - t0))
+                if not present:
+                    gone_at.append(time.monotonic() - t0)
+                    w.stop()
+
+    for pod in listed.items:
+        note(pod)
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    while follower.is_alive() and time.monotonic() - t0 < 120:
+        chief = [n for n, task in list(present.items()) if task == "chief-0" and "chief-0" not in ended]
+        if chief:
+            try:
+                chief_log = _tfk.pod_log(api, namespace, chief[0])
+            except ApiException:
+                pass
         time.sleep(0.3)
-    return ended, chief_log, float("inf")
+    follower.join(5)
+    return ended, chief_log, gone_at[0] if gone_at else float("inf")
