@@ -15,6 +15,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from airflow_tfk.kube.api import BY_KIND, LOG_LIMIT_BYTES, Call, error_message, is_not_found
@@ -316,18 +317,10 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
             return self._store[version]
         from airflow_tfk.serving.render import render_sample_reader
 
-        job = f"{self.spec.name}-read-{secrets.token_hex(3)}"
-        (reader,) = self.checked(
-            [render_sample_reader(self.spec, job, version, self.identity, int(self.reader_timeout_seconds))]
+        deadline = int(self.reader_timeout_seconds)
+        text = self._run_reader(
+            "read", lambda job: render_sample_reader(self.spec, job, version, self.identity, deadline)
         )
-        self._apply(reader)
-        try:
-            text = self._job_log(job)
-        finally:
-            try:
-                self.delete_object(self.spec.namespace, "Job", job)
-            except Exception as exc:  # ttlSecondsAfterFinished removes it anyway
-                log.warning("could not delete the store reader Job %s: %s", job, error_message(exc))
         result = parse_reader_log(text)
         self._store[version] = result
         if result[1] is not None:
@@ -349,18 +342,10 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
         from airflow_tfk.serving.render import render_file_reader
 
         limit = min(max_bytes, self.MAX_FILE_BYTES)
-        job = f"{self.spec.name}-file-{secrets.token_hex(3)}"
-        (reader,) = self.checked(
-            [render_file_reader(self.spec, job, path, limit, self.identity, int(self.reader_timeout_seconds))]
+        deadline = int(self.reader_timeout_seconds)
+        text = self._run_reader(
+            "file", lambda job: render_file_reader(self.spec, job, path, limit, self.identity, deadline)
         )
-        self._apply(reader)
-        try:
-            text = self._job_log(job)
-        finally:
-            try:
-                self.delete_object(self.spec.namespace, "Job", job)
-            except Exception as exc:  # ttlSecondsAfterFinished removes it anyway
-                log.warning("could not delete the store reader Job %s: %s", job, error_message(exc))
         where = f"{path} in the model store (claim {self.spec.claim})"
         lines = text.splitlines()
         for i, line in enumerate(lines):
@@ -373,7 +358,20 @@ class KubernetesServing(PodHealth, KubeTarget, ServingTarget):
                 if len(data) != size:
                     raise ServingError(f"cannot read {where}: {len(data)} bytes came of {size}")
                 return data
-        raise ServingError(f"cannot read {where}: the store reader {job} printed no file")
+        raise ServingError(f"cannot read {where}: the store reader printed no file")
+
+    def _run_reader(self, kind: str, render: Callable[[str], dict[str, Any]]) -> str:
+        """Run one store-reader Job (``render(job_name)``), return its log, delete it."""
+        job = f"{self.spec.name}-{kind}-{secrets.token_hex(3)}"
+        (reader,) = self.checked([render(job)])
+        self._apply(reader)
+        try:
+            return self._job_log(job)
+        finally:
+            try:
+                self.delete_object(self.spec.namespace, "Job", job)
+            except Exception as exc:  # ttlSecondsAfterFinished removes it anyway
+                log.warning("could not delete the store reader Job %s: %s", job, error_message(exc))
 
     def _job_log(self, job: str) -> str:
         deadline = time.monotonic() + self.reader_timeout_seconds
