@@ -174,7 +174,10 @@ def _gate(
     if gate is None:
         return metrics
     if gate.evaluation is not None:  # judged once measured, on the loaded candidate
-        shown = ", ".join(f"{k} {v}" for k, v in sorted(metrics.items())[:10]) if metrics else "none"
+        own = metrics if isinstance(metrics, dict) else {}  # the training's data: any shape
+        shown = (
+            ", ".join(f"{k} {v}" for k, v in sorted(own.items(), key=lambda kv: str(kv[0]))[:10]) or "none"
+        )
         emit(
             f"the training's own metrics of {name} version {version} ({source}): "
             f"{printable(shown[:500])}; shown, not judged: the gate measures its own"
@@ -251,6 +254,7 @@ def _measured(
     ev = gate.evaluation
     name = target.spec.model_name
     rows, labels = data
+    reported = reported if isinstance(reported, dict) else {}  # the training's data: any shape
 
     # One replica, asked directly (they all loaded the candidate): before the first
     # promotion no pod is Ready, so the Service has no endpoint to send a request to.
@@ -278,7 +282,7 @@ def _measured(
     for line in differences(ev, got, reported):
         emit(f"warning: {printable(line)} (max_difference {ev.max_difference:g})")
     verdict = gate.evaluate(got, baseline, previous)
-    claims = {k: reported[k] for k in got if isinstance(reported, dict) and k in reported}
+    claims = {k: reported[k] for k in got if k in reported}
     said = f" (the training reported {printable(_claims(claims))})" if claims else ""
     emit(f"quality gate on {name} version {version}, measured metrics: {verdict.summary()}")
     if not verdict.blessed:
@@ -289,7 +293,7 @@ def _measured(
             gate.on_failure,
         )
     # flat, so an approver's table and the next publish's baseline read them as metrics
-    return {**got, **{f"reported_{k}": v for k, v in (reported or {}).items()}}
+    return {**got, **{f"reported_{k}": v for k, v in reported.items()}}
 
 
 def _claims(claims: dict[str, Any]) -> str:

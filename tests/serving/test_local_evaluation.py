@@ -101,3 +101,18 @@ def test_evaluation_data_that_cannot_be_read_fails_before_anything_is_loaded(ser
         with pytest.raises(ServingError, match=why):
             publish(serving, 1, gate=gate, emit=print)
         assert serving.read_config() == before  # nothing written, nothing loaded
+
+
+def test_the_trainings_own_metrics_of_any_shape_are_shown_not_trusted(serving):
+    """Metrics from an upstream task's XCom are the training's data: a list, odd keys or a
+    huge text neither break the publish nor count."""
+    gate = QualityGate.from_dict(GATE)
+    if serving.label_version("stable") != 1:  # run on its own
+        publish(serving, 1, gate=gate, emit=print)
+    for odd in ([1.0, "accuracy"], {1: "x", "accuracy": "1.0", "note": "y" * 10_000}):
+        lines: list[str] = []
+        with pytest.raises(NotBlessed, match="accuracy 0.09"):
+            publish(serving, 2, gate=gate, metrics=odd, emit=lines.append)  # type: ignore[arg-type]
+        (own,) = [x for x in lines if x.startswith("the training's own metrics")]
+        assert len(own) < 700, own
+    assert serving.label_version("stable") == 1
