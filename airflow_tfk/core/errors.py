@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import reprlib
 from collections.abc import Iterable
 
@@ -147,6 +146,8 @@ def unknown_key(key: object, allowed: Iterable[object], what: str = "unknown key
     """The rule for a key nobody declared: the closest declared one first, as a typo
     (``replcas``) most often is one, then every key allowed there."""
     names = [str(a) for a in allowed]
+    import difflib  # here: only a wrong key pays for it, not every import of the package
+
     close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return f"{what} ({hint}allowed: {', '.join(names)})"
