@@ -112,9 +112,6 @@ class Evaluation:
             raise SpecError(f"{WHERE}.data", "is required")
         return cls(**dict(data))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
 
 def _data_path(data: Any) -> str:
     if not isinstance(data, str) or not data.strip() or len(data) > 1024:

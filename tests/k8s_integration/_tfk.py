@@ -362,6 +362,42 @@ def finish(
     return [p.metadata.name for p in found]
 
 
+@contextlib.contextmanager
+def node_pool(
+    k8s_cluster: Any,
+    api: client.ApiClient,
+    pool_label: str,
+    pool: str,
+    nodes: dict[str, dict[str, str]],
+    capacity: dict[str, str],
+    ready_within: float = 30,
+) -> Iterator[str]:
+    """KWOK nodes (name -> extra labels) that only a test's own pods may use: labelled
+    ``pool_label=pool`` and tainted with it, so no other test's pod lands there and their
+    requests stay off everyone's capacity figures. Ready on entry, deleted on exit."""
+    taint = {"key": pool_label, "value": pool, "effect": "NoSchedule"}
+    for node, labels in nodes.items():
+        k8s_cluster.add_node(node, labels={pool_label: pool, **labels}, capacity=capacity, taints=[taint])
+    core = client.CoreV1Api(api)
+    try:
+        wait_for(
+            "the pool's nodes Ready",
+            lambda: all(
+                any(
+                    c.type == "Ready" and c.status == "True"
+                    for c in core.read_node(n).status.conditions or []
+                )
+                for n in nodes
+            ),
+            timeout=ready_within,
+        )
+        yield pool
+    finally:
+        for node in nodes:
+            core.delete_node(node)
+            k8s_cluster.nodes.remove(node)
+
+
 class PodDriver:
     """Plays the training: a thread that, for every pod of ``cluster`` that appears,
     sets the KWOK annotations ``rule(pod)`` returns (or nothing for None).

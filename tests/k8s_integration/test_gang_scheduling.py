@@ -41,30 +41,10 @@ def pool(k8s_cluster, k8s_api) -> Iterator[str]:
     """Two KWOK nodes of 4 CPUs that only this module's pods may use (a taint keeps the
     other tests' pods off them, and their requests off everyone's capacity figures)."""
     name = f"gang-{uuid.uuid4().hex[:6]}"
-    taint = {"key": POOL_LABEL, "value": name, "effect": "NoSchedule"}
-    nodes = [f"kwok-{name}-{i}" for i in range(NODES)]
-    for node in nodes:
-        k8s_cluster.add_node(
-            node,
-            labels={POOL_LABEL: name},
-            capacity={"cpu": str(NODE_CPUS), "memory": "16Gi", "pods": "110"},
-            taints=[taint],
-        )
-    core = client.CoreV1Api(k8s_api)
-    _tfk.wait_for(
-        "the pool's nodes Ready",
-        lambda: all(
-            any(c.type == "Ready" and c.status == "True" for c in core.read_node(n).status.conditions or [])
-            for n in nodes
-        ),
-        timeout=30,
-    )
-    try:
-        yield name
-    finally:
-        for node in nodes:
-            core.delete_node(node)
-            k8s_cluster.nodes.remove(node)
+    nodes = {f"kwok-{name}-{i}": {} for i in range(NODES)}
+    capacity = {"cpu": str(NODE_CPUS), "memory": "16Gi", "pods": "110"}
+    with _tfk.node_pool(k8s_cluster, k8s_api, POOL_LABEL, name, nodes, capacity) as pool:
+        yield pool
 
 
 def gang_spec(namespace: str, pool: str, workers: int, gang: str) -> dict[str, Any]:

@@ -28,32 +28,12 @@ RACKS, NODES_PER_RACK, PODS_PER_NODE = 3, 4, 2
 def racks(k8s_cluster, k8s_api) -> Iterator[str]:
     """The racks' nodes, tainted so that no other test's pod lands on them."""
     pool = f"p-{uuid.uuid4().hex[:6]}"
-    nodes = []
-    for r in range(RACKS):
-        for i in range(NODES_PER_RACK):
-            name = f"kwok-{pool}-r{r}-{i}"
-            k8s_cluster.add_node(
-                name,
-                labels={POOL: pool, RACK: f"rack-{r}"},
-                capacity={"cpu": "8", "memory": "32Gi", "pods": str(PODS_PER_NODE)},
-                taints=[{"key": POOL, "value": pool, "effect": "NoSchedule"}],
-            )
-            nodes.append(name)
-    core = client.CoreV1Api(k8s_api)
-    _tfk.wait_for(
-        "the racks' nodes Ready",
-        lambda: all(
-            any(c.type == "Ready" and c.status == "True" for c in core.read_node(n).status.conditions or [])
-            for n in nodes
-        ),
-        timeout=60,
-    )
-    try:
-        yield pool
-    finally:
-        for node in nodes:
-            core.delete_node(node)
-            k8s_cluster.nodes.remove(node)
+    nodes = {
+        f"kwok-{pool}-r{r}-{i}": {RACK: f"rack-{r}"} for r in range(RACKS) for i in range(NODES_PER_RACK)
+    }
+    capacity = {"cpu": "8", "memory": "32Gi", "pods": str(PODS_PER_NODE)}
+    with _tfk.node_pool(k8s_cluster, k8s_api, POOL, pool, nodes, capacity, ready_within=60) as name:
+        yield name
 
 
 def _spec(namespace: str, pool: str, workers: int, placed: bool = True) -> dict:
