@@ -77,9 +77,10 @@ def test_a_killed_parameter_server_cluster_ends_on_its_notices_not_the_sigkill(
         op.on_kill()  # nothing left running behind a failed wait
         thread.join(90)
         raise
+    exits = _ExitWatch(node_api, node_ns, name)  # listed and watched before the kill
     t0 = time.monotonic()
     op.on_kill()
-    ended, chief_log, pods_gone = _watch_exits(node_api, node_ns, name, t0)
+    ended, chief_log, pods_gone = exits.wait(t0)
     thread.join(90)
     assert not thread.is_alive()
     assert errors and isinstance(errors[0], TrainingFailed), errors
@@ -124,61 +125,77 @@ def _task_of(pod) -> str:
     return pod.metadata.name.rsplit("-", 1)[0].split("-", 3)[-1]  # chief-0, ps-0, worker-1
 
 
-def _watch_exits(
-    api, namespace: str, cluster: str, t0: float
-) -> tuple[dict[str, tuple[int | None, float]], str, float]:
+class _ExitWatch:
     """Each task's container exit code and when it was first seen, until no pod is left;
     the chief's log as last read while it ran; and when no pod was left.
 
-    The pods are watched, not polled: a pod that ends and is removed between two polls
+    The pods are listed and watched from before the kill: a pod listed after it may be
+    gone already (CI once: a worker deleted and removed while ``on_kill`` ran, never
+    seen). They are watched, not polled: a pod that ends and is removed between two polls
     (0.3 s apart) showed no exit code at all (CI once: the chief gone 2.3 s after the kill,
     its 76 never seen). Every status update reaches the watch, the last one on the pod's
     DELETED event. A pod whose exit code no event carried counts as None."""
-    import threading
 
-    from kubernetes import watch
+    def __init__(self, api, namespace: str, cluster: str) -> None:
+        import threading
 
-    ended: dict[str, tuple[int | None, float]] = {}
-    core = client.CoreV1Api(api)
-    listed = core.list_namespaced_pod(namespace, label_selector=f"{naming.LABEL_CLUSTER}={cluster}")
-    present = {p.metadata.name: _task_of(p) for p in listed.items}
-    gone_at: list[float] = []
-    chief_log = ""
+        self.api, self.namespace = api, namespace
+        self.core = client.CoreV1Api(api)
+        self.selector = f"{naming.LABEL_CLUSTER}={cluster}"
+        listed = self.core.list_namespaced_pod(namespace, label_selector=self.selector)
+        self.present = {p.metadata.name: _task_of(p) for p in listed.items}
+        self.version = listed.metadata.resource_version
+        self.t0 = time.monotonic()  # until the kill's own time is known
+        self.ended: dict[str, tuple[int | None, float]] = {}
+        self.gone_at: list[float] = []
+        self.lock = threading.Lock()
+        for pod in listed.items:
+            self._note(pod)
+        self.follower = threading.Thread(target=self._follow, daemon=True)
+        self.follower.start()
 
-    def note(pod) -> None:
+    def _note(self, pod) -> None:
         for c in pod.status.container_statuses or []:
-            if c.state.terminated is not None and _task_of(pod) not in ended:
-                ended[_task_of(pod)] = (c.state.terminated.exit_code, time.monotonic() - t0)
+            if c.state.terminated is not None and _task_of(pod) not in self.ended:
+                self.ended[_task_of(pod)] = (c.state.terminated.exit_code, time.monotonic() - self.t0)
 
-    def follow() -> None:
+    def _follow(self) -> None:
+        from kubernetes import watch
+
         w = watch.Watch()
-        for event in w.stream(
-            core.list_namespaced_pod,
-            namespace,
-            label_selector=f"{naming.LABEL_CLUSTER}={cluster}",
-            resource_version=listed.metadata.resource_version,
-            timeout_seconds=120,
-        ):
+        stream = w.stream(  # every event from the listing's version on, whenever it connects
+            self.core.list_namespaced_pod,
+            self.namespace,
+            label_selector=self.selector,
+            resource_version=self.version,
+            timeout_seconds=180,
+        )
+        for event in stream:
             pod = event["object"]
-            note(pod)
-            if event["type"] == "DELETED":
-                task = present.pop(pod.metadata.name, _task_of(pod))
-                ended.setdefault(task, (None, time.monotonic() - t0))
-                if not present:
-                    gone_at.append(time.monotonic() - t0)
-                    w.stop()
+            with self.lock:
+                self._note(pod)
+                if event["type"] == "DELETED":
+                    task = self.present.pop(pod.metadata.name, _task_of(pod))
+                    self.ended.setdefault(task, (None, time.monotonic() - self.t0))
+                    if not self.present:
+                        self.gone_at.append(time.monotonic() - self.t0)
+                        w.stop()
 
-    for pod in listed.items:
-        note(pod)
-    follower = threading.Thread(target=follow, daemon=True)
-    follower.start()
-    while follower.is_alive() and time.monotonic() - t0 < 120:
-        chief = [n for n, task in list(present.items()) if task == "chief-0" and "chief-0" not in ended]
-        if chief:
-            try:
-                chief_log = _tfk.pod_log(api, namespace, chief[0])
-            except ApiException:
-                pass
-        time.sleep(0.3)
-    follower.join(5)
-    return ended, chief_log, gone_at[0] if gone_at else float("inf")
+    def wait(self, t0: float) -> tuple[dict[str, tuple[int | None, float]], str, float]:
+        with self.lock:
+            self.t0 = t0
+        chief_log = ""
+        while self.follower.is_alive() and time.monotonic() - t0 < 120:
+            chief = [
+                n
+                for n, task in list(self.present.items())
+                if task == "chief-0" and "chief-0" not in self.ended
+            ]
+            if chief:
+                try:
+                    chief_log = _tfk.pod_log(self.api, self.namespace, chief[0])
+                except ApiException:
+                    pass
+            time.sleep(0.3)
+        self.follower.join(5)
+        return self.ended, chief_log, self.gone_at[0] if self.gone_at else float("inf")

@@ -6,6 +6,7 @@ seconds; each test proves with psutil that no process it started survives.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -373,12 +374,28 @@ def test_missing_command_is_a_machine_error_and_nothing_is_created(backend, make
     assert not processes_under(root)
 
 
+@contextlib.contextmanager
+def _busy_port_after_a_free_one() -> Iterator[int]:
+    """A port this test listens on whose predecessor is free now (CI once found the port
+    before an ephemeral one taken by another process, and the error rightly named it)."""
+    for _ in range(50):
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen(1)
+            port = busy.getsockname()[1]
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port - 1))
+                except OSError:
+                    continue
+            yield port
+            return
+    raise AssertionError("no free port before a busy one in 50 tries")
+
+
 def test_taken_fixed_port_is_a_clear_machine_error(root, tmp_path, make_spec):
     backend = LocalBackend(str(root), workdir=str(tmp_path), fixed_ports=True)
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen(1)
-        port = busy.getsockname()[1]
+    with _busy_port_after_a_free_one() as port:
         spec = make_spec("ports", ps={"behavior": "sleep"}, port=port - 1, worker={"replicas": 2})
         with pytest.raises(LocalMachineError) as err:
             backend.create(spec)
