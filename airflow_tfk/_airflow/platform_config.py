@@ -61,5 +61,9 @@ def platform_policy() -> PlatformPolicy:
     option the policy does not know is an error naming it, not a setting silently lost."""
     from airflow_tfk.spec.platform_policy import PlatformPolicy
 
-    section = _conf().getsection(POLICY_SECTION) or {}
-    return PlatformPolicy.from_config(section, name=POLICY_SECTION)
+    return PlatformPolicy.from_config(policy_section(), name=POLICY_SECTION)
+
+
+def policy_section() -> dict[str, Any]:
+    """The ``[tfk_policy]`` section as configured (options as written, not yet parsed)."""
+    return dict(_conf().getsection(POLICY_SECTION) or {})

@@ -34,10 +34,6 @@ _KINDS = {
 _CONDITIONS = ("any", "all")
 
 
-def is_asset_schedule(value: object) -> bool:
-    return isinstance(value, (list, Mapping))
-
-
 def parse_asset_schedule(value: object) -> dict[str, Any]:
     """The schedule as ``{"all"|"any": [...]}`` with every asset checked (by building it:
     the asset functions' own errors, prefixed with where it stands)."""

@@ -196,11 +196,13 @@ def _dag(t: TrainingFile, params: dict[str, Param], text: str, run_timeout: time
     )
 
 
-def build_dag(training: TrainingFile, text: str = "") -> DAG:
+def build_dag(training: TrainingFile, text: str = "", *, specs_checked: bool = False) -> DAG:
     """The DAG of one training file. Raises :class:`SpecError` naming the field.
 
     :param text: the file's YAML, shown in the DAG's docs (the UI's code view shows the
         loader's Python file, not the YAML).
+    :param specs_checked: the file's publish and tensorboard blocks passed their operators'
+        checks before (see :func:`~airflow_tfk.dagfactory.training.parse_training`).
     """
     from airflow.sdk.exceptions import AirflowException
 
@@ -220,7 +222,8 @@ def build_dag(training: TrainingFile, text: str = "") -> DAG:
         check_params(params)  # the Param at fault, by name, if that was the reason
         raise
     common = _passed_on(t, _OPERATOR_FIELDS)
-    _check_operator_blocks(t, common)
+    if not specs_checked:
+        _check_operator_blocks(t, common)
     with dag:
         if t.tensorboard is not None:
             TFStartTensorBoardOperator(task_id=TENSORBOARD_TASK, **common, **t.tensorboard)

@@ -167,8 +167,12 @@ def _kind(mode: int) -> str:
     return "not a plain file"
 
 
-def read_training(path: Path, root: Path | None = None) -> tuple[TrainingFile, str, dict[str, int]]:
-    """Read and validate one file: the training, its text and its line map.
+def read_training(
+    path: Path, root: Path | None = None, *, stamps: bool = False
+) -> tuple[TrainingFile, str, dict[str, int], str | None]:
+    """Read and validate one file: the training, its text, its line map, and the name of
+    the stamp to record once its DAG is built (None: not to record; with ``stamps``, a file
+    already stamped skips the spec checks, :mod:`airflow_tfk.dagfactory.checked`).
 
     :param root: the folder the file was found in: a symbolic link may not lead out of it.
 
@@ -180,6 +184,13 @@ def read_training(path: Path, root: Path | None = None) -> tuple[TrainingFile, s
         raise TrainingFileError(path, "path", f"must not contain the control character {bad!r}")
     try:
         raw = _read_bounded(path, root)
+        stamp = None
+        if stamps:
+            from airflow_tfk.dagfactory import checked
+
+            stamp = checked.stamp_name(raw, str(path), str(root) if root is not None else None)
+            if checked.is_checked(stamp):
+                stamp = None  # nothing to record: ``specs_checked`` below
         text = raw.decode("utf-8")
         data, lines = load_yaml_lines(text)
         training = parse_training(
@@ -187,6 +198,7 @@ def read_training(path: Path, root: Path | None = None) -> tuple[TrainingFile, s
             default_dag_id=default_dag_id(path),
             source=str(path),
             root=str(root) if root is not None else None,
+            specs_checked=stamps and stamp is None,
         )
     except SpecError as exc:
         raise _error(path, exc, lines) from None
@@ -194,7 +206,7 @@ def read_training(path: Path, root: Path | None = None) -> tuple[TrainingFile, s
         raise TrainingFileError(path, "spec", f"is not UTF-8 text ({exc.reason})") from None
     except OSError as exc:
         raise TrainingFileError(path, "spec", f"cannot be read: {exc.strerror or exc}") from None
-    return training, text, lines
+    return training, text, lines, stamp
 
 
 def _error(path: Path, exc: SpecError, lines: dict[str, int]) -> TrainingFileError:
@@ -217,17 +229,24 @@ def _root_of(path: Path, folder: Path) -> Path:
 
 
 def _load_one(
-    path: Path, root: Path, owner_of: dict[str, Path], build: bool
+    path: Path, root: Path, owner_of: dict[str, Path], build: bool, stamps: bool
 ) -> tuple[TrainingFile, DAG | None]:
     """One file's training and DAG; every failure is a :class:`TrainingFileError` of that file."""
     from airflow_tfk.dagfactory.builder import build_dag
 
     lines: dict[str, int] = {}
     try:
-        training, text, lines = read_training(path, root)
+        training, text, lines, stamp = read_training(path, root, stamps=stamps and build)
         if training.dag_id in owner_of:
             raise SpecError("dag_id", f"is already used by {owner_of[training.dag_id]}", training.dag_id)
-        return training, build_dag(training, text) if build else None
+        if not build:
+            return training, None
+        dag = build_dag(training, text, specs_checked=stamps and stamp is None)
+        if stamp is not None:
+            from airflow_tfk.dagfactory import checked
+
+            checked.mark_checked(stamp)
+        return training, dag
     except TrainingFileError:
         raise
     except SpecError as exc:
@@ -237,12 +256,20 @@ def _load_one(
 
 
 def load_folder(
-    folder: Path, *, build: bool = True, files: Iterable[Path] | None = None, budget: float | None = None
+    folder: Path,
+    *,
+    build: bool = True,
+    files: Iterable[Path] | None = None,
+    budget: float | None = None,
+    stamps: bool = False,
 ) -> FolderResult:
     """Load every training file of ``folder`` (or ``files``); never raises for a bad file.
 
     :param build: also build the DAGs (what the DAG file and ``validate`` do); without it
         only the files are checked.
+    :param stamps: skip the spec checks of a file that passed them before in the same
+        context, and stamp those that pass (the DAG file's repeated parses; never
+        ``validate``): :mod:`airflow_tfk.dagfactory.checked`.
     :param budget: seconds; the files not reached by then are each reported as not loaded,
         so a folder too large for the DAG processor's timeout still loads what it can
         instead of timing out as a whole and loading nothing.
@@ -266,7 +293,7 @@ def load_folder(
             )
             break
         try:
-            training, dag = _load_one(path, _root_of(path, folder), owner_of, build)
+            training, dag = _load_one(path, _root_of(path, folder), owner_of, build, stamps)
         except TrainingFileError as exc:
             result.errors.append(exc)
             continue
@@ -308,8 +335,6 @@ def load_into(namespace: dict[str, Any], dag_file: str, folder: str | None = Non
     """
     import logging
 
-    from airflow_tfk.dagfactory.import_errors import report
-
     where, configured = trainings_dir(dag_file, folder)
     if not where.is_dir():
         if configured:
@@ -318,9 +343,11 @@ def load_into(namespace: dict[str, Any], dag_file: str, folder: str | None = Non
             raise FileNotFoundError(f"{given}: no such directory {where}")
         logging.getLogger(__name__).warning("no training files: %s does not exist", where)
         return FolderResult()
-    result = load_folder(where, budget=_parse_budget())
+    result = load_folder(where, budget=_parse_budget(), stamps=True)
     for dag_id, dag in result.dags.items():
         namespace[dag_variable(dag_id)] = dag
     if result.errors:
+        from airflow_tfk.dagfactory.import_errors import report
+
         report(result.errors)
     return result

@@ -143,13 +143,22 @@ TEMPLATED = ("cluster", "backend_config", "publish", "tensorboard", "sweep")
 
 
 def parse_training(
-    data: Mapping[str, Any], *, default_dag_id: str, source: str, root: str | None = None
+    data: Mapping[str, Any],
+    *,
+    default_dag_id: str,
+    source: str,
+    root: str | None = None,
+    specs_checked: bool = False,
 ) -> TrainingFile:
     """Validate a training file's mapping. Raises :class:`SpecError` naming the field
     (``cluster.worker.replicas``, ``publish.serving.replicas``, ``params.steps.minimun``...).
 
     :param root: the trainings folder the file was found in: its ``template_dir`` must stay
-        inside it (default: the file's own folder)."""
+        inside it (default: the file's own folder).
+    :param specs_checked: this very file passed the checks of its templates and of the
+        cluster, sweep and publish specs in this context before (a stamp,
+        :mod:`airflow_tfk.dagfactory.checked`): they are not run again; the keys and Params
+        still are."""
     from airflow_tfk.dagfactory.sandbox import check_templates
 
     keys = training_keys.KEYS
@@ -157,8 +166,9 @@ def parse_training(
     unknown = sorted(set(data) - set(allowed))
     if unknown:
         raise SpecError(unknown[0], unknown_key(unknown[0], allowed))
-    for block in TEMPLATED:
-        check_templates(data.get(block), block)
+    if not specs_checked:
+        for block in TEMPLATED:
+            check_templates(data.get(block), block)
     dag_id = next(key for key in keys if key.name == "dag_id").parse(data, default_dag_id)
     # Every independent error of the file at once: each key is checked on its own, and a
     # block that depends on another (publish on cluster) is checked only when that one is valid.
@@ -177,16 +187,18 @@ def parse_training(
     ):
         checked["max_active_runs"] = 2  # room for the run that waits on, skips or kills the previous one
     params = take(lambda: _params(data.get("params")), {})
-    cluster = take(lambda: _required_cluster(data, params, checked["max_duration_minutes"], dag_id), None)
+    cluster = take(
+        lambda: _required_cluster(data, params, checked["max_duration_minutes"], dag_id, specs_checked), None
+    )
     if cluster is not None:
         take(lambda: _file_relative_template_dir(cluster, source, root))
     blocks = take(lambda: _operator_blocks(data, params, cluster)) if cluster is not None else None
     checked["publish"], checked["tensorboard"] = blocks or (None, None)
     checked["backend_config"] = take(lambda: _backend_config(data, checked["backend"]))
-    checked["sweep"] = take(lambda: _sweep(data.get("sweep"), params))
-    if cluster is not None and checked["sweep"] is not None:
+    checked["sweep"] = take(lambda: _sweep(data.get("sweep"), params, specs_checked))
+    if cluster is not None and checked["sweep"] is not None and not specs_checked:
         take(lambda: _sweep_trials(cluster, checked["sweep"], params))
-    if checked["publish"] is not None:
+    if checked["publish"] is not None and not specs_checked:
         take(lambda: _publish_name(cluster, checked["publish"]))
     errors.raise_if_any()
     # A declared key the DAG does not read is checked but not kept.
@@ -201,12 +213,16 @@ def parse_training(
 
 
 def _required_cluster(
-    data: Mapping[str, Any], params: Mapping[str, Mapping[str, Any]], max_minutes: int | None, dag_id: str
+    data: Mapping[str, Any],
+    params: Mapping[str, Mapping[str, Any]],
+    max_minutes: int | None,
+    dag_id: str,
+    specs_checked: bool,
 ) -> dict[str, Any]:
     cluster = _mapping(data, "cluster")
     if cluster is None:
         raise SpecError("cluster", "is required: the TFClusterSpec of the training")
-    return _cluster(cluster, params, max_minutes, dag_id)
+    return _cluster(cluster, params, max_minutes, dag_id, specs_checked)
 
 
 def _file_relative_template_dir(cluster: dict[str, Any], source: str, root: str | None) -> None:
@@ -237,15 +253,18 @@ def _file_relative_template_dir(cluster: dict[str, Any], source: str, root: str 
     cluster["template_dir"] = os.path.join(base, value)
 
 
-def _sweep(value: object, params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+def _sweep(
+    value: object, params: Mapping[str, Mapping[str, Any]], specs_checked: bool
+) -> dict[str, Any] | None:
     """The sweep block, checked by SweepConfig itself (its errors name ``sweep.<field>``)."""
     if value is None:
         return None
-    from airflow_tfk.sweep.config import SweepConfig
-
     if not isinstance(value, Mapping):
         raise SpecError("sweep", "must be a mapping of the sweep's settings", value)
-    SweepConfig.from_dict(with_param_defaults(dict(value), params))
+    if not specs_checked:
+        from airflow_tfk.sweep.config import SweepConfig
+
+        SweepConfig.from_dict(with_param_defaults(dict(value), params))
     return dict(value)
 
 
@@ -286,11 +305,13 @@ def _publish_name(
 
 
 def _cluster(
-    cluster: dict[str, Any], params: Mapping[str, Mapping[str, Any]], max_minutes: int | None, dag_id: str
+    cluster: dict[str, Any],
+    params: Mapping[str, Mapping[str, Any]],
+    max_minutes: int | None,
+    dag_id: str,
+    specs_checked: bool,
 ) -> dict[str, Any]:
     """The cluster block, checked by TFClusterSpec itself (errors prefixed ``cluster.``)."""
-    from airflow_tfk.core.naming import cluster_name_for
-    from airflow_tfk.spec.cluster import TFClusterSpec
 
     for where, name in param_refs(cluster, "cluster"):
         if name not in params:
@@ -307,6 +328,11 @@ def _cluster(
                 given,
             )
     cluster.setdefault("namespace", dag_env.NAMESPACE)
+    if specs_checked:
+        return cluster
+    from airflow_tfk.core.naming import cluster_name_for
+    from airflow_tfk.spec.cluster import TFClusterSpec
+
     probe = with_param_defaults(cluster, params)
     if not probe.get("name"):
         # The name the train task will derive (same length for every run), so the

@@ -196,9 +196,9 @@ def _start_date(value: object) -> dt.datetime:
 def _schedule(value: object) -> str | dict[str, Any] | None:
     if value is None:
         return None
-    from airflow_tfk.dagfactory.asset_schedule import is_asset_schedule, parse_asset_schedule
+    if isinstance(value, (list, Mapping)):  # assets (only then is their module loaded)
+        from airflow_tfk.dagfactory.asset_schedule import parse_asset_schedule
 
-    if is_asset_schedule(value):
         return parse_asset_schedule(value)
     if not isinstance(value, str) or not value.strip():
         raise SpecError("schedule", "must be a cron expression, a preset such as @daily, or null", value)
