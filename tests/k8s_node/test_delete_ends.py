@@ -186,11 +186,10 @@ class _ExitWatch:
             self.t0 = t0
         chief_log = ""
         while self.follower.is_alive() and time.monotonic() - t0 < 120:
-            chief = [
-                n
-                for n, task in list(self.present.items())
-                if task == "chief-0" and "chief-0" not in self.ended
-            ]
+            with self.lock:  # the follower thread changes both
+                chief = [
+                    n for n, task in self.present.items() if task == "chief-0" and "chief-0" not in self.ended
+                ]
             if chief:
                 try:
                     chief_log = _tfk.pod_log(self.api, self.namespace, chief[0])
