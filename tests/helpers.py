@@ -274,14 +274,6 @@ def assert_no_processes(root: Path, timeout: float = 10.0) -> None:
 def rbac_render() -> Any:
     """deploy/rbac/render.py, loaded under a name of its own: on ``sys.path`` as ``render`` it
     would shadow the test package ``tests/render`` for every later test of the session."""
-    import importlib.util
-    import sys as _sys
+    from tests import file_module
 
-    name = "tfk_deploy_rbac_render"
-    if name not in _sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "deploy" / "rbac" / "render.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        _sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return _sys.modules[name]
+    return file_module.load("tfk_deploy_rbac_render", ROOT / "deploy" / "rbac" / "render.py")

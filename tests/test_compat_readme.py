@@ -4,19 +4,15 @@ run for each of its checks), and a failure in the table is explained under it.""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import file_module
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("compat", ROOT / "scripts" / "compat.py")
-assert _spec is not None and _spec.loader is not None
-compat = importlib.util.module_from_spec(_spec)
-sys.modules["compat"] = compat  # its dataclasses look their module up there
-_spec.loader.exec_module(compat)
+compat = file_module.load("compat", ROOT / "scripts" / "compat.py")
 
 README = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
 VERSION = re.compile(r"^\d+(\.\d+)*([a-z]+\d+)?(\.post\d+)?$|^-$")

@@ -3,16 +3,14 @@ accounting's records joined with the venv hook's command lines on pid and start 
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from pathlib import Path
 
+from tests import file_module
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "cpu_profile.py"
-_spec = importlib.util.spec_from_file_location("cpu_profile", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-profile = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(profile)
+profile = file_module.load("cpu_profile", SCRIPT)
 
 T0 = time.mktime(time.strptime("Sun Nov 29 22:31:56 2026", "%a %b %d %H:%M:%S %Y"))
 

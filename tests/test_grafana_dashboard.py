@@ -3,19 +3,16 @@ metrics the project exports (the training runtime's and the model server's)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 
 from airflow_tfk.runtime.metrics import TrainingMetrics
 from airflow_tfk.runtime.model_server import metrics as serving_metrics
+from tests import file_module
 from tests.helpers import ROOT
 
 DIR = ROOT / "deploy" / "grafana"
-_spec = importlib.util.spec_from_file_location("tfk_dashboard", DIR / "dashboard.py")
-assert _spec is not None and _spec.loader is not None
-generator = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(generator)
+generator = file_module.load("tfk_dashboard", DIR / "dashboard.py")
 
 _METRIC = re.compile(r"(tfk_training_\w+|:tensorflow:serving:\w+)")
 

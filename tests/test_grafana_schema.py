@@ -10,19 +10,16 @@ that stopped looking would fail here.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from typing import Any
 
 import pytest
 
+from tests import file_module
 from tests.helpers import ROOT
 
 DIR = ROOT / "deploy" / "grafana"
-_spec = importlib.util.spec_from_file_location("tfk_schema_check", DIR / "schema_check.py")
-assert _spec is not None and _spec.loader is not None
-schema_check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(schema_check)
+schema_check = file_module.load("tfk_schema_check", DIR / "schema_check.py")
 
 
 def _broken(board: dict[str, Any]) -> dict[str, tuple[dict[str, Any], str]]:

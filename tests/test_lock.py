@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import tomllib
@@ -12,12 +11,10 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from tests import file_module
 from tests.helpers import ROOT as REPO
 
-_spec = importlib.util.spec_from_file_location("lock_diff", REPO / "scripts" / "lock_diff.py")
-assert _spec is not None and _spec.loader is not None
-lock_diff = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(lock_diff)
+lock_diff = file_module.load("lock_diff", REPO / "scripts" / "lock_diff.py")
 
 LOCK = REPO / "requirements" / "lock.txt"
 

@@ -4,19 +4,17 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import file_module
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "node_lane_selects.py"
-_spec = importlib.util.spec_from_file_location("node_lane_selects", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-lane = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(lane)
+lane = file_module.load("node_lane_selects", SCRIPT)
 
 
 @pytest.mark.parametrize(

@@ -3,16 +3,12 @@ wheel's interpreter would, whatever the environment of the caller says."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
+from tests import file_module
 from tests.helpers import ROOT
 
-_spec = importlib.util.spec_from_file_location("bench_common", ROOT / "bench" / "_common.py")
-assert _spec is not None and _spec.loader is not None
-bench_common = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_common)
+bench_common = file_module.load("bench_common", ROOT / "bench" / "_common.py")
 
 
 def test_fresh_interpreters_write_bytecode_under_an_inherited_dontwritebytecode(
